@@ -1,0 +1,5 @@
+import sys
+
+from latopt.cli import main
+
+sys.exit(main())

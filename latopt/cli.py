@@ -1,0 +1,67 @@
+"""The ``latopt`` command line: one sub-command per stage.
+
+Each stage module owns its sub-command(s) through a ``register(subparsers)`` function that adds an
+``argparse`` parser and sets ``func`` (a callable taking the parsed ``Namespace`` and returning an
+exit code or ``None``). A :class:`~latopt.errors.LatoptError` raised anywhere is printed as one line
+(``latopt: error: ...``) with exit code 2 and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from latopt import __version__
+from latopt.errors import LatoptError
+
+# Modules that register sub-commands, in the order they appear in ``latopt --help``.
+COMMAND_MODULES: tuple[str, ...] = (
+    "latopt.inspection",
+)
+
+
+def common_parser() -> argparse.ArgumentParser:
+    """Options every sub-command takes (use as ``parents=[common_parser()]``)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same result on CPU")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="latopt",
+        description="Hardware-aware latency optimizer for mobile CNNs: profile, fold, search, export.",
+    )
+    parser.add_argument("--version", action="version", version=f"latopt {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        rc = args.func(args)
+    except LatoptError as e:
+        print(f"latopt: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("latopt: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `latopt inspect ... | head`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Shared test set-up: markers for hardware- and service-dependent tests.
+
+- ``@pytest.mark.tensorrt``: skipped with a reason unless ``tensorrt`` imports and a CUDA GPU is visible.
+- ``@pytest.mark.cuda``: skipped with a reason unless ``torch.cuda.is_available()``.
+- ``@pytest.mark.postgres``: needs ``LATOPT_TEST_PG_URL`` (an SQLAlchemy URL of a live server).
+  Skipped locally when it is unset, but *fails* under CI (``CI=true``), where ``.ci/run`` starts one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # pragma: no cover
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    has_cuda = _cuda()
+    has_trt = importlib.util.find_spec("tensorrt") is not None
+    pg_url = os.environ.get("LATOPT_TEST_PG_URL")
+    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    for item in items:
+        if "cuda" in item.keywords and not has_cuda:
+            item.add_marker(pytest.mark.skip(reason="no CUDA GPU visible to torch (torch.cuda.is_available() is False)"))
+        if "tensorrt" in item.keywords:
+            if not has_trt:
+                item.add_marker(pytest.mark.skip(reason="tensorrt is not installed (pip install 'latopt[trt]' on a machine with an NVIDIA GPU)"))
+            elif not has_cuda:
+                item.add_marker(pytest.mark.skip(reason="tensorrt is installed but no CUDA GPU is visible"))
+        if "postgres" in item.keywords and not pg_url and not in_ci:
+            item.add_marker(pytest.mark.skip(reason="LATOPT_TEST_PG_URL is not set (.ci/run starts a PostgreSQL server and sets it)"))
+
+
+@pytest.fixture
+def pg_url() -> str:
+    url = os.environ.get("LATOPT_TEST_PG_URL")
+    if not url:
+        pytest.fail("LATOPT_TEST_PG_URL is not set but this test needs PostgreSQL; .ci/run must start the server")
+    return url
