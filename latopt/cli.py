@@ -19,7 +19,6 @@ from latopt.errors import LatoptError
 
 # Modules that register sub-commands, in the order they appear in ``latopt --help``.
 COMMAND_MODULES: tuple[str, ...] = (
-    "latopt.inspection",
 )
 
 
