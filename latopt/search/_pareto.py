@@ -1,0 +1,229 @@
+"""The Pareto front of a search study: selection, recommendation, table and files.
+
+``pareto_front(study)`` is Optuna's own non-dominated set (``study.best_trials``: COMPLETE trials that
+satisfy the accuracy-drop constraint). ``recommend(study, max_acc_drop)`` is the fastest trial whose
+accuracy is within ``max_acc_drop`` of the base model's. ``write_front`` writes pareto.json / .csv /
+.png (and .html through ``optuna.visualization`` when plotly is installed).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from latopt.artifacts import write_json_atomic, write_text_atomic
+from latopt.errors import LatoptError
+
+PARETO_SCHEMA = "latopt.pareto/1"
+_EPS = 1e-12
+COLUMNS = ("trial", "val_acc", "metric", "acc_drop", "feasible", "lambda_c", "tau", "p", "granularity",
+           "n_folded", "base", "on_front", "recommended", "checkpoint")
+
+
+def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+
+def base_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The completed base-model trial (the enqueued operating point), if any."""
+    for t in complete_trials(study):
+        if t.user_attrs.get("base"):
+            return t
+    return None
+
+
+def base_accuracy(study: optuna.Study) -> float | None:
+    t = base_trial(study)
+    if t is not None:
+        return float(t.values[0])
+    v = study.user_attrs.get("base_acc")
+    return None if v is None else float(v)
+
+
+def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
+    """Non-dominated feasible COMPLETE trials (Optuna's ``best_trials``), fastest first."""
+    return sorted(study.best_trials, key=lambda t: (t.values[1], -t.values[0], t.number))
+
+
+def recommend(study: optuna.Study, max_acc_drop: float | None = None) -> FrozenTrial | None:
+    """The fastest COMPLETE trial whose accuracy is at most ``max_acc_drop`` below the base model's.
+
+    ``max_acc_drop`` defaults to the value the study was created with. Ties go to higher accuracy.
+    Returns None when no trial qualifies (e.g. the base trial has not completed yet).
+    """
+    if max_acc_drop is None:
+        max_acc_drop = study.user_attrs.get("max_acc_drop")
+    if max_acc_drop is None:
+        raise LatoptError("no --max-acc-drop given and the study does not record one")
+    base_acc = base_accuracy(study)
+    if base_acc is None:
+        return None
+    ok = [t for t in complete_trials(study) if base_acc - t.values[0] <= float(max_acc_drop) + _EPS]
+    if not ok:
+        return None
+    return min(ok, key=lambda t: (t.values[1], -t.values[0], t.number))
+
+
+def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, recommended: bool) -> dict[str, Any]:
+    fold = t.user_attrs.get("fold_set") or {}
+    return {
+        "trial": t.number,
+        "val_acc": float(t.values[0]),
+        "metric": float(t.values[1]),
+        "acc_drop": None if base_acc is None else base_acc - float(t.values[0]),
+        "feasible": all(v <= 0 for v in t.constraints.values()),
+        "lambda_c": t.params.get("lambda_c"),
+        "tau": t.params.get("tau"),
+        "p": t.params.get("p"),
+        "granularity": t.params.get("granularity", t.user_attrs.get("granularity")),
+        "n_folded": len(fold),
+        "fold_set": fold,
+        "base": bool(t.user_attrs.get("base")),
+        "on_front": on_front,
+        "recommended": recommended,
+        "checkpoint": t.user_attrs.get("checkpoint"),
+        "latency_ms": t.user_attrs.get("latency_ms"),
+        "measured_ms": t.user_attrs.get("measured_ms"),
+        "nonlinear_layers": t.user_attrs.get("nonlinear_layers"),
+    }
+
+
+def front_summary(study: optuna.Study, max_acc_drop: float | None = None) -> dict[str, Any]:
+    """Everything ``--show`` prints and writes: front rows (+ the base row, always), the recommendation."""
+    if max_acc_drop is None:
+        max_acc_drop = study.user_attrs.get("max_acc_drop")
+    names = study.user_attrs.get("metric_names") or ["objective0", "objective1"]
+    front = pareto_front(study)
+    front_ids = {t.number for t in front}
+    rec = recommend(study, max_acc_drop) if max_acc_drop is not None else None
+    base = base_trial(study)
+    base_acc = base_accuracy(study)
+    shown = list(front)
+    if base is not None and base.number not in front_ids:
+        shown.append(base)
+    if rec is not None and rec.number not in {t.number for t in shown}:
+        shown.append(rec)
+    shown.sort(key=lambda t: (t.values[1], -t.values[0], t.number))
+    rows = [_row(t, base_acc, on_front=t.number in front_ids, recommended=rec is not None and t.number == rec.number)
+            for t in shown]
+    counts = {s.name: 0 for s in TrialState}
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name] += 1
+    return {
+        "schema": PARETO_SCHEMA,
+        "study": study.study_name,
+        "objective": study.user_attrs.get("objective"),
+        "metric_names": list(names),
+        "max_acc_drop": max_acc_drop,
+        "base_acc": base_acc,
+        "base_trial": None if base is None else base.number,
+        "recommended": None if rec is None else rec.number,
+        "n_front": len(front),
+        "trial_states": {k: v for k, v in counts.items() if v},
+        "rows": rows,
+    }
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    metric = summary["metric_names"][1]
+    head = f"{'trial':>5} {'val_acc':>8} {metric:>16} {'drop':>7} {'λ_c':>8} {'τ':>5} {'p':>5} {'gran':>10} {'folded':>6}  note"
+    lines = [f"study {summary['study']!r}: objective {summary['objective']}, {summary['n_front']} non-dominated "
+             f"feasible trial(s); states {summary['trial_states']}; max acc drop {summary['max_acc_drop']}", head]
+    for r in summary["rows"]:
+        notes = [n for n, on in (("base", r["base"]), ("front", r["on_front"]), ("RECOMMENDED", r["recommended"]),
+                                 ("infeasible", not r["feasible"])) if on]
+        if r["base"] and not r["on_front"]:
+            notes.append("dominated")
+        drop = "" if r["acc_drop"] is None else f"{r['acc_drop']:+.4f}"
+        gran = r["granularity"] or ""
+        lines.append(f"{r['trial']:>5} {r['val_acc']:>8.4f} {r['metric']:>16.4f} {drop:>7} {_f(r['lambda_c'], '8.3g')} "
+                     f"{_f(r['tau'], '5.2f')} {_f(r['p'], '5.2f')} {gran:>10} {r['n_folded']:>6}  {', '.join(notes)}")
+    if summary["recommended"] is None:
+        lines.append("no recommendation: no completed trial within the accuracy constraint yet")
+    return "\n".join(lines)
+
+
+def _f(v: Any, spec: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return format("", spec.split(".")[0] if "." in spec else spec)
+    return format(v, spec)
+
+
+def write_front(study: optuna.Study, out_dir: str | Path, max_acc_drop: float | None = None) -> dict[str, Path]:
+    """Write pareto.json, pareto.csv, pareto.png (+ pareto.html when plotly is installed) into ``out_dir``."""
+    out = Path(out_dir)
+    summary = front_summary(study, max_acc_drop)
+    paths = {"json": write_json_atomic(out / "pareto.json", summary)}
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    metric = summary["metric_names"][1]
+    w.writerow([c if c != "metric" else metric for c in COLUMNS] + ["fold_set"])
+    for r in summary["rows"]:
+        fold = ";".join(f"{k}:{v}" for k, v in sorted(r["fold_set"].items(), key=lambda kv: int(kv[0])))
+        w.writerow([r[c] for c in COLUMNS] + [fold])
+    paths["csv"] = write_text_atomic(out / "pareto.csv", buf.getvalue())
+    paths["png"] = _plot_png(study, summary, out / "pareto.png")
+    html = _plot_html(study, summary, out / "pareto.html")
+    if html is not None:
+        paths["html"] = html
+    return paths
+
+
+def _targets(t: FrozenTrial) -> tuple[float, float]:
+    return (t.values[1], t.values[0])
+
+
+def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    names = summary["metric_names"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ax = optuna.visualization.matplotlib.plot_pareto_front(
+            study, target_names=[names[1], names[0]], targets=_targets)
+    fig = ax.figure
+    fig.set_size_inches(7, 5)
+    front = [r for r in summary["rows"] if r["on_front"]]
+    if front:
+        ax.step([r["metric"] for r in front], [r["val_acc"] for r in front], where="post",
+                color="tab:blue", alpha=0.5, lw=1)
+    for r in summary["rows"]:
+        if r["base"]:
+            ax.scatter([r["metric"]], [r["val_acc"]], marker="*", s=260, color="black", zorder=5, label="base model")
+        if r["recommended"]:
+            ax.scatter([r["metric"]], [r["val_acc"]], marker="o", s=320, facecolors="none", edgecolors="red",
+                       linewidths=2.0, zorder=6, label=f"recommended (trial {r['trial']})")
+    if summary["base_acc"] is not None and summary["max_acc_drop"] is not None:
+        ax.axhline(summary["base_acc"] - summary["max_acc_drop"], color="grey", ls="--", lw=0.8,
+                   label=f"accuracy constraint (−{summary['max_acc_drop']})")
+    ax.set_title(f"latopt search {summary['study']}: accuracy vs {names[1]}")
+    ax.legend(loc="lower right", fontsize=8)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(path)
+    return path
+
+
+def _plot_html(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path | None:
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        return None
+    names = summary["metric_names"]
+    fig = optuna.visualization.plot_pareto_front(study, target_names=[names[1], names[0]], targets=_targets)
+    write_text_atomic(path, fig.to_html(include_plotlyjs="cdn"))
+    return path

@@ -1,0 +1,236 @@
+"""``run_search``: open (or resume) a study and run trials until it holds the requested number of COMPLETE ones.
+
+The loop counts COMPLETE trials across all workers. Before each trial it fails trials whose worker
+stopped sending heartbeats (Optuna's ``fail_stale_trials``; ``RetryHeartbeatStaleTrialCallback``
+enqueues a retry); when the remaining budget is taken by trials other workers are running, it waits
+for them to complete or go stale. So a rerun after ``kill -9`` finishes the study, and any number of
+workers pointed at one storage URL stop together without losing or duplicating a trial.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from latopt.errors import LatoptError, VerificationError
+from latopt.search._pareto import format_table, front_summary, write_front
+from latopt.search._space import space_from_config
+from latopt.search._storage import (
+    DEFAULT_GRACE_S,
+    DEFAULT_HEARTBEAT_S,
+    default_storage_url,
+    open_storage,
+    open_study,
+    redact,
+)
+from latopt.search._trial import TrialContext, ensure_base, objective
+
+SAMPLERS = ("tpe", "nsga2", "random")
+OBJECTIVE_CHOICES = ("latency", "depth")
+COSTS = ("lut", "uniform")
+
+
+@dataclass
+class SearchOptions:
+    """Inputs of one ``latopt search`` worker (CLI flags; None = the config's value)."""
+
+    config: str | Path | None
+    trials: int | None = None
+    storage: str | None = None
+    study: str | None = None
+    sampler: str | None = None
+    objective: str = "latency"
+    max_acc_drop: float | None = None
+    measure: bool = False
+    timeout: float | None = None
+    base: str | Path | None = None
+    lut: str | Path | None = None
+    costs: str = "lut"
+    seed: int = 0
+    runs_dir: str | Path = "runs"
+    heartbeat_interval: int = DEFAULT_HEARTBEAT_S
+    grace_period: int = DEFAULT_GRACE_S
+    max_retry: int = 3
+    poll_s: float = 2.0
+    progress: bool = True
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SearchResult:
+    study_name: str
+    storage: str
+    study_dir: Path
+    n_complete: int
+    finished: bool                 # the requested number of COMPLETE trials is reached
+    recommended: int | None
+    front: list[int]
+    summary: dict[str, Any]
+    files: dict[str, Path]
+
+
+def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
+    if trials < 1:
+        raise LatoptError(f"--trials must be >= 1, got {trials}")
+    if sampler not in SAMPLERS:
+        raise LatoptError(f"--sampler {sampler!r} is unknown; choose one of {', '.join(SAMPLERS)}")
+    if o.objective not in OBJECTIVE_CHOICES:
+        raise LatoptError(f"--objective {o.objective!r} is unknown; choose one of {', '.join(OBJECTIVE_CHOICES)}")
+    if o.costs not in COSTS:
+        raise LatoptError(f"costs {o.costs!r} is unknown; choose one of {', '.join(COSTS)}")
+    if o.max_acc_drop is not None and not (0 <= o.max_acc_drop <= 1):
+        raise LatoptError(f"--max-acc-drop must be in [0, 1] (a fraction of accuracy), got {o.max_acc_drop}")
+    if o.timeout is not None and o.timeout <= 0:
+        raise LatoptError(f"--timeout must be > 0 seconds, got {o.timeout}")
+    if o.heartbeat_interval < 1 or o.grace_period <= o.heartbeat_interval:
+        raise LatoptError(f"heartbeat interval ({o.heartbeat_interval} s) must be >= 1 and below the grace period "
+                          f"({o.grace_period} s)")
+
+
+def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tuple[Any, Path | None]:
+    """The LUT for the config's device/model/resolution (``--lut`` > ``cfg.lut`` > the default path)."""
+    from latopt.latency.lut import default_lut_path, load_lut
+
+    model, res = cfg.model.name, int(cfg.data.resolution)
+    path = Path(lut_arg) if lut_arg else (Path(cfg.lut) if cfg.lut else Path(default_lut_path(cfg.device, model, res, 1)))
+    if not path.is_file():
+        if not required:
+            return None, None
+        where = "given" if (lut_arg or cfg.lut) else "expected"
+        raise LatoptError(f"no latency LUT for device {cfg.device!r}, model {model}, resolution {res} ({where} at {path}); "
+                          f"run: latopt profile --device {cfg.device} --model {model} --resolution {res}")
+    return load_lut(path, model=model, resolution=res), path
+
+
+def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampler:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if name == "tpe":
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, min(10, trials // 3)),
+                                              multivariate=True, constant_liar=True)
+        if name == "nsga2":
+            return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, trials // 3)))
+        return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _counts(study: optuna.Study) -> dict[TrialState, int]:
+    c = dict.fromkeys(TrialState, 0)
+    for t in study.get_trials(deepcopy=False):
+        c[t.state] += 1
+    return c
+
+
+def _fail_stale(study: optuna.Study) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def run_search(o: SearchOptions) -> SearchResult:
+    """Run (or resume, or join) a search study until it holds the requested number of COMPLETE trials."""
+    from latopt.config import load_config
+
+    cfg = load_config(o.config, o.overrides or None)
+    s = cfg.search
+    trials = int(o.trials if o.trials is not None else s.trials)
+    sampler_name = o.sampler or s.sampler
+    max_drop = float(o.max_acc_drop if o.max_acc_drop is not None else s.max_acc_drop)
+    _check_options(o, trials, sampler_name)
+    space = space_from_config(cfg)
+    objective_key = "latency-measured" if o.measure else o.objective
+    name = o.study or cfg.name
+    study_dir = Path(o.runs_dir) / name / "search"
+    lut, lut_path = resolve_lut(cfg, o.lut, required=(o.objective == "latency" and not o.measure) or o.lut is not None)
+    if o.costs == "lut" and lut is None and o.progress:
+        print("[search] no LUT found: c_l = 1 for every block (uniform costs, the paper's default)", flush=True)
+    device = None
+    if o.measure:
+        from latopt.latency.devices import load_device
+
+        device = load_device(cfg.device)
+    url = o.storage or s.storage or default_storage_url(study_dir)
+    storage = open_storage(url, heartbeat_interval=o.heartbeat_interval, grace_period=o.grace_period,
+                           max_retry=o.max_retry)
+    identity = {"model": cfg.model.name, "task": cfg.data.task, "resolution": int(cfg.data.resolution),
+                "costs": o.costs if lut is not None else "uniform", "space": space.as_dict(),
+                "max_acc_drop": max_drop}
+    opened = open_study(storage, name, objective_key, identity)
+    # The process that created the study samples with --seed (reproducible); joining or resuming workers
+    # mix in their pid so parallel workers do not propose the same candidates.
+    seed = o.seed if opened.created else (o.seed * 1_000_003 + os.getpid()) % (2**31)
+    study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(sampler_name, seed, trials))
+    base = ensure_base(cfg, study_dir, o.base, progress=o.progress)
+    if opened.created:
+        study.set_user_attr("base_checkpoint", str(base.checkpoint))
+        study.set_user_attr("lut", None if lut_path is None else str(lut_path))
+        study.set_user_attr("config", str(o.config) if o.config else None)
+        study.enqueue_trial(space.base_params(), user_attrs={"base": True})
+    ctx = TrialContext(cfg=cfg, space=space, base=base, study_dir=study_dir, objective=objective_key,
+                       max_acc_drop=max_drop, lut=lut, costs=o.costs, device=device, progress=o.progress)
+    if o.progress:
+        c = _counts(study)
+        print(f"[search] study {name!r} at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "
+              f"{c[TrialState.RUNNING]} running, {c[TrialState.FAIL]} failed; sampler {sampler_name}, "
+              f"objective {objective_key}", flush=True)
+    finished = _loop(study, functools.partial(objective, ctx), trials, o)
+    summary = front_summary(study, max_drop)
+    files = write_front(study, study_dir)
+    if o.progress:
+        print(format_table(summary), flush=True)
+        print(f"[search] front files in {study_dir}", flush=True)
+    c = _counts(study)
+    return SearchResult(study_name=name, storage=url, study_dir=study_dir, n_complete=c[TrialState.COMPLETE],
+                        finished=finished, recommended=summary["recommended"],
+                        front=[r["trial"] for r in summary["rows"] if r["on_front"]], summary=summary, files=files)
+
+
+def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool:
+    deadline = None if o.timeout is None else time.monotonic() + o.timeout
+    failures = 0
+    waiting_note = False
+    last: dict[str, BaseException | None] = {"error": None}
+
+    def run_one(trial: optuna.Trial) -> Any:
+        try:
+            return func(trial)
+        except VerificationError as e:
+            last["error"] = e
+            raise
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    while True:
+        _fail_stale(study)
+        c = _counts(study)
+        if c[TrialState.COMPLETE] >= trials:
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            if o.progress:
+                print(f"[search] --timeout reached with {c[TrialState.COMPLETE]}/{trials} complete; "
+                      "rerun the same command to continue", flush=True)
+            return False
+        if c[TrialState.COMPLETE] + c[TrialState.RUNNING] >= trials:
+            # The rest of the budget is being run by other workers (or by a dead one, until it goes stale).
+            if o.progress and not waiting_note:
+                print(f"[search] waiting for {c[TrialState.RUNNING]} running trial(s) of other workers", flush=True)
+                waiting_note = True
+            time.sleep(o.poll_s)
+            continue
+        waiting_note = False
+        last["error"] = None
+        study.optimize(run_one, n_trials=1, catch=(VerificationError,), gc_after_trial=True)
+        if last["error"] is None:
+            failures = 0
+            continue
+        failures += 1
+        if o.progress:
+            print(f"[search] trial failed its numeric check: {last['error']}", flush=True)
+        if failures >= 3:
+            raise LatoptError(f"3 trials in a row failed their numeric checks, the last: {last['error']}")

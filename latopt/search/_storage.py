@@ -1,0 +1,147 @@
+"""Optuna storage and study handling: default SQLite file, any SQLAlchemy URL, heartbeats, resume.
+
+A worker is just ``latopt search`` pointed at the same storage URL and study name. The study is
+created once (the creator stores what it optimises in the study's user attributes and enqueues the
+base trial); every later worker or rerun loads it and checks that it optimises the same objectives.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
+from latopt.errors import LatoptError
+
+STUDY_SCHEMA = "latopt.study/1"
+DEFAULT_HEARTBEAT_S = 30
+DEFAULT_GRACE_S = 120
+
+# What each --objective optimises: (metric names, directions). Stored in the study's user attributes.
+OBJECTIVES: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
+    "latency": (("val_acc", "latency_ms"), ("maximize", "minimize")),
+    "latency-measured": (("val_acc", "measured_ms"), ("maximize", "minimize")),
+    "depth": (("val_acc", "nonlinear_layers"), ("maximize", "minimize")),
+}
+
+
+def default_storage_url(study_dir: Path) -> str:
+    return f"sqlite:///{(Path(study_dir) / 'study.db').resolve()}"
+
+
+def redact(url: str) -> str:
+    """The URL without its password (for messages)."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT_S,
+                 grace_period: int | None = DEFAULT_GRACE_S, max_retry: int | None = 3) -> RDBStorage:
+    """An :class:`optuna.storages.RDBStorage` with heartbeats; dead workers' trials are failed and retried.
+
+    Raises :class:`LatoptError` (one line) when the URL is malformed, its driver is missing or the
+    server cannot be reached.
+    """
+    import sqlalchemy.exc
+
+    engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        engine_kwargs["connect_args"] = {"timeout": 60}
+        m = re.match(r"sqlite:///(.+)", url)
+        if m and m.group(1) != ":memory:":
+            Path(m.group(1)).parent.mkdir(parents=True, exist_ok=True)
+    elif url.startswith("postgresql"):
+        engine_kwargs["connect_args"] = {"connect_timeout": 10}
+    hb: dict[str, Any] = {}
+    if heartbeat_interval:
+        hb = {"heartbeat_interval": int(heartbeat_interval), "grace_period": int(grace_period or 2 * heartbeat_interval),
+              "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=max_retry)}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(url, engine_kwargs=engine_kwargs, **hb)
+    except sqlalchemy.exc.ArgumentError as e:
+        raise LatoptError(f"storage URL {redact(url)!r} is not a valid SQLAlchemy URL ({_first_line(e)})") from None
+    except ImportError as e:
+        raise LatoptError(f"storage URL {redact(url)!r} needs a database driver that is not installed "
+                          f"({_first_line(e.__cause__ or e)}); e.g. pip install psycopg2-binary") from None
+    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.DatabaseError) as e:
+        raise LatoptError(f"cannot reach storage {redact(url)}: {_first_line(getattr(e, 'orig', None) or e)}") from None
+
+
+def _first_line(e: BaseException | str) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
+
+
+@dataclass
+class OpenedStudy:
+    study: optuna.Study
+    created: bool            # this process created it (and so enqueued the base trial)
+    attrs: dict[str, Any]    # the study's latopt user attributes
+
+
+def open_study(storage: RDBStorage, name: str, objective: str, identity: dict[str, Any],
+               sampler: optuna.samplers.BaseSampler | None = None) -> OpenedStudy:
+    """Create the study, or load it when it exists (``load_if_exists`` semantics, race-free).
+
+    ``identity`` (model, task, resolution, ...) is stored on creation; a loaded study must match it and
+    ``objective``, otherwise :class:`LatoptError` says what differs.
+    """
+    names, directions = OBJECTIVES[objective]
+    created = True
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, directions=list(directions),
+                                    sampler=sampler, load_if_exists=False)
+    except optuna.exceptions.DuplicatedStudyError:
+        created = False
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    if created:
+        attrs = {"schema": STUDY_SCHEMA, "objective": objective, "metric_names": list(names), **identity}
+        for k, v in attrs.items():
+            study.set_user_attr(k, v)
+    else:
+        attrs = _wait_attrs(study)
+        check_compatible(study, name, objective, identity, attrs)
+    return OpenedStudy(study, created, attrs)
+
+
+def _wait_attrs(study: optuna.Study, wait_s: float = 10.0) -> dict[str, Any]:
+    """A study being created by another worker may not have its attributes yet: wait briefly."""
+    t0 = time.monotonic()
+    while True:
+        attrs = study.user_attrs
+        if "objective" in attrs or time.monotonic() - t0 > wait_s:
+            return attrs
+        time.sleep(0.2)
+
+
+def check_compatible(study: optuna.Study, name: str, objective: str, identity: dict[str, Any],
+                     attrs: dict[str, Any]) -> None:
+    names, directions = OBJECTIVES[objective]
+    if attrs.get("schema") != STUDY_SCHEMA:
+        raise LatoptError(f"study {name!r} was not created by latopt search (no {STUDY_SCHEMA} attributes); "
+                          "use another --study name")
+    want = [optuna.study.StudyDirection[d.upper()] for d in directions]
+    if attrs.get("objective") != objective or list(study.directions) != want:
+        raise LatoptError(f"study {name!r} was created with objective {attrs.get('objective')!r}, not {objective!r}; "
+                          f"rerun with the same --objective/--measure or choose another --study name")
+    for key, value in identity.items():
+        if key in attrs and attrs[key] != value:
+            raise LatoptError(f"study {name!r} was created with {key}={attrs[key]!r}, this run has {value!r}; "
+                              "use the same config or another --study name")
+
+
+def load_existing(storage: RDBStorage, name: str) -> optuna.Study:
+    """Load a study for --show; one clear line when it does not exist."""
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        known = optuna.get_all_study_names(storage)
+        hint = f"; studies there: {', '.join(known)}" if known else "; the storage holds no study"
+        raise LatoptError(f"study {name!r} does not exist in this storage{hint}") from None

@@ -1,0 +1,92 @@
+"""``latopt search``: run/resume/join a study, or ``--show`` its Pareto front."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from latopt.errors import LatoptError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from latopt.cli import common_parser
+
+    p = sub.add_parser(
+        "search", parents=[common_parser()],
+        help="Optuna search over (λ_c, τ, p): accuracy vs latency Pareto front (resumable, distributed)",
+        description="Multi-objective Optuna search: maximise validation accuracy, minimise LUT-predicted latency "
+                    "(--measure: measured end-to-end; --objective depth: non-linear layers left). A worker is this "
+                    "command pointed at a shared --storage URL and --study name; a rerun resumes the study.")
+    p.add_argument("--config", help="run config (YAML); its search section gives ranges and defaults")
+    p.add_argument("--trials", type=int, help="COMPLETE trials the study should hold (default: search.trials)")
+    p.add_argument("--storage", help="SQLAlchemy URL (default: sqlite under runs/<study>/search/study.db)")
+    p.add_argument("--study", help="study name (default: the config's name)")
+    p.add_argument("--sampler", choices=("tpe", "nsga2", "random"), help="default: search.sampler")
+    p.add_argument("--objective", choices=("latency", "depth"), default="latency",
+                   help="second objective: LUT latency (default) or remaining non-linear layers")
+    p.add_argument("--max-acc-drop", type=float, help="feasible when base - trial accuracy <= D (default: search.max_acc_drop)")
+    p.add_argument("--measure", action="store_true", help="measure each candidate end-to-end on the config's device")
+    p.add_argument("--timeout", type=float, help="stop starting new trials after S seconds (a rerun continues)")
+    p.add_argument("--base", help="base checkpoint (default: trained once per study under runs/<study>/search/base/)")
+    p.add_argument("--lut", help="latency LUT JSON (default: the config's lut, else profiles/<device>/...)")
+    p.add_argument("--costs", choices=("lut", "uniform"), default="lut",
+                   help="c_l in the compression loss: from the LUT (default) or 1 for every block (paper default)")
+    p.add_argument("--runs-dir", default="runs", help="root of run directories (default: runs)")
+    p.add_argument("--heartbeat-interval", type=int, default=30, help="seconds between trial heartbeats (default 30)")
+    p.add_argument("--grace-period", type=int, default=120,
+                   help="a RUNNING trial without heartbeat for this long is failed and retried (default 120)")
+    p.add_argument("--show", action="store_true", help="print the Pareto front and write pareto.{json,csv,png}")
+    p.add_argument("--out", help="--show: output directory (default: the study directory)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.show:
+        return _show(args)
+    if not args.config:
+        raise LatoptError("latopt search needs --config FILE (or --show to print an existing study's front)")
+    from latopt.artifacts import seed_everything
+    from latopt.search._run import SearchOptions, run_search
+
+    seed_everything(args.seed)
+    res = run_search(SearchOptions(
+        config=args.config, trials=args.trials, storage=args.storage, study=args.study, sampler=args.sampler,
+        objective=args.objective, max_acc_drop=args.max_acc_drop, measure=args.measure, timeout=args.timeout,
+        base=args.base, lut=args.lut, costs=args.costs, seed=args.seed, runs_dir=args.runs_dir,
+        heartbeat_interval=args.heartbeat_interval, grace_period=args.grace_period, progress=not args.quiet))
+    if args.quiet:
+        print(f"study {res.study_name}: {res.n_complete} complete, front {res.front}, recommended {res.recommended}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from latopt.search._pareto import format_table, write_front
+    from latopt.search._storage import default_storage_url, load_existing, open_storage
+
+    name = args.study
+    if name is None and args.config:
+        from latopt.config import load_config
+
+        name = load_config(args.config).name
+    if name is None:
+        raise LatoptError("latopt search --show needs --study NAME (or --config FILE to take its name)")
+    study_dir = Path(args.runs_dir) / name / "search"
+    url = args.storage
+    if url is None:
+        url = default_storage_url(study_dir)
+    m = re.match(r"sqlite:///(.+)", url)
+    if m and m.group(1) != ":memory:" and not Path(m.group(1)).is_file():
+        raise LatoptError(f"no study database at {m.group(1)}; run latopt search first or give --storage URL")
+    storage = open_storage(url, heartbeat_interval=None)
+    study = load_existing(storage, name)
+    if study.user_attrs.get("schema") is None:
+        raise LatoptError(f"study {name!r} was not created by latopt search")
+    out = Path(args.out) if args.out else study_dir
+    files = write_front(study, out, args.max_acc_drop)
+    from latopt.search._pareto import front_summary
+
+    print(format_table(front_summary(study, args.max_acc_drop)))
+    print("files: " + ", ".join(str(p) for p in files.values()))
+    return 0
