@@ -1,0 +1,551 @@
+"""Run an exported latopt artefact without the training stack: a TensorRT ``.engine`` or an ``.onnx`` model.
+
+Only :mod:`numpy` is imported at module level; ``tensorrt`` (with ``pycuda`` or, failing that, ``torch``
+holding the CUDA buffers) or ``onnxruntime`` is imported when a model of that kind is loaded. The file has
+no other latopt dependency, so it can be copied next to the model onto a device that lacks the package.
+
+Command line::
+
+    python -m latopt.runtime MODEL.engine|MODEL.onnx [--input x.npy] [--output y.npy] [--bench N]
+
+Python::
+
+    from latopt.runtime import load
+    with load("model.engine") as r:      # or "model.onnx"
+        y = r.run(x)                     # numpy in, numpy out (first output)
+        r()                              # one synchronised inference on a fixed input (for timing)
+
+TensorRT API used (names as documented for TensorRT 10 and 11; see the NVIDIA samples
+``samples/python/common_runtime.py`` in github.com/NVIDIA/TensorRT and the Python API pages
+https://docs.nvidia.com/deeplearning/tensorrt/latest/_static/python-api/infer/Core/ExecutionContext.html):
+``trt.Runtime(logger).deserialize_cuda_engine``, ``engine.num_io_tensors / get_tensor_name / get_tensor_mode /
+get_tensor_shape / get_tensor_dtype / get_tensor_profile_shape``, ``context.set_input_shape``,
+``context.set_tensor_address`` and ``context.execute_async_v3(stream_handle)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+try:  # inside the latopt package
+    from latopt.errors import LatoptError
+except ImportError:  # pragma: no cover - this file copied on its own next to a model
+
+    class LatoptError(Exception):  # type: ignore[no-redef]
+        """A mistake the user can fix (one line)."""
+
+        exit_code = 2
+
+
+ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
+TRT_INSTALL_HINT = "pip install 'latopt[trt]' on a machine with an NVIDIA GPU, or use --device cpu"
+
+
+# --------------------------------------------------------------------------------------------- CUDA
+class CudaApi:
+    """The few CUDA operations the TensorRT runner needs: buffers, one stream, copies, events."""
+
+    name = "none"
+    device_index = 0
+
+    def device_name(self) -> str: ...
+    def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> Any: ...
+    def free(self, buf: Any) -> None: ...
+    def ptr(self, buf: Any) -> int: ...
+    def stream_handle(self) -> int: ...
+    def htod(self, buf: Any, host: np.ndarray) -> None: ...
+    def dtoh(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...
+    def synchronize(self) -> None: ...
+    def time_ms(self, fn: Any) -> float: ...
+    def driver_version(self) -> str | None: ...
+    def close(self) -> None: ...
+
+
+class PycudaApi(CudaApi):
+    """pycuda on the device's primary context (shared with the CUDA runtime that TensorRT uses)."""
+
+    name = "pycuda"
+
+    def __init__(self, device_index: int = 0) -> None:
+        import pycuda.driver as cuda
+
+        self.cuda = cuda
+        cuda.init()
+        if cuda.Device.count() <= device_index:
+            raise LatoptError(f"no CUDA GPU with index {device_index} is visible (pycuda found {cuda.Device.count()})")
+        self.device_index = device_index
+        self.device = cuda.Device(device_index)
+        self.ctx = self.device.retain_primary_context()
+        self.ctx.push()
+        self.stream = cuda.Stream()
+        self._allocs: list[Any] = []
+
+    def device_name(self) -> str:
+        return str(self.device.name())
+
+    def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        buf = self.cuda.mem_alloc(nbytes)
+        self._allocs.append(buf)
+        return buf
+
+    def free(self, buf: Any) -> None:
+        if buf in self._allocs:
+            self._allocs.remove(buf)
+            buf.free()
+
+    def ptr(self, buf: Any) -> int:
+        return int(buf)
+
+    def stream_handle(self) -> int:
+        return int(self.stream.handle)
+
+    def htod(self, buf: Any, host: np.ndarray) -> None:
+        self.cuda.memcpy_htod_async(buf, np.ascontiguousarray(host), self.stream)
+
+    def dtoh(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        out = self.cuda.pagelocked_empty(shape, dtype)
+        self.cuda.memcpy_dtoh_async(out, buf, self.stream)
+        self.stream.synchronize()
+        return np.array(out)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def time_ms(self, fn: Any) -> float:
+        start, end = self.cuda.Event(), self.cuda.Event()
+        start.record(self.stream)
+        fn()
+        end.record(self.stream)
+        end.synchronize()
+        return float(end.time_since(start))  # pycuda: end.time_since(start) is in milliseconds
+
+    def driver_version(self) -> str | None:
+        return _nvidia_smi_driver(self.device_index) or f"CUDA driver API {self.cuda.get_driver_version()}"
+
+    def close(self) -> None:
+        if self.ctx is None:
+            return
+        self.stream.synchronize()
+        for buf in self._allocs:
+            buf.free()
+        self._allocs.clear()
+        self.cuda.Context.pop()
+        self.ctx.detach()
+        self.ctx = None
+
+
+class TorchCudaApi(CudaApi):
+    """torch CUDA tensors as buffers and a torch stream; used when pycuda is not installed."""
+
+    name = "torch"
+
+    def __init__(self, device_index: int = 0) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise LatoptError("no CUDA GPU is visible (torch.cuda.is_available() is False); use --device cpu")
+        if torch.cuda.device_count() <= device_index:
+            raise LatoptError(f"no CUDA GPU with index {device_index} (torch sees {torch.cuda.device_count()})")
+        self.torch = torch
+        self.device_index = device_index
+        self.device = torch.device("cuda", device_index)
+        torch.cuda.set_device(self.device)
+        self.stream = torch.cuda.Stream(device=self.device)
+
+    def device_name(self) -> str:
+        return str(self.torch.cuda.get_device_name(self.device_index))
+
+    def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        tdtype = self.torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+        return self.torch.empty(tuple(shape), dtype=tdtype, device=self.device)
+
+    def free(self, buf: Any) -> None:
+        del buf  # the caching allocator reclaims it once the last reference is gone
+
+    def ptr(self, buf: Any) -> int:
+        return int(buf.data_ptr())
+
+    def stream_handle(self) -> int:
+        return int(self.stream.cuda_stream)
+
+    def htod(self, buf: Any, host: np.ndarray) -> None:
+        with self.torch.cuda.stream(self.stream):
+            buf.copy_(self.torch.from_numpy(np.ascontiguousarray(host)).reshape(buf.shape))
+
+    def dtoh(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        self.stream.synchronize()
+        return buf.detach().cpu().numpy().reshape(shape).astype(dtype, copy=False)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def time_ms(self, fn: Any) -> float:
+        start = self.torch.cuda.Event(enable_timing=True)
+        end = self.torch.cuda.Event(enable_timing=True)
+        start.record(self.stream)
+        fn()
+        end.record(self.stream)
+        end.synchronize()
+        return float(start.elapsed_time(end))
+
+    def driver_version(self) -> str | None:
+        return _nvidia_smi_driver(self.device_index)
+
+    def close(self) -> None:
+        self.stream.synchronize()
+
+
+def cuda_api(device_index: int = 0) -> CudaApi:
+    """pycuda when installed, else torch CUDA; LatoptError (one line) when neither gives a GPU."""
+    try:
+        import pycuda.driver  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        try:
+            return PycudaApi(device_index)
+        except LatoptError:
+            raise
+        except Exception as e:  # pycuda raises its own RuntimeError/LogicError from cuInit
+            raise LatoptError(f"no usable CUDA GPU ({type(e).__name__}: {e}); use --device cpu") from None
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise LatoptError(
+            "TensorRT needs pycuda or torch (with CUDA) to hold its buffers: pip install pycuda"
+        ) from None
+    return TorchCudaApi(device_index)
+
+
+def _nvidia_smi_driver(index: int) -> str | None:
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader", "-i", str(index)],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out or None
+
+
+# -------------------------------------------------------------------------------------- TensorRT
+def import_tensorrt() -> Any:
+    try:
+        import tensorrt as trt
+    except ImportError:
+        raise LatoptError(f"TensorRT is not installed: {TRT_INSTALL_HINT}") from None
+    return trt
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    is_input: bool
+
+
+class TrtEngineRunner:
+    """Executes one deserialized TensorRT engine: fixed buffers bound by tensor name, one stream.
+
+    ``engine`` is the serialized plan (bytes) or a path to it. ``input_shape`` fixes dynamic input
+    dimensions (default: the optimisation profile's "opt" shape). ``cuda`` is shared when given
+    (the backend passes its own) and then not closed here.
+    """
+
+    def __init__(self, engine: bytes | str | Path, *, input_shape: Sequence[int] | None = None,
+                 device_index: int = 0, cuda: CudaApi | None = None, seed: int = 0) -> None:
+        trt = import_tensorrt()
+        if isinstance(engine, (str, Path)):
+            engine = _read_file(Path(engine), "TensorRT engine")
+        self._own_cuda = cuda is None
+        self.cuda = cuda or cuda_api(device_index)  # context first: TensorRT allocates on the current one
+        self.trt = trt
+        self.buffers: dict[str, Any] = {}
+        try:
+            self._setup(bytes(engine), input_shape, seed)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, plan: bytes, input_shape: Sequence[int] | None, seed: int) -> None:
+        trt = self.trt
+        self.logger = trt.Logger(trt.Logger.WARNING)
+        self.runtime = trt.Runtime(self.logger)
+        self.engine = self.runtime.deserialize_cuda_engine(plan)
+        if self.engine is None:
+            raise LatoptError(
+                f"could not deserialize the TensorRT engine with TensorRT {trt.__version__} on "
+                f"{self.cuda.device_name()}; an engine only runs with the TensorRT version and GPU it was built for"
+            )
+        self.context = self.engine.create_execution_context()
+        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+        inputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        if len(inputs) != 1:
+            raise LatoptError(f"the engine has {len(inputs)} inputs {inputs}; the latopt runtime expects exactly one")
+        self.context.set_input_shape(inputs[0], self._input_shape(inputs[0], input_shape))
+        self.specs: list[TensorSpec] = []
+        for n in names:
+            shape = tuple(int(d) for d in self.context.get_tensor_shape(n))
+            try:
+                dtype = np.dtype(trt.nptype(self.engine.get_tensor_dtype(n)))
+            except TypeError:
+                raise LatoptError(f"tensor {n!r} has dtype {self.engine.get_tensor_dtype(n)} that numpy cannot hold") from None
+            self.specs.append(TensorSpec(n, shape, dtype, n in inputs))
+            self.buffers[n] = self.cuda.alloc(shape, dtype)
+            self.context.set_tensor_address(n, self.cuda.ptr(self.buffers[n]))
+        self.input = next(s for s in self.specs if s.is_input)
+        self.outputs = [s for s in self.specs if not s.is_input]
+        fixed = np.random.default_rng(seed).standard_normal(self.input.shape).astype(self.input.dtype)
+        self.cuda.htod(self.buffers[self.input.name], fixed)
+        self.cuda.synchronize()
+
+    def _input_shape(self, name: str, given: Sequence[int] | None) -> tuple[int, ...]:
+        static = tuple(int(d) for d in self.engine.get_tensor_shape(name))
+        if given is not None:
+            given = tuple(int(d) for d in given)
+            if len(given) != len(static) or any(s >= 0 and s != g for s, g in zip(static, given, strict=True)):
+                raise LatoptError(f"input shape {list(given)} does not fit the engine's input {name!r} {list(static)}")
+            return given
+        if all(d >= 0 for d in static):
+            return static
+        return tuple(int(d) for d in self.engine.get_tensor_profile_shape(name, 0)[1])  # (min, opt, max)
+
+    def _execute(self) -> None:
+        if not self.context.execute_async_v3(self.cuda.stream_handle()):
+            raise LatoptError("TensorRT execute_async_v3 failed (see the TensorRT log above)")
+
+    def __call__(self) -> None:
+        """One synchronised inference on the fixed input."""
+        self._execute()
+        self.cuda.synchronize()
+
+    def run_all(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        x = np.asarray(x)
+        if tuple(x.shape) != self.input.shape:
+            raise LatoptError(f"input has shape {list(x.shape)}, the engine expects {list(self.input.shape)}")
+        self.cuda.htod(self.buffers[self.input.name], x.astype(self.input.dtype, copy=False))
+        self._execute()
+        out = {s.name: self.cuda.dtoh(self.buffers[s.name], s.shape, s.dtype) for s in self.outputs}
+        self.cuda.synchronize()
+        return out
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """Inference on ``x``; returns the first output."""
+        return self.run_all(x)[self.outputs[0].name]
+
+    def time_events_ms(self, repeats: int) -> list[float]:
+        """GPU time of ``repeats`` inferences, one CUDA-event pair around each ``execute_async_v3``."""
+        return [self.cuda.time_ms(self._execute) for _ in range(int(repeats))]
+
+    def close(self) -> None:
+        """Release the context, engine and buffers (idempotent)."""
+        cuda = getattr(self, "cuda", None)
+        if cuda is not None:
+            cuda.synchronize()
+        for attr in ("context", "engine", "runtime"):  # context before the engine it came from
+            setattr(self, attr, None)
+        for buf in getattr(self, "buffers", {}).values():
+            cuda.free(buf)
+        self.buffers = {}
+        if cuda is not None and self._own_cuda:
+            cuda.close()
+        self.cuda = None  # type: ignore[assignment]
+
+    def __enter__(self) -> TrtEngineRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------- ONNX Runtime
+_ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+               "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(uint8)": np.uint8}
+
+
+class OrtRunner:
+    """ONNX Runtime session with one input; ``providers`` default to the CPU execution provider."""
+
+    def __init__(self, model: str | Path, *, input_shape: Sequence[int] | None = None,
+                 providers: Sequence[str] | None = None, threads: int | None = 1, seed: int = 0) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise LatoptError("onnxruntime is not installed: pip install onnxruntime") from None
+        path = Path(model)
+        _read_file(path, "ONNX model", read=False)
+        opts = ort.SessionOptions()
+        if threads:
+            opts.intra_op_num_threads = int(threads)
+            opts.inter_op_num_threads = 1
+        try:
+            self.session = ort.InferenceSession(str(path), opts, providers=list(providers or ["CPUExecutionProvider"]))
+        except Exception as e:  # onnxruntime raises its own exception types for corrupt/invalid models
+            raise LatoptError(f"ONNX Runtime cannot load {path}: {str(e).splitlines()[0][:200]}") from None
+        inputs = self.session.get_inputs()
+        if len(inputs) != 1:
+            raise LatoptError(f"{path} has {len(inputs)} inputs; the latopt runtime expects exactly one")
+        inp = inputs[0]
+        self.input_name = inp.name
+        self.input_dtype = np.dtype(_ORT_DTYPES.get(inp.type, np.float32))
+        declared = [d if isinstance(d, int) and d > 0 else None for d in inp.shape]
+        if input_shape is not None:
+            shape = tuple(int(d) for d in input_shape)
+            if len(shape) != len(declared) or any(d is not None and d != s for d, s in zip(declared, shape, strict=True)):
+                raise LatoptError(f"input shape {list(shape)} does not fit the model's input {inp.name!r} {inp.shape}")
+        else:
+            shape = tuple(d if d is not None else 1 for d in declared)
+        self.input_shape = shape
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self._fixed = {self.input_name: np.random.default_rng(seed).standard_normal(shape).astype(self.input_dtype)}
+
+    def __call__(self) -> None:
+        self.session.run(self.output_names, self._fixed)
+
+    def run_all(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        x = np.asarray(x).astype(self.input_dtype, copy=False)
+        outs = self.session.run(self.output_names, {self.input_name: x})
+        return dict(zip(self.output_names, outs, strict=True))
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        return self.run_all(x)[self.output_names[0]]
+
+    def close(self) -> None:
+        self.session = None
+
+    def __enter__(self) -> OrtRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ------------------------------------------------------------------------------------ entry points
+def _read_file(path: Path, what: str, *, read: bool = True) -> bytes:
+    if not path.exists():
+        raise LatoptError(f"{what} {path} does not exist")
+    if not path.is_file():
+        raise LatoptError(f"{what} {path} is not a file")
+    return path.read_bytes() if read else b""
+
+
+def load(path: str | Path, *, input_shape: Sequence[int] | None = None, device_index: int = 0,
+         threads: int | None = 1, seed: int = 0) -> TrtEngineRunner | OrtRunner:
+    """A runner for ``path``: ``.engine``/``.plan``/``.trt`` → TensorRT, ``.onnx`` → ONNX Runtime."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in ENGINE_SUFFIXES:
+        return TrtEngineRunner(path, input_shape=input_shape, device_index=device_index, seed=seed)
+    if suffix == ".onnx":
+        return OrtRunner(path, input_shape=input_shape, threads=threads, seed=seed)
+    raise LatoptError(f"unknown model type {path.name!r}: expected .engine (TensorRT) or .onnx (ONNX Runtime)")
+
+
+def bench(runner: TrtEngineRunner | OrtRunner, n: int, warmup: int = 10) -> dict[str, float]:
+    """Median and quartiles of ``n`` synchronised calls (wall clock; plus CUDA events for engines)."""
+    for _ in range(warmup):
+        runner()
+    wall = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        runner()
+        wall.append((time.perf_counter() - t0) * 1e3)
+    out = _summary(wall, "wall")
+    if isinstance(runner, TrtEngineRunner):
+        out.update(_summary(runner.time_events_ms(n), "gpu"))
+    return out
+
+
+def _summary(ms: list[float], key: str) -> dict[str, float]:
+    if len(ms) < 2:
+        return {f"{key}_median_ms": ms[0], f"{key}_q1_ms": ms[0], f"{key}_q3_ms": ms[0]}
+    q1, med, q3 = statistics.quantiles(ms, n=4, method="inclusive")
+    return {f"{key}_median_ms": med, f"{key}_q1_ms": q1, f"{key}_q3_ms": q3}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m latopt.runtime",
+                                description="Run a latopt artefact (TensorRT .engine or .onnx) on one input.")
+    p.add_argument("model", help="MODEL.engine (TensorRT) or MODEL.onnx (ONNX Runtime)")
+    p.add_argument("--input", help="input tensor as .npy (default: seeded standard-normal noise)")
+    p.add_argument("--output", help="write the first output to this .npy file")
+    p.add_argument("--bench", type=int, default=0, metavar="N", help="time N synchronised inferences")
+    p.add_argument("--gpu", type=int, default=0, help="CUDA device index for engines (default 0)")
+    p.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the noise input (default 0)")
+    args = p.parse_args(argv)
+    try:
+        return _main(args)
+    except LatoptError as e:
+        print(f"latopt.runtime: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.bench < 0:
+        raise LatoptError(f"--bench must be >= 0, got {args.bench}")
+    x = None
+    if args.input:
+        try:
+            x = np.load(_check_path(args.input, "input"), allow_pickle=False)
+        except ValueError as e:
+            raise LatoptError(f"input {args.input} is not a valid .npy file ({e})") from None
+    with load(args.model, input_shape=None if x is None else x.shape, device_index=args.gpu,
+              threads=args.threads, seed=args.seed) as runner:
+        if x is None:
+            spec_shape = runner.input.shape if isinstance(runner, TrtEngineRunner) else runner.input_shape
+            x = np.random.default_rng(args.seed).standard_normal(spec_shape).astype(np.float32)
+        y = runner.run(x)
+        flat = y.reshape(y.shape[0], -1) if y.ndim > 1 else y.reshape(1, -1)
+        top = np.argsort(-flat[0])[:5].tolist()
+        print(f"{Path(args.model).name}: input {list(x.shape)} -> output {list(y.shape)} {y.dtype}; "
+              f"sample 0 top-5 {top}; |y|max {float(np.abs(y).max()):.6g}")
+        if args.output:
+            _save_npy(args.output, y)
+            print(f"wrote {args.output}")
+        if args.bench:
+            stats = bench(runner, args.bench)
+            print("  ".join(f"{k} {v:.4f}" for k, v in stats.items()))
+    return 0
+
+
+def _check_path(path: str, what: str) -> str:
+    _read_file(Path(path), what, read=False)
+    return path
+
+
+def _save_npy(path: str, arr: np.ndarray) -> None:
+    import os
+    import tempfile
+
+    dst = Path(path)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, arr)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
