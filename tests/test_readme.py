@@ -1,0 +1,32 @@
+"""The README's two set-up commands are the ones CI and newcomers run: keep them true."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _block(tag: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(rf"<!-- {tag} -->\s*```\n(.*?)\n```\s*<!-- /{tag} -->", text, re.S)
+    assert m, f"README.md has no {tag} block"
+    return m.group(1).strip()
+
+
+def test_readme_has_exactly_two_setup_commands() -> None:
+    main, tests = _block("main-command"), _block("test-command")
+    assert len(main.splitlines()) == 1 and len(tests.splitlines()) == 1
+    assert "latopt run" in main or "latopt inspect" in main
+    assert "pytest" in tests
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    # .ci/run extracts the test-command block itself; check that the extraction yields the same line.
+    script = (ROOT / ".ci" / "run").read_text()
+    extract = re.search(r'test_cmd="\$\((.*)\)"', script)
+    assert extract, ".ci/run no longer extracts the README's test command"
+    out = subprocess.run(["bash", "-c", extract.group(1)], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == _block("test-command")
