@@ -57,13 +57,14 @@ def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
             Path(m.group(1)).parent.mkdir(parents=True, exist_ok=True)
     elif url.startswith("postgresql"):
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
-    hb: dict[str, Any] = {}
-    if heartbeat_interval:
-        hb = {"heartbeat_interval": int(heartbeat_interval), "grace_period": int(grace_period or 2 * heartbeat_interval),
-              "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=max_retry)}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            hb: dict[str, Any] = {}
+            if heartbeat_interval:
+                hb = {"heartbeat_interval": int(heartbeat_interval),
+                      "grace_period": int(grace_period or 2 * heartbeat_interval),
+                      "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=max_retry)}
             return RDBStorage(url, engine_kwargs=engine_kwargs, **hb)
     except sqlalchemy.exc.ArgumentError as e:
         raise LatoptError(f"storage URL {redact(url)!r} is not a valid SQLAlchemy URL ({_first_line(e)})") from None

@@ -83,6 +83,16 @@ def _metric(d: Any, *keys: str) -> float | None:
     return None
 
 
+def val_accuracy(cfg: Any, model: Any) -> float:
+    """Validation accuracy of ``model`` on the config's task (the split fixed by ``data.split_seed``)."""
+    from latopt.data import get_task, make_loaders
+    from latopt.train import evaluate
+
+    task = get_task(cfg.data.task, int(cfg.data.resolution), cfg.data.split_seed)
+    _, val, _ = make_loaders(task, int(cfg.data.batch_size), int(cfg.data.workers))
+    return float(evaluate(model, val))
+
+
 def count_nonlinear(model: Any) -> int:
     """Non-linear activation layers left in a network (σ_α with α < 1 counts; α = 1 is the identity)."""
     import torch.nn as nn
@@ -147,12 +157,10 @@ def _plan(report: dict[str, Any]) -> dict[int, str]:
 
 def evaluate_base(ctx: TrialContext, trial_dir: Path) -> dict[str, Any]:
     """The base operating point: its validation accuracy, as-is latency and non-linear layer count."""
-    from latopt.train import base_val_accuracy
-
     model = ctx.base_model()
     acc = ctx.base.val_acc
     if acc is None:
-        acc = float(base_val_accuracy(ctx.cfg, model))
+        acc = val_accuracy(ctx.cfg, model)
     rec: dict[str, Any] = {"val_acc": acc, "base_acc": acc, "fold_set": {}, "checkpoint": str(ctx.base.checkpoint),
                            "latency_ms": _predict(ctx.lut, {}), "nonlinear_layers": count_nonlinear(model)}
     if ctx.objective == "latency-measured":

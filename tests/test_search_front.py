@@ -1,0 +1,145 @@
+"""Search machinery without training: space validation, storage errors, study identity, Pareto front."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+
+from latopt.errors import LatoptError
+from latopt.search import (
+    Range,
+    SearchSpace,
+    front_summary,
+    open_storage,
+    open_study,
+    pareto_front,
+    recommend,
+    space_from_config,
+    write_front,
+)
+
+DISTS = {"lambda_c": FloatDistribution(0.05, 5.0, log=True), "tau": FloatDistribution(0.7, 0.95),
+         "p": FloatDistribution(1.5, 4.0)}
+
+
+def _add(study: optuna.Study, acc: float, ms: float, *, base: bool = False, base_acc: float = 0.90,
+         max_drop: float = 0.02, folded: int = 0) -> None:
+    drop = 0.0 if base else base_acc - acc
+    study.add_trial(optuna.create_trial(
+        values=[acc, ms], params={"lambda_c": 0.5, "tau": 0.9, "p": 2.0}, distributions=DISTS,
+        user_attrs={"base": base, "val_acc": acc, "fold_set": {str(i): "full" for i in range(folded)},
+                    "checkpoint": f"/x/{acc}.pt"},
+        system_attrs={"constraints:acc_drop": drop - max_drop}))
+
+
+@pytest.fixture
+def study(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=None)
+    st = open_study(storage, "t", "latency", {"model": "m", "max_acc_drop": 0.02}).study
+    st.set_user_attr("max_acc_drop", 0.02)
+    _add(st, 0.90, 10.0, base=True)            # 0 base
+    _add(st, 0.895, 8.0, folded=3)            # 1 front
+    _add(st, 0.885, 6.0, folded=6)            # 2 front, fastest feasible -> recommended
+    _add(st, 0.86, 4.0, folded=9)             # 3 infeasible (drop 0.04)
+    _add(st, 0.88, 9.0, folded=2)             # 4 dominated by 1 and 2
+    return st
+
+
+def test_front_and_recommendation(study, tmp_path):
+    front = pareto_front(study)
+    assert [t.number for t in front] == [2, 1, 0]     # feasible, non-dominated, fastest first
+    assert recommend(study).number == 2
+    assert recommend(study, max_acc_drop=0.05).number == 3   # a looser constraint admits the fastest
+    assert recommend(study, max_acc_drop=0.0).number == 0    # only the base is within 0
+    s = front_summary(study)
+    assert s["base_trial"] == 0 and s["recommended"] == 2 and s["n_front"] == 3
+    files = write_front(study, tmp_path / "out")
+    data = json.loads(files["json"].read_text())
+    assert data["schema"] == "latopt.pareto/1"
+    assert [r["trial"] for r in data["rows"] if r["recommended"]] == [2]
+    assert [r["trial"] for r in data["rows"] if r["base"]] == [0]
+    rows = list(csv.DictReader(files["csv"].open()))
+    assert [int(r["trial"]) for r in rows] == [2, 1, 0] and rows[0]["recommended"] == "True"
+    assert files["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_dominated_base_still_shown(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=None)
+    st = open_study(storage, "t", "latency", {}).study
+    st.set_user_attr("max_acc_drop", 0.01)
+    _add(st, 0.90, 10.0, base=True)
+    _add(st, 0.91, 7.0, folded=4, max_drop=0.01)     # better on both: base is dominated
+    s = front_summary(st)
+    assert [r["trial"] for r in s["rows"] if r["on_front"]] == [1]
+    base_row = [r for r in s["rows"] if r["base"]]
+    assert len(base_row) == 1 and base_row[0]["on_front"] is False
+
+
+@pytest.mark.parametrize("section, msg", [
+    ({"lambda_c": [2.0, 1.0]}, "lo > hi"),
+    ({"lambda_c": [0.0, 1.0]}, "> 0"),
+    ({"tau": [0.5, 1.2]}, "(0, 1]"),
+    ({"p": [1.0, 3.0]}, "> 1"),
+    ({"granularity": ["layer"]}, "unknown"),
+])
+def test_invalid_ranges(section, msg):
+    with pytest.raises(LatoptError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+                       .replace("]", r"\]")):
+        space_from_config({"search": section})
+
+
+def test_space_suggest_and_base_params():
+    sp = SearchSpace(lambda_c=Range(0.1, 1.0, log=True), granularity=("block", "activation")).validate()
+    st = optuna.create_study(directions=["maximize", "minimize"])
+    st.enqueue_trial(sp.base_params())
+    t = st.ask()
+    params = sp.suggest(t)
+    assert params == {"lambda_c": 0.1, "tau": sp.tau.hi, "p": sp.p.lo, "granularity": "block"}
+    assert t.distributions["lambda_c"].log
+
+
+def test_study_identity_is_checked(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=None)
+    assert open_study(storage, "t", "latency", {"model": "a"}).created
+    again = open_study(storage, "t", "latency", {"model": "a"})
+    assert not again.created and again.attrs["objective"] == "latency"
+    with pytest.raises(LatoptError, match="created with objective 'latency', not 'depth'"):
+        open_study(storage, "t", "depth", {"model": "a"})
+    with pytest.raises(LatoptError, match="model='a'"):
+        open_study(storage, "t", "latency", {"model": "b"})
+
+
+def test_unreachable_and_malformed_storage():
+    with pytest.raises(LatoptError, match="cannot reach storage postgresql"):
+        open_storage("postgresql+psycopg2://u:secret@127.0.0.1:1/db")
+    with pytest.raises(LatoptError, match="not a valid SQLAlchemy URL"):
+        open_storage("nonsense-url")
+
+
+def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "latopt", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_bad_input_one_line_exit_2(tmp_path):
+    (tmp_path / "ok.yaml").write_text("name: ok\n")
+    (tmp_path / "bad.yaml").write_text("name: bad\nsearch: {tau: [0.9, 0.5]}\n")
+    cases = [
+        (["--config", "ok.yaml", "--objective", "depth", "--storage", "postgresql+psycopg2://u:pw@127.0.0.1:1/db"],
+         "cannot reach storage postgresql+psycopg2://u:***@127.0.0.1:1/db"),
+        (["--config", "bad.yaml"], "search.tau"),
+        (["--config", "ok.yaml", "--objective", "depth", "--trials", "0"], "--trials must be >= 1"),
+        (["--show", "--study", "nope"], "no study database"),
+    ]
+    for args, msg in cases:
+        r = _cli("search", *args, cwd=tmp_path)
+        assert r.returncode == 2, (args, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("latopt: error: "), r.stderr
+        assert msg in lines[0], (msg, lines[0])
+    assert not (tmp_path / "runs").exists()      # nothing written for bad input
