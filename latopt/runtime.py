@@ -109,14 +109,16 @@ class PycudaApi(CudaApi):
     def stream_handle(self) -> int:
         return int(self.stream.handle)
 
+    # Copies are synchronous (pycuda's *_async copies want page-locked host memory); they are never timed.
     def htod(self, buf: Any, host: np.ndarray) -> None:
-        self.cuda.memcpy_htod_async(buf, np.ascontiguousarray(host), self.stream)
+        self.stream.synchronize()
+        self.cuda.memcpy_htod(buf, np.ascontiguousarray(host))
 
     def dtoh(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        out = self.cuda.pagelocked_empty(shape, dtype)
-        self.cuda.memcpy_dtoh_async(out, buf, self.stream)
         self.stream.synchronize()
-        return np.array(out)
+        out = np.empty(shape, dtype)
+        self.cuda.memcpy_dtoh(out, buf)
+        return out
 
     def synchronize(self) -> None:
         self.stream.synchronize()

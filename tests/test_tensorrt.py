@@ -1,0 +1,589 @@
+"""TensorRT backend and the standalone runtime.
+
+Three kinds of tests:
+
+- ``@pytest.mark.tensorrt``: real TensorRT on a real GPU (build from ONNX, compare with ONNX Runtime, time).
+  They skip with the conftest reason where ``tensorrt`` or a GPU is missing.
+- Our own dispatch code driven by a small *stand-in* ``tensorrt`` module (``FakeTRT``) that only records the
+  calls made on it. These test latopt's version/precision dispatch, timing-cache handling, error listing and
+  I/O binding — not TensorRT, and no figure from them is a TensorRT result.
+- ``latopt.runtime`` on ``.onnx`` files with the real ONNX Runtime, and the error paths that need no GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from latopt import runtime
+from latopt.errors import LatoptError
+from latopt.latency.backends import tensorrt as trt_backend
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------ fixtures
+def _small_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU6(),
+        torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 16, 1), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10),
+    ).eval()
+
+
+def _export(path: Path, *, dynamic_batch: bool = False, shape=(2, 3, 16, 16)) -> tuple[Path, torch.nn.Module]:
+    net = _small_net()
+    kwargs: dict[str, Any] = {}
+    if dynamic_batch:
+        kwargs["dynamic_axes"] = {"x": {0: "n"}, "y": {0: "n"}}
+    # TorchScript exporter chosen explicitly (torch >= 2.9 defaults to dynamo); small, deterministic graph.
+    torch.onnx.export(net, (torch.randn(*shape),), str(path), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"], **kwargs)
+    return path, net
+
+
+@pytest.fixture(scope="module")
+def onnx_model(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
+    return _export(tmp_path_factory.mktemp("onnx") / "net.onnx")
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("LATOPT_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _profile(**kw: Any) -> types.SimpleNamespace:
+    base = {"name": "test-trt", "backend": "tensorrt", "precision": "fp32", "cuda_device": 0,
+            "expected_gpu": None, "batch": 2}
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+# ------------------------------------------------------------------- stand-in tensorrt module
+class FakeTRT(types.SimpleNamespace):
+    """Records what latopt asks of ``tensorrt``. Version 10.x has BuilderFlag.FP16; 11.x does not
+    (it was removed there), which is exactly what the dispatch must cope with."""
+
+    def __init__(self, version: str, *, parse_ok: bool = True, accept_cache: bool = True,
+                 dynamic_input: bool = False) -> None:
+        calls: list[tuple] = []
+        major = int(version.split(".")[0])
+        flags = {"TF32": "TF32"} if major >= 11 else {"FP16": "FP16", "TF32": "TF32"}
+        state = {"cache": b""}
+
+        class Logger:
+            WARNING = "WARNING"
+
+            def __init__(self, severity):
+                calls.append(("Logger", severity))
+
+        class Tensor:
+            name = "x"
+            shape = (-1, 3, 16, 16) if dynamic_input else (2, 3, 16, 16)
+
+        class Network:
+            num_inputs = 1
+
+            def get_input(self, i):
+                return Tensor()
+
+        class Parser:
+            num_errors = 0 if parse_ok else 2
+
+            def __init__(self, network, logger):
+                pass
+
+            def parse_from_file(self, path):
+                import onnx
+
+                model = onnx.load(path)  # read while it exists: the fp16 copy lives in a temp dir
+                calls.append(("parse_from_file", path, model))
+                return parse_ok
+
+            def get_error(self, i):
+                return f"node Conv_{i}: unsupported\nattribute"
+
+        class Cache:
+            def __init__(self, blob):
+                self.blob = blob
+
+            def serialize(self):
+                return memoryview(self.blob + b"+entry")
+
+        class Config:
+            def set_memory_pool_limit(self, pool, size):
+                calls.append(("set_memory_pool_limit", pool, size))
+
+            def set_flag(self, flag):
+                calls.append(("set_flag", flag))
+
+            def clear_flag(self, flag):
+                calls.append(("clear_flag", flag))
+
+            def create_timing_cache(self, blob):
+                calls.append(("create_timing_cache", bytes(blob)))
+                return Cache(bytes(blob))
+
+            def set_timing_cache(self, cache, ignore_mismatch):
+                calls.append(("set_timing_cache", cache.blob, ignore_mismatch))
+                ok = accept_cache or cache.blob == b""
+                if ok:
+                    state["cache"] = cache.blob
+                return ok
+
+            def get_timing_cache(self):
+                return Cache(state["cache"])
+
+            def add_optimization_profile(self, profile):
+                calls.append(("add_optimization_profile", profile.shapes))
+
+        class Profile:
+            def set_shape(self, name, lo, opt, hi):
+                self.shapes = (name, tuple(lo), tuple(opt), tuple(hi))
+
+        class Builder:
+            def __init__(self, logger):
+                pass
+
+            def create_network(self, flags):
+                calls.append(("create_network", flags))
+                return Network()
+
+            def create_builder_config(self):
+                return Config()
+
+            def create_optimization_profile(self):
+                return Profile()
+
+            def build_serialized_network(self, network, config):
+                calls.append(("build_serialized_network",))
+                return memoryview(b"PLAN")
+
+        super().__init__(
+            __version__=version, calls=calls, Logger=Logger, Builder=Builder, OnnxParser=Parser,
+            BuilderFlag=types.SimpleNamespace(**flags), MemoryPoolType=types.SimpleNamespace(WORKSPACE="WORKSPACE"),
+            NetworkDefinitionCreationFlag=types.SimpleNamespace(STRONGLY_TYPED=1),
+        )
+
+    def named(self, kind: str) -> list[tuple]:
+        return [c for c in self.calls if c[0] == kind]
+
+
+def _initializer_types(model) -> set[int]:
+    return {init.data_type for init in model.graph.initializer}
+
+
+# ---------------------------------------------------------------- dispatch (stand-in, runs here)
+def test_precision_plan_per_version():
+    """Pure dispatch table: 10.x uses BuilderFlag.FP16, 11.x an FP16 ONNX model; fp32 clears TF32."""
+    p10 = trt_backend.precision_plan("10.13.3.9", "fp16")
+    assert p10.set_flags == ("FP16",) and not p10.fp16_onnx and p10.clear_flags == ()
+    p11 = trt_backend.precision_plan("11.4.0.106", "fp16")
+    assert p11.set_flags == () and p11.fp16_onnx
+    for v in ("10.0.1", "11.0.0"):
+        p = trt_backend.precision_plan(v, "fp32")
+        assert p.set_flags == () and p.clear_flags == ("TF32",) and not p.fp16_onnx
+        assert p.network_flags == ()
+    with pytest.raises(LatoptError, match="too old"):
+        trt_backend.precision_plan("8.6.1", "fp32")
+    with pytest.raises(LatoptError, match="fp32 or fp16"):
+        trt_backend.precision_plan("10.3.0", "int8")
+
+
+def test_v10_fp16_sets_builder_flag(onnx_model, cache_dir):
+    """Stand-in module: on 10.x, fp16 = BuilderFlag.FP16 on the original fp32 ONNX file."""
+    fake = FakeTRT("10.13.3.9")
+    plan, info = trt_backend.build_serialized(fake, onnx_model[0], precision="fp16",
+                                              cache_path=trt_backend.timing_cache_path("dev"))
+    assert plan == b"PLAN"
+    assert fake.named("set_flag") == [("set_flag", "FP16")]
+    assert fake.named("clear_flag") == []
+    assert fake.named("create_network") == [("create_network", 0)]
+    (_, parsed_path, _), = fake.named("parse_from_file")
+    assert Path(parsed_path) == onnx_model[0]
+    assert fake.named("set_memory_pool_limit") == [("set_memory_pool_limit", "WORKSPACE", 1024 << 20)]
+    assert "BuilderFlag.FP16" in info["mode"]
+
+
+def test_v11_fp16_parses_fp16_onnx(onnx_model, cache_dir):
+    """Stand-in module: on 11.x no FP16 flag is touched; the parser gets an FP16 copy with fp32 I/O."""
+    pytest.importorskip("onnxconverter_common", reason="onnxconverter-common is not installed")
+    import onnx
+
+    fake = FakeTRT("11.4.0.106")
+    _, info = trt_backend.build_serialized(fake, onnx_model[0], precision="fp16", cache_path=None)
+    assert fake.named("set_flag") == [] and fake.named("clear_flag") == []
+    (_, parsed_path, model), = fake.named("parse_from_file")
+    assert Path(parsed_path) != onnx_model[0]
+    assert onnx.TensorProto.FLOAT16 in _initializer_types(model)
+    assert onnx.TensorProto.FLOAT not in _initializer_types(model)
+    io = list(model.graph.input) + list(model.graph.output)
+    assert {t.type.tensor_type.elem_type for t in io} == {onnx.TensorProto.FLOAT}
+    assert info["fp16_converter"] in ("onnxconverter_common.float16", "modelopt.onnx.autocast")
+
+
+def test_v11_fp32_clears_tf32_and_parses_original(onnx_model):
+    fake = FakeTRT("11.0.0")
+    trt_backend.build_serialized(fake, onnx_model[0], precision="fp32", workspace_mib=64)
+    assert fake.named("clear_flag") == [("clear_flag", "TF32")] and fake.named("set_flag") == []
+    assert Path(fake.named("parse_from_file")[0][1]) == onnx_model[0]
+    assert fake.named("set_memory_pool_limit")[0][2] == 64 << 20
+
+
+def test_v11_fp16_without_converter_explains(onnx_model, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxconverter_common", None)
+    monkeypatch.setitem(sys.modules, "modelopt", None)
+    monkeypatch.setitem(sys.modules, "modelopt.onnx", None)
+    monkeypatch.setitem(sys.modules, "modelopt.onnx.autocast", None)
+    with pytest.raises(LatoptError, match="onnxconverter-common") as e:
+        trt_backend.build_serialized(FakeTRT("11.1.0"), onnx_model[0], precision="fp16")
+    assert "\n" not in str(e.value)
+
+
+def test_timing_cache_loaded_and_saved(onnx_model, cache_dir):
+    """Stand-in module: the cache file is created, then fed back to create_timing_cache next build."""
+    path = trt_backend.timing_cache_path("titanx")
+    assert path == cache_dir / "trt" / "titanx.cache"
+    fake = FakeTRT("10.3.0")
+    _, info = trt_backend.build_serialized(fake, onnx_model[0], precision="fp32", cache_path=path)
+    assert path.read_bytes() == b"+entry" and info["timing_cache"]["loaded_bytes"] == 0
+    fake2 = FakeTRT("10.3.0")
+    _, info2 = trt_backend.build_serialized(fake2, onnx_model[0], precision="fp32", cache_path=path)
+    assert fake2.named("create_timing_cache")[0] == ("create_timing_cache", b"+entry")
+    assert fake2.named("set_timing_cache")[0] == ("set_timing_cache", b"+entry", False)
+    assert path.read_bytes() == b"+entry+entry" and info2["timing_cache"]["loaded_bytes"] == len(b"+entry")
+    # a cache the builder refuses (other GPU / version) is replaced by an empty one
+    fake3 = FakeTRT("10.3.0", accept_cache=False)
+    _, info3 = trt_backend.build_serialized(fake3, onnx_model[0], precision="fp32", cache_path=path)
+    assert [c[1] for c in fake3.named("set_timing_cache")] == [b"+entry+entry", b""]
+    assert info3["timing_cache"]["loaded_bytes"] == 0 and path.read_bytes() == b"+entry"
+
+
+def test_parser_errors_listed_on_one_line(onnx_model):
+    with pytest.raises(LatoptError) as e:
+        trt_backend.build_serialized(FakeTRT("10.3.0", parse_ok=False), onnx_model[0], precision="fp32")
+    msg = str(e.value)
+    assert "\n" not in msg and "node Conv_0: unsupported" in msg and "node Conv_1" in msg
+
+
+def test_dynamic_input_needs_shape_and_gets_profile(onnx_model):
+    with pytest.raises(LatoptError, match="dynamic shape"):
+        trt_backend.build_serialized(FakeTRT("10.3.0", dynamic_input=True), onnx_model[0], precision="fp32")
+    fake = FakeTRT("10.3.0", dynamic_input=True)
+    trt_backend.build_serialized(fake, onnx_model[0], precision="fp32", input_shape=(4, 3, 16, 16))
+    shape = (4, 3, 16, 16)
+    assert fake.named("add_optimization_profile") == [("add_optimization_profile", ("x", shape, shape, shape))]
+    with pytest.raises(LatoptError, match="does not fit"):
+        trt_backend.build_serialized(FakeTRT("10.3.0"), onnx_model[0], precision="fp32", input_shape=(2, 3, 8, 8))
+
+
+def test_missing_tensorrt_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    with pytest.raises(LatoptError) as e:
+        trt_backend.create(_profile())
+    assert str(e.value) == ("TensorRT is not installed: pip install 'latopt[trt]' on a machine with an "
+                            "NVIDIA GPU, or use --device cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_no_gpu_is_one_line(monkeypatch):
+    """Stand-in tensorrt module, real CUDA discovery (there is no GPU here)."""
+    monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("10.3.0"))
+    monkeypatch.setitem(sys.modules, "pycuda", None)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", None)
+    with pytest.raises(LatoptError) as e:
+        trt_backend.create(_profile())
+    msg = str(e.value)
+    assert msg.startswith("TensorRT 10.3.0 is installed but no CUDA GPU") and "--device cpu" in msg
+    assert "\n" not in msg
+
+
+class _FakeCuda(runtime.CudaApi):
+    """Host-memory stand-in for the CUDA API (device pointers are ids into a dict of numpy arrays)."""
+
+    name = "fake"
+
+    def __init__(self, gpu: str = "NVIDIA H200") -> None:
+        self.gpu, self.mem, self.closed, self.freed = gpu, {}, False, []
+
+    def device_name(self):
+        return self.gpu
+
+    def alloc(self, shape, dtype):
+        buf = np.zeros(shape, dtype)
+        self.mem[id(buf)] = buf
+        return buf
+
+    def free(self, buf):
+        self.freed.append(self.mem.pop(id(buf)))
+
+    def ptr(self, buf):
+        return id(buf)
+
+    def stream_handle(self):
+        return 1234
+
+    def htod(self, buf, host):
+        buf[...] = host
+
+    def dtoh(self, buf, shape, dtype):
+        return buf.copy()
+
+    def synchronize(self):
+        pass
+
+    def time_ms(self, fn):
+        fn()
+        return 0.5
+
+    def driver_version(self):
+        return "555.42"
+
+    def close(self):
+        self.closed = True
+
+
+def test_gpu_mismatch_names_live_gpu(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("10.3.0"))
+    fake_cuda = _FakeCuda("NVIDIA H200")
+    monkeypatch.setattr(runtime, "cuda_api", lambda index=0: fake_cuda)
+    with pytest.raises(LatoptError) as e:
+        trt_backend.create(_profile(name="titanx", expected_gpu="NVIDIA TITAN X (Pascal)"))
+    msg = str(e.value)
+    assert "'NVIDIA H200'" in msg and "--device gpu-trt-fp16" in msg and "\n" not in msg
+    assert fake_cuda.closed
+    backend = trt_backend.create(_profile(expected_gpu="H200", cuda_device="cuda:0"))
+    env = backend.environment()
+    assert env["gpu"] == "NVIDIA H200" and env["tensorrt"] == "10.3.0" and env["driver"] == "555.42"
+
+
+def test_gpu_matches():
+    assert trt_backend.gpu_matches("NVIDIA TITAN X (Pascal)", "NVIDIA TITAN X (Pascal)")
+    assert trt_backend.gpu_matches("NVIDIA TITAN X (Pascal)", "titan x (pascal)")
+    assert trt_backend.gpu_matches("NVIDIA A100-SXM4-80GB", "A100")
+    assert trt_backend.gpu_matches("NVIDIA GeForce RTX 4090", "*RTX 40*")
+    assert trt_backend.gpu_matches("anything", None) and trt_backend.gpu_matches("anything", "any")
+    assert not trt_backend.gpu_matches("NVIDIA TITAN Xp", "NVIDIA TITAN X (Pascal)")
+    assert not trt_backend.gpu_matches("NVIDIA H200", "NVIDIA TITAN X (Pascal)")
+
+
+def test_engine_runner_binds_by_name(monkeypatch):
+    """Stand-in engine + host-memory CUDA: checks latopt's binding code (names, opt shape, addresses,
+    execute_async_v3 on our stream), not TensorRT. The fake 'engine' computes y = 2x + 1."""
+    calls: list[tuple] = []
+    addr: dict[str, int] = {}
+
+    class Engine:
+        num_io_tensors = 2
+        names = ["x", "y"]
+
+        def get_tensor_name(self, i):
+            return self.names[i]
+
+        def get_tensor_mode(self, n):
+            return "IN" if n == "x" else "OUT"
+
+        def get_tensor_shape(self, n):
+            return (-1, 4) if n == "x" else (-1, 4)
+
+        def get_tensor_profile_shape(self, n, profile):
+            return ((1, 4), (3, 4), (8, 4))
+
+        def get_tensor_dtype(self, n):
+            return "float32"
+
+        def create_execution_context(self):
+            return Context()
+
+    class Context:
+        shape: tuple = ()
+
+        def set_input_shape(self, n, shape):
+            calls.append(("set_input_shape", n, tuple(shape)))
+            Context.shape = tuple(shape)
+
+        def get_tensor_shape(self, n):
+            return Context.shape
+
+        def set_tensor_address(self, n, ptr):
+            addr[n] = ptr
+
+        def execute_async_v3(self, handle):
+            calls.append(("execute_async_v3", handle))
+            fake_cuda.mem[addr["y"]][...] = 2 * fake_cuda.mem[addr["x"]] + 1
+            return True
+
+    class Runtime:
+        def __init__(self, logger):
+            pass
+
+        def deserialize_cuda_engine(self, plan):
+            calls.append(("deserialize", plan))
+            return Engine() if plan == b"PLAN" else None
+
+    fake = types.SimpleNamespace(
+        __version__="10.3.0", Logger=lambda sev: None, Runtime=Runtime,
+        TensorIOMode=types.SimpleNamespace(INPUT="IN"), nptype=lambda dt: np.float32,
+    )
+    fake.Logger.WARNING = None
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    fake_cuda = _FakeCuda()
+    r = runtime.TrtEngineRunner(b"PLAN", cuda=fake_cuda)
+    assert ("set_input_shape", "x", (3, 4)) in calls  # profile "opt" shape by default
+    assert set(addr) == {"x", "y"}
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(r.run(x), 2 * x + 1)
+    assert calls[-1] == ("execute_async_v3", 1234)
+    assert r.time_events_ms(3) == [0.5, 0.5, 0.5]
+    with pytest.raises(LatoptError, match="expects"):
+        r.run(np.zeros((2, 4), np.float32))
+    r.close()
+    assert len(fake_cuda.freed) == 2 and not fake_cuda.closed  # shared CUDA api is not closed by the runner
+    with pytest.raises(LatoptError, match="could not deserialize"):
+        runtime.TrtEngineRunner(b"garbage", cuda=_FakeCuda())
+
+
+# --------------------------------------------------------------- runtime on .onnx (real, runs here)
+def _run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "latopt.runtime", *args], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, env=env)
+
+
+def test_runtime_import_is_light():
+    code = ("import sys, latopt.runtime; "
+            "print(sorted(m for m in ('torch', 'onnxruntime', 'onnx', 'tensorrt') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_runtime_cli_runs_onnx(tmp_path):
+    path, net = _export(tmp_path / "dyn.onnx", dynamic_batch=True)
+    x = np.random.default_rng(1).standard_normal((3, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    res = _run_cli(str(path), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy"), "--bench", "3")
+    assert res.returncode == 0, res.stderr
+    assert "wall_median_ms" in res.stdout and "output [3, 10]" in res.stdout
+    with torch.no_grad():
+        ref = net(torch.from_numpy(x)).numpy()
+    y = np.load(tmp_path / "y.npy")
+    assert y.shape == (3, 10)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5 * float(np.abs(ref).max()))
+
+
+def test_runtime_ort_runner_api(onnx_model):
+    path, net = onnx_model
+    with runtime.load(path, seed=3) as r:
+        assert isinstance(r, runtime.OrtRunner) and r.input_shape == (2, 3, 16, 16)
+        r()
+        x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+        with torch.no_grad():
+            ref = net(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(r.run(x), ref, rtol=1e-4, atol=1e-5)
+        stats = runtime.bench(r, 3, warmup=1)
+        assert stats["wall_q1_ms"] <= stats["wall_median_ms"] <= stats["wall_q3_ms"]
+    with pytest.raises(LatoptError, match="does not fit"):
+        runtime.load(path, input_shape=(1, 3, 16, 16))
+
+
+@pytest.mark.parametrize("case", ["missing", "suffix", "corrupt", "engine-no-trt", "bad-npy"])
+def test_runtime_cli_errors(tmp_path, case, onnx_model):
+    if case == "missing":
+        args, want = [str(tmp_path / "nope.onnx")], "does not exist"
+    elif case == "suffix":
+        (tmp_path / "m.pt").write_bytes(b"x")
+        args, want = [str(tmp_path / "m.pt")], "unknown model type"
+    elif case == "corrupt":
+        (tmp_path / "bad.onnx").write_bytes(b"this is not protobuf")
+        args, want = [str(tmp_path / "bad.onnx")], "ONNX Runtime cannot load"
+    elif case == "engine-no-trt":
+        if importlib.util.find_spec("tensorrt") is not None:
+            pytest.skip("tensorrt is installed here; this checks the message without it")
+        (tmp_path / "m.engine").write_bytes(b"plan")
+        args, want = [str(tmp_path / "m.engine")], "TensorRT is not installed"
+    else:
+        (tmp_path / "x.npy").write_bytes(b"not npy")
+        args, want = [str(onnx_model[0]), "--input", str(tmp_path / "x.npy")], "not a valid .npy"
+    res = _run_cli(*args)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("latopt.runtime: error:") and want in lines[0], res.stderr
+
+
+def test_fp16_onnx_conversion_matches_fp32(onnx_model, tmp_path):
+    """The FP16 model TensorRT 11 would parse, checked for real with ONNX Runtime (CPU, fp16 kernels)."""
+    pytest.importorskip("onnxconverter_common", reason="onnxconverter-common is not installed")
+    path, _ = onnx_model
+    dst = tmp_path / "fp16.onnx"
+    trt_backend.to_fp16_onnx(path, dst)
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    with runtime.load(path) as r32, runtime.load(dst) as r16:
+        a, b = r32.run(x), r16.run(x)
+    assert b.dtype == np.float32
+    scale = float(np.abs(a).max())
+    assert float(np.abs(a - b).max()) <= 1e-2 * scale
+
+
+# ---------------------------------------------------------------------- real TensorRT on a GPU
+def _ort_reference(path: Path, x: np.ndarray) -> np.ndarray:
+    with runtime.load(path) as r:
+        return r.run(x)
+
+
+@pytest.mark.tensorrt
+@pytest.mark.parametrize("precision,rel_tol", [("fp32", 1e-4), ("fp16", 2e-2)])
+def test_trt_engine_matches_onnxruntime(onnx_model, cache_dir, precision, rel_tol):
+    path, _ = onnx_model
+    backend = trt_backend.create(_profile(precision=precision))
+    try:
+        runner = backend.prepare(path, (2, 3, 16, 16))
+        x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+        ref = _ort_reference(path, x)
+        got = runner.run(x)
+        err = float(np.abs(got - ref).max()) / float(np.abs(ref).max())
+        assert got.shape == ref.shape and err <= rel_tol, f"{precision}: relative error {err:.3g}"
+        for _ in range(5):
+            runner()  # synchronised inference on the fixed input
+        times = trt_backend.event_times_ms(runner, 10)
+        assert len(times) == 10 and all(np.isfinite(t) and t > 0 for t in times)
+        runner.close()
+        assert trt_backend.timing_cache_path("test-trt").stat().st_size > 0
+        env = backend.environment()
+        assert env["tensorrt"] and env["gpu"]
+    finally:
+        backend.close()
+
+
+@pytest.mark.tensorrt
+def test_trt_module_input_and_engine_file_runtime(tmp_path, cache_dir):
+    pytest.importorskip("latopt.latency.onnx_io", reason="latopt.latency.onnx_io (helper 'latency') not present")
+    net = _small_net()
+    backend = trt_backend.create(_profile())
+    try:
+        runner = backend.prepare(net, (2, 3, 16, 16))
+        x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+        with torch.no_grad():
+            ref = net(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(runner.run(x), ref, rtol=1e-3, atol=1e-4 * float(np.abs(ref).max()))
+        runner.close()
+    finally:
+        backend.close()
+    onnx_path, net = _export(tmp_path / "net.onnx")
+    engine = trt_backend.build_engine(onnx_path, _profile(), tmp_path / "net.engine")
+    with runtime.load(engine) as r:
+        np.testing.assert_allclose(r.run(x), _ort_reference(onnx_path, x), rtol=1e-3, atol=1e-4)
+    res = _run_cli(str(engine), "--bench", "5")
+    assert res.returncode == 0, res.stderr
+    assert "gpu_median_ms" in res.stdout
