@@ -307,7 +307,7 @@ class TrtEngineRunner:
             shape = tuple(int(d) for d in self.context.get_tensor_shape(n))
             try:
                 dtype = np.dtype(trt.nptype(self.engine.get_tensor_dtype(n)))
-            except TypeError:
+            except (TypeError, KeyError, ValueError):
                 raise LatoptError(f"tensor {n!r} has dtype {self.engine.get_tensor_dtype(n)} that numpy cannot hold") from None
             self.specs.append(TensorSpec(n, shape, dtype, n in inputs))
             self.buffers[n] = self.cuda.alloc(shape, dtype)
@@ -351,6 +351,10 @@ class TrtEngineRunner:
     def run(self, x: np.ndarray) -> np.ndarray:
         """Inference on ``x``; returns the first output."""
         return self.run_all(x)[self.outputs[0].name]
+
+    def time_ms(self) -> float:
+        """GPU time of one inference on the fixed input (CUDA events around ``execute_async_v3``)."""
+        return self.cuda.time_ms(self._execute)
 
     def time_events_ms(self, repeats: int) -> list[float]:
         """GPU time of ``repeats`` inferences, one CUDA-event pair around each ``execute_async_v3``."""

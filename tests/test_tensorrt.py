@@ -26,7 +26,9 @@ import torch
 
 from latopt import runtime
 from latopt.errors import LatoptError
+from latopt.latency.backends import get_backend
 from latopt.latency.backends import tensorrt as trt_backend
+from latopt.latency.devices import DeviceProfile, load_device
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,11 +65,10 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
     return tmp_path / "cache"
 
 
-def _profile(**kw: Any) -> types.SimpleNamespace:
-    base = {"name": "test-trt", "backend": "tensorrt", "precision": "fp32", "cuda_device": 0,
-            "expected_gpu": None, "batch": 2}
+def _profile(**kw: Any) -> DeviceProfile:
+    base = {"name": "test-trt", "backend": "tensorrt", "precision": "fp32", "cuda_device": 0, "batch": 2}
     base.update(kw)
-    return types.SimpleNamespace(**base)
+    return DeviceProfile(**base)
 
 
 # ------------------------------------------------------------------- stand-in tensorrt module
@@ -291,7 +292,7 @@ def test_dynamic_input_needs_shape_and_gets_profile(onnx_model):
 def test_missing_tensorrt_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", None)
     with pytest.raises(LatoptError) as e:
-        trt_backend.create(_profile())
+        get_backend(load_device("gpu-trt-fp16"))  # the real dispatch from the profile
     assert str(e.value) == ("TensorRT is not installed: pip install 'latopt[trt]' on a machine with an "
                             "NVIDIA GPU, or use --device cpu")
 
@@ -359,13 +360,33 @@ def test_gpu_mismatch_names_live_gpu(monkeypatch):
     fake_cuda = _FakeCuda("NVIDIA H200")
     monkeypatch.setattr(runtime, "cuda_api", lambda index=0: fake_cuda)
     with pytest.raises(LatoptError) as e:
-        trt_backend.create(_profile(name="titanx", expected_gpu="NVIDIA TITAN X (Pascal)"))
+        get_backend(load_device("titanx"))
     msg = str(e.value)
     assert "'NVIDIA H200'" in msg and "--device gpu-trt-fp16" in msg and "\n" not in msg
     assert fake_cuda.closed
-    backend = trt_backend.create(_profile(expected_gpu="H200", cuda_device="cuda:0"))
+    backend = trt_backend.create(_profile(expected_gpu="H200"))
     env = backend.environment()
     assert env["gpu"] == "NVIDIA H200" and env["tensorrt"] == "10.3.0" and env["driver"] == "555.42"
+
+
+def test_prepare_exports_module_and_builds(monkeypatch, cache_dir):
+    """Stand-in tensorrt + CUDA: prepare() exports an nn.Module with latopt's exporter at the given shape,
+    builds with the profile's precision/workspace/cache, and hands the plan to the runner."""
+    fake = FakeTRT("10.3.0")
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    monkeypatch.setattr(runtime, "cuda_api", lambda index=0: _FakeCuda())
+    got: dict[str, Any] = {}
+    monkeypatch.setattr(runtime, "TrtEngineRunner", lambda plan, **kw: got.update(plan=plan, **kw) or "runner")
+    backend = trt_backend.create(_profile(precision="fp16", workspace_mib=256))
+    assert backend.prepare(_small_net(), (2, 3, 16, 16)) == "runner"
+    assert got["plan"] == b"PLAN" and got["input_shape"] == (2, 3, 16, 16) and got["cuda"] is backend.cuda
+    (_, _, model), = fake.named("parse_from_file")
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [2, 3, 16, 16]
+    assert fake.named("set_flag") == [("set_flag", "FP16")]
+    assert fake.named("set_memory_pool_limit")[0][2] == 256 << 20
+    assert (cache_dir / "trt" / "test-trt.cache").read_bytes() == b"+entry"
+    assert backend.last_build["timing_cache"]["saved_bytes"] == len(b"+entry")
 
 
 def test_gpu_matches():
@@ -445,7 +466,7 @@ def test_engine_runner_binds_by_name(monkeypatch):
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(r.run(x), 2 * x + 1)
     assert calls[-1] == ("execute_async_v3", 1234)
-    assert r.time_events_ms(3) == [0.5, 0.5, 0.5]
+    assert r.time_events_ms(3) == [0.5, 0.5, 0.5] and r.time_ms() == 0.5
     with pytest.raises(LatoptError, match="expects"):
         r.run(np.zeros((2, 4), np.float32))
     r.close()
@@ -556,8 +577,8 @@ def test_trt_engine_matches_onnxruntime(onnx_model, cache_dir, precision, rel_to
         assert got.shape == ref.shape and err <= rel_tol, f"{precision}: relative error {err:.3g}"
         for _ in range(5):
             runner()  # synchronised inference on the fixed input
-        times = trt_backend.event_times_ms(runner, 10)
-        assert len(times) == 10 and all(np.isfinite(t) and t > 0 for t in times)
+        times = trt_backend.event_times_ms(runner, 10) + [runner.time_ms()]
+        assert len(times) == 11 and all(np.isfinite(t) and t > 0 for t in times)
         runner.close()
         assert trt_backend.timing_cache_path("test-trt").stat().st_size > 0
         env = backend.environment()
@@ -568,7 +589,6 @@ def test_trt_engine_matches_onnxruntime(onnx_model, cache_dir, precision, rel_to
 
 @pytest.mark.tensorrt
 def test_trt_module_input_and_engine_file_runtime(tmp_path, cache_dir):
-    pytest.importorskip("latopt.latency.onnx_io", reason="latopt.latency.onnx_io (helper 'latency') not present")
     net = _small_net()
     backend = trt_backend.create(_profile())
     try:
