@@ -1,0 +1,53 @@
+"""Layer Folding: σ_α activations, exact fold algebra, model surgery.
+
+Public API (see the submodules for details)::
+
+    AlphaActivation, install_alpha, get_alphas, clamp_alphas_, alpha_parameters, alpha_spec
+    FOLD_VARIANTS = ("full", "expand_dw", "dw_project"), FOLD_MODES = ("exact", "paper")
+    linearize(model, blocks) -> nn.Module
+    fold_blocks(model, blocks, mode="exact", input_size=(H, W)) -> nn.Module
+    fold_block_module(model, block, variant="full", mode="exact", input_size=None) -> FoldedBlock
+    verify_fold(reference, folded, input_size, batch=2, seed=0) -> dict
+    randomize_bn_(model, seed=0, plan="all") -> model   random BN statistics for fold checks
+    fold_spec(model) -> dict | None          the checkpoint's arch["fold"] entry
+    FoldedBlock, FoldInfo
+"""
+
+from latopt.fold.activation import (
+    AlphaActivation,
+    alpha_parameters,
+    alpha_spec,
+    clamp_alphas_,
+    get_alphas,
+    install_alpha,
+)
+from latopt.fold.modules import FOLD_MODES, FOLD_VARIANTS, FoldedBlock, FoldInfo
+from latopt.fold.transform import (
+    fold_block_module,
+    fold_blocks,
+    fold_spec,
+    linearize,
+    normalize_plan,
+    randomize_bn_,
+    verify_fold,
+)
+
+__all__ = [
+    "FOLD_MODES",
+    "FOLD_VARIANTS",
+    "AlphaActivation",
+    "FoldInfo",
+    "FoldedBlock",
+    "alpha_parameters",
+    "alpha_spec",
+    "clamp_alphas_",
+    "fold_block_module",
+    "fold_blocks",
+    "fold_spec",
+    "get_alphas",
+    "install_alpha",
+    "linearize",
+    "normalize_plan",
+    "randomize_bn_",
+    "verify_fold",
+]

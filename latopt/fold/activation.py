@@ -1,0 +1,123 @@
+"""The parametric activation σ_α(x) = (1 − α)·σ(x) + α·x of Layer Folding, σ ∈ {ReLU, ReLU6}.
+
+``install_alpha`` replaces the activations of MBConv blocks (in place) by :class:`AlphaActivation`;
+with ``granularity="block"`` both activations of a block share ONE ``nn.Parameter`` (the paper's
+choice, folds the whole block), with ``"activation"`` each has its own (allows partial folds).
+α starts at 0, so the network starts as the original.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from latopt.errors import LatoptError
+
+GRANULARITIES = ("block", "activation")
+ACT_KINDS = ("relu", "relu6")
+
+
+class AlphaActivation(nn.Module):
+    """σ_α(x) = (1 − α)·σ(x) + α·x. ``alpha`` is a 0-dim ``nn.Parameter`` (possibly shared)."""
+
+    def __init__(self, kind: str = "relu6", alpha: nn.Parameter | None = None, *,
+                 granularity: str = "block") -> None:
+        super().__init__()
+        if kind not in ACT_KINDS:
+            raise LatoptError(f"σ_α supports activations {ACT_KINDS}, not {kind!r}")
+        self.kind = kind
+        self.granularity = granularity
+        self.alpha = alpha if alpha is not None else nn.Parameter(torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = torch.clamp(x, 0.0, 6.0) if self.kind == "relu6" else torch.relu(x)
+        a = self.alpha.to(x.dtype)
+        return s + a * (x - s)
+
+    def extra_repr(self) -> str:
+        return f"kind={self.kind}, alpha={float(self.alpha.detach()):.4f}"
+
+
+def _act_kind_of(m: nn.Module) -> str:
+    if isinstance(m, AlphaActivation):
+        raise LatoptError("σ_α is already installed there; install it once, on the original model")
+    if isinstance(m, nn.ReLU6):
+        return "relu6"
+    if isinstance(m, nn.ReLU):
+        return "relu"
+    raise LatoptError(f"cannot install σ_α over {type(m).__name__}: only ReLU and ReLU6 are supported")
+
+
+def install_alpha(model: nn.Module, blocks: Sequence[int] | str = "all",
+                  granularity: str = "block") -> dict[int, list[nn.Parameter]]:
+    """Replace the activations of ``blocks`` ("all" = every foldable block) by σ_α, in place.
+
+    Returns ``{block index: [α parameters]}`` (one shared parameter per block for "block", one per
+    activation for "activation")."""
+    from latopt.blocks import resolve_blocks
+
+    if granularity not in GRANULARITIES:
+        raise LatoptError(f"granularity must be one of {GRANULARITIES}, not {granularity!r}")
+    out: dict[int, list[nn.Parameter]] = {}
+    ref = next(model.parameters(), None)
+    kw = {"dtype": ref.dtype, "device": ref.device} if ref is not None else {}
+    for b in resolve_blocks(model, blocks):
+        kinds = [_act_kind_of(model.get_submodule(p)) for p in b.acts]
+        shared = nn.Parameter(torch.zeros((), **kw)) if granularity == "block" else None
+        params: list[nn.Parameter] = []
+        for path, kind in zip(b.acts, kinds, strict=True):
+            alpha = shared if shared is not None else nn.Parameter(torch.zeros((), **kw))
+            model.set_submodule(path, AlphaActivation(kind, alpha, granularity=granularity))
+            if not any(alpha is p for p in params):
+                params.append(alpha)
+        out[b.index] = params
+    return out
+
+
+def _block_alpha_params(model: nn.Module) -> dict[int, list[nn.Parameter]]:
+    from latopt.blocks import find_blocks
+
+    out: dict[int, list[nn.Parameter]] = {}
+    for b in find_blocks(model):
+        params: list[nn.Parameter] = []
+        for p in b.acts:
+            m = model.get_submodule(p)
+            if isinstance(m, AlphaActivation) and not any(m.alpha is q for q in params):
+                params.append(m.alpha)
+        if params:
+            out[b.index] = params
+    return out
+
+
+def get_alphas(model: nn.Module) -> dict[int, list[float]]:
+    """α values per block index: one value (shared) or one per activation; blocks without σ_α omitted."""
+    return {i: [float(p.detach()) for p in ps] for i, ps in _block_alpha_params(model).items()}
+
+
+def alpha_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """Every distinct α parameter of the model (for an optimizer parameter group)."""
+    seen: list[nn.Parameter] = []
+    for m in model.modules():
+        if isinstance(m, AlphaActivation) and not any(m.alpha is q for q in seen):
+            seen.append(m.alpha)
+    return seen
+
+
+@torch.no_grad()
+def clamp_alphas_(model: nn.Module) -> None:
+    """Clip every α to [0, 1] in place (call after each optimizer step)."""
+    for p in alpha_parameters(model):
+        p.clamp_(0.0, 1.0)
+
+
+def alpha_spec(model: nn.Module) -> dict | None:
+    """The JSON-able ``arch["alpha"]`` entry describing where σ_α is installed (None if nowhere)."""
+    per_block = _block_alpha_params(model)
+    if not per_block:
+        return None
+    grans = {m.granularity for m in model.modules() if isinstance(m, AlphaActivation)}
+    if len(grans) != 1:
+        raise LatoptError(f"σ_α installed with mixed granularities {sorted(grans)}; cannot describe it")
+    return {"granularity": grans.pop(), "blocks": sorted(per_block)}

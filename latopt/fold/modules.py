@@ -1,0 +1,135 @@
+"""``FoldedBlock``: the plain ``nn.Module`` that replaces an MBConv block after folding.
+
+Its layout depends only on :class:`FoldInfo` (JSON-able), so a folded model is rebuilt from the
+architecture description and loaded with ``load_state_dict(strict=True)``:
+
+- ``full``:       ``conv`` (k×k, cin → cout, bias = interior bias) [+ ``bias_map`` buffer in exact mode]
+                  — the residual is inside ``conv`` as a centre tap;
+- ``expand_dw``:  ``conv`` (k×k, cin → hidden) [+ ``bias_map``] → ``act`` (the kept σ/σ_α) →
+                  ``project`` (1x1, BN folded) [+ x];
+- ``dw_project``: ``expand`` (1x1, BN folded) → ``act`` → ``conv`` (k×k, hidden → cout) [+ x].
+
+``bias_map`` (1, C, Ho, Wo) holds the exact bias minus the interior bias: zero away from the border.
+The ``paper`` mode has no buffer (constant bias, any input size).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from latopt.errors import LatoptError
+
+FOLD_VARIANTS = ("full", "expand_dw", "dw_project")
+FOLD_MODES = ("exact", "paper")
+
+
+@dataclass(frozen=True)
+class FoldInfo:
+    variant: str
+    mode: str
+    kind: str                 # the original block's kind, e.g. "timm.InvertedResidual"
+    cin: int
+    hidden: int
+    cout: int
+    kernel: int
+    stride: int
+    padding: int | str
+    residual: bool
+    has_expand: bool
+    in_size: tuple[int, int] | None        # the block's input (H, W); required in exact mode
+    out_size: tuple[int, int] | None       # the block's output (H, W)
+    net_input_size: tuple[int, int] | None  # the network input (H, W) it was folded for
+
+    @property
+    def has_bias_map(self) -> bool:
+        return self.mode == "exact" and self.has_expand and self.variant in ("full", "expand_dw")
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def make_kxk(cin: int, cout: int, kernel: int, stride: int, padding: int | str) -> nn.Conv2d:
+    if padding == "same":
+        from timm.layers import Conv2dSame
+
+        return Conv2dSame(cin, cout, kernel, stride, bias=True)
+    return nn.Conv2d(cin, cout, kernel, stride, padding=int(padding), bias=True)
+
+
+class FoldedBlock(nn.Module):
+    """A folded MBConv block (see module docstring). ``act`` is the kept activation of a partial fold."""
+
+    def __init__(self, info: FoldInfo, act: nn.Module | None = None) -> None:
+        super().__init__()
+        if info.variant not in FOLD_VARIANTS or info.mode not in FOLD_MODES:
+            raise LatoptError(f"bad fold variant/mode {info.variant!r}/{info.mode!r}")
+        self.info = info
+        i = info
+        if i.variant == "full":
+            self.conv = make_kxk(i.cin, i.cout, i.kernel, i.stride, i.padding)
+            map_ch = i.cout
+        elif i.variant == "expand_dw":
+            self.conv = make_kxk(i.cin, i.hidden, i.kernel, i.stride, i.padding)
+            self.act = act if act is not None else nn.Identity()
+            self.project = nn.Conv2d(i.hidden, i.cout, 1, bias=True)
+            map_ch = i.hidden
+        else:
+            self.expand = nn.Conv2d(i.cin, i.hidden, 1, bias=True)
+            self.act = act if act is not None else nn.Identity()
+            self.conv = make_kxk(i.hidden, i.cout, i.kernel, i.stride, i.padding)
+            map_ch = 0
+        if i.has_bias_map:
+            if i.out_size is None:
+                raise LatoptError("exact fold mode needs the block's input size")
+            self.register_buffer("bias_map", torch.zeros(1, map_ch, *i.out_size))
+        else:
+            self.register_buffer("bias_map", None)
+
+    def _add_map(self, y: torch.Tensor) -> torch.Tensor:
+        if self.bias_map is None:
+            return y
+        if not (torch.jit.is_tracing() or torch.compiler.is_compiling()) and y.shape[-2:] != self.bias_map.shape[-2:]:
+            raise LatoptError(
+                f"block folded in exact mode for a {tuple(self.bias_map.shape[-2:])} output got "
+                f"{tuple(y.shape[-2:])}; use the input size it was folded for, or fold in paper mode")
+        return y + self.bias_map
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        v = self.info.variant
+        if v == "full":
+            return self._add_map(self.conv(x))
+        if v == "expand_dw":
+            y = self.project(self.act(self._add_map(self.conv(x))))
+        else:
+            y = self.conv(self.act(self.expand(x)))
+        return y + x if self.info.residual else y
+
+    def border_mask(self) -> torch.Tensor | None:
+        """Bool (Ho, Wo) where the paper-mode bias would differ from the exact one (None if unknown)."""
+        from latopt.fold.compose import border_mask
+
+        if self.info.in_size is None:
+            return None
+        return border_mask(self.info.in_size, self.info.kernel, self.info.stride, self.info.padding)
+
+    def describe(self, index: int, path: str):  # -> latopt.blocks.Block
+        from latopt.blocks import Block
+
+        i = self.info
+        convs = {"full": ("conv",), "expand_dw": ("conv", "project"), "dw_project": ("expand", "conv")}[i.variant]
+        acts = () if i.variant == "full" or isinstance(self.act, nn.Identity) else (f"{path}.act",)
+        return Block(
+            index=index, path=path, kind="latopt.FoldedBlock", cin=i.cin, cout=i.cout, hidden=i.hidden,
+            expansion=i.hidden / i.cin, kernel=i.kernel, stride=i.stride, residual=i.residual,
+            convs=tuple(f"{path}.{c}" for c in convs), bns=(), acts=acts, foldable=False,
+            reason=f"already folded ({i.variant}, {i.mode} mode; was {i.kind})", padding=i.padding,
+        )
+
+    def extra_repr(self) -> str:
+        i = self.info
+        return (f"variant={i.variant}, mode={i.mode}, {i.cin}->{i.cout}, k={i.kernel}, s={i.stride}, "
+                f"residual={i.residual}, was={i.kind}")

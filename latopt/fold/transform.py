@@ -1,0 +1,279 @@
+"""Model surgery: linearise blocks, fold them into convolutions, verify a fold numerically.
+
+- ``linearize(model, blocks)``: deep copy with those blocks' activations replaced by the identity
+  (σ_α at α = 1); ``blocks`` as for ``fold_blocks`` (a variant linearises only its activation).
+- ``fold_blocks(model, blocks, mode="exact", input_size=(H, W))``: deep copy in which each planned
+  block is replaced by a :class:`FoldedBlock` computing the same function as ``linearize(model, blocks)``
+  (exact: everywhere, borders included, for that input size; paper: away from the border, any size).
+  ``blocks``: list of indices | "all" | {index: variant}. Blocks not in the plan are untouched.
+- ``fold_block_module(model, block, variant, mode, input_size)``: the replacement for ONE block
+  (``input_size`` = that block's own input H, W).
+- ``verify_fold(reference, folded, input_size)``: errors overall and per folded block.
+
+The algebra runs in float64 (``compose.py``) and the result is cast back to the model's dtype.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from latopt.blocks import Block, block_input_shapes, conv_output_size, find_blocks, resolve_blocks
+from latopt.errors import LatoptError
+from latopt.fold import compose
+from latopt.fold.modules import FOLD_MODES, FOLD_VARIANTS, FoldedBlock, FoldInfo
+
+BlockPlan = Sequence[int] | str | Mapping[int | str, str]
+
+
+def normalize_plan(model: nn.Module, blocks: BlockPlan) -> dict[int, str]:
+    """{block index: variant} for list / "all" / "1,3" / dict specs; LatoptError on bad entries."""
+    if isinstance(blocks, Mapping):
+        items: dict[int, str] = {}
+        for k, v in blocks.items():
+            try:
+                items[int(k)] = v
+            except (TypeError, ValueError):
+                raise LatoptError(f"bad block index {k!r} in fold plan") from None
+        resolved = resolve_blocks(model, list(items))
+        plan = {b.index: items[b.index] for b in resolved}
+    else:
+        plan = {b.index: "full" for b in resolve_blocks(model, blocks)}
+    by_index = {b.index: b for b in find_blocks(model)}
+    for i, v in plan.items():
+        if v not in FOLD_VARIANTS:
+            raise LatoptError(f"unknown fold variant {v!r} for block {i}; choose one of {FOLD_VARIANTS}")
+        if v not in by_index[i].variants:
+            raise LatoptError(f"block {i} ({by_index[i].path}) is a t=1 block: only the 'full' fold applies")
+    return dict(sorted(plan.items()))
+
+
+def _removed_acts(block: Block, variant: str) -> tuple[str, ...]:
+    if variant == "full":
+        return block.acts
+    return (block.acts[0],) if variant == "expand_dw" else (block.acts[1],)
+
+
+def linearize(model: nn.Module, blocks: BlockPlan) -> nn.Module:
+    """Deep copy of ``model`` with the planned blocks' activations replaced by the identity."""
+    plan = normalize_plan(model, blocks)
+    out = copy.deepcopy(model)
+    by_index = {b.index: b for b in find_blocks(out)}
+    for i, v in plan.items():
+        for path in _removed_acts(by_index[i], v):
+            out.set_submodule(path, nn.Identity())
+    return out
+
+
+def _fused(model: nn.Module, conv_path: str, bn_path: str) -> tuple[torch.Tensor, torch.Tensor]:
+    conv, bn = model.get_submodule(conv_path), model.get_submodule(bn_path)
+    return compose.fuse_bn(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.eps, bn.weight, bn.bias)
+
+
+def _set_conv(conv: nn.Conv2d, weight: torch.Tensor, bias: torch.Tensor, like: torch.Tensor) -> None:
+    with torch.no_grad():
+        conv.weight.copy_(weight.to(like.dtype))
+        conv.bias.copy_(bias.to(like.dtype))
+
+
+def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mode: str = "exact",
+                      input_size: tuple[int, int] | None = None, *,
+                      net_input_size: tuple[int, int] | None = None) -> FoldedBlock:
+    """The FoldedBlock replacing ``block`` of ``model`` (``input_size`` = the block's input H, W)."""
+    if mode not in FOLD_MODES:
+        raise LatoptError(f"fold mode must be one of {FOLD_MODES}, not {mode!r}")
+    if not block.foldable:
+        raise LatoptError(f"block {block.index} ({block.path}) cannot be folded: {block.reason}")
+    if variant not in block.variants:
+        raise LatoptError(f"fold variant {variant!r} does not apply to block {block.index}; "
+                          f"choose one of {block.variants}")
+    if mode == "exact" and input_size is None:
+        raise LatoptError("exact fold mode needs the input size (H, W); or use mode='paper'")
+    in_size = None if input_size is None else (int(input_size[0]), int(input_size[1]))
+    out_size = None if in_size is None else tuple(
+        conv_output_size(s, block.kernel, block.stride, block.padding) for s in in_size)
+    info = FoldInfo(variant=variant, mode=mode, kind=block.kind, cin=block.cin, hidden=block.hidden,
+                    cout=block.cout, kernel=block.kernel, stride=block.stride, padding=block.padding,
+                    residual=block.residual, has_expand=block.has_expand, in_size=in_size,
+                    out_size=out_size, net_input_size=net_input_size)
+    dw = model.get_submodule(block.convs[-2])
+    like = dw.weight
+    if block.has_expand:
+        w1, b1 = _fused(model, block.convs[0], block.bns[0])
+    else:
+        w1 = b1 = None
+    w2, b2 = _fused(model, block.convs[-2], block.bns[-2])
+    w3, b3 = _fused(model, block.convs[-1], block.bns[-1])
+    geo = {"stride": block.stride, "padding": block.padding}
+    kept_act = None
+    if variant == "full":
+        ac = compose.compose_full(w1, b1, w2, b2, w3, b3, residual=block.residual, **geo)
+    elif variant == "expand_dw":
+        ac = compose.compose_expand_dw(w1, b1, w2, b2, **geo)
+        kept_act = copy.deepcopy(model.get_submodule(block.acts[1]))
+    else:
+        ac = compose.compose_dw_project(w2, b2, w3, b3, **geo)
+        kept_act = copy.deepcopy(model.get_submodule(block.acts[0]))
+    fb = FoldedBlock(info, kept_act).to(dtype=like.dtype, device=like.device)
+    _set_conv(fb.conv, ac.weight, ac.interior_bias, like)
+    if variant == "expand_dw":
+        _set_conv(fb.project, w3, b3, like)
+    elif variant == "dw_project":
+        _set_conv(fb.expand, w1, b1, like)
+    if fb.bias_map is not None:
+        full = compose.bias_map(ac, in_size)
+        with torch.no_grad():
+            fb.bias_map.copy_((full - ac.interior_bias[:, None, None])[None].to(like.dtype))
+    fb.train(model.training)
+    return fb
+
+
+def _input_channels(model: nn.Module) -> int:
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            return int(m.in_channels)
+    raise LatoptError("model has no Conv2d; cannot infer its input channels")
+
+
+def fold_blocks(model: nn.Module, blocks: BlockPlan, mode: str = "exact",
+                input_size: tuple[int, int] | None = None) -> nn.Module:
+    """A new model with the planned blocks folded (see module docstring); ``model`` is unchanged."""
+    if mode not in FOLD_MODES:
+        raise LatoptError(f"fold mode must be one of {FOLD_MODES}, not {mode!r}")
+    if mode == "exact" and input_size is None:
+        raise LatoptError("exact fold mode needs input_size=(H, W) of the network input; or use mode='paper'")
+    plan = normalize_plan(model, blocks)
+    net_size = None if input_size is None else (int(input_size[0]), int(input_size[1]))
+    shapes: dict[int, tuple[int, ...]] = {}
+    if net_size is not None:
+        shapes = block_input_shapes(model, (1, _input_channels(model), *net_size))
+    out = copy.deepcopy(model)
+    by_index = {b.index: b for b in find_blocks(out)}
+    for i, v in plan.items():
+        b = by_index[i]
+        size = tuple(shapes[i][-2:]) if i in shapes else None
+        out.set_submodule(b.path, fold_block_module(out, b, v, mode, size, net_input_size=net_size))
+    return out
+
+
+def fold_spec(model: nn.Module) -> dict | None:
+    """The JSON-able ``arch["fold"]`` entry of a folded model (None if nothing is folded)."""
+    plan: dict[str, str] = {}
+    modes, sizes = set(), set()
+    for b in find_blocks(model):
+        m = model.get_submodule(b.path)
+        if isinstance(m, FoldedBlock):
+            plan[str(b.index)] = m.info.variant
+            modes.add(m.info.mode)
+            sizes.add(m.info.net_input_size)
+    if not plan:
+        return None
+    if len(modes) != 1 or len(sizes) != 1:
+        raise LatoptError("blocks were folded with different modes or input sizes; fold them in one call")
+    size = sizes.pop()
+    return {"mode": modes.pop(), "input_size": None if size is None else list(size), "plan": plan}
+
+
+@torch.no_grad()
+def verify_fold(reference: nn.Module, folded: nn.Module, input_size: tuple[int, int], batch: int = 2,
+                seed: int = 0) -> dict:
+    """Compare ``folded`` with ``reference`` (normally ``linearize(model, plan)``) on random inputs.
+
+    Returns ``{"max_abs", "max_rel", "ref_max", "per_block": {index: {...}}}`` where max_rel =
+    max_abs / max|reference|. Each folded block is also checked alone, fed the reference block's input:
+    ``max_abs``/``max_rel`` over all positions and ``max_abs_interior``/``max_rel_interior`` away from
+    the border ring (what the paper mode guarantees)."""
+    g = torch.Generator().manual_seed(int(seed))
+    p = next(reference.parameters())
+    last = {m: find_blocks(m)[-1].path for m in (reference, folded)}
+    feats: dict[str, torch.Tensor] = {}
+    x = torch.randn(batch, _input_channels(reference), int(input_size[0]), int(input_size[1]),
+                    generator=g, dtype=torch.float32).to(dtype=p.dtype, device=p.device)
+    folded_blocks = {b.index: b for b in find_blocks(folded) if b.kind == "latopt.FoldedBlock"}
+    ref_blocks = {b.index: b for b in find_blocks(reference)}
+    captured: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    handles = []
+    for i in folded_blocks:
+        if i not in ref_blocks:
+            raise LatoptError(f"reference has no block {i}; is it the same architecture?")
+
+        def hook(_m: nn.Module, args: tuple, out: torch.Tensor, idx: int = i) -> None:
+            captured[idx] = (args[0].detach().clone(), out.detach().clone())
+
+        handles.append(reference.get_submodule(ref_blocks[i].path).register_forward_hook(hook))
+    for name, m in (("ref", reference), ("fold", folded)):
+        def fhook(_m: nn.Module, _a: tuple, out: torch.Tensor, key: str = name) -> None:
+            feats[key] = out.detach()
+
+        handles.append(m.get_submodule(last[m]).register_forward_hook(fhook))
+    modes = (reference.training, folded.training)
+    reference.eval()
+    folded.eval()
+    try:
+        ref = reference(x)
+        out = folded(x)
+        per_block: dict[int, dict] = {}
+        for i, b in folded_blocks.items():
+            fb = folded.get_submodule(b.path)
+            bx, by = captured[i]
+            diff = (fb(bx) - by).abs()
+            scale = float(by.abs().max()) or 1.0
+            entry = {"variant": fb.info.variant, "mode": fb.info.mode, "max_abs": float(diff.max()),
+                     "ref_max": scale, "max_rel": float(diff.max()) / scale}
+            mask = compose.border_mask(tuple(bx.shape[-2:]), b.kernel, b.stride, b.padding).to(diff.device)
+            inner = diff[..., ~mask]
+            entry["max_abs_interior"] = float(inner.max()) if inner.numel() else 0.0
+            entry["max_rel_interior"] = entry["max_abs_interior"] / scale
+            per_block[i] = entry
+    finally:
+        for h in handles:
+            h.remove()
+        reference.train(modes[0])
+        folded.train(modes[1])
+    result: dict = {}
+    for key, (a, b) in (("output", (out, ref)), ("features", (feats["fold"], feats["ref"]))):
+        scale = float(b.abs().max()) or 1.0
+        err = float((a - b).abs().max())
+        result[key] = {"max_abs": err, "max_rel": err / scale, "ref_max": scale}
+    worst = max(result.values(), key=lambda r: r["max_rel"])
+    return {"max_abs": worst["max_abs"], "max_rel": worst["max_rel"], "ref_max": worst["ref_max"],
+            **result, "per_block": per_block}
+
+
+@torch.no_grad()
+def randomize_bn_(model: nn.Module, seed: int = 0, *, plan: BlockPlan | None = "all", batch: int = 4,
+                  size: tuple[int, int] = (64, 64)) -> nn.Module:
+    """Give every BatchNorm random statistics and affine parameters, in place (for fold checks).
+
+    The running statistics are first calibrated on random inputs through ``linearize(model, plan)``
+    (so the network compared against stays well scaled instead of growing by orders of magnitude per
+    block), then perturbed per channel: mean shift ~ 0.2·σ·N(0,1), variance × exp(0.5·N(0,1)),
+    γ ~ 1 + 0.3·N(0,1), β ~ 0.2·N(0,1). Returns ``model``."""
+    g = torch.Generator().manual_seed(int(seed))
+    calib = linearize(model, plan) if plan else copy.deepcopy(model)
+    bns = {n: m for n, m in calib.named_modules() if isinstance(m, nn.BatchNorm2d)}
+    for m in bns.values():
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average
+    calib.train()
+    p = next(model.parameters())
+    for _ in range(2):
+        calib(torch.randn(batch, _input_channels(model), *size, generator=g).to(p.dtype))
+    for name, m in model.named_modules():
+        if not isinstance(m, nn.BatchNorm2d) or name not in bns:
+            continue
+        n, c = m.num_features, bns[name]
+
+        def r(*shape: int) -> torch.Tensor:
+            return torch.randn(*shape, generator=g).to(p.dtype)
+
+        std = c.running_var.clamp_min(1e-6).sqrt()
+        m.running_mean.copy_(c.running_mean + 0.2 * std * r(n))
+        m.running_var.copy_(c.running_var * torch.exp(0.5 * r(n)))
+        if m.weight is not None:
+            m.weight.copy_(1.0 + 0.3 * r(n))
+            m.bias.copy_(0.2 * r(n))
+    return model
