@@ -1,0 +1,131 @@
+"""Device profiles: one YAML file per target under ``profiles/`` (schema in ``profiles/README.md``).
+
+Public API::
+
+    DeviceProfile                     frozen dataclass, one field per YAML key
+    load_device(name_or_path) -> DeviceProfile   "cpu" → profiles/cpu.yaml; or a path to a .yaml file
+    list_devices() -> list[str]       names of the shipped/added profiles
+    profiles_dir() -> Path            $LATOPT_PROFILES_DIR, else the repository's profiles/ directory
+
+A user adds a device by adding a YAML file to the profiles directory (or passing its path).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from latopt.errors import LatoptError
+
+BACKENDS = ("onnxruntime", "tensorrt", "torch")
+PRECISIONS = ("fp32", "fp16")
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One latency target. Times are measured with ``backend`` at ``precision`` and ``batch``.
+
+    Repeat policy (see :mod:`latopt.latency.timing`): ``warmup`` calls per runner, then interleaved rounds
+    until at least ``min_repeats`` rounds are done and every median moved less than ``stable_rel``
+    between two checks, or ``max_repeats`` rounds or ``budget_s`` seconds are reached.
+    """
+
+    name: str
+    description: str = ""
+    backend: str = "onnxruntime"
+    provider: str | None = None  # ONNX Runtime execution provider (default CPUExecutionProvider)
+    cuda_device: int | None = None  # CUDA device index for GPU backends
+    precision: str = "fp32"
+    batch: int = 1
+    threads: int = 1  # intra-op threads (ONNX Runtime) / torch.set_num_threads on CPU
+    warmup: int = 10
+    min_repeats: int = 30
+    max_repeats: int = 300
+    budget_s: float = 30.0
+    stable_rel: float = 0.01
+    expected_gpu: str | None = None  # GPU name the live device must match (substring or glob)
+    workspace_mib: int | None = None  # TensorRT builder workspace limit
+    options: dict[str, Any] = field(default_factory=dict)  # backend-specific extras
+    path: str | None = None  # the YAML file it came from
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.backend == "tensorrt" or self.cuda_device is not None or (
+            self.provider is not None and self.provider != "CPUExecutionProvider")
+
+
+def profiles_dir() -> Path:
+    """Where device profiles and measured LUTs live."""
+    env = os.environ.get("LATOPT_PROFILES_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "profiles"
+
+
+def list_devices() -> list[str]:
+    d = profiles_dir()
+    if not d.is_dir():
+        return []
+    return sorted(p.stem for p in d.glob("*.yaml"))
+
+
+def _check(cond: bool, path: Path, msg: str) -> None:
+    if not cond:
+        raise LatoptError(f"device profile {path}: {msg}")
+
+
+def _from_dict(data: dict[str, Any], path: Path) -> DeviceProfile:
+    known = {f.name for f in dataclasses.fields(DeviceProfile)} - {"path"}
+    unknown = sorted(set(data) - known)
+    _check(not unknown, path, f"unknown key(s) {unknown}; valid keys: {sorted(known)}")
+    _check("name" in data, path, "missing 'name'")
+    kw = dict(data)
+    kw["name"] = str(kw["name"])
+    _check(kw.get("backend", "onnxruntime") in BACKENDS, path,
+           f"backend {kw.get('backend')!r} is not one of {BACKENDS}")
+    _check(kw.get("precision", "fp32") in PRECISIONS, path,
+           f"precision {kw.get('precision')!r} is not one of {PRECISIONS}")
+    for key in ("batch", "threads", "warmup", "min_repeats", "max_repeats"):
+        if key in kw:
+            v = kw[key]
+            _check(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "warmup" else 1),
+                   path, f"{key} must be a positive integer, not {v!r}")
+    for key in ("budget_s", "stable_rel"):
+        if key in kw:
+            v = kw[key]
+            _check(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, path,
+                   f"{key} must be a positive number, not {v!r}")
+            kw[key] = float(v)
+    _check(kw.get("min_repeats", 30) <= kw.get("max_repeats", 300), path, "min_repeats > max_repeats")
+    if kw.get("cuda_device") is not None:
+        _check(isinstance(kw["cuda_device"], int) and kw["cuda_device"] >= 0, path,
+               f"cuda_device must be a non-negative integer, not {kw['cuda_device']!r}")
+    _check(isinstance(kw.get("options", {}), dict), path, "options must be a mapping")
+    return DeviceProfile(**kw, path=str(path))
+
+
+def load_device(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
+    """Load ``profiles/<name>.yaml`` or a YAML file given by path; LatoptError lists the known devices."""
+    import yaml
+
+    s = str(name_or_path)
+    if s.endswith((".yaml", ".yml")) or os.sep in s:
+        path = Path(s)
+        if not path.is_file():
+            raise LatoptError(f"device profile {path} does not exist")
+    else:
+        path = profiles_dir() / f"{s}.yaml"
+        if not path.is_file():
+            known = ", ".join(list_devices()) or "(none)"
+            raise LatoptError(f"unknown device {s!r}; known devices: {known} "
+                              f"(or add {path.name} to {profiles_dir()})")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise LatoptError(f"device profile {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise LatoptError(f"device profile {path} must be a YAML mapping")
+    return _from_dict(data, path)

@@ -1,0 +1,188 @@
+"""Timing: warm-up, interleaved rounds, median and inter-quartile range, adaptive repeats.
+
+Public API::
+
+    TimingPolicy(warmup, min_repeats, max_repeats, budget_s, stable_rel)   (a DeviceProfile works too)
+    TimingStats(median_ms, q1_ms, q3_ms, iqr_ms, n)                        .samples_ms: one per round
+    compare(runners: Mapping[str, Runner], policy) -> dict[str, TimingStats]
+    environment_info() -> dict                                            CPU/GPU, load, library versions
+
+Method (DESIGN.md "Measuring"): every runner is warmed up, then the runners are called in rounds,
+one call each per round (A B C, B C A, C A B, ...: the start rotates so no runner always follows the
+same one), so slow drifts of the machine (other processes, clocks) hit all candidates alike. Every
+``check_every`` rounds the medians are recomputed; timing stops when at least ``min_repeats`` rounds are
+done and no median moved by more than ``stable_rel`` (relative) since the last check, or at
+``max_repeats`` rounds, or when ``budget_s`` seconds are spent (after at least 5 rounds).
+Sample ``i`` of every runner comes from round ``i``, so per-round ratios between runners are available.
+
+A runner is a zero-argument callable doing one synchronised inference. When it has ``time_ms()``
+(or ``time_events_ms(n)``, as :class:`latopt.runtime.TrtEngineRunner`), the device's own timer (CUDA
+events) is used instead of the host clock.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from latopt.errors import LatoptError
+
+
+class _Policy(Protocol):
+    warmup: int
+    min_repeats: int
+    max_repeats: int
+    budget_s: float
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    warmup: int = 10
+    min_repeats: int = 30
+    max_repeats: int = 300
+    budget_s: float = 30.0
+    stable_rel: float = 0.01
+
+    @classmethod
+    def of(cls, p: Any) -> TimingPolicy:
+        if isinstance(p, TimingPolicy):
+            return p
+        if p is None:
+            return cls()
+        return cls(warmup=int(p.warmup), min_repeats=int(p.min_repeats), max_repeats=int(p.max_repeats),
+                   budget_s=float(p.budget_s), stable_rel=float(getattr(p, "stable_rel", 0.01)))
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Median and quartiles (ms) of ``n`` timed calls; ``samples_ms[i]`` is the call of round ``i``."""
+
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    iqr_ms: float
+    n: int
+    samples_ms: tuple[float, ...] = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def from_samples(cls, samples: list[float] | tuple[float, ...]) -> TimingStats:
+        s = [float(v) for v in samples]
+        if not s:
+            raise ValueError("no samples")
+        if len(s) == 1:
+            return cls(s[0], s[0], s[0], 0.0, 1, tuple(s))
+        q1, med, q3 = statistics.quantiles(s, n=4, method="inclusive")
+        return cls(med, q1, q3, q3 - q1, len(s), tuple(s))
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"median_ms": self.median_ms, "q1_ms": self.q1_ms, "q3_ms": self.q3_ms,
+                "iqr_ms": self.iqr_ms, "n": self.n}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TimingStats:
+        return cls(float(d["median_ms"]), float(d["q1_ms"]), float(d["q3_ms"]), float(d["iqr_ms"]), int(d["n"]))
+
+
+def _timer(runner: Any) -> Callable[[], float]:
+    """A function doing one call of ``runner`` and returning its time in ms."""
+    if callable(getattr(runner, "time_ms", None)):
+        return runner.time_ms
+    if callable(getattr(runner, "time_events_ms", None)):
+        return lambda: float(runner.time_events_ms(1)[0])
+
+    def host() -> float:
+        t0 = time.perf_counter()
+        runner()
+        return (time.perf_counter() - t0) * 1e3
+
+    return host
+
+
+def compare(runners: Mapping[str, Any], policy: Any = None, *,
+            progress: Callable[[int, float], None] | None = None) -> dict[str, TimingStats]:
+    """Time ``runners`` against each other in one interleaved run (see the module docstring)."""
+    if not runners:
+        raise LatoptError("nothing to time: no runners given")
+    pol = TimingPolicy.of(policy)
+    names = list(runners)
+    timers = [_timer(runners[n]) for n in names]
+    for _ in range(pol.warmup):
+        for t in timers:
+            t()
+    samples: list[list[float]] = [[] for _ in names]
+    k = len(names)
+    check_every = max(5, min(pol.min_repeats, 20))
+    prev: list[float] | None = None
+    start = time.perf_counter()
+    r = 0
+    while True:
+        for j in range(k):
+            i = (r + j) % k
+            samples[i].append(timers[i]())
+        r += 1
+        elapsed = time.perf_counter() - start
+        if r >= pol.max_repeats or (elapsed >= pol.budget_s and r >= 5):
+            break
+        if r % check_every == 0:
+            meds = [statistics.median(s) for s in samples]
+            if progress is not None:
+                progress(r, elapsed)
+            if r >= pol.min_repeats and prev is not None and all(
+                    abs(m - p) <= pol.stable_rel * max(p, 1e-9) for m, p in zip(meds, prev)):
+                break
+            prev = meds
+    return {n: TimingStats.from_samples(s) for n, s in zip(names, samples)}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment_info() -> dict[str, Any]:
+    """Where a measurement was taken: host, CPU model and cores, load, library versions, GPU if any."""
+    info: dict[str, Any] = {
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+    }
+    try:
+        info["loadavg"] = [round(v, 2) for v in os.getloadavg()]
+    except OSError:  # pragma: no cover
+        pass
+    info["versions"] = {d: _version(d) for d in
+                        ("latopt", "torch", "onnx", "onnxruntime", "onnxruntime-gpu", "timm", "numpy", "tensorrt")
+                        if _version(d) is not None}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            i = torch.cuda.current_device()
+            info["gpu"] = torch.cuda.get_device_name(i)
+            info["cuda"] = torch.version.cuda
+            info["gpu_capability"] = list(torch.cuda.get_device_capability(i))
+    except Exception:  # pragma: no cover - environment probing never fails a run
+        pass
+    return info
