@@ -81,7 +81,8 @@ class PycudaApi(CudaApi):
         self.cuda = cuda
         cuda.init()
         if cuda.Device.count() <= device_index:
-            raise LatoptError(f"no CUDA GPU with index {device_index} is visible (pycuda found {cuda.Device.count()})")
+            raise LatoptError(f"no CUDA GPU with index {device_index} is visible (pycuda sees {cuda.Device.count()}); "
+                              "use --device cpu")
         self.device_index = device_index
         self.device = cuda.Device(device_index)
         self.ctx = self.device.retain_primary_context()
@@ -157,7 +158,8 @@ class TorchCudaApi(CudaApi):
         if not torch.cuda.is_available():
             raise LatoptError("no CUDA GPU is visible (torch.cuda.is_available() is False); use --device cpu")
         if torch.cuda.device_count() <= device_index:
-            raise LatoptError(f"no CUDA GPU with index {device_index} (torch sees {torch.cuda.device_count()})")
+            raise LatoptError(f"no CUDA GPU with index {device_index} is visible (torch sees "
+                              f"{torch.cuda.device_count()}); use --device cpu")
         self.torch = torch
         self.device_index = device_index
         self.device = torch.device("cuda", device_index)
@@ -247,11 +249,11 @@ def _nvidia_smi_driver(index: int) -> str | None:
 
 
 # -------------------------------------------------------------------------------------- TensorRT
-def import_tensorrt() -> Any:
+def import_tensorrt(hint: str = TRT_INSTALL_HINT) -> Any:
     try:
         import tensorrt as trt
     except ImportError:
-        raise LatoptError(f"TensorRT is not installed: {TRT_INSTALL_HINT}") from None
+        raise LatoptError(f"TensorRT is not installed: {hint}") from None
     return trt
 
 
@@ -273,9 +275,9 @@ class TrtEngineRunner:
 
     def __init__(self, engine: bytes | str | Path, *, input_shape: Sequence[int] | None = None,
                  device_index: int = 0, cuda: CudaApi | None = None, seed: int = 0) -> None:
-        trt = import_tensorrt()
         if isinstance(engine, (str, Path)):
             engine = _read_file(Path(engine), "TensorRT engine")
+        trt = import_tensorrt("pip install tensorrt pycuda on a machine with an NVIDIA GPU, or run the .onnx model")
         self._own_cuda = cuda is None
         self.cuda = cuda or cuda_api(device_index)  # context first: TensorRT allocates on the current one
         self.trt = trt

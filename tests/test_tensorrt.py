@@ -519,10 +519,12 @@ def test_runtime_ort_runner_api(onnx_model):
         runtime.load(path, input_shape=(1, 3, 16, 16))
 
 
-@pytest.mark.parametrize("case", ["missing", "suffix", "corrupt", "engine-no-trt", "bad-npy"])
+@pytest.mark.parametrize("case", ["missing", "missing-engine", "suffix", "corrupt", "engine-no-trt", "bad-npy"])
 def test_runtime_cli_errors(tmp_path, case, onnx_model):
     if case == "missing":
         args, want = [str(tmp_path / "nope.onnx")], "does not exist"
+    elif case == "missing-engine":
+        args, want = [str(tmp_path / "nope.engine")], "TensorRT engine"
     elif case == "suffix":
         (tmp_path / "m.pt").write_bytes(b"x")
         args, want = [str(tmp_path / "m.pt")], "unknown model type"
@@ -533,7 +535,7 @@ def test_runtime_cli_errors(tmp_path, case, onnx_model):
         if importlib.util.find_spec("tensorrt") is not None:
             pytest.skip("tensorrt is installed here; this checks the message without it")
         (tmp_path / "m.engine").write_bytes(b"plan")
-        args, want = [str(tmp_path / "m.engine")], "TensorRT is not installed"
+        args, want = [str(tmp_path / "m.engine")], "TensorRT is not installed: pip install tensorrt pycuda"
     else:
         (tmp_path / "x.npy").write_bytes(b"not npy")
         args, want = [str(onnx_model[0]), "--input", str(tmp_path / "x.npy")], "not a valid .npy"
