@@ -19,6 +19,7 @@ from latopt.errors import LatoptError
 
 # Modules that register sub-commands, in the order they appear in ``latopt --help``.
 COMMAND_MODULES: tuple[str, ...] = (
+    "latopt.inspection",
     "latopt.search.cli",
 )
 
