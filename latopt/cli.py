@@ -20,7 +20,10 @@ from latopt.errors import LatoptError
 # Modules that register sub-commands, in the order they appear in ``latopt --help``.
 COMMAND_MODULES: tuple[str, ...] = (
     "latopt.inspection",
+    "latopt.latency.profiler",
     "latopt.search.cli",
+    "latopt.export",
+    "latopt.run",
 )
 
 

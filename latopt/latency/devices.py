@@ -46,6 +46,7 @@ class DeviceProfile:
     max_repeats: int = 300
     budget_s: float = 30.0
     stable_rel: float = 0.01
+    clock: str = "wall"  # "wall" (host clock) or "thread" (CPU time of the one inference thread; see timing.py)
     expected_gpu: str | None = None  # GPU name the live device must match (substring or glob)
     workspace_mib: int | None = None  # TensorRT builder workspace limit
     options: dict[str, Any] = field(default_factory=dict)  # backend-specific extras
@@ -99,6 +100,10 @@ def _from_dict(data: dict[str, Any], path: Path) -> DeviceProfile:
             _check(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, path,
                    f"{key} must be a positive number, not {v!r}")
             kw[key] = float(v)
+    _check(kw.get("clock", "wall") in ("wall", "thread"), path, f"clock must be 'wall' or 'thread', not {kw.get('clock')!r}")
+    _check(kw.get("clock", "wall") != "thread" or (kw.get("threads", 1) == 1 and kw.get("cuda_device") is None
+                                                   and kw.get("backend") != "tensorrt"), path,
+           "clock: thread measures the calling thread's CPU time, so it needs threads: 1 on a CPU backend")
     _check(kw.get("min_repeats", 30) <= kw.get("max_repeats", 300), path, "min_repeats > max_repeats")
     if kw.get("cuda_device") is not None:
         _check(isinstance(kw["cuda_device"], int) and kw["cuda_device"] >= 0, path,

@@ -49,7 +49,7 @@ class OrtRunner:
         self._x = ort.OrtValue.ortvalue_from_numpy(x, device, device_id)
         self._binding.bind_ortvalue_input(self.input_name, self._x)
         self._outs = []
-        for name, o in zip(self.output_names, outs):
+        for name, o in zip(self.output_names, outs, strict=True):
             v = ort.OrtValue.ortvalue_from_numpy(np.empty_like(o), device, device_id)
             self._binding.bind_ortvalue_output(name, v)
             self._outs.append(v)

@@ -1,7 +1,7 @@
 """PyTorch eager backend: CPU (host clock) or CUDA (CUDA events after synchronisation).
 
 ``profile.cuda_device`` set → CUDA: the module is copied to that GPU, each call synchronises, and
-:meth:`TorchRunner.time_ms` times one inference with a pair of CUDA events. Otherwise CPU eager with
+:meth:`TorchCudaRunner.time_ms` times one inference with a pair of CUDA events. Otherwise CPU eager with
 ``torch.set_num_threads(profile.threads)`` (process-wide). fp16 is CUDA-only. The runner works on a deep
 copy in eval mode under ``torch.inference_mode``; the caller's module is left untouched.
 """
@@ -41,24 +41,6 @@ class TorchRunner:
         if self.cuda:
             self.torch.cuda.synchronize(self.device)
 
-    def time_ms(self) -> float:
-        """One inference timed by the device: CUDA events on GPU, the host clock on CPU."""
-        if not self.cuda:
-            import time
-
-            t0 = time.perf_counter()
-            self()
-            return (time.perf_counter() - t0) * 1e3
-        torch = self.torch
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize(self.device)
-        with torch.inference_mode():
-            start.record()
-            self.module(self.x)
-            end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end))
-
     def run(self, x: np.ndarray) -> np.ndarray:
         torch = self.torch
         with torch.inference_mode():
@@ -68,6 +50,21 @@ class TorchRunner:
     def close(self) -> None:
         self.module = None
         self.x = None
+
+
+class TorchCudaRunner(TorchRunner):
+    """A CUDA runner: :meth:`time_ms` times one inference with a pair of CUDA events."""
+
+    def time_ms(self) -> float:
+        torch = self.torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(self.device)
+        with torch.inference_mode():
+            start.record()
+            self.module(self.x)
+            end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
 
 
 class TorchBackend:
@@ -82,7 +79,8 @@ class TorchBackend:
         if isinstance(model, (str, os.PathLike)):
             raise LatoptError(f"the torch backend (device {self.profile.name!r}) times nn.Modules, not ONNX files "
                               f"like {model}; use an onnxruntime or tensorrt device")
-        return TorchRunner(model, tuple(input_shape), self.device, self.dtype)
+        cls = TorchCudaRunner if self.device.type == "cuda" else TorchRunner
+        return cls(model, tuple(input_shape), self.device, self.dtype)
 
     def environment(self) -> dict[str, Any]:
         import torch

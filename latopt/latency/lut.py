@@ -1,0 +1,201 @@
+"""The per-block latency table (LUT): JSON with schema ``latopt.lut/1``.
+
+Public API::
+
+    LUT_SCHEMA = "latopt.lut/1"
+    BlockEntry, LUT                          dataclasses (fields below)
+    save_lut(lut, path) -> Path              atomic JSON write
+    load_lut(path, *, model=None, resolution=None, batch=None, device=None) -> LUT   LatoptError on mismatch
+    predict(lut, folded) -> float            ms of the network with ``folded`` blocks folded
+    costs(lut) -> dict[int, float]           c_l = max(0, t_asis − t_full) per foldable block
+    variant_times(lut, index) -> dict[str, float]   {"none", "full", ("expand_dw", "dw_project")}
+    default_lut_path(device, model, resolution, batch) -> Path   profiles/<device>/<model>-r<res>-b<batch>.json
+
+Times. ``BlockEntry.raw[v]`` are the measured statistics of block ``index`` in variant ``v`` ("none" =
+as-is), each timed alone at its real input shape. Summing isolated times over-predicts the network
+(each call pays launch overhead and NCHWc layout reorders of its input and output that the network
+does once; see profiler.py), so the profiler also measures the end-to-end networks (as-is and all
+foldable blocks folded) in the same interleaved run and calibrates: ``ms[v] = scale × raw[v].median``
+and ``fixed_ms = scale × (stem + head)``, with one ``scale`` fitted to the end-to-end networks
+(``calibration`` records the method, the scale and the uncalibrated errors). ``predict`` sums the
+calibrated times, so ``predict(lut, [])`` ≈ the as-is network and ``predict(lut, all)`` ≈ the folded one;
+``end_to_end`` stores the measured networks and the prediction error for each.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from latopt.artifacts import read_json, write_json_atomic
+from latopt.errors import LatoptError
+from latopt.latency.timing import TimingStats
+
+LUT_SCHEMA = "latopt.lut/1"
+VARIANTS = ("none", "full", "expand_dw", "dw_project")
+
+
+@dataclass
+class BlockEntry:
+    index: int
+    path: str
+    kind: str
+    input_shape: tuple[int, ...]
+    foldable: bool
+    reason: str
+    raw: dict[str, TimingStats]  # measured, per variant ("none" = as-is)
+    ms: dict[str, float]  # calibrated ms per variant (what predict sums)
+
+    @property
+    def c(self) -> float:
+        """c_l = max(0, t_asis − t_full); 0 for a block that cannot be folded."""
+        if not self.foldable or "full" not in self.ms:
+            return 0.0
+        return max(0.0, self.ms["none"] - self.ms["full"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "path": self.path, "kind": self.kind, "input_shape": list(self.input_shape),
+                "foldable": self.foldable, "reason": self.reason,
+                "raw": {v: s.to_dict() for v, s in self.raw.items()}, "ms": dict(self.ms), "c": self.c}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BlockEntry:
+        return cls(int(d["index"]), str(d["path"]), str(d["kind"]), tuple(int(s) for s in d["input_shape"]),
+                   bool(d["foldable"]), str(d.get("reason", "")),
+                   {str(v): TimingStats.from_dict(s) for v, s in d["raw"].items()},
+                   {str(v): float(t) for v, t in d["ms"].items()})
+
+
+@dataclass
+class LUT:
+    device: str
+    model: str
+    resolution: int
+    batch: int
+    blocks: list[BlockEntry]
+    fixed_ms: float  # calibrated stem + head (+ classifier)
+    fixed: dict[str, TimingStats] = field(default_factory=dict)  # measured "stem", "head"
+    end_to_end: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {plan, measured, predicted_ms, error}
+    calibration: dict[str, Any] = field(default_factory=dict)
+    backend: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
+    num_classes: int = 1000
+    fold_mode: str = "exact"
+    partial: bool = False
+    profiling_s: float = 0.0
+    call_overhead_ms: float | None = None
+    created: str = ""
+
+    def block(self, index: int) -> BlockEntry:
+        for b in self.blocks:
+            if b.index == index:
+                return b
+        raise LatoptError(f"block {index} is not in the LUT of {self.model} "
+                          f"(blocks 0..{len(self.blocks) - 1})")
+
+    def foldable(self) -> list[int]:
+        return [b.index for b in self.blocks if b.foldable]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": LUT_SCHEMA, "device": self.device, "backend": self.backend, "model": self.model,
+            "resolution": self.resolution, "batch": self.batch, "num_classes": self.num_classes,
+            "fold_mode": self.fold_mode, "partial": self.partial, "created": self.created,
+            "profiling_s": self.profiling_s, "call_overhead_ms": self.call_overhead_ms,
+            "calibration": self.calibration, "fixed_ms": self.fixed_ms,
+            "fixed": {k: s.to_dict() for k, s in self.fixed.items()},
+            "blocks": [b.to_dict() for b in self.blocks],
+            "costs": {str(k): v for k, v in costs(self).items()},
+            "end_to_end": self.end_to_end, "environment": self.environment,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LUT:
+        return cls(
+            device=str(d["device"]), model=str(d["model"]), resolution=int(d["resolution"]), batch=int(d["batch"]),
+            blocks=[BlockEntry.from_dict(b) for b in d["blocks"]], fixed_ms=float(d["fixed_ms"]),
+            fixed={k: TimingStats.from_dict(s) for k, s in d.get("fixed", {}).items()},
+            end_to_end=dict(d.get("end_to_end", {})), calibration=dict(d.get("calibration", {})),
+            backend=str(d.get("backend", "")), environment=dict(d.get("environment", {})),
+            num_classes=int(d.get("num_classes", 1000)), fold_mode=str(d.get("fold_mode", "exact")),
+            partial=bool(d.get("partial", False)), profiling_s=float(d.get("profiling_s", 0.0)),
+            call_overhead_ms=None if d.get("call_overhead_ms") is None else float(d["call_overhead_ms"]),
+            created=str(d.get("created", "")),
+        )
+
+
+def save_lut(lut: LUT, path: str | Path) -> Path:
+    return write_json_atomic(path, lut.to_dict())
+
+
+def load_lut(path: str | Path, *, model: str | None = None, resolution: int | None = None,
+             batch: int | None = None, device: str | None = None) -> LUT:
+    """Read a LUT; LatoptError when it is corrupt or was profiled for another model/resolution/batch/device."""
+    data = read_json(path, schema=LUT_SCHEMA, what="latency LUT")
+    try:
+        lut = LUT.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise LatoptError(f"latency LUT {path} is corrupt ({type(e).__name__}: {e}); "
+                          f"re-create it with latopt profile") from None
+    want = {"model": model, "resolution": resolution, "batch": batch, "device": device}
+    for key, expected in want.items():
+        have = getattr(lut, key)
+        if expected is not None and have != expected:
+            raise LatoptError(
+                f"latency LUT {path} was profiled for {key} {have!r}, not {expected!r}; run "
+                f"latopt profile --device {device or lut.device} --model {model or lut.model} "
+                f"--resolution {resolution or lut.resolution} --batch {batch or lut.batch}")
+    return lut
+
+
+def _plan(lut: LUT, folded: Iterable[int] | Mapping[int, str]) -> dict[int, str]:
+    if isinstance(folded, str):
+        if folded != "all":
+            raise LatoptError(f"fold set {folded!r}: give block indices, a {{index: variant}} map or 'all'")
+        return dict.fromkeys(lut.foldable(), "full")
+    plan = ({int(k): str(v) for k, v in folded.items()} if isinstance(folded, Mapping)
+            else dict.fromkeys((int(i) for i in folded), "full"))
+    for i, v in plan.items():
+        b = lut.block(i)
+        if v == "none":
+            continue
+        if not b.foldable:
+            raise LatoptError(f"block {i} ({b.path}) cannot be folded: {b.reason}")
+        if v not in b.ms:
+            hint = " (profile with --partial for partial variants)" if v in VARIANTS else ""
+            raise LatoptError(f"the LUT has no time for block {i} in variant {v!r}{hint}; "
+                              f"it has {sorted(b.ms)}")
+    return plan
+
+
+def predict(lut: LUT, folded: Iterable[int] | Mapping[int, str] | str) -> float:
+    """Predicted latency (ms) of the network with ``folded`` blocks folded.
+
+    ``folded``: block indices (full fold), ``{index: variant}`` (variants "full", "expand_dw",
+    "dw_project", or "none"), or "all".
+    """
+    plan = _plan(lut, folded)
+    return lut.fixed_ms + sum(b.ms[plan.get(b.index, "none")] for b in lut.blocks)
+
+
+def costs(lut: LUT) -> dict[int, float]:
+    """c_l = max(0, t_asis − t_full) (calibrated ms) for every foldable block."""
+    return {b.index: b.c for b in lut.blocks if b.foldable}
+
+
+def variant_times(lut: LUT, index: int) -> dict[str, float]:
+    """Calibrated ms of block ``index`` in every profiled variant ("none" = as-is)."""
+    return dict(lut.block(index).ms)
+
+
+def _slug(model: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_") or "model"
+
+
+def default_lut_path(device: str, model: str, resolution: int, batch: int) -> Path:
+    from latopt.latency.devices import profiles_dir
+
+    return profiles_dir() / device / f"{_slug(model)}-r{int(resolution)}-b{int(batch)}.json"
