@@ -1,0 +1,116 @@
+"""latopt export: ONNX + numeric gates + latency check on the CPU; refusals and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+
+from latopt.cli import main
+from latopt.errors import VerificationError
+from latopt.models import build_model, make_arch, save_checkpoint
+
+MODEL = "mobilenetv2_035"
+RES = 32
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    m = build_model(MODEL, num_classes=10)
+    for mod in m.modules():  # non-trivial BN statistics, so a wrong fold cannot pass by accident
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.3, 0.3)
+            mod.running_var.uniform_(0.5, 1.5)
+            mod.weight.data.uniform_(0.5, 1.0)
+            mod.bias.data.uniform_(-0.2, 0.2)
+    path = tmp_path_factory.mktemp("ckpt") / "base.pt"
+    save_checkpoint(path, m, make_arch(m, MODEL, 10), {"resolution": RES})
+    return path
+
+
+def _fast_device(tmp_path: Path) -> str:
+    """A copy of the cpu profile with a short timing budget (tests never assert on times)."""
+    import yaml
+
+    from latopt.latency.devices import profiles_dir
+
+    d = yaml.safe_load((profiles_dir() / "cpu.yaml").read_text())
+    d.update(name="cpu-test", warmup=2, min_repeats=5, max_repeats=10, budget_s=2)
+    p = tmp_path / "cpu-test.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return str(p)
+
+
+def test_export_fold_all_end_to_end(ckpt: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    rc = main(["export", "--checkpoint", str(ckpt), "--device", _fast_device(tmp_path), "--fold", "all",
+               "--samples", "8", "--out", str(out)])
+    assert rc == 0
+    rec = json.loads((out / "export.json").read_text())
+    assert rec["schema"] == "latopt.export/1"
+    names = [g["name"] for g in rec["gates"]]
+    assert any("float64" in n for n in names) and any("ONNX Runtime" in n for n in names)
+    assert all(g["passed"] and g["rel"] <= g["tol"] for g in rec["gates"])
+    assert len(rec["folded"]) >= 10
+    m = onnx.load(str(out / "model.onnx"))
+    onnx.checker.check_model(m, full_check=True)
+    assert m.opset_import[0].version >= 17
+    blocks = json.loads(next(p.value for p in m.metadata_props if p.key == "latopt.blocks"))
+    assert blocks["1"]["folded"] == "full"
+    assert any(n.name.startswith("b01/") for n in m.graph.node)
+    lat = rec["latency"]
+    assert lat["as_is_ms"] > 0 and lat["folded_ms"] > 0 and lat["speedup"] > 0
+    assert "Speed-up" in (out / "REPORT.md").read_text()
+
+
+def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import latopt.fold as fold_pkg
+    from latopt.export import export
+    from latopt.fold import FoldedBlock
+
+    real = fold_pkg.fold_blocks
+
+    def corrupted(model, blocks, mode="exact", input_size=None):  # type: ignore[no-untyped-def]
+        out = real(model, blocks, mode=mode, input_size=input_size)
+        fb = next(m for m in out.modules() if isinstance(m, FoldedBlock))
+        conv = next(m for m in fb.modules() if isinstance(m, torch.nn.Conv2d))
+        with torch.no_grad():
+            conv.weight[0, 0, 1, 1] += 0.05  # one wrong tap
+        return out
+
+    monkeypatch.setattr(fold_pkg, "fold_blocks", corrupted)
+    out = tmp_path / "bad"
+    with pytest.raises(VerificationError, match="numeric gate failed"):
+        export(ckpt, _fast_device(tmp_path), out, fold="all", samples=4, measure=False, progress=False)
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bad")]
+
+
+def test_bad_inputs_are_one_line_exit_2(ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    junk = tmp_path / "junk.pt"
+    torch.save({"weights": torch.zeros(3)}, junk)
+    text = tmp_path / "text.pt"
+    text.write_text("not a checkpoint")
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    cases = [
+        ["--checkpoint", str(junk), "--fold", "all"],
+        ["--checkpoint", str(text), "--fold", "all"],
+        ["--checkpoint", str(tmp_path / "missing.pt")],
+        ["--checkpoint", str(ckpt), "--fold", "all", "--out", str(a_file)],
+        ["--checkpoint", str(ckpt), "--fold", "x,y"],
+        ["--checkpoint", str(ckpt), "--fold", "all", "--format", "engine", "--device", "gpu-trt-fp16"],
+        ["--checkpoint", str(ckpt), "--fold", "all", "--format", "engine", "--device", "cpu"],
+    ]
+    for extra in cases:
+        out = tmp_path / "o"
+        args = ["export", "--no-measure", *extra] + ([] if "--out" in extra else ["--out", str(out)])
+        assert main(args) == 2, extra
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, (extra, err)
+        assert not out.exists(), extra
+    assert a_file.read_text() == "x"
