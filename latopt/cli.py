@@ -21,6 +21,7 @@ from latopt.errors import LatoptError
 COMMAND_MODULES: tuple[str, ...] = (
     "latopt.inspection",
     "latopt.latency.profiler",
+    "latopt.train",
     "latopt.search.cli",
     "latopt.export",
     "latopt.run",

@@ -1,0 +1,444 @@
+"""Layer Folding on a trained model: pre-fold (σ_α + compression loss), fold at τ, check, post-fold.
+
+Public API::
+
+    CompressionLoss(model, alphas, costs=None, variant_times=None, p=2.0)   L_c as an nn.Module-free callable
+    prefold(cfg, base_model, task, *, costs, lambda_c, p, granularity, distill, progress,
+            variant_times=None, seed=0) -> nn.Module
+    plan_from_alphas(alphas, tau) -> {block index: variant}
+    fold_and_finetune(cfg, prefolded, task, *, tau, mode, lut=None, progress=True, teacher=None, seed=0)
+        -> (folded nn.Module, info dict)
+    run_fold(cfg, base_checkpoint, out_dir, *, lut=None, lambda_c, tau, p, granularity="block",
+             distill=False, progress=True, mode=None, seed=0, task=None) -> report dict
+    format_summary(report) -> str;  format_report(report) -> str
+
+**Compression loss.** q = α^p. For a block l with fold variants v ∈ {none, full[, expand_dw, dw_project]}
+of times t_l(v), the α's of the block give a distribution P_l(v): one shared α → P(full) = q,
+P(none) = 1 − q; one α per activation (a1 after the expansion, a2 after the depthwise) →
+P(full) = q1·q2, P(expand_dw) = q1(1 − q2), P(dw_project) = (1 − q1)q2, P(none) = (1 − q1)(1 − q2).
+L_c = Σ_l (E_l − b_l) / Σ_l (t_l(none) − b_l) with E_l = Σ_v P_l(v)·t_l(v) and b_l = min_v t_l(v).
+For a shared α with t_l(full) ≤ t_l(none) this is exactly the paper's Σ_l c_l(1 − q_l) / Σ_l c_l with
+c_l = t_l(none) − t_l(full). Times come from the LUT (``costs()`` for blocks, ``variant_times()`` per
+activation); without a LUT, t(none) = 1, t(full) = 0 and each partial variant 0.5 — then L_c is the
+mean of (1 − q) over activations. A block none of whose variants is faster than as-is (c_l = 0) has its
+α frozen at 0: folding it would not pay on that device.
+
+**Optimisation.** The weights use cfg.train's optimizer at ``fold.lr`` (cosine); the α's have their
+own Adam at ``fold.alpha_lr`` (constant, no weight decay) — near α = 0 the gradient of L_c vanishes for
+p > 1 (by design), so a scale-free optimizer is what lets the task gradient move α at all — and every
+α is clipped to [0, 1] after each step. ``distill`` adds w·T²·KL(base ‖ student) at temperature T.
+
+**Unfolded α (a decision).** The paper folds the activations with α ≥ τ and says nothing about the
+rest. With ``fold.unfolded_alpha: zero`` (default) every activation that is *not* folded gets α = 0
+back, i.e. it is exactly the original ReLU/ReLU6 again, and its α is frozen during post-fold: the
+network then has the architecture the latency LUT timed (an as-is block is a plain activation, not a
+(1 − α)σ(x) + αx with an extra multiply-add), and export can drop σ_α at α = 0. The snap changes the
+function a little (the pre-fold α's are bimodal, so mostly by < 0.1 per activation); "acc.folded"
+(before fine-tune) includes that change and post-fold fine-tuning repairs it. ``keep`` leaves the
+learned α's in place (frozen), preserving the pre-fold function exactly.
+
+**Fold check.** The folded network is compared with ``linearize`` of the same (snapped) σ_α network,
+i.e. the folded activations at α = 1 (``verify_fold``, random inputs at the config resolution); in
+exact mode a relative error above ``fold.max_fold_error`` raises VerificationError. In paper mode the
+border ring differs by design: the numbers are reported, not enforced.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from latopt.artifacts import atomic_dir, seed_everything, write_json_atomic, write_text_atomic
+from latopt.config import GRANULARITIES, RunConfig, validate_fold_params, write_config
+from latopt.data import Task, make_loaders
+from latopt.errors import LatoptError, VerificationError
+from latopt.train import data_meta, evaluate, fit, load_task, make_optimizer, make_scheduler, model_cost
+
+REPORT_SCHEMA = "latopt.fold_report/1"
+FOLDED_CHECKPOINT = "folded.pt"
+UNIFORM_TIMES = {"none": 1.0, "full": 0.0, "expand_dw": 0.5, "dw_project": 0.5}
+
+
+class CompressionLoss:
+    """L_c over the α's of ``alphas`` ({block index: [α params]}), normalised to [0, 1] (see module doc)."""
+
+    def __init__(self, alphas: Mapping[int, list[nn.Parameter]], *, p: float,
+                 variant_times: Mapping[int, Mapping[str, float]]) -> None:
+        self.p = float(p)
+        self.terms: list[tuple[list[nn.Parameter], dict[str, float], float]] = []
+        self.frozen: list[int] = []
+        denom = 0.0
+        for i, params in sorted(alphas.items()):
+            t = dict(variant_times[i])
+            if len(params) == 1:
+                t = {"none": t["none"], "full": t["full"]}
+            elif len(params) != 2 or not {"expand_dw", "dw_project"} <= t.keys():
+                raise LatoptError(f"block {i}: per-activation α needs the times of the partial fold variants; "
+                                  "profile with partial variants or use --granularity block")
+            best = min(t.values())
+            if t["none"] - best <= 0:
+                self.frozen.append(i)
+                for a in params:
+                    a.requires_grad_(False)
+                    with torch.no_grad():
+                        a.zero_()
+                continue
+            self.terms.append((list(params), t, best))
+            denom += t["none"] - best
+        self.denom = denom
+
+    def __call__(self) -> torch.Tensor:
+        if not self.terms:
+            return torch.zeros(())
+        total = torch.zeros(())
+        for params, t, best in self.terms:
+            q = [a.clamp(0.0, 1.0) ** self.p for a in params]
+            if len(q) == 1:
+                probs = {"full": q[0], "none": 1 - q[0]}
+            else:
+                q1, q2 = q
+                probs = {"full": q1 * q2, "expand_dw": q1 * (1 - q2), "dw_project": (1 - q1) * q2,
+                         "none": (1 - q1) * (1 - q2)}
+            total = total + sum(probs[v] * (t[v] - best) for v in probs)
+        return total / self.denom
+
+
+def block_variant_times(blocks: list[int], *, costs: Mapping[int, float] | None = None,
+                        lut: Any = None, granularity: str = "block") -> dict[int, dict[str, float]]:
+    """Per-block variant times for :class:`CompressionLoss` (uniform without ``costs``/``lut``)."""
+    out: dict[int, dict[str, float]] = {}
+    if granularity == "activation" and lut is not None:
+        from latopt.latency.lut import variant_times
+
+        for i in blocks:
+            out[i] = dict(variant_times(lut, i))
+        return out
+    for i in blocks:
+        if costs is None:
+            out[i] = dict(UNIFORM_TIMES)
+        else:
+            out[i] = {"none": float(costs.get(i, 0.0)), "full": 0.0}
+    return out
+
+
+def _distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    t = temperature
+    return F.kl_div(F.log_softmax(student / t, 1), F.log_softmax(teacher / t, 1), log_target=True,
+                    reduction="batchmean") * t * t
+
+
+def _task_loss(cfg: RunConfig, teacher: nn.Module | None):
+    ls, w, temp = cfg.train.label_smoothing, cfg.fold.distill_weight, cfg.fold.temperature
+
+    def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = model(x)
+        ce = F.cross_entropy(logits, y, label_smoothing=ls)
+        if teacher is None:
+            return ce, logits
+        with torch.no_grad():
+            t_logits = teacher(x)
+        return (1 - w) * ce + w * _distill_loss(logits, t_logits, temp), logits
+
+    return loss
+
+
+def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping[int, float] | None,
+            lambda_c: float, p: float, granularity: str, distill: bool, progress: bool = True,
+            lut: Any = None, seed: int = 0) -> nn.Module:
+    """σ_α in every foldable block (α = 0), then train with L_task + λ_c·L_c; returns the new model.
+
+    ``costs`` = {block: c_l} (block granularity; None = uniform); ``lut`` gives the variant times for
+    ``granularity="activation"``. ``base_model`` is not modified (it is the distillation teacher)."""
+    from latopt.fold import alpha_parameters, clamp_alphas_, install_alpha
+
+    validate_fold_params(lambda_c, cfg.fold.tau, p)
+    if granularity not in GRANULARITIES:
+        raise LatoptError(f"granularity must be one of {', '.join(GRANULARITIES)}, not {granularity!r}")
+    model = copy.deepcopy(base_model)
+    alphas = install_alpha(model, "all", granularity)
+    if not alphas:
+        raise LatoptError("the model has no foldable block; nothing to pre-fold")
+    times = block_variant_times(sorted(alphas), costs=costs, lut=lut, granularity=granularity)
+    comp = CompressionLoss(alphas, p=p, variant_times=times)
+    teacher = None
+    if distill:
+        teacher = copy.deepcopy(base_model).eval()
+        for q in teacher.parameters():
+            q.requires_grad_(False)
+    alpha_ids = {id(a) for a in alpha_parameters(model)}
+    weights = [q for q in model.parameters() if id(q) not in alpha_ids and q.requires_grad]
+    trainable_alphas = [a for a in alpha_parameters(model) if a.requires_grad]
+    f = cfg.fold
+    seed_everything(seed)
+    train_loader, val_loader, _ = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
+    optimizer = make_optimizer([{"params": weights}], cfg.train, f.lr)
+    scheduler = make_scheduler(optimizer, cfg.train, f.epochs, len(train_loader))
+    extra = (torch.optim.Adam(trainable_alphas, lr=f.alpha_lr),) if trainable_alphas else ()
+    task_loss = _task_loss(cfg, teacher)
+
+    def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
+        lt, logits = task_loss(m, x, y)
+        lc = comp()
+        return lt + lambda_c * lc, logits, {"L_c": float(lc.detach())}
+
+    history = fit(model, train_loader, f.epochs, optimizer, scheduler, step_loss, val_loader=val_loader,
+                  progress=progress, desc="pre-fold", after_step=lambda: clamp_alphas_(model),
+                  extra_optimizers=extra)
+    model.latopt_prefold = {"history": history, "frozen": comp.frozen,  # type: ignore[attr-defined]
+                            "variant_times": {str(i): t for i, t in times.items()}}
+    return model
+
+
+def plan_from_alphas(alphas: Mapping[int, list[float]], tau: float) -> dict[int, str]:
+    """Fold plan: shared α ≥ τ → full; per activation: both → full, only a1 → expand_dw, only a2 → dw_project."""
+    plan: dict[int, str] = {}
+    for i, vals in sorted(alphas.items()):
+        hit = [v >= tau for v in vals]
+        if len(vals) == 1 and hit[0]:
+            plan[i] = "full"
+        elif len(vals) == 2:
+            if all(hit):
+                plan[i] = "full"
+            elif hit[0]:
+                plan[i] = "expand_dw"
+            elif hit[1]:
+                plan[i] = "dw_project"
+    return plan
+
+
+@torch.no_grad()
+def _snap_unfolded_(model: nn.Module, plan: Mapping[int, str]) -> int:
+    """Set to 0 the α of every activation the plan does not remove; returns how many were changed."""
+    from latopt.blocks import find_blocks
+    from latopt.fold import AlphaActivation
+
+    changed = 0
+    for b in find_blocks(model):
+        v = plan.get(b.index)
+        removed = () if v is None else (b.acts if v == "full" else
+                                        (b.acts[0],) if v == "expand_dw" else (b.acts[1],))
+        for path in b.acts:
+            m = model.get_submodule(path)
+            if path not in removed and isinstance(m, AlphaActivation) and float(m.alpha) != 0.0:
+                if m.granularity == "block" and v is not None:
+                    continue  # a shared α of a folded block also drives the removed activation
+                m.alpha.zero_()
+                changed += 1
+    return changed
+
+
+def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: float, mode: str,
+                      lut: Any = None, progress: bool = True, teacher: nn.Module | None = None,
+                      seed: int = 0) -> tuple[nn.Module, dict[str, Any]]:
+    """Fold every activation with α ≥ τ, check the fold, fine-tune; returns (folded model, info)."""
+    from latopt.fold import alpha_parameters, fold_blocks, get_alphas, linearize, verify_fold
+
+    res = cfg.data.resolution
+    alphas = get_alphas(prefolded)
+    plan = plan_from_alphas(alphas, tau)
+    snapped = copy.deepcopy(prefolded)
+    n_snapped = _snap_unfolded_(snapped, plan) if cfg.fold.unfolded_alpha == "zero" else 0
+    t0 = time.perf_counter()
+    reference = linearize(snapped, plan)
+    folded = fold_blocks(snapped, plan, mode=mode, input_size=(res, res))
+    check = verify_fold(reference, folded, (res, res), seed=seed)
+    check = {k: v for k, v in check.items() if k != "per_block"} | {
+        "per_block": {str(k): v for k, v in check["per_block"].items()}, "mode": mode,
+        "limit": cfg.fold.max_fold_error if mode == "exact" else None}
+    check["passed"] = mode != "exact" or check["max_rel"] <= cfg.fold.max_fold_error
+    if not check["passed"]:
+        raise VerificationError(f"folded network differs from the linearised σ_α network: max abs "
+                                f"{check['max_abs']:.3g}, max rel {check['max_rel']:.3g} > {cfg.fold.max_fold_error}")
+    fold_seconds = time.perf_counter() - t0
+    train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
+    acc = {"linearized": evaluate(reference, test_loader), "folded": evaluate(folded, test_loader)}
+    val = {"folded": evaluate(folded, val_loader)}
+    for a in alpha_parameters(folded):  # unfolded activations stay as they are (see module doc)
+        a.requires_grad_(False)
+    f = cfg.fold
+    t1 = time.perf_counter()
+    history: list[dict[str, float]] = []
+    if f.post_epochs > 0 and f.post_lr > 0:
+        seed_everything(seed + 1)
+        params = [q for q in folded.parameters() if q.requires_grad]
+        optimizer = make_optimizer([{"params": params}], cfg.train, f.post_lr)
+        scheduler = make_scheduler(optimizer, cfg.train, f.post_epochs, len(train_loader))
+        task_loss = _task_loss(cfg, teacher)
+
+        def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
+            loss, logits = task_loss(m, x, y)
+            return loss, logits, {}
+
+        history = fit(folded, train_loader, f.post_epochs, optimizer, scheduler, step_loss,
+                      val_loader=val_loader, progress=progress, desc="post-fold")
+    acc["finetuned"] = evaluate(folded, test_loader)
+    val["finetuned"] = evaluate(folded, val_loader)
+    info = {"alphas": alphas, "plan": plan, "snapped": n_snapped, "fold_check": check, "acc": acc, "val": val,
+            "postfold_history": history, "seconds": {"fold": fold_seconds, "postfold": time.perf_counter() - t1}}
+    return folded, info
+
+
+def _load_lut(lut: Any, model_name: str, resolution: int) -> Any:
+    if lut is None or not isinstance(lut, (str, Path)):
+        return lut
+    from latopt.latency.lut import load_lut
+
+    if not Path(lut).is_file():
+        raise LatoptError(f"LUT {lut} does not exist; create it with `latopt profile` or omit --lut")
+    return load_lut(lut, model=model_name, resolution=resolution)
+
+
+def _check_base(cfg: RunConfig, base_checkpoint: str | Path) -> tuple[nn.Module, dict, dict]:
+    from latopt.models import load_checkpoint
+
+    if not Path(base_checkpoint).is_file():
+        raise LatoptError(f"base checkpoint {base_checkpoint} does not exist; train one with `latopt train`")
+    model, arch, meta = load_checkpoint(base_checkpoint, expect_model=cfg.model.name)
+    if arch.get("alpha") or arch.get("fold"):
+        raise LatoptError(f"checkpoint {base_checkpoint} is already pre-folded/folded; give the base checkpoint")
+    want = data_meta(cfg)
+    got = {k: meta.get(k) for k in want}
+    if any(v is not None and v != want[k] for k, v in got.items()):
+        raise LatoptError(f"base checkpoint {base_checkpoint} was trained on {got} but the config says {want}; "
+                          "fold with the base model's data settings (the test split must be the same)")
+    return model, arch, meta
+
+
+def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, lut: Any = None,
+             lambda_c: float, tau: float, p: float, granularity: str = "block", distill: bool = False,
+             progress: bool = True, mode: str | None = None, seed: int = 0, task: Task | None = None
+             ) -> dict[str, Any]:
+    """Pre-fold → fold → check → post-fold; writes folded.pt, report.json/.txt, config.yaml; returns the report."""
+    from latopt.blocks import find_blocks
+    from latopt.models import load_checkpoint, make_arch, save_checkpoint
+
+    validate_fold_params(lambda_c, tau, p)
+    mode = mode or cfg.fold.mode
+    cfg = cfg.with_overrides({"fold.lambda_c": lambda_c, "fold.tau": tau, "fold.p": p, "fold.mode": mode,
+                              "fold.granularity": granularity, "fold.distill": distill,
+                              "lut": str(lut) if isinstance(lut, (str, Path)) else None})
+    base, arch, _meta = _check_base(cfg, base_checkpoint)
+    task = task or load_task(cfg)
+    if int(arch["num_classes"]) != task.num_classes:
+        raise LatoptError(f"base checkpoint has {arch['num_classes']} classes, task {task.name!r} has {task.num_classes}")
+    lut_obj = _load_lut(lut, arch["model"], cfg.data.resolution)
+    costs = None
+    if lut_obj is not None:
+        from latopt.latency.lut import costs as lut_costs
+
+        costs = lut_costs(lut_obj)
+    t_start = time.perf_counter()
+    _, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
+    base.eval()
+    acc = {"base": evaluate(base, test_loader)}
+    val = {"base": evaluate(base, val_loader)}
+    pre = prefold(cfg, base, task, costs=costs, lambda_c=lambda_c, p=p, granularity=granularity,
+                  distill=distill, progress=progress, lut=lut_obj, seed=seed)
+    t_pre = time.perf_counter() - t_start
+    acc["prefold"], val["prefold"] = evaluate(pre, test_loader), evaluate(pre, val_loader)
+    teacher = copy.deepcopy(base).eval() if distill else None
+    folded, info = fold_and_finetune(cfg, pre, task, tau=tau, mode=mode, lut=lut_obj, progress=progress,
+                                     teacher=teacher, seed=seed)
+    acc |= info["acc"]
+    val |= info["val"]
+    foldable = [b.index for b in find_blocks(base) if b.foldable]
+    trainable = [v for i, vs in info["alphas"].items() if i not in pre.latopt_prefold["frozen"] for v in vs]
+    cost_base, cost_folded = model_cost(base, cfg.data.resolution), model_cost(folded, cfg.data.resolution)
+    latency = {"asis": None, "folded": None}
+    if lut_obj is not None:
+        from latopt.latency.lut import predict
+
+        latency = {"asis": predict(lut_obj, {}), "folded": predict(lut_obj, info["plan"])}
+    out_dir = Path(out_dir)
+    report: dict[str, Any] = {
+        "schema": REPORT_SCHEMA, "model": arch["model"], "task": task.name, "resolution": cfg.data.resolution,
+        "seed": seed, "base_checkpoint": str(base_checkpoint),
+        "params_fold": {"lambda_c": lambda_c, "tau": tau, "p": p, "granularity": granularity, "distill": distill,
+                        "mode": mode, "unfolded_alpha": cfg.fold.unfolded_alpha,
+                        "lut": str(lut) if isinstance(lut, (str, Path)) else None},
+        "costs": None if costs is None else {str(k): v for k, v in costs.items()},
+        "frozen": pre.latopt_prefold["frozen"],
+        "alphas": {str(k): v for k, v in info["alphas"].items()},
+        "alpha_mid_fraction": (sum(0.1 < v < 0.9 for v in trainable) / len(trainable)) if trainable else 0.0,
+        "folded": {str(k): v for k, v in info["plan"].items()},
+        "n_foldable": len(foldable), "n_folded": len(info["plan"]),
+        "n_folded_full": sum(v == "full" for v in info["plan"].values()),
+        "snapped_alphas": info["snapped"],
+        "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"],
+        "flops": {"base": cost_base["flops"], "folded": cost_folded["flops"]},
+        "params": {"base": cost_base["params"], "folded": cost_folded["params"]},
+        "latency_pred_ms": latency, "fold_check": info["fold_check"],
+        "history": {"prefold": pre.latopt_prefold["history"], "postfold": info["postfold_history"]},
+        "seconds": {"prefold": t_pre, **info["seconds"], "total": time.perf_counter() - t_start},
+        "checkpoint": str(out_dir / FOLDED_CHECKPOINT),
+    }
+    folded_arch = make_arch(folded, arch["model"], arch["num_classes"])
+    with atomic_dir(out_dir) as tmp:
+        save_checkpoint(tmp / FOLDED_CHECKPOINT, folded, folded_arch,
+                        {**data_meta(cfg), "seed": seed, "acc": acc, "val": val, "plan": report["folded"]})
+        reloaded, _, _ = load_checkpoint(tmp / FOLDED_CHECKPOINT)
+        x, _ = next(iter(test_loader))
+        folded.eval()
+        reloaded.eval()
+        with torch.no_grad():
+            ref = folded(x)
+            diff = float((reloaded(x) - ref).abs().max())
+        if diff > 1e-6 * max(1.0, float(ref.abs().max())):
+            raise VerificationError(f"the saved folded checkpoint does not reproduce the model (max abs {diff:.3g})")
+        report["reload_max_abs"] = diff
+        write_json_atomic(tmp / "report.json", report)
+        write_text_atomic(tmp / "report.txt", format_report(report))
+        write_config(cfg, tmp / "config.yaml")
+    return report
+
+
+def format_summary(r: Mapping[str, Any]) -> str:
+    a = r["acc"]
+    lat = r["latency_pred_ms"]
+    lat_s = f", LUT latency {lat['asis']:.3f} → {lat['folded']:.3f} ms" if lat.get("asis") is not None else ""
+    return (f"folded {r['n_folded']}/{r['n_foldable']} blocks; test acc base {a['base']:.4f}, pre-fold "
+            f"{a['prefold']:.4f}, folded {a['folded']:.4f}, fine-tuned {a['finetuned']:.4f}; FLOPs "
+            f"{r['flops']['base'] / 1e6:.2f} → {r['flops']['folded'] / 1e6:.2f} M{lat_s}; wrote {r['checkpoint']}")
+
+
+def format_report(r: Mapping[str, Any]) -> str:
+    pf = r["params_fold"]
+    lines = [f"latopt fold report: {r['model']} on {r['task']} @ {r['resolution']}px, seed {r['seed']}",
+             f"lambda_c {pf['lambda_c']}  tau {pf['tau']}  p {pf['p']}  granularity {pf['granularity']}  "
+             f"mode {pf['mode']}  distill {pf['distill']}  unfolded alpha {pf['unfolded_alpha']}  lut {pf['lut']}",
+             "", f"{'block':>5}  {'c_l':>8}  {'alpha':<16} folded"]
+    costs = r["costs"] or {}
+    for k, vals in r["alphas"].items():
+        c = costs.get(k)
+        c_s = "1 (uniform)" if not costs else f"{c:.4f}" if c is not None else "-"
+        frozen = " (frozen)" if int(k) in r["frozen"] else ""
+        lines.append(f"{k:>5}  {c_s:>8}  {' '.join(f'{v:.3f}' for v in vals):<16} "
+                     f"{r['folded'].get(k, '-')}{frozen}")
+    a, v = r["acc"], r["val"]
+    lines += ["", f"folded {r['n_folded']}/{r['n_foldable']} foldable blocks ({r['n_folded_full']} full); "
+              f"alpha in (0.1, 0.9): {100 * r['alpha_mid_fraction']:.1f} %",
+              f"{'accuracy':<22} {'test':>8} {'val':>8}"]
+    for key, name in (("base", "base"), ("prefold", "pre-fold (sigma_alpha)"), ("folded", "folded, before FT"),
+                      ("finetuned", "folded, fine-tuned")):
+        lines.append(f"{name:<22} {a[key]:>8.4f} {v[key]:>8.4f}")
+    fc = r["fold_check"]
+    lines += [f"linearised reference test acc {a['linearized']:.4f}; fold check ({fc['mode']}): max abs "
+              f"{fc['max_abs']:.3g}, max rel {fc['max_rel']:.3g}" + (f" (limit {fc['limit']})" if fc["limit"] else
+                                                                    " (border differs by design)"),
+              f"FLOPs  {r['flops']['base']:,} → {r['flops']['folded']:,}",
+              f"params {r['params']['base']:,} → {r['params']['folded']:,}"]
+    lat = r["latency_pred_ms"]
+    if lat.get("asis") is not None:
+        lines.append(f"LUT-predicted latency {lat['asis']:.4f} ms → {lat['folded']:.4f} ms "
+                     f"({lat['asis'] / lat['folded']:.3f}x)")
+    else:
+        lines.append("LUT-predicted latency: no LUT given")
+    lines.append(f"checkpoint {r['checkpoint']}")
+    return "\n".join(lines) + "\n"
