@@ -124,9 +124,10 @@ def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mod
     elif variant == "dw_project":
         _set_conv(fb.expand, w1, b1, like)
     if fb.bias_map is not None:
-        full = compose.bias_map(ac, in_size)
+        delta = compose.bias_map(ac, in_size) - ac.interior_bias[:, None, None]
+        delta[:, ~compose.border_mask(in_size, block.kernel, block.stride, block.padding)] = 0.0  # exactly
         with torch.no_grad():
-            fb.bias_map.copy_((full - ac.interior_bias[:, None, None])[None].to(like.dtype))
+            fb.bias_map.copy_(delta[None].to(like.dtype))
     fb.train(model.training)
     return fb
 
