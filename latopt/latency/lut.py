@@ -14,16 +14,17 @@ Public API::
 Times. ``BlockEntry.raw[v]`` are the measured statistics of block ``index`` in variant ``v`` ("none" =
 as-is), each timed alone at its real input shape. Summing isolated times over-predicts the network
 (each call pays launch overhead and NCHWc layout reorders of its input and output that the network
-does once; see profiler.py), so the profiler also measures the end-to-end networks (as-is and all
-foldable blocks folded) in the same interleaved run and calibrates: ``ms[v] = scale × raw[v].median``
-and ``fixed_ms = scale × (stem + head)``, with one ``scale`` fitted to the end-to-end networks
-(``calibration`` records the method, the scale and the uncalibrated errors). ``predict`` sums the
-calibrated times, so ``predict(lut, [])`` ≈ the as-is network and ``predict(lut, all)`` ≈ the folded one;
-``end_to_end`` stores the measured networks and the prediction error for each.
+does once; see profiler.py), so the profiler also measures end-to-end networks in the same interleaved
+run and calibrates (:func:`calibrate`): ``ms[v] = scales[v] × raw[v].median`` and
+``fixed_ms = scales["none"] × (stem + head)``. ``scales["none"]`` makes the as-is network exact;
+``scales[v]`` for a fold variant makes the network with every block in variant ``v`` exact. ``predict``
+sums the calibrated times; ``end_to_end`` stores every measured network with its prediction error,
+including a held-out fold set that was not used for the fit (``"calibration": false``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -189,6 +190,43 @@ def costs(lut: LUT) -> dict[int, float]:
 def variant_times(lut: LUT, index: int) -> dict[str, float]:
     """Calibrated ms of block ``index`` in every profiled variant ("none" = as-is)."""
     return dict(lut.block(index).ms)
+
+
+def calibrate(raw: Mapping[int, Mapping[str, float]], fixed_raw: float,
+              nets: Mapping[str, tuple[Mapping[int, str], float]]) -> tuple[dict[str, float], list[str]]:
+    """Per-variant scales mapping isolated medians to in-network time, fitted to end-to-end networks.
+
+    ``raw[i][v]``: isolated median (ms) of block ``i`` in variant ``v``; ``fixed_raw``: stem + head;
+    ``nets[name] = (plan, measured_ms)``. The network with the empty plan fixes ``scales["none"]``
+    (fixed parts and unfolded blocks); each network whose plan uses one variant ``v`` fixes ``scales[v]``
+    given ``scales["none"]``. A variant without such a network takes ``scales["full"]`` (else "none").
+    A fitted ratio outside [0.5, 2] × scales["none"] is clipped (noted): it would mean the measurement is
+    broken, not that the device is. Returns (scales, notes).
+    """
+    notes: list[str] = []
+    asis = [m for plan, m in nets.values() if not plan]
+    if not asis:
+        raise LatoptError("cannot calibrate the LUT: the as-is network was not measured")
+    s_none = asis[0] / (fixed_raw + sum(r["none"] for r in raw.values()))
+    scales = {"none": s_none}
+    for name, (plan, measured) in nets.items():
+        variants = set(plan.values())
+        if len(variants) != 1:
+            continue
+        (v,) = variants
+        folded = sum(raw[i][v] for i in plan)
+        rest = fixed_raw + sum(r["none"] for i, r in raw.items() if i not in plan)
+        s = (measured - s_none * rest) / folded if folded > 0 else float("nan")
+        if not math.isfinite(s) or not 0.5 * s_none <= s <= 2.0 * s_none:
+            clipped = s_none if not math.isfinite(s) else min(max(s, 0.5 * s_none), 2.0 * s_none)
+            notes.append(f"scale for {v!r} from network {name!r} was {s:.3f}, clipped to {clipped:.3f}")
+            s = clipped
+        scales[v] = s
+    for v in VARIANTS[1:]:
+        if v not in scales and any(v in r for r in raw.values()):
+            scales[v] = scales.get("full", s_none)
+            notes.append(f"no end-to-end network for {v!r}: uses the {'full' if 'full' in scales else 'none'} scale")
+    return scales, notes
 
 
 def _slug(model: str) -> str:

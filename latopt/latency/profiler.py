@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import math
 import sys
 import time
 from collections.abc import Mapping
@@ -40,7 +39,7 @@ from typing import Any
 
 from latopt.errors import LatoptError
 from latopt.latency.devices import DeviceProfile, load_device
-from latopt.latency.lut import LUT, BlockEntry, default_lut_path, predict, save_lut
+from latopt.latency.lut import LUT, BlockEntry, calibrate, default_lut_path, predict, save_lut
 from latopt.latency.timing import TimingStats, compare
 
 
@@ -92,12 +91,25 @@ def _close(objs: Any) -> None:
             c()
 
 
-def calibration_scale(raw_sums: Mapping[str, float], measured: Mapping[str, float]) -> float:
-    """One factor mapping summed isolated times to end-to-end times: geometric mean of the ratios."""
-    logs = [math.log(measured[k] / raw_sums[k]) for k in measured if raw_sums.get(k, 0) > 0 and measured[k] > 0]
-    if not logs:
-        raise LatoptError("cannot calibrate the LUT: no end-to-end network was measured")
-    return math.exp(sum(logs) / len(logs))
+HELD_OUT = "held-out"
+
+
+def calibration_plans(blocks: Any, partial: bool) -> dict[str, dict[int, str]]:
+    """The end-to-end networks timed with the parts: as-is, all folded (and all in each partial variant
+    with ``partial``) for the calibration, and the second half of the foldable blocks folded, held out."""
+    foldable = [b.index for b in blocks if b.foldable]
+    plans: dict[str, dict[int, str]] = {"asis": {}}
+    if not foldable:
+        return plans
+    plans["full"] = dict.fromkeys(foldable, "full")
+    if partial:
+        for v in ("expand_dw", "dw_project"):
+            plan = {b.index: v for b in blocks if v in b.variants}
+            if plan:
+                plans[f"all-{v}"] = plan
+    if len(foldable) >= 2:
+        plans[HELD_OUT] = dict.fromkeys(foldable[len(foldable) // 2:], "full")
+    return plans
 
 
 def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: int, batch: int = 1,
@@ -134,10 +146,10 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: 
             for v in (b.variants if partial else b.variants[:1]):
                 parts[f"{b.index}:{v}"] = (fold_block_module(model, b, v, fold_mode, tuple(shape[-2:]),
                                                              net_input_size=(R, R)), shape)
+        plans = calibration_plans(blocks, partial)
+        nets = {k: (model if not plan else fold_blocks(model, plan, fold_mode, (R, R)), plan)
+                for k, plan in plans.items()}
         foldable = [b.index for b in blocks if b.foldable]
-        nets: dict[str, tuple[Any, dict[int, str]]] = {"asis": (model, {})}
-        if foldable:
-            nets["full"] = (fold_blocks(model, "all", fold_mode, (R, R)), dict.fromkeys(foldable, "full"))
         n_mod = len(parts) + len(nets) + 1
         _log(progress, f"{model_name} @{R} batch {batch} on {device.name} ({backend.name}): {len(blocks)} blocks "
                        f"({len(foldable)} foldable); exporting/preparing {n_mod} modules")
@@ -157,36 +169,37 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: 
         _close(runners.values())
         close_backend(backend)
 
-    def raw_sum(plan: Mapping[int, str]) -> float:
-        return stats["stem"].median_ms + stats["head"].median_ms + sum(
-            stats[f"{b.index}:{plan.get(b.index, 'none')}"].median_ms for b in blocks)
-
-    raw_sums = {k: raw_sum(plan) for k, (_, plan) in nets.items()}
+    raw = {b.index: {k.split(":", 1)[1]: s.median_ms for k, s in stats.items() if k.split(":", 1)[0] == str(b.index)}
+           for b in blocks}
+    fixed_raw = stats["stem"].median_ms + stats["head"].median_ms
     measured = {k: stats[f"net:{k}"].median_ms for k in nets}
-    scale = calibration_scale(raw_sums, measured)
+    fit = {k: (plan, measured[k]) for k, (_, plan) in nets.items() if k != HELD_OUT}
+    scales, notes = calibrate(raw, fixed_raw, fit)
     entries = []
     for b in blocks:
-        raw = {k.split(":", 1)[1]: s for k, s in stats.items() if k.split(":", 1)[0] == str(b.index)}
+        st = {k.split(":", 1)[1]: s for k, s in stats.items() if k.split(":", 1)[0] == str(b.index)}
         entries.append(BlockEntry(b.index, b.path, b.kind, tuple(shapes[b.index]), b.foldable, b.reason,
-                                  raw, {v: scale * s.median_ms for v, s in raw.items()}))
+                                  st, {v: scales[v] * s.median_ms for v, s in st.items()}))
     lut = LUT(
         device=device.name, model=model_name, resolution=R, batch=int(batch), blocks=entries,
-        fixed_ms=scale * (stats["stem"].median_ms + stats["head"].median_ms),
+        fixed_ms=scales["none"] * fixed_raw,
         fixed={"stem": stats["stem"], "head": stats["head"]}, backend=backend.name, environment=environment,
         num_classes=int(num_classes), fold_mode=fold_mode, partial=bool(partial),
         call_overhead_ms=stats["overhead"].median_ms,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        calibration={"method": "scale", "scale": scale, "fit_on": sorted(nets),
-                     "note": "ms = scale * isolated median; scale = geometric mean of measured/summed-isolated "
-                             "over the end-to-end networks timed in the same interleaved run",
-                     "raw_error": {k: raw_sums[k] / measured[k] - 1 for k in nets}},
+        calibration={"method": "per-variant scale", "scales": scales, "fit_on": sorted(fit), "notes": notes,
+                     "description": "ms[v] = scales[v] * isolated median; scales['none'] fits the as-is network, "
+                                    "scales[v] the network with every block in variant v (same interleaved run)"},
     )
     for k, (_, plan) in nets.items():
+        raw_sum = fixed_raw + sum(raw[i][plan.get(i, "none")] for i in raw)
         pred = predict(lut, plan)
-        lut.end_to_end[k] = {"plan": "none" if not plan else "all", "measured": stats[f"net:{k}"].to_dict(),
-                             "raw_sum_ms": raw_sums[k], "predicted_ms": pred, "error": pred / measured[k] - 1}
+        lut.end_to_end[k] = {"folded": {str(i): v for i, v in plan.items()}, "calibration": k in fit,
+                             "measured": stats[f"net:{k}"].to_dict(), "raw_sum_ms": raw_sum,
+                             "raw_error": raw_sum / measured[k] - 1, "predicted_ms": pred,
+                             "error": pred / measured[k] - 1}
     lut.profiling_s = time.perf_counter() - t_start
-    _log(progress, f"done in {lut.profiling_s:.1f} s (scale {scale:.3f})")
+    _log(progress, f"done in {lut.profiling_s:.1f} s")
     return lut
 
 
@@ -213,8 +226,9 @@ def format_lut(lut: LUT) -> str:
     """The LUT as a text table plus the end-to-end prediction errors."""
     variants = ["none", "full"] + (["expand_dw", "dw_project"] if lut.partial else [])
     head = f"{'idx':>3} {'block':<22} {'input':<16} " + " ".join(f"{v:>11}" for v in variants) + f" {'c_l':>7} {'IQR%':>5}"
+    sc = ", ".join(f"{k} {v:.3f}" for k, v in lut.calibration.get("scales", {}).items())
     lines = [f"LUT {lut.model} @{lut.resolution} batch {lut.batch} on {lut.device} ({lut.backend}); "
-             f"ms calibrated (scale {lut.calibration.get('scale', 1.0):.3f})", head]
+             f"calibrated ms (scales: {sc})", head]
     for b in lut.blocks:
         cells = [f"{b.ms[v]:11.4f}" if v in b.ms else f"{'-':>11}" for v in variants]
         iqr = b.raw["none"].iqr_ms / b.raw["none"].median_ms * 100 if b.raw["none"].median_ms > 0 else 0.0
@@ -223,10 +237,13 @@ def format_lut(lut: LUT) -> str:
                      + " ".join(cells) + f" {b.c:7.4f} {iqr:5.1f}{tag}")
     lines.append(f"    fixed (stem + head) {lut.fixed_ms:.4f} ms; per-call overhead {lut.call_overhead_ms or 0:.4f} ms")
     for k, e in lut.end_to_end.items():
-        lines.append(f"end-to-end {k:<5} measured {e['measured']['median_ms']:8.3f} ms "
-                     f"(IQR {e['measured']['iqr_ms']:.3f})  predicted {e['predicted_ms']:8.3f} ms  "
-                     f"error {e['error'] * 100:+6.1f} %  (uncalibrated sum {e['raw_sum_ms']:.3f}, "
-                     f"{lut.calibration.get('raw_error', {}).get(k, 0) * 100:+.1f} %)")
+        role = "fit" if e.get("calibration") else "held out"
+        lines.append(f"end-to-end {k:<16} ({len(e['folded']):>2} folded, {role:<8}) measured "
+                     f"{e['measured']['median_ms']:8.3f} ms (IQR {e['measured']['iqr_ms']:.3f})  predicted "
+                     f"{e['predicted_ms']:8.3f} ms  error {e['error'] * 100:+6.1f} %  (isolated sum "
+                     f"{e['raw_sum_ms']:.3f}, {e['raw_error'] * 100:+.1f} %)")
+    for note in lut.calibration.get("notes", []):
+        lines.append(f"note: {note}")
     lines.append(f"profiling took {lut.profiling_s:.1f} s")
     return "\n".join(lines)
 
