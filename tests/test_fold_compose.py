@@ -62,7 +62,7 @@ def block_cases(draw: st.DrawFn) -> dict:
     }
 
 
-@settings(max_examples=70, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=block_cases())
 def test_fold_matches_linearized_block(case: dict) -> None:
     torch.manual_seed(case["seed"])
