@@ -8,7 +8,8 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
 
     name: quickstart              # runs/<name>/ is the default output directory
     model:  {name: mobilenetv2_050, pretrained: false}
-    data:   {task: digits, resolution: 32, batch_size: 64, workers: 0, augment: false, split_seed: 0}
+    data:   {task: digits, resolution: 32, batch_size: 64, workers: 0, augment: false, split_seed: 0,
+             max_samples: null}
     train:  {epochs: 30, optimizer: adamw, lr: 0.003, momentum: 0.9, weight_decay: 0.0001,
              schedule: cosine, step_size: 10, gamma: 0.1, label_smoothing: 0.0}
     fold:   {lambda_c: 1.0, tau: 0.9, p: 2.0, granularity: block, alpha_lr: 0.05, epochs: 8, lr: 0.001,
@@ -58,7 +59,8 @@ class DataConfig:
     batch_size: int = 64
     workers: int = 0
     augment: bool = False
-    split_seed: int = 0  # fixes the train/val/test split (independent of --seed, so base and fold agree)  # random shifts (digits) / random-resized-crop + flip (image folders)
+    split_seed: int = 0  # fixes the train/val/test split (independent of --seed, so base and fold agree)
+    max_samples: int | None = None  # cap every split at this many samples (smoke runs); null = all  # random shifts (digits) / random-resized-crop + flip (image folders)
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,7 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     unknown = sorted(set(map(str, raw)) - known)
     if unknown:
         raise LatoptError(
-            f"unknown config key {prefix}{unknown[0]!r} in {where}; known keys: {', '.join(sorted(known))}"
+            f"unknown config key {prefix + unknown[0]!r} in {where}; known keys: {', '.join(sorted(known))}"
         )
     kwargs = {}
     for f in fields(cls):
@@ -276,6 +278,8 @@ def _validate(cfg: RunConfig) -> None:
     d, t, f, s = cfg.data, cfg.train, cfg.fold, cfg.search
     _check(8 <= d.resolution <= 1024, f"config key 'data.resolution' must be in [8, 1024], got {d.resolution}")
     _check(d.batch_size >= 1, f"config key 'data.batch_size' must be >= 1, got {d.batch_size}")
+    _check(d.max_samples is None or d.max_samples >= 1,
+           f"config key 'data.max_samples' must be >= 1 or null, got {d.max_samples}")
     _check(d.workers >= 0, f"config key 'data.workers' must be >= 0, got {d.workers}")
     _check(t.epochs >= 0, f"config key 'train.epochs' must be >= 0, got {t.epochs}")
     _choice(t.optimizer, OPTIMIZERS, "train.optimizer")

@@ -21,11 +21,12 @@ Specs (``data.task`` in the config, ``--data`` on the command line):
 A missing, empty or malformed dataset directory raises :class:`LatoptError` with one line saying
 what is wrong.
 
-Public API: :class:`Task`, :func:`get_task`, :func:`make_loaders`, :data:`TASKS`.
+Public API: :class:`Task`, :func:`get_task`, :func:`limit_task`, :func:`make_loaders`, :data:`TASKS`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,19 @@ def get_task(spec: str, resolution: int, seed: int = 0, *, augment: bool = False
             return _imagefolder(spec, Path(path).expanduser(), resolution, augment)
         return _cifar10(spec, Path(path).expanduser(), resolution, seed, augment)
     raise LatoptError(f"unknown data task {spec!r}; choose one of {', '.join(TASKS)}")
+
+
+def limit_task(task: Task, max_samples: int | None) -> Task:
+    """The same task with every split cut to its first ``max_samples`` samples (None = unchanged)."""
+    if max_samples is None:
+        return task
+
+    def cut(ds: Dataset) -> Dataset:
+        n = len(ds)  # type: ignore[arg-type]
+        return ds if n <= max_samples else Subset(ds, range(max_samples))
+
+    return Task(task.name, task.num_classes, task.classes, task.resolution, cut(task.train), cut(task.val),
+                cut(task.test))
 
 
 def make_loaders(
@@ -161,7 +175,12 @@ def _digits(resolution: int, seed: int, augment: bool) -> Task:
     return _grey_task("digits", splits, resolution, augment)
 
 
-def _digits_clutter(resolution: int, seed: int, augment: bool, copies: int = 3) -> Task:
+def _digits_clutter(resolution: int, seed: int, augment: bool) -> Task:
+    return _grey_task("digits-clutter", _clutter_splits(resolution, seed), resolution, augment)
+
+
+@functools.lru_cache(maxsize=4)  # generation takes ~2 s; a search calls it once per trial
+def _clutter_splits(resolution: int, seed: int, copies: int = 3) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     images, labels = _load_digits()
     src = torch.from_numpy(images)[:, None]
     tr, va, te = _split_indices(labels, seed)
@@ -170,7 +189,7 @@ def _digits_clutter(resolution: int, seed: int, augment: bool, copies: int = 3) 
         rng = np.random.default_rng([seed, k, 7919])
         canvases = _clutter_canvases(src, idx, copies, rng)
         splits[s] = (_resize(canvases, resolution), torch.from_numpy(labels[np.repeat(idx, copies)]))
-    return _grey_task("digits-clutter", splits, resolution, augment)
+    return splits
 
 
 def _clutter_canvases(src: torch.Tensor, idx: np.ndarray, copies: int, rng: np.random.Generator,

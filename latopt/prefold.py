@@ -304,8 +304,8 @@ def _check_base(cfg: RunConfig, base_checkpoint: str | Path) -> tuple[nn.Module,
     if arch.get("alpha") or arch.get("fold"):
         raise LatoptError(f"checkpoint {base_checkpoint} is already pre-folded/folded; give the base checkpoint")
     want = data_meta(cfg)
-    got = {k: meta.get(k) for k in want}
-    if any(v is not None and v != want[k] for k, v in got.items()):
+    got = {k: meta[k] for k in want if k in meta}
+    if any(v != want[k] for k, v in got.items()):
         raise LatoptError(f"base checkpoint {base_checkpoint} was trained on {got} but the config says {want}; "
                           "fold with the base model's data settings (the test split must be the same)")
     return model, arch, meta

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader
 
 from latopt.artifacts import atomic_dir, seed_everything, write_json_atomic
 from latopt.config import RunConfig, TrainConfig, load_config, write_config
-from latopt.data import Task, get_task, make_loaders
+from latopt.data import Task, get_task, limit_task, make_loaders
 from latopt.errors import LatoptError
 
 METRICS_SCHEMA = "latopt.train_metrics/1"
@@ -158,12 +158,14 @@ def fit(model: nn.Module, loader: DataLoader, epochs: int, optimizer: torch.opti
 
 
 def load_task(cfg: RunConfig) -> Task:
-    return get_task(cfg.data.task, cfg.data.resolution, cfg.data.split_seed, augment=cfg.data.augment)
+    task = get_task(cfg.data.task, cfg.data.resolution, cfg.data.split_seed, augment=cfg.data.augment)
+    return limit_task(task, cfg.data.max_samples)
 
 
 def data_meta(cfg: RunConfig) -> dict[str, Any]:
     """What a checkpoint records about its data, checked again when it is folded."""
-    return {"task": cfg.data.task, "split_seed": cfg.data.split_seed, "resolution": cfg.data.resolution}
+    return {"task": cfg.data.task, "split_seed": cfg.data.split_seed, "resolution": cfg.data.resolution,
+            "max_samples": cfg.data.max_samples}
 
 
 def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | None = None,

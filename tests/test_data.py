@@ -1,0 +1,165 @@
+"""Task specs and dataset loaders (latopt.data); tiny image folders / CIFAR batches built on disk."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from latopt.data import get_task, limit_task, make_loaders
+from latopt.errors import LatoptError
+
+
+def _all(ds) -> tuple[torch.Tensor, torch.Tensor]:
+    xs, ys = zip(*(ds[i] for i in range(len(ds))), strict=True)
+    return torch.stack(xs), torch.tensor(ys)
+
+
+def test_digits_split_is_deterministic_and_disjoint() -> None:
+    a, b, c = get_task("digits", 16, 0), get_task("digits", 16, 0), get_task("digits", 16, 1)
+    assert a.num_classes == 10 and sum(a.sizes().values()) == 1797
+    assert a.sizes() == {"train": 1078, "val": 359, "test": 360}
+    xa, ya = _all(a.train)
+    xb, yb = _all(b.train)
+    assert xa.shape == (1078, 3, 16, 16) and torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert not torch.equal(xa, _all(c.train)[0])  # another split seed, another split
+    assert abs(float(xa.mean())) < 1e-4 and abs(float(xa.std()) - 1) < 1e-3  # normalised by the train split
+    assert set(ya.tolist()) == set(range(10))
+    # disjoint: no test image equals a training image exactly (the source digits are distinct samples)
+    xt = _all(a.test)[0]
+    flat_train = {tuple(v) for v in xa[:, 0].flatten(1).numpy().round(5).tolist()}
+    overlap = sum(tuple(v) in flat_train for v in xt[:, 0].flatten(1).numpy().round(5).tolist())
+    assert overlap <= 2  # load_digits holds a couple of exact duplicates, not a leak
+
+
+def test_digits_augment_shifts_training_images_only() -> None:
+    plain, aug = get_task("digits", 16, 0), get_task("digits", 16, 0, augment=True)
+    torch.manual_seed(0)
+    shifted = [aug.train[i][0] for i in range(20)]
+    assert any(not torch.equal(s, plain.train[i][0]) for i, s in enumerate(shifted))
+    assert all(torch.equal(aug.test[i][0], plain.test[i][0]) for i in range(5))
+
+
+def test_digits_clutter_task() -> None:
+    a = get_task("digits-clutter", 24, 3)
+    assert a.sizes() == {"train": 3 * 1078, "val": 3 * 359, "test": 3 * 360}
+    x, y = a.test[5]
+    assert x.shape == (3, 24, 24) and 0 <= y < 10
+    assert abs(float(_all(limit_task(a, 200).train)[0].mean())) < 0.2
+
+
+def test_clutter_canvases_are_deterministic_in_the_seed() -> None:
+    from latopt.data import CLUTTER_CANVAS, _clutter_canvases, _load_digits
+
+    src = torch.from_numpy(_load_digits()[0])[:40, None]
+    idx = np.arange(40)
+
+    def make(seed: int) -> torch.Tensor:
+        return _clutter_canvases(src, idx, 2, np.random.default_rng(seed))
+
+    a, b, c = make(1), make(1), make(2)
+    assert a.shape == (80, 1, CLUTTER_CANVAS, CLUTTER_CANVAS) and torch.equal(a, b) and not torch.equal(a, c)
+    assert 0.0 <= float(a.min()) and float(a.max()) <= 1.0
+    # the digit itself (intensity ~1) is brighter than the dimmed fragments (<= 0.9) + noise
+    assert float(a.amax(dim=(1, 2, 3)).median()) > 0.9
+
+
+def test_limit_task_and_loaders_are_reproducible() -> None:
+    task = limit_task(get_task("digits", 8, 0), 50)
+    assert task.sizes() == {"train": 50, "val": 50, "test": 50}
+    first = [next(iter(make_loaders(task, 16, 0, seed=s)[0]))[1] for s in (0, 0, 1)]
+    assert torch.equal(first[0], first[1]) and not torch.equal(first[0], first[2])
+
+
+def _png(path: Path, value: int, size=(10, 12)) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((*size, 3), value, dtype=np.uint8)).save(path)
+
+
+def _imagefolder(root: Path, classes=("cat", "dog"), splits=("train", "val"), n=2) -> Path:
+    for s in splits:
+        for k, c in enumerate(classes):
+            for i in range(n):
+                _png(root / s / c / f"{i}.png", 40 * k + i)
+    return root
+
+
+def test_imagefolder_loads_and_resizes(tmp_path: Path) -> None:
+    root = _imagefolder(tmp_path / "imgs")
+    task = get_task(f"imagefolder:{root}", 16, 0)
+    assert task.num_classes == 2 and task.classes == ["cat", "dog"]
+    assert task.sizes() == {"train": 4, "val": 4, "test": 4}  # no test/: val doubles as test
+    x, y = task.train[3]
+    assert x.shape == (3, 16, 16) and y == 1
+    _imagefolder(root, splits=("test",), n=1)
+    assert get_task(f"imagefolder:{root}", 16, 0, augment=True).sizes()["test"] == 2
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda r: r, "does not exist"),
+        (lambda r: (r / "train").mkdir(parents=True) or r, "no val/ sub-folder"),
+        (lambda r: [(r / s).mkdir(parents=True) for s in ("train", "val")] and r, "empty or malformed"),
+        (lambda r: [(r / s / "a").mkdir(parents=True) for s in ("train", "val")] and r, "empty or malformed"),
+        (lambda r: _imagefolder(r, classes=("a",)), "at least 2"),
+        (lambda r: _imagefolder(r / "x", splits=("train",)) and _imagefolder(r / "x", ("a", "z"), ("val",)),
+         "same class folders"),
+    ],
+)
+def test_imagefolder_errors(tmp_path: Path, make, match: str) -> None:
+    root = make(tmp_path / "d")
+    with pytest.raises(LatoptError, match=match) as e:
+        get_task(f"imagefolder:{root}", 16, 0)
+    assert "\n" not in str(e.value)
+
+
+def test_imagefolder_corrupt_image(tmp_path: Path) -> None:
+    root = _imagefolder(tmp_path / "d")
+    (root / "val" / "cat" / "0.png").write_bytes(b"not a png")
+    with pytest.raises(LatoptError, match="not a readable image"):
+        get_task(f"imagefolder:{root}", 16, 0)
+
+
+def _cifar(root: Path, n: int = 4) -> Path:
+    d = root / "cifar-10-batches-py"
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {"data": rng.integers(0, 255, (n, 3072), dtype=np.uint8), "labels": list(rng.integers(0, 10, n))}
+        (d / name).write_bytes(pickle.dumps(batch))
+    (d / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"c{i}" for i in range(10)]}))
+    return d
+
+
+def test_cifar10_directory(tmp_path: Path) -> None:
+    d = _cifar(tmp_path)
+    for path in (d, d.parent):
+        task = get_task(f"cifar10:{path}", 8, 0)
+        assert task.num_classes == 10 and task.sizes() == {"train": 18, "val": 2, "test": 4}
+        x, y = task.val[0]
+        assert x.shape == (3, 8, 8) and 0 <= y < 10
+
+
+def test_cifar10_errors(tmp_path: Path) -> None:
+    with pytest.raises(LatoptError, match="does not exist"):
+        get_task(f"cifar10:{tmp_path / 'none'}", 32, 0)
+    d = _cifar(tmp_path / "a")
+    (d / "data_batch_3").unlink()
+    with pytest.raises(LatoptError, match="lacks data_batch_3.*never downloads"):
+        get_task(f"cifar10:{d}", 32, 0)
+    d = _cifar(tmp_path / "b")
+    (d / "test_batch").write_bytes(b"garbage")
+    with pytest.raises(LatoptError, match="malformed"):
+        get_task(f"cifar10:{d}", 32, 0)
+
+
+@pytest.mark.parametrize("spec", ["mnist", "imagefolder:", "cifar100:/x", ""])
+def test_unknown_specs(spec: str) -> None:
+    with pytest.raises(LatoptError):
+        get_task(spec, 32, 0)
