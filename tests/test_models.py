@@ -1,0 +1,149 @@
+"""Models by name and checkpoints: build, names, pretrained offline, save/load round trips
+(σ_α model, folded models) and one-line errors for bad files."""
+
+from __future__ import annotations
+
+import urllib.error
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import latopt.models as models
+from latopt.errors import LatoptError
+from latopt.fold import alpha_parameters, fold_blocks, get_alphas, install_alpha, randomize_bn_
+from latopt.models import (
+    SUPPORTED,
+    build_model,
+    canonical_name,
+    load_checkpoint,
+    make_arch,
+    save_checkpoint,
+)
+
+
+@pytest.mark.parametrize("name", SUPPORTED + ["torchvision/mobilenet_v2?width=0.5", "timm/mobilenetv2_050"])
+def test_build_every_supported_name(name: str) -> None:
+    m = build_model(name, num_classes=5)
+    assert not m.training
+    with torch.no_grad():
+        assert m(torch.randn(1, 3, 32, 32)).shape == (1, 5)
+
+
+def test_names() -> None:
+    assert canonical_name("torchvision/mobilenet_v2?width=0.750") == "torchvision/mobilenet_v2?width=0.75"
+    assert canonical_name("torchvision/mobilenet_v2?width=1") == "torchvision/mobilenet_v2"
+    assert canonical_name("timm/efficientnet_lite0") == "efficientnet_lite0"
+    tv = build_model("torchvision/mobilenet_v2?width=0.75")
+    assert tv.features[0][0].out_channels == 24  # 32 * 0.75
+    with pytest.raises(LatoptError) as e:
+        build_model("resnet50")
+    msg = str(e.value)
+    assert "unknown model 'resnet50'" in msg and all(n in msg for n in SUPPORTED) and "\n" not in msg
+    for bad in ("torchvision/mobilenet_v2?width=abc", "torchvision/mobilenet_v2?depth=2",
+                "torchvision/mobilenet_v2?width=9"):
+        with pytest.raises(LatoptError, match="width|option"):
+            build_model(bad)
+    with pytest.raises(LatoptError, match="num_classes"):
+        build_model("mobilenetv2_035", 0)
+
+
+def test_pretrained_offline_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import huggingface_hub.constants as hfc
+
+    monkeypatch.setattr(models, "_online", lambda host, timeout=3.0: False)
+    monkeypatch.setattr(hfc, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    with pytest.raises(LatoptError, match="could not get pretrained weights for mobilenetv2_035.*drop --pretrained"):
+        build_model("mobilenetv2_035", pretrained=True)
+
+    def no_net(*a, **k):
+        raise urllib.error.URLError("offline (test)")
+
+    monkeypatch.setattr(torch.hub, "urlopen", no_net)
+    monkeypatch.setattr(torch.hub, "_hub_dir", str(tmp_path / "torch"))
+    with pytest.raises(LatoptError, match="could not get pretrained weights for torchvision/mobilenet_v2"):
+        build_model("torchvision/mobilenet_v2", pretrained=True)
+    with pytest.raises(LatoptError, match="only for width 1.0"):
+        build_model("torchvision/mobilenet_v2?width=0.75", pretrained=True)
+
+
+def _same_outputs(a: nn.Module, b: nn.Module, size: int) -> None:
+    x = torch.randn(2, 3, size, size)
+    with torch.no_grad():
+        assert torch.equal(a.eval()(x), b.eval()(x))
+
+
+def test_round_trip_alpha_model(tmp_path: Path) -> None:
+    m = randomize_bn_(build_model("mobilenetv2_035", 10), 0)
+    params = install_alpha(m, "all", "block")
+    for i, (p,) in params.items():
+        with torch.no_grad():
+            p.fill_(i / 20)
+    arch = make_arch(m, "mobilenetv2_035", 10)
+    assert arch["alpha"] == {"granularity": "block", "blocks": list(range(17))} and arch["fold"] is None
+    path = save_checkpoint(tmp_path / "a.pt", m, arch, {"val_acc": 0.5})
+    rng = torch.get_rng_state()
+    m2, arch2, meta = load_checkpoint(path, expect_model="timm/mobilenetv2_035")
+    assert torch.equal(rng, torch.get_rng_state())  # loading does not disturb the global RNG
+    assert arch2 == arch and meta == {"val_acc": 0.5}
+    assert get_alphas(m2) == get_alphas(m)
+    assert len(alpha_parameters(m2)) == 17  # still one shared α per block
+    _same_outputs(m, m2, 40)
+
+
+@pytest.mark.parametrize("name,mode,plan", [
+    ("mobilenetv2_035", "exact", {0: "full", 1: "expand_dw", 2: "dw_project", 5: "full"}),
+    ("torchvision/mobilenet_v2?width=0.5", "paper", "all"),
+    ("tf_efficientnet_lite0", "exact", {1: "full", 3: "dw_project", 4: "expand_dw"}),
+])
+def test_round_trip_folded_model(tmp_path: Path, name: str, mode: str, plan) -> None:
+    m = randomize_bn_(build_model(name, 10), 1)
+    install_alpha(m, [1, 2, 3, 4, 6], "activation")
+    f = fold_blocks(m, plan, mode, (40, 40))
+    arch = make_arch(f, name, 10)
+    assert arch["fold"]["mode"] == mode and arch["fold"]["input_size"] == [40, 40]
+    path = save_checkpoint(tmp_path / "f.pt", f, arch)
+    f2, arch2, _ = load_checkpoint(path)
+    assert arch2 == arch and get_alphas(f2) == get_alphas(f)
+    _same_outputs(f, f2, 40)
+
+
+def test_bad_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
+    m = build_model("mobilenetv2_035", 10)
+    good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10))
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint at all")
+    other = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(3)}, other)
+    pickled = tmp_path / "pickled.pt"
+    torch.save(nn.Linear(2, 2), pickled)
+    wrong = tmp_path / "wrong.pt"
+    data = torch.load(good, weights_only=True)
+    data["arch"]["model"] = "mobilenetv2_050"
+    torch.save(data, wrong)
+    cases = [
+        (tmp_path / "missing.pt", None, "does not exist"),
+        (tmp_path, None, "does not exist"),
+        (garbage, None, "not a latopt checkpoint"),
+        (other, None, "not a latopt checkpoint"),
+        (pickled, None, "weights_only loading refuses"),
+        (good, "mobilenetv2_100", "is for model 'mobilenetv2_035', not 'mobilenetv2_100'"),
+        (wrong, None, "does not match its architecture 'mobilenetv2_050'"),
+    ]
+    for path, expect, msg in cases:
+        with pytest.raises(LatoptError, match=msg) as e:
+            load_checkpoint(path, expect_model=expect)
+        assert "\n" not in str(e.value)
+
+
+def test_save_refuses_inconsistent_arch_and_writes_nothing(tmp_path: Path) -> None:
+    m = build_model("mobilenetv2_035", 10)
+    install_alpha(m, [2])
+    with pytest.raises(LatoptError, match="does not describe the model"):
+        save_checkpoint(tmp_path / "x.pt", m, {"model": "mobilenetv2_035", "num_classes": 10, "alpha": None, "fold": None})
+    with pytest.raises(LatoptError, match="not JSON-able"):
+        save_checkpoint(tmp_path / "x.pt", m, make_arch(m, "mobilenetv2_035", 10), {"bad": object()})
+    with pytest.raises(LatoptError, match="unknown model"):
+        save_checkpoint(tmp_path / "x.pt", m, {"model": "vgg", "num_classes": 10})
+    assert list(tmp_path.iterdir()) == []
