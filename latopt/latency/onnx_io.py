@@ -69,7 +69,7 @@ def export_onnx(module: Any, input_shape: Sequence[int], path: str | os.PathLike
                 dynamic_batch: bool = False, *, opset: int = OPSET) -> Path:
     """Export ``module`` (eval mode, float32 input of ``input_shape``) to ``path``; checked by onnx.checker.
 
-    The module's train/eval state is restored afterwards. Written atomically (temp file + rename).
+    The train/eval flag of every submodule is restored afterwards. Written atomically (temp file + rename).
     """
     import onnx
     import torch
@@ -84,8 +84,8 @@ def export_onnx(module: Any, input_shape: Sequence[int], path: str | os.PathLike
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".onnx", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
-    was_training = module.training
-    module.eval()
+    modes = [(m, m.training) for m in module.modules()]  # restored one by one: a fresh nn.Sequential
+    module.eval()  # around shared eval-mode children reports training=True and must not flip them
     try:
         p = next(module.parameters(), None)
         x = torch.zeros(shape, dtype=torch.float32, device=p.device if p is not None else "cpu")
@@ -103,7 +103,8 @@ def export_onnx(module: Any, input_shape: Sequence[int], path: str | os.PathLike
                               f"{str(e).splitlines()[0][:200]}") from None
         os.replace(tmp, path)
     finally:
-        module.train(was_training)
+        for m, mode in modes:
+            m.training = mode
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     return path

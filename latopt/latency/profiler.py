@@ -127,9 +127,11 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: 
     t_start = time.perf_counter()
     backend = get_backend(device)  # fail fast when the device is unusable here
     runners: dict[str, Any] = {}
+    modes: list[tuple[Any, bool]] = []
     try:
         model, model_name = _build(model_name_or_module, num_classes)
         model_name = name or model_name
+        modes = [(m, m.training) for m in model.modules()]
         model.eval()
         blocks = find_blocks(model)
         if not blocks:
@@ -168,6 +170,8 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: 
     finally:
         _close(runners.values())
         close_backend(backend)
+        for m, mode in modes:
+            m.training = mode
 
     raw = {b.index: {k.split(":", 1)[1]: s.median_ms for k, s in stats.items() if k.split(":", 1)[0] == str(b.index)}
            for b in blocks}

@@ -1,0 +1,76 @@
+"""Device profiles: the shipped YAML files parse, bad files and unknown names are one clear LatoptError."""
+
+from __future__ import annotations
+
+import pytest
+
+from latopt.errors import LatoptError
+from latopt.latency.devices import DeviceProfile, list_devices, load_device, profiles_dir
+from latopt.latency.timing import TimingPolicy
+
+SHIPPED = ("cpu", "titanx", "gpu-trt-fp16", "gpu-torch", "cpu-torch")
+
+
+def test_shipped_profiles_load() -> None:
+    assert set(SHIPPED) <= set(list_devices())
+    for name in SHIPPED:
+        p = load_device(name)
+        assert isinstance(p, DeviceProfile) and p.name == name
+        assert p.batch == 1 and p.min_repeats <= p.max_repeats
+    cpu = load_device("cpu")
+    assert (cpu.backend, cpu.provider, cpu.precision, cpu.threads, cpu.clock) == (
+        "onnxruntime", "CPUExecutionProvider", "fp32", 1, "thread")
+    assert load_device("titanx").expected_gpu == "TITAN X (Pascal)"
+    assert load_device("titanx").backend == "tensorrt" and load_device("gpu-trt-fp16").precision == "fp16"
+    assert load_device("gpu-torch").backend == "torch" and load_device("gpu-torch").cuda_device == 0
+    assert load_device("gpu-torch").is_gpu and not cpu.is_gpu
+    assert TimingPolicy.of(cpu).clock == "thread"
+
+
+def test_readme_documents_every_key() -> None:
+    import dataclasses
+
+    text = (profiles_dir() / "README.md").read_text()
+    for f in dataclasses.fields(DeviceProfile):
+        if f.name != "path":
+            assert f"`{f.name}`" in text, f"profiles/README.md does not document {f.name}"
+
+
+def test_unknown_device_lists_known_ones() -> None:
+    with pytest.raises(LatoptError, match="unknown device 'nope'; known devices: .*cpu.*gpu-torch"):
+        load_device("nope")
+
+
+def test_profile_from_path_and_validation(tmp_path) -> None:
+    p = tmp_path / "mine.yaml"
+    p.write_text("name: mine\nbackend: onnxruntime\nthreads: 1\nmin_repeats: 3\nmax_repeats: 4\n")
+    d = load_device(str(p))
+    assert d.name == "mine" and d.max_repeats == 4 and d.path == str(p)
+
+    bad = {
+        "name: x\nbackend: openvino\n": "backend 'openvino'",
+        "name: x\nprecision: int8\n": "precision 'int8'",
+        "name: x\nthreads: 0\n": "threads must be a positive integer",
+        "name: x\nbudget_s: -1\n": "budget_s must be a positive number",
+        "name: x\nmin_repeats: 10\nmax_repeats: 5\n": "min_repeats > max_repeats",
+        "name: x\nwarmup_rounds: 3\n": "unknown key",
+        "backend: torch\n": "missing 'name'",
+        "name: x\nthreads: 2\nclock: thread\n": "clock: thread .* needs threads: 1",
+        "name: x\nclock: tsc\n": "clock must be",
+        "- a\n- b\n": "must be a YAML mapping",
+        "name: [unclosed\n": "not valid YAML",
+    }
+    for i, (text, msg) in enumerate(bad.items()):
+        f = tmp_path / f"bad{i}.yaml"
+        f.write_text(text)
+        with pytest.raises(LatoptError, match=msg):
+            load_device(str(f))
+    with pytest.raises(LatoptError, match="does not exist"):
+        load_device(str(tmp_path / "missing.yaml"))
+
+
+def test_profiles_dir_override(tmp_path, monkeypatch) -> None:
+    (tmp_path / "edge.yaml").write_text("name: edge\n")
+    monkeypatch.setenv("LATOPT_PROFILES_DIR", str(tmp_path))
+    assert list_devices() == ["edge"]
+    assert load_device("edge").backend == "onnxruntime"

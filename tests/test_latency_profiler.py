@@ -1,0 +1,119 @@
+"""The profiler for real on tiny models (ONNX Runtime and torch CPU) and the ``latopt profile`` CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from latopt.cli import main
+from latopt.latency.devices import load_device
+from latopt.latency.lut import LUT_SCHEMA, costs, load_lut, predict
+from latopt.latency.profiler import HELD_OUT, format_lut, measure_networks, profile_model
+
+FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 6, "budget_s": 5.0}
+
+
+def tiny_effnet() -> torch.nn.Module:
+    """Three blocks: t=1 depthwise-separable, a foldable inverted residual, and one with SE (not foldable)."""
+    from timm.models._efficientnet_builder import decode_arch_def
+    from timm.models.efficientnet import EfficientNet
+
+    torch.manual_seed(0)
+    arch = decode_arch_def([["ds_r1_k3_s1_c8"], ["ir_r1_k3_s2_e2_c16"], ["ir_r1_k5_s1_e3_c16_se0.25"]])
+    return EfficientNet(arch, num_classes=10, num_features=32, stem_size=8).eval()
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu-torch"])
+def test_profile_tiny_model(device: str, tmp_path) -> None:
+    threads = torch.get_num_threads()
+    try:
+        prof = dataclasses.replace(load_device(device), **FAST)
+        model = tiny_effnet()
+        lut = profile_model(model, prof, 32, batch=1, partial=True, progress=False, num_classes=10, name="tiny")
+    finally:
+        torch.set_num_threads(threads)
+    assert (lut.model, lut.device, lut.resolution, lut.batch, lut.partial) == ("tiny", device, 32, 1, True)
+    assert not any(m.training for m in model.modules())  # the caller's model is left as it was
+    b0, b1, b2 = lut.blocks
+    assert set(b0.raw) == {"none", "full"}  # t = 1: only the full fold
+    assert set(b1.raw) == {"none", "full", "expand_dw", "dw_project"}
+    assert set(b2.raw) == {"none"} and not b2.foldable and "squeeze" in b2.reason
+    assert b1.input_shape == (1, 8, 16, 16) and b2.input_shape == (1, 16, 8, 8)  # stride-2 stem, stride-2 b1
+    assert all(s.n >= 5 and s.q1_ms <= s.median_ms <= s.q3_ms for b in lut.blocks for s in b.raw.values())
+    scales = lut.calibration["scales"]
+    for b in lut.blocks:
+        for v, ms in b.ms.items():
+            assert ms == pytest.approx(scales[v] * b.raw[v].median_ms)
+    assert set(lut.end_to_end) == {"asis", "full", "all-expand_dw", "all-dw_project", HELD_OUT}
+    for k, e in lut.end_to_end.items():
+        plan = {int(i): v for i, v in e["folded"].items()}
+        assert e["predicted_ms"] == pytest.approx(predict(lut, plan))
+        assert e["error"] == pytest.approx(e["predicted_ms"] / e["measured"]["median_ms"] - 1)
+        assert e["calibration"] == (k != HELD_OUT)
+    # the fitted networks are reproduced by construction; the held-out one is a genuine check
+    assert lut.end_to_end["asis"]["error"] == pytest.approx(0, abs=1e-9)
+    assert costs(lut) == {0: pytest.approx(max(0, b0.ms["none"] - b0.ms["full"])),
+                          1: pytest.approx(max(0, b1.ms["none"] - b1.ms["full"]))}
+    assert "held out" in format_lut(lut)
+    stats = measure_networks({"a": model, "b": model}, prof, (1, 3, 32, 32))
+    assert set(stats) == {"a", "b"} and stats["a"].n >= 5
+
+
+def _fast_yaml(tmp_path) -> str:
+    p = tmp_path / "fastcpu.yaml"
+    p.write_text("name: fastcpu\nbackend: onnxruntime\nthreads: 1\nclock: thread\nwarmup: 1\nmin_repeats: 5\n"
+                 "max_repeats: 6\nbudget_s: 5\n")
+    return str(p)
+
+
+def test_cli_profile_writes_lut(tmp_path, capsys) -> None:
+    out = tmp_path / "lut.json"
+    rc = main(["profile", "--device", _fast_yaml(tmp_path), "--model", "mobilenetv2_035", "--resolution", "32",
+               "--num-classes", "10", "--out", str(out), "--quiet", "--seed", "1"])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert data["schema"] == LUT_SCHEMA and data["model"] == "mobilenetv2_035" and data["device"] == "fastcpu"
+    assert len(data["blocks"]) == 17 and data["environment"]["versions"]["onnxruntime"]
+    lut = load_lut(out, model="mobilenetv2_035", resolution=32)
+    assert predict(lut, []) > predict(lut, lut.foldable()) * 0.1
+    text = capsys.readouterr().out
+    assert "end-to-end asis" in text and f"wrote {out}" in text
+
+
+def test_cli_error_paths(tmp_path, capsys) -> None:
+    assert main(["profile", "--device", "nope", "--model", "mobilenetv2_100"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("latopt: error: unknown device 'nope'; known devices:") and "cpu" in err
+    assert err.count("\n") == 1
+    assert main(["profile", "--device", _fast_yaml(tmp_path), "--model", "resnet_bogus"]) == 2
+    assert "unknown model" in capsys.readouterr().err
+    assert main(["profile", "--device", _fast_yaml(tmp_path), "--model", "mobilenetv2_035",
+                 "--num-classes", "0"]) == 2
+    assert "--num-classes" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="tensorrt is installed here")
+def test_cli_tensorrt_device_without_tensorrt(capsys) -> None:
+    assert main(["profile", "--device", "titanx", "--model", "mobilenetv2_100"]) == 2
+    err = capsys.readouterr().err
+    assert "TensorRT is not installed" in err and err.count("\n") == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cli_gpu_torch_without_cuda(capsys) -> None:
+    assert main(["profile", "--device", "gpu-torch", "--model", "mobilenetv2_100"]) == 2
+    err = capsys.readouterr().err
+    assert "needs a CUDA GPU" in err and "--device cpu" in err and err.count("\n") == 1
+
+
+@pytest.mark.cuda
+def test_profile_gpu_torch(tmp_path) -> None:
+    prof = dataclasses.replace(load_device("gpu-torch"), warmup=3, min_repeats=10, max_repeats=20)
+    lut = profile_model(tiny_effnet(), prof, 32, progress=False, num_classes=10, name="tiny")
+    assert lut.backend == "torch" and "gpu" in lut.environment
+    assert all(b.raw["none"].median_ms > 0 for b in lut.blocks)
