@@ -1,0 +1,73 @@
+"""`latopt inspect` through latopt.cli.main: table, --check-fold, JSON output, exit-code-2 paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import latopt.fold.compose as compose
+from latopt.cli import main
+from latopt.inspection import count_flops
+
+
+def test_inspect_table_and_check_fold(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out_json = tmp_path / "inspect.json"
+    rc = main(["inspect", "mobilenetv2_050", "--resolution", "64", "--check-fold", "--json", str(out_json)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    lines = out.splitlines()
+    assert lines[1].split()[:3] == ["idx", "path", "kind"]
+    rows = [ln for ln in lines if ln.strip().split(" ")[0].isdigit() and "blocks." in ln]
+    assert len(rows) == 17 and rows[0].split()[1] == "blocks.0.0"
+    assert "fixed parts: stem (conv_stem, bn1)" in out and "overall relative error" in out
+    data = json.loads(out_json.read_text())
+    assert data["schema"] == "latopt.inspect/1" and len(data["blocks"]) == 17
+    assert data["check_fold"]["max_rel"] <= 1e-4
+    assert len(data["check_fold"]["per_block"]) == 17
+    b1 = data["blocks"][1]
+    assert b1["flops"] > 0 and b1["flops_folded"] > 0 and b1["fold_lowers_flops"] == (b1["flops_folded"] < b1["flops"])
+    # FLOPs come from FlopCounterMode: the stem conv at 64 px is 2 * 32*32 * 16*3*9 multiply-adds (width 0.5)
+    assert data["stem_flops"] == 2 * 32 * 32 * 16 * 3 * 9
+
+
+def test_inspect_paper_mode_torchvision(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["inspect", "torchvision/mobilenet_v2?width=0.5", "--resolution", "33", "--mode", "paper",
+               "--check-fold", "--num-classes", "10"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "paper mode: interior per-block error" in out and "features.1 " in out
+
+
+def test_check_fold_fails_on_a_broken_fold(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A fold without the border correction must be caught in exact mode (exit 2, numbers in the line)."""
+    def constant_bias(ac, input_size):  # the paper-mode bias everywhere: wrong on the border
+        k = ac.weight.shape[-1]
+        shape = compose.conv_geometry(torch.ones(1, 1, *input_size, dtype=ac.const.dtype),
+                                      torch.zeros(1, 1, k, k, dtype=ac.const.dtype), ac.stride, ac.padding).shape
+        return ac.interior_bias[:, None, None].expand(-1, *shape[-2:]).clone()
+
+    monkeypatch.setattr(compose, "bias_map", constant_bias)
+    rc = main(["inspect", "mobilenetv2_035", "--resolution", "32", "--check-fold"])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert captured.err.startswith("latopt: error: fold check failed: relative error")
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["inspect", "resnet50"], "unknown model 'resnet50'; supported: mobilenetv2_035"),
+    (["inspect", "mobilenetv2_035", "--resolution", "4"], "--resolution 4 is too small"),
+    (["inspect", "torchvision/mobilenet_v2?width=x"], "bad width 'x'"),
+    (["inspect", "mobilenetv2_035", "--num-classes", "0"], "num_classes must be a positive integer"),
+])
+def test_bad_input_exit_2(argv: list[str], msg: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_count_flops_matches_formula() -> None:
+    conv = torch.nn.Conv2d(4, 6, 3, padding=1)
+    assert count_flops(conv, (2, 4, 5, 5)) == 2 * 2 * 25 * 6 * 4 * 9
