@@ -1,0 +1,231 @@
+"""Fully connected ReLU networks: build, train on scikit-learn's bundled digits, save and load checkpoints.
+
+Checkpoint file (``torch.save``, read back with ``weights_only=True``)::
+
+    {"schema": "latopt.mlp/1", "layers": [n_in, n_1, ..., n_out], "activation": "relu",
+     "state_dict": <nn.Sequential(Linear, ReLU, ..., Linear) state dict>, "meta": {...}}
+
+``meta`` records how the network was made (data set, split seed, l1, accuracy, ...), so that ``latopt
+compress`` can re-create the test split and report accuracy before/after. Training follows the seed paper's
+recipe scaled to digits: SGD (lr 0.01, momentum 0.9), batch 64, Kaiming init with zero biases, an l1 penalty
+on the *first* layer's weights only, lr x0.1 every ``epochs // 2.4`` epochs (50 of 120).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from latopt.errors import LatoptError
+
+SCHEMA = "latopt.mlp/1"
+DATASETS = ("digits",)
+
+
+@dataclass(frozen=True)
+class Split:
+    """A train/test split as float32 arrays; the input box of the data set is ``box`` (lo, hi)."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    box: tuple[float, float]
+    name: str
+
+
+def build_mlp(layers: list[int] | tuple[int, ...]):
+    """``nn.Sequential(Linear, ReLU, ..., Linear)`` for widths ``[n_in, n_1, ..., n_out]``."""
+    from torch import nn
+
+    layers = [int(n) for n in layers]
+    if len(layers) < 2 or any(n < 1 for n in layers):
+        raise LatoptError(f"layer sizes {layers} are invalid: need [n_in, hidden..., n_out], all >= 1")
+    mods: list[nn.Module] = []
+    for k in range(len(layers) - 1):
+        mods.append(nn.Linear(layers[k], layers[k + 1]))
+        if k < len(layers) - 2:
+            mods.append(nn.ReLU())
+    return nn.Sequential(*mods)
+
+
+def load_split(data: str, seed: int, test_fraction: float = 0.25) -> Split:
+    """The digits data set (8x8 images, 64 inputs scaled to [0, 1] by /16) split deterministically by ``seed``."""
+    if data not in DATASETS:
+        raise LatoptError(f"unknown data set {data!r}; known: {', '.join(DATASETS)}")
+    try:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+    except ImportError as e:  # pragma: no cover
+        raise LatoptError(f"scikit-learn is needed for --data digits ({e}); pip install scikit-learn") from None
+    d = load_digits()
+    x = (d.data / 16.0).astype(np.float32)
+    y = d.target.astype(np.int64)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_fraction, random_state=seed, stratify=y)
+    return Split(xtr, ytr, xte, yte, (0.0, 1.0), data)
+
+
+def accuracy(module, x: np.ndarray, y: np.ndarray) -> float:
+    return float((predict(module, x) == y).mean())
+
+
+def predict(module, x: np.ndarray) -> np.ndarray:
+    import torch
+
+    module.eval()
+    p = next(module.parameters())
+    with torch.no_grad():
+        out = module(torch.as_tensor(x, dtype=p.dtype))
+    return out.argmax(1).numpy()
+
+
+def train_mlp(
+    hidden: list[int],
+    *,
+    data: str = "digits",
+    l1: float = 0.003,
+    epochs: int = 120,
+    lr: float = 0.01,
+    momentum: float = 0.9,
+    batch: int = 64,
+    seed: int = 0,
+    progress: bool = False,
+) -> tuple[Any, dict]:
+    """Train a Linear/ReLU classifier; returns ``(model, meta)`` with accuracies in ``meta``."""
+    import torch
+    from torch import nn
+
+    from latopt.artifacts import seed_everything
+
+    if l1 < 0 or not math.isfinite(l1):
+        raise LatoptError(f"--l1 {l1} must be a finite number >= 0")
+    if epochs < 1 or batch < 1 or lr <= 0:
+        raise LatoptError(f"invalid training settings: epochs={epochs}, batch={batch}, lr={lr} (need >= 1, >= 1, > 0)")
+    if not hidden or any(h < 1 for h in hidden):
+        raise LatoptError(f"--hidden {hidden} must be a comma list of positive widths, e.g. 100,100")
+    split = load_split(data, seed)
+    seed_everything(seed)
+    n_in, n_out = split.x_train.shape[1], int(split.y_train.max()) + 1
+    layers = [n_in, *hidden, n_out]
+    model = build_mlp(layers)
+    for m in model:
+        if isinstance(m, nn.Linear):
+            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+            nn.init.zeros_(m.bias)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    step = max(1, round(epochs * 50 / 120))
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=step, gamma=0.1)
+    xt, yt = torch.from_numpy(split.x_train), torch.from_numpy(split.y_train)
+    gen = torch.Generator().manual_seed(seed)
+    first = model[0].weight
+    t0 = time.perf_counter()
+    for ep in range(epochs):
+        model.train()
+        perm = torch.randperm(len(xt), generator=gen)
+        total = 0.0
+        for i in range(0, len(xt), batch):
+            idx = perm[i : i + batch]
+            loss = nn.functional.cross_entropy(model(xt[idx]), yt[idx])
+            if l1 > 0:
+                loss = loss + l1 * first.abs().sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+        sched.step()
+        if progress and (ep + 1) % max(1, epochs // 10) == 0:
+            print(f"  epoch {ep + 1}/{epochs}  loss {total / len(xt):.4f}", flush=True)
+    model.eval()
+    meta = {
+        "data": data,
+        "split_seed": seed,
+        "seed": seed,
+        "l1": l1,
+        "epochs": epochs,
+        "lr": lr,
+        "momentum": momentum,
+        "batch": batch,
+        "box": list(split.box),
+        "train_acc": accuracy(model, split.x_train, split.y_train),
+        "test_acc": accuracy(model, split.x_test, split.y_test),
+        "train_seconds": round(time.perf_counter() - t0, 2),
+    }
+    return model, meta
+
+
+def save_mlp(path: str | Path, model, meta: dict | None = None) -> Path:
+    """Write a ``latopt.mlp/1`` checkpoint atomically (temp file + rename)."""
+    import os
+    import tempfile
+
+    import torch
+
+    from latopt.exact.network import from_module
+
+    net = from_module(model)  # validates: Linear/ReLU only
+    sd = {k: v.detach().cpu().clone() for k, v in net.to_module(next(model.parameters()).dtype).state_dict().items()}
+    obj = {"schema": SCHEMA, "layers": list(net.sizes), "activation": "relu", "state_dict": sd, "meta": dict(meta or {})}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_mlp(path: str | Path) -> tuple[Any, dict]:
+    """Load a ``latopt.mlp/1`` checkpoint -> ``(nn.Sequential, meta)``; anything else is a LatoptError."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise LatoptError(f"checkpoint {path} does not exist (make one with `latopt train-mlp`)")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LatoptError(f"checkpoint {path} cannot be read ({first[:160]}); is it a latopt.mlp/1 file?") from None
+    if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
+        got = obj.get("schema") if isinstance(obj, dict) else type(obj).__name__
+        raise LatoptError(
+            f"checkpoint {path} is not a fully connected ReLU network (schema {got!r}, expected {SCHEMA!r}); "
+            "make one with `latopt train-mlp`"
+        )
+    act = obj.get("activation", "relu")
+    if act != "relu":
+        raise LatoptError(f"checkpoint {path} uses activation {act!r}; only ReLU networks are supported")
+    layers = obj.get("layers")
+    sd = obj.get("state_dict")
+    if not isinstance(layers, list) or not all(isinstance(n, int) and n >= 1 for n in layers) or len(layers) < 2:
+        raise LatoptError(f"checkpoint {path} has invalid 'layers' {layers!r}")
+    if not isinstance(sd, dict):
+        raise LatoptError(f"checkpoint {path} has no state_dict")
+    for k, v in sd.items():
+        if k.endswith("weight") and getattr(v, "ndim", 2) != 2:
+            raise LatoptError(
+                f"checkpoint {path}: {k} has shape {tuple(v.shape)} (a convolution?); only Linear layers are supported"
+            )
+    model = build_mlp(layers)
+    dtype = next(iter(sd.values())).dtype if sd else torch.float32
+    model = model.to(dtype)
+    try:
+        model.load_state_dict(sd, strict=True)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise LatoptError(f"checkpoint {path} does not match its layers {layers}: {first[:200]}") from None
+    model.eval()
+    meta = obj.get("meta") or {}
+    return model, dict(meta)

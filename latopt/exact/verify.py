@@ -1,0 +1,99 @@
+"""Check that two networks compute the same function on a box, by dense sampling.
+
+``verify_equal`` compares on ``n`` uniform points plus corners (all of them up to 4096, else 4096 random
+ones) and the centre, in float64 *and* in the float32 the user will run, and raises
+:class:`~latopt.errors.VerificationError` when ``max |f - g| > rtol * scale`` with
+``scale = max(max |f|, 1e-12)`` over the same points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from latopt.errors import VerificationError
+from latopt.exact.network import Box
+
+
+def verification_points(box: Box, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.concatenate([box.sample(n, rng), box.corners(4096, rng), box.center[None, :]])
+
+
+def verify_equal(
+    reference,
+    candidate,
+    box: Box,
+    *,
+    n: int = 100_000,
+    rtol: float = 1e-5,
+    seed: int = 0,
+    points: np.ndarray | None = None,
+    mask: Callable[[np.ndarray], np.ndarray] | None = None,
+    what: str = "compressed network",
+) -> dict:
+    """Max |reference - candidate| on sampled points of ``box``; VerificationError when above ``rtol * scale``.
+
+    ``mask(points) -> bool array`` restricts the comparison (e.g. to points away from region boundaries).
+    Modules are compared in float64 and float32; their dtype is restored afterwards.
+    """
+    import torch
+    from torch import nn
+
+    pts = verification_points(box, n, seed) if points is None else points
+    if mask is not None:
+        pts = pts[mask(pts)]
+    if len(pts) == 0:
+        raise VerificationError(f"no points left to compare the {what} on")
+    result: dict = {"points": int(len(pts))}
+    scale = None
+    for dtype in ("float64", "float32"):
+        saved = {}
+        for name, m in (("ref", reference), ("cand", candidate)):
+            if isinstance(m, nn.Module):
+                p = next(m.parameters(), None)
+                saved[name] = p.dtype if p is not None else torch.float32
+        try:
+            ya = evaluate(reference, pts, dtype)
+            yb = evaluate(candidate, pts, dtype)
+        finally:
+            for name, m in (("ref", reference), ("cand", candidate)):
+                if name in saved:
+                    m.to(saved[name])
+        if ya.shape != yb.shape:
+            raise VerificationError(f"{what}: output shape {yb.shape} differs from the original's {ya.shape}")
+        if scale is None:
+            scale = max(float(np.max(np.abs(ya))), 1e-12)
+        diff = float(np.max(np.abs(ya - yb)))
+        result[f"max_abs_{dtype}"] = diff
+        result[f"max_rel_{dtype}"] = diff / scale
+    result["output_scale"] = scale
+    result["rtol"] = rtol
+    worst = max(result["max_rel_float64"], result["max_rel_float32"])
+    result["ok"] = bool(worst <= rtol)
+    if not result["ok"]:
+        raise VerificationError(
+            f"{what} differs from the original: max |diff| = {max(result['max_abs_float64'], result['max_abs_float32']):.3g} "
+            f"({worst:.3g} of the output scale {scale:.3g}; allowed {rtol:g}) on {len(pts)} points"
+        )
+    return result
+
+
+def evaluate(fn, x: np.ndarray, dtype: str = "float64") -> np.ndarray:
+    """Evaluate an ``nn.Module`` (cast to ``dtype`` in place), a ReluMLP (float64 on ``x`` rounded to ``dtype``) or a callable."""
+    import torch
+    from torch import nn
+
+    if isinstance(fn, nn.Module):
+        tdt = torch.float64 if dtype == "float64" else torch.float32
+        fn.to(tdt)
+        fn.eval()
+        out = []
+        with torch.no_grad():
+            for i in range(0, len(x), 65536):
+                out.append(fn(torch.as_tensor(x[i : i + 65536], dtype=tdt)).double().numpy())
+        return np.concatenate(out)
+    if hasattr(fn, "forward"):
+        return np.asarray(fn.forward(x.astype(dtype).astype(np.float64)), dtype=np.float64)
+    return np.asarray(fn(x.astype(dtype).astype(np.float64)), dtype=np.float64)
