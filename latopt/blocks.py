@@ -23,6 +23,7 @@ activation after the projection, ...) is listed with ``foldable=False`` and the 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -196,8 +197,6 @@ def _timm_block(index: int, path: str, m: nn.Module) -> Block:
         last = m.bn2
     if not _is_identity(getattr(last, "act", None)):
         reasons.append("activation after the projection")
-    if not _is_identity(getattr(m, "drop_path", None)) and m.training:
-        reasons.append("drop-path active (training mode)")
     return _make(index, path, f"timm.{cls}", mods, names, bool(m.has_skip), "; ".join(reasons))
 
 
@@ -268,10 +267,13 @@ def resolve_blocks(model: nn.Module, spec: Sequence[int] | str) -> list[Block]:
         except ValueError:
             raise LatoptError(f"bad block list {spec!r}: give 'all' or comma-separated indices like 1,3,5") from None
     out: list[Block] = []
-    for i in spec:
-        if isinstance(i, bool) or not isinstance(i, int) and not (isinstance(i, str) and i.isdigit()):
-            raise LatoptError(f"bad block index {i!r}: indices are integers as `latopt inspect` prints them")
-        i = int(i)
+    for item in spec:
+        try:
+            if isinstance(item, bool):
+                raise TypeError
+            i = int(item) if isinstance(item, str) else operator.index(item)
+        except (TypeError, ValueError):
+            raise LatoptError(f"bad block index {item!r}: indices are integers as `latopt inspect` prints them") from None
         if not 0 <= i < len(blocks):
             raise LatoptError(f"block index {i} is out of range: the model has blocks 0..{len(blocks) - 1}")
         b = blocks[i]
