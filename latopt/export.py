@@ -196,19 +196,25 @@ def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
             compare_outputs("folded (float32) vs linearised σ_α network", out32, ref32, TOL_FOLD32, inputs)]
 
 
-def gate_inputs(meta: dict[str, Any], resolution: int, n: int, seed: int) -> tuple[torch.Tensor, str]:
-    """Real samples of the checkpoint's task when it names one, else seeded random inputs."""
-    cfg = meta.get("config") or {}
-    task_spec = (cfg.get("data") or {}).get("task")
-    if task_spec:
-        try:
-            from latopt.data import get_task
+def checkpoint_task(meta: dict[str, Any], resolution: int) -> Any | None:
+    """The task a checkpoint was trained on (as ``latopt train`` records it in ``meta``), or None."""
+    spec = meta.get("task")
+    if not spec:
+        return None
+    from latopt.data import get_task, limit_task
 
-            task = get_task(task_spec, resolution, seed)
-            xs = [task.test[i][0] for i in range(min(n, len(task.test)))]
-            return torch.stack(xs).float(), f"test-set samples of {task_spec}"
-        except LatoptError as e:
-            raise LatoptError(f"cannot load the checkpoint's task for the numeric gate: {e}") from None
+    try:
+        task = get_task(spec, resolution, int(meta.get("split_seed", 0) or 0))
+    except LatoptError as e:
+        raise LatoptError(f"cannot load the checkpoint's task {spec!r} for the numeric gate: {e}") from None
+    return limit_task(task, meta.get("max_samples"))
+
+
+def gate_inputs(task: Any | None, resolution: int, n: int, seed: int) -> tuple[torch.Tensor, str]:
+    """Real test samples of the checkpoint's task when it names one, else seeded random inputs."""
+    if task is not None:
+        xs = [task.test[i][0] for i in range(min(n, len(task.test)))]
+        return torch.stack(xs).float(), f"test samples of {task.name}"
     g = torch.Generator().manual_seed(seed)
     return torch.randn(n, 3, resolution, resolution, generator=g), "random normal"
 
@@ -299,7 +305,8 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     p = build_plan(checkpoint, fold=fold, lut=lut, resolution=resolution)
     if lut is None and not res0:
         lut = _load_lut(lut_path, p.arch, device, p.resolution)
-    x, inputs = gate_inputs(p.meta, p.resolution, samples, seed)
+    task = checkpoint_task(p.meta, p.resolution)
+    x, inputs = gate_inputs(task, p.resolution, samples, seed)
     gates = fold_gates(p, x, inputs)
     for g in gates:
         say(g.line())
@@ -326,7 +333,7 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
             _check(gates)
             files.append("model.engine")
         result["gates"] = [asdict(g) | {"passed": g.passed} for g in gates]
-        result["accuracy"] = _accuracy(p, say)
+        result["accuracy"] = _accuracy(p, task, say)
         if measure:
             result["latency"] = _latency(p, device, lut, say)
         result["files"] = files
@@ -368,19 +375,16 @@ def _build_engine(backend: Any, p: Plan, tmp: Path, precision: str, x: torch.Ten
     return g
 
 
-def _accuracy(p: Plan, say: Any) -> dict[str, Any] | None:
-    cfg = p.meta.get("config") or {}
-    task_spec = (cfg.get("data") or {}).get("task")
-    if not task_spec:
+def _accuracy(p: Plan, task: Any | None, say: Any) -> dict[str, Any] | None:
+    if task is None:
         return None
-    from latopt.data import get_task
     from latopt.train import evaluate
 
-    task = get_task(task_spec, p.resolution, int(cfg.get("seed", 0) or 0))
     loader = torch.utils.data.DataLoader(task.test, batch_size=256)
     acc = float(evaluate(p.folded, loader))
-    say(f"test accuracy of the exported network on {task_spec}: {acc:.4f}")
-    return {"task": task_spec, "test_acc": acc, "reported": p.meta.get("test_acc")}
+    say(f"test accuracy of the exported network on {task.name}: {acc:.4f}")
+    recorded = p.meta.get("acc", {}).get("finetuned") if isinstance(p.meta.get("acc"), dict) else p.meta.get("test_acc")
+    return {"task": task.name, "test_acc": acc, "reported": recorded}
 
 
 def _latency(p: Plan, device: Any, lut: Any | None, say: Any) -> dict[str, Any]:

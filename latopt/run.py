@@ -79,7 +79,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         say = _stage(1, "base", f"train {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution}")
         from latopt.train import train_base
 
-        metrics = train_base(cfg, root / "base", progress=True)
+        metrics = train_base(cfg, root / "base", progress=True, seed=seed)
         base = {"checkpoint": str(metrics["checkpoint"]), "test_acc": metrics.get("test_acc"),
                 "val_acc": metrics.get("val_acc")}
         say(f"base test accuracy {base['test_acc']:.4f}")
@@ -156,9 +156,9 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
 
 
 def _num_classes(cfg: Any) -> int:
-    from latopt.data import get_task
+    from latopt.train import load_task
 
-    return int(get_task(cfg.data.task, cfg.data.resolution, cfg.data.split_seed).num_classes)
+    return int(load_task(cfg).num_classes)
 
 
 def _recommended(res: Any) -> dict[str, Any]:
