@@ -97,16 +97,22 @@ def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
 
 def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tuple[Any, Path | None]:
     """The LUT for the config's device/model/resolution (``--lut`` > ``cfg.lut`` > the default path)."""
+    from latopt.latency.devices import load_device
     from latopt.latency.lut import default_lut_path, load_lut
 
     model, res = cfg.model.name, int(cfg.data.resolution)
-    path = Path(lut_arg) if lut_arg else (Path(cfg.lut) if cfg.lut else Path(default_lut_path(cfg.device, model, res, 1)))
+    explicit = lut_arg or cfg.lut
+    if explicit:
+        path = Path(explicit)
+    else:
+        device = load_device(cfg.device)
+        path = Path(default_lut_path(device.name, model, res, device.batch))
     if not path.is_file():
-        if not required:
+        if not required and not explicit:
             return None, None
-        where = "given" if (lut_arg or cfg.lut) else "expected"
-        raise LatoptError(f"no latency LUT for device {cfg.device!r}, model {model}, resolution {res} ({where} at {path}); "
-                          f"run: latopt profile --device {cfg.device} --model {model} --resolution {res}")
+        where = "given" if explicit else "expected"
+        raise LatoptError(f"no latency LUT for device {cfg.device!r}, model {model}, resolution {res} ({where} at "
+                          f"{path}); run: latopt profile --device {cfg.device} --model {model} --resolution {res}")
     return load_lut(path, model=model, resolution=res), path
 
 
@@ -138,6 +144,7 @@ def run_search(o: SearchOptions) -> SearchResult:
     """Run (or resume, or join) a search study until it holds the requested number of COMPLETE trials."""
     from latopt.config import load_config
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = load_config(o.config, o.overrides or None)
     s = cfg.search
     trials = int(o.trials if o.trials is not None else s.trials)
@@ -148,7 +155,7 @@ def run_search(o: SearchOptions) -> SearchResult:
     objective_key = "latency-measured" if o.measure else o.objective
     name = o.study or cfg.name
     study_dir = Path(o.runs_dir) / name / "search"
-    lut, lut_path = resolve_lut(cfg, o.lut, required=(o.objective == "latency" and not o.measure) or o.lut is not None)
+    lut, lut_path = resolve_lut(cfg, o.lut, required=o.objective == "latency" and not o.measure)
     if o.costs == "lut" and lut is None and o.progress:
         print("[search] no LUT found: c_l = 1 for every block (uniform costs, the paper's default)", flush=True)
     device = None
@@ -167,14 +174,15 @@ def run_search(o: SearchOptions) -> SearchResult:
     # mix in their pid so parallel workers do not propose the same candidates.
     seed = o.seed if opened.created else (o.seed * 1_000_003 + os.getpid()) % (2**31)
     study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(sampler_name, seed, trials))
-    base = ensure_base(cfg, study_dir, o.base, progress=o.progress)
+    base = ensure_base(cfg, study_dir, o.base, seed=o.seed, progress=o.progress)
     if opened.created:
         study.set_user_attr("base_checkpoint", str(base.checkpoint))
         study.set_user_attr("lut", None if lut_path is None else str(lut_path))
         study.set_user_attr("config", str(o.config) if o.config else None)
         study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     ctx = TrialContext(cfg=cfg, space=space, base=base, study_dir=study_dir, objective=objective_key,
-                       max_acc_drop=max_drop, lut=lut, costs=o.costs, device=device, progress=o.progress)
+                       max_acc_drop=max_drop, lut=lut, lut_path=lut_path, costs=o.costs, device=device, seed=o.seed,
+                       progress=o.progress)
     if o.progress:
         c = _counts(study)
         print(f"[search] study {name!r} at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "
@@ -205,7 +213,6 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             last["error"] = e
             raise
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     while True:
         _fail_stale(study)
         c = _counts(study)

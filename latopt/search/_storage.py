@@ -57,22 +57,35 @@ def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
             Path(m.group(1)).parent.mkdir(parents=True, exist_ok=True)
     elif url.startswith("postgresql"):
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            hb: dict[str, Any] = {}
-            if heartbeat_interval:
-                hb = {"heartbeat_interval": int(heartbeat_interval),
-                      "grace_period": int(grace_period or 2 * heartbeat_interval),
-                      "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=max_retry)}
-            return RDBStorage(url, engine_kwargs=engine_kwargs, **hb)
-    except sqlalchemy.exc.ArgumentError as e:
-        raise LatoptError(f"storage URL {redact(url)!r} is not a valid SQLAlchemy URL ({_first_line(e)})") from None
-    except ImportError as e:
-        raise LatoptError(f"storage URL {redact(url)!r} needs a database driver that is not installed "
-                          f"({_first_line(e.__cause__ or e)}); e.g. pip install psycopg2-binary") from None
-    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.DatabaseError) as e:
-        raise LatoptError(f"cannot reach storage {redact(url)}: {_first_line(getattr(e, 'orig', None) or e)}") from None
+    hb: dict[str, Any] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if heartbeat_interval:
+            hb = {"heartbeat_interval": int(heartbeat_interval),
+                  "grace_period": int(grace_period or 2 * heartbeat_interval),
+                  "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=max_retry)}
+    for attempt in range(6):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return RDBStorage(url, engine_kwargs=engine_kwargs, **hb)
+        except sqlalchemy.exc.ArgumentError as e:
+            raise LatoptError(f"storage URL {redact(url)!r} is not a valid SQLAlchemy URL ({_first_line(e)})") from None
+        except ImportError as e:
+            raise LatoptError(f"storage URL {redact(url)!r} needs a database driver that is not installed "
+                              f"({_first_line(e.__cause__ or e)}); e.g. pip install psycopg2-binary") from None
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as e:
+            # Workers starting together on an empty database race to create Optuna's tables; the loser
+            # retries and finds them there.
+            if attempt == 5:
+                raise LatoptError(f"storage {redact(url)} could not be initialised: "
+                                  f"{_first_line(getattr(e, 'orig', None) or e)}") from None
+            time.sleep(0.5 + attempt)
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as e:
+            raise LatoptError(f"cannot reach storage {redact(url)}: {_first_line(getattr(e, 'orig', None) or e)}") from None
+        except sqlalchemy.exc.DatabaseError as e:
+            raise LatoptError(f"storage {redact(url)} failed: {_first_line(getattr(e, 'orig', None) or e)}") from None
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _first_line(e: BaseException | str) -> str:

@@ -9,6 +9,8 @@ the base model itself, so the base operating point is part of every study.
 from __future__ import annotations
 
 import math
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +18,10 @@ from typing import Any
 
 import optuna
 
-from latopt.artifacts import atomic_dir, read_json, write_json_atomic
+from latopt.artifacts import read_json, write_json_atomic
 from latopt.errors import LatoptError
 from latopt.search._space import SearchSpace
 
-BASE_SCHEMA = "latopt.search-base/1"
 TRIAL_SCHEMA = "latopt.search-trial/1"
 
 
@@ -28,10 +29,16 @@ TRIAL_SCHEMA = "latopt.search-trial/1"
 class BaseModel:
     checkpoint: Path
     val_acc: float | None = None
+    test_acc: float | None = None
 
 
-def ensure_base(cfg: Any, study_dir: Path, base: str | Path | None, *, progress: bool = True) -> BaseModel:
-    """The study's base checkpoint: ``base`` when given, else trained once into ``study_dir/base/``."""
+def ensure_base(cfg: Any, study_dir: Path, base: str | Path | None, *, seed: int = 0,
+                progress: bool = True) -> BaseModel:
+    """The study's base checkpoint: ``base`` when given, else trained once into ``study_dir/base/``.
+
+    Workers on one machine share it: the first takes a file lock and trains (``train_base`` builds the
+    directory atomically), the others wait on the lock and then load it.
+    """
     if base is not None:
         path = Path(base)
         if not path.is_file():
@@ -39,38 +46,18 @@ def ensure_base(cfg: Any, study_dir: Path, base: str | Path | None, *, progress:
         return BaseModel(path.resolve())
     from filelock import FileLock
 
+    from latopt.train import BASE_CHECKPOINT, METRICS_SCHEMA, train_base
+
     study_dir.mkdir(parents=True, exist_ok=True)
     base_dir = study_dir / "base"
     with FileLock(str(study_dir / ".base.lock")):
-        if (base_dir / "base.json").is_file():
-            info = read_json(base_dir / "base.json", schema=BASE_SCHEMA, what="cached base model record")
-            ckpt = base_dir / info["checkpoint"]
-            if ckpt.is_file():
-                return BaseModel(ckpt.resolve(), info.get("val_acc"))
-        from latopt.train import train_base
-
-        if progress:
-            print(f"[search] training the base model once for this study into {base_dir}", flush=True)
-        with atomic_dir(base_dir) as tmp:
-            metrics = train_base(cfg, tmp, progress=progress)
-            ckpt_tmp = _find_checkpoint(metrics, tmp)
-            val_acc = _metric(metrics, "val_acc", "val", "acc_val")
-            write_json_atomic(tmp / "base.json", {"schema": BASE_SCHEMA, "checkpoint": ckpt_tmp.name,
-                                                  "val_acc": val_acc, "metrics": metrics})
-        return BaseModel((base_dir / ckpt_tmp.name).resolve(), val_acc)
-
-
-def _find_checkpoint(metrics: dict[str, Any], out_dir: Path) -> Path:
-    c = metrics.get("checkpoint") if isinstance(metrics, dict) else None
-    if c:
-        p = Path(c)
-        p = p if p.is_absolute() else out_dir / p
-        if p.is_file():
-            return out_dir / p.name
-    found = sorted(out_dir.glob("*.pt"))
-    if not found:
-        raise LatoptError(f"base training wrote no checkpoint into {out_dir}")
-    return found[0]
+        if (base_dir / "metrics.json").is_file() and (base_dir / BASE_CHECKPOINT).is_file():
+            m = read_json(base_dir / "metrics.json", schema=METRICS_SCHEMA, what="cached base model metrics")
+        else:
+            if progress:
+                print(f"[search] training the base model once for this study into {base_dir}", flush=True)
+            m = train_base(cfg, base_dir, progress=progress, seed=seed)
+    return BaseModel((base_dir / BASE_CHECKPOINT).resolve(), _metric(m, "val_acc"), _metric(m, "test_acc"))
 
 
 def _metric(d: Any, *keys: str) -> float | None:
@@ -81,16 +68,6 @@ def _metric(d: Any, *keys: str) -> float | None:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return float(v)
     return None
-
-
-def val_accuracy(cfg: Any, model: Any) -> float:
-    """Validation accuracy of ``model`` on the config's task (the split fixed by ``data.split_seed``)."""
-    from latopt.data import get_task, make_loaders
-    from latopt.train import evaluate
-
-    task = get_task(cfg.data.task, int(cfg.data.resolution), cfg.data.split_seed)
-    _, val, _ = make_loaders(task, int(cfg.data.batch_size), int(cfg.data.workers))
-    return float(evaluate(model, val))
 
 
 def count_nonlinear(model: Any) -> int:
@@ -120,17 +97,27 @@ class TrialContext:
     study_dir: Path
     objective: str                    # "latency" | "latency-measured" | "depth"
     max_acc_drop: float
-    lut: Any = None                   # latopt.latency.lut.LUT or None
+    lut: Any = None                   # latopt.latency.lut.LUT (objective / c_l) or None
+    lut_path: Path | None = None
     costs: str = "lut"                # "lut": c_l from the LUT; "uniform": c_l = 1 (paper default)
     device: Any = None                # DeviceProfile for --measure
+    seed: int = 0
     progress: bool = True
+    _task: Any = field(default=None, repr=False)
     _base_model: Any = field(default=None, repr=False)
+
+    def task(self) -> Any:
+        if self._task is None:
+            from latopt.train import load_task
+
+            self._task = load_task(self.cfg)
+        return self._task
 
     def base_model(self) -> Any:
         if self._base_model is None:
             from latopt.models import load_checkpoint
 
-            self._base_model, _, _ = load_checkpoint(self.base.checkpoint)
+            self._base_model, _, _ = load_checkpoint(self.base.checkpoint, expect_model=self.cfg.model.name)
             self._base_model.eval()
         return self._base_model
 
@@ -148,50 +135,45 @@ def _predict(lut: Any, plan: dict[int, str]) -> float | None:
     return float(predict(lut, plan))
 
 
-def _plan(report: dict[str, Any]) -> dict[int, str]:
-    folded = report.get("folded") or {}
-    if isinstance(folded, dict):
-        return {int(k): str(v) for k, v in folded.items()}
-    return {int(k): "full" for k in folded}
-
-
 def evaluate_base(ctx: TrialContext, trial_dir: Path) -> dict[str, Any]:
     """The base operating point: its validation accuracy, as-is latency and non-linear layer count."""
+    from latopt.data import make_loaders
+    from latopt.train import evaluate
+
     model = ctx.base_model()
-    acc = ctx.base.val_acc
-    if acc is None:
-        acc = val_accuracy(ctx.cfg, model)
-    rec: dict[str, Any] = {"val_acc": acc, "base_acc": acc, "fold_set": {}, "checkpoint": str(ctx.base.checkpoint),
+    _, val, test = make_loaders(ctx.task(), int(ctx.cfg.data.batch_size), int(ctx.cfg.data.workers), ctx.seed)
+    acc = float(evaluate(model, val))
+    rec: dict[str, Any] = {"val_acc": acc, "base_acc": acc, "test_acc": float(evaluate(model, test)),
+                           "fold_set": {}, "checkpoint": str(ctx.base.checkpoint),
                            "latency_ms": _predict(ctx.lut, {}), "nonlinear_layers": count_nonlinear(model)}
     if ctx.objective == "latency-measured":
         rec.update(_measure(ctx, None))
     write_json_atomic(trial_dir / "trial.json", {"schema": TRIAL_SCHEMA, "base": True, **rec})
-    rec["report"] = str(trial_dir / "trial.json")
+    rec["report"] = str((trial_dir / "trial.json").resolve())
     return rec
 
 
 def evaluate_fold(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
-    """One candidate: run_fold with the sampled hyper-parameters, into ``trial_dir`` (atomically)."""
+    """One candidate: ``run_fold`` with the sampled hyper-parameters (it writes ``trial_dir`` atomically)."""
     from latopt.models import load_checkpoint
-    from latopt.train import run_fold
+    from latopt.prefold import run_fold
 
-    lut_for_costs = ctx.lut if ctx.costs == "lut" else None
-    with atomic_dir(trial_dir) as tmp:
-        report = run_fold(ctx.cfg, ctx.base.checkpoint, tmp, lut=lut_for_costs, lambda_c=params["lambda_c"],
-                          tau=params["tau"], p=params["p"], granularity=params["granularity"],
-                          progress=False)
-        ckpt_name = Path(report["checkpoint"]).name
-    ckpt = trial_dir / ckpt_name
-    plan = _plan(report)
-    acc = float(report["val_acc_finetuned"])
-    base_acc = _metric(report.get("acc"), "base")
-    if base_acc is None:
-        base_acc = ctx.base.val_acc
+    lut = ctx.lut_path if (ctx.costs == "lut" and ctx.lut_path is not None) else None
+    report = run_fold(ctx.cfg, ctx.base.checkpoint, trial_dir, lut=lut, lambda_c=params["lambda_c"],
+                      tau=params["tau"], p=params["p"], granularity=params["granularity"], progress=False,
+                      seed=ctx.seed, task=ctx.task())
+    plan = {int(k): str(v) for k, v in (report.get("folded") or {}).items()}
+    ckpt = Path(report["checkpoint"])
     folded_model, _, _ = load_checkpoint(ckpt)
-    rec: dict[str, Any] = {"val_acc": acc, "base_acc": base_acc, "fold_set": {str(k): v for k, v in sorted(plan.items())},
-                           "checkpoint": str(ckpt.resolve()), "report": str((trial_dir / "report.json").resolve()),
-                           "latency_ms": _predict(ctx.lut, plan), "nonlinear_layers": count_nonlinear(folded_model),
-                           "acc": report.get("acc")}
+    folded_model.eval()
+    val = report.get("val") or {}
+    rec: dict[str, Any] = {
+        "val_acc": float(report["val_acc_finetuned"]), "base_acc": _metric(val, "base"),
+        "test_acc": _metric(report.get("acc"), "finetuned"), "fold_set": {str(k): v for k, v in sorted(plan.items())},
+        "checkpoint": str(ckpt.resolve()), "report": str((trial_dir / "report.json").resolve()),
+        "latency_ms": _predict(ctx.lut, plan), "nonlinear_layers": count_nonlinear(folded_model),
+        "flops": (report.get("flops") or {}).get("folded"),
+    }
     if ctx.objective == "latency-measured":
         rec.update(_measure(ctx, folded_model))
     return rec
@@ -203,12 +185,12 @@ def _measure(ctx: TrialContext, folded: Any) -> dict[str, Any]:
 
     nets = {"base": ctx.base_model()}
     if folded is not None:
-        nets["candidate"] = folded.eval()
+        nets["candidate"] = folded
     stats = measure_networks(nets, ctx.device, ctx.input_shape())
-    base_ms = float(stats["base"].median_ms)
-    ms = float(stats["candidate"].median_ms) if folded is not None else base_ms
+    key = "candidate" if folded is not None else "base"
+    base_ms, ms = float(stats["base"].median_ms), float(stats[key].median_ms)
     return {"measured_ms": ms, "measured_base_ms": base_ms, "measured_speedup": base_ms / ms if ms > 0 else None,
-            "measured_iqr_ms": float(stats["candidate" if folded is not None else "base"].iqr_ms)}
+            "measured_iqr_ms": float(stats[key].iqr_ms)}
 
 
 _METRIC_KEY = {"latency": "latency_ms", "latency-measured": "measured_ms", "depth": "nonlinear_layers"}
@@ -220,6 +202,7 @@ def objective(ctx: TrialContext, trial: optuna.Trial) -> tuple[float, float]:
     params = ctx.space.suggest(trial)
     is_base = bool(trial.user_attrs.get("base"))
     trial_dir = ctx.study_dir / f"trial-{trial.number}"
+    trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
     rec = evaluate_base(ctx, trial_dir) if is_base else evaluate_fold(ctx, params, trial_dir)
     metric = rec.get(_METRIC_KEY[ctx.objective])
     if metric is None or not math.isfinite(float(metric)):
@@ -236,7 +219,7 @@ def objective(ctx: TrialContext, trial: optuna.Trial) -> tuple[float, float]:
     trial.set_constraint("acc_drop", rec["constraint"])
     if ctx.progress:
         what = "base model" if is_base else f"λ_c={params['lambda_c']:.3g} τ={params['tau']:.3f} p={params['p']:.2f}"
-        print(f"[search] trial {trial.number}: {what} → acc {rec['val_acc']:.4f} (drop {drop:+.4f}), "
+        print(f"[search] trial {trial.number}: {what} → val acc {rec['val_acc']:.4f} (drop {drop:+.4f}), "
               f"{_METRIC_KEY[ctx.objective]} {float(metric):.4g}, folded {len(rec['fold_set'])} "
               f"[{rec['seconds']:.1f} s]", flush=True)
     return float(rec["val_acc"]), float(metric)

@@ -1,0 +1,174 @@
+"""latopt search end to end on the CPU: a tiny study, kill -9 + resume, two workers on PostgreSQL.
+
+Tiny settings (MobileNetV2-0.35 at 16 px on the digits task, 1-2 epochs) keep each trial to seconds;
+the LUT is profiled for real with a short timing budget. Nothing here asserts on a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy.exc
+import yaml
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import TrialState
+
+from latopt.search import SearchOptions, pareto_front, recommend, run_search
+
+MODEL, RES = "mobilenetv2_035", 16
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Config + real (short-budget) LUT, and one 3-trial study run in-process (the base is trained by it)."""
+    import torch
+
+    from latopt.latency.devices import load_device, profiles_dir
+    from latopt.latency.lut import save_lut
+    from latopt.latency.profiler import profile_model
+
+    d = tmp_path_factory.mktemp("search")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        dev = yaml.safe_load((profiles_dir() / "cpu.yaml").read_text())
+        dev.update(name="cpu-test", warmup=2, min_repeats=5, max_repeats=10, budget_s=2)
+        (d / "cpu-test.yaml").write_text(yaml.safe_dump(dev))
+        lut = profile_model(MODEL, load_device(str(d / "cpu-test.yaml")), RES, 1, progress=False, num_classes=10)
+        save_lut(lut, d / "lut.json")
+        cfg = {"name": "tiny", "model": {"name": MODEL},
+               "data": {"task": "digits", "resolution": RES, "batch_size": 128},
+               "train": {"epochs": 2, "optimizer": "adamw", "lr": 0.01},
+               "fold": {"epochs": 1, "post_epochs": 1, "lr": 0.003, "alpha_lr": 0.1},
+               "search": {"lambda_c": [0.5, 20.0], "tau": [0.5, 0.9], "p": [1.5, 3.0], "trials": 3,
+                          "max_acc_drop": 0.05},
+               "device": str(d / "cpu-test.yaml"), "lut": str(d / "lut.json")}
+        (d / "tiny.yaml").write_text(yaml.safe_dump(cfg))
+        res = run_search(SearchOptions(config=d / "tiny.yaml", runs_dir=d / "runs", progress=False))
+    finally:
+        torch.set_num_threads(threads)
+    return d, res
+
+
+def _cli(d: Path, *args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "latopt", "search", "--config", "tiny.yaml", *args], cwd=d,
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def test_tiny_study_end_to_end(tiny):
+    d, res = tiny
+    assert res.finished and res.n_complete == 3
+    study = optuna.load_study(study_name="tiny", storage=res.storage)
+    trials = study.get_trials(states=(TrialState.COMPLETE,))
+    assert [t.number for t in trials] == [0, 1, 2]
+    base = trials[0]
+    assert base.user_attrs["base"] and base.user_attrs["fold_set"] == {}
+    assert base.params["lambda_c"] == 0.5 and base.params["tau"] == 0.9    # enqueued base operating point
+    lut_asis = base.user_attrs["latency_ms"]
+    for t in trials[1:]:
+        a = t.user_attrs
+        assert Path(a["checkpoint"]).is_file() and Path(a["report"]).is_file()
+        rep = json.loads(Path(a["report"]).read_text())
+        assert t.values[0] == pytest.approx(rep["val_acc_finetuned"])
+        assert a["fold_set"] == rep["folded"]
+        assert rep["costs"] is not None                           # c_l came from the LUT
+        assert t.values[1] == pytest.approx(a["latency_ms"])
+        assert (t.values[1] < lut_asis) == bool(a["fold_set"])   # folding anything lowers the LUT latency
+        assert t.constraints["acc_drop"] == pytest.approx(a["acc_drop"] - 0.05)
+    assert {t.number for t in pareto_front(study)} == set(res.front)
+    rec = recommend(study)
+    assert rec is not None and rec.number == res.recommended
+    assert all(rec.values[1] <= t.values[1] for t in trials if t.user_attrs["acc_drop"] <= 0.05)
+    # --show writes the front files; a rerun of the finished study resumes and runs nothing
+    r = subprocess.run([sys.executable, "-m", "latopt", "search", "--show", "--study", "tiny", "--out", "show"],
+                       cwd=d, env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    front = json.loads((d / "show" / "pareto.json").read_text())
+    assert front["recommended"] == res.recommended and front["base_trial"] == 0
+    assert (d / "show" / "pareto.csv").is_file() and (d / "show" / "pareto.png").stat().st_size > 1000
+    assert "RECOMMENDED" in r.stdout and "base" in r.stdout
+    again = run_search(SearchOptions(config=d / "tiny.yaml", runs_dir=d / "runs", progress=False))
+    assert again.n_complete == 3 and len(study.trials) == 3
+    # a study made for one objective refuses another
+    bad = _cli(d, "--study", "tiny", "--runs-dir", "runs", "--objective", "depth")
+    out, _ = bad.communicate(timeout=120)
+    assert bad.returncode == 2 and "created with objective 'latency', not 'depth'" in out
+
+
+def _wait_running(storage: str, name: str, proc: subprocess.Popen, timeout: float = 300) -> int:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        assert proc.poll() is None, proc.stdout.read()
+        if Path(storage.removeprefix("sqlite:///")).is_file():
+            try:
+                study = optuna.load_study(study_name=name, storage=storage)
+                running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number >= 1]
+                if running:
+                    return running[0].number
+            except (KeyError, sqlalchemy.exc.OperationalError):
+                pass
+        time.sleep(0.3)
+    raise AssertionError("no trial started running")
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_kill9_then_rerun_finishes_the_study(tiny):
+    d, res = tiny
+    base = str(d / "runs" / "tiny" / "search" / "base" / "base.pt")
+    args = ("--study", "killed", "--objective", "depth", "--trials", "3", "--base", base,
+            "--heartbeat-interval", "1", "--grace-period", "3")
+    storage = f"sqlite:///{d / 'runs' / 'killed' / 'search' / 'study.db'}"
+    proc = _cli(d, *args)
+    killed = _wait_running(storage, "killed", proc)
+    time.sleep(2.0)                                   # well inside the trial, heartbeats recorded
+    study = optuna.load_study(study_name="killed", storage=storage)
+    assert study.trials[killed].state == TrialState.RUNNING
+    done_before = {t.number: t.values for t in study.get_trials(states=(TrialState.COMPLETE,))}
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not (d / "runs" / "killed" / "search" / f"trial-{killed}").exists()   # nothing half-written
+
+    rerun = _cli(d, *args)
+    out, _ = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, out
+    study = optuna.load_study(study_name="killed", storage=storage)
+    by_number = {t.number: t for t in study.trials}
+    for n, values in done_before.items():              # completed trials kept as they were
+        assert by_number[n].state == TrialState.COMPLETE and by_number[n].values == values
+    assert by_number[killed].state == TrialState.FAIL
+    retries = [t for t in study.trials if RetryHeartbeatStaleTrialCallback.retried_trial_number(t) == killed]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
+    assert retries[0].params == by_number[killed].params
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 3
+    assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
+
+
+@pytest.mark.postgres
+def test_two_workers_on_postgresql(tiny, pg_url):
+    d, _ = tiny
+    base = str(d / "runs" / "tiny" / "search" / "base" / "base.pt")
+    name = f"pg-{uuid.uuid4().hex[:10]}"
+    args = ("--study", name, "--objective", "depth", "--trials", "4", "--base", base, "--storage", pg_url,
+            "--heartbeat-interval", "2", "--grace-period", "20")
+    workers = [_cli(d, *args) for _ in range(2)]
+    outs = [w.communicate(timeout=600)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outs
+    study = optuna.load_study(study_name=name, storage=pg_url)
+    trials = study.trials
+    assert sorted(t.number for t in trials) == list(range(len(trials)))       # no lost number
+    assert all(t.state == TrialState.COMPLETE for t in trials), [t.state for t in trials]
+    assert 4 <= len(trials) <= 5            # two workers can both start the 4th trial at the same moment
+    assert sum(bool(t.user_attrs.get("base")) for t in trials) == 1
+    ckpts = [t.user_attrs["checkpoint"] for t in trials if not t.user_attrs.get("base")]
+    assert len(set(ckpts)) == len(ckpts) and all(Path(c).is_file() for c in ckpts)     # no duplicated trial
+    assert len({t.user_attrs["worker"] for t in trials}) == 2                          # both workers worked
