@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "latopt.search.cli",
     "latopt.export",
     "latopt.run",
+    "latopt.exact.cli",
 )
 
 

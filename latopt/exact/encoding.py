@@ -54,8 +54,9 @@ class Encoding:
         """A silent ``highspy.Highs`` holding this model (binaries integral when ``integer``)."""
         import highspy
 
-        h = highspy.Highs()
-        h.silent()
+        from latopt.exact.lp import new_highs
+
+        h = new_highs()
         lp = highspy.HighsLp()
         csc = self.a.tocsc()
         csc.sort_indices()

@@ -13,6 +13,38 @@ import numpy as np
 
 from latopt.exact.network import ReluMLP
 
+_BANNER_DONE = False
+
+
+def new_highs():
+    """A silent ``highspy.Highs``; the licence banner HiGHS prints on its first construction is swallowed."""
+    global _BANNER_DONE
+    try:
+        import highspy
+    except ImportError as e:  # pragma: no cover
+        from latopt.errors import LatoptError
+
+        raise LatoptError(f"highspy (HiGHS) is needed for the exact tools ({e}); pip install highspy") from None
+    if _BANNER_DONE:
+        h = highspy.Highs()
+    else:
+        import os
+        import sys
+
+        sys.stdout.flush()
+        saved = os.dup(1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+            h = highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(devnull)
+        _BANNER_DONE = True
+    h.silent()
+    return h
+
 
 @dataclass(frozen=True)
 class LPResult:
@@ -25,8 +57,7 @@ def solve_lp(c: np.ndarray, g: np.ndarray, h: np.ndarray, lo: np.ndarray, hi: np
     """Minimise ``c.x`` subject to ``g @ x <= h`` and ``lo <= x <= hi`` (dense; small problems)."""
     import highspy
 
-    hs = highspy.Highs()
-    hs.silent()
+    hs = new_highs()
     n = c.size
     m = int(h.size)
     lp = highspy.HighsLp()

@@ -196,8 +196,9 @@ def load_mlp(path: str | Path) -> tuple[Any, dict]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise LatoptError(f"checkpoint {path} cannot be read ({first[:160]}); is it a latopt.mlp/1 file?") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        why = type(e).__name__ + (f": {first}" if first and len(first) <= 100 else "")
+        raise LatoptError(f"checkpoint {path} cannot be read as a torch checkpoint ({why}); is it a latopt.mlp/1 file?") from None
     if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
         got = obj.get("schema") if isinstance(obj, dict) else type(obj).__name__
         raise LatoptError(

@@ -32,11 +32,12 @@ def verify_equal(
     points: np.ndarray | None = None,
     mask: Callable[[np.ndarray], np.ndarray] | None = None,
     what: str = "compressed network",
+    dtypes: tuple[str, ...] = ("float64", "float32"),
 ) -> dict:
     """Max |reference - candidate| on sampled points of ``box``; VerificationError when above ``rtol * scale``.
 
     ``mask(points) -> bool array`` restricts the comparison (e.g. to points away from region boundaries).
-    Modules are compared in float64 and float32; their dtype is restored afterwards.
+    Modules are compared in each of ``dtypes`` (default float64 and float32); their dtype is restored afterwards.
     """
     import torch
     from torch import nn
@@ -48,7 +49,7 @@ def verify_equal(
         raise VerificationError(f"no points left to compare the {what} on")
     result: dict = {"points": int(len(pts))}
     scale = None
-    for dtype in ("float64", "float32"):
+    for dtype in dtypes:
         saved = {}
         for name, m in (("ref", reference), ("cand", candidate)):
             if isinstance(m, nn.Module):
@@ -70,11 +71,11 @@ def verify_equal(
         result[f"max_rel_{dtype}"] = diff / scale
     result["output_scale"] = scale
     result["rtol"] = rtol
-    worst = max(result["max_rel_float64"], result["max_rel_float32"])
+    worst = max(result[f"max_rel_{d}"] for d in dtypes)
     result["ok"] = bool(worst <= rtol)
     if not result["ok"]:
         raise VerificationError(
-            f"{what} differs from the original: max |diff| = {max(result['max_abs_float64'], result['max_abs_float32']):.3g} "
+            f"{what} differs from the original: max |diff| = {max(result[f'max_abs_{d}'] for d in dtypes):.3g} "
             f"({worst:.3g} of the output scale {scale:.3g}; allowed {rtol:g}) on {len(pts)} points"
         )
     return result
