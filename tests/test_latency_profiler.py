@@ -39,6 +39,8 @@ def test_profile_tiny_model(device: str, tmp_path) -> None:
     assert (lut.model, lut.device, lut.resolution, lut.batch, lut.partial) == ("tiny", device, 32, 1, True)
     assert not any(m.training for m in model.modules())  # the caller's model is left as it was
     b0, b1, b2 = lut.blocks
+    assert list(lut.fixed) == ["stem", "head", "classifier"]
+    assert lut.fixed_ms == pytest.approx(lut.calibration["scales"]["none"] * sum(s.median_ms for s in lut.fixed.values()))
     assert set(b0.raw) == {"none", "full"}  # t = 1: only the full fold
     assert set(b1.raw) == {"none", "full", "expand_dw", "dw_project"}
     assert set(b2.raw) == {"none"} and not b2.foldable and "squeeze" in b2.reason

@@ -9,23 +9,27 @@ Public API::
     register(subparsers)                      ``latopt profile``
 
 What is timed, all in ONE interleaved run (:func:`latopt.latency.timing.compare`), after exporting each
-module once at its real input shape: the stem, the head (conv head + pool + classifier), every block
-as-is and folded (``full``; ``expand_dw`` / ``dw_project`` with ``partial``), a trivial 1-op model (the
-per-call overhead, recorded for reference), and the end-to-end network as-is and with every foldable
-block folded.
+module once at its real input shape: the fixed parts (stem; head = conv head + pool; classifier), every
+block as-is and folded (``full``; ``expand_dw`` / ``dw_project`` with ``partial``), a trivial 1-op model
+(the per-call overhead, recorded for reference), and end-to-end networks: as-is, every foldable block
+folded (with ``partial`` also every block in each partial variant), and a held-out fold set (the second
+half of the foldable blocks) that is not used for the calibration and checks it.
 
 Calibration (why, and how). A block timed in its own session pays costs the network pays once: the call
-itself and, on ONNX Runtime's CPU provider, the NCHWc layout reorders of its input and output, plus
-warm caches that a block inside the network does not have. On the 2-vCPU development machine summing
-the isolated parts over-predicted MobileNetV2-1.0 by ~20 % (DESIGN.md saw 35–45 % under load) while the
-error was nearly the same fraction for every fold set (18–23 %). Subtracting the 1-op overhead
-(~0.015 ms/call) removed only a quarter of it, and a constant offset fitted to the as-is network
-mispredicted the folded one by ~10 %, while one multiplicative factor fitted jointly to the as-is and
-the all-folded networks predicted two held-out mixed fold sets within 2–4 % (MobileNetV2 and
-EfficientNet-lite0). So the LUT keeps the raw isolated statistics and scales every part by
-``scale = exp(mean_n log(measured_n / Σ raw_n))`` over the two end-to-end networks (geometric mean of
-the two ratios); the calibrated times are what ``predict`` sums. The errors before and after calibration
-are stored and printed; they are reported figures, not assumptions.
+itself and, on ONNX Runtime's CPU provider, the NCHWc layout reorders of its input and output (and a
+separate residual Add that the network fuses into the convolution). On the 2-vCPU development machine
+summing the isolated parts over-predicted MobileNetV2-1.0 by 18-27 % (DESIGN.md saw 35-45 % under load
+with wall-clock timing), and the excess differed between fold sets: as-is blocks lose a larger fraction
+than the folded convolutions (EfficientNet-lite0: +18 % as-is against +6 % all folded, where the folded
+5x5 convolutions are heavy). What was tried, on the same data: subtracting the 1-op call overhead
+(~0.015-0.05 ms per part) removed only a quarter of the excess; a constant offset fitted to the as-is
+network mispredicted the folded one by ~10 %; one factor fitted to the as-is and all-folded networks was
+within 2-4 % on MobileNetV2 but 7-9 % off on EfficientNet-lite0. Kept: one scale per variant
+(:func:`latopt.latency.lut.calibrate`): ``scales["none"]`` makes the summed stem + head + classifier +
+as-is blocks equal the measured as-is network; ``scales["full"]`` then makes the all-folded network exact
+(likewise each partial variant with ``partial``). The held-out fold set, the benchmark's other fold sets
+(``tools/bench_lut.py``) and the uncalibrated sums are reported next to it, so the LUT's error is a
+measured figure.
 """
 
 from __future__ import annotations
@@ -94,6 +98,29 @@ def _close(objs: Any) -> None:
 HELD_OUT = "held-out"
 
 
+def fixed_modules(fp: Any, input_shape: tuple[int, ...],
+                  head_shape: tuple[int, ...]) -> dict[str, tuple[Any, tuple[int, ...]]]:
+    """The parts outside the blocks as (module, input shape): stem, head (conv head + pool), classifier.
+
+    The head is split when it has ``features``/``pool``/``classifier`` (latopt.blocks' head module);
+    otherwise it is timed as one part.
+    """
+    import torch
+    from torch import nn
+
+    parts: dict[str, tuple[Any, tuple[int, ...]]] = {"stem": (fp.stem, input_shape)}
+    head = fp.head
+    if all(hasattr(head, a) for a in ("features", "pool", "classifier")):
+        conv_head = nn.Sequential(head.features, head.pool, nn.Flatten(1))
+        with torch.no_grad():
+            pooled = conv_head.eval()(torch.zeros(head_shape))
+        parts["head"] = (conv_head, head_shape)
+        parts["classifier"] = (head.classifier, tuple(pooled.shape))
+    else:
+        parts["head"] = (head, head_shape)
+    return parts
+
+
 def calibration_plans(blocks: Any, partial: bool) -> dict[str, dict[int, str]]:
     """The end-to-end networks timed with the parts: as-is, all folded (and all in each partial variant
     with ``partial``) for the calibration, and the second half of the foldable blocks folded, held out."""
@@ -140,8 +167,8 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: 
         input_shape = (int(batch), _in_channels(model), R, R)
         shapes = block_input_shapes(model, input_shape)
         head_shape = _head_input_shape(model, blocks[-1].path, input_shape)
-        fp = fixed_parts(model)
-        parts: dict[str, tuple[Any, tuple[int, ...]]] = {"stem": (fp.stem, input_shape), "head": (fp.head, head_shape)}
+        parts = fixed_modules(fixed_parts(model), input_shape, head_shape)
+        fixed_keys = list(parts)
         for b in blocks:
             shape = shapes[b.index]
             parts[f"{b.index}:none"] = (model.get_submodule(b.path), shape)
@@ -175,7 +202,7 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: 
 
     raw = {b.index: {k.split(":", 1)[1]: s.median_ms for k, s in stats.items() if k.split(":", 1)[0] == str(b.index)}
            for b in blocks}
-    fixed_raw = stats["stem"].median_ms + stats["head"].median_ms
+    fixed_raw = sum(stats[k].median_ms for k in fixed_keys)
     measured = {k: stats[f"net:{k}"].median_ms for k in nets}
     fit = {k: (plan, measured[k]) for k, (_, plan) in nets.items() if k != HELD_OUT}
     scales, notes = calibrate(raw, fixed_raw, fit)
@@ -187,7 +214,7 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: 
     lut = LUT(
         device=device.name, model=model_name, resolution=R, batch=int(batch), blocks=entries,
         fixed_ms=scales["none"] * fixed_raw,
-        fixed={"stem": stats["stem"], "head": stats["head"]}, backend=backend.name, environment=environment,
+        fixed={k: stats[k] for k in fixed_keys}, backend=backend.name, environment=environment,
         num_classes=int(num_classes), fold_mode=fold_mode, partial=bool(partial),
         call_overhead_ms=stats["overhead"].median_ms,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -239,7 +266,7 @@ def format_lut(lut: LUT) -> str:
         tag = "" if b.foldable else "  (not foldable: " + b.reason + ")"
         lines.append(f"{b.index:>3} {b.path[-22:]:<22} {'x'.join(map(str, b.input_shape[1:])):<16} "
                      + " ".join(cells) + f" {b.c:7.4f} {iqr:5.1f}{tag}")
-    lines.append(f"    fixed (stem + head) {lut.fixed_ms:.4f} ms; per-call overhead {lut.call_overhead_ms or 0:.4f} ms")
+    lines.append(f"    fixed ({' + '.join(lut.fixed) or '-'}) {lut.fixed_ms:.4f} ms; per-call overhead {lut.call_overhead_ms or 0:.4f} ms")
     for k, e in lut.end_to_end.items():
         role = "fit" if e.get("calibration") else "held out"
         lines.append(f"end-to-end {k:<16} ({len(e['folded']):>2} folded, {role:<8}) measured "
