@@ -170,12 +170,14 @@ def compress(
     verify_points: int = 100_000,
     rtol: float = 1e-5,
     seed: int = 0,
+    dtype=None,
     log: Callable[[str], None] | None = None,
 ):
     """Analyse, compress and verify a Linear/ReLU ``model`` (or :class:`ReluMLP`) on ``box``.
 
-    Returns ``(nn.Sequential, CompressReport)``; raises VerificationError if the result is not equal on
-    the sampled points (it never is unless something is wrong).
+    Returns ``(nn.Sequential, CompressReport)``; the module's weights are ``dtype`` (default float32).
+    Raises VerificationError if the result is not equal on the sampled points (it never is unless
+    something is wrong).
     """
     import torch
 
@@ -185,7 +187,7 @@ def compress(
     t1 = time.perf_counter()
     result = stability_compression(net, analysis.states())
     t2 = time.perf_counter()
-    module = result.compressed.to_module(torch.float32)
+    module = result.compressed.to_module(dtype or torch.float32)
     reference = model if not isinstance(model, ReluMLP) else net
     ver = verify_equal(reference, module, box, n=verify_points, rtol=rtol, seed=seed + 1)
     analysis.check(net)
