@@ -10,6 +10,7 @@ Public API::
     costs(lut) -> dict[int, float]           c_l = max(0, t_asis − t_full) per foldable block
     variant_times(lut, index) -> dict[str, float]   {"none", "full", ("expand_dw", "dw_project")}
     default_lut_path(device, model, resolution, batch) -> Path   profiles/<device>/<model>-r<res>-b<batch>.json
+    calibrate(raw, fixed_raw, nets) -> (scales, notes)             per-variant scales (used by the profiler)
 
 Times. ``BlockEntry.raw[v]`` are the measured statistics of block ``index`` in variant ``v`` ("none" =
 as-is), each timed alone at its real input shape. Summing isolated times over-predicts the network
