@@ -331,7 +331,9 @@ class _Head(nn.Module):
 class FixedParts:
     """Everything outside the blocks: ``stem`` maps the network input to the first block's input and
     ``head`` maps the last block's output to the logits. The modules are the model's own (shared, not
-    copied). ``stem_paths``/``head_paths`` name them in the model."""
+    copied). ``stem_paths``/``head_paths`` name them in the model. ``head`` always has the children
+    ``features`` (conv head + BN/act), ``pool`` (global average pool) and ``classifier``, so it can be
+    timed in parts: ``classifier(flatten(pool(features(x)), 1))``."""
 
     stem: nn.Module
     head: nn.Module
