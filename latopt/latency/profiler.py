@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -104,6 +105,13 @@ def torch_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(old)
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:  # pragma: no cover
+        return None
 
 
 def _close(objs: Any) -> None:
@@ -216,9 +224,11 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         runners["overhead"] = backend.prepare(nn.ReLU(), (1, 8))
         t_prep = time.perf_counter() - t_start
         _log(progress, f"timing {len(runners)} runners interleaved (prepared in {t_prep:.1f} s)")
+        load_before = _loadavg()
         stats = compare(runners, device, progress=(lambda r, e: _log(progress, f"  round {r} ({e:.1f} s)"))
                         if progress else None)
         environment = backend.environment()
+        environment["loadavg_during_timing"] = [load_before, _loadavg()]
     finally:
         _close(runners.values())
         close_backend(backend)
@@ -301,7 +311,8 @@ def format_lut(lut: LUT) -> str:
                      f"{e['raw_sum_ms']:.3f}, {e['raw_error'] * 100:+.1f} %)")
     for note in lut.calibration.get("notes", []):
         lines.append(f"note: {note}")
-    lines.append(f"profiling took {lut.profiling_s:.1f} s")
+    load = lut.environment.get("loadavg_during_timing")
+    lines.append(f"profiling took {lut.profiling_s:.1f} s" + (f"; load average before/after timing {load}" if load else ""))
     return "\n".join(lines)
 
 
