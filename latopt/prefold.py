@@ -303,11 +303,11 @@ def _check_base(cfg: RunConfig, base_checkpoint: str | Path) -> tuple[nn.Module,
     model, arch, meta = load_checkpoint(base_checkpoint, expect_model=cfg.model.name)
     if arch.get("alpha") or arch.get("fold"):
         raise LatoptError(f"checkpoint {base_checkpoint} is already pre-folded/folded; give the base checkpoint")
-    want = data_meta(cfg)
+    want = {k: v for k, v in data_meta(cfg).items() if k != "resolution"}  # another resolution is fine
     got = {k: meta[k] for k in want if k in meta}
     if any(v != want[k] for k, v in got.items()):
-        raise LatoptError(f"base checkpoint {base_checkpoint} was trained on {got} but the config says {want}; "
-                          "fold with the base model's data settings (the test split must be the same)")
+        raise LatoptError(f"base checkpoint {base_checkpoint} was trained with data {got} but the config says "
+                          f"{want}; fold with the base model's data settings (the test split must be the same)")
     return model, arch, meta
 
 

@@ -1,0 +1,216 @@
+"""Base training, compression loss, pre-fold / fold / post-fold and the folded checkpoint (latopt.train,
+latopt.prefold). Tiny: MobileNetV2-0.35 at 16 px on 96 digits per split, one epoch per phase."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from latopt.config import load_config
+from latopt.data import make_loaders
+from latopt.errors import LatoptError
+from latopt.prefold import CompressionLoss, fold_and_finetune, plan_from_alphas, prefold, run_fold
+from latopt.train import evaluate, load_task, train_base
+
+MODEL = "torchvision/mobilenet_v2?width=0.35"
+TINY = f"""
+name: tiny
+model: {{name: "{MODEL}"}}
+data: {{task: digits, resolution: 16, batch_size: 32, max_samples: 96}}
+train: {{epochs: 1, optimizer: adamw, lr: 0.003}}
+fold: {{epochs: 2, post_epochs: 1, lambda_c: 5.0, alpha_lr: 0.3, lr: 0.001, post_lr: 0.001}}
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """One intra-op thread: on a shared 2-core machine two threads made each step ~25x slower."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("tiny")
+    (root / "tiny.yaml").write_text(TINY)
+    cfg = load_config(root / "tiny.yaml")
+    metrics = train_base(cfg, root / "base", progress=False, seed=0)
+    return {"root": root, "cfg": cfg, "metrics": metrics, "ckpt": root / "base" / "base.pt"}
+
+
+# ----------------------------------------------------------------------------- compression loss
+def _alpha(v: float) -> nn.Parameter:
+    return nn.Parameter(torch.tensor(float(v)))
+
+
+def test_compression_loss_block_formula_uniform_and_weighted() -> None:
+    vals, c = [0.0, 0.5, 1.0, 0.8], [1.0, 3.0, 2.0, 4.0]
+    alphas = {i: [_alpha(v)] for i, v in enumerate(vals)}
+    p = 2.0
+    uniform = CompressionLoss(alphas, p=p, variant_times={i: {"none": 1.0, "full": 0.0} for i in alphas})
+    assert float(uniform().detach()) == pytest.approx(sum(1 - v**p for v in vals) / len(vals))
+    weighted = CompressionLoss(alphas, p=p, variant_times={i: {"none": c[i], "full": 0.0} for i in alphas})
+    assert float(weighted().detach()) == pytest.approx(sum(ci * (1 - v**p) for ci, v in zip(c, vals, strict=True)) / sum(c))
+    # absolute times: only t(none) - t(full) matters (the paper's c_l)
+    shifted = CompressionLoss(alphas, p=p, variant_times={i: {"none": 10 + c[i], "full": 10.0} for i in alphas})
+    assert float(shifted().detach()) == pytest.approx(float(weighted().detach()))
+
+
+def test_compression_loss_freezes_blocks_that_do_not_pay() -> None:
+    alphas = {0: [_alpha(0.3)], 1: [_alpha(0.3)]}
+    loss = CompressionLoss(alphas, p=2.0, variant_times={0: {"none": 1.0, "full": 1.2}, 1: {"none": 2.0, "full": 1.0}})
+    assert loss.frozen == [0]
+    assert not alphas[0][0].requires_grad and float(alphas[0][0]) == 0.0
+    assert float(loss().detach()) == pytest.approx(1 - 0.3**2)
+    everything_frozen = CompressionLoss({0: [_alpha(0.0)]}, p=2.0, variant_times={0: {"none": 1.0, "full": 1.0}})
+    assert float(everything_frozen().detach()) == 0.0
+
+
+def test_compression_loss_per_activation_is_expected_latency() -> None:
+    t = {"none": 5.0, "full": 2.0, "expand_dw": 4.5, "dw_project": 3.0}
+    a1, a2, p = 0.6, 0.9, 3.0
+    loss = CompressionLoss({0: [_alpha(a1), _alpha(a2)]}, p=p, variant_times={0: t})
+    q1, q2 = a1**p, a2**p
+    expected = q1 * q2 * t["full"] + q1 * (1 - q2) * t["expand_dw"] + (1 - q1) * q2 * t["dw_project"] \
+        + (1 - q1) * (1 - q2) * t["none"]
+    assert float(loss().detach()) == pytest.approx((expected - 2.0) / (5.0 - 2.0))
+    # uniform times: the mean of (1 - q) over the activations
+    pair = [_alpha(a1), _alpha(a2)]
+    uni = CompressionLoss({0: pair}, p=p,
+                          variant_times={0: {"none": 1.0, "full": 0.0, "expand_dw": 0.5, "dw_project": 0.5}})
+    assert float(uni().detach()) == pytest.approx(((1 - q1) + (1 - q2)) / 2)
+    uni().backward()  # gradients reach both alphas and push them up: dL/dα = -p α^(p-1) / 2
+    assert [float(a.grad) for a in pair] == pytest.approx([-p * a1 ** (p - 1) / 2, -p * a2 ** (p - 1) / 2])
+    with pytest.raises(LatoptError, match="partial fold variants"):
+        CompressionLoss({0: [_alpha(0), _alpha(0)]}, p=2.0, variant_times={0: {"none": 1.0, "full": 0.0}})
+
+
+def test_plan_from_alphas() -> None:
+    alphas = {0: [0.95], 1: [0.5], 2: [0.95, 0.99], 3: [0.95, 0.1], 4: [0.0, 0.92], 5: [0.2, 0.3]}
+    assert plan_from_alphas(alphas, 0.9) == {0: "full", 2: "full", 3: "expand_dw", 4: "dw_project"}
+    assert plan_from_alphas(alphas, 1.0) == {}
+
+
+# ----------------------------------------------------------------------------- train -> fold -> reload
+def test_train_base_writes_checkpoint_metrics_config(tiny: dict) -> None:
+    from latopt.models import load_checkpoint
+
+    base, m = tiny["root"] / "base", tiny["metrics"]
+    assert sorted(p.name for p in base.iterdir()) == ["base.pt", "config.yaml", "metrics.json"]
+    saved = json.loads((base / "metrics.json").read_text())
+    assert saved["schema"] == "latopt.train_metrics/1" and saved["init"] == "scratch"
+    assert len(saved["history"]) == 1 and {"loss", "train_acc", "val_acc", "lr"} <= saved["history"][0].keys()
+    assert 0.0 <= m["test_acc"] <= 1.0 and m["flops"] > 0 and m["params"] > 0
+    model, arch, meta = load_checkpoint(base / "base.pt", expect_model=MODEL)
+    assert arch["alpha"] is None and arch["fold"] is None and meta["task"] == "digits"
+    _, _, test = make_loaders(load_task(tiny["cfg"]), 32)
+    assert evaluate(model, test) == pytest.approx(m["test_acc"])
+    assert load_config(base / "config.yaml") == tiny["cfg"]
+
+
+def test_train_is_reproducible_and_resumes_from_checkpoint(tiny: dict) -> None:
+    again = train_base(tiny["cfg"], tiny["root"] / "again", progress=False, seed=0)
+    assert again["test_acc"] == tiny["metrics"]["test_acc"]
+    assert again["history"][0]["loss"] == pytest.approx(tiny["metrics"]["history"][0]["loss"], rel=1e-6)
+    ft = train_base(tiny["cfg"], tiny["root"] / "ft", checkpoint=tiny["ckpt"], progress=False, seed=0)
+    assert ft["init"] == "checkpoint"
+
+
+def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
+    from latopt.models import load_checkpoint
+
+    cfg, out = tiny["cfg"], tiny["root"] / "fold"
+    r = run_fold(cfg, tiny["ckpt"], out, lambda_c=5.0, tau=0.6, p=2.0, progress=False, seed=0)
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "folded.pt", "report.json", "report.txt"]
+    assert json.loads((out / "report.json").read_text())["acc"] == r["acc"]
+    assert set(r["acc"]) >= {"base", "prefold", "folded", "finetuned", "linearized"}
+    assert r["acc"]["base"] == pytest.approx(tiny["metrics"]["test_acc"])
+    alphas = {int(k): v for k, v in r["alphas"].items()}
+    assert all(0.0 <= a <= 1.0 for vs in alphas.values() for a in vs)
+    assert {int(k) for k in r["folded"]} == {i for i, vs in alphas.items() if vs[0] >= 0.6}
+    assert r["n_folded"] >= 1, "λ_c = 5 with a fast α learning rate must fold something"
+    fc = r["fold_check"]
+    assert fc["passed"] and fc["max_rel"] < 1e-4 and len(fc["per_block"]) == r["n_folded"]
+    # exact mode: the folded network IS the linearised one (same test predictions)
+    assert r["acc"]["folded"] == pytest.approx(r["acc"]["linearized"])
+    assert r["flops"]["folded"] != r["flops"]["base"] and r["latency_pred_ms"] == {"asis": None, "folded": None}
+    model, arch, meta = load_checkpoint(out / "folded.pt", expect_model=MODEL)
+    assert arch["fold"]["mode"] == "exact" and arch["fold"]["plan"] == r["folded"]
+    _, val, test = make_loaders(load_task(cfg), 32)
+    assert evaluate(model, test) == pytest.approx(r["acc"]["finetuned"])
+    assert evaluate(model, val) == pytest.approx(r["val_acc_finetuned"])
+    # unfolded blocks are back to their plain activation (alpha = 0) and stay there
+    from latopt.fold import get_alphas
+
+    left = get_alphas(model)
+    assert all(v == 0.0 for i, vs in left.items() if str(i) not in r["folded"] for v in vs)
+    text = (out / "report.txt").read_text()
+    assert "fold check (exact)" in text and "folded, fine-tuned" in text
+
+
+def test_activation_granularity_partial_folds(tiny: dict) -> None:
+    """Set α by hand: full / expand_dw / dw_project / none; the fold check and snapping follow."""
+    from latopt.blocks import find_blocks
+    from latopt.fold import install_alpha
+    from latopt.models import load_checkpoint
+
+    cfg = tiny["cfg"].with_overrides({"fold.post_epochs": 0, "fold.granularity": "activation"})
+    model, _, _ = load_checkpoint(tiny["ckpt"])
+    alphas = install_alpha(model, "all", "activation")
+    two = [b.index for b in find_blocks(model) if len(b.acts) == 2]
+    wanted = {two[0]: (1.0, 0.97), two[1]: (0.95, 0.3), two[2]: (0.05, 0.91), two[3]: (0.4, 0.2)}
+    with torch.no_grad():
+        for i, (a1, a2) in wanted.items():
+            alphas[i][0].fill_(a1)
+            alphas[i][1].fill_(a2)
+    folded, info = fold_and_finetune(cfg, model, load_task(cfg), tau=0.9, mode="exact", progress=False)
+    assert info["plan"] == {two[0]: "full", two[1]: "expand_dw", two[2]: "dw_project"}
+    assert info["fold_check"]["passed"] and info["fold_check"]["max_rel"] < 1e-4
+    assert info["snapped"] == 4  # the kept activations 0.3 and 0.05, both of the unfolded block (0.4, 0.2)
+    assert info["acc"]["folded"] == pytest.approx(info["acc"]["linearized"])
+
+
+def test_prefold_with_lut_freezes_unprofitable_blocks_and_distills(tiny: dict, tmp_path: Path) -> None:
+    from latopt.blocks import find_blocks
+    from latopt.latency.lut import LUT, BlockEntry, costs, load_lut, save_lut
+    from latopt.models import load_checkpoint
+
+    base, _, _ = load_checkpoint(tiny["ckpt"])
+    blocks = find_blocks(base)
+    entries = [BlockEntry(b.index, b.path, b.kind, (1, b.cin, 8, 8), b.foldable, b.reason, {},
+                          {"none": 1.0, "full": 0.5 if b.index % 2 else 1.5}) for b in blocks]
+    lut_path = save_lut(LUT("cpu", MODEL, 16, 1, entries, fixed_ms=0.25), tmp_path / "lut.json")
+    lut = load_lut(lut_path)
+    c = costs(lut)
+    assert c[0] == 0.0 and c[1] == 0.5
+    pre = prefold(tiny["cfg"], base, load_task(tiny["cfg"]), costs=c, lambda_c=5.0, p=2.0,
+                  granularity="block", distill=True, progress=False, lut=lut)
+    from latopt.fold import get_alphas
+
+    got = get_alphas(pre)
+    assert pre.latopt_prefold["frozen"] == [i for i in c if c[i] == 0.0]
+    assert all(got[i] == [0.0] for i in c if c[i] == 0.0)
+    assert any(got[i][0] > 0.0 for i in c if c[i] > 0.0)
+    r = run_fold(tiny["cfg"], tiny["ckpt"], tmp_path / "f", lut=lut_path, lambda_c=5.0, tau=0.6, p=2.0,
+                 distill=True, progress=False)
+    plan = {int(k): v for k, v in r["folded"].items()}
+    assert all(c[i] > 0 for i in plan)
+    assert r["latency_pred_ms"]["asis"] == pytest.approx(0.25 + len(blocks))
+    assert r["latency_pred_ms"]["folded"] == pytest.approx(0.25 + len(blocks) - 0.5 * len(plan))
+    with pytest.raises(LatoptError, match="profiled for resolution 16, not 32"):
+        run_fold(tiny["cfg"].with_overrides({"data.resolution": 32}), tiny["ckpt"], tmp_path / "g",
+                 lut=lut_path, lambda_c=1.0, tau=0.9, p=2.0)
+    assert not (tmp_path / "g").exists()
+    other = save_lut(LUT("cpu", "mobilenetv2_100", 16, 1, entries, fixed_ms=0.25), tmp_path / "other.json")
+    with pytest.raises(LatoptError, match="profiled for model 'mobilenetv2_100'"):
+        run_fold(tiny["cfg"], tiny["ckpt"], tmp_path / "g", lut=other, lambda_c=1.0, tau=0.9, p=2.0)
+    with pytest.raises(LatoptError, match="trained with data"):
+        run_fold(tiny["cfg"].with_overrides({"data.split_seed": 1}), tiny["ckpt"], tmp_path / "g",
+                 lambda_c=1.0, tau=0.9, p=2.0)
+    assert not (tmp_path / "g").exists()
