@@ -12,6 +12,11 @@ import importlib.util
 import os
 
 import pytest
+import torch
+
+# One torch thread: on the 2-core CI machine torch's default (2 threads) made the suite ~5x slower under
+# load, and results are only bit-reproducible at a fixed thread count.
+torch.set_num_threads(1)
 
 
 def _cuda() -> bool:
