@@ -33,10 +33,11 @@ def test_profile_tiny_model(device: str, tmp_path) -> None:
     try:
         prof = dataclasses.replace(load_device(device), **FAST)
         model = tiny_effnet()
-        lut = profile_model(model, prof, 32, batch=1, partial=True, progress=False, num_classes=10, name="tiny")
+        lut = profile_model(model, prof, 32, batch=1, partial=True, progress=False, name="tiny")
     finally:
         torch.set_num_threads(threads)
     assert (lut.model, lut.device, lut.resolution, lut.batch, lut.partial) == ("tiny", device, 32, 1, True)
+    assert lut.num_classes == 10  # read from the module's logits
     assert not any(m.training for m in model.modules())  # the caller's model is left as it was
     b0, b1, b2 = lut.blocks
     assert list(lut.fixed) == ["stem", "head", "classifier"]

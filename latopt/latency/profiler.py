@@ -73,7 +73,8 @@ def _in_channels(model: Any) -> int:
     raise LatoptError("the model has no Conv2d; cannot infer its input channels")
 
 
-def _head_input_shape(model: Any, last_path: str, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+def _head_input_shape(model: Any, last_path: str, input_shape: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+    """(input shape of the head = output shape of the last block, number of logits)."""
     import torch
 
     out: dict[str, tuple[int, ...]] = {}
@@ -84,10 +85,10 @@ def _head_input_shape(model: Any, last_path: str, input_shape: tuple[int, ...]) 
     h = model.get_submodule(last_path).register_forward_hook(hook)
     try:
         with torch.no_grad():
-            model(torch.zeros(input_shape))
+            logits = model(torch.zeros(input_shape))
     finally:
         h.remove()
-    return out["s"]
+    return out["s"], int(logits.shape[-1])
 
 
 @contextlib.contextmanager
@@ -199,7 +200,7 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         R = int(resolution)
         input_shape = (int(batch), _in_channels(model), R, R)
         shapes = block_input_shapes(model, input_shape)
-        head_shape = _head_input_shape(model, blocks[-1].path, input_shape)
+        head_shape, num_classes = _head_input_shape(model, blocks[-1].path, input_shape)
         parts = fixed_modules(fixed_parts(model), input_shape, head_shape)
         fixed_keys = list(parts)
         for b in blocks:
