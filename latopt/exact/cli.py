@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, VerificationError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -210,9 +210,15 @@ def _regions(args) -> int:
     if args.grid > 0 and box.dim <= 3:
         t0 = time.perf_counter()
         keys = sampled_patterns(net, box, resolution=args.grid)
-        known = set(enum.index())
+        index = enum.index()
+        # a ball of radius >= half a cell diagonal always holds a cell centre: such regions cannot be missed
+        reach = float(np.linalg.norm((box.hi - box.lo) / args.grid)) / 2
+        missed = [enum.regions[i] for k, i in index.items() if k not in keys]
         report["grid"] = {"resolution": args.grid, "points": args.grid**box.dim, "distinct_patterns": len(keys),
-                          "all_in_enumeration": keys <= known, "seconds": round(time.perf_counter() - t0, 3)}
+                          "all_in_enumeration": keys <= set(index), "missed_regions": len(missed),
+                          "missed_max_radius": max((r.radius for r in missed), default=0.0),
+                          "half_cell_diagonal": reach, "missed_are_thin": all(r.radius < reach for r in missed),
+                          "seconds": round(time.perf_counter() - t0, 3)}
     report["patterns"] = ["".join("1" if b else "0" for b in r.pattern) for r in enum.regions]
     out = _out_dir(args, "regions")
     with atomic_dir(out) as d:
@@ -223,7 +229,11 @@ def _regions(args) -> int:
     if "grid" in report:
         g = report["grid"]
         print(f"grid {g['resolution']}^{box.dim}: {g['distinct_patterns']} distinct patterns, "
-              f"{'all' if g['all_in_enumeration'] else 'NOT all'} among the enumerated regions")
+              f"{'all' if g['all_in_enumeration'] else 'NOT all'} among the enumerated regions"
+              + (f"; {g['missed_regions']} region(s) missed by the grid, all thinner than half a cell diagonal"
+                 if g["missed_regions"] and g["missed_are_thin"] else ""))
+        if not (g["all_in_enumeration"] and g["missed_are_thin"]):
+            raise VerificationError("the grid cross-check contradicts the enumeration (see report.json)")
     print(f"wrote {out}/report.json" + (", regions.png" if box.dim == 2 else ""))
     return 0
 

@@ -211,6 +211,19 @@ def _keys(p: np.ndarray) -> set[bytes]:
     return {bytes(v) + suffix for v in np.unique(void)}
 
 
+def pattern_ids(enum: RegionEnumeration, patterns: np.ndarray) -> np.ndarray:
+    """Region index of each row of ``patterns`` (-1 when the pattern is not an enumerated region)."""
+    index = enum.index()
+    if patterns.shape[1] == 0:
+        return np.zeros(len(patterns), dtype=np.int64)
+    packed = np.ascontiguousarray(np.packbits(patterns, axis=1))
+    void = packed.view(np.dtype((np.void, packed.shape[1]))).reshape(-1)
+    uniq, inv = np.unique(void, return_inverse=True)
+    suffix = patterns.shape[1].to_bytes(4, "little")
+    ids = np.array([index.get(bytes(u) + suffix, -1) for u in uniq], dtype=np.int64)
+    return ids[inv.reshape(-1)]
+
+
 def irredundant(region: Region, box: Box, tol: float) -> np.ndarray:
     """Indices of the region's rows that are facets inside the box (their hyperplane cuts the region)."""
     keep = []

@@ -247,16 +247,13 @@ def widths(enum: RegionEnumeration, hp: Hyperplanes) -> dict:
 
 def region_margin(net: ReluMLP, enum: RegionEnumeration, hp: Hyperplanes, x: np.ndarray) -> np.ndarray:
     """For each point: min distance to the facet hyperplanes of its region (-inf if its region is unknown)."""
-    index = enum.index()
-    from latopt.exact.regions import _pattern_key
+    from latopt.exact.regions import pattern_ids
 
-    pats = net.patterns(x)
+    rid = pattern_ids(enum, net.patterns(x))
     out = np.full(len(x), -np.inf)
     g = x @ hp.normals.T + hp.offsets if hp.count else np.zeros((len(x), 0))
-    for i, p in enumerate(pats):
-        r = index.get(_pattern_key(p))
-        if r is None:
-            continue
+    for r in np.unique(rid[rid >= 0]):
+        sel = np.flatnonzero(rid == r)
         f = hp.facets[r]
-        out[i] = float(np.min(hp.sides[r] * g[i, f])) if f.size else np.inf
+        out[sel] = np.min(hp.sides[r] * g[np.ix_(sel, f)], axis=1) if f.size else np.inf
     return out

@@ -1,0 +1,81 @@
+"""`latopt train-mlp | compress | regions | shallow` end to end, and their one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from latopt.cli import main
+from latopt.exact.mlp import load_mlp
+
+
+@pytest.fixture(scope="module")
+def random_ckpt(tmp_path_factory):
+    p = tmp_path_factory.mktemp("exact") / "r.pt"
+    assert main(["train-mlp", "--data", "random", "--inputs", "2", "--hidden", "8,8,8", "--outputs", "1",
+                 "--seed", "4", "--out", str(p)]) == 0
+    return p
+
+
+def test_regions_and_shallow_cli(random_ckpt, tmp_path, capsys):
+    out = tmp_path / "reg"
+    assert main(["regions", str(random_ckpt), "--out", str(out)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["schema"] == "latopt.regions/1" and rep["regions"] == len(rep["patterns"]) > 1
+    g = rep["grid"]
+    assert g["all_in_enumeration"] and g["distinct_patterns"] + g["missed_regions"] == rep["regions"]
+    # this seed has one sliver thinner than the 1000^2 grid spacing: it is missed, and provably thin
+    assert g["missed_regions"] == 1 and g["missed_are_thin"] and g["missed_max_radius"] < g["half_cell_diagonal"]
+    assert (out / "regions.png").stat().st_size > 1000
+    sh = tmp_path / "sh"
+    assert main(["shallow", str(random_ckpt), "--epsilon", "1e-3", "--out", str(sh)]) == 0
+    rep = json.loads((sh / "report.json").read_text())
+    assert rep["exact_network"]["verification"]["ok"] and rep["exact_network"]["verification"]["points"] >= 100_000
+    assert rep["eps_network"]["verification"]["ok"]
+    eps_model, _ = load_mlp(sh / "eps_network.pt")
+    assert len([m for m in eps_model if isinstance(m, torch.nn.Linear)]) == 3  # two hidden layers
+    text = capsys.readouterr().out
+    assert "linear regions" in text and "exact network" in text
+
+
+def test_train_and_compress_digits(tmp_path, capsys):
+    ck = tmp_path / "d.pt"
+    assert main(["train-mlp", "--hidden", "12,12", "--epochs", "15", "--l1", "0.01", "--out", str(ck)]) == 0
+    out = tmp_path / "c"
+    assert main(["compress", str(ck), "--samples", "2000", "--out", str(out)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    acc = rep["accuracy"]
+    assert acc["before"] == acc["after"] and acc["prediction_changes"] == 0
+    assert rep["verification"]["ok"] and rep["verification"]["points"] >= 100_000
+    comp, meta = load_mlp(out / "compressed.pt")
+    sizes = [m.out_features for m in comp if isinstance(m, torch.nn.Linear)]
+    assert sum(sizes[:-1]) == rep["compression"]["hidden_units_after"] <= 24
+    cert = json.loads((out / "certificates.json").read_text())
+    assert cert["schema"] == "latopt.stability/1" and len(cert["units"]) == 2
+    text = capsys.readouterr().out
+    assert "hidden units 24 ->" in text and "accuracy" in text
+
+
+def test_bad_inputs_exit_2_and_write_nothing(random_ckpt, tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main(["compress", str(random_ckpt), "--box", "1,-1", "--out", str(out)]) == 2
+    assert "inverted" in capsys.readouterr().err
+    assert main(["regions", str(random_ckpt), "--box", "0,0", "--out", str(out)]) == 2
+    assert "empty" in capsys.readouterr().err
+    assert main(["shallow", str(random_ckpt), "--epsilon", "0", "--out", str(out)]) == 2
+    assert "--epsilon" in capsys.readouterr().err
+    torch.save({"schema": "latopt.checkpoint/1", "arch": {"model": "mobilenetv2_100"}, "state_dict": {}},
+               tmp_path / "cnn.pt")
+    assert main(["compress", str(tmp_path / "cnn.pt"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "not a fully connected ReLU network" in err and err.count("\n") == 1
+    big = tmp_path / "big.pt"
+    assert main(["train-mlp", "--data", "random", "--inputs", "16", "--hidden", "8", "--out", str(big)]) == 0
+    assert main(["regions", str(big), "--out", str(out)]) == 2
+    assert "input limit 8 (--max-inputs)" in capsys.readouterr().err
+    assert main(["regions", str(random_ckpt), "--max-regions", "3", "--out", str(out)]) == 2
+    assert "region limit hit" in capsys.readouterr().err
+    assert main(["train-mlp", "--hidden", "0,4", "--out", str(out / "x.pt")]) == 2
+    assert not out.exists()
