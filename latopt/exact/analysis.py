@@ -239,7 +239,7 @@ def analyze_stability(
                 r = decider.decide(i, side, float(lo[i]), float(hi[i]))
                 timings["milp"] += time.perf_counter() - t0
                 milp_log.append({"side": side, "outcome": r.outcome, "status": r.status, "seconds": round(r.seconds, 4),
-                                 "nodes": r.nodes, "reason": r.reason})
+                                 "nodes": r.nodes, "dual_bound": r.dual_bound, "reason": r.reason})
                 if r.outcome == "impossible":
                     verd[i] = UnitVerdict(k, i, "inactive" if side == "pos" else "active", "milp", float(lo[i]),
                                           float(hi[i]), reason=r.reason, milp=milp_log)

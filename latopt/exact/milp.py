@@ -4,9 +4,12 @@ The question for a unit of layer ``k`` is one-sided: *can* ``z > 0`` (side ``"po
 (side ``"neg"``) somewhere in the box? Both are ``min s*z`` over the big-M encoding of layers ``< k``
 (``s = -1`` for "pos", ``+1`` for "neg"), solved with
 
-* a cut-off ``objective_bound = delta`` (``delta > 0``, far above the solver's tolerances): HiGHS prunes
-  every node that cannot reach ``s*z < delta``; "infeasible" then *proves* ``s*z >= delta`` on the whole
-  box, i.e. the side is impossible and the unit is stable. This is the solver's proof at the bound.
+* a cut-off ``objective_bound = delta`` (``delta > 0``, far above the solver's tolerances; the model has
+  no objective offset because HiGHS compares the cut-off with the objective *without* it): HiGHS prunes
+  search nodes that cannot reach ``s*z < delta``, and "infeasible" *proves* ``s*z >= delta`` on the whole
+  box. Problems HiGHS 1.16 closes at the root come back "optimal" instead; a proven optimum *and* dual
+  bound ``>= delta`` are the same proof. Either way the side is impossible and the unit is stable: the
+  solver's proof at the bound.
 * an improving-solution callback that re-evaluates each incumbent ``x`` (clipped to the box) with a
   float64 forward pass and interrupts the solve as soon as one has ``s*z(x) < 0``: a *witness*.
 
