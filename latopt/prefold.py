@@ -413,11 +413,11 @@ def format_report(r: Mapping[str, Any]) -> str:
     lines = [f"latopt fold report: {r['model']} on {r['task']} @ {r['resolution']}px, seed {r['seed']}",
              f"lambda_c {pf['lambda_c']}  tau {pf['tau']}  p {pf['p']}  granularity {pf['granularity']}  "
              f"mode {pf['mode']}  distill {pf['distill']}  unfolded alpha {pf['unfolded_alpha']}  lut {pf['lut']}",
-             "", f"{'block':>5}  {'c_l':>8}  {'alpha':<16} folded"]
+             "", f"{'block':>5}  {'c_l':>8}  {'alpha':<16} folded" + ("   (no LUT: uniform c_l = 1)" if not r["costs"] else "")]
     costs = r["costs"] or {}
     for k, vals in r["alphas"].items():
         c = costs.get(k)
-        c_s = "1 (uniform)" if not costs else f"{c:.4f}" if c is not None else "-"
+        c_s = "1" if not costs else f"{c:.4f}" if c is not None else "-"
         frozen = " (frozen)" if int(k) in r["frozen"] else ""
         lines.append(f"{k:>5}  {c_s:>8}  {' '.join(f'{v:.3f}' for v in vals):<16} "
                      f"{r['folded'].get(k, '-')}{frozen}")

@@ -51,6 +51,19 @@ def test_digits_clutter_task() -> None:
     assert abs(float(_all(limit_task(a, 200).train)[0].mean())) < 0.2
 
 
+def test_digits_clutter_augment_draws_fresh_canvases_reproducibly() -> None:
+    task = get_task("digits-clutter", 24, 3, augment=True)
+    assert len(task.train) == 3 * 1078
+    torch.manual_seed(0)
+    a = [task.train[i] for i in (0, 0, 4)]
+    torch.manual_seed(0)
+    b = [task.train[i] for i in (0, 0, 4)]
+    assert all(torch.equal(x[0], y[0]) and x[1] == y[1] for x, y in zip(a, b, strict=True))
+    assert a[0][0].shape == (3, 24, 24) and not torch.equal(a[0][0], a[1][0])  # a new canvas each draw
+    assert a[0][1] == a[1][1]  # copies of one source digit keep its label
+    assert torch.equal(task.test[7][0], get_task("digits-clutter", 24, 3).test[7][0])  # eval splits fixed
+
+
 def test_clutter_canvases_are_deterministic_in_the_seed() -> None:
     from latopt.data import CLUTTER_CANVAS, _clutter_canvases, _load_digits
 
