@@ -98,7 +98,11 @@ def test_tiny_study_end_to_end(tiny):
     assert (d / "show" / "pareto.csv").is_file() and (d / "show" / "pareto.png").stat().st_size > 1000
     assert "RECOMMENDED" in r.stdout and "base" in r.stdout
     again = run_search(SearchOptions(config=d / "tiny.yaml", runs_dir=d / "runs", progress=False))
-    assert again.n_complete == 3 and len(study.trials) == 3
+    assert again.finished and again.n_complete == 3 and len(study.trials) == 3
+    # --timeout stops before starting a trial; the study keeps what it has
+    part = run_search(SearchOptions(config=d / "tiny.yaml", trials=5, timeout=1e-3, runs_dir=d / "runs",
+                                    progress=False))
+    assert not part.finished and part.n_complete == 3 and len(study.trials) == 3
     # a study made for one objective refuses another
     bad = _cli(d, "--study", "tiny", "--runs-dir", "runs", "--objective", "depth")
     out, _ = bad.communicate(timeout=120)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 
 import optuna
 import pytest
@@ -122,12 +120,12 @@ def test_unreachable_and_malformed_storage():
         open_storage("nonsense-url")
 
 
-def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "latopt", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+def test_cli_bad_input_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    from latopt.cli import main
 
-
-def test_cli_bad_input_one_line_exit_2(tmp_path):
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "ok.yaml").write_text("name: ok\n")
+    (tmp_path / "nolut.yaml").write_text("name: n\nmodel: {name: mobilenetv2_035}\ndata: {resolution: 40}\n")
     (tmp_path / "bad.yaml").write_text("name: bad\nsearch: {tau: [0.9, 0.5]}\n")
     cases = [
         (["--config", "ok.yaml", "--objective", "depth", "--storage", "postgresql+psycopg2://u:pw@127.0.0.1:1/db"],
@@ -135,11 +133,35 @@ def test_cli_bad_input_one_line_exit_2(tmp_path):
         (["--config", "bad.yaml"], "search.tau"),
         (["--config", "ok.yaml", "--objective", "depth", "--trials", "0"], "--trials must be >= 1"),
         (["--show", "--study", "nope"], "no study database"),
+        (["--config", "nolut.yaml"], "run: latopt profile --device cpu --model mobilenetv2_035 --resolution 40"),
+        (["--config", "ok.yaml", "--objective", "depth", "--base", "missing.pt"],
+         "--base checkpoint missing.pt does not exist"),
     ]
     for args, msg in cases:
-        r = _cli("search", *args, cwd=tmp_path)
-        assert r.returncode == 2, (args, r.stderr)
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("latopt: error: "), r.stderr
+        rc = main(["search", *args])
+        err = capsys.readouterr().err
+        assert rc == 2, (args, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("latopt: error: "), err
         assert msg in lines[0], (msg, lines[0])
     assert not (tmp_path / "runs").exists()      # nothing written for bad input
+
+
+def test_worker_argv_round_trips_through_the_cli(tmp_path):
+    """--workers N starts N-1 copies of the command; they must parse to the same study settings."""
+    from latopt.cli import build_parser
+    from latopt.search._run import SearchOptions
+    from latopt.search._workers import worker_argv
+
+    o = SearchOptions(config=tmp_path / "c.yaml", objective="depth", costs="uniform", seed=7, runs_dir=tmp_path,
+                      heartbeat_interval=5, grace_period=20, overrides={"fold.post_epochs": 2, "data.task": "digits"})
+    argv = worker_argv(o, study="s", storage="sqlite:///x.db", trials=9, sampler="nsga2", max_acc_drop=0.015,
+                       base=tmp_path / "b.pt", lut=None, timeout=None, threads=1)
+    args = build_parser().parse_args(argv[3:])
+    assert (args.study, args.storage, args.trials, args.sampler, args.objective, args.costs, args.seed) == \
+        ("s", "sqlite:///x.db", 9, "nsga2", "depth", "uniform", 7)
+    assert args.max_acc_drop == 0.015 and args.threads == 1 and args.no_summary and args.base == str(tmp_path / "b.pt")
+    assert (args.heartbeat_interval, args.grace_period) == (5, 20)
+    from latopt.search.cli import _overrides
+
+    assert _overrides(args.overrides) == {"fold.post_epochs": 2, "data.task": "digits"}

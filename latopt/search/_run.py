@@ -26,12 +26,14 @@ from latopt.search._space import space_from_config
 from latopt.search._storage import (
     DEFAULT_GRACE_S,
     DEFAULT_HEARTBEAT_S,
+    check_existing,
     default_storage_url,
     open_storage,
     open_study,
     redact,
 )
 from latopt.search._trial import TrialContext, ensure_base, objective
+from latopt.search._workers import default_threads, join, set_threads, spawn, worker_argv
 
 SAMPLERS = ("tpe", "nsga2", "random")
 OBJECTIVE_CHOICES = ("latency", "depth")
@@ -60,7 +62,10 @@ class SearchOptions:
     grace_period: int = DEFAULT_GRACE_S
     max_retry: int = 3
     poll_s: float = 2.0
+    workers: int = 1                # local worker processes on this machine (this one + workers - 1)
+    threads: int | None = None      # torch intra-op threads per worker (default cpu_count // workers)
     progress: bool = True
+    summary: bool = True            # print the front table and write pareto.* at the end
     overrides: dict[str, Any] = field(default_factory=dict)
 
 
@@ -90,6 +95,13 @@ def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
         raise LatoptError(f"--max-acc-drop must be in [0, 1] (a fraction of accuracy), got {o.max_acc_drop}")
     if o.timeout is not None and o.timeout <= 0:
         raise LatoptError(f"--timeout must be > 0 seconds, got {o.timeout}")
+    if o.workers < 1:
+        raise LatoptError(f"--workers must be >= 1, got {o.workers}")
+    if o.threads is not None and o.threads < 1:
+        raise LatoptError(f"--threads must be >= 1, got {o.threads}")
+    if o.measure and o.workers > 1:
+        raise LatoptError("--measure times candidates on this machine; with --workers > 1 the other workers' "
+                          "training would distort it: use --workers 1 (or workers on other machines)")
     if o.heartbeat_interval < 1 or o.grace_period <= o.heartbeat_interval:
         raise LatoptError(f"heartbeat interval ({o.heartbeat_interval} s) must be >= 1 and below the grace period "
                           f"({o.grace_period} s)")
@@ -146,6 +158,8 @@ def run_search(o: SearchOptions) -> SearchResult:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = load_config(o.config, o.overrides or None)
+    threads = o.threads or (default_threads(o.workers) if o.workers > 1 else None)
+    set_threads(threads)
     s = cfg.search
     trials = int(o.trials if o.trials is not None else s.trials)
     sampler_name = o.sampler or s.sampler
@@ -163,18 +177,21 @@ def run_search(o: SearchOptions) -> SearchResult:
         from latopt.latency.devices import load_device
 
         device = load_device(cfg.device)
+    if o.base is not None:
+        ensure_base(cfg, study_dir, o.base)                       # a missing --base fails before any storage
     url = o.storage or s.storage or default_storage_url(study_dir)
     storage = open_storage(url, heartbeat_interval=o.heartbeat_interval, grace_period=o.grace_period,
                            max_retry=o.max_retry)
     identity = {"model": cfg.model.name, "task": cfg.data.task, "resolution": int(cfg.data.resolution),
                 "costs": o.costs if lut is not None else "uniform", "space": space.as_dict(),
                 "max_acc_drop": max_drop}
+    check_existing(storage, name, objective_key, identity)     # before training a base for a wrong study
+    base = ensure_base(cfg, study_dir, o.base, seed=o.seed, progress=o.progress)
     opened = open_study(storage, name, objective_key, identity)
     # The process that created the study samples with --seed (reproducible); joining or resuming workers
     # mix in their pid so parallel workers do not propose the same candidates.
     seed = o.seed if opened.created else (o.seed * 1_000_003 + os.getpid()) % (2**31)
     study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(sampler_name, seed, trials))
-    base = ensure_base(cfg, study_dir, o.base, seed=o.seed, progress=o.progress)
     if opened.created:
         study.set_user_attr("base_checkpoint", str(base.checkpoint))
         study.set_user_attr("lut", None if lut_path is None else str(lut_path))
@@ -188,10 +205,22 @@ def run_search(o: SearchOptions) -> SearchResult:
         print(f"[search] study {name!r} at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "
               f"{c[TrialState.RUNNING]} running, {c[TrialState.FAIL]} failed; sampler {sampler_name}, "
               f"objective {objective_key}", flush=True)
-    finished = _loop(study, functools.partial(objective, ctx), trials, o)
+    t_start = time.monotonic()
+    procs = []
+    if o.workers > 1:
+        argv = worker_argv(o, study=name, storage=url, trials=trials, sampler=sampler_name, max_acc_drop=max_drop,
+                           base=base.checkpoint, lut=lut_path, threads=threads,
+                           timeout=None if o.timeout is None else o.timeout - (time.monotonic() - t_start))
+        procs = spawn([argv] * (o.workers - 1))
+    ok = False
+    try:
+        finished = _loop(study, functools.partial(objective, ctx), trials, o)
+        ok = True
+    finally:
+        join(procs, ok=ok)
     summary = front_summary(study, max_drop)
-    files = write_front(study, study_dir)
-    if o.progress:
+    files = write_front(study, study_dir) if o.summary else {}
+    if o.progress and o.summary:
         print(format_table(summary), flush=True)
         print(f"[search] front files in {study_dir}", flush=True)
     c = _counts(study)

@@ -125,6 +125,14 @@ def open_study(storage: RDBStorage, name: str, objective: str, identity: dict[st
     return OpenedStudy(study, created, attrs)
 
 
+def check_existing(storage: RDBStorage, name: str, objective: str, identity: dict[str, Any]) -> None:
+    """When ``name`` already exists in ``storage``, check it optimises the same thing (creates nothing)."""
+    if name not in optuna.get_all_study_names(storage):
+        return
+    study = optuna.load_study(study_name=name, storage=storage)
+    check_compatible(study, name, objective, identity, _wait_attrs(study))
+
+
 def _wait_attrs(study: optuna.Study, wait_s: float = 10.0) -> dict[str, Any]:
     """A study being created by another worker may not have its attributes yet: wait briefly."""
     t0 = time.monotonic()

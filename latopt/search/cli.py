@@ -36,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heartbeat-interval", type=int, default=30, help="seconds between trial heartbeats (default 30)")
     p.add_argument("--grace-period", type=int, default=120,
                    help="a RUNNING trial without heartbeat for this long is failed and retried (default 120)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="local worker processes sharing the study (default 1; e.g. 2 on a 2-core machine)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per worker (default: all cores with --workers 1, else cores // workers)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="config override, dotted key and a YAML value (e.g. --set fold.post_epochs=2); repeatable")
+    p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--show", action="store_true", help="print the Pareto front and write pareto.{json,csv,png}")
     p.add_argument("--out", help="--show: output directory (default: the study directory)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -55,10 +62,27 @@ def _main(args: argparse.Namespace) -> int:
         config=args.config, trials=args.trials, storage=args.storage, study=args.study, sampler=args.sampler,
         objective=args.objective, max_acc_drop=args.max_acc_drop, measure=args.measure, timeout=args.timeout,
         base=args.base, lut=args.lut, costs=args.costs, seed=args.seed, runs_dir=args.runs_dir,
-        heartbeat_interval=args.heartbeat_interval, grace_period=args.grace_period, progress=not args.quiet))
-    if args.quiet:
+        heartbeat_interval=args.heartbeat_interval, grace_period=args.grace_period, workers=args.workers,
+        threads=args.threads, progress=not args.quiet, summary=not args.no_summary,
+        overrides=_overrides(args.overrides)))
+    if args.quiet and not args.no_summary:
         print(f"study {res.study_name}: {res.n_complete} complete, front {res.front}, recommended {res.recommended}")
     return 0
+
+
+def _overrides(items: list[str]) -> dict:
+    import yaml
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise LatoptError(f"--set {item!r}: expected KEY=VALUE, e.g. --set fold.post_epochs=2")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise LatoptError(f"--set {item!r}: the value is not valid YAML") from None
+    return out
 
 
 def _show(args: argparse.Namespace) -> int:

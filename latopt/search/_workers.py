@@ -1,0 +1,73 @@
+"""Local worker processes: ``--workers N`` starts N − 1 more ``latopt search`` processes on this machine.
+
+They are ordinary workers (the same command pointed at the same storage URL and study), so they share
+trials through the storage exactly like workers on other machines. Each process gets
+``cpu_count // N`` intra-op threads: on a 2-core machine, two 1-thread workers train far faster than
+one process whose two OpenMP threads fight the other for the cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from latopt.errors import LatoptError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from latopt.search._run import SearchOptions
+
+
+def default_threads(workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+def set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+def worker_argv(o: SearchOptions, *, study: str, storage: str, trials: int, sampler: str, max_acc_drop: float,
+                base: Path, lut: Path | None, timeout: float | None, threads: int) -> list[str]:
+    """The command line of one extra worker (absolute paths; the base is already trained)."""
+    argv = [sys.executable, "-m", "latopt", "search", "--seed", str(o.seed), "--trials", str(trials),
+            "--study", study, "--storage", storage, "--sampler", sampler, "--objective", o.objective,
+            "--max-acc-drop", repr(max_acc_drop), "--base", str(base), "--costs", o.costs,
+            "--runs-dir", str(Path(o.runs_dir).resolve()), "--heartbeat-interval", str(o.heartbeat_interval),
+            "--grace-period", str(o.grace_period), "--threads", str(threads), "--no-summary"]
+    if o.config is not None:
+        argv += ["--config", str(Path(o.config).resolve())]
+    if lut is not None:
+        argv += ["--lut", str(Path(lut).resolve())]
+    if timeout is not None:
+        argv += ["--timeout", repr(max(1.0, timeout))]
+    for k, v in (o.overrides or {}).items():
+        argv += ["--set", f"{k}={json.dumps(v)}"]
+    if not o.progress:
+        argv.append("--quiet")
+    return argv
+
+
+def spawn(argvs: list[list[str]]) -> list[subprocess.Popen]:
+    env = {**os.environ}
+    return [subprocess.Popen(a, env=env) for a in argvs]
+
+
+def join(procs: list[subprocess.Popen], *, ok: bool) -> None:
+    """Wait for the extra workers (terminate them when this process failed); LatoptError if one failed."""
+    if not ok:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+    bad: list[Any] = []
+    for p in procs:
+        rc = p.wait()
+        if rc != 0:
+            bad.append((p.pid, rc))
+    if ok and bad:
+        raise LatoptError(f"{len(bad)} extra worker(s) failed (pid, exit code): {bad}; rerun the same command to resume")
