@@ -109,6 +109,7 @@ def test_shallow_rewrites(enum_2d):
     exact = IndicatorNet.build(enum, hp)
     ver = verify_equal(net, exact, BOX2, points=pts, dtypes=("float64",))
     assert ver["max_rel_float64"] < 1e-9
+    assert exact.w1.dtype == torch.float64  # verification leaves the module as it was
     # exact on region boundaries too: polygon vertices and edge midpoints
     bnd = np.concatenate([np.concatenate([v, (v + np.roll(v, 1, 0)) / 2]) for v in (polygon(r, BOX2) for r in enum.regions)])
     # (vertices are computed to ~1e-9; the adjacent affine pieces agree on the boundary up to that)

@@ -98,7 +98,6 @@ class StabilityAnalysis:
 
     def check(self, net: ReluMLP, points: np.ndarray | None = None) -> None:
         """Re-check every certificate: witnesses by a float64 forward pass, stable verdicts against ``points``."""
-        zs_cache: dict[int, list[np.ndarray]] = {}
         for layer in self.layers:
             for u in layer:
                 for x, want in ((u.x_pos, 1.0), (u.x_neg, -1.0)):
@@ -107,9 +106,7 @@ class StabilityAnalysis:
                     xx = np.asarray(x)
                     if not self.box.contains(xx)[0]:
                         raise VerificationError(f"witness of unit {u.layer}:{u.unit} lies outside the box")
-                    key = id(x)
-                    zs_cache[key] = net.preactivations(xx)
-                    z = float(zs_cache[key][u.layer][0, u.unit])
+                    z = float(net.preactivations(xx)[u.layer][0, u.unit])
                     if want * z <= 0:
                         raise VerificationError(f"witness of unit {u.layer}:{u.unit} re-checks as z = {z:.3g}")
                 if u.verdict == "unstable" and u.decided and (u.x_pos is None or u.x_neg is None):

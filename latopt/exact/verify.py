@@ -8,6 +8,7 @@ ones) and the centre, in float64 *and* in the float32 the user will run, and rai
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -53,7 +54,7 @@ def verify_equal(
         saved = {}
         for name, m in (("ref", reference), ("cand", candidate)):
             if isinstance(m, nn.Module):
-                p = next(m.parameters(), None)
+                p = next(itertools.chain(m.parameters(), m.buffers()), None)
                 saved[name] = p.dtype if p is not None else torch.float32
         try:
             ya = evaluate(reference, pts, dtype)
