@@ -26,6 +26,7 @@ What it does, in order (nothing is written unless every gate passes):
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -141,13 +142,17 @@ def parse_fold_spec(spec: str, lut: Any | None) -> list[int] | str:
 
 
 def build_plan(checkpoint: str | Path, *, fold: str | None, lut: Any | None, resolution: int | None) -> Plan:
-    from latopt.fold import fold_blocks, fold_spec, normalize_plan
+    from latopt.fold import fold_blocks, fold_spec, normalize_plan, plain_activations_
     from latopt.models import load_checkpoint
 
     model, arch, meta = load_checkpoint(checkpoint)
     model.eval()
+    source_model = copy.deepcopy(model) if not arch.get("fold") else None
+    n_plain = plain_activations_(model)  # σ_α with α = 0 is σ: export the plain activation
     res = _resolution(arch, meta, resolution)
     notes: list[str] = []
+    if n_plain:
+        notes.append(f"{n_plain} σ_α activations with α = 0 exported as the plain activation they equal")
     if arch.get("fold"):
         if fold is not None:
             raise LatoptError(f"{checkpoint} is already folded; drop --fold (it applies to unfolded checkpoints)")
@@ -173,15 +178,13 @@ def build_plan(checkpoint: str | Path, *, fold: str | None, lut: Any | None, res
     folded = fold_blocks(model, plan, mode="exact", input_size=(res, res)).eval()
     new_arch = dict(arch)
     new_arch["fold"] = fold_spec(folded)
-    return Plan(folded, model, _asis_network(arch), new_arch, meta, plan, "exact", res, notes)
+    return Plan(folded, source_model, _asis_network(arch), new_arch, meta, plan, "exact", res, notes)
 
 
 def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
     """Two checks of the fold against ``linearize(source, plan)``: the algebra alone (the fold computed
     and run in float64) and the float32 network as exported (float32 rounding, amplified by a deep
     linearised network, is what separates the two tolerances)."""
-    import copy
-
     from latopt.fold import fold_blocks, linearize
 
     if p.source is None or not p.plan:

@@ -114,3 +114,19 @@ def test_bad_inputs_are_one_line_exit_2(ckpt: Path, tmp_path: Path, capsys: pyte
         assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, (extra, err)
         assert not out.exists(), extra
     assert a_file.read_text() == "x"
+
+
+def test_plain_activations_restore_sigma_where_alpha_is_zero() -> None:
+    from latopt.fold import AlphaActivation, get_alphas, install_alpha, plain_activations_
+
+    torch.manual_seed(0)
+    m = build_model(MODEL, num_classes=10).eval()
+    params = install_alpha(m)
+    with torch.no_grad():
+        params[3][0].fill_(0.4)  # one block keeps a real σ_α
+    x = torch.randn(2, 3, RES, RES)
+    y0 = m(x)
+    n = plain_activations_(m)
+    assert n > 0 and torch.equal(m(x), y0)
+    assert list(get_alphas(m)) == [3]
+    assert sum(isinstance(a, AlphaActivation) for a in m.modules()) == 2

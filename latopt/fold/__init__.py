@@ -2,7 +2,8 @@
 
 Public API (see the submodules for details)::
 
-    AlphaActivation, install_alpha, get_alphas, clamp_alphas_, alpha_parameters, alpha_spec
+    AlphaActivation, install_alpha, get_alphas, clamp_alphas_, alpha_parameters, alpha_spec,
+    plain_activations_(model)           σ_α with α = 0 back to plain σ (before export)
     FOLD_VARIANTS = ("full", "expand_dw", "dw_project"), FOLD_MODES = ("exact", "paper")
     linearize(model, blocks) -> nn.Module
     fold_blocks(model, blocks, mode="exact", input_size=(H, W)) -> nn.Module
@@ -20,6 +21,7 @@ from latopt.fold.activation import (
     clamp_alphas_,
     get_alphas,
     install_alpha,
+    plain_activations_,
 )
 from latopt.fold.modules import FOLD_MODES, FOLD_VARIANTS, FoldedBlock, FoldInfo
 from latopt.fold.transform import (
@@ -48,6 +50,7 @@ __all__ = [
     "install_alpha",
     "linearize",
     "normalize_plan",
+    "plain_activations_",
     "randomize_bn_",
     "verify_fold",
 ]

@@ -121,3 +121,27 @@ def alpha_spec(model: nn.Module) -> dict | None:
     if len(grans) != 1:
         raise LatoptError(f"σ_α installed with mixed granularities {sorted(grans)}; cannot describe it")
     return {"granularity": grans.pop(), "blocks": sorted(per_block)}
+
+
+@torch.no_grad()
+def plain_activations_(model: nn.Module) -> int:
+    """Give back the plain σ (nn.ReLU / nn.ReLU6) wherever σ_α is exactly σ, in place.
+
+    σ_α with α = 0 *is* σ, but it costs extra element-wise ops in an exported graph (and so latency).
+    A block is restored only when every σ_α module in it has α = 0 (so the checkpoint's ``arch["alpha"]``
+    stays block-granular and rebuildable). Returns the number of activations replaced."""
+    from latopt.blocks import find_blocks
+
+    paths = [b.path for b in find_blocks(model)]
+    groups: dict[str, list[tuple[str, AlphaActivation]]] = {}
+    for name, m in model.named_modules():
+        if isinstance(m, AlphaActivation):
+            owners = [p for p in paths if name.startswith(p + ".")]
+            groups.setdefault(max(owners, key=len) if owners else name, []).append((name, m))
+    n = 0
+    for members in groups.values():
+        if all(float(m.alpha) == 0.0 for _, m in members):
+            for name, m in members:
+                model.set_submodule(name, nn.ReLU6() if m.kind == "relu6" else nn.ReLU())
+                n += 1
+    return n
