@@ -11,7 +11,7 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
     data:   {task: digits, resolution: 32, batch_size: 64, workers: 0, augment: false, split_seed: 0,
              max_samples: null}
     train:  {epochs: 30, optimizer: adamw, lr: 0.003, momentum: 0.9, weight_decay: 0.0001,
-             schedule: cosine, step_size: 10, gamma: 0.1, label_smoothing: 0.0}
+             schedule: cosine, warmup_epochs: 0, step_size: 10, gamma: 0.1, label_smoothing: 0.0}
     fold:   {lambda_c: 1.0, tau: 0.9, p: 2.0, granularity: block, alpha_lr: 0.05, epochs: 8, lr: 0.001,
              distill: false, distill_weight: 0.5, temperature: 2.0, mode: exact, post_epochs: 4,
              post_lr: 0.0005, unfolded_alpha: zero, max_fold_error: 0.001}
@@ -71,6 +71,7 @@ class TrainConfig:
     momentum: float = 0.9
     weight_decay: float = 1e-4
     schedule: str = "cosine"
+    warmup_epochs: int = 0  # linear LR warm-up (also used by pre-fold / post-fold)
     step_size: int = 10  # epochs between LR drops (schedule: step)
     gamma: float = 0.1
     label_smoothing: float = 0.0
@@ -287,6 +288,7 @@ def _validate(cfg: RunConfig) -> None:
     _check(t.lr > 0, f"config key 'train.lr' must be > 0, got {t.lr}")
     _check(0 <= t.momentum < 1, f"config key 'train.momentum' must be in [0, 1), got {t.momentum}")
     _check(t.weight_decay >= 0, f"config key 'train.weight_decay' must be >= 0, got {t.weight_decay}")
+    _check(t.warmup_epochs >= 0, f"config key 'train.warmup_epochs' must be >= 0, got {t.warmup_epochs}")
     _check(t.step_size >= 1, f"config key 'train.step_size' must be >= 1, got {t.step_size}")
     _check(0 < t.gamma <= 1, f"config key 'train.gamma' must be in (0, 1], got {t.gamma}")
     _check(0 <= t.label_smoothing < 1, f"config key 'train.label_smoothing' must be in [0, 1), got {t.label_smoothing}")

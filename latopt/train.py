@@ -83,7 +83,8 @@ def make_optimizer(groups: list[dict[str, Any]], train_cfg: TrainConfig, lr: flo
 
 def make_scheduler(optimizer: torch.optim.Optimizer, train_cfg: TrainConfig, epochs: int,
                    steps_per_epoch: int) -> torch.optim.lr_scheduler.LRScheduler:
-    """Per-step schedule: cosine to 0 over all steps, step decay every ``step_size`` epochs, or constant."""
+    """Per-step schedule: cosine to 0 over all steps, step decay every ``step_size`` epochs, or constant;
+    times a linear warm-up over ``warmup_epochs`` (capped at the run's length)."""
     total = max(1, epochs * steps_per_epoch)
     if train_cfg.schedule == "cosine":
         def factor(step: int) -> float:
@@ -94,7 +95,12 @@ def make_scheduler(optimizer: torch.optim.Optimizer, train_cfg: TrainConfig, epo
     else:
         def factor(step: int) -> float:
             return 1.0
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    warmup = min(train_cfg.warmup_epochs, epochs) * steps_per_epoch
+
+    def with_warmup(step: int) -> float:
+        return factor(step) * (min(1.0, (step + 1) / warmup) if warmup else 1.0)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, with_warmup)
 
 
 def cross_entropy_loss(label_smoothing: float = 0.0) -> StepLoss:
