@@ -123,6 +123,9 @@ def enumerate_regions(
     regions: list[Region] = []
     p0, r0 = chebyshev(np.zeros((0, n0)), np.zeros(0), box)
     lps += 1
+    if L == 0:  # an affine network: one region
+        one = Region(np.zeros(0, dtype=bool), p0, r0, np.zeros((0, n0)), np.zeros(0), (net.weights[0], net.biases[0]))
+        return RegionEnumeration(net.sizes, box, [one], lps, time.perf_counter() - t0, tol)
     # stack entries: (layer, unit, A, c, rows, rhs, point, radius, pattern list)
     stack = [(0, 0, net.weights[0].copy(), net.biases[0].copy(), np.zeros((0, n0)), np.zeros(0), p0, r0, [])]
     while stack:
@@ -193,10 +196,12 @@ def sampled_patterns(net: ReluMLP, box: Box, *, resolution: int = 1000, n_random
     keys: set[bytes] = set()
     d = box.dim
     if d <= 3 and resolution > 0:
-        axes = [box.lo[i] + (np.arange(resolution) + 0.5) * (box.hi[i] - box.lo[i]) / resolution for i in range(d)]
-        mesh = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, d)
-        for i in range(0, len(mesh), 250_000):
-            keys.update(_keys(net.patterns(mesh[i : i + 250_000])))
+        step = (box.hi - box.lo) / resolution
+        total = resolution**d
+        for start in range(0, total, 250_000):
+            idx = np.unravel_index(np.arange(start, min(total, start + 250_000)), (resolution,) * d)
+            pts = box.lo + (np.stack(idx, axis=1) + 0.5) * step
+            keys.update(_keys(net.patterns(pts)))
     if n_random:
         keys.update(_keys(net.patterns(box.sample(n_random, np.random.default_rng(seed)))))
     return keys
