@@ -63,7 +63,11 @@ def test_front_and_recommendation(study, tmp_path):
     assert [r["trial"] for r in data["rows"] if r["recommended"]] == [2]
     assert [r["trial"] for r in data["rows"] if r["base"]] == [0]
     rows = list(csv.DictReader(files["csv"].open()))
-    assert [int(r["trial"]) for r in rows] == [2, 1, 0] and rows[0]["recommended"] == "True"
+    # the infeasible trial 3 is listed (front without the constraint), the dominated trial 4 is not
+    assert [int(r["trial"]) for r in rows] == [3, 2, 1, 0]
+    assert [(r["on_front"], r["on_full_front"], r["feasible"]) for r in rows[:2]] == \
+        [("False", "True", "False"), ("True", "True", "True")]
+    assert rows[1]["recommended"] == "True"
     assert files["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

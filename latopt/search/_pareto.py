@@ -24,7 +24,7 @@ from latopt.errors import LatoptError
 PARETO_SCHEMA = "latopt.pareto/1"
 _EPS = 1e-12
 COLUMNS = ("trial", "val_acc", "metric", "acc_drop", "feasible", "lambda_c", "tau", "p", "granularity",
-           "n_folded", "base", "on_front", "recommended", "checkpoint")
+           "n_folded", "base", "on_front", "on_full_front", "recommended", "checkpoint")
 
 
 def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -52,6 +52,16 @@ def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
     return sorted(study.best_trials, key=lambda t: (t.values[1], -t.values[0], t.number))
 
 
+def non_dominated(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Trials no other trial beats on both objectives (accuracy ↑, second objective ↓), constraint ignored."""
+    def dominates(a: FrozenTrial, b: FrozenTrial) -> bool:
+        return (a.values[0] >= b.values[0] and a.values[1] <= b.values[1]
+                and (a.values[0] > b.values[0] or a.values[1] < b.values[1]))
+
+    out = [t for t in trials if not any(dominates(o, t) for o in trials)]
+    return sorted(out, key=lambda t: (t.values[1], -t.values[0], t.number))
+
+
 def recommend(study: optuna.Study, max_acc_drop: float | None = None) -> FrozenTrial | None:
     """The fastest COMPLETE trial whose accuracy is at most ``max_acc_drop`` below the base model's.
 
@@ -71,7 +81,8 @@ def recommend(study: optuna.Study, max_acc_drop: float | None = None) -> FrozenT
     return min(ok, key=lambda t: (t.values[1], -t.values[0], t.number))
 
 
-def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, recommended: bool) -> dict[str, Any]:
+def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_front: bool,
+         recommended: bool) -> dict[str, Any]:
     fold = t.user_attrs.get("fold_set") or {}
     return {
         "trial": t.number,
@@ -87,6 +98,7 @@ def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, recommended:
         "fold_set": fold,
         "base": bool(t.user_attrs.get("base")),
         "on_front": on_front,
+        "on_full_front": on_full_front,
         "recommended": recommended,
         "checkpoint": t.user_attrs.get("checkpoint"),
         "latency_ms": t.user_attrs.get("latency_ms"),
@@ -105,14 +117,15 @@ def front_summary(study: optuna.Study, max_acc_drop: float | None = None) -> dic
     rec = recommend(study, max_acc_drop) if max_acc_drop is not None else None
     base = base_trial(study)
     base_acc = base_accuracy(study)
-    shown = list(front)
-    if base is not None and base.number not in front_ids:
-        shown.append(base)
-    if rec is not None and rec.number not in {t.number for t in shown}:
-        shown.append(rec)
-    shown.sort(key=lambda t: (t.values[1], -t.values[0], t.number))
-    rows = [_row(t, base_acc, on_front=t.number in front_ids, recommended=rec is not None and t.number == rec.number)
-            for t in shown]
+    full = non_dominated(complete_trials(study))
+    full_ids = {t.number for t in full}
+    shown = {t.number: t for t in [*front, *full]}
+    for extra in (base, rec):
+        if extra is not None:
+            shown.setdefault(extra.number, extra)
+    ordered = sorted(shown.values(), key=lambda t: (t.values[1], -t.values[0], t.number))
+    rows = [_row(t, base_acc, on_front=t.number in front_ids, on_full_front=t.number in full_ids,
+                 recommended=rec is not None and t.number == rec.number) for t in ordered]
     counts = {s.name: 0 for s in TrialState}
     for t in study.get_trials(deepcopy=False):
         counts[t.state.name] += 1
@@ -126,6 +139,7 @@ def front_summary(study: optuna.Study, max_acc_drop: float | None = None) -> dic
         "base_trial": None if base is None else base.number,
         "recommended": None if rec is None else rec.number,
         "n_front": len(front),
+        "n_full_front": len(full),
         "trial_states": {k: v for k, v in counts.items() if v},
         "rows": rows,
     }
@@ -135,10 +149,12 @@ def format_table(summary: dict[str, Any]) -> str:
     metric = summary["metric_names"][1]
     head = f"{'trial':>5} {'val_acc':>8} {metric:>16} {'drop':>7} {'λ_c':>8} {'τ':>5} {'p':>5} {'gran':>10} {'folded':>6}  note"
     lines = [f"study {summary['study']!r}: objective {summary['objective']}, {summary['n_front']} non-dominated "
-             f"feasible trial(s); states {summary['trial_states']}; max acc drop {summary['max_acc_drop']}", head]
+             f"feasible trial(s) ({summary['n_full_front']} without the constraint); states {summary['trial_states']}; "
+             f"max acc drop {summary['max_acc_drop']}", head]
     for r in summary["rows"]:
         notes = [n for n, on in (("base", r["base"]), ("front", r["on_front"]), ("RECOMMENDED", r["recommended"]),
-                                 ("infeasible", not r["feasible"])) if on]
+                                 ("infeasible", not r["feasible"]),
+                                 ("front without constraint", r["on_full_front"] and not r["on_front"])) if on]
         if r["base"] and not r["on_front"]:
             notes.append("dominated")
         drop = "" if r["acc_drop"] is None else f"{r['acc_drop']:+.4f}"

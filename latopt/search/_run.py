@@ -236,6 +236,13 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
     last: dict[str, BaseException | None] = {"error": None}
 
     def run_one(trial: optuna.Trial) -> Any:
+        # Two workers can pass the budget check at the same moment; the one whose trial came second
+        # sees the budget taken by lower-numbered live trials and prunes its own before any work.
+        ahead = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+                 if t.number < trial.number]
+        if len(ahead) >= trials:
+            trial.set_user_attr("surplus", True)
+            raise optuna.TrialPruned(f"surplus: {len(ahead)} earlier trials already fill the budget of {trials}")
         try:
             return func(trial)
         except VerificationError as e:
