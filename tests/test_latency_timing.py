@@ -33,7 +33,7 @@ class DeviceTimed(Recorder):
 def test_interleaved_rounds_and_warmup() -> None:
     log: list[str] = []
     runners = {k: Recorder(k, log) for k in "ABC"}
-    pol = TimingPolicy(warmup=2, min_repeats=6, max_repeats=6, budget_s=60, stable_rel=0.5)
+    pol = TimingPolicy(warmup=2, min_repeats=6, max_repeats=6, budget_s=60, stable_rel=0.5, warm_calls=0)
     stats = compare(runners, pol)
     assert set(stats) == {"A", "B", "C"} and all(s.n == 6 for s in stats.values())
     warm, timed = log[:6], log[6:]
@@ -44,6 +44,16 @@ def test_interleaved_rounds_and_warmup() -> None:
     for s in stats.values():
         assert s.q1_ms <= s.median_ms <= s.q3_ms and s.iqr_ms == pytest.approx(s.q3_ms - s.q1_ms)
         assert len(s.samples_ms) == s.n
+
+
+def test_warm_calls_precede_each_timed_call() -> None:
+    log: list[str] = []
+    runners = {k: Recorder(k, log) for k in "AB"}
+    compare(runners, TimingPolicy(warmup=0, min_repeats=4, max_repeats=4, budget_s=60, stable_rel=0.5, warm_calls=2))
+    rounds = [log[i:i + 6] for i in range(0, len(log), 6)]
+    assert len(rounds) == 4
+    # each runner: 2 untimed calls then its timed call, back to back; still one runner after the other
+    assert rounds[0] == list("AAABBB") and rounds[1] == list("BBBAAA")
 
 
 def test_device_timer_is_used_and_statistics_exact() -> None:

@@ -46,6 +46,7 @@ class DeviceProfile:
     max_repeats: int = 300
     budget_s: float = 30.0
     stable_rel: float = 0.01
+    warm_calls: int = 1  # untimed calls of a runner right before each of its timed calls (0 = cold)
     clock: str = "wall"  # "wall" (host clock) or "thread" (CPU time of the one inference thread; see timing.py)
     expected_gpu: str | None = None  # GPU name the live device must match (substring or glob)
     workspace_mib: int | None = None  # TensorRT builder workspace limit
@@ -89,10 +90,10 @@ def _from_dict(data: dict[str, Any], path: Path) -> DeviceProfile:
            f"backend {kw.get('backend')!r} is not one of {BACKENDS}")
     _check(kw.get("precision", "fp32") in PRECISIONS, path,
            f"precision {kw.get('precision')!r} is not one of {PRECISIONS}")
-    for key in ("batch", "threads", "warmup", "min_repeats", "max_repeats"):
+    for key in ("batch", "threads", "warmup", "warm_calls", "min_repeats", "max_repeats"):
         if key in kw:
             v = kw[key]
-            _check(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "warmup" else 1),
+            _check(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key in ("warmup", "warm_calls") else 1),
                    path, f"{key} must be a positive integer, not {v!r}")
     for key in ("budget_s", "stable_rel"):
         if key in kw:
