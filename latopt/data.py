@@ -5,8 +5,8 @@ Specs (``data.task`` in the config, ``--data`` on the command line):
 - ``digits``: scikit-learn's bundled 8x8 handwritten digits (1797 images, offline), split 60/20/20 into
   train/val/test, stratified and deterministic in ``split_seed``; upsampled (bilinear) to the
   config resolution, 3 channels, normalised with the training split's mean/std.
-- ``digits-clutter``: a harder task built from the same real digits: each digit is scaled to 16..28 px
-  and placed at a random position on a 64x64 canvas cluttered with 6 fragments of *other* digits and
+- ``digits-clutter``: a harder task built from the same real digits: each digit is scaled to 24..36 px
+  and placed at a random position on a 64x64 canvas cluttered with 4 fragments of *other* digits and
   Gaussian noise (3 canvases per source digit; the split is done on the source digits first, so no
   test digit is seen in training). Generated deterministically from ``split_seed``; resized to the
   config resolution. With ``augment`` the training canvases are generated afresh each time a digit is
@@ -43,6 +43,8 @@ TASKS = ("digits", "digits-clutter", "imagefolder:PATH", "cifar10:PATH")
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 CLUTTER_CANVAS = 64
+CLUTTER_DIGIT_SIZE = (24, 36)  # px on the 64x64 canvas, inclusive
+CLUTTER_FRAGMENTS = 4
 
 
 @dataclass
@@ -222,10 +224,12 @@ def _clutter_splits(resolution: int, seed: int, copies: int = 3) -> dict[str, tu
 
 
 def _clutter_canvases(src: torch.Tensor, idx: np.ndarray, copies: int, rng: np.random.Generator,
-                      n_fragments: int = 6, pool: np.ndarray | None = None) -> torch.Tensor:
+                      n_fragments: int | None = None, pool: np.ndarray | None = None) -> torch.Tensor:
     """One 64x64 canvas per (digit ``src[i]`` for i in ``idx``, copy): the digit, ``n_fragments`` crops of
     other digits (drawn from ``pool``, default ``idx``: the same split) dimmed to 0.5-0.9, noise."""
     c = CLUTTER_CANVAS
+    lo, hi = CLUTTER_DIGIT_SIZE
+    n_fragments = CLUTTER_FRAGMENTS if n_fragments is None else n_fragments
     pool = idx if pool is None else pool
     out = torch.zeros(len(idx) * copies, 1, c, c)
     cache: dict[tuple[int, int], torch.Tensor] = {}
@@ -249,7 +253,7 @@ def _clutter_canvases(src: torch.Tensor, idx: np.ndarray, copies: int, rng: np.r
                 y, x = int(rng.integers(0, c - frag_h + 1)), int(rng.integers(0, c - frag_w + 1))
                 region = canvas[y : y + frag_h, x : x + frag_w]
                 torch.maximum(region, frag, out=region)
-            size = int(rng.integers(16, 29))
+            size = int(rng.integers(lo, hi + 1))
             y, x = int(rng.integers(0, c - size + 1)), int(rng.integers(0, c - size + 1))
             region = canvas[y : y + size, x : x + size]
             torch.maximum(region, scaled(int(i), size), out=region)
