@@ -9,7 +9,7 @@ feasible front (Optuna's hypervolume utility) in (error, latency / base latency)
 reference point (1 − (base_acc − max_acc_drop), 1.0) — so only candidates within the accuracy constraint
 and faster than the base count — and the best predicted latency within the accuracy constraint.
 
-    python tools/bench_search.py --config configs/quickstart.yaml --trials 12 [--task digits-clutter]
+    python tools/bench_search.py --config configs/digits_clutter.yaml --trials 12 [--task digits-clutter] [--workers 2]
 """
 
 from __future__ import annotations
@@ -39,13 +39,14 @@ def hypervolume(study, base_acc: float, base_ms: float, max_drop: float) -> tupl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="configs/quickstart.yaml")
+    ap.add_argument("--config", default="configs/digits_clutter.yaml")
     ap.add_argument("--task", default="digits-clutter", help="data.task override (default: the harder digits task)")
     ap.add_argument("--trials", type=int, default=12, help="COMPLETE trials per study (the base trial included)")
     ap.add_argument("--sampler", default="tpe", choices=("tpe", "nsga2", "random"))
     ap.add_argument("--max-acc-drop", type=float, default=None)
     ap.add_argument("--lut", default=None, help="LUT JSON (default: the config's / the default profile path)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1, help="local worker processes per study (e.g. 2 on 2 cores)")
     ap.add_argument("--runs-dir", default="runs")
     ap.add_argument("--name", default="bench-search", help="study name prefix")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             res = run_search(SearchOptions(
                 config=args.config, trials=args.trials, study=name, sampler=args.sampler, objective="latency",
                 max_acc_drop=args.max_acc_drop, base=base_ckpt, lut=args.lut, costs=costs, seed=args.seed,
-                runs_dir=args.runs_dir, overrides=overrides, progress=True))
+                runs_dir=args.runs_dir, overrides=overrides, workers=args.workers, progress=True))
             wall = time.perf_counter() - t0
             study = optuna.load_study(study_name=res.study_name, storage=res.storage)
             b = base_trial(study)

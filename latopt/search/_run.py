@@ -33,7 +33,14 @@ from latopt.search._storage import (
     redact,
 )
 from latopt.search._trial import TrialContext, ensure_base, objective
-from latopt.search._workers import default_threads, join, set_threads, spawn, worker_argv
+from latopt.search._workers import (
+    default_threads,
+    join,
+    set_threads,
+    spawn,
+    terminate_on_sigterm,
+    worker_argv,
+)
 
 SAMPLERS = ("tpe", "nsga2", "random")
 OBJECTIVE_CHOICES = ("latency", "depth")
@@ -214,7 +221,8 @@ def run_search(o: SearchOptions) -> SearchResult:
         procs = spawn([argv] * (o.workers - 1))
     ok = False
     try:
-        finished = _loop(study, functools.partial(objective, ctx), trials, o)
+        with terminate_on_sigterm(bool(procs)):
+            finished = _loop(study, functools.partial(objective, ctx), trials, o)
         ok = True
     finally:
         join(procs, ok=ok)

@@ -8,10 +8,14 @@ one process whose two OpenMP threads fight the other for the cores.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,3 +75,20 @@ def join(procs: list[subprocess.Popen], *, ok: bool) -> None:
             bad.append((p.pid, rc))
     if ok and bad:
         raise LatoptError(f"{len(bad)} extra worker(s) failed (pid, exit code): {bad}; rerun the same command to resume")
+
+
+@contextlib.contextmanager
+def terminate_on_sigterm(active: bool) -> Iterator[None]:
+    """While local workers run, SIGTERM raises SystemExit here so ``join`` terminates them too."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
