@@ -109,6 +109,26 @@ def test_tiny_study_end_to_end(tiny):
     assert bad.returncode == 2 and "created with objective 'latency', not 'depth'" in out
 
 
+def test_measure_objective_is_a_same_run_ratio(tiny):
+    """--measure: each candidate is timed against the base in one interleaved run; the objective is the ratio."""
+    import torch
+
+    d, res = tiny
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        m = run_search(SearchOptions(config=d / "tiny.yaml", study="measured", trials=2, measure=True,
+                                     base=res.study_dir / "base" / "base.pt", runs_dir=d / "runs", progress=False))
+    finally:
+        torch.set_num_threads(threads)
+    study = optuna.load_study(study_name="measured", storage=m.storage)
+    assert study.user_attrs["metric_names"] == ["val_acc", "measured_ratio"]
+    base, cand = study.get_trials(states=(TrialState.COMPLETE,))
+    assert base.values[1] == 1.0 and base.user_attrs["measured_ms"] == base.user_attrs["measured_base_ms"] > 0
+    a = cand.user_attrs
+    assert cand.values[1] == pytest.approx(a["measured_ms"] / a["measured_base_ms"]) and a["measured_ms"] > 0
+
+
 def _wait_running(storage: str, name: str, proc: subprocess.Popen, timeout: float = 300) -> int:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:

@@ -11,12 +11,13 @@ Public API (imported lazily, so ``latopt --help`` does not import Optuna)::
     best.user_attrs["checkpoint"]            # the folded checkpoint of that trial
 
 Objectives: (validation accuracy ↑, LUT-predicted latency in ms ↓); ``objective="depth"``: remaining
-non-linear layers ↓; ``measure=True``: measured end-to-end ms ↓. Searched: λ_c (log), τ, p (+ granularity
+non-linear layers ↓; ``measure=True``: measured end-to-end latency relative to the base model timed in the
+same interleaved run ↓ (``measured_ratio``; absolute times from different runs are not comparable). Searched: λ_c (log), τ, p (+ granularity
 when ``search.granularity`` lists both). The accuracy-drop constraint is ``trial.set_constraint`` (Optuna 5's
 replacement for the samplers' deprecated ``constraints_func``); the value is also the user attribute
 ``constraint`` (feasible when <= 0). Trial user attributes: ``val_acc``, ``base_acc``, ``acc_drop``,
 ``fold_set`` ({block index: variant}), ``latency_ms`` (LUT prediction), ``measured_ms`` /
-``measured_base_ms`` (with measure), ``nonlinear_layers``, ``checkpoint``, ``report``, ``base`` (the
+``measured_base_ms`` / ``measured_ratio`` (with measure), ``nonlinear_layers``, ``checkpoint``, ``report``, ``base`` (the
 enqueued base trial). Layout: ``runs/<study>/search/{study.db, base/, trial-<n>/, pareto.*}``.
 """
 

@@ -103,6 +103,7 @@ def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_fron
         "checkpoint": t.user_attrs.get("checkpoint"),
         "latency_ms": t.user_attrs.get("latency_ms"),
         "measured_ms": t.user_attrs.get("measured_ms"),
+        "measured_ratio": t.user_attrs.get("measured_ratio"),
         "nonlinear_layers": t.user_attrs.get("nonlinear_layers"),
     }
 
