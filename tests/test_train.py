@@ -207,6 +207,9 @@ def test_prefold_with_lut_freezes_unprofitable_blocks_and_distills(tiny: dict, t
         run_fold(tiny["cfg"].with_overrides({"data.resolution": 32}), tiny["ckpt"], tmp_path / "g",
                  lut=lut_path, lambda_c=1.0, tau=0.9, p=2.0)
     assert not (tmp_path / "g").exists()
+    with pytest.raises(LatoptError, match="partial fold variants"):  # this LUT has no partial-variant times
+        run_fold(tiny["cfg"], tiny["ckpt"], tmp_path / "g", lut=lut_path, lambda_c=1.0, tau=0.9, p=2.0,
+                 granularity="activation")
     other = save_lut(LUT("cpu", "mobilenetv2_100", 16, 1, entries, fixed_ms=0.25), tmp_path / "other.json")
     with pytest.raises(LatoptError, match="profiled for model 'mobilenetv2_100'"):
         run_fold(tiny["cfg"], tiny["ckpt"], tmp_path / "g", lut=other, lambda_c=1.0, tau=0.9, p=2.0)
