@@ -21,7 +21,10 @@ For a shared α with t_l(full) ≤ t_l(none) this is exactly the paper's Σ_l c_
 c_l = t_l(none) − t_l(full). Times come from the LUT (``costs()`` for blocks, ``variant_times()`` per
 activation); without a LUT, t(none) = 1, t(full) = 0 and each partial variant 0.5 — then L_c is the
 mean of (1 − q) over activations. A block none of whose variants is faster than as-is (c_l = 0) has its
-α frozen at 0: folding it would not pay on that device.
+α frozen at 0: folding it would not pay on that device. Note: where the partial variants are *slower*
+than as-is (measured for MobileNetV2-0.5 at 32 px on the CPU), α1 = α2 = 0 is a local minimum of the
+expected latency (raising either α alone moves probability to a slower variant), so the per-activation
+mode folds nothing there; the shared α of the block mode is the one to use on such a device.
 
 **Optimisation.** The weights use cfg.train's optimizer at ``fold.lr`` (cosine); the α's have their
 own Adam at ``fold.alpha_lr`` (constant, no weight decay) — near α = 0 the gradient of L_c vanishes for
