@@ -19,6 +19,7 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
              trials: 20, max_acc_drop: 0.01, sampler: tpe, storage: null}
     device: cpu                   # device profile name (profiles/<name>.yaml)
     lut: null                     # latency LUT (JSON) giving c_l; null = uniform c_l = 1
+    threads: null                 # torch intra-op threads for train/fold (null = torch's default)
 
 Public API: :class:`RunConfig` (+ section classes), :func:`load_config`, :func:`config_from_dict`,
 :func:`dump_config`, :func:`write_config`.
@@ -118,6 +119,7 @@ class RunConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
     device: str = "cpu"
     lut: str | None = None
+    threads: int | None = None  # torch intra-op threads for train/fold; null = torch's default
 
     def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
         """A copy with dotted-key overrides applied and validated (``None`` values are ignored)."""
@@ -277,6 +279,7 @@ def validate_fold_params(lambda_c: float, tau: float, p: float) -> None:
 
 def _validate(cfg: RunConfig) -> None:
     d, t, f, s = cfg.data, cfg.train, cfg.fold, cfg.search
+    _check(cfg.threads is None or cfg.threads >= 1, f"config key 'threads' must be >= 1 or null, got {cfg.threads}")
     _check(8 <= d.resolution <= 1024, f"config key 'data.resolution' must be in [8, 1024], got {d.resolution}")
     _check(d.batch_size >= 1, f"config key 'data.batch_size' must be >= 1, got {d.batch_size}")
     _check(d.max_samples is None or d.max_samples >= 1,

@@ -239,8 +239,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--epochs", type=int, help="override train.epochs")
     p.add_argument("--data", help="override data.task: digits | digits-clutter | imagefolder:PATH | cifar10:PATH")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice; 1 is far "
-                   "faster on a machine shared with other jobs)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: config 'threads', else torch's "
+                   "choice; 1 is far faster on a machine shared with other jobs)")
     p.set_defaults(func=_cmd_train)
 
     f = sub.add_parser("fold", parents=[common_parser()], help="Layer Folding: pre-fold, fold at tau, fine-tune",
@@ -259,22 +259,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--data", help="override data.task (must match the base checkpoint's)")
     f.add_argument("--out", help="output directory (default runs/<name>/fold)")
     f.add_argument("--no-progress", action="store_true", help="no progress bars")
-    f.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
+    f.add_argument("--threads", type=int, help="torch intra-op threads (default: config 'threads', else torch's choice)")
     f.set_defaults(func=_cmd_fold)
 
 
 def _set_threads(threads: int | None) -> None:
     if threads is not None:
-        if threads < 1:
-            raise LatoptError(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     if args.epochs is not None and args.epochs < 0:
         raise LatoptError(f"--epochs must be >= 0, got {args.epochs}")
-    _set_threads(args.threads)
-    cfg = load_config(args.config, {"train.epochs": args.epochs, "data.task": args.data})
+    cfg = load_config(args.config, {"train.epochs": args.epochs, "data.task": args.data, "threads": args.threads})
+    _set_threads(cfg.threads)
     out = Path(args.out) if args.out else default_out(cfg, "base")
     m = train_base(cfg, out, checkpoint=args.checkpoint, pretrained=args.pretrained,
                    progress=not args.no_progress, seed=args.seed)
@@ -286,10 +284,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_fold(args: argparse.Namespace) -> int:
     from latopt.prefold import format_summary, run_fold
 
-    _set_threads(args.threads)
     cfg = load_config(args.config, {"fold.lambda_c": args.lambda_c, "fold.tau": args.tau, "fold.p": args.p,
                                     "fold.granularity": args.granularity, "fold.distill": args.distill,
-                                    "fold.mode": args.mode, "data.task": args.data})
+                                    "fold.mode": args.mode, "data.task": args.data, "threads": args.threads})
+    _set_threads(cfg.threads)
     out = Path(args.out) if args.out else default_out(cfg, "fold")
     f = cfg.fold
     report = run_fold(cfg, args.checkpoint, out, lut=args.lut or cfg.lut, lambda_c=f.lambda_c, tau=f.tau, p=f.p,
