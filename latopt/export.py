@@ -159,8 +159,10 @@ def build_plan(checkpoint: str | Path, *, fold: str | None, lut: Any | None, res
         fspec = arch["fold"]
         plan = {int(k): v for k, v in fspec["plan"].items()}
         source = None
-        prefold = meta.get("prefold_checkpoint")
-        if prefold and Path(prefold).is_file():
+        # the σ_α network the fold came from: recorded by `latopt fold`, or beside the checkpoint
+        candidates = [meta.get("prefold_checkpoint"), Path(checkpoint).parent / "prefold.pt"]
+        prefold = next((str(c) for c in candidates if c and Path(c).is_file()), None)
+        if prefold:
             source = load_checkpoint(prefold)[0].eval()
             if meta.get("finetuned", True):
                 notes.append("the fold gates check the fold recomputed from the pre-fold checkpoint "

@@ -65,6 +65,7 @@ from latopt.errors import LatoptError, VerificationError
 from latopt.train import data_meta, evaluate, fit, load_task, make_optimizer, make_scheduler, model_cost
 
 REPORT_SCHEMA = "latopt.fold_report/1"
+PREFOLD_CHECKPOINT = "prefold.pt"
 FOLDED_CHECKPOINT = "folded.pt"
 UNIFORM_TIMES = {"none": 1.0, "full": 0.0, "expand_dw": 0.5, "dw_project": 0.5}
 
@@ -284,7 +285,8 @@ def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: 
     acc["finetuned"] = evaluate(folded, test_loader)
     val["finetuned"] = evaluate(folded, val_loader)
     info = {"alphas": alphas, "plan": plan, "snapped": n_snapped, "fold_check": check, "acc": acc, "val": val,
-            "postfold_history": history, "seconds": {"fold": fold_seconds, "postfold": time.perf_counter() - t1}}
+            "postfold_history": history, "seconds": {"fold": fold_seconds, "postfold": time.perf_counter() - t1},
+            "source": snapped, "finetuned": bool(history)}
     return folded, info
 
 
@@ -382,10 +384,20 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
         "seconds": {"prefold": t_pre, **info["seconds"], "total": time.perf_counter() - t_start},
         "checkpoint": str(out_dir / FOLDED_CHECKPOINT),
     }
+    from latopt.fold import plain_activations_
+
+    plain_activations_(folded)  # σ_α at α = 0 is σ: save (and later export) the plain activation
     folded_arch = make_arch(folded, arch["model"], arch["num_classes"])
+    source = info["source"]
+    report["prefold_checkpoint"] = str(out_dir / PREFOLD_CHECKPOINT)
     with atomic_dir(out_dir) as tmp:
+        # the σ_α network the fold was computed from: lets `latopt export` re-check the fold exactly
+        save_checkpoint(tmp / PREFOLD_CHECKPOINT, source, make_arch(source, arch["model"], arch["num_classes"]),
+                        {**data_meta(cfg), "seed": seed, "plan": report["folded"]})
         save_checkpoint(tmp / FOLDED_CHECKPOINT, folded, folded_arch,
-                        {**data_meta(cfg), "seed": seed, "acc": acc, "val": val, "plan": report["folded"]})
+                        {**data_meta(cfg), "seed": seed, "acc": acc, "val": val, "plan": report["folded"],
+                         "prefold_checkpoint": str((out_dir / PREFOLD_CHECKPOINT).resolve()),
+                         "finetuned": info["finetuned"]})
         reloaded, _, _ = load_checkpoint(tmp / FOLDED_CHECKPOINT)
         x, _ = next(iter(test_loader))
         folded.eval()

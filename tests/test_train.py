@@ -127,7 +127,7 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
 
     cfg, out = tiny["cfg"], tiny["root"] / "fold"
     r = run_fold(cfg, tiny["ckpt"], out, lambda_c=5.0, tau=0.6, p=2.0, progress=False, seed=0)
-    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "folded.pt", "report.json", "report.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "folded.pt", "prefold.pt", "report.json", "report.txt"]
     assert json.loads((out / "report.json").read_text())["acc"] == r["acc"]
     assert set(r["acc"]) >= {"base", "prefold", "folded", "finetuned", "linearized"}
     assert r["acc"]["base"] == pytest.approx(tiny["metrics"]["test_acc"])
@@ -150,8 +150,17 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
 
     left = get_alphas(model)
     assert all(v == 0.0 for i, vs in left.items() if str(i) not in r["folded"] for v in vs)
+    assert not [i for i in left if str(i) not in r["folded"]], "unfolded blocks are saved with their plain σ"
     text = (out / "report.txt").read_text()
     assert "fold check (exact)" in text and "folded, fine-tuned" in text
+    # the exporter re-checks the fold from the saved pre-fold network, on real test samples
+    from latopt.export import export
+
+    rec = export(out / "folded.pt", "cpu", tiny["root"] / "export", samples=8, measure=False, progress=False)
+    names = [g["name"] for g in rec["gates"]]
+    assert any(n.startswith("fold algebra") for n in names) and all(g["passed"] for g in rec["gates"])
+    assert "test samples" in rec["gates"][0]["inputs"]
+    assert rec["accuracy"]["test_acc"] == pytest.approx(r["acc"]["finetuned"])
 
 
 def test_activation_granularity_partial_folds(tiny: dict) -> None:
