@@ -67,6 +67,10 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     write_config(cfg, root / "config.yaml")
     state = _State(root, config.resolve(), fresh)
     seed_everything(seed)
+    if cfg.threads:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
     times: dict[str, float] = {}
 
