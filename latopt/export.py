@@ -141,7 +141,8 @@ def parse_fold_spec(spec: str, lut: Any | None) -> list[int] | str:
         raise LatoptError(f"--fold {spec!r}: give 'all', 'none', 'auto' or block indices like 1,3,5") from None
 
 
-def build_plan(checkpoint: str | Path, *, fold: str | None, lut: Any | None, resolution: int | None) -> Plan:
+def build_plan(checkpoint: str | Path, *, fold: str | None, lut: Any | None, resolution: int | None,
+               mode: str = "exact") -> Plan:
     from latopt.fold import fold_blocks, fold_spec, normalize_plan, plain_activations_
     from latopt.models import load_checkpoint
 
@@ -177,10 +178,15 @@ def build_plan(checkpoint: str | Path, *, fold: str | None, lut: Any | None, res
     plan = normalize_plan(model, spec)
     if not plan:
         raise LatoptError("the fold plan is empty: nothing to fold (check --fold and the LUT's c_l)")
-    folded = fold_blocks(model, plan, mode="exact", input_size=(res, res)).eval()
+    if mode not in ("exact", "paper"):
+        raise LatoptError(f"--mode {mode!r}: choose exact or paper")
+    folded = fold_blocks(model, plan, mode=mode, input_size=(res, res)).eval()
+    if mode == "paper":
+        notes.append("paper mode: a constant bias per folded block, wrong on the border ring by design "
+                     "(fine-tune after folding to repair it); the fold gate checks each block away from its border")
     new_arch = dict(arch)
     new_arch["fold"] = fold_spec(folded)
-    return Plan(folded, source_model, _asis_network(arch), new_arch, meta, plan, "exact", res, notes)
+    return Plan(folded, source_model, _asis_network(arch), new_arch, meta, plan, mode, res, notes)
 
 
 def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
@@ -193,6 +199,17 @@ def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
         return []
     res = (p.resolution, p.resolution)
     src64 = copy.deepcopy(p.source).double().eval()
+    if p.mode == "paper":
+        # a constant bias is wrong on the border ring by design (repaired by post-fold fine-tuning), and
+        # that error spreads through the network: check each folded block alone, away from its border
+        from latopt.fold import verify_fold
+
+        chk = verify_fold(linearize(src64, p.plan).eval(), fold_blocks(src64, p.plan, mode="paper", input_size=res),
+                          res, batch=2, seed=0)
+        worst = max(chk["per_block"].values(), key=lambda e: e["max_rel_interior"])
+        return [Gate("fold algebra per block, away from the border (float64, paper mode)",
+                     worst["max_abs_interior"], worst["ref_max"], worst["max_rel_interior"], TOL_FOLD64, 2,
+                     "random normal")]
     ref64 = _torch_out(linearize(src64, p.plan).eval(), x.double())
     out64 = _torch_out(fold_blocks(src64, p.plan, mode=p.mode, input_size=res).eval(), x.double())
     ref32 = _torch_out(linearize(p.source, p.plan).eval(), x)
@@ -274,7 +291,7 @@ def _load_lut(path: str | None, arch: dict[str, Any], device: Any, resolution: i
 def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: str = "onnx",
            precision: str | None = None, fold: str | None = None, lut_path: str | None = None,
            resolution: int | None = None, samples: int = 32, seed: int = 0, measure: bool = True,
-           progress: bool = True) -> dict[str, Any]:
+           progress: bool = True, mode: str = "exact") -> dict[str, Any]:
     """The whole export; returns the export.json dict. Raises LatoptError / VerificationError."""
     from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
     from latopt.latency.devices import load_device
@@ -307,7 +324,7 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     if res0:
         lut = _load_lut(lut_path, arch0, device, int(res0))
     say(f"loading {checkpoint}")
-    p = build_plan(checkpoint, fold=fold, lut=lut, resolution=resolution)
+    p = build_plan(checkpoint, fold=fold, lut=lut, resolution=resolution, mode=mode)
     if lut is None and not res0:
         lut = _load_lut(lut_path, p.arch, device, p.resolution)
     task = checkpoint_task(p.meta, p.resolution)
@@ -450,7 +467,8 @@ def render_report(r: dict[str, Any]) -> str:
 def _cmd_export(args: argparse.Namespace) -> int:
     r = export(args.checkpoint, args.device, args.out or Path("runs") / "export" / Path(args.checkpoint).stem,
                fmt=args.format, precision=args.precision, fold=args.fold, lut_path=args.lut,
-               resolution=args.resolution, samples=args.samples, seed=args.seed, measure=not args.no_measure)
+               resolution=args.resolution, samples=args.samples, seed=args.seed, measure=not args.no_measure,
+               mode=args.mode)
     lat = r.get("latency")
     if lat:
         print(f"speed-up {lat['speedup']:.2f}× (as-is {lat['as_is_ms']:.3f} ms → folded {lat['folded_ms']:.3f} ms)")
@@ -468,6 +486,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", choices=["fp32", "fp16"], default=None, help="default: the device profile's")
     p.add_argument("--fold", default=None,
                    help="for an unfolded checkpoint: 'all', 'none', 'auto' (blocks whose fold pays on this device, from the LUT) or 1,3,5")
+    p.add_argument("--mode", choices=["exact", "paper"], default="exact",
+                   help="with --fold: exact (bias map, equal everywhere; default) or paper (constant bias, any input size)")
     p.add_argument("--lut", default=None, help="LUT JSON (default profiles/<device>/<model>-r<res>-b<batch>.json if present)")
     p.add_argument("--resolution", type=int, default=None, help="input resolution (default: the checkpoint's)")
     p.add_argument("--samples", type=int, default=32, help="inputs used by the numeric gates (default 32)")

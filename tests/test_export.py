@@ -130,3 +130,12 @@ def test_plain_activations_restore_sigma_where_alpha_is_zero() -> None:
     assert n > 0 and torch.equal(m(x), y0)
     assert list(get_alphas(m)) == [3]
     assert sum(isinstance(a, AlphaActivation) for a in m.modules()) == 2
+
+
+def test_export_paper_mode_checks_blocks_away_from_the_border(ckpt: Path, tmp_path: Path) -> None:
+    from latopt.export import export
+
+    rec = export(ckpt, "cpu", tmp_path / "paper", fold="all", mode="paper", samples=4, measure=False, progress=False)
+    assert rec["mode"] == "paper"
+    assert [g["name"] for g in rec["gates"]][0].startswith("fold algebra per block, away from the border")
+    assert all(g["passed"] for g in rec["gates"]) and any("paper mode" in n for n in rec["notes"])

@@ -57,17 +57,17 @@ def study_fold_set(study: str, storage: str) -> dict[int, str]:
 
 
 def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> dict[str, Any]:
-    print(f"\n=== {name} @{res} on {device.name} (load {_load()})", flush=True)
+    print(f"\n=== {name} @{res} on {device.name}, {args.mode} mode (load {_load()})", flush=True)
     seed_everything(args.seed)
     model = build_model(name, num_classes=1000).eval()
     randomize_bn_(model, seed=args.seed)
     lut_path = default_lut_path(device.name, name, res, device.batch)
-    if args.reuse_lut and Path(lut_path).is_file():
+    if args.reuse_lut and args.mode == "exact" and Path(lut_path).is_file():
         lut = load_lut(lut_path, model=name, resolution=res)
         print(f"reusing {lut_path}")
     else:
         t = time.perf_counter()
-        lut = profile_model(model, device, res, device.batch, progress=False, name=name)
+        lut = profile_model(model, device, res, device.batch, progress=False, name=name, fold_mode=args.mode)
         print(f"profiled in {time.perf_counter() - t:.1f} s")
         if args.save_lut:
             save_lut(lut, lut_path)
@@ -91,8 +91,8 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
         if not plan:
             print(f"{key}: empty fold set, skipped")
             continue
-        folded = fold_blocks(model, plan, mode="exact", input_size=(res, res)).eval()
-        p = Plan(folded, model, model, {"model": name, "num_classes": 1000}, {}, plan, "exact", res, [])
+        folded = fold_blocks(model, plan, mode=args.mode, input_size=(res, res)).eval()
+        p = Plan(folded, model, model, {"model": name, "num_classes": 1000}, {}, plan, args.mode, res, [])
         gates = fold_gates(p, x, inputs)
         path = export_onnx(folded, (device.batch, 3, res, res), tmp / f"{key}.onnx")
         tag_block_nodes(path, folded, plan)
@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=["mobilenetv2_100", "efficientnet_lite0"])
     ap.add_argument("--resolution", type=int, default=224)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--mode", choices=["exact", "paper"], default="exact",
+                    help="fold mode (paper: constant bias, no bias-map add; border-inexact by design)")
     ap.add_argument("--samples", type=int, default=8, help="inputs for the numeric gates")
     ap.add_argument("--reuse-lut", action="store_true", help="use profiles/<device>/... when it exists")
     ap.add_argument("--save-lut", action="store_true", help="write the fresh LUT to profiles/<device>/...")
