@@ -224,7 +224,7 @@ def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path:
         ax.axhline(summary["base_acc"] - summary["max_acc_drop"], color="grey", ls="--", lw=0.8,
                    label=f"accuracy constraint (−{summary['max_acc_drop']})")
     ax.set_title(f"latopt search {summary['study']}: accuracy vs {names[1]}")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="best", fontsize=8, framealpha=0.8)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
