@@ -139,7 +139,7 @@ def _wait_running(storage: str, name: str, proc: subprocess.Popen, timeout: floa
                 running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.number >= 1]
                 if running:
                     return running[0].number
-            except (KeyError, sqlalchemy.exc.OperationalError):
+            except (KeyError, sqlalchemy.exc.SQLAlchemyError):  # the worker may still be creating the schema
                 pass
         time.sleep(0.3)
     raise AssertionError("no trial started running")
