@@ -121,10 +121,14 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         print(f"[run] stage 3/{len(STAGES)}: search — resumed (trial {srch['trial']})", flush=True)
     else:
         _stage(3, "search", f"{n_trials} Optuna trials over (λ_c, τ, p), accuracy vs LUT latency")
+        import os
+
         from latopt.search import SearchOptions, run_search
 
+        # two 1-thread workers on a 2-core machine train far faster than one 2-thread process
+        workers = 2 if (os.cpu_count() or 1) >= 2 else 1
         res = run_search(SearchOptions(config=config, trials=n_trials, base=base["checkpoint"], lut=lut_path,
-                                       seed=seed, runs_dir=runs_dir, overrides=overrides or {}))
+                                       seed=seed, runs_dir=runs_dir, overrides=overrides or {}, workers=workers))
         if not res.finished:
             raise LatoptError(f"the search stopped with {res.n_complete}/{n_trials} complete trials; "
                               "rerun `latopt run` to resume it")
