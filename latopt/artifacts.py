@@ -20,38 +20,44 @@ from typing import Any
 from latopt.errors import LatoptError
 
 
-def write_json_atomic(path: str | Path, obj: Any, *, indent: int = 2) -> Path:
-    """Write ``obj`` as JSON to ``path`` atomically; creates parent directories."""
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; it replaces ``path`` only when the block succeeds.
+
+    Creates parent directories; refuses a ``path`` that is a directory. The one place latopt makes a
+    file appear atomically (JSON, text, checkpoints, engines)."""
     path = Path(path)
-    if path.exists() and path.is_dir():
+    if path.is_dir():
         raise LatoptError(f"output path {path} is a directory; give a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=indent, sort_keys=False, default=_json_default)
-            f.write("\n")
+        yield Path(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    return path
+
+
+def write_json_atomic(path: str | Path, obj: Any, *, indent: int = 2) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically; creates parent directories."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=indent, default=_json_default) + "\n")
+    return Path(path)
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
 
 
 def read_json(path: str | Path, *, schema: str | None = None, what: str = "file") -> dict[str, Any]:

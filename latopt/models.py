@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import pickle
 import socket
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from latopt.artifacts import atomic_path
 from latopt.errors import LatoptError
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/1"
@@ -224,16 +223,8 @@ def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
     payload = {"schema": CHECKPOINT_SCHEMA, "arch": arch, "meta": meta, "state_dict": state}
     if path.is_dir():
         raise LatoptError(f"checkpoint path {path} is a directory; give a file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
     return path
 
 

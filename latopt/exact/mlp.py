@@ -160,8 +160,6 @@ def train_mlp(
 
 def save_mlp(path: str | Path, model, meta: dict | None = None) -> Path:
     """Write a ``latopt.mlp/1`` checkpoint atomically (temp file + rename)."""
-    import os
-    import tempfile
 
     import torch
 
@@ -170,16 +168,11 @@ def save_mlp(path: str | Path, model, meta: dict | None = None) -> Path:
     net = from_module(model)  # validates: Linear/ReLU only
     sd = {k: v.detach().cpu().clone() for k, v in net.to_module(next(model.parameters()).dtype).state_dict().items()}
     obj = {"schema": SCHEMA, "layers": list(net.sizes), "activation": "relu", "state_dict": sd, "meta": dict(meta or {})}
+    from latopt.artifacts import atomic_path
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from latopt import runtime as _rt
+from latopt.artifacts import write_bytes_atomic
 from latopt.errors import LatoptError
 
 DEFAULT_WORKSPACE_MIB = 1024
@@ -135,24 +136,10 @@ def _save_timing_cache(config: Any, path: Path | None) -> int:
     if path is None:
         return 0
     data = bytes(memoryview(config.get_timing_cache().serialize()))
-    _write_bytes_atomic(path, data)
+    write_bytes_atomic(path, data)
     return len(data)
 
 
-def _write_bytes_atomic(path: Path, data: bytes) -> Path:
-    path = Path(path)
-    if path.is_dir():
-        raise LatoptError(f"output path {path} is a directory; give a file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 # ------------------------------------------------------------------------------------- build
@@ -323,7 +310,7 @@ def build_engine(onnx_path: str | Path, profile: Any, out_path: str | Path, *,
     finally:
         if own:
             backend.close()
-    return _write_bytes_atomic(Path(out_path), plan)
+    return write_bytes_atomic(Path(out_path), plan)
 
 
 def event_times_ms(runner: _rt.TrtEngineRunner, repeats: int) -> list[float]:
