@@ -60,6 +60,9 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     from latopt.latency.devices import load_device
 
     dev = load_device(cfg.device)         # a wrong --device fails before any work
+    from latopt.latency.backends import close_backend, get_backend
+
+    close_backend(get_backend(dev))       # ... and so does a device this machine cannot drive (no GPU, no TensorRT)
     root = Path(runs_dir) / cfg.name
     if root.exists() and not root.is_dir():
         raise LatoptError(f"{root} exists and is a file; remove it or choose another --runs-dir")

@@ -126,7 +126,7 @@ def fit(model: nn.Module, loader: DataLoader, epochs: int, optimizer: torch.opti
         t0 = time.perf_counter()
         loss_sum, correct, seen = 0.0, 0, 0
         extras_sum: dict[str, float] = {}
-        bar = tqdm(loader, desc=f"{desc} {epoch + 1}/{epochs}", disable=not progress, leave=False,
+        bar = tqdm(loader, desc=f"{desc} {epoch + 1}/{epochs}", disable=None if progress else True, leave=False,
                    dynamic_ncols=True)
         for x, y in bar:
             loss, logits, extras = step_loss(model, x, y)

@@ -188,7 +188,8 @@ def load_mlp(path: str | Path) -> tuple[Any, dict]:
         raise LatoptError(f"checkpoint {path} does not exist (make one with `latopt train-mlp`)")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError) as e:
+    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError,
+            IndexError, KeyError, TypeError, AttributeError) as e:  # torch's unpickler on arbitrary bytes
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         why = type(e).__name__ + (f": {first}" if first and len(first) <= 100 else "")
         raise LatoptError(f"checkpoint {path} cannot be read as a torch checkpoint ({why}); is it a latopt.mlp/1 file?") from None
