@@ -152,7 +152,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         from latopt.export import export
 
         ckpt = srch["checkpoint"] or base["checkpoint"]
-        result = export(ckpt, dev.name, export_dir, fmt="onnx", fold=None if srch["checkpoint"] else "none",
+        result = export(ckpt, cfg.device, export_dir, fmt="onnx", fold=None if srch["checkpoint"] else "none",
                         lut_path=str(lut_path), seed=seed)
         state.finish("export", {"dir": str(export_dir)})
     times["export"] = time.perf_counter() - t
