@@ -76,18 +76,26 @@ def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
         except ImportError as e:
             raise LatoptError(f"storage URL {redact(url)!r} needs a database driver that is not installed "
                               f"({_first_line(e.__cause__ or e)}); e.g. pip install psycopg2-binary") from None
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as e:
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
             # Workers starting together on an empty database race to create Optuna's tables; the loser
-            # retries and finds them there.
+            # retries and finds them there (SQLite says so with an OperationalError "table ... already
+            # exists" or "database is locked"; any other OperationalError means the server is unreachable).
+            if isinstance(e, sqlalchemy.exc.OperationalError) and not _creation_race(e):
+                raise LatoptError(f"cannot reach storage {redact(url)}: {_first_line(getattr(e, 'orig', None) or e)}") from None
             if attempt == 5:
                 raise LatoptError(f"storage {redact(url)} could not be initialised: "
                                   f"{_first_line(getattr(e, 'orig', None) or e)}") from None
             time.sleep(0.5 + attempt)
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as e:
+        except sqlalchemy.exc.InterfaceError as e:
             raise LatoptError(f"cannot reach storage {redact(url)}: {_first_line(getattr(e, 'orig', None) or e)}") from None
         except sqlalchemy.exc.DatabaseError as e:
             raise LatoptError(f"storage {redact(url)} failed: {_first_line(getattr(e, 'orig', None) or e)}") from None
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _creation_race(e: BaseException) -> bool:
+    msg = str(getattr(e, "orig", None) or e).lower()
+    return "already exists" in msg or "database is locked" in msg
 
 
 def _first_line(e: BaseException | str) -> str:
