@@ -26,14 +26,6 @@ fold: {{epochs: 2, post_epochs: 1, lambda_c: 5.0, alpha_lr: 0.3, lr: 0.001, post
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One intra-op thread: on a shared 2-core machine two threads made each step ~25x slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:

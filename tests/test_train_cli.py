@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
 from latopt.cli import main
 
@@ -20,13 +19,6 @@ train: {epochs: 1, optimizer: sgd, lr: 0.01, schedule: step, step_size: 1, label
 fold: {epochs: 1, post_epochs: 1, lambda_c: 5.0, alpha_lr: 0.3}
 """
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
