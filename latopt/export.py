@@ -89,7 +89,6 @@ class Plan:
 
     folded: nn.Module
     source: nn.Module | None   # the unfolded σ_α network the fold was computed from (None: no fold gate)
-    asis: nn.Module            # the original network, plain activations (latency baseline)
     arch: dict[str, Any]
     meta: dict[str, Any]
     plan: dict[int, str]
@@ -141,16 +140,16 @@ def parse_fold_spec(spec: str, lut: Any | None) -> list[int] | str:
         raise LatoptError(f"--fold {spec!r}: give 'all', 'none', 'auto' or block indices like 1,3,5") from None
 
 
-def build_plan(checkpoint: str | Path, *, fold: str | None, lut: Any | None, resolution: int | None,
-               mode: str = "exact") -> Plan:
+def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], dict[str, Any]], *,
+               fold: str | None, lut: Any | None, res: int, mode: str = "exact") -> Plan:
+    """What to export from the ``loaded`` checkpoint (``load_checkpoint``'s result) at resolution ``res``."""
     from latopt.fold import fold_blocks, fold_spec, normalize_plan, plain_activations_
     from latopt.models import load_checkpoint
 
-    model, arch, meta = load_checkpoint(checkpoint)
+    model, arch, meta = loaded
     model.eval()
     source_model = copy.deepcopy(model) if not arch.get("fold") else None
     n_plain = plain_activations_(model)  # σ_α with α = 0 is σ: export the plain activation
-    res = _resolution(arch, meta, resolution)
     notes: list[str] = []
     if n_plain:
         notes.append(f"{n_plain} σ_α activations with α = 0 exported as the plain activation they equal")
@@ -170,11 +169,11 @@ def build_plan(checkpoint: str | Path, *, fold: str | None, lut: Any | None, res
                              f"({prefold}); the exported weights were fine-tuned after folding")
         else:
             notes.append("no pre-fold checkpoint recorded or found: fold gates skipped (ONNX gate still applies)")
-        return Plan(model, source, _asis_network(arch), arch, meta, plan, fspec["mode"], res, notes)
+        return Plan(model, source, arch, meta, plan, fspec["mode"], res, notes)
     spec = parse_fold_spec(fold or "all", lut)
     if spec == []:  # --fold none: export the network as it is (no fold gate)
         notes.append("nothing folded (--fold none): the network is exported as it is")
-        return Plan(model, None, _asis_network(arch), arch, meta, {}, "none", res, notes)
+        return Plan(model, None, arch, meta, {}, "none", res, notes)
     plan = normalize_plan(model, spec)
     if not plan:
         raise LatoptError("the fold plan is empty: nothing to fold (check --fold and the LUT's c_l)")
@@ -186,7 +185,7 @@ def build_plan(checkpoint: str | Path, *, fold: str | None, lut: Any | None, res
                      "(fine-tune after folding to repair it); the fold gate checks each block away from its border")
     new_arch = dict(arch)
     new_arch["fold"] = fold_spec(folded)
-    return Plan(folded, source_model, _asis_network(arch), new_arch, meta, plan, mode, res, notes)
+    return Plan(folded, source_model, new_arch, meta, plan, mode, res, notes)
 
 
 def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
@@ -210,10 +209,10 @@ def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
         return [Gate("fold algebra per block, away from the border (float64, paper mode)",
                      worst["max_abs_interior"], worst["ref_max"], worst["max_rel_interior"], TOL_FOLD64, 2,
                      "random normal")]
-    ref64 = _torch_out(linearize(src64, p.plan).eval(), x.double())
-    out64 = _torch_out(fold_blocks(src64, p.plan, mode=p.mode, input_size=res).eval(), x.double())
-    ref32 = _torch_out(linearize(p.source, p.plan).eval(), x)
-    out32 = _torch_out(fold_blocks(p.source, p.plan, mode=p.mode, input_size=res).eval(), x)
+    ref64 = torch_out(linearize(src64, p.plan).eval(), x.double())
+    out64 = torch_out(fold_blocks(src64, p.plan, mode=p.mode, input_size=res).eval(), x.double())
+    ref32 = torch_out(linearize(p.source, p.plan).eval(), x)
+    out32 = torch_out(fold_blocks(p.source, p.plan, mode=p.mode, input_size=res).eval(), x)
     return [compare_outputs("fold algebra (float64) vs linearised σ_α network", out64, ref64, TOL_FOLD64, inputs),
             compare_outputs("folded (float32) vs linearised σ_α network", out32, ref32, TOL_FOLD32, inputs)]
 
@@ -241,19 +240,20 @@ def gate_inputs(task: Any | None, resolution: int, n: int, seed: int) -> tuple[t
     return torch.randn(n, 3, resolution, resolution, generator=g), "random normal"
 
 
-def _torch_out(model: nn.Module, x: torch.Tensor) -> np.ndarray:
+def torch_out(model: nn.Module, x: torch.Tensor) -> np.ndarray:
     with torch.no_grad():
         return model(x).double().numpy()
 
 
-def _ort_out(onnx_path: Path, x: torch.Tensor) -> np.ndarray:
-    import onnxruntime as ort
+def ort_out(onnx_path: Path, x: torch.Tensor) -> np.ndarray:
+    """ONNX Runtime outputs, one sample at a time, through the shipped runner (``latopt.runtime``)."""
+    from latopt.runtime import OrtRunner
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
-    name = sess.get_inputs()[0].name
-    return np.concatenate([sess.run(None, {name: x[i:i + 1].numpy()})[0] for i in range(x.shape[0])])
+    runner = OrtRunner(onnx_path, input_shape=(1, *x.shape[1:]))
+    try:
+        return np.concatenate([runner.run(x[i:i + 1].numpy()) for i in range(x.shape[0])])
+    finally:
+        runner.close()
 
 
 def tag_block_nodes(onnx_path: Path, model: nn.Module, plan: dict[int, str]) -> None:
@@ -316,17 +316,13 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     if not Path(checkpoint).is_file():
         raise LatoptError(f"checkpoint {checkpoint} does not exist")
 
-    from latopt.models import load_checkpoint  # noqa: F401  (import errors surface early)
+    from latopt.models import load_checkpoint
 
-    _, arch0, _ = load_checkpoint(checkpoint)
-    res0 = resolution or (arch0.get("fold") or {}).get("input_size", [None])[0]
-    lut = None
-    if res0:
-        lut = _load_lut(lut_path, arch0, device, int(res0))
     say(f"loading {checkpoint}")
-    p = build_plan(checkpoint, fold=fold, lut=lut, resolution=resolution, mode=mode)
-    if lut is None and not res0:
-        lut = _load_lut(lut_path, p.arch, device, p.resolution)
+    loaded = load_checkpoint(checkpoint)
+    res = _resolution(loaded[1], loaded[2], resolution)
+    lut = _load_lut(lut_path, loaded[1], device, res)
+    p = build_plan(checkpoint, loaded, fold=fold, lut=lut, res=res, mode=mode)
     task = checkpoint_task(p.meta, p.resolution)
     x, inputs = gate_inputs(task, p.resolution, samples, seed)
     gates = fold_gates(p, x, inputs)
@@ -343,14 +339,14 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
         say(f"exporting ONNX → {out / 'model.onnx'}")
         export_onnx(p.folded, (1, 3, p.resolution, p.resolution), onnx_path, dynamic_batch=True)
         tag_block_nodes(onnx_path, p.folded, p.plan)
-        ort_out = _ort_out(onnx_path, x)
-        gates.append(compare_outputs("ONNX Runtime vs PyTorch folded", ort_out, _torch_out(p.folded, x),
+        ort = ort_out(onnx_path, x)
+        gates.append(compare_outputs("ONNX Runtime vs PyTorch folded", ort, torch_out(p.folded, x),
                                      TOL_ONNX, inputs))
         say(gates[-1].line())
         _check(gates)
         files = ["model.onnx"]
         if trt_backend is not None:
-            engine_gate = _build_engine(trt_backend, p, tmp, precision, x, ort_out, inputs, say)
+            engine_gate = _build_engine(trt_backend, p, tmp, precision, x, ort, inputs, say)
             gates.append(engine_gate)
             _check(gates)
             files.append("model.engine")
@@ -414,7 +410,7 @@ def _latency(p: Plan, device: Any, lut: Any | None, say: Any) -> dict[str, Any]:
 
     shape = (device.batch, 3, p.resolution, p.resolution)
     say(f"measuring as-is vs folded end to end on {device.name} (interleaved)")
-    stats = measure_networks({"as-is": p.asis, "folded": p.folded}, device, shape)
+    stats = measure_networks({"as-is": _asis_network(p.arch), "folded": p.folded}, device, shape)
     a, f = stats["as-is"], stats["folded"]
     lat: dict[str, Any] = {
         "as_is_ms": a.median_ms, "as_is_iqr_ms": a.iqr_ms,
@@ -496,4 +492,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_export)
 
 
-__all__ = ["EXPORT_SCHEMA", "Gate", "Plan", "build_plan", "compare_outputs", "export", "render_report"]
+__all__ = ["EXPORT_SCHEMA", "Gate", "Plan", "build_plan", "compare_outputs", "export", "fold_gates", "gate_inputs",
+           "ort_out", "render_report", "tag_block_nodes", "torch_out"]

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from latopt.artifacts import seed_everything, write_json_atomic
-from latopt.export import Plan, compare_outputs, fold_gates, gate_inputs, tag_block_nodes
+from latopt.export import Plan, compare_outputs, fold_gates, gate_inputs, ort_out, tag_block_nodes, torch_out
 from latopt.fold import fold_blocks, randomize_bn_
 from latopt.latency.devices import load_device
 from latopt.latency.lut import costs, default_lut_path, load_lut, predict, save_lut
@@ -92,13 +92,11 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
             print(f"{key}: empty fold set, skipped")
             continue
         folded = fold_blocks(model, plan, mode=args.mode, input_size=(res, res)).eval()
-        p = Plan(folded, model, model, {"model": name, "num_classes": 1000}, {}, plan, args.mode, res, [])
+        p = Plan(folded, model, {"model": name, "num_classes": 1000}, {}, plan, args.mode, res, [])
         gates = fold_gates(p, x, inputs)
         path = export_onnx(folded, (device.batch, 3, res, res), tmp / f"{key}.onnx")
         tag_block_nodes(path, folded, plan)
-        from latopt.export import _ort_out, _torch_out
-
-        gates.append(compare_outputs("ONNX Runtime vs PyTorch folded", _ort_out(path, x), _torch_out(folded, x),
+        gates.append(compare_outputs("ONNX Runtime vs PyTorch folded", ort_out(path, x), torch_out(folded, x),
                                      1e-4, inputs))
         for g in gates:
             print(f"  {key}: {g.line()}")
