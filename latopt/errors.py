@@ -19,3 +19,12 @@ class VerificationError(LatoptError):
 
     Still exit code 2 from the CLI; the message carries the numbers.
     """
+
+
+def first_line(e: BaseException | str, limit: int = 200) -> str:
+    """The first non-empty line of an exception's message (its type name when empty), cut to ``limit``:
+    what a one-line LatoptError quotes of the library error behind it."""
+    for line in str(e).strip().splitlines():
+        if line.strip():
+            return line.strip()[:limit]
+    return type(e).__name__ if isinstance(e, BaseException) else ""

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from latopt.artifacts import atomic_path
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, first_line
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/1"
 TIMM_NAMES = (
@@ -99,7 +99,7 @@ def _online(host: str, timeout: float = 3.0) -> bool:
 
 
 def _offline_error(name: str, e: BaseException) -> LatoptError:
-    msg = str(e).strip().splitlines()[0].split(". ")[0][:120] if str(e).strip() else "no detail"
+    msg = first_line(e, 120).split(". ")[0]
     return LatoptError(
         f"could not get pretrained weights for {name} ({type(e).__name__}: {msg}); this needs internet access "
         "once (or the weights in the timm/torch cache) — drop --pretrained to start from random weights")
@@ -244,7 +244,7 @@ def load_checkpoint(path: str | Path, *, expect_model: str | None = None
                           "checkpoint (those hold only tensors and plain data)") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, AttributeError,
             UnicodeDecodeError) as e:
-        first = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        first = first_line(e, 120)
         raise LatoptError(f"{path} is not a readable latopt checkpoint ({first})") from None
     if not isinstance(data, dict) or data.get("schema") != CHECKPOINT_SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, first_line
 
 SCHEMA = "latopt.mlp/1"
 DATASETS = ("digits",)
@@ -190,7 +190,7 @@ def load_mlp(path: str | Path) -> tuple[Any, dict]:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError,
             IndexError, KeyError, TypeError, AttributeError) as e:  # torch's unpickler on arbitrary bytes
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        first = first_line(e, 1000)
         why = type(e).__name__ + (f": {first}" if first and len(first) <= 100 else "")
         raise LatoptError(f"checkpoint {path} cannot be read as a torch checkpoint ({why}); is it a latopt.mlp/1 file?") from None
     if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
@@ -219,7 +219,7 @@ def load_mlp(path: str | Path) -> tuple[Any, dict]:
     try:
         model.load_state_dict(sd, strict=True)
     except RuntimeError as e:
-        first = str(e).strip().splitlines()[0]
+        first = first_line(e, 1000)
         raise LatoptError(f"checkpoint {path} does not match its layers {layers}: {first[:200]}") from None
     model.eval()
     meta = obj.get("meta") or {}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, first_line
 
 BACKENDS = ("onnxruntime", "tensorrt", "torch")
 PRECISIONS = ("fp32", "fp16")
@@ -131,7 +131,7 @@ def load_device(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise LatoptError(f"device profile {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise LatoptError(f"device profile {path} is not valid YAML: {first_line(e)}") from None
     if not isinstance(data, dict):
         raise LatoptError(f"device profile {path} must be a YAML mapping")
     return _from_dict(data, path)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, first_line
 
 OPSET = 17
 INPUT_NAME = "input"
@@ -95,12 +95,12 @@ def export_onnx(module: Any, input_shape: Sequence[int], path: str | os.PathLike
                 exporter(module, x, tmp, opset, dynamic_batch)
             except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
                 raise LatoptError(f"ONNX export of {type(module).__name__} failed: "
-                                  f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__}") from None
+                                  f"{first_line(e)}") from None
         try:
             onnx.checker.check_model(str(tmp))
         except onnx.checker.ValidationError as e:
             raise LatoptError(f"exported ONNX model of {type(module).__name__} fails onnx.checker: "
-                              f"{str(e).splitlines()[0][:200]}") from None
+                              f"{first_line(e)}") from None
         os.replace(tmp, path)
     finally:
         for m, mode in modes:

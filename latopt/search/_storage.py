@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, first_line
 
 STUDY_SCHEMA = "latopt.study/1"
 DEFAULT_HEARTBEAT_S = 30
@@ -72,35 +72,30 @@ def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return RDBStorage(url, engine_kwargs=engine_kwargs, **hb)
         except sqlalchemy.exc.ArgumentError as e:
-            raise LatoptError(f"storage URL {redact(url)!r} is not a valid SQLAlchemy URL ({_first_line(e)})") from None
+            raise LatoptError(f"storage URL {redact(url)!r} is not a valid SQLAlchemy URL ({first_line(e)})") from None
         except ImportError as e:
             raise LatoptError(f"storage URL {redact(url)!r} needs a database driver that is not installed "
-                              f"({_first_line(e.__cause__ or e)}); e.g. pip install psycopg2-binary") from None
+                              f"({first_line(e.__cause__ or e)}); e.g. pip install psycopg2-binary") from None
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
             # Workers starting together on an empty database race to create Optuna's tables; the loser
             # retries and finds them there (SQLite says so with an OperationalError "table ... already
             # exists" or "database is locked"; any other OperationalError means the server is unreachable).
             if isinstance(e, sqlalchemy.exc.OperationalError) and not _creation_race(e):
-                raise LatoptError(f"cannot reach storage {redact(url)}: {_first_line(getattr(e, 'orig', None) or e)}") from None
+                raise LatoptError(f"cannot reach storage {redact(url)}: {first_line(getattr(e, 'orig', None) or e)}") from None
             if attempt == 5:
                 raise LatoptError(f"storage {redact(url)} could not be initialised: "
-                                  f"{_first_line(getattr(e, 'orig', None) or e)}") from None
+                                  f"{first_line(getattr(e, 'orig', None) or e)}") from None
             time.sleep(0.5 + attempt)
         except sqlalchemy.exc.InterfaceError as e:
-            raise LatoptError(f"cannot reach storage {redact(url)}: {_first_line(getattr(e, 'orig', None) or e)}") from None
+            raise LatoptError(f"cannot reach storage {redact(url)}: {first_line(getattr(e, 'orig', None) or e)}") from None
         except sqlalchemy.exc.DatabaseError as e:
-            raise LatoptError(f"storage {redact(url)} failed: {_first_line(getattr(e, 'orig', None) or e)}") from None
+            raise LatoptError(f"storage {redact(url)} failed: {first_line(getattr(e, 'orig', None) or e)}") from None
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _creation_race(e: BaseException) -> bool:
     msg = str(getattr(e, "orig", None) or e).lower()
     return "already exists" in msg or "database is locked" in msg
-
-
-def _first_line(e: BaseException | str) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else type(e).__name__
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, first_line
 from latopt.latency.onnx_io import ExportCache
 
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
@@ -44,7 +44,7 @@ class OrtRunner:
             outs = session.run(self.output_names, {self.input_name: x})
         except Exception as e:  # ORT raises its own exception types
             raise LatoptError(f"ONNX Runtime cannot run the model at input shape {list(self.input_shape)}: "
-                              f"{str(e).splitlines()[0][:200]}") from None
+                              f"{first_line(e)}") from None
         self._binding = session.io_binding()
         self._x = ort.OrtValue.ortvalue_from_numpy(x, device, device_id)
         self._binding.bind_ortvalue_input(self.input_name, self._x)
@@ -105,7 +105,7 @@ class OrtBackend:
         try:
             sess = ort.InferenceSession(str(path), self.session_options(), providers=self.providers)
         except Exception as e:
-            raise LatoptError(f"ONNX Runtime cannot load {path}: {str(e).splitlines()[0][:200]}") from None
+            raise LatoptError(f"ONNX Runtime cannot load {path}: {first_line(e)}") from None
         return OrtRunner(sess, tuple(input_shape), self.device, self.device_id)
 
     def environment(self) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, first_line
 
 
 class TorchRunner:
@@ -33,7 +33,7 @@ class TorchRunner:
             self()
         except RuntimeError as e:
             raise LatoptError(f"PyTorch cannot run {type(module).__name__} at input shape {list(input_shape)}: "
-                              f"{str(e).splitlines()[0][:200]}") from None
+                              f"{first_line(e)}") from None
 
     def __call__(self) -> None:
         with self.torch.inference_mode():
