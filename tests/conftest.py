@@ -51,3 +51,17 @@ def pg_url() -> str:
     if not url:
         pytest.fail("LATOPT_TEST_PG_URL is not set but this test needs PostgreSQL; .ci/run must start the server")
     return url
+
+
+@pytest.fixture(scope="session")
+def fast_cpu_device(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Path of a copy of the ``cpu`` profile with a short timing budget (tests never assert on times)."""
+    import yaml
+
+    from latopt.latency.devices import profiles_dir
+
+    d = yaml.safe_load((profiles_dir() / "cpu.yaml").read_text())
+    d.update(name="cpu-test", warmup=2, min_repeats=5, max_repeats=10, budget_s=2)
+    p = tmp_path_factory.mktemp("device") / "cpu-test.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return str(p)

@@ -32,22 +32,9 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _fast_device(tmp_path: Path) -> str:
-    """A copy of the cpu profile with a short timing budget (tests never assert on times)."""
-    import yaml
-
-    from latopt.latency.devices import profiles_dir
-
-    d = yaml.safe_load((profiles_dir() / "cpu.yaml").read_text())
-    d.update(name="cpu-test", warmup=2, min_repeats=5, max_repeats=10, budget_s=2)
-    p = tmp_path / "cpu-test.yaml"
-    p.write_text(yaml.safe_dump(d))
-    return str(p)
-
-
-def test_export_fold_all_end_to_end(ckpt: Path, tmp_path: Path) -> None:
+def test_export_fold_all_end_to_end(ckpt: Path, tmp_path: Path, fast_cpu_device: str) -> None:
     out = tmp_path / "out"
-    rc = main(["export", "--checkpoint", str(ckpt), "--device", _fast_device(tmp_path), "--fold", "all",
+    rc = main(["export", "--checkpoint", str(ckpt), "--device", fast_cpu_device, "--fold", "all",
                "--samples", "8", "--out", str(out)])
     assert rc == 0
     rec = json.loads((out / "export.json").read_text())
@@ -67,7 +54,8 @@ def test_export_fold_all_end_to_end(ckpt: Path, tmp_path: Path) -> None:
     assert "Speed-up" in (out / "REPORT.md").read_text()
 
 
-def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       fast_cpu_device: str) -> None:
     import latopt.fold as fold_pkg
     from latopt.export import export
     from latopt.fold import FoldedBlock
@@ -85,7 +73,7 @@ def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(fold_pkg, "fold_blocks", corrupted)
     out = tmp_path / "bad"
     with pytest.raises(VerificationError, match="numeric gate failed"):
-        export(ckpt, _fast_device(tmp_path), out, fold="all", samples=4, measure=False, progress=False)
+        export(ckpt, fast_cpu_device, out, fold="all", samples=4, measure=False, progress=False)
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bad")]
 

@@ -16,20 +16,15 @@ from latopt.cli import main
 
 
 @pytest.fixture(scope="module")
-def tiny_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from latopt.latency.devices import profiles_dir
-
+def tiny_config(tmp_path_factory: pytest.TempPathFactory, fast_cpu_device: str) -> Path:
     d = tmp_path_factory.mktemp("run")
-    dev = yaml.safe_load((profiles_dir() / "cpu.yaml").read_text())
-    dev.update(name="cpu-test", warmup=2, min_repeats=5, max_repeats=10, budget_s=2)
-    (d / "cpu-test.yaml").write_text(yaml.safe_dump(dev))
     cfg = {"name": "tiny-run", "model": {"name": "mobilenetv2_035"},
            "data": {"task": "digits", "resolution": 16, "batch_size": 128},
            "train": {"epochs": 2, "optimizer": "adamw", "lr": 0.01},
            "fold": {"epochs": 1, "post_epochs": 1, "lr": 0.003, "alpha_lr": 0.1},
            "search": {"lambda_c": [0.5, 20.0], "tau": [0.5, 0.9], "p": [1.5, 3.0], "trials": 2,
                       "max_acc_drop": 0.5},
-           "device": str(d / "cpu-test.yaml"), "threads": 1}
+           "device": fast_cpu_device, "threads": 1}
     (d / "tiny.yaml").write_text(yaml.safe_dump(cfg))
     return d / "tiny.yaml"
 

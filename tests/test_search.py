@@ -29,11 +29,11 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tmp_path_factory, fast_cpu_device):
     """Config + real (short-budget) LUT, and one 3-trial study run in-process (the base is trained by it)."""
     import torch
 
-    from latopt.latency.devices import load_device, profiles_dir
+    from latopt.latency.devices import load_device
     from latopt.latency.lut import save_lut
     from latopt.latency.profiler import profile_model
 
@@ -41,10 +41,7 @@ def tiny(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        dev = yaml.safe_load((profiles_dir() / "cpu.yaml").read_text())
-        dev.update(name="cpu-test", warmup=2, min_repeats=5, max_repeats=10, budget_s=2)
-        (d / "cpu-test.yaml").write_text(yaml.safe_dump(dev))
-        lut = profile_model(MODEL, load_device(str(d / "cpu-test.yaml")), RES, 1, progress=False, num_classes=10)
+        lut = profile_model(MODEL, load_device(fast_cpu_device), RES, 1, progress=False, num_classes=10)
         save_lut(lut, d / "lut.json")
         cfg = {"name": "tiny", "model": {"name": MODEL},
                "data": {"task": "digits", "resolution": RES, "batch_size": 128},
@@ -52,7 +49,7 @@ def tiny(tmp_path_factory):
                "fold": {"epochs": 1, "post_epochs": 1, "lr": 0.003, "alpha_lr": 0.1},
                "search": {"lambda_c": [0.5, 20.0], "tau": [0.5, 0.9], "p": [1.5, 3.0], "trials": 3,
                           "max_acc_drop": 0.05},
-               "device": str(d / "cpu-test.yaml"), "lut": str(d / "lut.json")}
+               "device": fast_cpu_device, "lut": str(d / "lut.json")}
         (d / "tiny.yaml").write_text(yaml.safe_dump(cfg))
         res = run_search(SearchOptions(config=d / "tiny.yaml", runs_dir=d / "runs", progress=False))
     finally:
