@@ -1,24 +1,34 @@
-"""User-facing errors.
+"""User-facing errors and exit codes.
 
 A :class:`LatoptError` is a user mistake (unknown model, missing file, bad hyper-parameter, absent
 TensorRT, ...). The CLI prints its message as one line and exits with code 2, without a traceback.
 The message says what is wrong and how to fix it.
+
+A :class:`VerificationError` is a check that did not hold (a fold against its unfolded twin, ONNX
+against PyTorch, a checkpoint against its recorded SHA-256): not the user's fault but a latopt bug or a
+corrupted artefact. One line too, exit code 3.
 """
 
 from __future__ import annotations
+
+EXIT_USAGE = 2         # the input is wrong: one line says what and how to fix it
+EXIT_VERIFICATION = 3  # a check failed: the fold, a numeric gate, a checkpoint's integrity
+
 
 
 class LatoptError(Exception):
     """A mistake the user can fix; printed as one line by the CLI, exit code 2."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class VerificationError(LatoptError):
-    """A numeric check failed (fold vs reference, ONNX vs PyTorch, compressed vs original).
+    """A check failed (fold vs reference, ONNX vs PyTorch, compressed vs original, checkpoint digest).
 
-    Still exit code 2 from the CLI; the message carries the numbers.
+    Exit code 3 from the CLI; the message carries the numbers.
     """
+
+    exit_code = EXIT_VERIFICATION
 
 
 def first_line(e: BaseException | str, limit: int = 200) -> str:

@@ -41,7 +41,7 @@ def test_inspect_paper_mode_torchvision(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_check_fold_fails_on_a_broken_fold(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """A fold without the border correction must be caught in exact mode (exit 2, numbers in the line)."""
+    """A fold without the border correction must be caught in exact mode (exit 3, numbers in the line)."""
     def constant_bias(ac, input_size):  # the paper-mode bias everywhere: wrong on the border
         k = ac.weight.shape[-1]
         shape = compose.conv_geometry(torch.ones(1, 1, *input_size, dtype=ac.const.dtype),
@@ -51,7 +51,7 @@ def test_check_fold_fails_on_a_broken_fold(monkeypatch: pytest.MonkeyPatch, caps
     monkeypatch.setattr(compose, "bias_map", constant_bias)
     rc = main(["inspect", "mobilenetv2_035", "--resolution", "32", "--check-fold"])
     captured = capsys.readouterr()
-    assert rc == 2
+    assert rc == 3
     assert captured.err.startswith("latopt: error: fold check failed: relative error")
     assert len(captured.err.strip().splitlines()) == 1
 
