@@ -22,7 +22,8 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
     threads: null                 # torch intra-op threads for train/fold (null = torch's default)
 
 Public API: :class:`RunConfig` (+ section classes), :func:`load_config`, :func:`config_from_dict`,
-:func:`dump_config`, :func:`write_config`.
+:func:`dump_config`, :func:`write_config`, :func:`check_resolution` (the input resolution bound,
+``RESOLUTION_RANGE``, shared by every command that takes ``--resolution``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("cosine", "step", "constant")
 SAMPLERS = ("tpe", "nsga2", "random")
 UNFOLDED_ALPHA = ("zero", "keep")
+RESOLUTION_RANGE = (8, 1024)  # input resolution R (R x R): config, export, inspect and profile share it
 
 
 @dataclass(frozen=True)
@@ -261,6 +263,19 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     raise AssertionError(f"unsupported config type {tp!r} for {key}")  # pragma: no cover
 
 
+def check_resolution(value: Any, what: str) -> int:
+    """``value`` as an input resolution in ``RESOLUTION_RANGE``; a one-line LatoptError naming ``what``
+    (e.g. ``"--resolution"``) otherwise."""
+    lo, hi = RESOLUTION_RANGE
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LatoptError(f"{what} must be an integer in [{lo}, {hi}], got {value!r}")
+    if value < lo:
+        raise LatoptError(f"{what} {value} is too small; use {lo} .. {hi} (e.g. 224)")
+    if value > hi:
+        raise LatoptError(f"{what} {value} is too large; use {lo} .. {hi} (e.g. 224)")
+    return value
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise LatoptError(msg)
@@ -280,7 +295,7 @@ def validate_fold_params(lambda_c: float, tau: float, p: float) -> None:
 def _validate(cfg: RunConfig) -> None:
     d, t, f, s = cfg.data, cfg.train, cfg.fold, cfg.search
     _check(cfg.threads is None or cfg.threads >= 1, f"config key 'threads' must be >= 1 or null, got {cfg.threads}")
-    _check(8 <= d.resolution <= 1024, f"config key 'data.resolution' must be in [8, 1024], got {d.resolution}")
+    check_resolution(d.resolution, "config key 'data.resolution'")
     _check(d.batch_size >= 1, f"config key 'data.batch_size' must be >= 1, got {d.batch_size}")
     _check(d.max_samples is None or d.max_samples >= 1,
            f"config key 'data.max_samples' must be >= 1 or null, got {d.max_samples}")
@@ -323,12 +338,14 @@ def _validate(cfg: RunConfig) -> None:
 
 
 __all__ = [
+    "RESOLUTION_RANGE",
     "DataConfig",
     "FoldConfig",
     "ModelConfig",
     "RunConfig",
     "SearchConfig",
     "TrainConfig",
+    "check_resolution",
     "config_from_dict",
     "config_yaml",
     "dump_config",

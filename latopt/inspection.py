@@ -23,7 +23,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from latopt.errors import LatoptError, VerificationError
+from latopt.config import check_resolution
+from latopt.errors import VerificationError
 
 TOLERANCE = 1e-4
 
@@ -190,8 +191,7 @@ def _run(args: argparse.Namespace) -> int:
     from latopt.artifacts import seed_everything, write_json_atomic
     from latopt.models import build_model, canonical_name
 
-    if args.resolution < 8:
-        raise LatoptError(f"--resolution {args.resolution} is too small; use at least 8 (e.g. 224)")
+    check_resolution(args.resolution, "--resolution")
     seed_everything(args.seed)
     t0 = time.perf_counter()
     name = canonical_name(args.model)

@@ -10,26 +10,39 @@ Names (``SUPPORTED``)::
 A ``timm/`` prefix is accepted (``timm/mobilenetv2_100``). The torchvision width is part of the
 name, e.g. ``torchvision/mobilenet_v2?width=0.75``; the canonical spelling drops ``?width=1.0``.
 
-Checkpoints (``latopt.checkpoint/1``) are ``torch.save`` of a dict of JSON-able values and tensors
-only — ``{"schema", "arch", "meta", "state_dict"}`` — read back with ``torch.load(weights_only=True)``.
-The module is rebuilt from ``arch`` (``build_model`` → ``install_alpha`` → ``fold_blocks``) and the
-state dict loaded strictly; no pickled modules::
+Checkpoints (``latopt.checkpoint/2``) are ``torch.save`` of a dict of JSON-able values and tensors
+only — ``{"schema", "arch", "meta", "state_dict", "sha256"}`` — read back with
+``torch.load(weights_only=True)``. The module is rebuilt from ``arch`` (``build_model`` →
+``install_alpha`` → ``fold_blocks``) and the state dict loaded strictly; no pickled modules::
 
-    arch = {"model": name, "num_classes": int,
+    arch = {"model": name, "num_classes": int in [1, MAX_CLASSES],
             "alpha": None | {"granularity": "block" | "activation", "blocks": [index, ...]},
-            "fold":  None | {"mode": "exact" | "paper", "input_size": [H, W] | None,
+            "fold":  None | {"mode": "exact" | "paper", "input_size": [H, W] | None (paper mode only),
                              "plan": {"<index>": "full" | "expand_dw" | "dw_project"}}}
 
+``fold`` None means *unfolded*; a model that went through ``fold_blocks`` records its fold even when
+the plan folded nothing (``"plan": {}``), so a checkpoint always says what it is. Every field is typed
+and bounded on save and load (a hand-edited field of the wrong type is a one-line LatoptError).
+
+**Integrity.** ``sha256`` is :func:`checkpoint_digest` of arch, meta and every tensor (name, dtype,
+shape, raw bytes), written by ``save_checkpoint`` and recomputed by ``load_checkpoint``: a mismatch
+(a corrupted or edited file) is a one-line :class:`~latopt.errors.VerificationError` (exit 3). It
+detects corruption, not forgery (anyone can recompute it). Checkpoints of the older schema
+``latopt.checkpoint/1`` have no digest: they are loaded with a one-line warning on stderr (their
+tensors are not verified); saving them again adds one.
+
 Public API: ``SUPPORTED``, ``canonical_name``, ``build_model``, ``make_arch``, ``build_from_arch``,
-``save_checkpoint``, ``load_checkpoint``.
+``save_checkpoint``, ``load_checkpoint``, ``checkpoint_digest``, ``recorded_test_acc``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import pickle
 import socket
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -38,9 +51,14 @@ import torch
 from torch import nn
 
 from latopt.artifacts import atomic_path
-from latopt.errors import LatoptError, first_line
+from latopt.config import RESOLUTION_RANGE
+from latopt.errors import LatoptError, VerificationError, first_line
+from latopt.fold import FOLD_MODES, FOLD_VARIANTS, alpha_spec, fold_blocks, fold_spec, install_alpha
+from latopt.fold.activation import GRANULARITIES
 
-CHECKPOINT_SCHEMA = "latopt.checkpoint/1"
+CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
+LEGACY_SCHEMAS = ("latopt.checkpoint/1",)  # no digest: loaded with a warning line (see the module doc)
+MAX_CLASSES = 100_000
 TIMM_NAMES = (
     [f"mobilenetv2_{w}" for w in ("035", "050", "075", "100", "140")]
     + [f"efficientnet_lite{i}" for i in range(5)]
@@ -161,52 +179,108 @@ def build_model(name: str, num_classes: int = 1000, *, pretrained: bool = False)
 # ------------------------------------------------------------------------------------------ checkpoints
 def make_arch(model: nn.Module, name: str, num_classes: int) -> dict[str, Any]:
     """The JSON-able architecture description of ``model`` (σ_α and folds read from the model)."""
-    from latopt.fold import alpha_spec, fold_spec
-
     return {"model": canonical_name(name), "num_classes": int(num_classes),
             "alpha": alpha_spec(model), "fold": fold_spec(model)}
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _check_arch(arch: Any, where: str) -> dict[str, Any]:
+    """``arch`` with every field typed and bounded (see the module docstring); a one-line LatoptError
+    naming the field otherwise. What depends on the model (block indices in range, a variant that
+    applies to that block) is checked when the model is built."""
+    def bad(field: str, want: str, got: Any) -> LatoptError:
+        return LatoptError(f"{where}: arch[{field}] must be {want}, got {str(repr(got))[:80]}")
+
     if not isinstance(arch, dict) or not {"model", "num_classes"} <= set(arch):
         raise LatoptError(f"{where}: architecture must be a dict with 'model' and 'num_classes'")
+    unknown = sorted(str(k) for k in set(arch) - {"model", "num_classes", "alpha", "fold"})
+    if unknown:
+        raise LatoptError(f"{where}: unknown architecture field(s) {', '.join(unknown)}; "
+                          "the fields are model, num_classes, alpha, fold")
+    if not isinstance(arch["model"], str):
+        raise bad("'model'", "a model name", arch["model"])
+    parse_name(arch["model"])
+    n = arch["num_classes"]
+    if not _is_int(n) or not 1 <= n <= MAX_CLASSES:
+        raise bad("'num_classes'", f"an integer in [1, {MAX_CLASSES}]", n)
+    alpha, fold = arch.get("alpha"), arch.get("fold")
+    if alpha is not None:
+        if not isinstance(alpha, dict) or set(alpha) != {"granularity", "blocks"}:
+            raise bad("'alpha'", "None or {'granularity': 'block'|'activation', 'blocks': [index, ...]}", alpha)
+        if alpha["granularity"] not in GRANULARITIES:
+            raise bad("'alpha']['granularity'", " or ".join(map(repr, GRANULARITIES)), alpha["granularity"])
+        blocks = alpha["blocks"]
+        if (not isinstance(blocks, list) or not blocks or not all(_is_int(i) and i >= 0 for i in blocks)
+                or len(set(blocks)) != len(blocks)):
+            raise bad("'alpha']['blocks'", "a non-empty list of distinct block indices (integers >= 0)", blocks)
+    if fold is not None:
+        if not isinstance(fold, dict) or set(fold) != {"mode", "input_size", "plan"}:
+            raise bad("'fold'", "None or {'mode', 'input_size', 'plan'}", fold)
+        if fold["mode"] not in FOLD_MODES:
+            raise bad("'fold']['mode'", " or ".join(map(repr, FOLD_MODES)), fold["mode"])
+        size, (lo, hi) = fold["input_size"], RESOLUTION_RANGE
+        if size is None and fold["mode"] == "exact":
+            raise bad("'fold']['input_size'", "[H, W] in exact mode (its bias maps are for one input size)", size)
+        if size is not None and (not isinstance(size, list) or len(size) != 2
+                                 or not all(_is_int(v) and lo <= v <= hi for v in size)):
+            raise bad("'fold']['input_size'", f"None or [H, W] with integers in [{lo}, {hi}]", size)
+        plan = fold["plan"]
+        if not isinstance(plan, dict):
+            raise bad("'fold']['plan'", "a dict {'<block index>': variant}", plan)
+        for k, v in plan.items():
+            if not isinstance(k, str) or not (k.isascii() and k.isdigit()) or k != str(int(k)):
+                raise bad("'fold']['plan'", "keyed by block indices written as strings ('3')", k)
+            if v not in FOLD_VARIANTS:
+                raise bad(f"'fold']['plan']['{k}'", "one of " + ", ".join(FOLD_VARIANTS), v)
     try:
         json.dumps(arch)
     except (TypeError, ValueError) as e:
         raise LatoptError(f"{where}: architecture is not JSON-able ({e})") from None
-    parse_name(arch["model"])
-    alpha, fold = arch.get("alpha"), arch.get("fold")
-    if alpha is not None and (not isinstance(alpha, dict) or alpha.get("granularity") not in ("block", "activation")
-                              or not isinstance(alpha.get("blocks"), list)):
-        raise LatoptError(f"{where}: arch['alpha'] must be None or {{'granularity': 'block'|'activation', 'blocks': [...]}}")
-    if fold is not None and (not isinstance(fold, dict) or fold.get("mode") not in ("exact", "paper")
-                             or not isinstance(fold.get("plan"), dict)):
-        raise LatoptError(f"{where}: arch['fold'] must be None or {{'mode', 'input_size', 'plan'}}")
     return arch
 
 
 def build_from_arch(arch: dict[str, Any]) -> nn.Module:
     """Rebuild the module structure described by ``arch`` (weights are random until a state_dict is
     loaded). The global RNG state is left untouched."""
-    from latopt.fold import fold_blocks, install_alpha
-
     _check_arch(arch, "architecture")
     with torch.random.fork_rng(devices=[]):
-        model = build_model(arch["model"], int(arch["num_classes"]))
+        model = build_model(arch["model"], arch["num_classes"])
         if arch.get("alpha"):
-            install_alpha(model, [int(i) for i in arch["alpha"]["blocks"]], arch["alpha"]["granularity"])
+            install_alpha(model, arch["alpha"]["blocks"], arch["alpha"]["granularity"])
         fold = arch.get("fold")
-        if fold:
-            size = fold.get("input_size")
+        if fold is not None:  # folded, possibly with an empty plan (still recorded as folded)
+            size = fold["input_size"]
             model = fold_blocks(model, {int(k): v for k, v in fold["plan"].items()}, fold["mode"],
-                                None if size is None else (int(size[0]), int(size[1])))
+                                None if size is None else (size[0], size[1]))
     return model.eval()
+
+
+def _canonical_json(obj: Any) -> bytes:
+    # through JSON once so that int keys / tuples read back from torch.load hash like what was saved
+    return json.dumps(json.loads(json.dumps(obj)), sort_keys=True, separators=(",", ":")).encode()
+
+
+def checkpoint_digest(arch: dict[str, Any], meta: dict[str, Any], state: dict[str, torch.Tensor]) -> str:
+    """SHA-256 (hex) of a checkpoint's content: the canonical JSON of ``arch`` and ``meta``, then every
+    tensor of ``state`` in name order as (name, dtype, shape, byte count) and its raw bytes."""
+    h = hashlib.sha256(b"latopt.checkpoint.digest/1\n")
+    h.update(_canonical_json(arch) + b"\n" + _canonical_json(meta) + b"\n")
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous().reshape(-1)
+        raw = t.view(torch.uint8) if t.numel() else t.new_empty(0, dtype=torch.uint8)
+        h.update(json.dumps([name, str(t.dtype), list(state[name].shape), int(raw.numel())]).encode() + b"\n")
+        h.update(memoryview(raw.numpy()))
+    return h.hexdigest()
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
                     meta: dict[str, Any] | None = None) -> Path:
-    """Write a ``latopt.checkpoint/1`` file atomically. ``arch`` must describe ``model`` (its σ_α and
-    folds are checked against the model); ``meta`` is any JSON-able dict (metrics, config, ...)."""
+    """Write a ``latopt.checkpoint/2`` file atomically, with the SHA-256 of its content. ``arch`` must
+    describe ``model`` (its σ_α and folds are checked against the model); ``meta`` is any JSON-able dict
+    (metrics, config, ...)."""
     path = Path(path)
     _check_arch(arch, f"checkpoint {path}")
     actual = make_arch(model, arch["model"], arch["num_classes"])
@@ -220,7 +294,8 @@ def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
     except (TypeError, ValueError) as e:
         raise LatoptError(f"checkpoint meta is not JSON-able ({e})") from None
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    payload = {"schema": CHECKPOINT_SCHEMA, "arch": arch, "meta": meta, "state_dict": state}
+    payload = {"schema": CHECKPOINT_SCHEMA, "arch": arch, "meta": meta, "state_dict": state,
+               "sha256": checkpoint_digest(arch, meta, state)}
     if path.is_dir():
         raise LatoptError(f"checkpoint path {path} is a directory; give a file name")
     with atomic_path(path) as tmp:
@@ -228,10 +303,28 @@ def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
     return path
 
 
+def _verify_digest(path: Path, data: dict[str, Any], arch: dict[str, Any], meta: dict[str, Any],
+                   state: dict[str, torch.Tensor]) -> None:
+    if data["schema"] in LEGACY_SCHEMAS:
+        print(f"latopt: warning: checkpoint {path} has no SHA-256 digest ({data['schema']}, written by an older "
+              "latopt): its tensors are not verified; save it again with this latopt to add one", file=sys.stderr)
+        return
+    recorded = data.get("sha256")
+    if not isinstance(recorded, str):
+        raise VerificationError(f"checkpoint {path} has no SHA-256 digest although its schema "
+                                f"{CHECKPOINT_SCHEMA} requires one: the file was altered; re-create it")
+    actual = checkpoint_digest(arch, meta, state)
+    if actual != recorded:
+        raise VerificationError(f"checkpoint {path} is corrupted or was edited: the SHA-256 of its content "
+                                f"{actual[:16]}… differs from the recorded {recorded[:16]}…; re-create it "
+                                "(latopt train / latopt fold)")
+
+
 def load_checkpoint(path: str | Path, *, expect_model: str | None = None
                     ) -> tuple[nn.Module, dict[str, Any], dict[str, Any]]:
     """(model in eval mode, arch, meta) from a latopt checkpoint; one-line LatoptError when the file
-    is missing, unreadable, not a latopt checkpoint, or of another architecture than ``expect_model``."""
+    is missing, unreadable, not a latopt checkpoint, malformed, or of another architecture than
+    ``expect_model``; VerificationError when its content does not match its recorded SHA-256."""
     path = Path(path)
     if not path.is_file():
         raise LatoptError(f"checkpoint {path} does not exist" + (" (it is a directory)" if path.is_dir() else ""))
@@ -246,14 +339,20 @@ def load_checkpoint(path: str | Path, *, expect_model: str | None = None
             UnicodeDecodeError) as e:
         first = first_line(e, 120)
         raise LatoptError(f"{path} is not a readable latopt checkpoint ({first})") from None
-    if not isinstance(data, dict) or data.get("schema") != CHECKPOINT_SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") not in (CHECKPOINT_SCHEMA, *LEGACY_SCHEMAS):
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise LatoptError(f"{path} is not a latopt checkpoint (schema {got!r}, expected {CHECKPOINT_SCHEMA!r})")
     arch = _check_arch(data.get("arch"), f"checkpoint {path}")
     meta = data.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise LatoptError(f"checkpoint {path}: meta must be a dict, got {type(meta).__name__}")
     state = data.get("state_dict")
     if not isinstance(state, dict):
         raise LatoptError(f"checkpoint {path} has no state_dict")
+    bad = next((k for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)), None)
+    if bad is not None:
+        raise LatoptError(f"checkpoint {path}: state_dict entry {str(bad)[:60]!r} is not a named tensor")
+    _verify_digest(path, data, arch, meta, state)
     if expect_model is not None and canonical_name(expect_model) != canonical_name(arch["model"]):
         raise LatoptError(f"checkpoint {path} is for model {arch['model']!r}, not {canonical_name(expect_model)!r}")
     model = build_from_arch(arch)
@@ -263,3 +362,20 @@ def load_checkpoint(path: str | Path, *, expect_model: str | None = None
         detail = " ".join(str(e).split())[:200]
         raise LatoptError(f"checkpoint {path} does not match its architecture {arch['model']!r}: {detail}") from None
     return model.eval(), arch, meta
+
+
+def recorded_test_acc(meta: dict[str, Any]) -> tuple[float, str] | None:
+    """(test accuracy, where) that a checkpoint records for the weights it holds, or None.
+
+    ``latopt fold`` writes ``folded.pt`` with ``meta["acc"]`` = the accuracies of every stage; the
+    saved weights are the fine-tuned ones, ``meta["acc"]["finetuned"]``. ``latopt train`` writes
+    ``base.pt`` with ``meta["test_acc"]``. Both are measured on the test split that ``meta`` names
+    (task, split_seed, max_samples) at ``meta["resolution"]``. ``prefold.pt`` records none."""
+    acc = meta.get("acc")
+    value, where = ((acc.get("finetuned"), "meta.acc.finetuned") if isinstance(acc, dict)
+                    else (meta.get("test_acc"), "meta.test_acc"))
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+        raise LatoptError(f"the checkpoint's recorded test accuracy ({where}) is {value!r}, not a number in [0, 1]")
+    return float(value), where

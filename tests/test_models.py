@@ -11,12 +11,14 @@ import torch
 from torch import nn
 
 import latopt.models as models
-from latopt.errors import LatoptError
+from latopt.cli import main
+from latopt.errors import LatoptError, VerificationError
 from latopt.fold import alpha_parameters, fold_blocks, get_alphas, install_alpha, randomize_bn_
 from latopt.models import (
     SUPPORTED,
     build_model,
     canonical_name,
+    checkpoint_digest,
     load_checkpoint,
     make_arch,
     save_checkpoint,
@@ -119,9 +121,7 @@ def test_bad_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
     pickled = tmp_path / "pickled.pt"
     torch.save(nn.Linear(2, 2), pickled)
     wrong = tmp_path / "wrong.pt"
-    data = torch.load(good, weights_only=True)
-    data["arch"]["model"] = "mobilenetv2_050"
-    torch.save(data, wrong)
+    _resave(good, wrong, lambda d: d["arch"].update(model="mobilenetv2_050"))
     cases = [
         (tmp_path / "missing.pt", None, "does not exist"),
         (tmp_path, None, "does not exist"),
@@ -147,3 +147,128 @@ def test_save_refuses_inconsistent_arch_and_writes_nothing(tmp_path: Path) -> No
     with pytest.raises(LatoptError, match="unknown model"):
         save_checkpoint(tmp_path / "x.pt", m, {"model": "vgg", "num_classes": 10})
     assert list(tmp_path.iterdir()) == []
+
+
+def _resave(src: Path, dst: Path, edit, *, digest: bool = True) -> Path:
+    """``src`` with ``edit(data)`` applied, saved to ``dst``; ``digest``: recompute the SHA-256 (a file that
+    is consistent but wrong), else keep the recorded one (a corrupted file)."""
+    data = torch.load(src, weights_only=True)
+    edit(data)
+    if digest:
+        data["sha256"] = checkpoint_digest(data["arch"], data["meta"], data["state_dict"])
+    torch.save(data, dst)
+    return dst
+
+
+def test_empty_fold_plan_is_saved_as_folded_not_unfolded(tmp_path: Path) -> None:
+    m = randomize_bn_(build_model("mobilenetv2_035", 10), 0)
+    f = fold_blocks(m, {}, "exact", (32, 32))
+    arch = make_arch(f, "mobilenetv2_035", 10)
+    assert arch["fold"] == {"mode": "exact", "input_size": [32, 32], "plan": {}}
+    assert make_arch(m, "mobilenetv2_035", 10)["fold"] is None  # the source stays unfolded
+    f2, arch2, _ = load_checkpoint(save_checkpoint(tmp_path / "f.pt", f, arch))
+    assert arch2 == arch and make_arch(f2, "mobilenetv2_035", 10) == arch
+    _same_outputs(f, f2, 32)
+    with pytest.raises(LatoptError, match=r"arch\['fold'\].*does not describe the model"):
+        save_checkpoint(tmp_path / "x.pt", f, {**arch, "fold": None})
+
+
+def test_digest_detects_a_corrupted_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = build_model("mobilenetv2_035", 10)
+    good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10), {"test_acc": 0.5})
+    data = torch.load(good, weights_only=True)
+    assert data["schema"] == "latopt.checkpoint/2"
+    assert data["sha256"] == checkpoint_digest(data["arch"], data["meta"], data["state_dict"])
+    name = next(k for k in data["state_dict"] if k.endswith("conv_dw.weight"))
+
+    def flip(d: dict) -> None:
+        d["state_dict"][name].view(-1)[0] += 1.0
+
+    cases = {
+        "weight": _resave(good, tmp_path / "weight.pt", flip, digest=False),
+        "meta": _resave(good, tmp_path / "meta.pt", lambda d: d["meta"].update(test_acc=0.99), digest=False),
+        "dtype": _resave(good, tmp_path / "dtype.pt",
+                         lambda d: d["state_dict"].update({name: d["state_dict"][name].double()}), digest=False),
+        "no digest": _resave(good, tmp_path / "nodigest.pt", lambda d: d.pop("sha256"), digest=False),
+    }
+    for what, path in cases.items():
+        with pytest.raises(VerificationError, match=f"checkpoint {path}") as e:
+            load_checkpoint(path)
+        assert "\n" not in str(e.value), what
+        assert main(["export", "--checkpoint", str(path), "--no-measure", "--out", str(tmp_path / "o")]) == 3, what
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, (what, err)
+        assert not (tmp_path / "o").exists()
+    # the same edit with the digest recomputed loads (what the digest cannot see: export's accuracy gate)
+    m2, _, _ = load_checkpoint(_resave(good, tmp_path / "consistent.pt", flip))
+    assert not torch.equal(m2.state_dict()[name], m.state_dict()[name])
+
+
+def test_legacy_checkpoint_without_digest_loads_with_one_warning_line(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    m = build_model("mobilenetv2_035", 10)
+    good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10))
+    capsys.readouterr()
+
+    def legacy(d: dict) -> None:
+        d["schema"] = "latopt.checkpoint/1"
+        d.pop("sha256")
+
+    old = _resave(good, tmp_path / "old.pt", legacy, digest=False)
+    m2, _, _ = load_checkpoint(old)
+    _same_outputs(m, m2, 32)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("latopt: warning:") and str(old) in err[0] and "SHA-256" in err[0]
+
+
+BAD_ARCH = [  # (field edit, what the one-line error names)
+    ({"num_classes": "ten"}, "num_classes"),
+    ({"num_classes": True}, "num_classes"),
+    ({"num_classes": 10**9}, "num_classes"),
+    ({"model": 123}, "'model'"),
+    ({"extra": 1}, "unknown architecture field"),
+    ({"alpha": {"granularity": "block", "blocks": ["1"]}}, "blocks"),
+    ({"alpha": {"granularity": "block", "blocks": [1.5]}}, "blocks"),
+    ({"alpha": {"granularity": "block", "blocks": [True]}}, "blocks"),
+    ({"alpha": {"granularity": "block", "blocks": [2, 2]}}, "blocks"),
+    ({"alpha": {"granularity": "block", "blocks": []}}, "blocks"),
+    ({"alpha": {"granularity": "channel", "blocks": [1]}}, "granularity"),
+    ({"alpha": {"blocks": [1]}}, "'alpha'"),
+    ({"alpha": [1, 2]}, "'alpha'"),
+    ({"alpha": {"granularity": "block", "blocks": [99]}}, "out of range"),
+    ({"fold": "all"}, "'fold'"),
+    ({"fold": {"mode": "exact", "plan": {}}}, "'fold'"),
+    ({"fold": {"mode": "fast", "input_size": [32, 32], "plan": {}}}, "mode"),
+    ({"fold": {"mode": "exact", "input_size": [32], "plan": {}}}, "input_size"),
+    ({"fold": {"mode": "exact", "input_size": "32", "plan": {}}}, "input_size"),
+    ({"fold": {"mode": "exact", "input_size": [32, "32"], "plan": {}}}, "input_size"),
+    ({"fold": {"mode": "exact", "input_size": [32, 100000], "plan": {}}}, "input_size"),
+    ({"fold": {"mode": "exact", "input_size": [4, 4], "plan": {}}}, "input_size"),
+    ({"fold": {"mode": "exact", "input_size": None, "plan": {}}}, "input_size"),
+    ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"x": "full"}}}, "plan"),
+    ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"01": "full"}}}, "plan"),
+    ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"1": "half"}}}, "plan"),
+    ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"1": 1}}}, "plan"),
+    ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": ["1"]}}, "plan"),
+    ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"99": "full"}}}, "out of range"),
+    ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"0": "expand_dw"}}}, "only the 'full' fold"),
+]
+
+
+@pytest.mark.parametrize("edit,names", BAD_ARCH, ids=[str(e) for e, _ in BAD_ARCH])
+def test_hand_edited_arch_fields_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     base_ckpt: Path, edit: dict, names: str) -> None:
+    path = _resave(base_ckpt, tmp_path / "edited.pt", lambda d: d["arch"].update(edit))
+    with pytest.raises(LatoptError, match=names) as e:
+        load_checkpoint(path)
+    assert type(e.value) is LatoptError and "\n" not in str(e.value)
+    assert main(["export", "--checkpoint", str(path), "--no-measure", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture(scope="module")
+def base_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    m = build_model("mobilenetv2_035", 10)
+    return save_checkpoint(tmp_path_factory.mktemp("base") / "base.pt", m, make_arch(m, "mobilenetv2_035", 10))

@@ -10,7 +10,7 @@ Public API (see the submodules for details)::
     fold_block_module(model, block, variant="full", mode="exact", input_size=None) -> FoldedBlock
     verify_fold(reference, folded, input_size, batch=2, seed=0) -> dict
     randomize_bn_(model, seed=0, plan="all") -> model   random BN statistics for fold checks
-    fold_spec(model) -> dict | None          the checkpoint's arch["fold"] entry
+    fold_spec(model) -> dict | None          the checkpoint's arch["fold"] entry (plan {} when nothing folded)
     FoldedBlock, FoldInfo
 """
 

@@ -5,7 +5,9 @@
 - ``fold_blocks(model, blocks, mode="exact", input_size=(H, W))``: deep copy in which each planned
   block is replaced by a :class:`FoldedBlock` computing the same function as ``linearize(model, blocks)``
   (exact: everywhere, borders included, for that input size; paper: away from the border, any size).
-  ``blocks``: list of indices | "all" | {index: variant}. Blocks not in the plan are untouched.
+  ``blocks``: list of indices | "all" | {index: variant}. Blocks not in the plan are untouched. The
+  result records the call (``latopt_fold``: mode, input size), so ``fold_spec`` describes it even when
+  the plan is empty.
 - ``fold_block_module(model, block, variant, mode, input_size)``: the replacement for ONE block
   (``input_size`` = that block's own input H, W).
 - ``verify_fold(reference, folded, input_size)``: errors overall and per folded block.
@@ -157,11 +159,15 @@ def fold_blocks(model: nn.Module, blocks: BlockPlan, mode: str = "exact",
         b = by_index[i]
         size = tuple(shapes[i][-2:]) if i in shapes else None
         out.set_submodule(b.path, fold_block_module(out, b, v, mode, size, net_input_size=net_size))
+    # what this call did, even when the plan is empty: the model is now "folded (plan {})", not unfolded
+    out.latopt_fold = {"mode": mode, "input_size": None if net_size is None else list(net_size)}
     return out
 
 
 def fold_spec(model: nn.Module) -> dict | None:
-    """The JSON-able ``arch["fold"]`` entry of a folded model (None if nothing is folded)."""
+    """The JSON-able ``arch["fold"]`` entry of a model: None if it never went through ``fold_blocks``,
+    else ``{"mode", "input_size", "plan"}`` — with ``plan == {}`` for a fold that folded no block, so a
+    checkpoint of it says explicitly that it is folded with nothing folded (never "unfolded")."""
     plan: dict[str, str] = {}
     modes, sizes = set(), set()
     for b in find_blocks(model):
@@ -170,7 +176,11 @@ def fold_spec(model: nn.Module) -> dict | None:
             plan[str(b.index)] = m.info.variant
             modes.add(m.info.mode)
             sizes.add(m.info.net_input_size)
-    if not plan:
+    marker = getattr(model, "latopt_fold", None)
+    if marker is not None:
+        modes.add(marker["mode"])
+        sizes.add(None if marker["input_size"] is None else tuple(marker["input_size"]))
+    if not modes:
         return None
     if len(modes) != 1 or len(sizes) != 1:
         raise LatoptError("blocks were folded with different modes or input sizes; fold them in one call")

@@ -43,6 +43,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from latopt.config import check_resolution
 from latopt.errors import LatoptError
 from latopt.latency.devices import DeviceProfile, load_device
 from latopt.latency.lut import LUT, BlockEntry, calibrate, default_lut_path, predict, save_lut
@@ -183,8 +184,9 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
     from latopt.fold import fold_block_module, fold_blocks
     from latopt.latency.backends import close_backend, get_backend
 
-    if int(resolution) < 8 or int(batch) < 1:
-        raise LatoptError(f"resolution must be >= 8 and batch >= 1 (got {resolution}, {batch})")
+    check_resolution(resolution, "resolution")
+    if int(batch) < 1:
+        raise LatoptError(f"batch must be >= 1 (got {batch})")
     t_start = time.perf_counter()
     backend = get_backend(device)  # fail fast when the device is unusable here
     runners: dict[str, Any] = {}
