@@ -65,3 +65,23 @@ def fast_cpu_device(tmp_path_factory: pytest.TempPathFactory) -> str:
     p = tmp_path_factory.mktemp("device") / "cpu-test.yaml"
     p.write_text(yaml.safe_dump(d))
     return str(p)
+
+
+@pytest.fixture(scope="session")
+def edit_checkpoint():
+    """``edit_checkpoint(src, dst, edit, digest=True)``: the latopt checkpoint ``src`` with ``edit(data)``
+    applied to its loaded dict, saved to ``dst``. ``digest=True`` recomputes the SHA-256 (a file that is
+    consistent but wrong), ``False`` keeps the recorded one (a corrupted file)."""
+    from pathlib import Path
+
+    from latopt.models import checkpoint_digest
+
+    def edit_(src: Path, dst: Path, edit, *, digest: bool = True) -> Path:
+        data = torch.load(src, weights_only=True)
+        edit(data)
+        if digest:
+            data["sha256"] = checkpoint_digest(data["arch"], data["meta"], data["state_dict"])
+        torch.save(data, dst)
+        return Path(dst)
+
+    return edit_

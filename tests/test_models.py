@@ -111,7 +111,7 @@ def test_round_trip_folded_model(tmp_path: Path, name: str, mode: str, plan) -> 
     _same_outputs(f, f2, 40)
 
 
-def test_bad_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
+def test_bad_checkpoints_are_one_line_errors(tmp_path: Path, edit_checkpoint) -> None:
     m = build_model("mobilenetv2_035", 10)
     good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10))
     garbage = tmp_path / "garbage.pt"
@@ -121,7 +121,7 @@ def test_bad_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
     pickled = tmp_path / "pickled.pt"
     torch.save(nn.Linear(2, 2), pickled)
     wrong = tmp_path / "wrong.pt"
-    _resave(good, wrong, lambda d: d["arch"].update(model="mobilenetv2_050"))
+    edit_checkpoint(good, wrong, lambda d: d["arch"].update(model="mobilenetv2_050"))
     cases = [
         (tmp_path / "missing.pt", None, "does not exist"),
         (tmp_path, None, "does not exist"),
@@ -149,17 +149,6 @@ def test_save_refuses_inconsistent_arch_and_writes_nothing(tmp_path: Path) -> No
     assert list(tmp_path.iterdir()) == []
 
 
-def _resave(src: Path, dst: Path, edit, *, digest: bool = True) -> Path:
-    """``src`` with ``edit(data)`` applied, saved to ``dst``; ``digest``: recompute the SHA-256 (a file that
-    is consistent but wrong), else keep the recorded one (a corrupted file)."""
-    data = torch.load(src, weights_only=True)
-    edit(data)
-    if digest:
-        data["sha256"] = checkpoint_digest(data["arch"], data["meta"], data["state_dict"])
-    torch.save(data, dst)
-    return dst
-
-
 def test_empty_fold_plan_is_saved_as_folded_not_unfolded(tmp_path: Path) -> None:
     m = randomize_bn_(build_model("mobilenetv2_035", 10), 0)
     f = fold_blocks(m, {}, "exact", (32, 32))
@@ -173,7 +162,8 @@ def test_empty_fold_plan_is_saved_as_folded_not_unfolded(tmp_path: Path) -> None
         save_checkpoint(tmp_path / "x.pt", f, {**arch, "fold": None})
 
 
-def test_digest_detects_a_corrupted_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_digest_detects_a_corrupted_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               edit_checkpoint) -> None:
     m = build_model("mobilenetv2_035", 10)
     good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10), {"test_acc": 0.5})
     data = torch.load(good, weights_only=True)
@@ -185,11 +175,11 @@ def test_digest_detects_a_corrupted_checkpoint(tmp_path: Path, capsys: pytest.Ca
         d["state_dict"][name].view(-1)[0] += 1.0
 
     cases = {
-        "weight": _resave(good, tmp_path / "weight.pt", flip, digest=False),
-        "meta": _resave(good, tmp_path / "meta.pt", lambda d: d["meta"].update(test_acc=0.99), digest=False),
-        "dtype": _resave(good, tmp_path / "dtype.pt",
+        "weight": edit_checkpoint(good, tmp_path / "weight.pt", flip, digest=False),
+        "meta": edit_checkpoint(good, tmp_path / "meta.pt", lambda d: d["meta"].update(test_acc=0.99), digest=False),
+        "dtype": edit_checkpoint(good, tmp_path / "dtype.pt",
                          lambda d: d["state_dict"].update({name: d["state_dict"][name].double()}), digest=False),
-        "no digest": _resave(good, tmp_path / "nodigest.pt", lambda d: d.pop("sha256"), digest=False),
+        "no digest": edit_checkpoint(good, tmp_path / "nodigest.pt", lambda d: d.pop("sha256"), digest=False),
     }
     for what, path in cases.items():
         with pytest.raises(VerificationError, match=f"checkpoint {path}") as e:
@@ -200,12 +190,12 @@ def test_digest_detects_a_corrupted_checkpoint(tmp_path: Path, capsys: pytest.Ca
         assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, (what, err)
         assert not (tmp_path / "o").exists()
     # the same edit with the digest recomputed loads (what the digest cannot see: export's accuracy gate)
-    m2, _, _ = load_checkpoint(_resave(good, tmp_path / "consistent.pt", flip))
+    m2, _, _ = load_checkpoint(edit_checkpoint(good, tmp_path / "consistent.pt", flip))
     assert not torch.equal(m2.state_dict()[name], m.state_dict()[name])
 
 
-def test_legacy_checkpoint_without_digest_loads_with_one_warning_line(tmp_path: Path,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_legacy_checkpoint_without_digest_loads_with_one_warning_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                      edit_checkpoint) -> None:
     m = build_model("mobilenetv2_035", 10)
     good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10))
     capsys.readouterr()
@@ -214,7 +204,7 @@ def test_legacy_checkpoint_without_digest_loads_with_one_warning_line(tmp_path: 
         d["schema"] = "latopt.checkpoint/1"
         d.pop("sha256")
 
-    old = _resave(good, tmp_path / "old.pt", legacy, digest=False)
+    old = edit_checkpoint(good, tmp_path / "old.pt", legacy, digest=False)
     m2, _, _ = load_checkpoint(old)
     _same_outputs(m, m2, 32)
     err = capsys.readouterr().err.strip().splitlines()
@@ -257,8 +247,8 @@ BAD_ARCH = [  # (field edit, what the one-line error names)
 
 @pytest.mark.parametrize("edit,names", BAD_ARCH, ids=[str(e) for e, _ in BAD_ARCH])
 def test_hand_edited_arch_fields_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                     base_ckpt: Path, edit: dict, names: str) -> None:
-    path = _resave(base_ckpt, tmp_path / "edited.pt", lambda d: d["arch"].update(edit))
+                                                     base_ckpt: Path, edit_checkpoint, edit: dict, names: str) -> None:
+    path = edit_checkpoint(base_ckpt, tmp_path / "edited.pt", lambda d: d["arch"].update(edit))
     with pytest.raises(LatoptError, match=names) as e:
         load_checkpoint(path)
     assert type(e.value) is LatoptError and "\n" not in str(e.value)

@@ -1,0 +1,255 @@
+"""latopt export never ships a wrong model: a fold that folded nothing is exported as it is, corrupted or
+consistent-but-wrong weights are refused (exit 3), exact-mode checkpoints only at their own size, bounded
+--samples / --resolution, the "--fold auto" note, and ONNX gate tolerances from the float32 noise floor.
+
+Tiny: MobileNetV2-0.35 at 16 px on 96 digits per split, one epoch per phase; nothing asserts a time."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+from torch import nn
+
+from latopt.cli import main
+from latopt.config import load_config
+from latopt.errors import LatoptError
+from latopt.export import checkpoint_task, noise_floor, onnx_gate
+from latopt.latency.onnx_io import export_onnx
+from latopt.models import build_model, load_checkpoint, make_arch, recorded_test_acc, save_checkpoint
+from latopt.prefold import run_fold
+from latopt.train import evaluate, train_base
+
+MODEL = "mobilenetv2_035"
+RES = 16
+CONFIG = f"""
+name: safety
+model: {{name: {MODEL}}}
+data: {{task: digits, resolution: {RES}, batch_size: 32, max_samples: 96}}
+train: {{epochs: 1, optimizer: adamw, lr: 0.01}}
+fold: {{epochs: 1, post_epochs: 1, lambda_c: 1.0, alpha_lr: 0.01, lr: 0.001, post_lr: 0.001}}
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("safety")
+    (root / "c.yaml").write_text(CONFIG)
+    cfg = load_config(root / "c.yaml")
+    train_base(cfg, root / "base", progress=False, seed=0)
+    base = root / "base" / "base.pt"
+    # λ_c = 0 and τ = 1 with a slow α: nothing can be folded
+    nothing = run_fold(cfg, base, root / "nothing", lambda_c=0.0, tau=1.0, p=2.0, progress=False, seed=0)
+    assert nothing["n_folded"] == 0
+    some = run_fold(cfg.with_overrides({"fold.alpha_lr": 0.3}), base, root / "some", lambda_c=5.0, tau=0.6,
+                    p=2.0, progress=False, seed=0)
+    assert some["n_folded"] >= 1
+    return {"root": root, "base": base, "nothing": root / "nothing" / "folded.pt", "some": root / "some" / "folded.pt"}
+
+
+def _export(ckpt: Path, out: Path, *extra: str) -> int:
+    return main(["export", "--checkpoint", str(ckpt), "--device", "cpu", "--no-measure", "--samples", "4",
+                 "--out", str(out), *extra])
+
+
+def _conv_nodes(onnx_path: Path) -> int:
+    return sum(n.op_type == "Conv" for n in onnx.load(str(onnx_path)).graph.node)
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, err
+    return err
+
+
+# ----------------------------------------------------------------------------- item 1: as it is, never all-folded
+def test_a_fold_that_folded_nothing_is_exported_as_it_is(runs: dict, tmp_path: Path) -> None:
+    _, arch, meta = load_checkpoint(runs["nothing"])
+    assert arch["fold"] == {"mode": "exact", "input_size": [RES, RES], "plan": {}}  # folded, with nothing folded
+    out = tmp_path / "nothing"
+    assert _export(runs["nothing"], out) == 0  # no --fold, as `latopt run` exports its recommended trial
+    rec = json.loads((out / "export.json").read_text())
+    as_is = sum(isinstance(m, nn.Conv2d) for m in build_model(MODEL, 10).modules())
+    assert rec["folded"] == {} and _conv_nodes(out / "model.onnx") == as_is
+    acc = rec["accuracy"]
+    recorded, where = recorded_test_acc(meta)
+    assert where == "meta.acc.finetuned" and acc["recorded"] == recorded and acc["gated"]
+    assert abs(acc["test_acc"] - recorded) <= 1 / acc["samples"]
+    assert any("folded no block" in n for n in rec["notes"])
+
+
+def test_an_unfolded_checkpoint_without_fold_is_exported_as_it_is(runs: dict, tmp_path: Path) -> None:
+    out = tmp_path / "base"
+    assert _export(runs["base"], out) == 0
+    rec = json.loads((out / "export.json").read_text())
+    assert rec["folded"] == {} and _conv_nodes(out / "model.onnx") == sum(
+        isinstance(m, nn.Conv2d) for m in build_model(MODEL, 10).modules())
+    assert rec["accuracy"]["recorded_at"] == "meta.test_acc" and rec["accuracy"]["gated"]
+    assert any("no --fold" in n for n in rec["notes"])
+    # folding is explicit: --fold all folds, and its accuracy is reported beside the recorded one
+    assert _export(runs["base"], tmp_path / "all", "--fold", "all") == 0
+    rec = json.loads((tmp_path / "all" / "export.json").read_text())
+    assert len(rec["folded"]) > 0 and _conv_nodes(tmp_path / "all" / "model.onnx") < _conv_nodes(out / "model.onnx")
+    assert rec["accuracy"]["recorded"] is not None and not rec["accuracy"]["gated"]
+
+
+# ----------------------------------------------------------------------------- item 2: corrupted weights
+def test_consistent_but_wrong_weights_fail_the_accuracy_gate(runs: dict, tmp_path: Path, edit_checkpoint,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, meta = load_checkpoint(runs["some"])
+    recorded, _ = recorded_test_acc(meta)
+    task = checkpoint_task(meta, RES)
+    loader = torch.utils.data.DataLoader(task.test, batch_size=256)
+    data = torch.load(runs["some"], weights_only=True)
+    convs = [k for k, v in data["state_dict"].items() if k.endswith("weight") and v.dim() == 4]
+    bad = None
+    for i, name in enumerate(reversed(convs)):  # one conv weight randomised; the first that moves the accuracy
+        g = torch.Generator().manual_seed(i)
+
+        def scramble(d: dict, name: str = name, g: torch.Generator = g) -> None:
+            w = d["state_dict"][name]
+            w.copy_(torch.randn(w.shape, generator=g) * 3 * float(w.std()))
+
+        path = edit_checkpoint(runs["some"], tmp_path / f"bad{i}.pt", scramble)
+        if abs(evaluate(load_checkpoint(path)[0], loader) - recorded) > 1 / len(task.test):
+            bad = path
+            break
+    assert bad is not None, "no single randomised conv weight changed the test accuracy"
+    out = tmp_path / "out"
+    assert _export(bad, out) == 3  # every numeric gate passes: the file is consistent, only the accuracy shows it
+    err = _one_error_line(capsys)
+    assert "accuracy gate failed" in err and "nothing written" in err
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+    # the same randomisation without recomputing the digest: refused on load
+    corrupted = edit_checkpoint(bad, tmp_path / "corrupted.pt", lambda d: d["state_dict"][convs[0]].mul_(2),
+                                digest=False)
+    assert _export(corrupted, out) == 3
+    assert "SHA-256" in _one_error_line(capsys) and not out.exists()
+
+
+def test_the_untampered_folded_checkpoint_passes_every_gate(runs: dict, tmp_path: Path) -> None:
+    assert _export(runs["some"], tmp_path / "ok") == 0
+    rec = json.loads((tmp_path / "ok" / "export.json").read_text())
+    assert rec["folded"] and all(g["passed"] for g in rec["gates"]) and rec["accuracy"]["gated"]
+    onnx_gate_rec = next(g for g in rec["gates"] if g["name"].startswith("ONNX Runtime"))
+    assert onnx_gate_rec["floor"] is not None and onnx_gate_rec["tol"] >= 1e-4
+    report = (tmp_path / "ok" / "REPORT.md").read_text()
+    assert "float32 noise floor" in report and "meta.acc.finetuned" in report
+
+
+# ----------------------------------------------------------------------------- item 3: bad sizes, bad counts
+def test_exact_checkpoint_at_another_resolution_is_refused_first(runs: dict, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o"
+    assert _export(runs["some"], out, "--resolution", str(RES + 8)) == 2
+    err = _one_error_line(capsys)
+    assert f"exact mode for {RES}x{RES}" in err and "paper mode" in err and "fold again" in err
+    assert not out.exists()
+    # nothing folded: no bias map, any size is fine
+    assert _export(runs["nothing"], out, "--resolution", str(RES + 8)) == 0
+
+
+@pytest.mark.parametrize("args,what", [
+    (["--samples", "0"], "--samples"), (["--samples", "-3"], "--samples"), (["--samples", "100000"], "--samples"),
+    (["--resolution", "100000"], "--resolution 100000 is too large"), (["--resolution", "4"], "too small"),
+    (["--resolution", "0"], "too small"),
+])
+def test_export_counts_and_sizes_are_bounded(runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             args: list[str], what: str) -> None:
+    out = tmp_path / "o"
+    assert main(["export", "--checkpoint", str(runs["base"]), "--no-measure", "--out", str(out), *args]) == 2
+    assert what in _one_error_line(capsys) and not out.exists()
+
+
+def test_inspect_and_profile_resolution_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", MODEL, "--resolution", "100000"]) == 2
+    assert "too large" in _one_error_line(capsys)
+    assert main(["profile", "--device", "cpu", "--model", MODEL, "--resolution", "100000",
+                 "--out", str(tmp_path / "lut.json")]) == 2
+    assert "too large" in _one_error_line(capsys) and not (tmp_path / "lut.json").exists()
+
+
+# ----------------------------------------------------------------------------- item 5: the --fold auto note
+def test_fold_auto_that_folds_nothing_says_why(runs: dict, tmp_path: Path) -> None:
+    from latopt.blocks import find_blocks
+    from latopt.latency.lut import LUT, BlockEntry, save_lut
+
+    blocks = find_blocks(build_model(MODEL, 10))
+    entries = [BlockEntry(b.index, b.path, b.kind, (1, b.cin, 8, 8), b.foldable, b.reason, {},
+                          {"none": 1.0, "full": 1.5}) for b in blocks]  # no fold pays on this "device"
+    lut = save_lut(LUT("cpu", MODEL, RES, 1, entries, fixed_ms=0.25), tmp_path / "lut.json")
+    assert _export(runs["base"], tmp_path / "o", "--fold", "auto", "--lut", str(lut)) == 0
+    notes = json.loads((tmp_path / "o" / "export.json").read_text())["notes"]
+    assert "--fold auto: no block's fold pays on this device per the LUT; exported as it is" in notes
+    assert not any("--fold none" in n for n in notes)
+
+
+# ----------------------------------------------------------------------------- item 6: the float32 noise floor
+class Cancelling(nn.Module):
+    """y = head(mean(V * x)) computed as (s·W * x) + (V − s·W) * x: the large terms cancel, their float32
+    rounding stays, so float32 itself is ~s × 1e-7 away from float64 (ONNX Runtime no less exact)."""
+
+    def __init__(self, s: float = 1e4, c: int = 8, k: int = 10) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        w, v = torch.randn(c, 3, 3, 3, generator=g), torch.randn(c, 3, 3, 3, generator=g)
+        self.conv = nn.Conv2d(3, 2 * c, 3, padding=1, bias=False)
+        self.mix = nn.Conv2d(2 * c, c, 1, bias=False)
+        self.head = nn.Linear(c, k)
+        with torch.no_grad():
+            self.conv.weight.copy_(torch.cat([s * w, v - s * w]))
+            self.mix.weight.copy_(torch.cat([torch.eye(c), torch.eye(c)], 1)[:, :, None, None])
+            self.head.weight.copy_(torch.randn(k, c, generator=g))
+            self.head.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.mix(self.conv(x)).mean((2, 3)))
+
+
+def test_onnx_gate_tolerance_follows_the_noise_floor(tmp_path: Path) -> None:
+    from latopt.export import NOISE_K, TOL_ONNX
+
+    net = Cancelling().eval()
+    x = torch.randn(8, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    floor = noise_floor(net, x)
+    assert floor > TOL_ONNX  # float32 alone is further from float64 than the base tolerance
+    path = export_onnx(net, (1, 3, 16, 16), tmp_path / "net.onnx", dynamic_batch=True)
+    gate, _ = onnx_gate(net, path, x, "random normal")
+    assert gate.rel > TOL_ONNX, "ONNX Runtime differs from PyTorch by more than 1e-4 here (the old gate refused it)"
+    assert gate.passed and gate.floor == floor and gate.tol == pytest.approx(NOISE_K * floor)
+    assert "noise floor" in gate.line()
+    # a corrupted ONNX (one weight changed) still fails
+    m = onnx.load(str(path))
+    init = next(i for i in m.graph.initializer if tuple(numpy_helper.to_array(i).shape) == (10, 8))
+    w = numpy_helper.to_array(init).copy()
+    w[0, 0] += 0.5
+    init.CopyFrom(numpy_helper.from_array(w, init.name))
+    onnx.save(m, str(tmp_path / "bad.onnx"))
+    bad, _ = onnx_gate(net, tmp_path / "bad.onnx", x, "random normal")
+    assert not bad.passed and bad.rel > bad.tol
+
+
+def test_noise_floor_of_an_ordinary_network_keeps_the_base_tolerance(tmp_path: Path) -> None:
+    net = build_model(MODEL, 10).eval()
+    x = torch.randn(2, 3, RES, RES)
+    floor = noise_floor(net, x)
+    assert 0 <= floor < 1e-5
+    path = export_onnx(net, (1, 3, RES, RES), tmp_path / "m.onnx", dynamic_batch=True)
+    gate, ort = onnx_gate(copy.deepcopy(net), path, x, "random normal")
+    assert gate.passed and gate.tol == 1e-4 and np.isfinite(ort).all()
+
+
+def test_recorded_accuracy_where_each_checkpoint_keeps_it(tmp_path: Path) -> None:
+    assert recorded_test_acc({"test_acc": 0.5}) == (0.5, "meta.test_acc")
+    assert recorded_test_acc({"test_acc": 0.4, "acc": {"base": 0.4, "finetuned": 0.6}}) == (0.6, "meta.acc.finetuned")
+    assert recorded_test_acc({"plan": {}}) is None
+    m = build_model(MODEL, 10)
+    path = save_checkpoint(tmp_path / "x.pt", m, make_arch(m, MODEL, 10), {"test_acc": "high"})
+    with pytest.raises(LatoptError, match="recorded test accuracy"):
+        recorded_test_acc(load_checkpoint(path)[2])
