@@ -47,6 +47,7 @@ from torch import nn
 
 from latopt.config import RESOLUTION_RANGE, check_resolution
 from latopt.errors import LatoptError, VerificationError
+from latopt.runtime import OrtRunner, TrtEngineRunner
 
 EXPORT_SCHEMA = "latopt.export/1"
 # Tolerances of the numeric gates, relative to the reference output's scale (max |reference|).
@@ -322,13 +323,8 @@ def torch_out(model: nn.Module, x: torch.Tensor) -> np.ndarray:
 
 def ort_out(onnx_path: Path, x: torch.Tensor) -> np.ndarray:
     """ONNX Runtime outputs, one sample at a time, through the shipped runner (``latopt.runtime``)."""
-    from latopt.runtime import OrtRunner
-
-    runner = OrtRunner(onnx_path, input_shape=(1, *x.shape[1:]))
-    try:
-        return np.concatenate([runner.run(x[i:i + 1].numpy()) for i in range(x.shape[0])])
-    finally:
-        runner.close()
+    with OrtRunner(onnx_path, input_shape=(1, *x.shape[1:])) as runner:
+        return _run_samples(runner, x)
 
 
 def tag_block_nodes(onnx_path: Path, model: nn.Module, plan: dict[int, str]) -> None:
@@ -428,19 +424,19 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
         files = ["model.onnx"]
         accs: dict[str, float] = {}
         if task is not None:
-            accs["onnx"] = runner_accuracy(_ort_runner(onnx_path), task, batch=256)
+            with OrtRunner(onnx_path) as runner:
+                accs["onnx"] = runner_accuracy(runner, task, batch=256)
         if trt_backend is not None:
             engine_path = _build_engine(trt_backend, p, tmp, precision, say)
-            engine = _engine_runner(engine_path, p.resolution)
-            try:
+            # the shipped runner on the engine file as written: what a user runs
+            with TrtEngineRunner(engine_path, input_shape=(1, 3, p.resolution, p.resolution),
+                                 cuda=trt_backend.cuda) as engine:
                 gates.append(compare_outputs(f"TensorRT ({precision}) vs ONNX Runtime", _run_samples(engine, x),
                                              ort, TOL_ENGINE[precision], inputs, floor))
                 say(gates[-1].line())
                 _check(gates)
                 if task is not None:
                     accs["engine"] = runner_accuracy(engine, task, batch=1)
-            finally:
-                engine.close()
             files.append("model.engine")
         result["gates"] = [asdict(g) | {"passed": g.passed} for g in gates]
         result["accuracy"] = accuracy_gate(p, task, accs, precision, say)
@@ -478,35 +474,19 @@ def _build_engine(backend: Any, p: Plan, tmp: Path, precision: str, say: Any) ->
     return engine_path
 
 
-def _engine_runner(engine_path: Path, resolution: int) -> Any:
-    """The shipped runner (``latopt.runtime``) on the engine file as written: what a user runs."""
-    from latopt.runtime import TrtEngineRunner
-
-    return TrtEngineRunner(engine_path, input_shape=(1, 3, resolution, resolution))
-
-
-def _ort_runner(onnx_path: Path) -> Any:
-    from latopt.runtime import OrtRunner
-
-    return OrtRunner(onnx_path)
-
-
 def _run_samples(runner: Any, x: torch.Tensor) -> np.ndarray:
     return np.concatenate([runner.run(x[i:i + 1].numpy()) for i in range(x.shape[0])])
 
 
 def runner_accuracy(runner: Any, task: Any, batch: int) -> float:
     """Top-1 accuracy of a ``latopt.runtime`` runner (ONNX Runtime / TensorRT) on the task's whole test
-    split, ``batch`` samples per call; the runner is closed afterwards."""
+    split, ``batch`` samples per call."""
     loader = torch.utils.data.DataLoader(task.test, batch_size=batch)
     correct = total = 0
-    try:
-        for xb, yb in loader:
-            pred = np.asarray(runner.run(xb.float().numpy())).argmax(1)
-            correct += int((pred == yb.numpy()).sum())
-            total += int(yb.numel())
-    finally:
-        runner.close()
+    for xb, yb in loader:
+        pred = np.asarray(runner.run(xb.float().numpy())).argmax(1)
+        correct += int((pred == yb.numpy()).sum())
+        total += int(yb.numel())
     if total == 0:
         raise LatoptError(f"the test split of {task.name} is empty: cannot measure the exported accuracy")
     return correct / total
@@ -637,7 +617,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("export", parents=[common_parser()],
                        help="export a folded checkpoint to ONNX / TensorRT with numeric gates and measured latency")
-    p.add_argument("--checkpoint", required=True, help="latopt checkpoint (folded, or unfolded with --fold)")
+    p.add_argument("--checkpoint", required=True, help="latopt checkpoint, exported as it is (--fold folds an unfolded one first)")
     p.add_argument("--device", default="cpu", help="device profile (profiles/*.yaml), default cpu")
     p.add_argument("--format", default="onnx", choices=["onnx", "engine", "all"])
     p.add_argument("--precision", choices=["fp32", "fp16"], default=None, help="default: the device profile's")

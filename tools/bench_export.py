@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from latopt.artifacts import seed_everything, write_json_atomic
-from latopt.export import Plan, compare_outputs, fold_gates, gate_inputs, ort_out, tag_block_nodes, torch_out
+from latopt.export import Plan, fold_gates, gate_inputs, onnx_gate, tag_block_nodes
 from latopt.fold import fold_blocks, randomize_bn_
 from latopt.latency.devices import load_device
 from latopt.latency.lut import costs, default_lut_path, load_lut, predict, save_lut
@@ -96,8 +96,7 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
         gates = fold_gates(p, x, inputs)
         path = export_onnx(folded, (device.batch, 3, res, res), tmp / f"{key}.onnx")
         tag_block_nodes(path, folded, plan)
-        gates.append(compare_outputs("ONNX Runtime vs PyTorch folded", ort_out(path, x), torch_out(folded, x),
-                                     1e-4, inputs))
+        gates.append(onnx_gate(folded, path, x, inputs)[0])
         for g in gates:
             print(f"  {key}: {g.line()}")
         onnx_files[key] = path
