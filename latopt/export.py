@@ -47,6 +47,8 @@ from torch import nn
 
 from latopt.config import RESOLUTION_RANGE, check_resolution
 from latopt.errors import LatoptError, VerificationError
+from latopt.fold import fold_blocks, fold_spec, linearize, normalize_plan, plain_activations_, verify_fold
+from latopt.models import build_model, load_checkpoint, recorded_test_acc
 from latopt.runtime import OrtRunner, TrtEngineRunner
 
 EXPORT_SCHEMA = "latopt.export/1"
@@ -146,8 +148,6 @@ class Plan:
 
 
 def _asis_network(arch: dict[str, Any]) -> nn.Module:
-    from latopt.models import build_model
-
     return build_model(arch["model"], num_classes=int(arch["num_classes"])).eval()
 
 
@@ -209,9 +209,6 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
     """What to export from the ``loaded`` checkpoint (``load_checkpoint``'s result) at resolution ``res``.
 
     ``fold`` None: the checkpoint as it is (folded or not); else a ``--fold`` spec for an unfolded one."""
-    from latopt.fold import fold_blocks, fold_spec, normalize_plan, plain_activations_
-    from latopt.models import load_checkpoint
-
     model, arch, meta = loaded
     model.eval()
     fspec = arch.get("fold")
@@ -231,7 +228,8 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
             return Plan(model, None, arch, meta, {}, fspec["mode"], res, notes, asis=True)
         source = None
         # the σ_α network the fold came from: recorded by `latopt fold`, or beside the checkpoint
-        candidates = [meta.get("prefold_checkpoint"), Path(checkpoint).parent / "prefold.pt"]
+        recorded = meta.get("prefold_checkpoint")
+        candidates = [recorded if isinstance(recorded, str) else None, Path(checkpoint).parent / "prefold.pt"]
         prefold = next((str(c) for c in candidates if c and Path(c).is_file()), None)
         if prefold:
             source = load_checkpoint(prefold)[0].eval()
@@ -268,8 +266,6 @@ def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
     """Two checks of the fold against ``linearize(source, plan)``: the algebra alone (the fold computed
     and run in float64) and the float32 network as exported (float32 rounding, amplified by a deep
     linearised network, is what separates the two tolerances)."""
-    from latopt.fold import fold_blocks, linearize
-
     if p.source is None or not p.plan:
         return []
     res = (p.resolution, p.resolution)
@@ -277,8 +273,6 @@ def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
     if p.mode == "paper":
         # a constant bias is wrong on the border ring by design (repaired by post-fold fine-tuning), and
         # that error spreads through the network: check each folded block alone, away from its border
-        from latopt.fold import verify_fold
-
         chk = verify_fold(linearize(src64, p.plan).eval(), fold_blocks(src64, p.plan, mode="paper", input_size=res),
                           res, batch=2, seed=0)
         worst = max(chk["per_block"].values(), key=lambda e: e["max_rel_interior"])
@@ -300,11 +294,16 @@ def checkpoint_task(meta: dict[str, Any], resolution: int) -> Any | None:
         return None
     from latopt.data import get_task, limit_task
 
+    seed, cap = meta.get("split_seed") or 0, meta.get("max_samples")
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (seed, 1 if cap is None else cap))
+    if not isinstance(spec, str) or not ints or (cap is not None and cap < 1):
+        raise LatoptError(f"the checkpoint's data record is malformed (task {spec!r}, split_seed {seed!r}, "
+                          f"max_samples {cap!r}); re-create the checkpoint")
     try:
-        task = get_task(spec, resolution, int(meta.get("split_seed", 0) or 0))
+        task = get_task(spec, resolution, seed)
     except LatoptError as e:
         raise LatoptError(f"cannot load the checkpoint's task {spec!r} for the numeric gate: {e}") from None
-    return limit_task(task, meta.get("max_samples"))
+    return limit_task(task, cap)
 
 
 def gate_inputs(task: Any | None, resolution: int, n: int, seed: int) -> tuple[torch.Tensor, str]:
@@ -393,10 +392,9 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     if not Path(checkpoint).is_file():
         raise LatoptError(f"checkpoint {checkpoint} does not exist")
 
-    from latopt.models import load_checkpoint
-
     say(f"loading {checkpoint}")
     loaded = load_checkpoint(checkpoint)
+    recorded_test_acc(loaded[2])  # a malformed record is refused before any work
     res = _resolution(loaded[1], loaded[2], resolution)
     lut = _load_lut(lut_path, loaded[1], device, res)
     p = build_plan(checkpoint, loaded, fold=fold, lut=lut, res=res, mode=mode)
@@ -496,8 +494,6 @@ def accuracy_gate(p: Plan, task: Any | None, accs: dict[str, float], precision: 
                   ) -> dict[str, Any] | None:
     """The exported artefacts' test accuracy beside the one the checkpoint records; for a checkpoint
     exported as it is (``p.asis``), a difference above one test sample is a VerificationError."""
-    from latopt.models import recorded_test_acc
-
     if task is None:
         p.notes.append("the checkpoint names no task: exported accuracy not measured (no accuracy gate)")
         return None

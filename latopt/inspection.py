@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from latopt.config import check_resolution
+from latopt.config import RESOLUTION_RANGE, check_resolution
 from latopt.errors import VerificationError
 
 TOLERANCE = 1e-4
@@ -227,7 +227,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="per-block table of a model (FLOPs/params as-is and folded); --check-fold verifies the fold",
                        description="Supported models: " + ", ".join(SUPPORTED))
     p.add_argument("model", help="model name, e.g. mobilenetv2_100 or 'torchvision/mobilenet_v2?width=0.75'")
-    p.add_argument("--resolution", type=int, default=224, help="input resolution R (R x R), default 224")
+    p.add_argument("--resolution", type=int, default=224,
+                   help="input resolution R (R x R), {} .. {}, default 224".format(*RESOLUTION_RANGE))
     p.add_argument("--num-classes", type=int, default=1000, help="classifier outputs (default 1000)")
     p.add_argument("--mode", choices=("exact", "paper"), default="exact",
                    help="fold bias mode: exact (bias map, fixed input size) or paper (constant bias)")

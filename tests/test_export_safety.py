@@ -167,6 +167,18 @@ def test_export_counts_and_sizes_are_bounded(runs: dict, tmp_path: Path, capsys:
     assert what in _one_error_line(capsys) and not out.exists()
 
 
+@pytest.mark.parametrize("meta,what", [
+    ({"split_seed": "x"}, "data record is malformed"), ({"max_samples": 0}, "data record is malformed"),
+    ({"task": 7}, "data record is malformed"), ({"resolution": "abc"}, "meta resolution"),
+    ({"resolution": 100000}, "too large"), ({"test_acc": "high"}, "recorded test accuracy"),
+])
+def test_hand_edited_meta_is_one_line_exit_2(runs: dict, tmp_path: Path, edit_checkpoint,
+                                            capsys: pytest.CaptureFixture[str], meta: dict, what: str) -> None:
+    path = edit_checkpoint(runs["base"], tmp_path / "edited.pt", lambda d: d["meta"].update(meta))
+    assert _export(path, tmp_path / "o") == 2
+    assert what in _one_error_line(capsys) and not (tmp_path / "o").exists()
+
+
 def test_inspect_and_profile_resolution_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", MODEL, "--resolution", "100000"]) == 2
     assert "too large" in _one_error_line(capsys)
