@@ -83,7 +83,7 @@ class Gate:
 
     def line(self) -> str:
         verdict = "ok" if self.passed else "FAILED"
-        tol = f"tol {self.tol:.3g}" + ("" if self.floor is None else f" from float32 noise floor {self.floor:.3g}")
+        tol = f"tol {self.tol:.3g}" + ("" if self.floor is None else f", float32 noise floor {self.floor:.3g}")
         return (f"{self.name}: max|diff| {self.max_abs:.3g} on scale {self.scale:.3g} → rel {self.rel:.3g} "
                 f"({tol}, {self.samples} {self.inputs} inputs) {verdict}")
 

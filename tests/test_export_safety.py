@@ -19,7 +19,7 @@ from torch import nn
 
 from latopt.cli import main
 from latopt.config import load_config
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, VerificationError
 from latopt.export import checkpoint_task, noise_floor, onnx_gate
 from latopt.latency.onnx_io import export_onnx
 from latopt.models import build_model, load_checkpoint, make_arch, recorded_test_acc, save_checkpoint
@@ -265,3 +265,59 @@ def test_recorded_accuracy_where_each_checkpoint_keeps_it(tmp_path: Path) -> Non
     path = save_checkpoint(tmp_path / "x.pt", m, make_arch(m, MODEL, 10), {"test_acc": "high"})
     with pytest.raises(LatoptError, match="recorded test accuracy"):
         recorded_test_acc(load_checkpoint(path)[2])
+
+
+# ----------------------------------------------------------------------------- the engine branch, without a GPU
+class _StandInEngine:
+    """Stands in for latopt.runtime.TrtEngineRunner: runs the model.onnx written beside the "engine" with
+    ONNX Runtime (``shift`` adds a wrong offset to one class). Tests export's control flow only — no
+    figure from it is a TensorRT result (test_tensorrt.py runs the real thing on a GPU)."""
+
+    shift = 0.0
+
+    def __init__(self, path: Path, *, input_shape, cuda) -> None:
+        from latopt.runtime import OrtRunner
+
+        assert Path(path).read_bytes() == b"engine" and cuda == "cuda-of-the-backend"
+        self.ort = OrtRunner(Path(path).with_name("model.onnx"), input_shape=input_shape)
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        out = self.ort.run(x).copy()
+        out[:, 0] += self.shift
+        return out
+
+    def __enter__(self) -> _StandInEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.ort.close()
+
+
+@pytest.mark.parametrize("shift", [0.0, 100.0])
+def test_engine_branch_gates_and_accuracy(runs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          shift: float) -> None:
+    import types
+
+    import latopt.export as export_mod
+
+    def build(backend, p, tmp, precision, say):  # type: ignore[no-untyped-def]
+        (tmp / "model.engine").write_bytes(b"engine")
+        return tmp / "model.engine"
+
+    monkeypatch.setattr(export_mod, "_tensorrt_backend", lambda device, precision: types.SimpleNamespace(
+        cuda="cuda-of-the-backend"))
+    monkeypatch.setattr(export_mod, "_build_engine", build)
+    monkeypatch.setattr(export_mod, "TrtEngineRunner", type("E", (_StandInEngine,), {"shift": shift}))
+    out = tmp_path / "engine"
+    if shift:
+        with pytest.raises(VerificationError, match="TensorRT .* FAILED"):
+            export_mod.export(runs["some"], "cpu", out, fmt="all", samples=4, measure=False, progress=False)
+        assert not out.exists()
+        return
+    rec = export_mod.export(runs["some"], "cpu", out, fmt="all", samples=4, measure=False, progress=False)
+    assert rec["files"] == ["model.onnx", "model.engine"] and (out / "model.engine").is_file()
+    engine_gate = next(g for g in rec["gates"] if g["name"].startswith("TensorRT"))
+    assert engine_gate["passed"] and engine_gate["floor"] is not None
+    acc = rec["accuracy"]
+    assert acc["gated"] and acc["engine_test_acc"] == acc["test_acc"]
+    assert f"engine {acc['engine_test_acc']:.4f}" in (out / "REPORT.md").read_text()
