@@ -6,13 +6,15 @@ Three kinds of tests:
   They skip with the conftest reason where ``tensorrt`` or a GPU is missing.
 - Our own dispatch code driven by a small *stand-in* ``tensorrt`` module (``FakeTRT``) that only records the
   calls made on it. These test latopt's version/precision dispatch, timing-cache handling, error listing and
-  I/O binding — not TensorRT, and no figure from them is a TensorRT result.
+  I/O binding — not TensorRT, and no figure from them is a TensorRT result. Its enums come from, and all its
+  other names are checked against, the real API lists (tests/data/tensorrt-*.names; see tests/test_trt_api.py).
 - ``latopt.runtime`` on ``.onnx`` files with the real ONNX Runtime, and the error paths that need no GPU.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import subprocess
 import sys
@@ -72,92 +74,157 @@ def _profile(**kw: Any) -> DeviceProfile:
 
 
 # ------------------------------------------------------------------- stand-in tensorrt module
+def _load_names_tool() -> Any:
+    """tools/trt_api_names.py: the real API's names per TensorRT version (tests/data/tensorrt-*.names)."""
+    name = "trt_api_names"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "trt_api_names.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+names_tool = _load_names_tool()
+
+
+class _Member(int):
+    """An enum member of the stand-in module: the real member's int value and name (from the lists)."""
+
+    def __new__(cls, owner: str, name: str, value: int) -> _Member:
+        obj = super().__new__(cls, value)
+        obj.name = name
+        obj._owner = owner
+        return obj
+
+    def __repr__(self) -> str:
+        return f"<{self._owner}.{self.name}: {int(self)}>"
+
+
+def _enum(api: Any, cls: str) -> types.SimpleNamespace:
+    """The members of the real enum ``cls`` in ``api``'s version, no more and no fewer."""
+    return types.SimpleNamespace(**{m: _Member(cls, m, v) for m, v in api.enum_members(cls).items()})
+
+
+def _fakes(real: str):
+    """Marks a stand-in class with the real TensorRT class it stands for (checked by
+    test_fake_trt_matches_real_api: every public attribute must exist there, with the same parameters)."""
+
+    def mark(cls: type) -> type:
+        cls._real = real
+        return cls
+
+    return mark
+
+
+# Attributes of FakeTRT that are test helpers, not stand-ins for tensorrt names.
+FAKE_HELPERS = frozenset({"calls", "named"})
+
+
 class FakeTRT(types.SimpleNamespace):
-    """Records what latopt asks of ``tensorrt``. Version 10.x has BuilderFlag.FP16; 11.x does not
-    (it was removed there), which is exactly what the dispatch must cope with."""
+    """Records what latopt asks of ``tensorrt``. Its enums (BuilderFlag, NetworkDefinitionCreationFlag,
+    MemoryPoolType, TensorIOMode, Logger severities) are built from the real API list of the same major
+    version (tests/data/tensorrt-*.names via ``names_tool.api_for``: 10.x fakes use the 10.13.3.9 list), so
+    e.g. 11.x has no BuilderFlag.FP16 and 8.6 no STRONGLY_TYPED, exactly as the real modules. Every other
+    attribute is checked against the same lists by test_fake_trt_matches_real_api.
+
+    ``cuda`` (a :class:`_FakeCuda`) backs the runtime side: ``Runtime.deserialize_cuda_engine(b"PLAN")``
+    gives an engine with input "x" (dynamic batch, profile opt 3) and output "y" = 2x + 1."""
 
     def __init__(self, version: str, *, parse_ok: bool = True, accept_cache: bool = True,
-                 dynamic_input: bool = False) -> None:
+                 dynamic_input: bool = False, cuda: Any = None) -> None:
         calls: list[tuple] = []
-        major = int(version.split(".")[0])
-        flags = {"TF32": "TF32"} if major >= 11 else {"FP16": "FP16", "TF32": "TF32"}
+        api = names_tool.api_for(version)
         state = {"cache": b""}
+        severity = _enum(api, "ILogger.Severity")
+        io_mode = _enum(api, "TensorIOMode")
+        addr: dict[str, int] = {}
 
+        @_fakes("Logger")
         class Logger:
-            WARNING = "WARNING"
+            def __init__(self, min_severity=severity.WARNING):
+                calls.append(("Logger", min_severity.name))
 
-            def __init__(self, severity):
-                calls.append(("Logger", severity))
+        for member, value in vars(severity).items():
+            setattr(Logger, member, value)
 
+        @_fakes("ITensor")
         class Tensor:
             name = "x"
             shape = (-1, 3, 16, 16) if dynamic_input else (2, 3, 16, 16)
 
+        @_fakes("INetworkDefinition")
         class Network:
             num_inputs = 1
 
-            def get_input(self, i):
+            def get_input(self, index):
                 return Tensor()
 
+        @_fakes("OnnxParser")
         class Parser:
             num_errors = 0 if parse_ok else 2
 
             def __init__(self, network, logger):
                 pass
 
-            def parse_from_file(self, path):
+            def parse_from_file(self, model):
                 import onnx
 
-                model = onnx.load(path)  # read while it exists: the fp16 copy lives in a temp dir
-                calls.append(("parse_from_file", path, model))
+                loaded = onnx.load(model)  # read while it exists: the fp16 copy lives in a temp dir
+                calls.append(("parse_from_file", model, loaded))
                 return parse_ok
 
-            def get_error(self, i):
-                return f"node Conv_{i}: unsupported\nattribute"
+            def get_error(self, index):
+                return f"node Conv_{index}: unsupported\nattribute"
 
+        @_fakes("ITimingCache")
         class Cache:
             def __init__(self, blob):
-                self.blob = blob
+                self._blob = blob
 
             def serialize(self):
-                return memoryview(self.blob + b"+entry")
+                return memoryview(self._blob + b"+entry")
 
+        @_fakes("IBuilderConfig")
         class Config:
-            def set_memory_pool_limit(self, pool, size):
-                calls.append(("set_memory_pool_limit", pool, size))
+            def set_memory_pool_limit(self, pool, pool_size):
+                calls.append(("set_memory_pool_limit", pool.name, pool_size))
 
             def set_flag(self, flag):
-                calls.append(("set_flag", flag))
+                calls.append(("set_flag", flag.name))
 
             def clear_flag(self, flag):
-                calls.append(("clear_flag", flag))
+                calls.append(("clear_flag", flag.name))
 
-            def create_timing_cache(self, blob):
-                calls.append(("create_timing_cache", bytes(blob)))
-                return Cache(bytes(blob))
+            def create_timing_cache(self, serialized_timing_cache):
+                calls.append(("create_timing_cache", bytes(serialized_timing_cache)))
+                return Cache(bytes(serialized_timing_cache))
 
             def set_timing_cache(self, cache, ignore_mismatch):
-                calls.append(("set_timing_cache", cache.blob, ignore_mismatch))
-                ok = accept_cache or cache.blob == b""
+                calls.append(("set_timing_cache", cache._blob, ignore_mismatch))
+                ok = accept_cache or cache._blob == b""
                 if ok:
-                    state["cache"] = cache.blob
+                    state["cache"] = cache._blob
                 return ok
 
             def get_timing_cache(self):
                 return Cache(state["cache"])
 
             def add_optimization_profile(self, profile):
-                calls.append(("add_optimization_profile", profile.shapes))
+                calls.append(("add_optimization_profile", profile._shapes))
+                return 0
 
+        @_fakes("IOptimizationProfile")
         class Profile:
-            def set_shape(self, name, lo, opt, hi):
-                self.shapes = (name, tuple(lo), tuple(opt), tuple(hi))
+            def set_shape(self, input, min, opt, max):  # the real parameter names
+                self._shapes = (input, tuple(min), tuple(opt), tuple(max))
 
+        @_fakes("Builder")
         class Builder:
             def __init__(self, logger):
                 pass
 
-            def create_network(self, flags):
+            def create_network(self, flags=0):
                 calls.append(("create_network", flags))
                 return Network()
 
@@ -171,14 +238,155 @@ class FakeTRT(types.SimpleNamespace):
                 calls.append(("build_serialized_network",))
                 return memoryview(b"PLAN")
 
+        @_fakes("IExecutionContext")
+        class Context:
+            _shape: tuple = ()
+
+            def set_input_shape(self, name, shape):
+                calls.append(("set_input_shape", name, tuple(shape)))
+                Context._shape = tuple(shape)
+                return True
+
+            def get_tensor_shape(self, name):
+                return Context._shape
+
+            def set_tensor_address(self, name, memory):
+                addr[name] = memory
+                return True
+
+            def execute_async_v3(self, stream_handle):
+                calls.append(("execute_async_v3", stream_handle))
+                cuda.mem[addr["y"]][...] = 2 * cuda.mem[addr["x"]] + 1
+                return True
+
+        @_fakes("ICudaEngine")
+        class Engine:
+            num_io_tensors = 2
+            _names = ("x", "y")
+
+            def get_tensor_name(self, index):
+                return self._names[index]
+
+            def get_tensor_mode(self, name):
+                return io_mode.INPUT if name == "x" else io_mode.OUTPUT
+
+            def get_tensor_shape(self, name):
+                return (-1, 4)
+
+            def get_tensor_profile_shape(self, name, profile_index):
+                return ((1, 4), (3, 4), (8, 4))
+
+            def get_tensor_dtype(self, name):
+                return "float32"
+
+            def create_execution_context(self):
+                return Context()
+
+        @_fakes("Runtime")
+        class Runtime:
+            def __init__(self, logger):
+                pass
+
+            def deserialize_cuda_engine(self, serialized_engine):
+                calls.append(("deserialize", serialized_engine))
+                return Engine() if serialized_engine == b"PLAN" else None
+
+        def nptype(trt_type):
+            return np.float32
+
         super().__init__(
-            __version__=version, calls=calls, Logger=Logger, Builder=Builder, OnnxParser=Parser,
-            BuilderFlag=types.SimpleNamespace(**flags), MemoryPoolType=types.SimpleNamespace(WORKSPACE="WORKSPACE"),
-            NetworkDefinitionCreationFlag=types.SimpleNamespace(STRONGLY_TYPED=1),
+            __version__=version, calls=calls, Logger=Logger, Builder=Builder, OnnxParser=Parser, Runtime=Runtime,
+            BuilderFlag=_enum(api, "BuilderFlag"), MemoryPoolType=_enum(api, "MemoryPoolType"),
+            NetworkDefinitionCreationFlag=_enum(api, "NetworkDefinitionCreationFlag"), TensorIOMode=io_mode,
+            nptype=nptype,
         )
+        self._api = api
+        self._addr = addr
+        self._classes = (Logger, Tensor, Network, Parser, Cache, Config, Profile, Builder, Context, Engine, Runtime)
 
     def named(self, kind: str) -> list[tuple]:
         return [c for c in self.calls if c[0] == kind]
+
+
+def _fake_params_fit(fn: Any, entry: Any) -> bool:
+    """The stand-in's parameters (without self) are the real ones' leading names, the rest defaulted."""
+    if entry.params is None:
+        return True
+    sig = inspect.signature(fn)
+    names = [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)]
+    names = names[1:] if names and names[0] == "self" else names
+    for overload in entry.params:
+        real = [p.rstrip("=") for p in overload]
+        if names == real[:len(names)] and all(p.endswith("=") for p in overload[len(names):]):
+            return True
+    return False
+
+
+def fake_trt_problems(fake: FakeTRT, api: Any) -> list[str]:
+    """Every name the stand-in module defines that TensorRT ``api.version`` lacks, or defines differently."""
+    problems: list[str] = []
+    exposed = {}
+    for name, value in vars(fake).items():
+        if (name.startswith("_") and name != "__version__") or name in FAKE_HELPERS:
+            continue
+        entry = api.get(name)
+        if entry is None:
+            problems.append(f"tensorrt.{name} does not exist")
+            continue
+        if isinstance(value, types.SimpleNamespace):  # an enum
+            members = api.enum_members(name)
+            problems += [f"{name}.{m} is not a member" for m in vars(value) if m not in members]
+        elif isinstance(value, type):
+            exposed[value] = name
+            if api.canonical(name) != api.canonical(getattr(value, "_real", "")):
+                problems.append(f"tensorrt.{name} is a stand-in for {getattr(value, '_real', '?')}")
+        elif callable(value) and not _fake_params_fit(value, entry):
+            problems.append(f"tensorrt.{name}{inspect.signature(value)} does not match {entry.params}")
+    for cls in fake._classes:
+        real = cls._real
+        if api.canonical(real) is None:
+            problems.append(f"{cls.__name__} stands for {real}, which does not exist")
+            continue
+        if cls in exposed and "__init__" in vars(cls):
+            ctor = api.get(api.canonical(real))
+            if not _fake_params_fit(vars(cls)["__init__"], ctor):
+                problems.append(f"{real}{inspect.signature(vars(cls)['__init__'])} does not match {ctor.params}")
+        for attr, value in vars(cls).items():
+            if attr.startswith("_"):
+                continue
+            entry = api.member(real, attr)
+            if entry is None:
+                problems.append(f"{real}.{attr} does not exist (stand-in {cls.__name__}.{attr})")
+            elif inspect.isfunction(value) != (entry.kind in ("method", "static", "function")):
+                problems.append(f"{real}.{attr} is a {entry.kind}; the stand-in's is a {type(value).__name__}")
+            elif inspect.isfunction(value) and not _fake_params_fit(value, entry):
+                problems.append(f"{real}.{attr}{inspect.signature(value)} does not match {entry.params}")
+    return problems
+
+
+@pytest.mark.parametrize("version", list(names_tool.load_all()))
+def test_fake_trt_matches_real_api(version):
+    """The stand-in module defines only names the real TensorRT ``version`` has (same parameter names,
+    methods stay methods), so dispatch tests cannot pass against an API that does not exist."""
+    assert fake_trt_problems(FakeTRT(version, cuda=_FakeCuda()), names_tool.load_all()[version]) == []
+
+
+def test_fake_trt_check_can_fail():
+    fake = FakeTRT("11.4.0.106", cuda=_FakeCuda())
+    by_real = {cls._real: cls for cls in fake._classes}
+    fake.BuilderFlag.FP16 = _Member("BuilderFlag", "FP16", 0)  # removed in 11
+    by_real["IBuilderConfig"].set_flags = lambda self, flags: None  # invented
+    by_real["IBuilderConfig"].set_memory_pool_limit = lambda self, pool, size: None  # real: (pool, pool_size)
+    by_real["ICudaEngine"].get_binding_shape = lambda self, name: ()  # removed in 10
+    by_real["ICudaEngine"].num_io_tensors = lambda self: 2  # a property, not a method
+    problems = fake_trt_problems(fake, names_tool.api_for("11.4.0.106"))
+    assert problems == [
+        "BuilderFlag.FP16 is not a member",
+        "IBuilderConfig.set_memory_pool_limit(self, pool, size) does not match (('pool', 'pool_size'),)",
+        "IBuilderConfig.set_flags does not exist (stand-in Config.set_flags)",
+        "ICudaEngine.num_io_tensors is a property; the stand-in's is a function",
+        "ICudaEngine.get_binding_shape does not exist (stand-in Engine.get_binding_shape)",
+    ]
 
 
 def _initializer_types(model) -> set[int]:
@@ -402,64 +610,10 @@ def test_gpu_matches():
 def test_engine_runner_binds_by_name(monkeypatch):
     """Stand-in engine + host-memory CUDA: checks latopt's binding code (names, opt shape, addresses,
     execute_async_v3 on our stream), not TensorRT. The fake 'engine' computes y = 2x + 1."""
-    calls: list[tuple] = []
-    addr: dict[str, int] = {}
-
-    class Engine:
-        num_io_tensors = 2
-        names = ["x", "y"]
-
-        def get_tensor_name(self, i):
-            return self.names[i]
-
-        def get_tensor_mode(self, n):
-            return "IN" if n == "x" else "OUT"
-
-        def get_tensor_shape(self, n):
-            return (-1, 4) if n == "x" else (-1, 4)
-
-        def get_tensor_profile_shape(self, n, profile):
-            return ((1, 4), (3, 4), (8, 4))
-
-        def get_tensor_dtype(self, n):
-            return "float32"
-
-        def create_execution_context(self):
-            return Context()
-
-    class Context:
-        shape: tuple = ()
-
-        def set_input_shape(self, n, shape):
-            calls.append(("set_input_shape", n, tuple(shape)))
-            Context.shape = tuple(shape)
-
-        def get_tensor_shape(self, n):
-            return Context.shape
-
-        def set_tensor_address(self, n, ptr):
-            addr[n] = ptr
-
-        def execute_async_v3(self, handle):
-            calls.append(("execute_async_v3", handle))
-            fake_cuda.mem[addr["y"]][...] = 2 * fake_cuda.mem[addr["x"]] + 1
-            return True
-
-    class Runtime:
-        def __init__(self, logger):
-            pass
-
-        def deserialize_cuda_engine(self, plan):
-            calls.append(("deserialize", plan))
-            return Engine() if plan == b"PLAN" else None
-
-    fake = types.SimpleNamespace(
-        __version__="10.3.0", Logger=lambda sev: None, Runtime=Runtime,
-        TensorIOMode=types.SimpleNamespace(INPUT="IN"), nptype=lambda dt: np.float32,
-    )
-    fake.Logger.WARNING = None
-    monkeypatch.setitem(sys.modules, "tensorrt", fake)
     fake_cuda = _FakeCuda()
+    fake = FakeTRT("10.3.0", cuda=fake_cuda)
+    calls, addr = fake.calls, fake._addr
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
     r = runtime.TrtEngineRunner(b"PLAN", cuda=fake_cuda)
     assert ("set_input_shape", "x", (3, 4)) in calls  # profile "opt" shape by default
     assert set(addr) == {"x", "y"}
