@@ -75,8 +75,10 @@ class BlockEntry:
             raise LatoptError(f"{where}: input_shape must be a non-empty list of positive integers, not {shape!r}")
         raw = {v: _timing(s, f"{where} variant {v!r} raw") for v, s in f.variants("raw").items()}
         ms = {v: _time(t, f"{where} variant {v!r} ms") for v, t in f.variants("ms").items()}
-        return cls(index, f.text("path"), f.text("kind"), tuple(shape), f.flag("foldable"),
-                   f.text("reason", ""), raw, ms)
+        foldable = f.flag("foldable")
+        if foldable and "full" not in ms:
+            raise LatoptError(f"{where}: foldable but ms has no time for variant 'full'")
+        return cls(index, f.text("path"), f.text("kind"), tuple(shape), foldable, f.text("reason", ""), raw, ms)
 
 
 @dataclass
