@@ -73,8 +73,8 @@ class BlockEntry:
         shape = f.get("input_shape")
         if not isinstance(shape, list) or not shape or not all(_is_int(s) and s >= 1 for s in shape):
             raise LatoptError(f"{where}: input_shape must be a non-empty list of positive integers, not {shape!r}")
-        raw = {v: _timing(s, f"{where} variant {v!r} raw") for v, s in f.variants("raw").items()}
-        ms = {v: _time(t, f"{where} variant {v!r} ms") for v, t in f.variants("ms").items()}
+        raw = {v: _timing(s, f"{where} variant {v!r} raw") for v, s in f.variants("raw", as_is=False).items()}
+        ms = {v: _time(t, f"{where} variant {v!r} ms") for v, t in f.variants("ms", as_is=True).items()}
         foldable = f.flag("foldable")
         if foldable and "full" not in ms:
             raise LatoptError(f"{where}: foldable but ms has no time for variant 'full'")
@@ -235,13 +235,13 @@ class _Fields:
     def mapping(self, key: str) -> Mapping[str, Any]:
         return _mapping(self.get(key, {}), f"{self.where} {key}")
 
-    def variants(self, key: str) -> Mapping[str, Any]:
-        """A {variant: value} field: known variant names, "none" (as-is) among them."""
+    def variants(self, key: str, *, as_is: bool) -> Mapping[str, Any]:
+        """A {variant: value} field of known variant names; with ``as_is``, "none" must be among them."""
         m = self.mapping(key)
         unknown = [v for v in m if v not in VARIANTS]
         if unknown:
             raise LatoptError(f"{self.where}: {key} has unknown variant {unknown[0]!r}; variants are {', '.join(VARIANTS)}")
-        if "none" not in m:
+        if as_is and "none" not in m:
             raise LatoptError(f"{self.where}: {key} has no time for variant 'none' (the block as it is)")
         return m
 
