@@ -1,9 +1,9 @@
 """Run an exported latopt artefact without the training stack: a TensorRT ``.engine`` or an ``.onnx`` model.
 
 Only :mod:`numpy` is imported at module level; ``tensorrt`` (with ``pycuda`` or, failing that, ``torch``
-holding the CUDA buffers) or ``onnxruntime`` is imported when a model of that kind is loaded. The file has
-no other latopt dependency, so it can be copied next to the model onto a device that lacks the package
-(``--output`` is then written directly instead of through :func:`latopt.artifacts.atomic_path`).
+holding the CUDA buffers) or ``onnxruntime`` is imported when a model of that kind is loaded. Its two
+latopt imports (``LatoptError``, ``atomic_path``) have stand-ins, so the file can be copied next to the model
+onto a device that lacks the package (``--output`` is then written directly, not atomically).
 
 Command line::
 

@@ -72,7 +72,7 @@ class BlockEntry:
         f.where = where = f"block {index}"
         shape = f.get("input_shape")
         if not isinstance(shape, list) or not shape or not all(_is_int(s) and s >= 1 for s in shape):
-            raise LatoptError(f"{where}: input_shape must be a non-empty list of positive integers, not {shape!r}")
+            raise LatoptError(f"{where}: input_shape must be a non-empty list of positive integers, not {_short(shape)}")
         raw = {v: _timing(s, f"{where} variant {v!r} raw") for v, s in f.variants("raw", as_is=False).items()}
         ms = {v: _time(t, f"{where} variant {v!r} ms") for v, t in f.variants("ms", as_is=True).items()}
         foldable = f.flag("foldable")
