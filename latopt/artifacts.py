@@ -14,7 +14,7 @@ What this layer guarantees for every output (:func:`atomic_path`, :func:`atomic_
   :class:`OutputError`, a :class:`~latopt.errors.LatoptError` whose one line names the final path and
   why (``cannot write runs/x/base.pt: No space left on device; ...``); the temporary file or directory
   is removed.
-- An output path that is a character device or a FIFO (``/dev/null``, ``/dev/stdout``, a named pipe)
+- An output path that is a character device or a FIFO (``/dev/null``, a terminal, a named pipe)
   is written straight to, never replaced by a regular file; any other non-regular file is refused.
 """
 
@@ -38,8 +38,9 @@ from latopt.errors import LatoptError
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 # Errors of the file system rather than of one file: whatever the writer was doing, the output failed.
-_FS_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
-_HINTS = {errno.ENOSPC: "free some space or write elsewhere", errno.EDQUOT: "free some space or write elsewhere",
+_EDQUOT = getattr(errno, "EDQUOT", errno.ENOSPC)  # disk quota exceeded (not on Windows)
+_FS_ERRNOS = frozenset({errno.ENOSPC, _EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+_HINTS = {errno.ENOSPC: "free some space or write elsewhere", _EDQUOT: "free some space or write elsewhere",
           errno.EROFS: "choose a writable location", errno.EACCES: "choose a writable location",
           errno.EPERM: "choose a writable location"}
 
@@ -135,7 +136,8 @@ def _full(directory: Path) -> bool:
         st = os.statvfs(directory)
     except (OSError, AttributeError):
         return False
-    return st.f_bavail == 0 or st.f_bfree == 0
+    root = hasattr(os, "geteuid") and os.geteuid() == 0  # root may use the blocks reserved on ext4
+    return (st.f_bfree if root else st.f_bavail) == 0
 
 
 @contextlib.contextmanager
