@@ -54,10 +54,13 @@ class OutputError(LatoptError):
 
     @classmethod
     def from_os(cls, path: str | Path, e: OSError, *, also: tuple[str | Path, ...] = ()) -> OutputError:
-        """``e`` as the one line for ``path``; names ``e.filename`` when it is another file than ``also``."""
+        """``e`` as the one line for ``path``; names ``e.filename`` when it is another file than ``path``,
+        ``also`` or a temporary file of ``path`` (e.g. the parent directory that could not be created)."""
         reason = e.strerror or os.strerror(e.errno or 0) or type(e).__name__
-        if e.filename is not None and str(e.filename) not in {str(path), *map(str, also)}:
-            reason += f" ({e.filename})"
+        name = None if e.filename is None else str(e.filename)
+        if name is not None and name not in {str(path), *map(str, also)} \
+                and not Path(name).name.startswith(f".{Path(path).name}."):
+            reason += f" ({name})"
         return cls(path, reason, _HINTS.get(e.errno or 0))
 
 

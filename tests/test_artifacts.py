@@ -147,10 +147,11 @@ def _mount_ns(setup: str, argv: list[str], cwd: Path) -> subprocess.CompletedPro
     return r
 
 
-def test_read_only_directory_is_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target,named", [("ro/x.json", ""), ("ro/sub/x.json", " (ro/sub)")])
+def test_read_only_directory_is_one_line(tmp_path: Path, target: str, named: str) -> None:
     ro = tmp_path / "ro"
     ro.mkdir()
-    argv = [sys.executable, "-m", "latopt", *INSPECT, "--json", "ro/sub/x.json"]
+    argv = [sys.executable, "-m", "latopt", *INSPECT, "--json", target]
     if os.geteuid() != 0:  # permission bits stop an ordinary user: a real EACCES
         ro.chmod(0o500)
         try:
@@ -163,7 +164,7 @@ def test_read_only_directory_is_one_line(tmp_path: Path) -> None:
         reason = "Read-only file system"
     assert r.returncode == 2, r.stderr
     line = one_line_error(r.stderr)
-    assert line.startswith(f"latopt: error: cannot write ro/sub/x.json: {reason}"), line
+    assert line == f"latopt: error: cannot write {target}: {reason}{named}; choose a writable location", line
     assert list(ro.iterdir()) == []
 
 
