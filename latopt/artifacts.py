@@ -1,17 +1,33 @@
-"""JSON artifacts and atomic file output.
+"""JSON artifacts, atomic file output, and the names that become path components.
 
 Every artifact is JSON with a ``schema`` field, written atomically (temp file in the same directory +
 ``os.replace``), so an interrupted run never leaves a half-written file. Whole output directories are
 built in a temporary sibling and renamed into place by :func:`atomic_dir`.
+
+What this layer guarantees for every output (:func:`atomic_path`, :func:`atomic_dir` and the
+``write_*`` helpers built on them):
+
+- Modes honour the umask: a new file is ``0o666 & ~umask``, a new directory ``0o777 & ~umask``; a file
+  or directory that replaces an existing one keeps the old one's permission bits (as ``open(path, "w")``
+  would), not ``mkstemp``'s 0600 / ``mkdtemp``'s 0700.
+- An output that cannot be written (permission denied, read-only or full file system, quota, ...) is an
+  :class:`OutputError`, a :class:`~latopt.errors.LatoptError` whose one line names the final path and
+  why (``cannot write runs/x/base.pt: No space left on device; ...``); the temporary file or directory
+  is removed.
+- An output path that is a character device or a FIFO (``/dev/null``, a terminal, a named pipe)
+  is written straight to, never replaced by a regular file; any other non-regular file is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,24 +35,149 @@ from typing import Any
 
 from latopt.errors import LatoptError
 
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+# Errors of the file system rather than of one file: whatever the writer was doing, the output failed.
+_EDQUOT = getattr(errno, "EDQUOT", errno.ENOSPC)  # disk quota exceeded (not on Windows)
+_FS_ERRNOS = frozenset({errno.ENOSPC, _EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+_HINTS = {errno.ENOSPC: "free some space or write elsewhere", _EDQUOT: "free some space or write elsewhere",
+          errno.EROFS: "choose a writable location", errno.EACCES: "choose a writable location",
+          errno.EPERM: "choose a writable location"}
+
+
+class OutputError(LatoptError):
+    """An output could not be written; ``path`` is the final path the user asked for, ``reason`` why."""
+
+    def __init__(self, path: str | Path, reason: str, hint: str | None = None) -> None:
+        self.path, self.reason, self.hint = Path(path), reason, hint
+        super().__init__(f"cannot write {path}: {reason}" + (f"; {hint}" if hint else ""))
+
+    @classmethod
+    def from_os(cls, path: str | Path, e: OSError, *, also: tuple[str | Path, ...] = ()) -> OutputError:
+        """``e`` as the one line for ``path``; names ``e.filename`` when it is another file than ``path``,
+        ``also`` or a temporary file of ``path`` (e.g. the parent directory that could not be created)."""
+        reason = e.strerror or os.strerror(e.errno or 0) or type(e).__name__
+        name = None if e.filename is None else str(e.filename)
+        if name is not None and name not in {str(path), *map(str, also)} \
+                and not Path(name).name.startswith(f".{Path(path).name}."):
+            reason += f" ({name})"
+        return cls(path, reason, _HINTS.get(e.errno or 0))
+
+
+def check_name(name: Any, what: str) -> str:
+    """``name`` when it is an identifier that can be one path component (``runs/<name>/``,
+    ``profiles/<name>/``): letters, digits, ``.``, ``_``, ``-``, starting with a letter or digit, at most
+    100 characters; else a LatoptError naming ``what``. Names are never paths: no ``/``, no ``..``."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise LatoptError(f"{what} {name!r} is not a valid name: use letters, digits, '.', '_' and '-' "
+                          "(starting with a letter or digit, at most 100 characters), not a path")
+    return name
+
+
+def umask() -> int:
+    """The process umask (read from /proc on Linux, so no other thread sees a changed one)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def _os_errors(final: Path, *also: Path) -> Iterator[None]:
+    """An OSError of the block (creating, renaming the output) becomes an OutputError naming ``final``."""
+    try:
+        yield
+    except OSError as e:
+        raise OutputError.from_os(final, e, also=also) from None
+
+
+@contextlib.contextmanager
+def _writer_errors(final: Path, tmp: Path, *, probe_full: bool = True) -> Iterator[None]:
+    """An exception of the block that writes ``tmp`` becomes an OutputError when it is a failure to write.
+
+    That is: an OSError of the file system (full, read-only, quota, I/O) or about ``tmp``; an OutputError
+    of a file inside ``tmp`` (renamed to the file under ``final``); or, with ``probe_full``, any other
+    Exception raised while the file system of ``tmp`` is full (C++ writers such as ``torch.save`` to a
+    path report ENOSPC as a RuntimeError of their own). Anything else is re-raised as it is.
+    """
+    try:
+        yield
+    except OutputError as e:
+        try:
+            inner = e.path.relative_to(tmp)
+        except ValueError:
+            raise e from None
+        raise OutputError(final / inner, e.reason, e.hint) from None
+    except LatoptError:
+        raise
+    except OSError as e:
+        name = "" if e.filename is None else str(e.filename)
+        if e.errno in _FS_ERRNOS or name == str(tmp) or name.startswith(str(tmp) + os.sep):
+            raise OutputError.from_os(final, e, also=(tmp,)) from None
+        raise
+    except Exception:
+        if probe_full and _full(tmp.parent):
+            raise OutputError(final, os.strerror(errno.ENOSPC), _HINTS[errno.ENOSPC]) from None
+        raise
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    with _os_errors(path):
+        try:
+            return path.stat()
+        except FileNotFoundError:
+            return None
+
+
+def _full(directory: Path) -> bool:
+    """No free block left for this process on the file system of ``directory``."""
+    try:
+        st = os.statvfs(directory)
+    except (OSError, AttributeError):
+        return False
+    root = hasattr(os, "geteuid") and os.geteuid() == 0  # root may use the blocks reserved on ext4
+    return (st.f_bfree if root else st.f_bavail) == 0
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
     """Yield a temporary path beside ``path``; it replaces ``path`` only when the block succeeds.
 
-    Creates parent directories; refuses a ``path`` that is a directory. The one place latopt makes a
-    file appear atomically (JSON, text, checkpoints, engines)."""
+    ``suffix`` ends the temporary name (for writers that choose the format by extension). The one place latopt makes a file appear atomically (JSON, text, checkpoints, engines). Creates
+    parent directories; refuses a ``path`` that is a directory. A ``path`` that is a character device or
+    a FIFO is yielded itself: the block writes straight to it (``/dev/null`` stays a device; a write
+    error such as ENOSPC on ``/dev/full`` is an :class:`OutputError`); a block device, socket or other
+    special file is refused. The new file gets ``0o666 & ~umask``, or the mode of the regular file it
+    replaces. Failures to write are one-line :class:`OutputError` naming ``path``; the temp file is removed.
+    """
     path = Path(path)
-    if path.is_dir():
+    st = _stat(path)
+    if st is not None and stat.S_ISDIR(st.st_mode):
         raise LatoptError(f"output path {path} is a directory; give a file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        with _writer_errors(path, path, probe_full=False):
+            yield path
+        return
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise LatoptError(f"output path {path} is not a regular file (a block device or socket); give a file name")
+    with _os_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    tmp = Path(name)
     try:
-        yield Path(tmp)
-        os.replace(tmp, path)
+        with _os_errors(path, tmp):
+            os.close(fd)
+            os.chmod(tmp, st.st_mode & 0o777 if st is not None else 0o666 & ~umask())
+        with _writer_errors(path, tmp):
+            yield tmp
+        with _os_errors(path, tmp):
+            os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 
@@ -83,29 +224,52 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
     """Yield a temporary directory that is renamed to ``final`` only if the block succeeds.
 
     Files already in ``final`` are kept unless the block writes a file of the same name (the temp dir
-    starts as a copy of ``final`` when it exists). On error, ``final`` is untouched.
+    starts as a copy of ``final`` when it exists, mode included; a new one gets ``0o777 & ~umask``). On
+    error, ``final`` is untouched and the temp dir removed; a failure to write (here or in an
+    :func:`atomic_path` inside it) is one-line :class:`OutputError` naming the path under ``final``.
     """
     final = Path(final)
-    if final.exists() and not final.is_dir():
+    st = _stat(final)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
         raise LatoptError(f"output directory {final} exists and is a file; choose another --out")
-    if final.exists() and not overwrite:
+    if st is not None and not overwrite:
         raise LatoptError(f"output directory {final} already exists")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    with _os_errors(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
-        if final.exists():
-            shutil.copytree(final, tmp, dirs_exist_ok=True)
-        yield tmp
-        if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
-            os.replace(final, old / "d")
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
+        with _os_errors(final, tmp):
+            if st is not None:
+                shutil.copytree(final, tmp, dirs_exist_ok=True)  # copies final's mode onto tmp too
+            else:
+                os.chmod(tmp, 0o777 & ~umask())
+        with _writer_errors(final, tmp):
+            yield tmp
+        with _os_errors(final, tmp):
+            _swap_in(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first and put back on failure."""
+    if not final.exists():
+        os.replace(tmp, final)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+    try:
+        os.replace(final, old / "d")
+    except OSError:
+        shutil.rmtree(old, ignore_errors=True)
+        raise
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        os.replace(old / "d", final)  # if even this fails, the previous output stays in ``old``
+        shutil.rmtree(old, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def seed_everything(seed: int) -> None:

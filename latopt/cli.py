@@ -3,7 +3,9 @@
 Each stage module owns its sub-command(s) through a ``register(subparsers)`` function that adds an
 ``argparse`` parser and sets ``func`` (a callable taking the parsed ``Namespace`` and returning an
 exit code or ``None``). A :class:`~latopt.errors.LatoptError` raised anywhere is printed as one line
-(``latopt: error: ...``) with exit code 2 and no traceback.
+(``latopt: error: ...``) with exit code 2 (3 for a failed check) and no traceback. Ctrl-C prints
+``latopt: interrupted`` (exit 130) and SIGTERM ``latopt: terminated`` (exit 143), both after the same
+cleanup (:mod:`latopt.signals`): nothing half-written is left behind.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 
 from latopt import __version__
 from latopt.errors import LatoptError
+from latopt.signals import EXIT_TERMINATED, Terminated, die_with_parent_from_env, sigterm_raises
 
 # Modules that register sub-commands, in the order they appear in ``latopt --help``.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -49,19 +52,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    die_with_parent_from_env()  # a local search worker stops when the search that started it dies
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
-        rc = args.func(args)
+        with sigterm_raises():
+            rc = args.func(args)
     except LatoptError as e:
         print(f"latopt: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("latopt: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("latopt: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     except BrokenPipeError:  # e.g. `latopt inspect ... | head`
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

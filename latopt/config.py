@@ -6,7 +6,7 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
 
 .. code-block:: yaml
 
-    name: quickstart              # runs/<name>/ is the default output directory
+    name: quickstart              # runs/<name>/ is the default output directory (letters, digits, . _ -)
     model:  {name: mobilenetv2_050, pretrained: false}
     data:   {task: digits, resolution: 32, batch_size: 64, workers: 0, augment: false, split_seed: 0,
              max_samples: null}
@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from latopt.artifacts import write_text_atomic
+from latopt.artifacts import check_name, write_text_atomic
 from latopt.errors import LatoptError
 
 GRANULARITIES = ("block", "activation")
@@ -294,6 +294,7 @@ def validate_fold_params(lambda_c: float, tau: float, p: float) -> None:
 
 def _validate(cfg: RunConfig) -> None:
     d, t, f, s = cfg.data, cfg.train, cfg.fold, cfg.search
+    check_name(cfg.name, "config key 'name' =")  # runs/<name>/ is the run directory
     _check(cfg.threads is None or cfg.threads >= 1, f"config key 'threads' must be >= 1 or null, got {cfg.threads}")
     check_resolution(d.resolution, "config key 'data.resolution'")
     _check(d.batch_size >= 1, f"config key 'data.batch_size' must be >= 1, got {d.batch_size}")

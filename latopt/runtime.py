@@ -1,8 +1,9 @@
 """Run an exported latopt artefact without the training stack: a TensorRT ``.engine`` or an ``.onnx`` model.
 
 Only :mod:`numpy` is imported at module level; ``tensorrt`` (with ``pycuda`` or, failing that, ``torch``
-holding the CUDA buffers) or ``onnxruntime`` is imported when a model of that kind is loaded. The file has
-no other latopt dependency, so it can be copied next to the model onto a device that lacks the package.
+holding the CUDA buffers) or ``onnxruntime`` is imported when a model of that kind is loaded. Its two
+latopt imports (``LatoptError``, ``atomic_path``) have stand-ins, so the file can be copied next to the model
+onto a device that lacks the package (``--output`` is then written directly, not atomically).
 
 Command line::
 
@@ -26,10 +27,11 @@ get_tensor_shape / get_tensor_dtype / get_tensor_profile_shape``, ``context.set_
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from typing import Any
 import numpy as np
 
 try:  # inside the latopt package
+    from latopt.artifacts import atomic_path
     from latopt.errors import LatoptError
 except ImportError:  # pragma: no cover - this file copied on its own next to a model
 
@@ -44,6 +47,11 @@ except ImportError:  # pragma: no cover - this file copied on its own next to a 
         """A mistake the user can fix (one line)."""
 
         exit_code = 2
+
+    @contextlib.contextmanager
+    def atomic_path(path: str | Path) -> Iterator[Path]:  # type: ignore[no-redef]
+        """Without latopt: write ``path`` directly (not atomically)."""
+        yield Path(path)
 
 
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
@@ -540,19 +548,8 @@ def _check_path(path: str, what: str) -> str:
 
 
 def _save_npy(path: str, arr: np.ndarray) -> None:
-    import os
-    import tempfile
-
-    dst = Path(path)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, arr)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, arr)
 
 
 if __name__ == "__main__":

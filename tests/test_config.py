@@ -78,6 +78,9 @@ def test_overrides_are_validated_and_none_ignored() -> None:
         ("search: {sampler: grid}\n", "search.sampler"),
         ("- a\n- b\n", "must be a YAML mapping"),
         ("fold: {tau: [\n", "not valid YAML"),
+        ("name: ../../x\n", "config key 'name' = '../../x' is not a valid name: .*not a path"),  # runs/<name>/
+        ("name: a/b\n", "config key 'name' = 'a/b' is not a valid name"),
+        ("name: .hidden\n", "config key 'name' = '.hidden' is not a valid name"),
     ],
 )
 def test_invalid_configs_raise_one_line(tmp_path: Path, text: str, match: str) -> None:

@@ -59,6 +59,9 @@ def test_profile_from_path_and_validation(tmp_path) -> None:
         "name: x\nclock: tsc\n": "clock must be",
         "- a\n- b\n": "must be a YAML mapping",
         "name: [unclosed\n": "not valid YAML",
+        "name: ../../x\n": "name '../../x' is not a valid name",  # it names profiles/<name>/ (its LUTs)
+        "name: a/b\n": "name 'a/b' is not a valid name",
+        "name: 5\n": "name 5 is not a valid name",
     }
     for i, (text, msg) in enumerate(bad.items()):
         f = tmp_path / f"bad{i}.yaml"

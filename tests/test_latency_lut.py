@@ -124,3 +124,105 @@ def test_default_path() -> None:
     assert p.parts[-3:] == ("profiles", "cpu", "mobilenetv2_100-r224-b1.json")
     assert default_lut_path("cpu", "torchvision/mobilenet_v2?width=0.75", 160, 4).name == \
         "torchvision_mobilenet_v2_width_0.75-r160-b4.json"
+
+
+# ----------------------------------------------------------------------------- malformed LUTs
+def _set(d: dict, path: tuple, value) -> dict:  # type: ignore[no-untyped-def]
+    node = d
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    return d
+
+
+@pytest.mark.parametrize("path,value,match", [
+    (("blocks", 1, "ms", "full"), -0.3, r"block 1 variant 'full' ms is -0.3; times must be finite numbers >= 0"),
+    (("blocks", 0, "ms", "none"), float("nan"), r"block 0 variant 'none' ms is nan"),
+    (("blocks", 1, "raw", "expand_dw", "median_ms"), float("inf"), r"block 1 variant 'expand_dw' raw median_ms is inf"),
+    (("blocks", 2, "raw", "none", "q1_ms"), -1, r"block 2 variant 'none' raw q1_ms is -1"),
+    (("fixed_ms",), float("-inf"), r"LUT fixed_ms is -inf"),
+    (("fixed", "stem", "iqr_ms"), float("nan"), r"LUT fixed\['stem'\] iqr_ms is nan"),
+    (("call_overhead_ms",), -0.01, r"LUT call_overhead_ms is -0.01"),
+    (("profiling_s",), "1.0", r"LUT profiling_s is '1.0'"),
+    (("blocks", 1, "ms", "none"), 10**400, r"block 1 variant 'none' ms is 1000"),  # too large for a float
+    (("blocks",), [], r"LUT: blocks must be a non-empty list, not \[\]"),
+    (("blocks",), {"0": {}}, r"LUT: blocks must be a non-empty list"),
+    (("blocks", 2, "index"), 1, r"LUT: block index 1 appears twice \(blocks\[2\]\)"),
+    (("blocks", 1, "index"), "1", r"blocks\[1\]: index must be an integer >= 0, not '1'"),
+    (("blocks", 1, "index"), -1, r"blocks\[1\]: index must be an integer >= 0, not -1"),
+    (("blocks", 0), "block", r"blocks\[0\] must be a mapping, not 'block'"),
+    (("blocks", 0, "input_shape"), [1, -3, 4], r"block 0: input_shape must be a non-empty list of positive integers"),
+    (("blocks", 0, "foldable"), "yes", r"block 0: foldable must be true or false, not 'yes'"),
+    (("blocks", 2, "foldable"), True, r"block 2: foldable but ms has no time for variant 'full'"),
+    (("blocks", 0, "path"), None, r"block 0: path must be a string, not None"),
+    (("blocks", 0, "ms"), [0.4], r"block 0 ms must be a mapping, not \[0.4\]"),
+    (("blocks", 0, "ms", "half"), 0.1, r"block 0: ms has unknown variant 'half'"),
+    (("blocks", 1, "raw", "full", "n"), 0, r"block 1 variant 'full' raw: n must be an integer >= 1, not 0"),
+    (("resolution",), "224", r"LUT: resolution must be an integer >= 1, not '224'"),
+    (("batch",), 0, r"LUT: batch must be an integer >= 1, not 0"),
+    (("device",), 5, r"LUT: device must be a non-empty string, not 5"),
+    (("fold_mode",), "fast", r"LUT: fold_mode must be one of exact, paper, not 'fast'"),
+    (("partial",), "true", r"LUT: partial must be true or false"),
+    (("fixed",), [1], r"LUT fixed must be a mapping"),
+    (("end_to_end", "asis"), 3, r"LUT end_to_end\['asis'\] must be a mapping, not 3"),
+])
+def test_malformed_lut_is_one_line_naming_the_field(tmp_path, path, value, match) -> None:
+    data = _set(make_lut().to_dict(), path, value)
+    (tmp_path / "lut.json").write_text(json.dumps(data))
+    with pytest.raises(LatoptError, match=rf"latency LUT .*lut\.json is corrupt: {match}") as e:
+        load_lut(tmp_path / "lut.json")
+    assert "\n" not in str(e.value) and str(e.value).endswith("re-create it with latopt profile")
+
+
+def test_lut_without_as_is_time_or_required_field(tmp_path) -> None:
+    data = make_lut().to_dict()
+    del data["blocks"][1]["ms"]["none"]
+    with pytest.raises(LatoptError, match=r"block 1: ms has no time for variant 'none'"):
+        LUT.from_dict(data)
+    data = make_lut().to_dict()
+    del data["blocks"][0]["raw"]["none"]["median_ms"]
+    with pytest.raises(LatoptError, match=r"block 0 variant 'none' raw: missing field 'median_ms'"):
+        LUT.from_dict(data)
+    with pytest.raises(LatoptError, match=r"LUT must be a mapping"):
+        LUT.from_dict([])
+
+
+def _leaves(d, path=()):  # type: ignore[no-untyped-def]
+    items = d.items() if isinstance(d, dict) else enumerate(d) if isinstance(d, list) else ()
+    for k, v in items:
+        yield (*path, k)
+        yield from _leaves(v, (*path, k))
+
+
+def test_fuzzed_lut_never_raises_anything_but_a_one_line_error() -> None:
+    """Every field of a LUT replaced by every kind of junk (or deleted): from_dict accepts it, and then
+    predict / costs give finite times, or it refuses with a LatoptError; never another exception."""
+    junk = [None, True, -1, 0, 1.5, float("nan"), float("inf"), 10**400, "", "x", [], [1], {}, {"a": 1}]
+    base = make_lut().to_dict()
+    cases = refused = 0
+    for path in list(_leaves(base)):
+        for value in [*junk, "<delete>"]:
+            data = json.loads(json.dumps(base))
+            if value == "<delete>":
+                parent = data
+                for k in path[:-1]:
+                    parent = parent[k]
+                del parent[path[-1]]
+            else:
+                _set(data, path, value)
+            cases += 1
+            try:
+                lut = LUT.from_dict(data)
+            except LatoptError as e:
+                assert "\n" not in str(e)
+                refused += 1
+                continue
+            for folded in ([], "all"):
+                try:
+                    t = predict(lut, folded)
+                except LatoptError as e:                          # e.g. a foldable block without "full"
+                    assert "\n" not in str(e)
+                    continue
+                assert t == t and t < float("inf")                # finite
+            assert all(0 <= c < float("inf") for c in costs(lut).values())
+    assert cases > 1000 and 0 < refused < cases

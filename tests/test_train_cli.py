@@ -50,9 +50,10 @@ def test_train_and_fold_commands(env: dict, capsys: pytest.CaptureFixture) -> No
 
 
 def _lut(path: Path, model: str, resolution: int) -> Path:
-    from latopt.latency.lut import LUT, save_lut
+    from latopt.latency.lut import LUT, BlockEntry, save_lut
 
-    return save_lut(LUT("cpu", model, resolution, 1, [], fixed_ms=1.0), path)
+    block = BlockEntry(0, "blocks.0.0", "k", (1, 3, 8, 8), False, "", {}, {"none": 1.0})  # a LUT has blocks
+    return save_lut(LUT("cpu", model, resolution, 1, [block], fixed_ms=1.0), path)
 
 
 @pytest.mark.parametrize(

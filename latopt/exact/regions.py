@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from latopt.artifacts import atomic_path
 from latopt.errors import LatoptError, VerificationError
 from latopt.exact.lp import solve_lp
 from latopt.exact.network import Box, ReluMLP
@@ -255,9 +256,6 @@ def polygon(region: Region, box: Box) -> np.ndarray:
 
 def plot_regions(enum: RegionEnumeration, path: str | Path, *, title: str = "") -> Path:
     """Draw the regions of a 2-input network (one colour per region) into ``path`` (PNG, atomically)."""
-    import os
-    import tempfile
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -275,14 +273,9 @@ def plot_regions(enum: RegionEnumeration, path: str | Path, *, title: str = "") 
     ax.set_ylim(enum.box.lo[1], enum.box.hi[1])
     ax.set_aspect("equal")
     ax.set_title(title or f"{enum.count} linear regions")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        with atomic_path(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=120)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return Path(path)

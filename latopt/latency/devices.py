@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from latopt.artifacts import check_name
 from latopt.errors import LatoptError, first_line
 
 BACKENDS = ("onnxruntime", "tensorrt", "torch")
@@ -85,7 +86,10 @@ def _from_dict(data: dict[str, Any], path: Path) -> DeviceProfile:
     _check(not unknown, path, f"unknown key(s) {unknown}; valid keys: {sorted(known)}")
     _check("name" in data, path, "missing 'name'")
     kw = dict(data)
-    kw["name"] = str(kw["name"])
+    try:  # it names profiles/<name>/ (the device's LUTs) and runs/<run>/lut-<name>.json
+        check_name(kw["name"], "name")
+    except LatoptError as e:
+        raise LatoptError(f"device profile {path}: {e}") from None
     _check(kw.get("backend", "onnxruntime") in BACKENDS, path,
            f"backend {kw.get('backend')!r} is not one of {BACKENDS}")
     _check(kw.get("precision", "fp32") in PRECISIONS, path,

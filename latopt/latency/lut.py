@@ -6,6 +6,7 @@ Public API::
     BlockEntry, LUT                          dataclasses (fields below)
     save_lut(lut, path) -> Path              atomic JSON write
     load_lut(path, *, model=None, resolution=None, batch=None, device=None) -> LUT   LatoptError on mismatch
+                                             or on a malformed LUT (one line naming the field)
     predict(lut, folded) -> float            ms of the network with ``folded`` blocks folded
     costs(lut) -> dict[int, float]           c_l = max(0, t_asis − t_full) per foldable block
     variant_times(lut, index) -> dict[str, float]   {"none", "full", ("expand_dw", "dw_project")}
@@ -64,11 +65,20 @@ class BlockEntry:
                 "raw": {v: s.to_dict() for v, s in self.raw.items()}, "ms": dict(self.ms), "c": self.c}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> BlockEntry:
-        return cls(int(d["index"]), str(d["path"]), str(d["kind"]), tuple(int(s) for s in d["input_shape"]),
-                   bool(d["foldable"]), str(d.get("reason", "")),
-                   {str(v): TimingStats.from_dict(s) for v, s in d["raw"].items()},
-                   {str(v): float(t) for v, t in d["ms"].items()})
+    def from_dict(cls, d: Any, where: str = "block") -> BlockEntry:
+        """Parse and check one block of a LUT; LatoptError naming the field when it is malformed."""
+        f = _Fields(d, where)
+        index = f.integer("index", lo=0)
+        f.where = where = f"block {index}"
+        shape = f.get("input_shape")
+        if not isinstance(shape, list) or not shape or not all(_is_int(s) and s >= 1 for s in shape):
+            raise LatoptError(f"{where}: input_shape must be a non-empty list of positive integers, not {_short(shape)}")
+        raw = {v: _timing(s, f"{where} variant {v!r} raw") for v, s in f.variants("raw", as_is=False).items()}
+        ms = {v: _time(t, f"{where} variant {v!r} ms") for v, t in f.variants("ms", as_is=True).items()}
+        foldable = f.flag("foldable")
+        if foldable and "full" not in ms:
+            raise LatoptError(f"{where}: foldable but ms has no time for variant 'full'")
+        return cls(index, f.text("path"), f.text("kind"), tuple(shape), foldable, f.text("reason", ""), raw, ms)
 
 
 @dataclass
@@ -115,18 +125,125 @@ class LUT:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> LUT:
+    def from_dict(cls, d: Any) -> LUT:
+        """Parse and check a LUT (as JSON gives it); LatoptError naming the field when it is malformed:
+        a missing field or one of the wrong type, a negative, NaN or infinite time, no blocks, a block
+        index given twice."""
+        f = _Fields(d, "LUT")
+        blocks_raw = f.get("blocks")
+        if not isinstance(blocks_raw, list) or not blocks_raw:
+            raise LatoptError(f"LUT: blocks must be a non-empty list, not {_short(blocks_raw)}")
+        blocks: list[BlockEntry] = []
+        for i, b in enumerate(blocks_raw):
+            entry = BlockEntry.from_dict(b, f"blocks[{i}]")
+            if any(e.index == entry.index for e in blocks):
+                raise LatoptError(f"LUT: block index {entry.index} appears twice (blocks[{i}])")
+            blocks.append(entry)
+        overhead = f.get("call_overhead_ms", None)
         return cls(
-            device=str(d["device"]), model=str(d["model"]), resolution=int(d["resolution"]), batch=int(d["batch"]),
-            blocks=[BlockEntry.from_dict(b) for b in d["blocks"]], fixed_ms=float(d["fixed_ms"]),
-            fixed={k: TimingStats.from_dict(s) for k, s in d.get("fixed", {}).items()},
-            end_to_end=dict(d.get("end_to_end", {})), calibration=dict(d.get("calibration", {})),
-            backend=str(d.get("backend", "")), environment=dict(d.get("environment", {})),
-            num_classes=int(d.get("num_classes", 1000)), fold_mode=str(d.get("fold_mode", "exact")),
-            partial=bool(d.get("partial", False)), profiling_s=float(d.get("profiling_s", 0.0)),
-            call_overhead_ms=None if d.get("call_overhead_ms") is None else float(d["call_overhead_ms"]),
-            created=str(d.get("created", "")),
+            device=f.text("device", nonempty=True), model=f.text("model", nonempty=True),
+            resolution=f.integer("resolution", lo=1), batch=f.integer("batch", lo=1), blocks=blocks,
+            fixed_ms=_time(f.get("fixed_ms"), "LUT fixed_ms"),
+            fixed={k: _timing(s, f"LUT fixed[{k!r}]") for k, s in f.mapping("fixed").items()},
+            end_to_end={k: dict(_mapping(e, f"LUT end_to_end[{k!r}]")) for k, e in f.mapping("end_to_end").items()},
+            calibration=dict(f.mapping("calibration")), backend=f.text("backend", ""),
+            environment=dict(f.mapping("environment")), num_classes=f.integer("num_classes", 1000, lo=1),
+            fold_mode=f.choice("fold_mode", ("exact", "paper"), "exact"), partial=f.flag("partial", False),
+            profiling_s=_time(f.get("profiling_s", 0.0), "LUT profiling_s"),
+            call_overhead_ms=None if overhead is None else _time(overhead, "LUT call_overhead_ms"),
+            created=f.text("created", ""),
         )
+
+
+# ------------------------------------------------------------------------------------ LUT parsing
+_REQUIRED = object()
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _mapping(v: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise LatoptError(f"{where} must be a mapping, not {_short(v)}")
+    return v
+
+
+def _time(v: Any, where: str) -> float:
+    """A time in ms: a finite number >= 0."""
+    try:
+        t = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+    except OverflowError:  # an integer too large for a float
+        t = math.inf
+    if not math.isfinite(t) or t < 0:
+        raise LatoptError(f"{where} is {_short(v)}; times must be finite numbers >= 0")
+    return t
+
+
+def _timing(d: Any, where: str) -> TimingStats:
+    f = _Fields(d, where)
+    w = f.get("wall_median_ms", None)
+    return TimingStats(*(_time(f.get(k), f"{where} {k}") for k in ("median_ms", "q1_ms", "q3_ms", "iqr_ms")),
+                       f.integer("n", lo=1), None if w is None else _time(w, f"{where} wall_median_ms"))
+
+
+class _Fields:
+    """Typed fields of one JSON object of a LUT; each problem is a LatoptError naming ``where`` and the key."""
+
+    def __init__(self, d: Any, where: str) -> None:
+        self.d, self.where = _mapping(d, where), where
+
+    def get(self, key: str, default: Any = _REQUIRED) -> Any:
+        if key in self.d:
+            return self.d[key]
+        if default is _REQUIRED:
+            raise LatoptError(f"{self.where}: missing field {key!r}")
+        return default
+
+    def _bad(self, key: str, want: str) -> LatoptError:
+        return LatoptError(f"{self.where}: {key} must be {want}, not {_short(self.d[key])}")
+
+    def text(self, key: str, default: Any = _REQUIRED, *, nonempty: bool = False) -> str:
+        v = self.get(key, default)
+        if not isinstance(v, str) or (nonempty and not v):
+            raise self._bad(key, "a non-empty string" if nonempty else "a string")
+        return v
+
+    def integer(self, key: str, default: Any = _REQUIRED, *, lo: int) -> int:
+        v = self.get(key, default)
+        if not _is_int(v) or v < lo:
+            raise self._bad(key, f"an integer >= {lo}")
+        return int(v)
+
+    def flag(self, key: str, default: Any = _REQUIRED) -> bool:
+        v = self.get(key, default)
+        if not isinstance(v, bool):
+            raise self._bad(key, "true or false")
+        return v
+
+    def choice(self, key: str, choices: tuple[str, ...], default: Any = _REQUIRED) -> str:
+        v = self.get(key, default)
+        if v not in choices:
+            raise self._bad(key, f"one of {', '.join(choices)}")
+        return v
+
+    def mapping(self, key: str) -> Mapping[str, Any]:
+        return _mapping(self.get(key, {}), f"{self.where} {key}")
+
+    def variants(self, key: str, *, as_is: bool) -> Mapping[str, Any]:
+        """A {variant: value} field of known variant names; with ``as_is``, "none" must be among them."""
+        m = self.mapping(key)
+        unknown = [v for v in m if v not in VARIANTS]
+        if unknown:
+            raise LatoptError(f"{self.where}: {key} has unknown variant {unknown[0]!r}; variants are {', '.join(VARIANTS)}")
+        if as_is and "none" not in m:
+            raise LatoptError(f"{self.where}: {key} has no time for variant 'none' (the block as it is)")
+        return m
 
 
 def save_lut(lut: LUT, path: str | Path) -> Path:
@@ -139,9 +256,8 @@ def load_lut(path: str | Path, *, model: str | None = None, resolution: int | No
     data = read_json(path, schema=LUT_SCHEMA, what="latency LUT")
     try:
         lut = LUT.from_dict(data)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise LatoptError(f"latency LUT {path} is corrupt ({type(e).__name__}: {e}); "
-                          f"re-create it with latopt profile") from None
+    except LatoptError as e:
+        raise LatoptError(f"latency LUT {path} is corrupt: {e}; re-create it with latopt profile") from None
     want = {"model": model, "resolution": resolution, "batch": batch, "device": device}
     for key, expected in want.items():
         have = getattr(lut, key)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from latopt.artifacts import atomic_path
 from latopt.errors import LatoptError, first_line
 
 OPSET = 17
@@ -80,33 +81,27 @@ def export_onnx(module: Any, input_shape: Sequence[int], path: str | os.PathLike
     if not shape or any(s <= 0 for s in shape):
         raise LatoptError(f"input shape {shape} must have positive sizes")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".onnx", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
     modes = [(m, m.training) for m in module.modules()]  # restored one by one: a fresh nn.Sequential
     module.eval()  # around shared eval-mode children reports training=True and must not flip them
     try:
-        p = next(module.parameters(), None)
-        x = torch.zeros(shape, dtype=torch.float32, device=p.device if p is not None else "cpu")
-        with torch.no_grad():
-            exporter = _export_torchscript if torchscript_exporter_available() else _export_dynamo
+        with atomic_path(path, suffix=".onnx") as tmp:
+            p = next(module.parameters(), None)
+            x = torch.zeros(shape, dtype=torch.float32, device=p.device if p is not None else "cpu")
+            with torch.no_grad():
+                exporter = _export_torchscript if torchscript_exporter_available() else _export_dynamo
+                try:
+                    exporter(module, x, tmp, opset, dynamic_batch)
+                except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
+                    raise LatoptError(f"ONNX export of {type(module).__name__} failed: "
+                                      f"{first_line(e)}") from None
             try:
-                exporter(module, x, tmp, opset, dynamic_batch)
-            except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
-                raise LatoptError(f"ONNX export of {type(module).__name__} failed: "
+                onnx.checker.check_model(str(tmp))
+            except onnx.checker.ValidationError as e:
+                raise LatoptError(f"exported ONNX model of {type(module).__name__} fails onnx.checker: "
                                   f"{first_line(e)}") from None
-        try:
-            onnx.checker.check_model(str(tmp))
-        except onnx.checker.ValidationError as e:
-            raise LatoptError(f"exported ONNX model of {type(module).__name__} fails onnx.checker: "
-                              f"{first_line(e)}") from None
-        os.replace(tmp, path)
     finally:
         for m, mode in modes:
             m.training = mode
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
     return path
 
 

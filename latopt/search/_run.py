@@ -20,6 +20,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from latopt.artifacts import check_name
 from latopt.errors import LatoptError, VerificationError
 from latopt.search._pareto import format_table, front_summary, write_front
 from latopt.search._space import space_from_config
@@ -174,7 +175,7 @@ def run_search(o: SearchOptions) -> SearchResult:
     _check_options(o, trials, sampler_name)
     space = space_from_config(cfg)
     objective_key = "latency-measured" if o.measure else o.objective
-    name = o.study or cfg.name
+    name = check_name(o.study, "--study") if o.study is not None else cfg.name  # runs/<study>/
     study_dir = Path(o.runs_dir) / name / "search"
     lut, lut_path = resolve_lut(cfg, o.lut, required=o.objective == "latency" and not o.measure)
     if o.costs == "lut" and lut is None and o.progress:

@@ -4,6 +4,10 @@ They are ordinary workers (the same command pointed at the same storage URL and 
 trials through the storage exactly like workers on other machines. Each process gets
 ``cpu_count // N`` intra-op threads: on a 2-core machine, two 1-thread workers train far faster than
 one process whose two OpenMP threads fight the other for the cores.
+
+A worker dies with the process that started it, even when that one is killed with SIGKILL: ``spawn``
+passes its pid in ``LATOPT_PARENT_PID`` and the worker's ``latopt.cli.main`` arms a parent-death SIGTERM
+(:func:`latopt.signals.die_with_parent`). Its running trial then goes stale and is retried on the next run.
 """
 
 from __future__ import annotations
@@ -11,15 +15,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from latopt.errors import LatoptError
+from latopt.signals import PARENT_ENV, sigterm_raises
 
 if TYPE_CHECKING:  # pragma: no cover
     from latopt.search._run import SearchOptions
@@ -58,7 +60,7 @@ def worker_argv(o: SearchOptions, *, study: str, storage: str, trials: int, samp
 
 
 def spawn(argvs: list[list[str]]) -> list[subprocess.Popen]:
-    env = {**os.environ}
+    env = {**os.environ, PARENT_ENV: str(os.getpid())}
     return [subprocess.Popen(a, env=env) for a in argvs]
 
 
@@ -77,18 +79,7 @@ def join(procs: list[subprocess.Popen], *, ok: bool) -> None:
         raise LatoptError(f"{len(bad)} extra worker(s) failed (pid, exit code): {bad}; rerun the same command to resume")
 
 
-@contextlib.contextmanager
-def terminate_on_sigterm(active: bool) -> Iterator[None]:
-    """While local workers run, SIGTERM raises SystemExit here so ``join`` terminates them too."""
-    if not active or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+def terminate_on_sigterm(active: bool) -> contextlib.AbstractContextManager[None]:
+    """While local workers run, SIGTERM raises :class:`latopt.signals.Terminated` here (the CLI already
+    does so; this covers ``run_search`` called as a library), so ``join`` terminates them too."""
+    return sigterm_raises(active)

@@ -6,6 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
+from latopt.artifacts import check_name
 from latopt.errors import LatoptError
 
 
@@ -96,7 +97,7 @@ def _show(args: argparse.Namespace) -> int:
         name = load_config(args.config).name
     if name is None:
         raise LatoptError("latopt search --show needs --study NAME (or --config FILE to take its name)")
-    study_dir = Path(args.runs_dir) / name / "search"
+    study_dir = Path(args.runs_dir) / check_name(name, "--study") / "search"
     url = args.storage
     if url is None:
         url = default_storage_url(study_dir)

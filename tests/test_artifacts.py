@@ -1,0 +1,311 @@
+"""What latopt writes to disk: devices and FIFOs are written to, not replaced; unwritable outputs are one
+line naming the path and why, with nothing left behind; modes honour the umask; names are not paths."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import latopt.artifacts as artifacts
+from latopt import runtime
+from latopt.artifacts import (
+    OutputError,
+    atomic_dir,
+    atomic_path,
+    check_name,
+    write_json_atomic,
+    write_text_atomic,
+)
+from latopt.cli import main
+from latopt.errors import LatoptError
+from latopt.latency.onnx_io import export_onnx
+from latopt.models import build_model, make_arch, save_checkpoint
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+INSPECT = ["inspect", "mobilenetv2_035", "--resolution", "32", "--num-classes", "10"]
+
+
+def hidden(d: Path) -> list[str]:
+    """Temporary files or directories of the atomic writers left in ``d`` (recursively)."""
+    return [str(p) for p in d.rglob(".*")]
+
+
+def one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture
+def tiny_onnx(tmp_path: Path) -> Path:
+    return export_onnx(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()), (1, 3, 8, 8),
+                       tmp_path / "tiny.onnx")
+
+
+@pytest.fixture
+def umask_077() -> Iterator[None]:
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+# ------------------------------------------------------------------------------- devices and FIFOs
+@pytest.fixture
+def devices(tmp_path: Path) -> dict[str, Path]:
+    """``null`` and ``full`` character devices. As root, nodes of our own in tmp_path (same device numbers),
+    so that a regression replaces them and not the machine's /dev/null; else the real ones (which an
+    ordinary user cannot replace anyway)."""
+    numbers = {"null": (1, 3), "full": (1, 7)}
+    if os.geteuid() == 0:
+        d = tmp_path / "dev"
+        d.mkdir()
+        try:
+            for name, (major, minor) in numbers.items():
+                os.mknod(d / name, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+            return {name: d / name for name in numbers}
+        except OSError:
+            pass
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    return {name: Path("/dev") / name for name in numbers}
+
+
+def is_device_without_leftovers(dev: Path) -> bool:
+    return stat.S_ISCHR(os.stat(dev).st_mode) and not [n for n in os.listdir(dev.parent) if n.startswith(f".{dev.name}.")]
+
+
+def test_inspect_json_to_devices(devices: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*INSPECT, "--json", str(devices["null"])]) == 0
+    assert is_device_without_leftovers(devices["null"])     # as root, os.replace made it a regular file
+    capsys.readouterr()
+    assert main([*INSPECT, "--json", str(devices["full"])]) == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line.startswith(f"latopt: error: cannot write {devices['full']}: No space left on device"), line
+    assert is_device_without_leftovers(devices["full"])
+
+
+def test_runtime_output_to_devices(tiny_onnx: Path, devices: dict[str, Path],
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert runtime.main([str(tiny_onnx), "--output", str(devices["full"])]) == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line.startswith(f"latopt.runtime: error: cannot write {devices['full']}: No space left on device"), line
+    assert is_device_without_leftovers(devices["full"])
+    assert runtime.main([str(tiny_onnx), "--output", str(devices["null"])]) == 0
+    assert is_device_without_leftovers(devices["null"])
+    out = tiny_onnx.parent / "y.npy"                       # a regular file still goes through atomic_path
+    assert runtime.main([str(tiny_onnx), "--output", str(out)]) == 0
+    assert np.load(out).shape == (1, 4, 6, 6) and not hidden(tiny_onnx.parent)
+
+
+def test_fifo_is_written_through(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)  # blocks until written
+    reader.start()
+    write_json_atomic(fifo, {"a": 1})
+    reader.join(timeout=30)
+    assert got and json.loads(got[0]) == {"a": 1}
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and not hidden(tmp_path)
+
+
+def test_socket_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+        with pytest.raises(LatoptError, match="is not a regular file"):
+            write_json_atomic(path, {})
+    assert stat.S_ISSOCK(os.stat(path).st_mode) and not hidden(tmp_path)
+
+
+# ------------------------------------------------------------------------------ unwritable outputs
+def _mount_ns(setup: str, argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` after the shell commands ``setup`` in a private mount namespace (its mounts vanish with
+    it); skip when this machine does not allow that (unprivileged user, no unshare)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare is not installed")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", f"({setup}) >/dev/null 2>&1 || exit 99; exec \"$@\"", "sh",
+                        *argv], cwd=cwd, env={**ENV, "PYTHONPATH": os.getcwd()}, capture_output=True, text=True,
+                       timeout=300)
+    if r.returncode == 99:
+        pytest.skip("cannot mount in a private mount namespace here (needs root or CAP_SYS_ADMIN)")
+    return r
+
+
+@pytest.mark.parametrize("target,named", [("ro/x.json", ""), ("ro/sub/x.json", " (ro/sub)")])
+def test_read_only_directory_is_one_line(tmp_path: Path, target: str, named: str) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    argv = [sys.executable, "-m", "latopt", *INSPECT, "--json", target]
+    if os.geteuid() != 0:  # permission bits stop an ordinary user: a real EACCES
+        ro.chmod(0o500)
+        try:
+            r = subprocess.run(argv, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+        finally:
+            ro.chmod(0o700)
+        reason = "Permission denied"
+    else:  # root ignores permission bits: a read-only bind mount gives a real EROFS
+        r = _mount_ns(f"mount --bind {ro} {ro} && mount -o remount,bind,ro {ro}", argv, tmp_path)
+        reason = "Read-only file system"
+    assert r.returncode == 2, r.stderr
+    line = one_line_error(r.stderr)
+    assert line == f"latopt: error: cannot write {target}: {reason}{named}; choose a writable location", line
+    assert list(ro.iterdir()) == []
+
+
+def test_full_disk_is_one_line(tmp_path: Path) -> None:
+    """A real full file system (a small tmpfs, filled): JSON (an OSError) and a checkpoint (torch.save to a
+    path reports ENOSPC as a RuntimeError) both end as one line naming the path; no temp file is left."""
+    full = tmp_path / "full"
+    full.mkdir()
+    script = tmp_path / "write.py"
+    script.write_text(f"""
+import sys, torch
+from latopt.cli import main
+from latopt.errors import LatoptError
+from latopt.models import build_model, make_arch, save_checkpoint
+m = build_model("mobilenetv2_035", num_classes=10)
+try:
+    save_checkpoint("{full}/base.pt", m, make_arch(m, "mobilenetv2_035", 10))
+except LatoptError as e:
+    print("checkpoint:", e, file=sys.stderr)
+sys.exit(main({[*INSPECT, "--json", str(full / "run" / "x.json")]!r}))
+""")
+    r = _mount_ns(f"mount -t tmpfs -o size=256k tmpfs {full} && (dd if=/dev/zero of={full}/fill bs=4k || true)",
+                  [sys.executable, str(script)], tmp_path)
+    assert r.returncode == 2, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert err[0].startswith(f"checkpoint: cannot write {full}/base.pt: No space left on device"), r.stderr
+    assert err[1].startswith(f"latopt: error: cannot write {full}/run/x.json: No space left on device"), r.stderr
+    assert len(err) == 2
+
+
+def test_unwritable_paths_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same conversions without a real file system error (runs everywhere, also without unshare): the
+    errors are raised by monkeypatched calls, as the kernel would raise them."""
+    def deny(*a, **k):  # mkstemp in a directory the user may not write
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp_path))
+
+    with monkeypatch.context() as m:
+        m.setattr(artifacts.tempfile, "mkstemp", deny)
+        with pytest.raises(OutputError, match=r"cannot write .*a\.json: Permission denied \(.*\); choose a writable"):
+            write_json_atomic(tmp_path / "a.json", {})
+
+    def full(self, *a, **k):  # the write itself fails: disk full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "write_text", full)
+        with pytest.raises(OutputError, match=r"cannot write .*b\.json: No space left on device; free some"):
+            write_json_atomic(tmp_path / "b.json", {})
+        with pytest.raises(OutputError, match=r"cannot write .*out/c\.txt: No space left"):  # named under final
+            with atomic_dir(tmp_path / "out") as d:
+                write_text_atomic(d / "c.txt", "x")
+    assert not (tmp_path / "out").exists()
+
+    class Statvfs:
+        f_bavail = f_bfree = 0
+
+    def torch_full(*a, **k):  # what torch.save(obj, path) raises on a full disk
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    m_ = build_model("mobilenetv2_035", num_classes=10)
+    with monkeypatch.context() as m:
+        m.setattr(torch, "save", torch_full)
+        with pytest.raises(RuntimeError, match="unexpected pos"):  # a disk with room: not a write error
+            save_checkpoint(tmp_path / "c.pt", m_, make_arch(m_, "mobilenetv2_035", 10))
+        m.setattr(artifacts.os, "statvfs", lambda p: Statvfs())
+        with pytest.raises(OutputError, match=r"cannot write .*d\.pt: No space left on device"):
+            save_checkpoint(tmp_path / "d.pt", m_, make_arch(m_, "mobilenetv2_035", 10))
+    assert not hidden(tmp_path) and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_errors_that_are_not_about_the_output_pass_through(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):  # reading an input inside the block is not a write error
+        with atomic_path(tmp_path / "a.txt"):
+            (tmp_path / "missing").read_text()
+    with pytest.raises(LatoptError, match="^a check$"):
+        with atomic_dir(tmp_path / "d"):
+            raise LatoptError("a check")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------- modes
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_new_outputs_honour_the_umask(tmp_path: Path, mask: int) -> None:
+    old = os.umask(mask)
+    try:
+        f = write_json_atomic(tmp_path / "a.json", {})
+        with atomic_dir(tmp_path / "d") as d:
+            write_text_atomic(d / "x.txt", "x")
+        onnx = export_onnx(torch.nn.Conv2d(3, 2, 1), (1, 3, 4, 4), tmp_path / "m.onnx")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE(onnx.stat().st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o777 & ~mask
+    assert stat.S_IMODE((tmp_path / "d" / "x.txt").stat().st_mode) == 0o666 & ~mask
+
+
+def test_replaced_outputs_keep_their_mode(tmp_path: Path, umask_077: None) -> None:
+    f = tmp_path / "a.json"
+    f.write_text("{}")
+    f.chmod(0o640)
+    write_json_atomic(f, {"new": 1})
+    assert stat.S_IMODE(f.stat().st_mode) == 0o640 and json.loads(f.read_text()) == {"new": 1}
+    d = tmp_path / "d"
+    d.mkdir()
+    d.chmod(0o751)
+    with atomic_dir(d) as tmp:
+        (tmp / "x").write_text("x")
+    assert stat.S_IMODE(d.stat().st_mode) == 0o751 and (d / "x").is_file()
+
+
+# --------------------------------------------------------------------------------------- names
+@pytest.mark.parametrize("name", ["run", "mobilenetv2_100", "cpu-test", "v1.2", "A" * 100])
+def test_valid_names(name: str) -> None:
+    assert check_name(name, "name") == name
+
+
+@pytest.mark.parametrize("name", ["../../x", "..", ".", ".hidden", "a/b", "/abs", "a\\b", "", "a b", "-x", "A" * 101,
+                                  "x\n", 5, None])
+def test_names_are_not_paths(name: object) -> None:
+    with pytest.raises(LatoptError, match="is not a valid name"):
+        check_name(name, "name")
+
+
+def test_search_study_name_is_not_a_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: c\nmodel: {name: mobilenetv2_035}\n")
+    runs = tmp_path / "a" / "runs"
+    for extra in ([], ["--show"]):
+        rc = main(["search", "--config", str(cfg), "--study", "../../x", "--runs-dir", str(runs), *extra])
+        assert rc == 2
+        line = one_line_error(capsys.readouterr().err)
+        assert "--study '../../x' is not a valid name" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
+def test_profile_with_a_device_named_like_a_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dev = tmp_path / "a" / "b" / "dev.yaml"
+    dev.parent.mkdir(parents=True)
+    dev.write_text("name: ../../x\n")
+    rc = main(["profile", "--device", str(dev), "--model", "mobilenetv2_035", "--resolution", "16", "--quiet"])
+    assert rc == 2
+    assert "name '../../x' is not a valid name" in one_line_error(capsys.readouterr().err)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "dev.yaml"]

@@ -1,0 +1,153 @@
+"""SIGTERM cleans up like Ctrl-C (exit 143, one line, no temp files), and local search workers die with
+the search that started them, even when it is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import TrialState
+
+from latopt.models import build_model, make_arch, save_checkpoint
+from latopt.search._storage import open_storage
+
+MODEL = "mobilenetv2_035"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def wait_for(cond: Callable[[], object], proc: subprocess.Popen | None, timeout: float, what: str) -> object:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        got = cond()
+        if got:
+            return got
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process ended (rc {proc.returncode}) before {what}: {proc.communicate()}")
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def base_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    m = build_model(MODEL, num_classes=10)
+    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "base.pt", m, make_arch(m, MODEL, 10), {"resolution": 16})
+
+
+def test_sigterm_raises_once_and_restores_the_handler() -> None:
+    """In a child process (a broken handler must not kill the test run): SIGTERM inside ``sigterm_raises``
+    raises Terminated (code 143), a second one during the cleanup is ignored, the old handler comes back."""
+    code = textwrap.dedent("""
+        import os, signal, time
+        from latopt.signals import Terminated, sigterm_raises
+        cleaned = False
+        try:
+            with sigterm_raises():
+                with sigterm_raises():  # nested, as search's terminate_on_sigterm inside cli.main
+                    try:
+                        os.kill(os.getpid(), signal.SIGTERM)
+                        time.sleep(30)
+                    finally:
+                        os.kill(os.getpid(), signal.SIGTERM)  # ignored: the first one is being handled
+                        time.sleep(0.2)
+                        cleaned = True
+        except Terminated as e:
+            assert e.code == 143 and cleaned
+            assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+            print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_sigterm_during_export_cleans_up(base_ckpt: Path, tmp_path: Path, fast_cpu_device: str) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "latopt", "export", "--checkpoint", str(base_ckpt), "--device",
+                             fast_cpu_device, "--fold", "all", "--samples", "4", "--out", str(out)],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: list(tmp_path.glob(".out.*")), proc, 300, "the export's temp directory")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "latopt: terminated" and "Traceback" not in err, err
+    assert not out.exists() and not list(tmp_path.glob(".*")), list(tmp_path.iterdir())
+
+
+def children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (from /proc: psutil is not a dependency)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def gone(pid: int) -> bool:
+    """Exited: no /proc entry, or a zombie nobody reaps (its parent is dead)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc to find the worker process")
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_workers_die_with_a_killed_search(base_ckpt: Path, tmp_path: Path) -> None:
+    cfg = {"name": "w", "model": {"name": MODEL}, "data": {"task": "digits", "resolution": 16, "batch_size": 128},
+           "fold": {"epochs": 8, "post_epochs": 1}}                       # trials last seconds: killed inside one
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(cfg))
+    url = f"sqlite:///{tmp_path / 'runs' / 'w' / 'search' / 'study.db'}"
+    parent = subprocess.Popen([sys.executable, "-m", "latopt", "search", "--config", "w.yaml", "--objective", "depth",
+                               "--trials", "4", "--base", str(base_ckpt), "--workers", "2", "--runs-dir", "runs",
+                               "--heartbeat-interval", "1", "--grace-period", "2", "--quiet"],
+                              cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        worker = int(wait_for(lambda: children(parent.pid), parent, 120, "the local worker")[0])
+
+        def both_running() -> bool:
+            try:
+                study = optuna.load_study(study_name="w", storage=url)
+            except Exception:  # the database may not exist yet
+                return False
+            return len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))) >= 2
+
+        wait_for(both_running, parent, 180, "a trial running in each process")
+        parent.kill()                                                      # SIGKILL: no cleanup in the parent
+        parent.wait(timeout=30)
+        wait_for(lambda: gone(worker), None, 20, f"worker {worker} to die with its parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if worker is not None and not gone(worker):
+            os.kill(worker, signal.SIGKILL)
+    # The study stays consistent: both trials were left RUNNING; once stale they are failed and retried.
+    time.sleep(2.5)                                                        # > grace period
+    study = optuna.load_study(study_name="w", storage=open_storage(url, heartbeat_interval=1, grace_period=2))
+    running = [t.number for t in study.get_trials(states=(TrialState.RUNNING,))]
+    assert len(running) == 2
+    optuna.storages.fail_stale_trials(study)
+    trials = study.get_trials()
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    retried = sorted(RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials
+                     if t.state == TrialState.WAITING)
+    assert retried == running
