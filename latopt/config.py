@@ -149,7 +149,9 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         if not isinstance(loaded, dict):
             raise LatoptError(f"config file {path} must be a YAML mapping of sections, got {type(loaded).__name__}")
         raw = loaded
-        raw.setdefault("name", path.stem)
+        if "name" not in raw:  # the run is named after the file unless the config names it
+            check_name(path.stem, f"config file {path} has no 'name:' key, and its file name")
+            raw["name"] = path.stem
     return config_from_dict(_merge(raw, overrides or {}))
 
 

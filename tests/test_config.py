@@ -92,3 +92,12 @@ def test_invalid_configs_raise_one_line(tmp_path: Path, text: str, match: str) -
 def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(LatoptError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_config_named_after_an_unusable_file_name_says_to_add_name(tmp_path) -> None:
+    p = tmp_path / "my config.yaml"
+    p.write_text("train: {epochs: 1}\n")
+    with pytest.raises(LatoptError, match="has no 'name:' key, and its file name 'my config' is not a valid name"):
+        load_config(p)
+    p.write_text("name: mine\ntrain: {epochs: 1}\n")
+    assert load_config(p).name == "mine"
