@@ -458,9 +458,10 @@ def _cifar10(spec: str, path: Path, resolution: int, seed: int, augment: bool) -
     candidates = [(path, fmt) for fmt in (CIFAR_PY, CIFAR_BIN) if (path / fmt[3]).is_file() or path.name == fmt[0]]
     candidates += [(path / fmt[0], fmt) for fmt in (CIFAR_PY, CIFAR_BIN) if (path / fmt[0]).is_dir()]
     if not candidates:
-        raise LatoptError(f"CIFAR-10 directory {path} holds neither the python batches (batches.meta, "
-                          "cifar-10-batches-py/) nor the binary ones (batches.meta.txt, cifar-10-batches-bin/); "
-                          "extract cifar-10-python.tar.gz or cifar-10-binary.tar.gz there; latopt never downloads them")
+        raise LatoptError(f"CIFAR-10 directory {path} lacks data_batch_1..5, test_batch and batches.meta (the python "
+                          "batches) and data_batch_1..5.bin, test_batch.bin and batches.meta.txt (the binary ones), "
+                          "there or in cifar-10-batches-py/ or cifar-10-batches-bin/; extract cifar-10-python.tar.gz "
+                          "or cifar-10-binary.tar.gz there; latopt never downloads them")
     batches, (_, train_files, test_file, meta_file) = candidates[0]
     binary = train_files == CIFAR_BIN[1]
     missing = [f for f in (*train_files, test_file, meta_file) if not (batches / f).is_file()]

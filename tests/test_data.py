@@ -263,7 +263,7 @@ def test_cifar10_errors(tmp_path: Path) -> None:
     with pytest.raises(LatoptError, match="does not exist"):
         get_task(f"cifar10:{tmp_path / 'none'}", 32, 0)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(LatoptError, match="neither the python batches"):
+    with pytest.raises(LatoptError, match="lacks data_batch_1..5, test_batch and batches.meta .the python"):
         get_task(f"cifar10:{tmp_path / 'empty'}", 32, 0)
     d = _cifar(tmp_path / "a")
     (d / "data_batch_3").unlink()

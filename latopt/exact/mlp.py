@@ -14,6 +14,7 @@ on the *first* layer's weights only, lr x0.1 every ``epochs // 2.4`` epochs (50 
 from __future__ import annotations
 
 import math
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -196,12 +197,15 @@ def load_mlp(path: str | Path) -> tuple[Any, dict]:
             warnings.simplefilter("ignore")
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        if "weights only load failed" in str(e).lower():
-            raise LatoptError(f"checkpoint {path} holds pickled objects that weights_only loading refuses (a pickle "
-                              "can run code); it is not a latopt.mlp/1 file, which holds only tensors and plain "
-                              "data") from None
-        raise LatoptError(f"checkpoint {path} cannot be read as a torch checkpoint (UnpicklingError: "
-                          f"{first_line(e, 100)}); is it a latopt.mlp/1 file?") from None
+        text = str(e)
+        ref = re.search(r"GLOBAL ([\w.]+)", text)
+        if ref:
+            raise LatoptError(f"checkpoint {path} holds a pickled reference to {ref.group(1)}, which weights_only "
+                              "loading refuses (a pickle can run code); it is not a latopt.mlp/1 file, which holds "
+                              "only tensors and plain data") from None
+        detail = next((line.strip() for line in text.splitlines() if "Unsupported" in line), first_line(e))
+        raise LatoptError(f"checkpoint {path} cannot be read as a torch checkpoint (UnpicklingError: {detail[:100]}); "
+                          "is it a latopt.mlp/1 file?") from None
     except (RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError,
             IndexError, KeyError, TypeError, AttributeError) as e:  # torch's unpickler on arbitrary bytes
         first = first_line(e, 1000)
