@@ -288,10 +288,13 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         if first_rerun is not None:
             plan[stage] = "not run yet" if state.record(stage) is None else f"{first_rerun} is re-run"
             continue
-        made_from = {"base": fps.base, "profile": fps.profile,
-                     "search": lambda: fps.search(base_rec["checkpoint"]),
-                     "export": lambda: fps.export(srch_rec["checkpoint"] or base_rec["checkpoint"])}[stage]()
-        why = state.stale(stage, made_from)
+        try:
+            made_from = {"base": fps.base, "profile": fps.profile,
+                         "search": lambda: fps.search(base_rec["checkpoint"]),
+                         "export": lambda: fps.export(srch_rec["checkpoint"] or base_rec["checkpoint"])}[stage]()
+            why = state.stale(stage, made_from)
+        except (KeyError, TypeError, AttributeError, OSError):   # a hand-edited run.json
+            why = ["its record in run.json is unreadable"]
         if stage == "search":
             new_study = bool(why) and why != ["interrupted"]
             if not why and srch_rec.get("trials") != n_trials:

@@ -137,7 +137,7 @@ class _Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("change", ["train", "tampered base", "seed"])
+@pytest.mark.parametrize("change", ["train", "tampered base", "seed", "hand-edited run.json"])
 def test_a_changed_base_input_reruns_every_stage(first_run: tuple[Path, str], tiny_config: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                                  change: str) -> None:
@@ -152,8 +152,13 @@ def test_a_changed_base_input_reruns_every_stage(first_run: tuple[Path, str], ti
         with (root / "base" / "base.pt").open("ab") as f:
             f.write(b"\0")
         why = "its output base/base.pt changed since it was made"
-    else:
+    elif change == "seed":
         args, why = ["--seed", "1"], "seed changed (0 → 1)"
+    else:
+        state = json.loads((root / "run.json").read_text())
+        state["stages"]["base"]["made_from"] = "x"
+        (root / "run.json").write_text(json.dumps(state))
+        why = "its record in run.json is unreadable"
 
     def train_base(*a, **k):
         raise _Stop
