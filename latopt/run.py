@@ -382,8 +382,8 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
 
         made_from = fps.search(base["checkpoint"])
         state.start("search", made_from, trials=n_trials)
-        # two 1-thread workers on a 2-core machine train far faster than one 2-thread process
-        workers = 2 if (os.cpu_count() or 1) >= 2 else 1
+        # two 1-thread workers on a 2-core machine train far faster than one 2-thread process (one trial: one)
+        workers = 2 if (os.cpu_count() or 1) >= 2 and n_trials >= 2 else 1
         res = run_search(SearchOptions(config=config, trials=n_trials, base=base["checkpoint"], lut=lut_path,
                                        seed=seed, runs_dir=runs_dir, overrides=overrides or {}, workers=workers))
         if not res.finished:

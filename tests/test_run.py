@@ -120,7 +120,7 @@ def test_changed_fold_settings_rerun_search_and_export_only(first_run: tuple[Pat
     old_trials = {t.datetime_start for t in _study_trials(root)}
     config = _config(tiny_config, tmp_path, fold={"lr": 0.002})
     _forbid(monkeypatch, "base", "profile")
-    assert main(["run", str(config), "--runs-dir", str(runs)]) == 0
+    assert main(["run", str(config), "--runs-dir", str(runs), "--trials", "1"]) == 0   # 1: the base trial only
     out = capsys.readouterr().out
     inv = json.loads((root / "run.json").read_text())["last_invocation"]
     assert inv["base"]["reused"] and inv["profile"]["reused"]
@@ -129,7 +129,7 @@ def test_changed_fold_settings_rerun_search_and_export_only(first_run: tuple[Pat
     assert "ran             search (config section fold changed); export (search is re-run)" in out
     assert (root / "base" / "base.pt").read_bytes() == base_pt
     trials = _study_trials(root)                       # a new study: none of the old trials is in it
-    assert len(trials) == 2 and not {t.datetime_start for t in trials} & old_trials
+    assert len(trials) == 1 and not {t.datetime_start for t in trials} & old_trials
     assert yaml.safe_load((root / "config.yaml").read_text())["fold"]["lr"] == 0.002
 
 
@@ -180,11 +180,11 @@ def test_fresh_starts_a_new_study(first_run: tuple[Path, str], tiny_config: Path
     root = runs / "tiny-run"
     old_trials = {t.datetime_start for t in _study_trials(root)}
     (root / "search" / "trial-9").mkdir()
-    assert main(["run", str(tiny_config), "--runs-dir", str(runs), "--fresh"]) == 0
+    assert main(["run", str(tiny_config), "--runs-dir", str(runs), "--fresh", "--trials", "1"]) == 0
     out = capsys.readouterr().out
     assert "ran             base (--fresh); profile (--fresh); search (--fresh); export (--fresh)" in out
     trials = _study_trials(root)
-    assert len(trials) == 2 and not {t.datetime_start for t in trials} & old_trials
+    assert len(trials) == 1 and not {t.datetime_start for t in trials} & old_trials
     assert not (root / "search" / "trial-9").exists()
     assert json.loads((root / "run.json").read_text())["stages"]["search"]["done"]
 

@@ -4,7 +4,9 @@ The loop counts COMPLETE trials across all workers. Before each trial it fails t
 stopped sending heartbeats (Optuna's ``fail_stale_trials``; ``RetryHeartbeatStaleTrialCallback``
 enqueues a retry); when the remaining budget is taken by trials other workers are running, it waits
 for them to complete or go stale. So a rerun after ``kill -9`` finishes the study, and any number of
-workers pointed at one storage URL stop together without losing or duplicating a trial.
+workers pointed at one storage URL stop together without losing or duplicating a trial. A given
+``--base`` (and ``--lut``) is checked before the storage is opened; a study whose base trial ended
+without completing (and has no retry of it waiting) gets it enqueued again, so it can still recommend.
 """
 
 from __future__ import annotations
