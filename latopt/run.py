@@ -50,6 +50,8 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.y
 STAGES = ("base", "profile", "search", "export", "report")
 # record keys holding paths: stored relative to the run directory, so a moved run directory stays valid
 _PATH_KEYS = ("checkpoint", "lut", "dir", "pareto_png", "study_dir", "report")
+# the record keys naming a stage's outputs (a file, or a directory: every file in it), hashed when it finishes
+_OUTPUT_KEYS = ("checkpoint", "lut", "dir")
 # what each stage writes besides run.json (relative to the run directory); removed when it is re-run
 _REPORT_FILES = ("REPORT.md", "latency_blocks.png", "pareto.png", "config.yaml")
 
@@ -106,8 +108,13 @@ class _State:
         except ValueError:
             return str(path)
 
-    def outputs(self, files: list[str | Path]) -> dict[str, str]:
-        """{path relative to the run directory: SHA-256} of a stage's output files."""
+    def outputs(self, info: dict[str, Any]) -> dict[str, str]:
+        """{path relative to the run directory: SHA-256} of the output files a stage's record names."""
+        files: list[Path] = []
+        for k in _OUTPUT_KEYS:
+            if isinstance(info.get(k), (str, Path)) and info[k]:
+                p = Path(info[k])
+                files += sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
         return {self._rel(f): file_sha256(f) for f in files}
 
     def stale(self, stage: str, made_from: dict[str, Any]) -> list[str]:
@@ -138,11 +145,13 @@ class _State:
         self.data["stages"][stage] = {"made_from": _plain(made_from), "done": False, **info}
         self._write()
 
-    def finish(self, stage: str, made_from: dict[str, Any], outputs: list[str | Path], info: dict[str, Any]) -> None:
+    def finish(self, stage: str, info: dict[str, Any]) -> None:
+        """Record that ``stage`` (begun with :meth:`start`) is done: its results ``info`` and its outputs' SHA-256."""
+        made_from = self.data["stages"].get(stage, {}).get("made_from", {})
         rec = {k: (self._rel(v) if k in _PATH_KEYS and isinstance(v, (str, Path)) and v else v)
                for k, v in info.items()}
-        self.data["stages"][stage] = {**rec, "made_from": _plain(made_from), "outputs": self.outputs(outputs),
-                                      "done": True, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        self.data["stages"][stage] = {**rec, "made_from": made_from, "outputs": self.outputs(info), "done": True,
+                                      "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         self._write()
 
     def invocation(self, actions: dict[str, str | None]) -> None:
@@ -341,7 +350,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         base = {"checkpoint": str(metrics["checkpoint"]), "test_acc": metrics.get("test_acc"),
                 "val_acc": metrics.get("val_acc")}
         say(f"base test accuracy {base['test_acc']:.4f}")
-        state.finish("base", made_from, [base["checkpoint"]], base)
+        state.finish("base", base)
     times["base"] = time.perf_counter() - t
 
     # 2. profile ------------------------------------------------------------------------------------
@@ -355,7 +364,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         made_from = fps.profile()
         state.start("profile", made_from)
         lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
-        state.finish("profile", made_from, [lut_path], {"lut": str(lut_path), "given": True})
+        state.finish("profile", {"lut": str(lut_path), "given": True})
     else:
         _stage(2, "profile", f"time every block of {cfg.model.name} on {dev.name} ({dev.backend}) ({plan['profile']})")
         from latopt.latency.profiler import format_lut, profile_model
@@ -366,7 +375,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
                             num_classes=_num_classes(cfg))
         save_lut(lut, lut_path)
         print(format_lut(lut), flush=True)
-        state.finish("profile", made_from, [lut_path], {"lut": str(lut_path), "profiling_s": lut.profiling_s})
+        state.finish("profile", {"lut": str(lut_path), "profiling_s": lut.profiling_s})
     times["profile"] = time.perf_counter() - t
 
     # 3. search -------------------------------------------------------------------------------------
@@ -391,7 +400,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
                               "rerun `latopt run` to resume it")
         srch = _recommended(res)
         srch["trials"] = n_trials
-        state.finish("search", made_from, [srch["checkpoint"]] if srch["checkpoint"] else [], srch)
+        state.finish("search", srch)
     times["search"] = time.perf_counter() - t
 
     # 4. export -------------------------------------------------------------------------------------
@@ -402,22 +411,21 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         result = read_json(export_dir / "export.json", what="export record")
     else:
         _stage(4, "export", f"ONNX, numeric gates, as-is vs folded measured in one interleaved run ({plan['export']})")
+        state.start("export", fps.export(srch["checkpoint"] or base["checkpoint"]))
         from latopt.export import export
 
         ckpt = srch["checkpoint"] or base["checkpoint"]
-        made_from = fps.export(ckpt)
-        state.start("export", made_from)
         result = export(ckpt, cfg.device, export_dir, fmt="onnx", fold=None if srch["checkpoint"] else "none",
                         lut_path=str(lut_path), seed=seed)
-        state.finish("export", made_from, sorted(p for p in export_dir.rglob("*") if p.is_file()),
-                     {"dir": str(export_dir)})
+        state.finish("export", {"dir": str(export_dir)})
     times["export"] = time.perf_counter() - t
 
     # 5. report -------------------------------------------------------------------------------------
     _stage(5, "report", f"{root / 'REPORT.md'}")
     summary = write_report(root, cfg, lut, base, srch, result, times, plan)
     write_config(cfg, root / "config.yaml")   # only now: it describes every artefact beside it
-    state.finish("report", {}, [root / "REPORT.md", root / "config.yaml"], {"report": str(root / "REPORT.md")})
+    state.start("report", {})
+    state.finish("report", {"report": str(root / "REPORT.md")})
     print("\n" + summary, flush=True)
     print(f"[run] finished in {time.perf_counter() - t0:.0f} s (this invocation); report: {root / 'REPORT.md'}")
     return {"root": str(root), "summary": summary, "export": result, "search": srch, "base": base,
