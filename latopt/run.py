@@ -256,6 +256,41 @@ def _discard(root: Path, stages: tuple[str, ...], lut_path: Path, given_lut: boo
                 p.unlink()
 
 
+def _plan(state: _State, fps: _Fingerprints, n_trials: int, fresh: bool
+          ) -> tuple[dict[str, str | None], str | None, bool]:
+    """What to do with each stage: ``{stage: None (reuse) | why it is run}``, the first stage that is run
+    (every later one is run too), and whether the search starts a new study (else it resumes its own)."""
+    plan: dict[str, str | None] = {}
+    new_study = True
+    first_rerun: str | None = None
+    base_rec, srch_rec = state.record("base"), state.record("search")
+    for stage in STAGES[:-1]:
+        if fresh:
+            plan[stage] = "--fresh"
+            continue
+        if first_rerun is not None:
+            plan[stage] = "not run yet" if state.record(stage) is None else f"{first_rerun} is re-run"
+            continue
+        try:
+            made_from = {"base": fps.base, "profile": fps.profile,
+                         "search": lambda: fps.search(base_rec["checkpoint"]),
+                         "export": lambda: fps.export(srch_rec["checkpoint"] or base_rec["checkpoint"])}[stage]()
+            why = state.stale(stage, made_from)
+        except (KeyError, TypeError, AttributeError, OSError):   # a hand-edited run.json
+            why = ["its record in run.json is unreadable"]
+        if stage == "search":
+            new_study = bool(why) and why != ["interrupted"]
+            if not why and srch_rec.get("trials") != n_trials:
+                why = [f"trials {srch_rec.get('trials')} → {n_trials}"]
+            if why and not new_study:
+                why = [f"{why[0]}: its study is resumed"]
+        plan[stage] = "; ".join(why) or None
+        if why:
+            first_rerun = stage
+    plan["report"] = "always written"
+    return plan, first_rerun, new_study
+
+
 def run_main(config: str | Path | None = None, *, device: str | None = None, trials: int | None = None,
              runs_dir: str | Path = "runs", seed: int = 0, fresh: bool = False) -> dict[str, Any]:
     from latopt.artifacts import seed_everything
@@ -285,35 +320,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     if state.note:
         print(f"[run] {state.note}", flush=True)
 
-    # the plan: each stage is reused (None) or re-run (why); a re-run stage re-runs every later one -----------
-    plan: dict[str, str | None] = {}
-    new_study = True                      # the search starts a new study (False: it resumes the recorded one)
-    first_rerun: str | None = None
-    base_rec, srch_rec = state.record("base"), state.record("search")
-    for stage in STAGES[:-1]:
-        if fresh:
-            plan[stage] = "--fresh"
-            continue
-        if first_rerun is not None:
-            plan[stage] = "not run yet" if state.record(stage) is None else f"{first_rerun} is re-run"
-            continue
-        try:
-            made_from = {"base": fps.base, "profile": fps.profile,
-                         "search": lambda: fps.search(base_rec["checkpoint"]),
-                         "export": lambda: fps.export(srch_rec["checkpoint"] or base_rec["checkpoint"])}[stage]()
-            why = state.stale(stage, made_from)
-        except (KeyError, TypeError, AttributeError, OSError):   # a hand-edited run.json
-            why = ["its record in run.json is unreadable"]
-        if stage == "search":
-            new_study = bool(why) and why != ["interrupted"]
-            if not why and srch_rec.get("trials") != n_trials:
-                why = [f"trials {srch_rec.get('trials')} → {n_trials}"]
-            if why and not new_study:
-                why = [f"{why[0]}: its study is resumed"]
-        plan[stage] = "; ".join(why) or None
-        if why:
-            first_rerun = stage
-    plan["report"] = "always written"
+    plan, first_rerun, new_study = _plan(state, fps, n_trials, fresh)
     if cfg.search.storage and new_study and plan["search"]:
         _refuse_configured_study(cfg.search.storage, cfg.name, plan["search"])   # before anything is deleted
     if fresh and root.is_dir():
@@ -338,7 +345,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     # 1. base model ---------------------------------------------------------------------------------
     t = time.perf_counter()
     if plan["base"] is None:
-        base = base_rec
+        base = state.record("base")
         _reused(1, "base", base["checkpoint"])
     else:
         say = _stage(1, "base", f"train {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution} ({plan['base']})")
@@ -381,7 +388,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     # 3. search -------------------------------------------------------------------------------------
     t = time.perf_counter()
     if plan["search"] is None:
-        srch = srch_rec
+        srch = state.record("search")
         _reused(3, "search", f"trial {srch['trial']}")
     else:
         _stage(3, "search", f"{n_trials} Optuna trials over (λ_c, τ, p), accuracy vs LUT latency ({plan['search']})")
