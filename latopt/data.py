@@ -15,9 +15,16 @@ Specs (``data.task`` in the config, ``--data`` on the command line):
 - ``imagefolder:PATH``: ``PATH/train/<class>/*`` and ``PATH/val/<class>/*`` (torchvision
   ``ImageFolder``); ``PATH/test/`` is used as the test split when present, otherwise ``val/`` doubles
   as the test split. Images are resized to the resolution (resize to 1.14x + centre crop; random
-  resized crop + flip for training with ``augment``), ImageNet mean/std.
-- ``cifar10:PATH``: the standard python batches directory (``cifar-10-batches-py``, or its parent),
-  never downloaded; 10 % of the training batches (seeded) are held out as the validation split.
+  resized crop + flip for training with ``augment``), ImageNet mean/std. The first image of each split
+  is verified up front; any other file that cannot be decoded stops training when it is read, with one
+  line naming the file and its split (:class:`UnreadableImage`; no up-front scan of a large folder).
+- ``cifar10:PATH``: CIFAR-10 as distributed, never downloaded: the python batches
+  (``cifar-10-batches-py``: ``data_batch_1..5``, ``test_batch``, ``batches.meta``) or the binary ones
+  (``cifar-10-batches-bin``: ``data_batch_1..5.bin``, ``test_batch.bin``, ``batches.meta.txt``; a label
+  byte and 3072 image bytes per record); PATH is that directory or its parent. The python batches are
+  pickles: they are read with an unpickler that allows only the numpy globals an array needs, so a
+  file that would run code is refused with one line naming the global. 10 % of the training batches
+  (seeded) are held out as the validation split.
 
 A missing, empty or malformed dataset directory raises :class:`LatoptError` with one line saying
 what is wrong.
@@ -28,9 +35,11 @@ Public API: :class:`Task`, :func:`get_task`, :func:`limit_task`, :func:`make_loa
 from __future__ import annotations
 
 import functools
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -282,6 +291,32 @@ def _image_transforms(resolution: int, mean: tuple, std: tuple, augment: bool, c
     return train, evaluate
 
 
+class UnreadableImage(LatoptError):
+    """An image of an image folder that cannot be decoded, named with its split (one line).
+
+    Raised by the dataset's loader while a split is read, so a corrupt file anywhere in an ImageNet-sized
+    folder costs no up-front scan. In a DataLoader worker torch re-raises it in the main process as
+    ``UnreadableImage("Caught ... Original Traceback ...")``; the message is cut back to its own line."""
+
+    def __init__(self, message: str) -> None:
+        if "Original Traceback" in message:
+            last = [line for line in message.strip().splitlines() if line.strip()][-1]
+            message = last.split(f"{type(self).__name__}: ", 1)[-1]
+        super().__init__(message)
+
+
+def _load_image(split_dir: str, path: str) -> Any:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with open(path, "rb") as f:
+            img = Image.open(f)
+            return img.convert("RGB")
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        raise UnreadableImage(f"image folder {split_dir}: {path} is not a readable image ({_one_line(e)}); "
+                              "remove or replace it") from None
+
+
 def _imagefolder(spec: str, root: Path, resolution: int, augment: bool) -> Task:
     from torchvision.datasets import ImageFolder
 
@@ -298,13 +333,14 @@ def _imagefolder(spec: str, root: Path, resolution: int, augment: bool) -> Task:
             splits[s] = splits["val"]
             continue
         try:
-            splits[s] = ImageFolder(str(root / s), transform=train_tf if s == "train" else eval_tf)
+            splits[s] = ImageFolder(str(root / s), transform=train_tf if s == "train" else eval_tf,
+                                    loader=functools.partial(_load_image, str(root / s)))
         except (FileNotFoundError, OSError) as e:
             raise LatoptError(f"image folder {root / s} is empty or malformed: {_one_line(e)}") from None
         if splits[s].classes != splits["train"].classes:
             raise LatoptError(f"image folder {root / s} has classes {splits[s].classes} but {root / 'train'} has "
                               f"{splits['train'].classes}; every split needs the same class folders")
-        _check_image(root / s, splits[s].samples[0][0])
+        _check_image(root / s, splits[s].samples[0][0])   # a wrong folder fails now; a later bad file when read
     classes = list(splits["train"].classes)
     if len(classes) < 2:
         raise LatoptError(f"image folder {root / 'train'} has {len(classes)} class folder(s); at least 2 are needed")
@@ -321,40 +357,131 @@ def _check_image(where: Path, path: str) -> None:
         raise LatoptError(f"image folder {where}: {path} is not a readable image ({_one_line(e)})") from None
 
 
-CIFAR_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", "batches.meta")
+# CIFAR-10 on disk, in either of its two distributions (never downloaded):
+CIFAR_PY = ("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta")
+CIFAR_BIN = ("cifar-10-batches-bin", tuple(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin",
+             "batches.meta.txt")
+CIFAR_IMAGE_BYTES = 3 * 32 * 32
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickles CIFAR's python batches and nothing else: the only globals allowed are the three numpy needs
+    to rebuild an array (``numpy.core.multiarray._reconstruct`` — ``numpy._core`` since numpy 2 —,
+    ``numpy.ndarray``, ``numpy.dtype``); dicts, lists, bytes, str and int need none. Any other global (a
+    pickle that would run code) is refused before it is looked up."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype")}
+
+    def __init__(self, file: Any, where: Path) -> None:
+        super().__init__(file, encoding="latin1")    # the batches were pickled by Python 2
+        self.where = where
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.ALLOWED:
+            raise LatoptError(f"CIFAR-10 file {self.where} refers to the Python global {module}.{name}, which a "
+                              "CIFAR batch never needs; it was not loaded (a pickle can run code: use the "
+                              "original cifar-10-python.tar.gz or the binary cifar-10-batches-bin)")
+        if name == "_reconstruct":
+            return np.ndarray.__reduce__(np.zeros(0, np.uint8))[0]   # numpy's own, whatever its module is called
+        return getattr(np, name)
+
+
+def _cifar_pickle(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            obj = _CifarUnpickler(f, path).load()
+    except LatoptError:
+        raise
+    except Exception as e:  # truncated or garbage bytes: any unpickling error means a malformed file
+        raise LatoptError(f"CIFAR-10 file {path} is malformed ({type(e).__name__}: {_one_line(e)})") from None
+    if not isinstance(obj, dict):
+        raise LatoptError(f"CIFAR-10 file {path} is malformed (a {type(obj).__name__}, not a dict)")
+    return {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in obj.items()}
+
+
+def _cifar_py_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    d = _cifar_pickle(path)
+    data, labels = d.get("data"), d.get("labels")
+    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2
+            and data.shape[1] == CIFAR_IMAGE_BYTES):
+        raise LatoptError(f"CIFAR-10 file {path} is malformed ('data' is not a uint8 array of N x 3072)")
+    if not (isinstance(labels, list) and len(labels) == len(data)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in labels)):
+        raise LatoptError(f"CIFAR-10 file {path} is malformed ('labels' is not a list of {len(data)} integers)")
+    return data, np.asarray(labels, dtype=np.int64)
+
+
+def _cifar_bin_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    raw = np.fromfile(path, dtype=np.uint8)
+    record = 1 + CIFAR_IMAGE_BYTES
+    if raw.size == 0 or raw.size % record:
+        raise LatoptError(f"CIFAR-10 file {path} is malformed ({raw.size} bytes: not a whole number of "
+                          f"{record}-byte records, a label byte and a 32x32x3 image each)")
+    rows = raw.reshape(-1, record)
+    return rows[:, 1:].copy(), rows[:, 0].astype(np.int64)
+
+
+def _cifar_classes(meta: Path, binary: bool) -> list[str]:
+    if binary:
+        try:
+            names = [line.strip() for line in meta.read_text().splitlines() if line.strip()]
+        except UnicodeDecodeError:
+            names = []
+    else:
+        names = _cifar_pickle(meta).get("label_names")
+    if not (isinstance(names, list) and len(names) == 10 and all(isinstance(n, str) for n in names)):
+        raise LatoptError(f"CIFAR-10 file {meta} is malformed (it must name the 10 classes)")
+    return names
+
+
+class CifarImages(Dataset):
+    """CIFAR images (N x 3072 bytes, channel-major as the files store them) with labels, through a transform."""
+
+    def __init__(self, data: np.ndarray, labels: np.ndarray, transform: Callable) -> None:
+        self.images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)   # N x H x W x C for PIL
+        self.labels, self.transform = labels, transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        from PIL import Image
+
+        return self.transform(Image.fromarray(self.images[i])), int(self.labels[i])
 
 
 def _cifar10(spec: str, path: Path, resolution: int, seed: int, augment: bool) -> Task:
-    from torchvision.datasets import CIFAR10
-
     if not path.is_dir():
-        raise LatoptError(f"CIFAR-10 directory {path} does not exist (give the cifar-10-batches-py directory or its parent)")
-    batches = path if (path / "batches.meta").exists() or path.name == CIFAR10.base_folder else path / CIFAR10.base_folder
-    missing = [f for f in CIFAR_FILES if not (batches / f).is_file()]
+        raise LatoptError(f"CIFAR-10 directory {path} does not exist (give the cifar-10-batches-py or "
+                          "cifar-10-batches-bin directory, or its parent)")
+    candidates = [(path, fmt) for fmt in (CIFAR_PY, CIFAR_BIN) if (path / fmt[3]).is_file() or path.name == fmt[0]]
+    candidates += [(path / fmt[0], fmt) for fmt in (CIFAR_PY, CIFAR_BIN) if (path / fmt[0]).is_dir()]
+    if not candidates:
+        raise LatoptError(f"CIFAR-10 directory {path} lacks data_batch_1..5, test_batch and batches.meta (the python "
+                          "batches) and data_batch_1..5.bin, test_batch.bin and batches.meta.txt (the binary ones), "
+                          "there or in cifar-10-batches-py/ or cifar-10-batches-bin/; extract cifar-10-python.tar.gz "
+                          "or cifar-10-binary.tar.gz there; latopt never downloads them")
+    batches, (_, train_files, test_file, meta_file) = candidates[0]
+    binary = train_files == CIFAR_BIN[1]
+    missing = [f for f in (*train_files, test_file, meta_file) if not (batches / f).is_file()]
     if missing:
-        raise LatoptError(f"CIFAR-10 directory {batches} lacks {', '.join(missing)}; it must hold the python "
-                          "batches (cifar-10-python.tar.gz extracted); latopt never downloads them")
-
-    class _LocalCIFAR10(CIFAR10):  # files checked for presence above, not against the full set's MD5s
-        train_list = [[n, None] for n, _ in CIFAR10.train_list]
-        test_list = [[n, None] for n, _ in CIFAR10.test_list]
-        meta = {**CIFAR10.meta, "md5": None}
-
-    train_tf, eval_tf = _image_transforms(resolution, CIFAR_MEAN, CIFAR_STD, augment, crop=False)
-    try:
-        full_train = _LocalCIFAR10(str(batches.parent), train=True, transform=train_tf, download=False)
-        full_eval = _LocalCIFAR10(str(batches.parent), train=True, transform=eval_tf, download=False)
-        test = _LocalCIFAR10(str(batches.parent), train=False, transform=eval_tf, download=False)
-    except Exception as e:  # unpickling errors, missing keys, bad array shapes: all mean a malformed file
-        raise LatoptError(f"CIFAR-10 directory {batches} is malformed ({type(e).__name__}: {_one_line(e)})") from None
-    targets = np.asarray(full_train.targets)
-    if len(targets) < 2 or len(test) < 1 or targets.min() < 0 or targets.max() >= len(full_train.classes):
+        kind = "binary" if binary else "python"
+        raise LatoptError(f"CIFAR-10 directory {batches} lacks {', '.join(missing)}; it must hold the {kind} "
+                          "batches (the extracted archive); latopt never downloads them")
+    read = _cifar_bin_batch if binary else _cifar_py_batch
+    train = [read(batches / f) for f in train_files]
+    test_x, test_y = read(batches / test_file)
+    classes = _cifar_classes(batches / meta_file, binary)
+    x, y = np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train])
+    if len(y) < 2 or len(test_y) < 1 or min(y.min(), test_y.min()) < 0 or max(y.max(), test_y.max()) >= 10:
         raise LatoptError(f"CIFAR-10 directory {batches} is malformed (labels outside 0..9 or no images)")
-    perm = np.random.default_rng([seed, 10]).permutation(len(targets))
-    n_val = max(1, len(targets) // 10)
+    train_tf, eval_tf = _image_transforms(resolution, CIFAR_MEAN, CIFAR_STD, augment, crop=False)
+    perm = np.random.default_rng([seed, 10]).permutation(len(y))
+    n_val = max(1, len(y) // 10)
     val_idx, train_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
-    return Task(spec, 10, list(full_train.classes), resolution, Subset(full_train, train_idx.tolist()),
-                Subset(full_eval, val_idx.tolist()), test)
+    return Task(spec, 10, classes, resolution, CifarImages(x[train_idx], y[train_idx], train_tf),
+                CifarImages(x[val_idx], y[val_idx], eval_tf), CifarImages(test_x, test_y, eval_tf))
 
 
 def _one_line(e: BaseException) -> str:

@@ -4,44 +4,171 @@ train (or load) the base model → profile the device (LUT) → search (small bu
 trial → export (ONNX + numeric gates + measured latency) → one report (Markdown with a per-block latency
 bar chart marking the folded blocks and the Pareto plot) and a one-screen summary.
 
-Everything lives under ``runs/<name>/`` (``name`` from the config). ``run.json`` records each finished
-stage and its artefacts, so an interrupted run resumes at the first unfinished stage instead of starting
-over (``--fresh`` starts over). Defaults: ``configs/quickstart.yaml`` on the ``cpu`` device.
+Everything lives under ``runs/<name>/`` (``name`` from the config). ``run.json`` records, for each
+finished stage, what it was made from (its *fingerprint*: the config sections it depends on, the SHA-256
+of its input artefacts, the device profile, the seed, the latopt version) and the SHA-256 of what it
+wrote. A rerun reuses a stage only when its fingerprint is unchanged and its outputs are intact;
+otherwise that stage and every stage after it are re-run, and the summary says which stages were reused
+and why the others were re-run (``config section fold changed``, ``base checkpoint changed``, ...):
+
+=========  ===========================================================================================
+stage      fingerprint
+=========  ===========================================================================================
+base       config sections model, data, train; seed; latopt version
+profile    config sections model, data; device profile; the config's ``lut`` path and SHA-256 when given
+search     config sections fold, search (except ``trials``); base checkpoint and LUT SHA-256; seed
+export     exported checkpoint and LUT SHA-256; device profile; seed; latopt version
+=========  ===========================================================================================
+
+A search made from the same inputs resumes its study (after an interruption, or with more ``--trials``);
+one made from other inputs starts a new study: the run's own SQLite study under ``runs/<name>/search/``
+is deleted first, while a study in a storage URL the config names (``search.storage``) is never deleted:
+the run refuses and says how to delete it. ``--fresh`` deletes the whole run directory's state (the same
+rule for a configured storage) and starts over. ``runs/<name>/config.yaml`` is written when every stage
+is done, so it always describes the artefacts beside it. Defaults: ``configs/quickstart.yaml`` on the
+``cpu`` device.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
+import json
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from latopt import __version__
 from latopt.artifacts import read_json, write_json_atomic, write_text_atomic
 from latopt.errors import LatoptError
 
-RUN_SCHEMA = "latopt.run/1"
+RUN_SCHEMA = "latopt.run/2"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 STAGES = ("base", "profile", "search", "export", "report")
+# record keys holding paths: stored relative to the run directory, so a moved run directory stays valid
+_PATH_KEYS = ("checkpoint", "lut", "dir", "pareto_png", "study_dir", "report")
+# the record keys naming a stage's outputs (a file, or a directory: every file in it), hashed when it finishes
+_OUTPUT_KEYS = ("checkpoint", "lut", "dir")
+# what each stage writes besides run.json (relative to the run directory); removed when it is re-run
+_REPORT_FILES = ("REPORT.md", "latency_blocks.png", "pareto.png", "config.yaml")
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 (hex) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _plain(obj: Any) -> Any:
+    """``obj`` as it reads back from JSON (tuples become lists), so recorded and current values compare."""
+    return json.loads(json.dumps(obj, sort_keys=True))
 
 
 class _State:
-    """run.json: finished stages and their outputs; written atomically after each stage."""
+    """run.json: per stage, what it was made from, what it wrote and its results; written atomically."""
 
     def __init__(self, root: Path, config: Path, fresh: bool) -> None:
+        self.root = root
         self.path = root / "run.json"
         self.data: dict[str, Any] = {"schema": RUN_SCHEMA, "config": str(config), "stages": {}}
-        if self.path.is_file() and not fresh:
-            old = read_json(self.path, schema=RUN_SCHEMA, what="run state")
-            if old.get("config") == str(config):
-                self.data = old
+        self.note = ""
+        if fresh or not self.path.exists():
+            return
+        try:
+            old = read_json(self.path, what="run state")
+        except LatoptError as e:
+            self.note = f"{e}: every stage is re-run"
+            return
+        if old.get("schema") != RUN_SCHEMA or not isinstance(old.get("stages"), dict):
+            self.note = (f"{self.path} was written by another latopt version (schema {old.get('schema')!r}, "
+                         f"no fingerprints): every stage is re-run")
+            return
+        self.data["stages"] = old["stages"]
 
-    def done(self, stage: str) -> dict[str, Any] | None:
-        return self.data["stages"].get(stage)
+    def record(self, stage: str) -> dict[str, Any] | None:
+        rec = self.data["stages"].get(stage)
+        if not isinstance(rec, dict):
+            return None
+        rec = dict(rec)
+        for k in _PATH_KEYS:
+            if isinstance(rec.get(k), str) and rec[k] and not Path(rec[k]).is_absolute():
+                rec[k] = str(self.root / rec[k])
+        return rec
+
+    def _rel(self, p: str | Path) -> str:
+        path = Path(p)
+        try:
+            return str(path.resolve().relative_to(self.root.resolve()))
+        except ValueError:
+            return str(path)
+
+    def outputs(self, info: dict[str, Any]) -> dict[str, str]:
+        """{path relative to the run directory: SHA-256} of the output files a stage's record names."""
+        files: list[Path] = []
+        for k in _OUTPUT_KEYS:
+            if isinstance(info.get(k), (str, Path)) and info[k]:
+                p = Path(info[k])
+                files += sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        return {self._rel(f): file_sha256(f) for f in files}
+
+    def stale(self, stage: str, made_from: dict[str, Any]) -> list[str]:
+        """Why ``stage`` cannot be reused (empty: its record matches ``made_from`` and its outputs are intact)."""
+        rec = self.data["stages"].get(stage)
+        if not isinstance(rec, dict):
+            return ["not run yet"]
+        old = rec.get("made_from") or {}
+        now = _plain(made_from)
+        why = [_changed(k, old.get(k), now.get(k)) for k in [*now, *(k for k in old if k not in now)]
+               if old.get(k) != now.get(k)]
+        if why:
+            return why
+        if not rec.get("done"):
+            return ["interrupted"]
+        for rel, digest in (rec.get("outputs") or {}).items():
+            path = self.root / rel
+            if not path.is_file():
+                return [f"its output {rel} is missing"]
+            if file_sha256(path) != digest:
+                return [f"its output {rel} changed since it was made"]
+        return []
+
+    def start(self, stage: str, made_from: dict[str, Any], **info: Any) -> None:
+        """Record that ``stage`` is being (re-)made: it and every later stage are no longer done."""
+        for s in STAGES[STAGES.index(stage):]:
+            self.data["stages"].pop(s, None)
+        self.data["stages"][stage] = {"made_from": _plain(made_from), "done": False, **info}
+        self._write()
 
     def finish(self, stage: str, info: dict[str, Any]) -> None:
-        self.data["stages"][stage] = info
+        """Record that ``stage`` (begun with :meth:`start`) is done: its results ``info`` and its outputs' SHA-256."""
+        made_from = self.data["stages"].get(stage, {}).get("made_from", {})
+        rec = {k: (self._rel(v) if k in _PATH_KEYS and isinstance(v, (str, Path)) and v else v)
+               for k, v in info.items()}
+        self.data["stages"][stage] = {**rec, "made_from": made_from, "outputs": self.outputs(info), "done": True,
+                                      "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        self._write()
+
+    def invocation(self, actions: dict[str, str | None]) -> None:
+        """What this invocation did with each stage: reused (None) or re-run, and why."""
+        self.data["last_invocation"] = {s: {"reused": why is None, "why": why} for s, why in actions.items()}
+        self._write()
+
+    def _write(self) -> None:
         write_json_atomic(self.path, self.data)
+
+
+def _changed(key: str, old: Any, new: Any) -> str:
+    if old is None:
+        return f"{key} not recorded"
+    if isinstance(old, (int, float, str)) and isinstance(new, (int, float, str)) and len(f"{old}{new}") <= 40:
+        return f"{key} changed ({old} → {new})"
+    return f"{key} changed"
 
 
 def _stage(i: int, name: str, what: str) -> Callable[[str], None]:
@@ -49,11 +176,128 @@ def _stage(i: int, name: str, what: str) -> Callable[[str], None]:
     return lambda msg: print(f"[run]   {msg}", flush=True)
 
 
+def _reused(i: int, name: str, what: str) -> None:
+    print(f"[run] stage {i}/{len(STAGES)}: {name} — reused ({what})", flush=True)
+
+
+class _Fingerprints:
+    """What each stage is made from (see the module docstring); values JSON-able, compared key by key."""
+
+    def __init__(self, cfg: Any, dev: Any, seed: int, lut_path: Path) -> None:
+        from latopt.config import dump_config
+
+        self.sections = dump_config(cfg)
+        self.sections["search"] = {k: v for k, v in self.sections["search"].items() if k != "trials"}
+        device = {k: v for k, v in dataclasses.asdict(dev).items() if k != "path"}
+        self.device = hashlib.sha256(json.dumps(device, sort_keys=True, default=str).encode()).hexdigest()
+        self.seed, self.lut_path, self.given_lut = seed, lut_path, bool(cfg.lut)
+
+    def _config(self, *names: str) -> dict[str, Any]:
+        return {f"config section {n}": self.sections[n] for n in names}
+
+    def base(self) -> dict[str, Any]:
+        return {**self._config("model", "data", "train"), "seed": self.seed, "latopt version": __version__}
+
+    def profile(self) -> dict[str, Any]:
+        fp = {**self._config("model", "data"), "device profile": self.device, "latopt version": __version__}
+        if self.given_lut:                # else the LUT is runs/<name>/lut-<device>.json, named by the profile
+            fp |= {"given LUT": str(self.lut_path), "given LUT SHA-256": file_sha256(self.lut_path)}
+        return fp
+
+    def search(self, base_ckpt: str) -> dict[str, Any]:
+        return {**self._config("fold", "search"), "base checkpoint": file_sha256(base_ckpt),
+                "LUT": file_sha256(self.lut_path), "seed": self.seed, "latopt version": __version__}
+
+    def export(self, ckpt: str) -> dict[str, Any]:
+        return {"exported checkpoint": file_sha256(ckpt), "LUT": file_sha256(self.lut_path),
+                "device profile": self.device, "seed": self.seed, "latopt version": __version__}
+
+
+def _study_in_storage(url: str, name: str) -> bool:
+    import optuna
+
+    from latopt.search._storage import open_storage
+
+    return name in optuna.get_all_study_names(open_storage(url, heartbeat_interval=None))
+
+
+def _refuse_configured_study(url: str, name: str, why: str) -> None:
+    from latopt.search._storage import redact
+
+    if _study_in_storage(url, name):
+        raise LatoptError(
+            f"study {name!r} in the configured storage {redact(url)} holds trials made from other inputs ({why}); "
+            f"latopt never deletes a study in a storage you configured: delete it (optuna delete-study "
+            f"--study-name {name} --storage URL) or give the run another name")
+
+
+def _clear(root: Path, keep: list[Path]) -> None:
+    """Remove everything in the run directory except the given input files (a config or LUT kept there)."""
+    keep_resolved = [k.resolve() for k in keep]
+    for child in root.iterdir():
+        c = child.resolve()
+        if any(k == c or c in k.parents for k in keep_resolved):
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def _discard(root: Path, stages: tuple[str, ...], lut_path: Path, given_lut: bool) -> None:
+    """Remove what ``stages`` wrote (their artefacts are about to be re-made from other inputs)."""
+    paths = {"base": [root / "base"], "profile": [] if given_lut else [lut_path], "search": [root / "search"],
+             "export": [root / "export"], "report": [root / f for f in _REPORT_FILES]}
+    for s in stages:
+        for p in paths[s]:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+
+
+def _plan(state: _State, fps: _Fingerprints, n_trials: int, fresh: bool
+          ) -> tuple[dict[str, str | None], str | None, bool]:
+    """What to do with each stage: ``{stage: None (reuse) | why it is run}``, the first stage that is run
+    (every later one is run too), and whether the search starts a new study (else it resumes its own)."""
+    plan: dict[str, str | None] = {}
+    new_study = True
+    first_rerun: str | None = None
+    base_rec, srch_rec = state.record("base"), state.record("search")
+    for stage in STAGES[:-1]:
+        if fresh:
+            plan[stage] = "--fresh"
+            continue
+        if first_rerun is not None:
+            plan[stage] = "not run yet" if state.record(stage) is None else f"{first_rerun} is re-run"
+            continue
+        try:
+            made_from = {"base": fps.base, "profile": fps.profile,
+                         "search": lambda: fps.search(base_rec["checkpoint"]),
+                         "export": lambda: fps.export(srch_rec["checkpoint"] or base_rec["checkpoint"])}[stage]()
+            why = state.stale(stage, made_from)
+        except (KeyError, TypeError, AttributeError, OSError):   # a hand-edited run.json
+            why = ["its record in run.json is unreadable"]
+        if stage == "search":
+            new_study = bool(why) and why != ["interrupted"]
+            if not why and srch_rec.get("trials") != n_trials:
+                why = [f"trials {srch_rec.get('trials')} → {n_trials}"]
+            if why and not new_study:
+                why = [f"{why[0]}: its study is resumed"]
+        plan[stage] = "; ".join(why) or None
+        if why:
+            first_rerun = stage
+    plan["report"] = "always written"
+    return plan, first_rerun, new_study
+
+
 def run_main(config: str | Path | None = None, *, device: str | None = None, trials: int | None = None,
              runs_dir: str | Path = "runs", seed: int = 0, fresh: bool = False) -> dict[str, Any]:
     from latopt.artifacts import seed_everything
     from latopt.config import load_config, write_config
 
+    if trials is not None and trials < 1:
+        raise LatoptError(f"--trials must be >= 1, got {trials}")
     config = Path(config) if config else DEFAULT_CONFIG
     overrides = {"device": device} if device else None
     cfg = load_config(config, overrides)
@@ -66,9 +310,30 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     root = Path(runs_dir) / cfg.name
     if root.exists() and not root.is_dir():
         raise LatoptError(f"{root} exists and is a file; remove it or choose another --runs-dir")
-    root.mkdir(parents=True, exist_ok=True)
-    write_config(cfg, root / "config.yaml")
+    n_trials = int(trials if trials is not None else cfg.search.trials)
+    lut_path = Path(cfg.lut) if cfg.lut else root / f"lut-{dev.name}.json"
+    if cfg.lut and not lut_path.is_file():
+        raise LatoptError(f"the config's lut {lut_path} does not exist; create it with latopt profile or remove "
+                          "the lut key (the run then profiles the device itself)")
+    fps = _Fingerprints(cfg, dev, seed, lut_path)
     state = _State(root, config.resolve(), fresh)
+    if state.note:
+        print(f"[run] {state.note}", flush=True)
+
+    plan, first_rerun, new_study = _plan(state, fps, n_trials, fresh)
+    if cfg.search.storage and new_study and plan["search"]:
+        _refuse_configured_study(cfg.search.storage, cfg.name, plan["search"])   # before anything is deleted
+    if fresh and root.is_dir():
+        _clear(root, [config, *([lut_path] if cfg.lut else []), *([Path(dev.path)] if dev.path else [])])
+    root.mkdir(parents=True, exist_ok=True)
+    state.invocation(plan)
+    reused = [s for s in STAGES[:-1] if plan[s] is None]
+    rerun = [f"{s} ({plan[s]})" for s in STAGES[:-1] if plan[s] is not None]
+    print("[run] " + "; ".join(x for x in (f"reuse {', '.join(reused)}" if reused else "",
+                                           f"run {', '.join(rerun)}" if rerun else "") if x), flush=True)
+    if first_rerun is not None:
+        later = STAGES[STAGES.index(first_rerun):]
+        _discard(root, tuple(s for s in later if s != "search" or new_study), lut_path, bool(cfg.lut))
     seed_everything(seed)
     if cfg.threads:
         import torch
@@ -79,13 +344,15 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
 
     # 1. base model ---------------------------------------------------------------------------------
     t = time.perf_counter()
-    base = state.done("base")
-    if base and Path(base["checkpoint"]).is_file():
-        print(f"[run] stage 1/{len(STAGES)}: base — resumed ({base['checkpoint']})", flush=True)
+    if plan["base"] is None:
+        base = state.record("base")
+        _reused(1, "base", base["checkpoint"])
     else:
-        say = _stage(1, "base", f"train {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution}")
+        say = _stage(1, "base", f"train {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution} ({plan['base']})")
         from latopt.train import train_base
 
+        made_from = fps.base()
+        state.start("base", made_from)
         metrics = train_base(cfg, root / "base", progress=True, seed=seed)
         base = {"checkpoint": str(metrics["checkpoint"]), "test_acc": metrics.get("test_acc"),
                 "val_acc": metrics.get("val_acc")}
@@ -97,18 +364,20 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     t = time.perf_counter()
     from latopt.latency.lut import load_lut, save_lut
 
-    lut_path = Path(cfg.lut) if cfg.lut else root / f"lut-{dev.name}.json"
-    prof = state.done("profile")
-    if prof and lut_path.is_file():
-        print(f"[run] stage 2/{len(STAGES)}: profile — resumed ({lut_path})", flush=True)
+    if plan["profile"] is None:
+        _reused(2, "profile", str(lut_path))
         lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
     elif cfg.lut:
+        made_from = fps.profile()
+        state.start("profile", made_from)
         lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
         state.finish("profile", {"lut": str(lut_path), "given": True})
     else:
-        say = _stage(2, "profile", f"time every block of {cfg.model.name} on {dev.name} ({dev.backend})")
+        _stage(2, "profile", f"time every block of {cfg.model.name} on {dev.name} ({dev.backend}) ({plan['profile']})")
         from latopt.latency.profiler import format_lut, profile_model
 
+        made_from = fps.profile()
+        state.start("profile", made_from)
         lut = profile_model(cfg.model.name, dev, cfg.data.resolution, dev.batch, progress=True,
                             num_classes=_num_classes(cfg))
         save_lut(lut, lut_path)
@@ -118,18 +387,19 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
 
     # 3. search -------------------------------------------------------------------------------------
     t = time.perf_counter()
-    n_trials = int(trials or cfg.search.trials)
-    srch = state.done("search")
-    if srch and srch.get("trials") == n_trials and Path(srch["checkpoint"] or base["checkpoint"]).is_file():
-        print(f"[run] stage 3/{len(STAGES)}: search — resumed (trial {srch['trial']})", flush=True)
+    if plan["search"] is None:
+        srch = state.record("search")
+        _reused(3, "search", f"trial {srch['trial']}")
     else:
-        _stage(3, "search", f"{n_trials} Optuna trials over (λ_c, τ, p), accuracy vs LUT latency")
+        _stage(3, "search", f"{n_trials} Optuna trials over (λ_c, τ, p), accuracy vs LUT latency ({plan['search']})")
         import os
 
         from latopt.search import SearchOptions, run_search
 
-        # two 1-thread workers on a 2-core machine train far faster than one 2-thread process
-        workers = 2 if (os.cpu_count() or 1) >= 2 else 1
+        made_from = fps.search(base["checkpoint"])
+        state.start("search", made_from, trials=n_trials)
+        # two 1-thread workers on a 2-core machine train far faster than one 2-thread process (one trial: one)
+        workers = 2 if (os.cpu_count() or 1) >= 2 and n_trials >= 2 else 1
         res = run_search(SearchOptions(config=config, trials=n_trials, base=base["checkpoint"], lut=lut_path,
                                        seed=seed, runs_dir=runs_dir, overrides=overrides or {}, workers=workers))
         if not res.finished:
@@ -142,13 +412,13 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
 
     # 4. export -------------------------------------------------------------------------------------
     t = time.perf_counter()
-    exp = state.done("export")
     export_dir = root / "export"
-    if exp and (export_dir / "export.json").is_file():
-        print(f"[run] stage 4/{len(STAGES)}: export — resumed ({export_dir})", flush=True)
+    if plan["export"] is None:
+        _reused(4, "export", str(export_dir))
         result = read_json(export_dir / "export.json", what="export record")
     else:
-        _stage(4, "export", "ONNX, numeric gates, as-is vs folded measured in one interleaved run")
+        _stage(4, "export", f"ONNX, numeric gates, as-is vs folded measured in one interleaved run ({plan['export']})")
+        state.start("export", fps.export(srch["checkpoint"] or base["checkpoint"]))
         from latopt.export import export
 
         ckpt = srch["checkpoint"] or base["checkpoint"]
@@ -159,11 +429,14 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
 
     # 5. report -------------------------------------------------------------------------------------
     _stage(5, "report", f"{root / 'REPORT.md'}")
-    summary = write_report(root, cfg, lut, base, srch, result, times)
+    summary = write_report(root, cfg, lut, base, srch, result, times, plan)
+    write_config(cfg, root / "config.yaml")   # only now: it describes every artefact beside it
+    state.start("report", {})
     state.finish("report", {"report": str(root / "REPORT.md")})
     print("\n" + summary, flush=True)
     print(f"[run] finished in {time.perf_counter() - t0:.0f} s (this invocation); report: {root / 'REPORT.md'}")
-    return {"root": str(root), "summary": summary, "export": result, "search": srch, "base": base}
+    return {"root": str(root), "summary": summary, "export": result, "search": srch, "base": base,
+            "stages": plan}
 
 
 def _num_classes(cfg: Any) -> int:
@@ -221,9 +494,10 @@ def latency_chart(lut: Any, folded: dict[int, str], path: Path) -> Path:
 
 
 def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dict[str, Any],
-                 result: dict[str, Any], times: dict[str, float]) -> str:
-    import shutil
+                 result: dict[str, Any], times: dict[str, float], plan: dict[str, str | None] | None = None) -> str:
+    """REPORT.md (+ the per-block chart and the Pareto plot) in ``root``; returns the one-screen summary.
 
+    ``plan``: what this invocation did with each stage (None = reused, else why it was re-run)."""
     folded = {int(k): v for k, v in result.get("folded", {}).items()}
     latency_chart(lut, folded, root / "latency_blocks.png")
     pareto = Path(srch.get("pareto_png") or "")
@@ -250,17 +524,28 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
                          f"(error {lat['lut_error_as_is']:+.1%} / {lat['lut_error_folded']:+.1%})")
     if srch.get("note"):
         lines.append(f"  note            {srch['note']}")
+    plan = plan or {}
+    reused = [s for s in times if s in plan and plan[s] is None]
+    rerun = [f"{s} ({plan[s]})" for s in times if plan.get(s) is not None]
+    if reused:
+        lines.append(f"  reused          {', '.join(reused)} (made from the same inputs; see run.json)")
+    if rerun:
+        lines.append(f"  ran             {'; '.join(rerun)}")
     summary = "\n".join(lines)
     md = [f"# latopt run: {cfg.name}", "", "```", summary, "```", "",
           "## Per-block latency (LUT)", "", "![per-block latency](latency_blocks.png)", ""]
     if (root / "pareto.png").is_file():
         md += ["## Pareto front (search)", "", "![Pareto front](pareto.png)", ""]
-    md += ["## Stages", "", "| stage | seconds (this invocation) |", "|---|---|"]
-    md += [f"| {k} | {v:.1f} |" for k, v in times.items()]
+    md += ["## Stages", "", "| stage | this invocation | seconds |", "|---|---|---|"]
+    md += [f"| {k} | {_action(plan.get(k)) if plan else 'run'} | {v:.1f} |" for k, v in times.items()]
     md += ["", "## Artefacts", "", f"- base checkpoint: `{base['checkpoint']}`",
            f"- search study: `{srch.get('study_dir', '')}`", f"- export: `{root / 'export'}` (see its REPORT.md)", ""]
     write_text_atomic(root / "REPORT.md", "\n".join(md))
     return summary
+
+
+def _action(why: str | None) -> str:
+    return "reused (same inputs)" if why is None else f"ran: {why}"
 
 
 def _pct(x: float | None) -> str:
@@ -282,5 +567,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None, help="device profile (default: the config's, normally cpu)")
     p.add_argument("--trials", type=int, default=None, help="search trials (default: the config's search.trials)")
     p.add_argument("--runs-dir", default="runs", help="root of run directories (default runs)")
-    p.add_argument("--fresh", action="store_true", help="start over instead of resuming finished stages")
+    p.add_argument("--fresh", action="store_true",
+                   help="delete the run directory's state (its search study included) and start over; by default "
+                        "a stage is reused when what it is made from is unchanged, else it and later stages re-run")
     p.set_defaults(func=_cmd_run)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import io
 import pickle
+import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from latopt.data import get_task, limit_task, make_loaders
+from latopt.data import CIFAR_MEAN, CIFAR_STD, get_task, limit_task, make_loaders
 from latopt.errors import LatoptError
 
 
@@ -139,29 +142,129 @@ def test_imagefolder_corrupt_image(tmp_path: Path) -> None:
         get_task(f"imagefolder:{root}", 16, 0)
 
 
-def _cifar(root: Path, n: int = 4) -> Path:
+def test_imagefolder_corrupt_image_read_during_training(tmp_path: Path, capsys) -> None:
+    """A bad file that is not the first of its split: one line naming it and its split when it is read
+    (also from a DataLoader worker process), not a traceback in the middle of training."""
+    import yaml
+
+    from latopt.cli import main
+    from latopt.data import UnreadableImage
+
+    root = _imagefolder(tmp_path / "d", n=3)
+    bad = root / "train" / "dog" / "2.png"
+    bad.write_bytes(b"\x89PNG truncated")
+    task = get_task(f"imagefolder:{root}", 16, 0)          # the first image of each split is fine
+    for workers in (0, 1):
+        with pytest.raises(UnreadableImage) as e:
+            for _ in make_loaders(task, 2, workers)[0]:
+                pass
+        msg = str(e.value)
+        assert "\n" not in msg and msg.startswith(f"image folder {root / 'train'}: {bad} is not a readable image"), msg
+    cfg = {"name": "bad", "model": {"name": "mobilenetv2_035"},
+           "data": {"task": f"imagefolder:{root}", "resolution": 16, "batch_size": 2}, "train": {"epochs": 1}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["train", "--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(bad) in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+CIFAR_TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
+
+
+def _cifar_batches(n: int) -> dict[str, tuple[np.ndarray, list[int]]]:
+    rng = np.random.default_rng(0)
+    return {name: (rng.integers(0, 256, (n, 3072), dtype=np.uint8), [int(v) for v in rng.integers(0, 10, n)])
+            for name in [*CIFAR_TRAIN, "test_batch"]}
+
+
+class _Python2Pickler(pickle._Pickler):
+    """Protocol 2 as Python 2 wrote it, like the files of cifar-10-python.tar.gz: bytes (Python 2's str) as
+    BINSTRING, so no ``_codecs.encode`` global as Python 3's protocol 2 would need."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def save_bytes(self, obj: bytes) -> None:
+        n = len(obj)
+        self.write((pickle.SHORT_BINSTRING + bytes([n]) if n < 256 else pickle.BINSTRING + struct.pack("<i", n)) + obj)
+        self.memoize(obj)
+
+    dispatch[bytes] = save_bytes
+
+
+def _cifar(root: Path, n: int = 4, numpy_module: str = "numpy.core.multiarray") -> Path:
+    """The python batches as the archive has them (numpy 1 names ``numpy.core.multiarray``; numpy 2
+    ``numpy._core.multiarray``): dicts of data, labels, filenames with Python 2 str keys."""
     d = root / "cifar-10-batches-py"
     d.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {"data": rng.integers(0, 255, (n, 3072), dtype=np.uint8), "labels": list(rng.integers(0, 10, n))}
-        (d / name).write_bytes(pickle.dumps(batch))
-    (d / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"c{i}" for i in range(10)]}))
+
+    def dump(obj: dict) -> bytes:
+        f = io.BytesIO()
+        _Python2Pickler(f, protocol=2).dump(obj)
+        return f.getvalue().replace(b"cnumpy._core.multiarray\n", f"c{numpy_module}\n".encode())
+
+    for name, (data, labels) in _cifar_batches(n).items():
+        (d / name).write_bytes(dump({b"batch_label": name.encode(), b"labels": labels, b"data": data,
+                                     b"filenames": [f"{i}.png".encode() for i in range(n)]}))
+    (d / "batches.meta").write_bytes(dump({b"label_names": [f"c{i}".encode() for i in range(10)],
+                                           b"num_vis": 3072}))
     return d
 
 
-def test_cifar10_directory(tmp_path: Path) -> None:
-    d = _cifar(tmp_path)
+def _cifar_bin(root: Path, n: int = 4) -> Path:
+    """The binary batches: records of a label byte and 3072 image bytes; class names one per line."""
+    d = root / "cifar-10-batches-bin"
+    d.mkdir(parents=True)
+    for name, (data, labels) in _cifar_batches(n).items():
+        rows = np.concatenate([np.asarray(labels, np.uint8)[:, None], data], axis=1)
+        (d / f"{name}.bin").write_bytes(rows.tobytes())
+    (d / "batches.meta.txt").write_text("\n".join(f"c{i}" for i in range(10)) + "\n\n")
+    return d
+
+
+@pytest.mark.parametrize("make", [_cifar, _cifar_bin, functools.partial(_cifar, numpy_module="numpy._core.multiarray")],
+                         ids=["python", "binary", "python-numpy2"])
+def test_cifar10_directory(tmp_path: Path, make) -> None:
+    d = make(tmp_path)
+    reference = _cifar_batches(4)["test_batch"]
     for path in (d, d.parent):
-        task = get_task(f"cifar10:{path}", 8, 0)
+        task = get_task(f"cifar10:{path}", 32, 0)
         assert task.num_classes == 10 and task.sizes() == {"train": 18, "val": 2, "test": 4}
+        assert task.classes == [f"c{i}" for i in range(10)]
         x, y = task.val[0]
-        assert x.shape == (3, 8, 8) and 0 <= y < 10
+        assert x.shape == (3, 32, 32) and 0 <= y < 10
+        x, y = task.test[1]                 # the stored bytes, channel-major, come back as the image
+        pixels = torch.from_numpy(reference[0][1].reshape(3, 32, 32).astype(np.float32) / 255)
+        mean, std = torch.tensor(CIFAR_MEAN)[:, None, None], torch.tensor(CIFAR_STD)[:, None, None]
+        assert y == reference[1][1] and torch.allclose(x, (pixels - mean) / std, atol=1e-5)
+    assert get_task(f"cifar10:{d}", 8, 0).test[0][0].shape == (3, 8, 8)
+
+
+class _Bomb:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+@pytest.mark.parametrize("victim", ["batches.meta", "data_batch_2"])
+def test_cifar10_pickle_that_would_run_code_is_refused(tmp_path: Path, victim: str) -> None:
+    d = _cifar(tmp_path / "c")
+    marker = tmp_path / "pwned"
+    (d / victim).write_bytes(pickle.dumps({"label_names": _Bomb(marker), "data": _Bomb(marker)}, protocol=4))
+    with pytest.raises(LatoptError) as e:
+        get_task(f"cifar10:{d}", 32, 0)
+    assert "global io.open" in str(e.value) and str(d / victim) in str(e.value) and "\n" not in str(e.value)
+    assert not marker.exists()
 
 
 def test_cifar10_errors(tmp_path: Path) -> None:
     with pytest.raises(LatoptError, match="does not exist"):
         get_task(f"cifar10:{tmp_path / 'none'}", 32, 0)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LatoptError, match="lacks data_batch_1..5, test_batch and batches.meta .the python"):
+        get_task(f"cifar10:{tmp_path / 'empty'}", 32, 0)
     d = _cifar(tmp_path / "a")
     (d / "data_batch_3").unlink()
     with pytest.raises(LatoptError, match="lacks data_batch_3.*never downloads"):
@@ -169,6 +272,19 @@ def test_cifar10_errors(tmp_path: Path) -> None:
     d = _cifar(tmp_path / "b")
     (d / "test_batch").write_bytes(b"garbage")
     with pytest.raises(LatoptError, match="malformed"):
+        get_task(f"cifar10:{d}", 32, 0)
+    d = _cifar(tmp_path / "c")
+    (d / "test_batch").write_bytes(pickle.dumps({"data": np.zeros((2, 3072), np.float32), "labels": [0, 1]}, 4))
+    with pytest.raises(LatoptError, match="not a uint8 array"):
+        get_task(f"cifar10:{d}", 32, 0)
+    d = _cifar_bin(tmp_path / "e")
+    with (d / "data_batch_1.bin").open("ab") as f:
+        f.write(b"\0" * 10)
+    with pytest.raises(LatoptError, match="not a whole number of 3073-byte records"):
+        get_task(f"cifar10:{d}", 32, 0)
+    d = _cifar_bin(tmp_path / "f")
+    (d / "test_batch.bin").write_bytes(np.concatenate([[12], np.zeros(3072)]).astype(np.uint8).tobytes())
+    with pytest.raises(LatoptError, match="labels outside 0..9"):
         get_task(f"cifar10:{d}", 32, 0)
 
 

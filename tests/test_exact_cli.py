@@ -79,3 +79,47 @@ def test_bad_inputs_exit_2_and_write_nothing(random_ckpt, tmp_path, capsys):
     assert "region limit hit" in capsys.readouterr().err
     assert main(["train-mlp", "--hidden", "0,4", "--out", str(out / "x.pt")]) == 2
     assert not out.exists()
+
+
+@pytest.mark.parametrize("lr", ["nan", "inf", "-0.1", "0"])
+def test_train_mlp_refuses_a_bad_learning_rate_up_front(tmp_path, capsys, lr):
+    out = tmp_path / "m.pt"
+    assert main(["train-mlp", "--lr", lr, "--epochs", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--lr {float(lr)} must be a finite number > 0" in err, err
+    assert not out.exists()
+
+
+class _Bomb:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+@pytest.mark.parametrize("fmt", ["zip", "raw pickle"])
+def test_compress_on_a_pickle_with_code_prints_one_line_only(tmp_path, capsys, fmt):
+    import pickle
+    import warnings
+
+    marker, bomb = tmp_path / "pwned", tmp_path / "bomb.pt"
+    payload = {"schema": "latopt.mlp/1", "state_dict": _Bomb(marker)}
+    if fmt == "zip":
+        torch.save(payload, bomb)
+    else:
+        bomb.write_bytes(pickle.dumps(payload, protocol=4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["compress", str(bomb), "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert not caught, [str(w.message) for w in caught]      # torch's warnings were printed before the error
+    why = "holds a pickled reference to io.open" if fmt == "zip" else "cannot be read as a torch checkpoint"
+    assert err.count("\n") == 1 and why in err, err
+    assert not marker.exists() and not (tmp_path / "c").exists()
+
+
+def test_compress_refuses_a_nan_time_limit(random_ckpt, tmp_path, capsys):
+    assert main(["compress", str(random_ckpt), "--time-limit", "nan", "--out", str(tmp_path / "c")]) == 2
+    assert "--time-limit must be > 0" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()

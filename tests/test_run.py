@@ -1,4 +1,5 @@
-"""latopt run end to end on a tiny config: every stage, the report, and resuming instead of starting over.
+"""latopt run end to end on a tiny config: every stage, the report, and reruns that reuse a stage only when
+what it is made from is unchanged (fingerprints in run.json), never a stale one.
 
 Tiny settings (MobileNetV2-0.35 at 16 px on digits, 1-2 epochs, 2 trials, a short timing budget); nothing
 here asserts on a time.
@@ -6,7 +7,10 @@ here asserts on a time.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,28 +33,185 @@ def tiny_config(tmp_path_factory: pytest.TempPathFactory, fast_cpu_device: str) 
     return d / "tiny.yaml"
 
 
-def test_run_all_stages_then_resume(tiny_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture(scope="module")
+def first_run(tiny_config: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One complete run of the tiny config (the runs directory and what it printed); tests work on copies."""
+    runs = tmp_path_factory.mktemp("first") / "runs"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["run", str(tiny_config), "--runs-dir", str(runs)]) == 0
+    return runs, out.getvalue()
+
+
+def _copy(first_run: tuple[Path, str], tmp_path: Path) -> Path:
     runs = tmp_path / "runs"
-    assert main(["run", str(tiny_config), "--runs-dir", str(runs)]) == 0
-    first = capsys.readouterr().out
+    shutil.copytree(first_run[0], runs)
+    return runs
+
+
+def _config(tiny_config: Path, tmp_path: Path, **sections: dict) -> Path:
+    cfg = yaml.safe_load(tiny_config.read_text())
+    for name, values in sections.items():
+        cfg[name] = {**cfg.get(name, {}), **values}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _forbid(monkeypatch: pytest.MonkeyPatch, *stages: str) -> None:
+    """Make the given stages' work functions fail the test if the run calls them."""
+    targets = {"base": "latopt.train.train_base", "profile": "latopt.latency.profiler.profile_model",
+               "search": "latopt.search._run.run_search", "export": "latopt.export.export"}
+
+    for stage in stages:
+        def called(*a, _stage=stage, **k):
+            raise AssertionError(f"stage {_stage} was re-run")
+
+        monkeypatch.setattr(targets[stage], called)
+
+
+def _study_trials(root: Path) -> list:
+    import optuna
+
+    study = optuna.load_study(study_name="tiny-run", storage=f"sqlite:///{root / 'search' / 'study.db'}")
+    return study.trials
+
+
+def test_run_all_stages(first_run: tuple[Path, str]) -> None:
+    runs, first = first_run
     root = runs / "tiny-run"
     for f in ("REPORT.md", "latency_blocks.png", "run.json", "export/export.json", "export/model.onnx",
               "base/base.pt", "config.yaml"):
         assert (root / f).is_file(), f
     state = json.loads((root / "run.json").read_text())
     assert set(state["stages"]) == {"base", "profile", "search", "export", "report"}
+    assert all(rec["done"] for rec in state["stages"].values())
     exp = json.loads((root / "export" / "export.json").read_text())
     assert all(g["passed"] for g in exp["gates"]) and exp["latency"]["speedup"] > 0
     assert "speed-up" in first and "measured in this run" in first
     report = (root / "REPORT.md").read_text()
     assert "latency_blocks.png" in report and "speed-up" in report
 
-    # a second invocation resumes every finished stage instead of redoing it
+
+def test_rerun_with_the_same_config_reuses_every_stage(first_run: tuple[Path, str], tiny_config: Path,
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    runs = _copy(first_run, tmp_path)     # a moved run directory stays valid (paths are recorded relative)
+    before = json.loads((runs / "tiny-run" / "run.json").read_text())["stages"]
+    _forbid(monkeypatch, "base", "profile", "search", "export")
     assert main(["run", str(tiny_config), "--runs-dir", str(runs)]) == 0
-    again = capsys.readouterr().out
+    out = capsys.readouterr().out
     for stage in ("base", "profile", "search", "export"):
-        assert f"{stage} — resumed" in again, stage
-    assert "base epoch" not in again
+        assert f"{stage} — reused" in out, stage
+    assert "reused          base, profile, search, export" in out
+    state = json.loads((runs / "tiny-run" / "run.json").read_text())
+    assert all(state["last_invocation"][s]["reused"] for s in ("base", "profile", "search", "export"))
+    assert {s: r["finished"] for s, r in state["stages"].items() if s != "report"} == \
+        {s: r["finished"] for s, r in before.items() if s != "report"}
+    assert "reused (same inputs)" in (runs / "tiny-run" / "REPORT.md").read_text()
+
+
+def test_changed_fold_settings_rerun_search_and_export_only(first_run: tuple[Path, str], tiny_config: Path,
+                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    runs = _copy(first_run, tmp_path)
+    root = runs / "tiny-run"
+    base_pt = (root / "base" / "base.pt").read_bytes()
+    old_trials = {t.datetime_start for t in _study_trials(root)}
+    config = _config(tiny_config, tmp_path, fold={"lr": 0.002})
+    _forbid(monkeypatch, "base", "profile")
+    assert main(["run", str(config), "--runs-dir", str(runs), "--trials", "1"]) == 0   # 1: the base trial only
+    out = capsys.readouterr().out
+    inv = json.loads((root / "run.json").read_text())["last_invocation"]
+    assert inv["base"]["reused"] and inv["profile"]["reused"]
+    assert inv["search"]["why"] == "config section fold changed"
+    assert inv["export"]["why"] == "search is re-run"
+    assert "ran             search (config section fold changed); export (search is re-run)" in out
+    assert (root / "base" / "base.pt").read_bytes() == base_pt
+    trials = _study_trials(root)                       # a new study: none of the old trials is in it
+    assert len(trials) == 1 and not {t.datetime_start for t in trials} & old_trials
+    assert yaml.safe_load((root / "config.yaml").read_text())["fold"]["lr"] == 0.002
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("change", ["train", "tampered base", "seed", "hand-edited run.json"])
+def test_a_changed_base_input_reruns_every_stage(first_run: tuple[Path, str], tiny_config: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                 change: str) -> None:
+    """The plan, and the stale artefacts withdrawn before the base is retrained (the full re-run itself is
+    exercised by the --fresh test)."""
+    runs = _copy(first_run, tmp_path)
+    root = runs / "tiny-run"
+    config, args, why = tiny_config, [], "config section train changed"
+    if change == "train":
+        config = _config(tiny_config, tmp_path, train={"lr": 0.02})
+    elif change == "tampered base":
+        with (root / "base" / "base.pt").open("ab") as f:
+            f.write(b"\0")
+        why = "its output base/base.pt changed since it was made"
+    elif change == "seed":
+        args, why = ["--seed", "1"], "seed changed (0 → 1)"
+    else:
+        state = json.loads((root / "run.json").read_text())
+        state["stages"]["base"]["made_from"] = "x"
+        (root / "run.json").write_text(json.dumps(state))
+        why = "its record in run.json is unreadable"
+
+    def train_base(*a, **k):
+        raise _Stop
+
+    monkeypatch.setattr("latopt.train.train_base", train_base)
+    with pytest.raises(_Stop):
+        main(["run", str(config), "--runs-dir", str(runs), *args])
+    out = capsys.readouterr().out
+    assert f"run base ({why}), profile (base is re-run), search (base is re-run), export (base is re-run)" in out
+    state = json.loads((root / "run.json").read_text())
+    assert list(state["stages"]) == ["base"] and not state["stages"]["base"]["done"]
+    for stale in ("config.yaml", "REPORT.md", "export", "search", "lut-cpu-test.json", "base"):
+        assert not (root / stale).exists(), stale      # nothing claims to come from the new settings
+
+
+def test_fresh_starts_a_new_study(first_run: tuple[Path, str], tiny_config: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    runs = _copy(first_run, tmp_path)
+    root = runs / "tiny-run"
+    old_trials = {t.datetime_start for t in _study_trials(root)}
+    (root / "search" / "trial-9").mkdir()
+    assert main(["run", str(tiny_config), "--runs-dir", str(runs), "--fresh", "--trials", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "ran             base (--fresh); profile (--fresh); search (--fresh); export (--fresh)" in out
+    trials = _study_trials(root)
+    assert len(trials) == 1 and not {t.datetime_start for t in trials} & old_trials
+    assert not (root / "search" / "trial-9").exists()
+    assert json.loads((root / "run.json").read_text())["stages"]["search"]["done"]
+
+
+def test_a_configured_storage_study_is_never_deleted(first_run: tuple[Path, str], tiny_config: Path,
+                                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import optuna
+
+    runs = _copy(first_run, tmp_path)
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    optuna.create_study(study_name="tiny-run", storage=url)
+    config = _config(tiny_config, tmp_path, search={"storage": url})
+    state = (runs / "tiny-run" / "run.json").read_bytes()
+    for extra in ([], ["--fresh"]):
+        assert main(["run", str(config), "--runs-dir", str(runs), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "optuna delete-study --study-name tiny-run" in err, err
+        assert (runs / "tiny-run" / "run.json").read_bytes() == state        # nothing deleted or rewritten
+        assert (runs / "tiny-run" / "search" / "study.db").is_file()
+        assert "tiny-run" in optuna.get_all_study_names(url)
+
+
+def test_run_refuses_zero_trials(tiny_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(tiny_config), "--runs-dir", str(tmp_path / "runs"), "--trials", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "latopt: error: --trials must be >= 1, got 0"
+    assert not (tmp_path / "runs").exists()
 
 
 def test_run_refuses_an_unusable_device_before_any_work(tiny_config: Path, tmp_path: Path,

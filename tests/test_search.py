@@ -196,3 +196,65 @@ def test_two_workers_on_postgresql(tiny, pg_url):
     ckpts = [t.user_attrs["checkpoint"] for t in complete if not t.user_attrs.get("base")]
     assert len(set(ckpts)) == len(ckpts) and all(Path(c).is_file() for c in ckpts)     # no duplicated trial
     assert len({t.user_attrs["worker"] for t in complete}) == 2                        # both workers worked
+
+
+def _junk_base(d: Path) -> dict[str, Path]:
+    """Files that are not the tiny config's base checkpoint."""
+    import torch
+
+    from latopt.fold import install_alpha
+    from latopt.models import build_model, make_arch, save_checkpoint
+
+    junk = d / "junk.pt"
+    junk.write_bytes(b"not a checkpoint")
+    model = build_model(MODEL, 5)
+    five = save_checkpoint(d / "five-classes.pt", model, make_arch(model, MODEL, 5))
+    model = build_model(MODEL, 10)
+    install_alpha(model)
+    prefolded = save_checkpoint(d / "prefolded.pt", model, make_arch(model, MODEL, 10))
+    torch.save({"weights": torch.zeros(2)}, d / "plain.pt")
+    return {"junk": junk, "five": five, "prefolded": prefolded, "plain": d / "plain.pt", "missing": d / "none.pt"}
+
+
+@pytest.mark.parametrize(("kind", "match"), [("junk", "not a latopt checkpoint"), ("plain", "not a latopt checkpoint"),
+                                             ("missing", "does not exist"), ("five", "has 5 classes"),
+                                             ("prefolded", "already pre-folded/folded")])
+def test_a_bad_base_or_lut_is_refused_before_the_study_is_touched(tiny, tmp_path, capsys, kind, match):
+    from latopt.cli import main
+
+    d, _ = tiny
+    path = _junk_base(tmp_path)[kind]
+    runs = tmp_path / "runs"
+    assert main(["search", "--config", str(d / "tiny.yaml"), "--runs-dir", str(runs), "--base", str(path),
+                 "--study", "bad", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("latopt: error:") and len(err.splitlines()) == 1 and match in err, err
+    assert not runs.exists()                     # no storage, no study, no failed base trial
+    (tmp_path / "lut.json").write_text("{}")
+    assert main(["search", "--config", str(d / "tiny.yaml"), "--runs-dir", str(runs), "--lut",
+                 str(tmp_path / "lut.json"), "--study", "bad", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "latency LUT" in err, err
+    assert not runs.exists()
+
+
+def test_a_failed_base_trial_is_enqueued_again(tiny, tmp_path, monkeypatch):
+    """A study whose base trial failed (for any reason) gets it back on the next run, so it can recommend."""
+    from latopt.errors import LatoptError
+
+    d, res = tiny
+    opts = {"config": d / "tiny.yaml", "study": "poisoned", "trials": 1, "objective": "depth",
+            "base": res.study_dir / "base" / "base.pt", "runs_dir": tmp_path / "runs", "progress": False}
+
+    def broken(*a, **k):
+        raise LatoptError("the base cannot be evaluated")
+
+    monkeypatch.setattr("latopt.search._trial.evaluate_base", broken)
+    with pytest.raises(LatoptError, match="cannot be evaluated"):
+        run_search(SearchOptions(**opts))
+    monkeypatch.undo()
+    again = run_search(SearchOptions(**opts))
+    study = optuna.load_study(study_name="poisoned", storage=again.storage)
+    states = [(t.state, bool(t.user_attrs.get("base"))) for t in study.trials]
+    assert states == [(TrialState.FAIL, True), (TrialState.COMPLETE, True)]
+    assert again.finished and again.recommended == 1

@@ -133,7 +133,7 @@ def _compress(args) -> int:
     from latopt.exact.mlp import load_split, save_mlp
     from latopt.exact.stability import compress
 
-    if args.time_limit <= 0 or args.samples < 0 or args.verify_points < 100_000:
+    if not args.time_limit > 0 or args.samples < 0 or args.verify_points < 100_000:   # not > 0: NaN too
         raise LatoptError("--time-limit must be > 0, --samples >= 0 and --verify-points >= 100000")
     model, meta, net, box = _load(args)
     data = load_split("digits", int(meta.get("split_seed", 0))).x_train if meta.get("data") == "digits" else None

@@ -14,7 +14,9 @@ on the *first* layer's weights only, lr x0.1 every ``epochs // 2.4`` epochs (50 
 from __future__ import annotations
 
 import math
+import re
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,8 +106,12 @@ def train_mlp(
 
     if l1 < 0 or not math.isfinite(l1):
         raise LatoptError(f"--l1 {l1} must be a finite number >= 0")
-    if epochs < 1 or batch < 1 or lr <= 0:
-        raise LatoptError(f"invalid training settings: epochs={epochs}, batch={batch}, lr={lr} (need >= 1, >= 1, > 0)")
+    if not (math.isfinite(lr) and lr > 0):
+        raise LatoptError(f"--lr {lr} must be a finite number > 0, e.g. 0.01")
+    if not (math.isfinite(momentum) and 0 <= momentum < 1):
+        raise LatoptError(f"momentum {momentum} must be in [0, 1)")
+    if epochs < 1 or batch < 1:
+        raise LatoptError(f"invalid training settings: epochs={epochs}, batch={batch} (both must be >= 1)")
     if not hidden or any(h < 1 for h in hidden):
         raise LatoptError(f"--hidden {hidden} must be a comma list of positive widths, e.g. 100,100")
     split = load_split(data, seed)
@@ -187,8 +193,20 @@ def load_mlp(path: str | Path) -> tuple[Any, dict]:
     if not path.is_file():
         raise LatoptError(f"checkpoint {path} does not exist (make one with `latopt train-mlp`)")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError,
+        with warnings.catch_warnings():   # torch warns about the pickle protocol etc. of files it then refuses
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        text = str(e)
+        ref = re.search(r"GLOBAL ([\w.]+)", text)
+        if ref:
+            raise LatoptError(f"checkpoint {path} holds a pickled reference to {ref.group(1)}, which weights_only "
+                              "loading refuses (a pickle can run code); it is not a latopt.mlp/1 file, which holds "
+                              "only tensors and plain data") from None
+        detail = next((line.strip() for line in text.splitlines() if "Unsupported" in line), first_line(e))
+        raise LatoptError(f"checkpoint {path} cannot be read as a torch checkpoint (UnpicklingError: {detail[:100]}); "
+                          "is it a latopt.mlp/1 file?") from None
+    except (RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError,
             IndexError, KeyError, TypeError, AttributeError) as e:  # torch's unpickler on arbitrary bytes
         first = first_line(e, 1000)
         why = type(e).__name__ + (f": {first}" if first and len(first) <= 100 else "")

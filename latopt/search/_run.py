@@ -4,7 +4,9 @@ The loop counts COMPLETE trials across all workers. Before each trial it fails t
 stopped sending heartbeats (Optuna's ``fail_stale_trials``; ``RetryHeartbeatStaleTrialCallback``
 enqueues a retry); when the remaining budget is taken by trials other workers are running, it waits
 for them to complete or go stale. So a rerun after ``kill -9`` finishes the study, and any number of
-workers pointed at one storage URL stop together without losing or duplicating a trial.
+workers pointed at one storage URL stop together without losing or duplicating a trial. A given
+``--base`` (and ``--lut``) is checked before the storage is opened; a study whose base trial ended
+without completing (and has no retry of it waiting) gets it enqueued again, so it can still recommend.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
         raise LatoptError(f"costs {o.costs!r} is unknown; choose one of {', '.join(COSTS)}")
     if o.max_acc_drop is not None and not (0 <= o.max_acc_drop <= 1):
         raise LatoptError(f"--max-acc-drop must be in [0, 1] (a fraction of accuracy), got {o.max_acc_drop}")
-    if o.timeout is not None and o.timeout <= 0:
+    if o.timeout is not None and not o.timeout > 0:
         raise LatoptError(f"--timeout must be > 0 seconds, got {o.timeout}")
     if o.workers < 1:
         raise LatoptError(f"--workers must be >= 1, got {o.workers}")
@@ -154,6 +156,14 @@ def _counts(study: optuna.Study) -> dict[TrialState, int]:
     return c
 
 
+def _base_trial_lost(study: optuna.Study) -> bool:
+    """The study's enqueued base trial ended without completing, and no copy of it is complete, running
+    or waiting (a study whose creator has not enqueued it yet has no base trial at all: not lost)."""
+    base = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("base")]
+    live = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
+    return bool(base) and not any(t.state in live for t in base)
+
+
 def _fail_stale(study: optuna.Study) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -163,16 +173,17 @@ def _fail_stale(study: optuna.Study) -> None:
 def run_search(o: SearchOptions) -> SearchResult:
     """Run (or resume, or join) a search study until it holds the requested number of COMPLETE trials."""
     from latopt.config import load_config
+    from latopt.train import load_task
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = load_config(o.config, o.overrides or None)
-    threads = o.threads or (default_threads(o.workers) if o.workers > 1 else None)
-    set_threads(threads)
     s = cfg.search
     trials = int(o.trials if o.trials is not None else s.trials)
     sampler_name = o.sampler or s.sampler
     max_drop = float(o.max_acc_drop if o.max_acc_drop is not None else s.max_acc_drop)
     _check_options(o, trials, sampler_name)
+    threads = o.threads if o.threads is not None else (default_threads(o.workers) if o.workers > 1 else None)
+    set_threads(threads)
     space = space_from_config(cfg)
     objective_key = "latency-measured" if o.measure else o.objective
     name = check_name(o.study, "--study") if o.study is not None else cfg.name  # runs/<study>/
@@ -185,8 +196,10 @@ def run_search(o: SearchOptions) -> SearchResult:
         from latopt.latency.devices import load_device
 
         device = load_device(cfg.device)
-    if o.base is not None:
-        ensure_base(cfg, study_dir, o.base)                       # a missing --base fails before any storage
+    task = load_task(cfg)
+    # a --base that is not the config's unfolded base fails before any storage is touched (it would leave
+    # a FAILED base trial behind)
+    base = None if o.base is None else ensure_base(cfg, study_dir, o.base, task=task)
     url = o.storage or s.storage or default_storage_url(study_dir)
     storage = open_storage(url, heartbeat_interval=o.heartbeat_interval, grace_period=o.grace_period,
                            max_retry=o.max_retry)
@@ -194,7 +207,8 @@ def run_search(o: SearchOptions) -> SearchResult:
                 "costs": o.costs if lut is not None else "uniform", "space": space.as_dict(),
                 "max_acc_drop": max_drop}
     check_existing(storage, name, objective_key, identity)     # before training a base for a wrong study
-    base = ensure_base(cfg, study_dir, o.base, seed=o.seed, progress=o.progress)
+    if base is None:
+        base = ensure_base(cfg, study_dir, None, seed=o.seed, progress=o.progress)
     opened = open_study(storage, name, objective_key, identity)
     # The process that created the study samples with --seed (reproducible); joining or resuming workers
     # mix in their pid so parallel workers do not propose the same candidates.
@@ -205,9 +219,14 @@ def run_search(o: SearchOptions) -> SearchResult:
         study.set_user_attr("lut", None if lut_path is None else str(lut_path))
         study.set_user_attr("config", str(o.config) if o.config else None)
         study.enqueue_trial(space.base_params(), user_attrs={"base": True})
+    elif _base_trial_lost(study):
+        if o.progress:
+            print("[search] the study's base trial did not complete (it failed or was pruned): enqueued it again",
+                  flush=True)
+        study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     ctx = TrialContext(cfg=cfg, space=space, base=base, study_dir=study_dir, objective=objective_key,
                        max_acc_drop=max_drop, lut=lut, lut_path=lut_path, costs=o.costs, device=device, seed=o.seed,
-                       progress=o.progress)
+                       progress=o.progress, _task=task)
     if o.progress:
         c = _counts(study)
         print(f"[search] study {name!r} at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "

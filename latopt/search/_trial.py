@@ -33,17 +33,26 @@ class BaseModel:
 
 
 def ensure_base(cfg: Any, study_dir: Path, base: str | Path | None, *, seed: int = 0,
-                progress: bool = True) -> BaseModel:
+                progress: bool = True, task: Any = None) -> BaseModel:
     """The study's base checkpoint: ``base`` when given, else trained once into ``study_dir/base/``.
 
-    Workers on one machine share it: the first takes a file lock and trains (``train_base`` builds the
-    directory atomically), the others wait on the lock and then load it.
+    A given ``base`` is checked before any study is touched: it must load as a latopt checkpoint of the
+    config's model, be an unfolded base (no σ_α, no fold), have been trained on the config's data and
+    have as many classes as ``task`` (default: the config's task). Workers on one machine share a trained
+    base: the first takes a file lock and trains (``train_base`` builds the directory atomically), the
+    others wait on the lock and then load it.
     """
     if base is not None:
+        from latopt.prefold import _check_base
+        from latopt.train import load_task
+
         path = Path(base)
-        if not path.is_file():
-            raise LatoptError(f"--base checkpoint {path} does not exist")
-        return BaseModel(path.resolve())
+        _, arch, meta = _check_base(cfg, path)
+        n_classes = (task or load_task(cfg)).num_classes
+        if int(arch["num_classes"]) != n_classes:
+            raise LatoptError(f"--base checkpoint {path} has {arch['num_classes']} classes but task "
+                              f"{cfg.data.task!r} has {n_classes}; give a base trained on the config's task")
+        return BaseModel(path.resolve(), _metric(meta, "val_acc"), _metric(meta, "test_acc"))
     from filelock import FileLock
 
     from latopt.train import BASE_CHECKPOINT, METRICS_SCHEMA, train_base
