@@ -139,7 +139,7 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, monkeypatch, capsys):
         (["--show", "--study", "nope"], "no study database"),
         (["--config", "nolut.yaml"], "run: latopt profile --device cpu --model mobilenetv2_035 --resolution 40"),
         (["--config", "ok.yaml", "--objective", "depth", "--base", "missing.pt"],
-         "--base checkpoint missing.pt does not exist"),
+         "base checkpoint missing.pt does not exist"),
     ]
     for args, msg in cases:
         rc = main(["search", *args])
