@@ -28,11 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from timm.layers import Conv2dSame
 from torch import nn
 
 from latopt.errors import LatoptError
-
-RELU_TYPES = (nn.ReLU, nn.ReLU6)
+from latopt.layers import AlphaActivation, FoldedBlock
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,6 @@ class Block:
 # ---------------------------------------------------------------------------------------------- helpers
 def _act_kind(m: nn.Module) -> str | None:
     """'relu' / 'relu6' for a foldable activation (incl. an installed σ_α), else None."""
-    from latopt.fold.activation import AlphaActivation
-
     if isinstance(m, AlphaActivation):
         return m.kind
     if isinstance(m, nn.ReLU6):
@@ -89,11 +87,7 @@ def _is_identity(m: nn.Module | None) -> bool:
 
 def _conv_padding(conv: nn.Conv2d) -> int | str | None:
     """Symmetric int padding, "same" for timm Conv2dSame, None when unsupported."""
-    try:
-        from timm.layers import Conv2dSame
-    except ImportError:  # pragma: no cover
-        Conv2dSame = ()  # type: ignore[assignment]  # noqa: N806
-    if Conv2dSame and isinstance(conv, Conv2dSame):
+    if isinstance(conv, Conv2dSame):
         return "same"
     if type(conv) is not nn.Conv2d or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
         return None
@@ -227,9 +221,22 @@ def _block_kind(m: nn.Module) -> str | None:
         return "timm"
     if mod.startswith("torchvision.") and cls.__name__ == "InvertedResidual":
         return "torchvision"
-    if cls.__name__ == "FoldedBlock" and mod.startswith("latopt."):
+    if isinstance(m, FoldedBlock):
         return "folded"
     return None
+
+
+def _folded_block(index: int, path: str, m: FoldedBlock) -> Block:
+    """A block latopt already folded: kept in the numbering, not foldable again."""
+    i = m.info
+    convs = {"full": ("conv",), "expand_dw": ("conv", "project"), "dw_project": ("expand", "conv")}[i.variant]
+    acts = () if i.variant == "full" or isinstance(m.act, nn.Identity) else (f"{path}.act",)
+    return Block(
+        index=index, path=path, kind="latopt.FoldedBlock", cin=i.cin, cout=i.cout, hidden=i.hidden,
+        expansion=i.hidden / i.cin, kernel=i.kernel, stride=i.stride, residual=i.residual,
+        convs=tuple(f"{path}.{c}" for c in convs), bns=(), acts=acts, foldable=False,
+        reason=f"already folded ({i.variant}, {i.mode} mode; was {i.kind})", padding=i.padding,
+    )
 
 
 def find_blocks(model: nn.Module) -> list[Block]:
@@ -249,7 +256,7 @@ def find_blocks(model: nn.Module) -> list[Block]:
         elif kind == "torchvision":
             blocks.append(_tv_block(i, path, m))
         else:
-            blocks.append(m.describe(i, path))  # type: ignore[operator]
+            blocks.append(_folded_block(i, path, m))
     return blocks
 
 

@@ -38,14 +38,9 @@ from typing import Any
 import yaml
 
 from latopt.artifacts import check_name, write_text_atomic
+from latopt.constants import FOLD_MODES, GRANULARITIES, OPTIMIZERS, SAMPLERS, SCHEDULES, UNFOLDED_ALPHA
 from latopt.errors import LatoptError
 
-GRANULARITIES = ("block", "activation")
-FOLD_MODES = ("exact", "paper")
-OPTIMIZERS = ("sgd", "adamw")
-SCHEDULES = ("cosine", "step", "constant")
-SAMPLERS = ("tpe", "nsga2", "random")
-UNFOLDED_ALPHA = ("zero", "keep")
 RESOLUTION_RANGE = (8, 1024)  # input resolution R (R x R): config, export, inspect and profile share it
 
 

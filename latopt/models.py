@@ -52,9 +52,9 @@ from torch import nn
 
 from latopt.artifacts import atomic_path
 from latopt.config import RESOLUTION_RANGE
+from latopt.constants import FOLD_MODES, FOLD_VARIANTS, GRANULARITIES
 from latopt.errors import LatoptError, VerificationError, first_line
-from latopt.fold import FOLD_MODES, FOLD_VARIANTS, alpha_spec, fold_blocks, fold_spec, install_alpha
-from latopt.fold.activation import GRANULARITIES
+from latopt.fold import alpha_spec, fold_blocks, fold_spec, install_alpha
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
 LEGACY_SCHEMAS = ("latopt.checkpoint/1",)  # no digest: loaded with a warning line (see the module doc)

@@ -59,7 +59,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from latopt.artifacts import atomic_dir, seed_everything, write_json_atomic, write_text_atomic
-from latopt.config import GRANULARITIES, RunConfig, validate_fold_params, write_config
+from latopt.config import RunConfig, validate_fold_params, write_config
+from latopt.constants import GRANULARITIES
 from latopt.data import Task, make_loaders
 from latopt.errors import LatoptError, VerificationError
 from latopt.train import data_meta, evaluate, fit, load_task, make_optimizer, make_scheduler, model_cost

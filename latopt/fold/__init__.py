@@ -14,6 +14,7 @@ Public API (see the submodules for details)::
     FoldedBlock, FoldInfo
 """
 
+from latopt.constants import FOLD_MODES, FOLD_VARIANTS
 from latopt.fold.activation import (
     AlphaActivation,
     alpha_parameters,
@@ -23,7 +24,6 @@ from latopt.fold.activation import (
     install_alpha,
     plain_activations_,
 )
-from latopt.fold.modules import FOLD_MODES, FOLD_VARIANTS, FoldedBlock, FoldInfo
 from latopt.fold.transform import (
     fold_block_module,
     fold_blocks,
@@ -33,6 +33,7 @@ from latopt.fold.transform import (
     randomize_bn_,
     verify_fold,
 )
+from latopt.layers import FoldedBlock, FoldInfo
 
 __all__ = [
     "FOLD_MODES",

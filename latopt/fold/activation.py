@@ -1,4 +1,4 @@
-"""The parametric activation σ_α(x) = (1 − α)·σ(x) + α·x of Layer Folding, σ ∈ {ReLU, ReLU6}.
+"""Installing and reading σ_α (:class:`latopt.layers.AlphaActivation`) in a model.
 
 ``install_alpha`` replaces the activations of MBConv blocks (in place) by :class:`AlphaActivation`;
 with ``granularity="block"`` both activations of a block share ONE ``nn.Parameter`` (the paper's
@@ -13,31 +13,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from latopt.blocks import find_blocks, resolve_blocks
+from latopt.constants import GRANULARITIES
 from latopt.errors import LatoptError
-
-GRANULARITIES = ("block", "activation")
-ACT_KINDS = ("relu", "relu6")
-
-
-class AlphaActivation(nn.Module):
-    """σ_α(x) = (1 − α)·σ(x) + α·x. ``alpha`` is a 0-dim ``nn.Parameter`` (possibly shared)."""
-
-    def __init__(self, kind: str = "relu6", alpha: nn.Parameter | None = None, *,
-                 granularity: str = "block") -> None:
-        super().__init__()
-        if kind not in ACT_KINDS:
-            raise LatoptError(f"σ_α supports activations {ACT_KINDS}, not {kind!r}")
-        self.kind = kind
-        self.granularity = granularity
-        self.alpha = alpha if alpha is not None else nn.Parameter(torch.zeros(()))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = torch.clamp(x, 0.0, 6.0) if self.kind == "relu6" else torch.relu(x)
-        a = self.alpha.to(x.dtype)
-        return s + a * (x - s)
-
-    def extra_repr(self) -> str:
-        return f"kind={self.kind}, alpha={float(self.alpha.detach()):.4f}"
+from latopt.layers import AlphaActivation
 
 
 def _act_kind_of(m: nn.Module) -> str:
@@ -56,8 +35,6 @@ def install_alpha(model: nn.Module, blocks: Sequence[int] | str = "all",
 
     Returns ``{block index: [α parameters]}`` (one shared parameter per block for "block", one per
     activation for "activation")."""
-    from latopt.blocks import resolve_blocks
-
     if granularity not in GRANULARITIES:
         raise LatoptError(f"granularity must be one of {GRANULARITIES}, not {granularity!r}")
     out: dict[int, list[nn.Parameter]] = {}
@@ -77,8 +54,6 @@ def install_alpha(model: nn.Module, blocks: Sequence[int] | str = "all",
 
 
 def _block_alpha_params(model: nn.Module) -> dict[int, list[nn.Parameter]]:
-    from latopt.blocks import find_blocks
-
     out: dict[int, list[nn.Parameter]] = {}
     for b in find_blocks(model):
         params: list[nn.Parameter] = []
@@ -130,8 +105,6 @@ def plain_activations_(model: nn.Module) -> int:
     σ_α with α = 0 *is* σ, but it costs extra element-wise ops in an exported graph (and so latency).
     A block is restored only when every σ_α module in it has α = 0 (so the checkpoint's ``arch["alpha"]``
     stays block-granular and rebuildable). Returns the number of activations replaced."""
-    from latopt.blocks import find_blocks
-
     paths = [b.path for b in find_blocks(model)]
     groups: dict[str, list[tuple[str, AlphaActivation]]] = {}
     for name, m in model.named_modules():

@@ -24,9 +24,10 @@ import torch
 from torch import nn
 
 from latopt.blocks import Block, block_input_shapes, conv_output_size, find_blocks, resolve_blocks
+from latopt.constants import FOLD_MODES, FOLD_VARIANTS
 from latopt.errors import LatoptError
 from latopt.fold import compose
-from latopt.fold.modules import FOLD_MODES, FOLD_VARIANTS, FoldedBlock, FoldInfo
+from latopt.layers import FoldedBlock, FoldInfo
 
 BlockPlan = Sequence[int] | str | Mapping[int | str, str]
 

@@ -19,10 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from latopt.artifacts import check_name
+from latopt.constants import BACKENDS, PRECISIONS
 from latopt.errors import LatoptError, first_line
-
-BACKENDS = ("onnxruntime", "tensorrt", "torch")
-PRECISIONS = ("fp32", "fp16")
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from latopt.artifacts import read_json, write_json_atomic
+from latopt.constants import LUT_VARIANTS
 from latopt.errors import LatoptError
 from latopt.latency.timing import TimingStats
 
 LUT_SCHEMA = "latopt.lut/1"
-VARIANTS = ("none", "full", "expand_dw", "dw_project")
+VARIANTS = LUT_VARIANTS  # "none" (as-is) and the fold variants
 
 
 @dataclass

@@ -42,9 +42,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from latopt.constants import CLOCKS
 from latopt.errors import LatoptError
-
-CLOCKS = ("wall", "thread")
 
 
 @dataclass(frozen=True)

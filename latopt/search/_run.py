@@ -23,6 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from latopt.artifacts import check_name
+from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.errors import LatoptError, VerificationError
 from latopt.search._pareto import format_table, front_summary, write_front
 from latopt.search._space import space_from_config
@@ -44,10 +45,6 @@ from latopt.search._workers import (
     terminate_on_sigterm,
     worker_argv,
 )
-
-SAMPLERS = ("tpe", "nsga2", "random")
-OBJECTIVE_CHOICES = ("latency", "depth")
-COSTS = ("lut", "uniform")
 
 
 @dataclass
@@ -97,8 +94,8 @@ def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
         raise LatoptError(f"--trials must be >= 1, got {trials}")
     if sampler not in SAMPLERS:
         raise LatoptError(f"--sampler {sampler!r} is unknown; choose one of {', '.join(SAMPLERS)}")
-    if o.objective not in OBJECTIVE_CHOICES:
-        raise LatoptError(f"--objective {o.objective!r} is unknown; choose one of {', '.join(OBJECTIVE_CHOICES)}")
+    if o.objective not in OBJECTIVES:
+        raise LatoptError(f"--objective {o.objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
     if o.costs not in COSTS:
         raise LatoptError(f"costs {o.costs!r} is unknown; choose one of {', '.join(COSTS)}")
     if o.max_acc_drop is not None and not (0 <= o.max_acc_drop <= 1):

@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from latopt.constants import GRANULARITIES
 from latopt.errors import LatoptError
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
 
-GRANULARITIES = ("block", "activation")
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,23 @@
-"""``FoldedBlock``: the plain ``nn.Module`` that replaces an MBConv block after folding.
+"""The ``nn.Module`` types latopt puts into networks.
 
-Its layout depends only on :class:`FoldInfo` (JSON-able), so a folded model is rebuilt from the
-architecture description and loaded with ``load_state_dict(strict=True)``:
+- :class:`AlphaActivation`: the parametric activation σ_α(x) = (1 − α)·σ(x) + α·x of Layer Folding,
+  σ ∈ {ReLU, ReLU6}; ``alpha`` is a 0-dim ``nn.Parameter``, shared by both activations of a block with
+  granularity ``block`` (the paper's choice) or one per activation with ``activation``. α = 0 is σ.
+- :class:`FoldedBlock`: the plain module that replaces an MBConv block after folding. Its layout depends
+  only on :class:`FoldInfo` (JSON-able), so a folded model is rebuilt from the architecture description and
+  loaded with ``load_state_dict(strict=True)``:
 
-- ``full``:       ``conv`` (k×k, cin → cout, bias = interior bias) [+ ``bias_map`` buffer in exact mode]
-                  — the residual is inside ``conv`` as a centre tap;
-- ``expand_dw``:  ``conv`` (k×k, cin → hidden) [+ ``bias_map``] → ``act`` (the kept σ/σ_α) →
-                  ``project`` (1x1, BN folded) [+ x];
-- ``dw_project``: ``expand`` (1x1, BN folded) → ``act`` → ``conv`` (k×k, hidden → cout) [+ x].
+  - ``full``:       ``conv`` (k×k, cin → cout, bias = interior bias) [+ ``bias_map`` buffer in exact mode]
+                    — the residual is inside ``conv`` as a centre tap;
+  - ``expand_dw``:  ``conv`` (k×k, cin → hidden) [+ ``bias_map``] → ``act`` (the kept σ/σ_α) →
+                    ``project`` (1x1, BN folded) [+ x];
+  - ``dw_project``: ``expand`` (1x1, BN folded) → ``act`` → ``conv`` (k×k, hidden → cout) [+ x].
 
-``bias_map`` (1, C, Ho, Wo) holds the exact bias minus the interior bias: zero away from the border.
-The ``paper`` mode has no buffer (constant bias, any input size).
+  ``bias_map`` (1, C, Ho, Wo) holds the exact bias minus the interior bias: zero away from the border.
+  The ``paper`` mode has no buffer (constant bias, any input size).
+
+This module sits below :mod:`latopt.blocks` (which recognises both types) and :mod:`latopt.fold` (which
+installs and creates them).
 """
 
 from __future__ import annotations
@@ -19,12 +26,32 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
+from timm.layers import Conv2dSame
 from torch import nn
 
+from latopt.constants import ACT_KINDS, FOLD_MODES, FOLD_VARIANTS
 from latopt.errors import LatoptError
 
-FOLD_VARIANTS = ("full", "expand_dw", "dw_project")
-FOLD_MODES = ("exact", "paper")
+
+class AlphaActivation(nn.Module):
+    """σ_α(x) = (1 − α)·σ(x) + α·x. ``alpha`` is a 0-dim ``nn.Parameter`` (possibly shared)."""
+
+    def __init__(self, kind: str = "relu6", alpha: nn.Parameter | None = None, *,
+                 granularity: str = "block") -> None:
+        super().__init__()
+        if kind not in ACT_KINDS:
+            raise LatoptError(f"σ_α supports activations {ACT_KINDS}, not {kind!r}")
+        self.kind = kind
+        self.granularity = granularity
+        self.alpha = alpha if alpha is not None else nn.Parameter(torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = torch.clamp(x, 0.0, 6.0) if self.kind == "relu6" else torch.relu(x)
+        a = self.alpha.to(x.dtype)
+        return s + a * (x - s)
+
+    def extra_repr(self) -> str:
+        return f"kind={self.kind}, alpha={float(self.alpha.detach()):.4f}"
 
 
 @dataclass(frozen=True)
@@ -54,8 +81,6 @@ class FoldInfo:
 
 def make_kxk(cin: int, cout: int, kernel: int, stride: int, padding: int | str) -> nn.Conv2d:
     if padding == "same":
-        from timm.layers import Conv2dSame
-
         return Conv2dSame(cin, cout, kernel, stride, bias=True)
     return nn.Conv2d(cin, cout, kernel, stride, padding=int(padding), bias=True)
 
@@ -107,27 +132,6 @@ class FoldedBlock(nn.Module):
         else:
             y = self.conv(self.act(self.expand(x)))
         return y + x if self.info.residual else y
-
-    def border_mask(self) -> torch.Tensor | None:
-        """Bool (Ho, Wo) where the paper-mode bias would differ from the exact one (None if unknown)."""
-        from latopt.fold.compose import border_mask
-
-        if self.info.in_size is None:
-            return None
-        return border_mask(self.info.in_size, self.info.kernel, self.info.stride, self.info.padding)
-
-    def describe(self, index: int, path: str):  # -> latopt.blocks.Block
-        from latopt.blocks import Block
-
-        i = self.info
-        convs = {"full": ("conv",), "expand_dw": ("conv", "project"), "dw_project": ("expand", "conv")}[i.variant]
-        acts = () if i.variant == "full" or isinstance(self.act, nn.Identity) else (f"{path}.act",)
-        return Block(
-            index=index, path=path, kind="latopt.FoldedBlock", cin=i.cin, cout=i.cout, hidden=i.hidden,
-            expansion=i.hidden / i.cin, kernel=i.kernel, stride=i.stride, residual=i.residual,
-            convs=tuple(f"{path}.{c}" for c in convs), bns=(), acts=acts, foldable=False,
-            reason=f"already folded ({i.variant}, {i.mode} mode; was {i.kind})", padding=i.padding,
-        )
 
     def extra_repr(self) -> str:
         i = self.info

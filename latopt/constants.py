@@ -1,0 +1,48 @@
+"""The vocabularies latopt's options, files and modules share: one place for each list of names.
+
+Each is a tuple of the accepted values (what ``choices=`` and error messages list) and a ``Literal`` of
+the same values (what the validated config models use as field types). Keep them in step: a new value is
+added here once and every parser, validator and message picks it up.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+# Layer Folding
+Granularity = Literal["block", "activation"]      # one α per MBConv block, or one per activation
+FoldMode = Literal["exact", "paper"]              # exact: bias map for one input size; paper: constant bias
+FoldVariant = Literal["full", "expand_dw", "dw_project"]  # which activations of a block are removed
+UnfoldedAlpha = Literal["zero", "keep"]           # α of blocks left unfolded: back to 0, or kept
+ActKind = Literal["relu", "relu6"]                # activations σ_α can replace
+
+# training
+Optimizer = Literal["sgd", "adamw"]
+Schedule = Literal["cosine", "step", "constant"]
+
+# search
+Sampler = Literal["tpe", "nsga2", "random"]
+Objective = Literal["latency", "depth"]           # second objective: LUT latency or non-linear layers left
+Costs = Literal["lut", "uniform"]                 # c_l from the device's LUT, or 1 for every block
+
+# latency and export
+Backend = Literal["onnxruntime", "tensorrt", "torch"]
+Precision = Literal["fp32", "fp16"]
+Clock = Literal["wall", "thread"]
+ExportFormat = Literal["onnx", "engine", "all"]
+
+GRANULARITIES: tuple[str, ...] = get_args(Granularity)
+FOLD_MODES: tuple[str, ...] = get_args(FoldMode)
+FOLD_VARIANTS: tuple[str, ...] = get_args(FoldVariant)
+LUT_VARIANTS: tuple[str, ...] = ("none", *FOLD_VARIANTS)  # "none" = the block as it is
+UNFOLDED_ALPHA: tuple[str, ...] = get_args(UnfoldedAlpha)
+ACT_KINDS: tuple[str, ...] = get_args(ActKind)
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+SAMPLERS: tuple[str, ...] = get_args(Sampler)
+OBJECTIVES: tuple[str, ...] = get_args(Objective)
+COSTS: tuple[str, ...] = get_args(Costs)
+BACKENDS: tuple[str, ...] = get_args(Backend)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+CLOCKS: tuple[str, ...] = get_args(Clock)
+EXPORT_FORMATS: tuple[str, ...] = get_args(ExportFormat)
