@@ -21,10 +21,10 @@ What this layer guarantees for every output (:func:`atomic_path`, :func:`atomic_
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
-import random
 import re
 import shutil
 import stat
@@ -32,6 +32,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from latopt.errors import LatoptError
 
@@ -272,32 +274,15 @@ def _swap_in(tmp: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (CPU results are then deterministic for the same inputs)."""
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-
-
 def _json_default(o: Any) -> Any:
-    import dataclasses
-
     if dataclasses.is_dataclass(o) and not isinstance(o, type):
         return dataclasses.asdict(o)
     if isinstance(o, Path):
         return str(o)
-    try:
-        import numpy as np
-
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
     if isinstance(o, (set, frozenset)):
         return sorted(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -46,3 +46,16 @@ BACKENDS: tuple[str, ...] = get_args(Backend)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 CLOCKS: tuple[str, ...] = get_args(Clock)
 EXPORT_FORMATS: tuple[str, ...] = get_args(ExportFormat)
+
+# models (timm names; torchvision's MobileNetV2 takes a width: torchvision/mobilenet_v2?width=0.75)
+TIMM_MODELS: tuple[str, ...] = (
+    *(f"mobilenetv2_{w}" for w in ("035", "050", "075", "100", "140")),
+    *(f"efficientnet_lite{i}" for i in range(5)),
+    *(f"tf_efficientnet_lite{i}" for i in range(5)),
+)
+TORCHVISION_MODEL = "torchvision/mobilenet_v2"
+SUPPORTED_MODELS: tuple[str, ...] = (*TIMM_MODELS, TORCHVISION_MODEL)
+
+# limits of numeric checks
+FOLD_CHECK_TOLERANCE = 1e-4  # `latopt inspect --check-fold`: largest relative error of a fold with random BN
+MAX_GATE_SAMPLES = 1024      # `latopt export --samples`: inputs of the numeric gates (held in memory at once)

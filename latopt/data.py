@@ -44,8 +44,14 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image, UnidentifiedImageError
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, Dataset, Subset
+from torchvision import transforms as T
+from torchvision.datasets import ImageFolder
 
+from latopt.config import RunConfig
 from latopt.errors import LatoptError
 
 TASKS = ("digits", "digits-clutter", "imagefolder:PATH", "cifar10:PATH")
@@ -88,6 +94,18 @@ def get_task(spec: str, resolution: int, seed: int = 0, *, augment: bool = False
             return _imagefolder(spec, Path(path).expanduser(), resolution, augment)
         return _cifar10(spec, Path(path).expanduser(), resolution, seed, augment)
     raise LatoptError(f"unknown data task {spec!r}; choose one of {', '.join(TASKS)}")
+
+
+def load_task(cfg: RunConfig) -> Task:
+    """The task of a run config (``data`` section): split, resolution, augmentation, ``max_samples``."""
+    task = get_task(cfg.data.task, cfg.data.resolution, cfg.data.split_seed, augment=cfg.data.augment)
+    return limit_task(task, cfg.data.max_samples)
+
+
+def data_meta(cfg: RunConfig) -> dict[str, Any]:
+    """What a checkpoint records about its data, checked again when it is folded."""
+    return {"task": cfg.data.task, "split_seed": cfg.data.split_seed, "resolution": cfg.data.resolution,
+            "max_samples": cfg.data.max_samples}
 
 
 def limit_task(task: Task, max_samples: int | None) -> Task:
@@ -144,7 +162,6 @@ def _translate(x: torch.Tensor, dy: int, dx: int, fill: float) -> torch.Tensor:
 
 def _split_indices(labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Stratified 60/20/20 split of indices, deterministic in ``seed``."""
-    from sklearn.model_selection import train_test_split
 
     idx = np.arange(len(labels))
     train, rest = train_test_split(idx, test_size=0.4, random_state=seed, stratify=labels)
@@ -153,7 +170,6 @@ def _split_indices(labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _load_digits() -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
 
     d = load_digits()
     return (d.images / 16.0).astype(np.float32), d.target.astype(np.int64)
@@ -274,7 +290,6 @@ def _clutter_canvases(src: torch.Tensor, idx: np.ndarray, copies: int, rng: np.r
 
 # ------------------------------------------------------------------ directories on disk
 def _image_transforms(resolution: int, mean: tuple, std: tuple, augment: bool, crop: bool) -> tuple[Callable, Callable]:
-    from torchvision import transforms as T
 
     norm = [T.ToTensor(), T.Normalize(mean, std)]
     if crop:
@@ -306,7 +321,6 @@ class UnreadableImage(LatoptError):
 
 
 def _load_image(split_dir: str, path: str) -> Any:
-    from PIL import Image, UnidentifiedImageError
 
     try:
         with open(path, "rb") as f:
@@ -318,7 +332,6 @@ def _load_image(split_dir: str, path: str) -> Any:
 
 
 def _imagefolder(spec: str, root: Path, resolution: int, augment: bool) -> Task:
-    from torchvision.datasets import ImageFolder
 
     if not root.is_dir():
         raise LatoptError(f"image folder {root} does not exist or is not a directory (expected {root}/train and {root}/val)")
@@ -348,7 +361,6 @@ def _imagefolder(spec: str, root: Path, resolution: int, augment: bool) -> Task:
 
 
 def _check_image(where: Path, path: str) -> None:
-    from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as im:
@@ -446,7 +458,6 @@ class CifarImages(Dataset):
         return len(self.labels)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        from PIL import Image
 
         return self.transform(Image.fromarray(self.images[i])), int(self.labels[i])
 

@@ -34,20 +34,31 @@ What it does, in order (nothing is written unless every gate passes):
 
 from __future__ import annotations
 
-import argparse
 import copy
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import torch
 from torch import nn
 
-from latopt.config import RESOLUTION_RANGE, check_resolution
+from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
+from latopt.blocks import find_blocks
+from latopt.config import check_resolution
+from latopt.constants import MAX_GATE_SAMPLES
+from latopt.data import get_task, limit_task
 from latopt.errors import LatoptError, VerificationError
 from latopt.fold import fold_blocks, fold_spec, linearize, normalize_plan, plain_activations_, verify_fold
+from latopt.latency.backends import get_backend
+from latopt.latency.backends.tensorrt import build_engine
+from latopt.latency.devices import load_device
+from latopt.latency.lut import costs, default_lut_path, load_lut, predict
+from latopt.latency.onnx_io import export_onnx
+from latopt.latency.profiler import measure_networks
 from latopt.models import build_model, load_checkpoint, recorded_test_acc
 from latopt.runtime import OrtRunner, TrtEngineRunner
 
@@ -63,7 +74,6 @@ TOL_ENGINE = {"fp32": 1e-3, "fp16": 2e-2}   # TensorRT engine vs ONNX Runtime
 # without hiding a wrong weight, which moves the output by far more than the rounding does.
 NOISE_K = 4.0
 ACC_TOL_FP16 = 0.005     # accuracy gate: an fp16 engine may differ by this much more than one sample
-MAX_SAMPLES = 1024       # --samples: inputs of the numeric gates (all held in memory at once)
 
 
 @dataclass
@@ -180,7 +190,6 @@ def check_fold_size(checkpoint: str | Path, fspec: dict[str, Any], res: int) -> 
 
 def auto_plan(lut: Any) -> list[int]:
     """Blocks whose full fold lowers the latency on the LUT's device (c_l > 0)."""
-    from latopt.latency.lut import costs
 
     return sorted(i for i, c in costs(lut).items() if c > 0)
 
@@ -292,7 +301,6 @@ def checkpoint_task(meta: dict[str, Any], resolution: int) -> Any | None:
     spec = meta.get("task")
     if not spec:
         return None
-    from latopt.data import get_task, limit_task
 
     seed, cap = meta.get("split_seed") or 0, meta.get("max_samples")
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (seed, 1 if cap is None else cap))
@@ -328,9 +336,7 @@ def ort_out(onnx_path: Path, x: torch.Tensor) -> np.ndarray:
 
 def tag_block_nodes(onnx_path: Path, model: nn.Module, plan: dict[int, str]) -> None:
     """Prefix every node that comes from block i with ``bII/`` and record the block map in metadata."""
-    import onnx
 
-    from latopt.blocks import find_blocks
 
     m = onnx.load(str(onnx_path))
     blocks = find_blocks(model)
@@ -349,7 +355,6 @@ def tag_block_nodes(onnx_path: Path, model: nn.Module, plan: dict[int, str]) -> 
 
 
 def _load_lut(path: str | None, arch: dict[str, Any], device: Any, resolution: int) -> Any | None:
-    from latopt.latency.lut import default_lut_path, load_lut
 
     model_name = arch["model"]
     if path:
@@ -365,9 +370,6 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     """The whole export; returns the export.json dict. Raises LatoptError / VerificationError.
 
     ``fold`` None exports the checkpoint as it is (never folds it); see the module docstring."""
-    from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
-    from latopt.latency.devices import load_device
-    from latopt.latency.onnx_io import export_onnx
 
     def say(msg: str) -> None:
         if progress:
@@ -375,8 +377,8 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
 
     if fmt not in ("onnx", "engine", "all"):
         raise LatoptError(f"--format {fmt!r}: choose onnx, engine or all")
-    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_SAMPLES:
-        raise LatoptError(f"--samples {samples}: the numeric gates need 1 .. {MAX_SAMPLES} inputs (default 32)")
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_GATE_SAMPLES:
+        raise LatoptError(f"--samples {samples}: the numeric gates need 1 .. {MAX_GATE_SAMPLES} inputs (default 32)")
     if resolution is not None:
         check_resolution(resolution, "--resolution")
     out = Path(out)
@@ -448,9 +450,7 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
 
 
 def _tensorrt_backend(device: Any, precision: str) -> Any:
-    import dataclasses
 
-    from latopt.latency.backends import get_backend
 
     if device.backend != "tensorrt":
         raise LatoptError(f"--format engine needs a TensorRT device profile, but {device.name!r} uses "
@@ -461,8 +461,6 @@ def _tensorrt_backend(device: Any, precision: str) -> Any:
 
 def _build_engine(backend: Any, p: Plan, tmp: Path, precision: str, say: Any) -> Path:
     """``tmp/model.engine`` built from a static-shape (batch 1) ONNX export of the network."""
-    from latopt.latency.backends.tensorrt import build_engine
-    from latopt.latency.onnx_io import export_onnx
 
     static = tmp / ".static.onnx"
     export_onnx(p.folded, (1, 3, p.resolution, p.resolution), static)
@@ -532,7 +530,6 @@ def accuracy_gate(p: Plan, task: Any | None, accs: dict[str, float], precision: 
 
 
 def _latency(p: Plan, device: Any, lut: Any | None, say: Any) -> dict[str, Any]:
-    from latopt.latency.profiler import measure_networks
 
     shape = (device.batch, 3, p.resolution, p.resolution)
     say(f"measuring as-is vs folded end to end on {device.name} (interleaved)")
@@ -547,8 +544,6 @@ def _latency(p: Plan, device: Any, lut: Any | None, say: Any) -> dict[str, Any]:
         "repeats": {"as_is": a.n, "folded": f.n},
     }
     if lut is not None:
-        from latopt.latency.lut import predict
-
         lat["lut_as_is_ms"] = predict(lut, {})
         lat["lut_folded_ms"] = predict(lut, p.plan)
         lat["lut_error_as_is"] = lat["lut_as_is_ms"] / a.median_ms - 1
@@ -595,42 +590,6 @@ def render_report(r: dict[str, Any]) -> str:
     if r.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in r["notes"]]
     return "\n".join(lines) + "\n"
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    r = export(args.checkpoint, args.device, args.out or Path("runs") / "export" / Path(args.checkpoint).stem,
-               fmt=args.format, precision=args.precision, fold=args.fold, lut_path=args.lut,
-               resolution=args.resolution, samples=args.samples, seed=args.seed, measure=not args.no_measure,
-               mode=args.mode)
-    lat = r.get("latency")
-    if lat:
-        print(f"speed-up {lat['speedup']:.2f}× (as-is {lat['as_is_ms']:.3f} ms → folded {lat['folded_ms']:.3f} ms)")
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    from latopt.cli import common_parser
-
-    p = sub.add_parser("export", parents=[common_parser()],
-                       help="export a folded checkpoint to ONNX / TensorRT with numeric gates and measured latency")
-    p.add_argument("--checkpoint", required=True, help="latopt checkpoint, exported as it is (--fold folds an unfolded one first)")
-    p.add_argument("--device", default="cpu", help="device profile (profiles/*.yaml), default cpu")
-    p.add_argument("--format", default="onnx", choices=["onnx", "engine", "all"])
-    p.add_argument("--precision", choices=["fp32", "fp16"], default=None, help="default: the device profile's")
-    p.add_argument("--fold", default=None,
-                   help="fold an unfolded checkpoint here: 'all', 'auto' (blocks whose fold pays on this device, "
-                        "from the LUT) or 1,3,5; default (or 'none'): export the checkpoint as it is")
-    p.add_argument("--mode", choices=["exact", "paper"], default="exact",
-                   help="with --fold: exact (bias map, equal everywhere; default) or paper (constant bias, any input size)")
-    p.add_argument("--lut", default=None, help="LUT JSON (default profiles/<device>/<model>-r<res>-b<batch>.json if present)")
-    p.add_argument("--resolution", type=int, default=None,
-                   help="input resolution, {} .. {} (default: the checkpoint's; an exact-mode fold only at its own)"
-                   .format(*RESOLUTION_RANGE))
-    p.add_argument("--samples", type=int, default=32,
-                   help=f"inputs used by the numeric gates, 1 .. {MAX_SAMPLES} (default 32)")
-    p.add_argument("--no-measure", action="store_true", help="skip the end-to-end latency measurement")
-    p.add_argument("--out", default=None, help="output directory (default runs/export/<checkpoint name>)")
-    p.set_defaults(func=_cmd_export)
 
 
 __all__ = ["EXPORT_SCHEMA", "NOISE_K", "Gate", "Plan", "accuracy_gate", "build_plan", "check_fold_size",

@@ -15,18 +15,15 @@ Public API::
 
 from __future__ import annotations
 
-import argparse
-import time
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
-from latopt.config import RESOLUTION_RANGE, check_resolution
-from latopt.errors import VerificationError
-
-TOLERANCE = 1e-4
+from latopt.blocks import block_input_shapes, find_blocks, fixed_parts
+from latopt.constants import FOLD_CHECK_TOLERANCE
+from latopt.fold import fold_block_module, fold_blocks, linearize, randomize_bn_, verify_fold
+from latopt.models import count_flops
 
 
 @dataclass
@@ -80,25 +77,8 @@ def _params(m: nn.Module) -> int:
     return sum(p.numel() for p in m.parameters())
 
 
-@torch.no_grad()
-def count_flops(module: nn.Module, input_shape: tuple[int, ...]) -> int:
-    """FLOPs of one forward of ``module`` on a zero input of ``input_shape`` (FlopCounterMode)."""
-    p = next(module.parameters(), None)
-    x = torch.zeros(input_shape, dtype=p.dtype if p is not None else torch.float32)
-    was = module.training
-    module.eval()
-    try:
-        with FlopCounterMode(display=False) as fc:
-            module(x)
-    finally:
-        module.train(was)
-    return int(fc.get_total_flops())
-
-
 def inspect_model(model: nn.Module, resolution: int, mode: str = "exact", name: str = "") -> InspectReport:
     """Per-block FLOPs/params as-is and fully folded (``mode`` decides the folded module's layout)."""
-    from latopt.blocks import block_input_shapes, find_blocks, fixed_parts
-    from latopt.fold import fold_block_module
 
     shape = (1, 3, resolution, resolution)
     shapes = block_input_shapes(model, shape)
@@ -128,7 +108,6 @@ def inspect_model(model: nn.Module, resolution: int, mode: str = "exact", name: 
 
 def check_fold(model: nn.Module, resolution: int, mode: str = "exact", seed: int = 0, batch: int = 2) -> dict:
     """Randomise BN statistics (in place), fold every foldable block, compare with the linearised model."""
-    from latopt.fold import fold_blocks, linearize, randomize_bn_, verify_fold
 
     randomize_bn_(model, seed, plan="all")
     reference = linearize(model, "all")
@@ -180,60 +159,8 @@ def format_check(res: dict, mode: str) -> str:
     out.append(f"whole model: logits max abs {res['output']['max_abs']:.3e} rel {res['output']['max_rel']:.3e}; "
                f"last block output max abs {res['features']['max_abs']:.3e} rel {res['features']['max_rel']:.3e}")
     if mode == "exact":
-        out.append(f"overall relative error {res['max_rel']:.3e} (tolerance {TOLERANCE:g})")
+        out.append(f"overall relative error {res['max_rel']:.3e} (tolerance {FOLD_CHECK_TOLERANCE:g})")
     else:
-        out.append(f"paper mode: interior per-block error {worst_in:.3e} (tolerance {TOLERANCE:g}); "
+        out.append(f"paper mode: interior per-block error {worst_in:.3e} (tolerance {FOLD_CHECK_TOLERANCE:g}); "
                    "border and whole-model errors are expected")
     return "\n".join(out)
-
-
-def _run(args: argparse.Namespace) -> int:
-    from latopt.artifacts import seed_everything, write_json_atomic
-    from latopt.models import build_model, canonical_name
-
-    check_resolution(args.resolution, "--resolution")
-    seed_everything(args.seed)
-    t0 = time.perf_counter()
-    name = canonical_name(args.model)
-    model = build_model(name, args.num_classes)
-    rep = inspect_model(model, args.resolution, args.mode, name)
-    print(format_report(rep))
-    payload: dict = {"schema": "latopt.inspect/1", "model": name, "resolution": args.resolution, "mode": args.mode,
-                     "blocks": [dict(vars(r), fold_lowers_flops=r.fold_lowers_flops) for r in rep.blocks],
-                     "stem_flops": rep.stem_flops, "head_flops": rep.head_flops, "total_flops": rep.total_flops,
-                     "total_params": rep.total_params, "folded_total_flops": rep.folded_total_flops}
-    rc = 0
-    if args.check_fold:
-        res = check_fold(model, args.resolution, args.mode, args.seed)
-        print(format_check(res, args.mode))
-        payload["check_fold"] = res
-        worst_in = max((e["max_rel_interior"] for e in res["per_block"].values()), default=0.0)
-        err = res["max_rel"] if args.mode == "exact" else worst_in
-        if args.json:
-            write_json_atomic(args.json, payload)
-        if err > TOLERANCE:
-            raise VerificationError(f"fold check failed: relative error {err:.3e} > {TOLERANCE:g} ({args.mode} mode)")
-    elif args.json:
-        write_json_atomic(args.json, payload)
-    print(f"done in {time.perf_counter() - t0:.1f} s")
-    return rc
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    from latopt.cli import common_parser
-    from latopt.models import SUPPORTED
-
-    p = sub.add_parser("inspect", parents=[common_parser()],
-                       help="per-block table of a model (FLOPs/params as-is and folded); --check-fold verifies the fold",
-                       description="Supported models: " + ", ".join(SUPPORTED))
-    p.add_argument("model", help="model name, e.g. mobilenetv2_100 or 'torchvision/mobilenet_v2?width=0.75'")
-    p.add_argument("--resolution", type=int, default=224,
-                   help="input resolution R (R x R), {} .. {}, default 224".format(*RESOLUTION_RANGE))
-    p.add_argument("--num-classes", type=int, default=1000, help="classifier outputs (default 1000)")
-    p.add_argument("--mode", choices=("exact", "paper"), default="exact",
-                   help="fold bias mode: exact (bias map, fixed input size) or paper (constant bias)")
-    p.add_argument("--check-fold", action="store_true",
-                   help="randomise BN statistics, fold every foldable block and report the errors "
-                        f"(exit 2 if the error exceeds {TOLERANCE:g})")
-    p.add_argument("--json", metavar="PATH", help="also write the table (and check) as JSON")
-    p.set_defaults(func=_run)

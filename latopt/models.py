@@ -47,31 +47,35 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import timm
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+from torchvision.models import MobileNet_V2_Weights, mobilenet_v2
 
 from latopt.artifacts import atomic_path
 from latopt.config import RESOLUTION_RANGE
-from latopt.constants import FOLD_MODES, FOLD_VARIANTS, GRANULARITIES
+from latopt.constants import (
+    FOLD_MODES,
+    FOLD_VARIANTS,
+    GRANULARITIES,
+    SUPPORTED_MODELS,
+    TIMM_MODELS,
+    TORCHVISION_MODEL,
+)
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.fold import alpha_spec, fold_blocks, fold_spec, install_alpha
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
 LEGACY_SCHEMAS = ("latopt.checkpoint/1",)  # no digest: loaded with a warning line (see the module doc)
 MAX_CLASSES = 100_000
-TIMM_NAMES = (
-    [f"mobilenetv2_{w}" for w in ("035", "050", "075", "100", "140")]
-    + [f"efficientnet_lite{i}" for i in range(5)]
-    + [f"tf_efficientnet_lite{i}" for i in range(5)]
-)
-TORCHVISION_NAME = "torchvision/mobilenet_v2"
-SUPPORTED: list[str] = [*TIMM_NAMES, TORCHVISION_NAME]
+SUPPORTED: list[str] = list(SUPPORTED_MODELS)
 
 
 def _unknown(name: str) -> LatoptError:
     return LatoptError(
         f"unknown model {name!r}; supported: {', '.join(SUPPORTED)} "
-        f"(torchvision width: {TORCHVISION_NAME}?width=0.75)")
+        f"(torchvision width: {TORCHVISION_MODEL}?width=0.75)")
 
 
 def parse_name(name: str) -> tuple[str, str, float]:
@@ -81,10 +85,10 @@ def parse_name(name: str) -> tuple[str, str, float]:
     n = name.strip()
     if n.startswith("timm/"):
         n = n[len("timm/"):]
-    if n in TIMM_NAMES:
+    if n in TIMM_MODELS:
         return "timm", n, 1.0
     base, _, query = n.partition("?")
-    if base != TORCHVISION_NAME:
+    if base != TORCHVISION_MODEL:
         raise _unknown(name)
     width = 1.0
     if query:
@@ -124,7 +128,6 @@ def _offline_error(name: str, e: BaseException) -> LatoptError:
 
 
 def _build_timm(base: str, num_classes: int, pretrained: bool) -> nn.Module:
-    import timm
 
     if not pretrained:
         return timm.create_model(base, pretrained=False, num_classes=num_classes)
@@ -143,7 +146,6 @@ def _build_timm(base: str, num_classes: int, pretrained: bool) -> nn.Module:
 
 
 def _build_torchvision(width: float, num_classes: int, pretrained: bool) -> nn.Module:
-    from torchvision.models import MobileNet_V2_Weights, mobilenet_v2
 
     if not pretrained:
         return mobilenet_v2(weights=None, width_mult=width, num_classes=num_classes)
@@ -153,7 +155,7 @@ def _build_torchvision(width: float, num_classes: int, pretrained: bool) -> nn.M
     try:
         model = mobilenet_v2(weights=MobileNet_V2_Weights.IMAGENET1K_V2)
     except (OSError, RuntimeError, ValueError) as e:
-        raise _offline_error(TORCHVISION_NAME, e) from None
+        raise _offline_error(TORCHVISION_MODEL, e) from None
     if num_classes != 1000:
         last = model.classifier[-1]
         model.classifier[-1] = nn.Linear(last.in_features, num_classes)
@@ -174,6 +176,29 @@ def build_model(name: str, num_classes: int = 1000, *, pretrained: bool = False)
     else:
         model = _build_torchvision(width, num_classes, pretrained)
     return model.eval()
+
+
+@torch.no_grad()
+def count_flops(module: nn.Module, input_shape: tuple[int, ...]) -> int:
+    """FLOPs of one forward of ``module`` on a zero input of ``input_shape``: torch's FlopCounterMode, 2 per
+    multiply-add. The one FLOP counter of latopt (inspect, train and fold reports)."""
+    p = next(module.parameters(), None)
+    x = torch.zeros(input_shape, dtype=p.dtype if p is not None else torch.float32,
+                    device=p.device if p is not None else None)
+    was = module.training
+    module.eval()
+    try:
+        with FlopCounterMode(display=False) as fc:
+            module(x)
+    finally:
+        module.train(was)
+    return int(fc.get_total_flops())
+
+
+def model_cost(model: nn.Module, resolution: int) -> dict[str, int]:
+    """FLOPs (2 per multiply-add) of one 3xRxR image, and the parameter count."""
+    return {"flops": count_flops(model, (1, 3, resolution, resolution)),
+            "params": int(sum(q.numel() for q in model.parameters()))}
 
 
 # ------------------------------------------------------------------------------------------ checkpoints

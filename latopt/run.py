@@ -31,19 +31,32 @@ is done, so it always describes the artefacts beside it. Defaults: ``configs/qui
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import optuna
+
 from latopt import __version__
 from latopt.artifacts import read_json, write_json_atomic, write_text_atomic
+from latopt.config import dump_config, load_config, write_config
+from latopt.data import load_task
+from latopt.engine import seed_everything, set_threads
 from latopt.errors import LatoptError
+from latopt.export import export
+from latopt.latency.backends import close_backend, get_backend
+from latopt.latency.devices import load_device
+from latopt.latency.lut import load_lut, save_lut
+from latopt.latency.profiler import format_lut, profile_model
+from latopt.search import SearchOptions, run_search
+from latopt.search._storage import open_storage, redact
+from latopt.train import train_base
 
 RUN_SCHEMA = "latopt.run/2"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
@@ -184,7 +197,6 @@ class _Fingerprints:
     """What each stage is made from (see the module docstring); values JSON-able, compared key by key."""
 
     def __init__(self, cfg: Any, dev: Any, seed: int, lut_path: Path) -> None:
-        from latopt.config import dump_config
 
         self.sections = dump_config(cfg)
         self.sections["search"] = {k: v for k, v in self.sections["search"].items() if k != "trials"}
@@ -214,15 +226,12 @@ class _Fingerprints:
 
 
 def _study_in_storage(url: str, name: str) -> bool:
-    import optuna
 
-    from latopt.search._storage import open_storage
 
     return name in optuna.get_all_study_names(open_storage(url, heartbeat_interval=None))
 
 
 def _refuse_configured_study(url: str, name: str, why: str) -> None:
-    from latopt.search._storage import redact
 
     if _study_in_storage(url, name):
         raise LatoptError(
@@ -293,18 +302,14 @@ def _plan(state: _State, fps: _Fingerprints, n_trials: int, fresh: bool
 
 def run_main(config: str | Path | None = None, *, device: str | None = None, trials: int | None = None,
              runs_dir: str | Path = "runs", seed: int = 0, fresh: bool = False) -> dict[str, Any]:
-    from latopt.artifacts import seed_everything
-    from latopt.config import load_config, write_config
 
     if trials is not None and trials < 1:
         raise LatoptError(f"--trials must be >= 1, got {trials}")
     config = Path(config) if config else DEFAULT_CONFIG
     overrides = {"device": device} if device else None
     cfg = load_config(config, overrides)
-    from latopt.latency.devices import load_device
 
     dev = load_device(cfg.device)         # a wrong --device fails before any work
-    from latopt.latency.backends import close_backend, get_backend
 
     close_backend(get_backend(dev))       # ... and so does a device this machine cannot drive (no GPU, no TensorRT)
     root = Path(runs_dir) / cfg.name
@@ -335,10 +340,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         later = STAGES[STAGES.index(first_rerun):]
         _discard(root, tuple(s for s in later if s != "search" or new_study), lut_path, bool(cfg.lut))
     seed_everything(seed)
-    if cfg.threads:
-        import torch
-
-        torch.set_num_threads(cfg.threads)
+    set_threads(cfg.threads)
     t0 = time.perf_counter()
     times: dict[str, float] = {}
 
@@ -349,8 +351,6 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         _reused(1, "base", base["checkpoint"])
     else:
         say = _stage(1, "base", f"train {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution} ({plan['base']})")
-        from latopt.train import train_base
-
         made_from = fps.base()
         state.start("base", made_from)
         metrics = train_base(cfg, root / "base", progress=True, seed=seed)
@@ -362,7 +362,6 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
 
     # 2. profile ------------------------------------------------------------------------------------
     t = time.perf_counter()
-    from latopt.latency.lut import load_lut, save_lut
 
     if plan["profile"] is None:
         _reused(2, "profile", str(lut_path))
@@ -374,8 +373,6 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         state.finish("profile", {"lut": str(lut_path), "given": True})
     else:
         _stage(2, "profile", f"time every block of {cfg.model.name} on {dev.name} ({dev.backend}) ({plan['profile']})")
-        from latopt.latency.profiler import format_lut, profile_model
-
         made_from = fps.profile()
         state.start("profile", made_from)
         lut = profile_model(cfg.model.name, dev, cfg.data.resolution, dev.batch, progress=True,
@@ -392,10 +389,6 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         _reused(3, "search", f"trial {srch['trial']}")
     else:
         _stage(3, "search", f"{n_trials} Optuna trials over (λ_c, τ, p), accuracy vs LUT latency ({plan['search']})")
-        import os
-
-        from latopt.search import SearchOptions, run_search
-
         made_from = fps.search(base["checkpoint"])
         state.start("search", made_from, trials=n_trials)
         # two 1-thread workers on a 2-core machine train far faster than one 2-thread process (one trial: one)
@@ -419,8 +412,6 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     else:
         _stage(4, "export", f"ONNX, numeric gates, as-is vs folded measured in one interleaved run ({plan['export']})")
         state.start("export", fps.export(srch["checkpoint"] or base["checkpoint"]))
-        from latopt.export import export
-
         ckpt = srch["checkpoint"] or base["checkpoint"]
         result = export(ckpt, cfg.device, export_dir, fmt="onnx", fold=None if srch["checkpoint"] else "none",
                         lut_path=str(lut_path), seed=seed)
@@ -440,13 +431,11 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
 
 
 def _num_classes(cfg: Any) -> int:
-    from latopt.train import load_task
 
     return int(load_task(cfg).num_classes)
 
 
 def _recommended(res: Any) -> dict[str, Any]:
-    import optuna
 
     study = optuna.load_study(study_name=res.study_name, storage=res.storage)
     summary = res.summary
@@ -550,24 +539,3 @@ def _action(why: str | None) -> str:
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.2f}%"
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    run_main(args.config, device=args.device, trials=args.trials, runs_dir=args.runs_dir, seed=args.seed,
-             fresh=args.fresh)
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    from latopt.cli import common_parser
-
-    p = sub.add_parser("run", parents=[common_parser()],
-                       help="the main job: train → profile → search → export → report (resumable)")
-    p.add_argument("config", nargs="?", default=None, help="run config (default configs/quickstart.yaml)")
-    p.add_argument("--device", default=None, help="device profile (default: the config's, normally cpu)")
-    p.add_argument("--trials", type=int, default=None, help="search trials (default: the config's search.trials)")
-    p.add_argument("--runs-dir", default="runs", help="root of run directories (default runs)")
-    p.add_argument("--fresh", action="store_true",
-                   help="delete the run directory's state (its search study included) and start over; by default "
-                        "a stage is reused when what it is made from is unchanged, else it and later stages re-run")
-    p.set_defaults(func=_cmd_run)

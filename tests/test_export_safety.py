@@ -19,12 +19,13 @@ from torch import nn
 
 from latopt.cli import main
 from latopt.config import load_config
+from latopt.engine import evaluate
 from latopt.errors import LatoptError, VerificationError
 from latopt.export import checkpoint_task, noise_floor, onnx_gate
 from latopt.latency.onnx_io import export_onnx
+from latopt.layerfold import run_fold
 from latopt.models import build_model, load_checkpoint, make_arch, recorded_test_acc, save_checkpoint
-from latopt.prefold import run_fold
-from latopt.train import evaluate, train_base
+from latopt.train import train_base
 
 MODEL = "mobilenetv2_035"
 RES = 16

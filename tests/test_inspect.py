@@ -10,7 +10,7 @@ import torch
 
 import latopt.fold.compose as compose
 from latopt.cli import main
-from latopt.inspection import count_flops
+from latopt.models import count_flops
 
 
 def test_inspect_table_and_check_fold(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -60,8 +60,8 @@ def _config(tiny_config: Path, tmp_path: Path, **sections: dict) -> Path:
 
 def _forbid(monkeypatch: pytest.MonkeyPatch, *stages: str) -> None:
     """Make the given stages' work functions fail the test if the run calls them."""
-    targets = {"base": "latopt.train.train_base", "profile": "latopt.latency.profiler.profile_model",
-               "search": "latopt.search._run.run_search", "export": "latopt.export.export"}
+    targets = {"base": "latopt.run.train_base", "profile": "latopt.run.profile_model",
+               "search": "latopt.run.run_search", "export": "latopt.run.export"}
 
     for stage in stages:
         def called(*a, _stage=stage, **k):
@@ -163,7 +163,7 @@ def test_a_changed_base_input_reruns_every_stage(first_run: tuple[Path, str], ti
     def train_base(*a, **k):
         raise _Stop
 
-    monkeypatch.setattr("latopt.train.train_base", train_base)
+    monkeypatch.setattr("latopt.run.train_base", train_base)
     with pytest.raises(_Stop):
         main(["run", str(config), "--runs-dir", str(runs), *args])
     out = capsys.readouterr().out

@@ -166,6 +166,6 @@ def test_worker_argv_round_trips_through_the_cli(tmp_path):
         ("s", "sqlite:///x.db", 9, "nsga2", "depth", "uniform", 7)
     assert args.max_acc_drop == 0.015 and args.threads == 1 and args.no_summary and args.base == str(tmp_path / "b.pt")
     assert (args.heartbeat_interval, args.grace_period) == (5, 20)
-    from latopt.search.cli import _overrides
+    from latopt.cli.search import _overrides
 
     assert _overrides(args.overrides) == {"fold.post_epochs": 2, "data.task": "digits"}

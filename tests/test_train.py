@@ -1,5 +1,5 @@
 """Base training, compression loss, pre-fold / fold / post-fold and the folded checkpoint (latopt.train,
-latopt.prefold). Tiny: MobileNetV2-0.35 at 16 px on 96 digits per split, one epoch per phase."""
+latopt.layerfold). Tiny: MobileNetV2-0.35 at 16 px on 96 digits per split, one epoch per phase."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import torch
 from torch import nn
 
 from latopt.config import load_config
-from latopt.data import make_loaders
+from latopt.data import load_task, make_loaders
+from latopt.engine import evaluate
 from latopt.errors import LatoptError
-from latopt.prefold import CompressionLoss, fold_and_finetune, plan_from_alphas, prefold, run_fold
-from latopt.train import evaluate, load_task, train_base
+from latopt.layerfold import CompressionLoss, fold_and_finetune, plan_from_alphas, prefold, run_fold
+from latopt.train import train_base
 
 MODEL = "torchvision/mobilenet_v2?width=0.35"
 TINY = f"""

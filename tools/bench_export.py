@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from latopt.artifacts import seed_everything, write_json_atomic
+from latopt.artifacts import write_json_atomic
+from latopt.engine import seed_everything
 from latopt.export import Plan, fold_gates, gate_inputs, onnx_gate, tag_block_nodes
 from latopt.fold import fold_blocks, randomize_bn_
 from latopt.latency.devices import load_device

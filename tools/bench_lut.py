@@ -26,7 +26,8 @@ import sys
 import time
 from typing import Any
 
-from latopt.artifacts import seed_everything, write_json_atomic
+from latopt.artifacts import write_json_atomic
+from latopt.engine import seed_everything
 from latopt.fold import fold_blocks
 from latopt.latency.devices import load_device
 from latopt.latency.lut import LUT, predict

@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     import optuna
     import yaml
 
-    from latopt.artifacts import seed_everything, write_json_atomic
+    from latopt.artifacts import write_json_atomic
+    from latopt.engine import seed_everything
     from latopt.errors import LatoptError
     from latopt.search import SearchOptions, recommend, run_search
     from latopt.search._pareto import base_trial

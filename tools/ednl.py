@@ -29,10 +29,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from latopt.artifacts import seed_everything, write_json_atomic
+from latopt.artifacts import write_json_atomic
 from latopt.data import get_task
+from latopt.engine import seed_everything
 from latopt.fold import AlphaActivation
-from latopt.prefold import CompressionLoss
+from latopt.layerfold import CompressionLoss
 
 
 def flat_data(spec: str, resolution: int, seed: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

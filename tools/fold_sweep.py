@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Sweep λ_c for Layer Folding on one base checkpoint and print the trade-off table.
 
-Each λ_c is one ``latopt.prefold.run_fold`` (pre-fold → fold at τ → check → post-fold), written to
+Each λ_c is one ``latopt.layerfold.run_fold`` (pre-fold → fold at τ → check → post-fold), written to
 ``<out>/lc<λ>/``; the table (markdown) and a JSON summary go to stdout and ``<out>/sweep.json``.
 
     python tools/fold_sweep.py --config configs/quickstart.yaml \\
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from latopt.artifacts import write_json_atomic
 from latopt.config import load_config
-from latopt.prefold import run_fold
-from latopt.train import load_task
+from latopt.data import load_task
+from latopt.layerfold import run_fold
 
 
 def main(argv: list[str] | None = None) -> int:

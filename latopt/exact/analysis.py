@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from latopt.errors import VerificationError
+from latopt.errors import LatoptError, VerificationError
 from latopt.exact.bounds import interval_layer, lp_bounds, post_activation
 from latopt.exact.encoding import ACTIVE, INACTIVE, UNSTABLE, build_encoding
 from latopt.exact.milp import SignDecider
@@ -148,8 +148,6 @@ def analyze_stability(
 ) -> StabilityAnalysis:
     """Classify every hidden unit of ``net`` over ``box`` (see the module docstring)."""
     if box.dim != net.sizes[0]:
-        from latopt.errors import LatoptError
-
         raise LatoptError(f"box has {box.dim} coordinates but the network has {net.sizes[0]} inputs")
     t_start = time.perf_counter()
     timings = {"sampling": 0.0, "interval": 0.0, "lp": 0.0, "milp": 0.0}

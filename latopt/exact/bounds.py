@@ -9,6 +9,7 @@ itself built from the tightest bounds known so far (interval -> LP -> earlier MI
 
 from __future__ import annotations
 
+import highspy
 import numpy as np
 
 from latopt.exact.encoding import ACTIVE, INACTIVE, Encoding
@@ -52,7 +53,6 @@ def lp_bounds(
     Returns ``-inf`` / ``+inf`` for a side whose LP did not solve to optimality; the third value is the
     number of LPs solved.
     """
-    import highspy
 
     lo = np.full(units.size, -np.inf)
     hi = np.full(units.size, np.inf)

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from latopt.exact.lp import new_highs
 from latopt.exact.network import Box, ReluMLP
 
 INACTIVE, UNSTABLE, ACTIVE = -1, 0, 1
@@ -52,9 +54,7 @@ class Encoding:
 
     def highs(self, integer: bool, *, time_limit: float | None = None):
         """A silent ``highspy.Highs`` holding this model (binaries integral when ``integer``)."""
-        import highspy
 
-        from latopt.exact.lp import new_highs
 
         h = new_highs()
         lp = highspy.HighsLp()

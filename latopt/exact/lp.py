@@ -7,8 +7,11 @@ its walls" and "how negative can this unit get here" are LPs in ``x`` alone.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 
+import highspy
 import numpy as np
 
 from latopt.exact.network import ReluMLP
@@ -19,18 +22,9 @@ _BANNER_DONE = False
 def new_highs():
     """A silent ``highspy.Highs``; the licence banner HiGHS prints on its first construction is swallowed."""
     global _BANNER_DONE
-    try:
-        import highspy
-    except ImportError as e:  # pragma: no cover
-        from latopt.errors import LatoptError
-
-        raise LatoptError(f"highspy (HiGHS) is needed for the exact tools ({e}); pip install highspy") from None
     if _BANNER_DONE:
         h = highspy.Highs()
     else:
-        import os
-        import sys
-
         sys.stdout.flush()
         saved = os.dup(1)
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -55,7 +49,6 @@ class LPResult:
 
 def solve_lp(c: np.ndarray, g: np.ndarray, h: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> LPResult:
     """Minimise ``c.x`` subject to ``g @ x <= h`` and ``lo <= x <= hi`` (dense; small problems)."""
-    import highspy
 
     hs = new_highs()
     n = c.size

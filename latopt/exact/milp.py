@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import highspy
 import numpy as np
 
 from latopt.exact.encoding import Encoding
@@ -87,7 +88,6 @@ class SignDecider:
         return self.rel_delta * max(1.0, abs(lo), abs(hi))
 
     def decide(self, unit: int, side: str, lo: float, hi: float) -> SideResult:
-        import highspy
 
         h = self._h
         sign = -1.0 if side == "pos" else 1.0

@@ -14,16 +14,23 @@ on the *first* layer's weights only, lr x0.1 every ``epochs // 2.4`` epochs (50 
 from __future__ import annotations
 
 import math
+import pickle
 import re
 import time
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from torch import nn
 
+from latopt.artifacts import atomic_path
+from latopt.engine import seed_everything
 from latopt.errors import LatoptError, first_line
+from latopt.exact.network import from_module
 
 SCHEMA = "latopt.mlp/1"
 DATASETS = ("digits",)
@@ -43,7 +50,6 @@ class Split:
 
 def build_mlp(layers: list[int] | tuple[int, ...]):
     """``nn.Sequential(Linear, ReLU, ..., Linear)`` for widths ``[n_in, n_1, ..., n_out]``."""
-    from torch import nn
 
     layers = [int(n) for n in layers]
     if len(layers) < 2 or any(n < 1 for n in layers):
@@ -77,7 +83,6 @@ def accuracy(module, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def predict(module, x: np.ndarray) -> np.ndarray:
-    import torch
 
     module.eval()
     p = next(module.parameters())
@@ -99,10 +104,7 @@ def train_mlp(
     progress: bool = False,
 ) -> tuple[Any, dict]:
     """Train a Linear/ReLU classifier; returns ``(model, meta)`` with accuracies in ``meta``."""
-    import torch
-    from torch import nn
 
-    from latopt.artifacts import seed_everything
 
     if l1 < 0 or not math.isfinite(l1):
         raise LatoptError(f"--l1 {l1} must be a finite number >= 0")
@@ -167,14 +169,11 @@ def train_mlp(
 def save_mlp(path: str | Path, model, meta: dict | None = None) -> Path:
     """Write a ``latopt.mlp/1`` checkpoint atomically (temp file + rename)."""
 
-    import torch
 
-    from latopt.exact.network import from_module
 
     net = from_module(model)  # validates: Linear/ReLU only
     sd = {k: v.detach().cpu().clone() for k, v in net.to_module(next(model.parameters()).dtype).state_dict().items()}
     obj = {"schema": SCHEMA, "layers": list(net.sizes), "activation": "relu", "state_dict": sd, "meta": dict(meta or {})}
-    from latopt.artifacts import atomic_path
 
     path = Path(path)
     with atomic_path(path) as tmp:
@@ -184,10 +183,7 @@ def save_mlp(path: str | Path, model, meta: dict | None = None) -> Path:
 
 def load_mlp(path: str | Path) -> tuple[Any, dict]:
     """Load a ``latopt.mlp/1`` checkpoint -> ``(nn.Sequential, meta)``; anything else is a LatoptError."""
-    import pickle
-    import zipfile
 
-    import torch
 
     path = Path(path)
     if not path.is_file():

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
+from torch import nn
 
 from latopt.errors import LatoptError
 
@@ -164,8 +166,6 @@ class ReluMLP:
     # -- conversion ------------------------------------------------------------------------------------
     def to_module(self, dtype=None):
         """A plain ``nn.Sequential(Linear, ReLU, ..., Linear)`` (float32 unless ``dtype`` says otherwise)."""
-        import torch
-        from torch import nn
 
         dtype = dtype or torch.float32
         mods: list[nn.Module] = []
@@ -181,7 +181,6 @@ class ReluMLP:
 
 
 def _flatten_modules(module) -> list:
-    from torch import nn
 
     if isinstance(module, nn.Sequential):
         out = []
@@ -198,7 +197,6 @@ def from_module(module) -> ReluMLP:
     trailing ReLU becomes a hidden layer followed by an identity output layer. Any other module (another
     activation, a convolution, normalisation, ...) is a :class:`LatoptError` naming it.
     """
-    from torch import nn
 
     if not isinstance(module, nn.Module):
         raise LatoptError(f"expected a torch nn.Module, got {type(module).__name__}")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from scipy.spatial import ConvexHull, HalfspaceIntersection
 
 from latopt.artifacts import atomic_path
 from latopt.errors import LatoptError, VerificationError
@@ -244,7 +245,6 @@ def irredundant(region: Region, box: Box, tol: float) -> np.ndarray:
 
 def polygon(region: Region, box: Box) -> np.ndarray:
     """Vertices (counter-clockwise) of a 2-D region."""
-    from scipy.spatial import ConvexHull, HalfspaceIntersection
 
     eye = np.eye(2)
     a = np.vstack([region.rows, eye, -eye])

@@ -29,10 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+from torch import nn
 
 from latopt.errors import LatoptError
 from latopt.exact.network import Box, ReluMLP
-from latopt.exact.regions import RegionEnumeration, irredundant
+from latopt.exact.regions import RegionEnumeration, irredundant, pattern_ids
 
 
 @dataclass
@@ -181,8 +183,6 @@ class IndicatorNet:
 
     @staticmethod
     def build(enum: RegionEnumeration, hp: Hyperplanes):
-        import torch
-        from torch import nn
 
         box = enum.box
         n0, H = box.dim, hp.count
@@ -247,7 +247,6 @@ def widths(enum: RegionEnumeration, hp: Hyperplanes) -> dict:
 
 def region_margin(net: ReluMLP, enum: RegionEnumeration, hp: Hyperplanes, x: np.ndarray) -> np.ndarray:
     """For each point: min distance to the facet hyperplanes of its region (-inf if its region is unknown)."""
-    from latopt.exact.regions import pattern_ids
 
     rid = pattern_ids(enum, net.patterns(x))
     out = np.full(len(x), -np.inf)

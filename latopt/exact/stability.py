@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from latopt.exact.analysis import StabilityAnalysis, analyze_stability
 from latopt.exact.encoding import ACTIVE, INACTIVE
@@ -179,7 +180,6 @@ def compress(
     Raises VerificationError if the result is not equal on the sampled points (it never is unless
     something is wrong).
     """
-    import torch
 
     net = model if isinstance(model, ReluMLP) else from_module(model)
     t0 = time.perf_counter()

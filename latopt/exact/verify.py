@@ -12,6 +12,8 @@ import itertools
 from collections.abc import Callable
 
 import numpy as np
+import torch
+from torch import nn
 
 from latopt.errors import VerificationError
 from latopt.exact.network import Box
@@ -40,8 +42,6 @@ def verify_equal(
     ``mask(points) -> bool array`` restricts the comparison (e.g. to points away from region boundaries).
     Modules are compared in each of ``dtypes`` (default float64 and float32); their dtype is restored afterwards.
     """
-    import torch
-    from torch import nn
 
     pts = verification_points(box, n, seed) if points is None else points
     if mask is not None:
@@ -84,8 +84,6 @@ def verify_equal(
 
 def evaluate(fn, x: np.ndarray, dtype: str = "float64") -> np.ndarray:
     """Evaluate an ``nn.Module`` (cast to ``dtype`` in place), a ReluMLP (float64 on ``x`` rounded to ``dtype``) or a callable."""
-    import torch
-    from torch import nn
 
     if isinstance(fn, nn.Module):
         tdt = torch.float64 if dtype == "float64" else torch.float32

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from latopt.artifacts import check_name
 from latopt.constants import BACKENDS, PRECISIONS
 from latopt.errors import LatoptError, first_line
@@ -117,7 +119,6 @@ def _from_dict(data: dict[str, Any], path: Path) -> DeviceProfile:
 
 def load_device(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
     """Load ``profiles/<name>.yaml`` or a YAML file given by path; LatoptError lists the known devices."""
-    import yaml
 
     s = str(name_or_path)
     if s.endswith((".yaml", ".yml")) or os.sep in s:

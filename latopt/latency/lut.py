@@ -36,6 +36,7 @@ from typing import Any
 from latopt.artifacts import read_json, write_json_atomic
 from latopt.constants import LUT_VARIANTS
 from latopt.errors import LatoptError
+from latopt.latency.devices import profiles_dir
 from latopt.latency.timing import TimingStats
 
 LUT_SCHEMA = "latopt.lut/1"
@@ -352,6 +353,5 @@ def _slug(model: str) -> str:
 
 
 def default_lut_path(device: str, model: str, resolution: int, batch: int) -> Path:
-    from latopt.latency.devices import profiles_dir
 
     return profiles_dir() / device / f"{_slug(model)}-r{int(resolution)}-b{int(batch)}.json"

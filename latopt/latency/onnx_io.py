@@ -18,6 +18,7 @@ Shapes are static (a fixed batch) unless ``dynamic_batch=True``; every file pass
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import os
 import shutil
@@ -26,6 +27,9 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import onnx
+import torch
 
 from latopt.artifacts import atomic_path
 from latopt.errors import LatoptError, first_line
@@ -36,7 +40,6 @@ OUTPUT_NAME = "output"
 
 
 def _export_torchscript(module: Any, x: Any, path: Path, opset: int, dynamic_batch: bool) -> None:
-    import torch
 
     dyn = {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}} if dynamic_batch else None
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
@@ -46,7 +49,6 @@ def _export_torchscript(module: Any, x: Any, path: Path, opset: int, dynamic_bat
 
 
 def _export_dynamo(module: Any, x: Any, path: Path, opset: int, dynamic_batch: bool) -> None:
-    import torch
 
     dyn = ({0: torch.export.Dim("batch")},) if dynamic_batch else None
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
@@ -58,7 +60,6 @@ def _export_dynamo(module: Any, x: Any, path: Path, opset: int, dynamic_batch: b
 
 def torchscript_exporter_available() -> bool:
     """True when torch still ships the TorchScript-based ONNX exporter (``dynamo=False``)."""
-    import importlib.util
 
     try:
         return importlib.util.find_spec("torch.onnx._internal.torchscript_exporter") is not None
@@ -72,8 +73,6 @@ def export_onnx(module: Any, input_shape: Sequence[int], path: str | os.PathLike
 
     The train/eval flag of every submodule is restored afterwards. Written atomically (temp file + rename).
     """
-    import onnx
-    import torch
 
     if opset < 17:
         raise LatoptError(f"ONNX opset {opset} is too old; latopt exports opset >= 17")

@@ -34,7 +34,6 @@ measured figure.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import os
@@ -43,11 +42,18 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import torch
+from torch import nn
+
+from latopt.blocks import block_input_shapes, find_blocks, fixed_parts
 from latopt.config import check_resolution
 from latopt.errors import LatoptError
-from latopt.latency.devices import DeviceProfile, load_device
-from latopt.latency.lut import LUT, BlockEntry, calibrate, default_lut_path, predict, save_lut
+from latopt.fold import fold_block_module, fold_blocks
+from latopt.latency.backends import close_backend, get_backend
+from latopt.latency.devices import DeviceProfile
+from latopt.latency.lut import LUT, BlockEntry, calibrate, predict
 from latopt.latency.timing import TimingStats, compare
+from latopt.models import build_model
 
 
 def _log(progress: bool, msg: str) -> None:
@@ -56,17 +62,14 @@ def _log(progress: bool, msg: str) -> None:
 
 
 def _build(model: Any, num_classes: int) -> tuple[Any, str]:
-    from torch import nn
 
     if isinstance(model, nn.Module):
         return model, str(getattr(model, "latopt_name", None) or type(model).__name__)
-    from latopt.models import build_model
 
     return build_model(str(model), num_classes=num_classes), str(model)
 
 
 def _in_channels(model: Any) -> int:
-    from torch import nn
 
     for m in model.modules():
         if isinstance(m, nn.Conv2d):
@@ -76,7 +79,6 @@ def _in_channels(model: Any) -> int:
 
 def _head_input_shape(model: Any, last_path: str, input_shape: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
     """(input shape of the head = output shape of the last block, number of logits)."""
-    import torch
 
     out: dict[str, tuple[int, ...]] = {}
 
@@ -99,7 +101,6 @@ def torch_threads(n: int) -> Iterator[None]:
     On the shared 2-vCPU machine one eager MobileNetV2 forward took 2.5-5.6 s with torch's default 2
     threads at load ~10 and 0.06-0.08 s with one thread: spinning worker threads starve each other.
     """
-    import torch
 
     old = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -133,8 +134,6 @@ def fixed_modules(fp: Any, input_shape: tuple[int, ...],
     The head is split when it has ``features``/``pool``/``classifier`` (latopt.blocks' head module);
     otherwise it is timed as one part.
     """
-    import torch
-    from torch import nn
 
     parts: dict[str, tuple[Any, tuple[int, ...]]] = {"stem": (fp.stem, input_shape)}
     head = fp.head
@@ -178,11 +177,7 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: 
 
 def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: int, batch: int,
                    partial: bool, progress: bool, *, num_classes: int, fold_mode: str, name: str | None) -> LUT:
-    from torch import nn
 
-    from latopt.blocks import block_input_shapes, find_blocks, fixed_parts
-    from latopt.fold import fold_block_module, fold_blocks
-    from latopt.latency.backends import close_backend, get_backend
 
     check_resolution(resolution, "resolution")
     if int(batch) < 1:
@@ -275,7 +270,6 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
 def measure_networks(nets: Mapping[str, Any], device: DeviceProfile, input_shape: tuple[int, ...], *,
                      backend: Any = None, progress: bool = False) -> dict[str, TimingStats]:
     """Time whole networks (nn.Module or ONNX path) against each other in one interleaved run."""
-    from latopt.latency.backends import close_backend, get_backend
 
     own = backend is None
     backend = backend or get_backend(device)
@@ -317,41 +311,3 @@ def format_lut(lut: LUT) -> str:
     load = lut.environment.get("loadavg_during_timing")
     lines.append(f"profiling took {lut.profiling_s:.1f} s" + (f"; load average before/after timing {load}" if load else ""))
     return "\n".join(lines)
-
-
-def _cmd_profile(args: argparse.Namespace) -> int:
-    from latopt.artifacts import seed_everything
-
-    device = load_device(args.device)
-    batch = args.batch if args.batch is not None else device.batch
-    if args.num_classes < 1:
-        raise LatoptError(f"--num-classes must be >= 1, not {args.num_classes}")
-    seed_everything(args.seed)
-    lut = profile_model(args.model, device, args.resolution, batch, partial=args.partial,
-                        progress=not args.quiet, num_classes=args.num_classes, fold_mode=args.fold_mode)
-    out = args.out or default_lut_path(device.name, lut.model, lut.resolution, lut.batch)
-    save_lut(lut, out)
-    print(format_lut(lut))
-    print(f"wrote {out}")
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    from latopt.cli import common_parser
-
-    p = sub.add_parser("profile", parents=[common_parser()],
-                       help="time every block of a model on a device and write the latency LUT",
-                       description="Time every MBConv block of MODEL as-is and folded at its real input shape "
-                                   "on DEVICE (profiles/<DEVICE>.yaml), plus the fixed parts and the end-to-end "
-                                   "networks, in one interleaved run; write the calibrated LUT as JSON.")
-    p.add_argument("--device", required=True, help="device profile name (profiles/*.yaml) or a YAML path")
-    p.add_argument("--model", required=True, help="model name, e.g. mobilenetv2_100, efficientnet_lite0")
-    p.add_argument("--resolution", type=int, default=224, help="input resolution (default 224)")
-    p.add_argument("--batch", type=int, default=None, help="batch size (default: the device profile's)")
-    p.add_argument("--out", default=None, help="LUT file (default profiles/<device>/<model>-r<res>-b<batch>.json)")
-    p.add_argument("--partial", action="store_true", help="also time the partial folds expand_dw / dw_project")
-    p.add_argument("--num-classes", type=int, default=1000, help="classifier outputs (default 1000)")
-    p.add_argument("--fold-mode", choices=("exact", "paper"), default="exact",
-                   help="fold mode of the folded blocks (exact adds a bias map; default exact)")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.set_defaults(func=_cmd_profile)

@@ -40,7 +40,10 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
+
+import torch
 
 from latopt.constants import CLOCKS
 from latopt.errors import LatoptError
@@ -197,7 +200,6 @@ def _cpu_model() -> str:
 
 
 def _version(dist: str) -> str | None:
-    from importlib import metadata
 
     try:
         return metadata.version(dist)
@@ -222,8 +224,6 @@ def environment_info() -> dict[str, Any]:
                         ("latopt", "torch", "onnx", "onnxruntime", "onnxruntime-gpu", "timm", "numpy", "tensorrt")
                         if _version(d) is not None}
     try:
-        import torch
-
         if torch.cuda.is_available():
             i = torch.cuda.current_device()
             info["gpu"] = torch.cuda.get_device_name(i)

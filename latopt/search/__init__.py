@@ -1,6 +1,6 @@
-"""Hyper-parameter search for Layer Folding with Optuna (issue 5).
+"""Hyper-parameter search for Layer Folding with Optuna.
 
-Public API (imported lazily, so ``latopt --help`` does not import Optuna)::
+Public API::
 
     from latopt.search import SearchOptions, run_search, pareto_front, recommend, front_summary, write_front
 
@@ -23,35 +23,38 @@ enqueued base trial). Layout: ``runs/<study>/search/{study.db, base/, trial-<n>/
 
 from __future__ import annotations
 
-from typing import Any
+from latopt.search._options import SearchOptions
+from latopt.search._pareto import (
+    base_trial,
+    format_table,
+    front_summary,
+    pareto_front,
+    recommend,
+    write_front,
+)
+from latopt.search._run import SearchResult, make_sampler, resolve_lut, run_search, show_front
+from latopt.search._space import Range, SearchSpace, space_from_config
+from latopt.search._storage import OBJECTIVES, open_storage, open_study
+from latopt.search._trial import count_nonlinear
 
-_EXPORTS = {
-    "SearchOptions": "latopt.search._run",
-    "SearchResult": "latopt.search._run",
-    "run_search": "latopt.search._run",
-    "resolve_lut": "latopt.search._run",
-    "make_sampler": "latopt.search._run",
-    "SearchSpace": "latopt.search._space",
-    "Range": "latopt.search._space",
-    "space_from_config": "latopt.search._space",
-    "open_storage": "latopt.search._storage",
-    "open_study": "latopt.search._storage",
-    "OBJECTIVES": "latopt.search._storage",
-    "pareto_front": "latopt.search._pareto",
-    "recommend": "latopt.search._pareto",
-    "base_trial": "latopt.search._pareto",
-    "front_summary": "latopt.search._pareto",
-    "format_table": "latopt.search._pareto",
-    "write_front": "latopt.search._pareto",
-    "count_nonlinear": "latopt.search._trial",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'latopt.search' has no attribute {name!r}")
+__all__ = [
+    "OBJECTIVES",
+    "Range",
+    "SearchOptions",
+    "SearchResult",
+    "SearchSpace",
+    "base_trial",
+    "count_nonlinear",
+    "format_table",
+    "front_summary",
+    "make_sampler",
+    "open_storage",
+    "open_study",
+    "pareto_front",
+    "recommend",
+    "resolve_lut",
+    "run_search",
+    "show_front",
+    "space_from_config",
+    "write_front",
+]

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +24,20 @@ import optuna
 from optuna.trial import TrialState
 
 from latopt.artifacts import check_name
+from latopt.config import load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
+from latopt.data import load_task
+from latopt.engine import set_threads
 from latopt.errors import LatoptError, VerificationError
+from latopt.latency.devices import load_device
+from latopt.latency.lut import default_lut_path, load_lut
+from latopt.search._options import SearchOptions
 from latopt.search._pareto import format_table, front_summary, write_front
 from latopt.search._space import space_from_config
 from latopt.search._storage import (
-    DEFAULT_GRACE_S,
-    DEFAULT_HEARTBEAT_S,
     check_existing,
     default_storage_url,
+    load_existing,
     open_storage,
     open_study,
     redact,
@@ -40,40 +46,10 @@ from latopt.search._trial import TrialContext, ensure_base, objective
 from latopt.search._workers import (
     default_threads,
     join,
-    set_threads,
     spawn,
     terminate_on_sigterm,
     worker_argv,
 )
-
-
-@dataclass
-class SearchOptions:
-    """Inputs of one ``latopt search`` worker (CLI flags; None = the config's value)."""
-
-    config: str | Path | None
-    trials: int | None = None
-    storage: str | None = None
-    study: str | None = None
-    sampler: str | None = None
-    objective: str = "latency"
-    max_acc_drop: float | None = None
-    measure: bool = False
-    timeout: float | None = None
-    base: str | Path | None = None
-    lut: str | Path | None = None
-    costs: str = "lut"
-    seed: int = 0
-    runs_dir: str | Path = "runs"
-    heartbeat_interval: int = DEFAULT_HEARTBEAT_S
-    grace_period: int = DEFAULT_GRACE_S
-    max_retry: int = 3
-    poll_s: float = 2.0
-    workers: int = 1                # local worker processes on this machine (this one + workers - 1)
-    threads: int | None = None      # torch intra-op threads per worker (default cpu_count // workers)
-    progress: bool = True
-    summary: bool = True            # print the front table and write pareto.* at the end
-    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -116,8 +92,6 @@ def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
 
 def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tuple[Any, Path | None]:
     """The LUT for the config's device/model/resolution (``--lut`` > ``cfg.lut`` > the default path)."""
-    from latopt.latency.devices import load_device
-    from latopt.latency.lut import default_lut_path, load_lut
 
     model, res = cfg.model.name, int(cfg.data.resolution)
     explicit = lut_arg or cfg.lut
@@ -169,8 +143,6 @@ def _fail_stale(study: optuna.Study) -> None:
 
 def run_search(o: SearchOptions) -> SearchResult:
     """Run (or resume, or join) a search study until it holds the requested number of COMPLETE trials."""
-    from latopt.config import load_config
-    from latopt.train import load_task
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = load_config(o.config, o.overrides or None)
@@ -190,8 +162,6 @@ def run_search(o: SearchOptions) -> SearchResult:
         print("[search] no LUT found: c_l = 1 for every block (uniform costs, the paper's default)", flush=True)
     device = None
     if o.measure:
-        from latopt.latency.devices import load_device
-
         device = load_device(cfg.device)
     task = load_task(cfg)
     # a --base that is not the config's unfolded base fails before any storage is touched (it would leave
@@ -302,3 +272,19 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             print(f"[search] trial failed its numeric check: {last['error']}", flush=True)
         if failures >= 3:
             raise LatoptError(f"3 trials in a row failed their numeric checks, the last: {last['error']}")
+
+
+def show_front(name: str, *, storage: str | None = None, runs_dir: str | Path = "runs", out: str | Path | None = None,
+               max_acc_drop: float | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
+    """The front of an existing study (``runs/<name>/search/study.db`` unless ``storage`` is given): its
+    summary, and ``pareto.{json,csv,png}`` written to ``out`` (default: the study directory)."""
+    study_dir = Path(runs_dir) / check_name(name, "--study") / "search"
+    url = storage or default_storage_url(study_dir)
+    m = re.match(r"sqlite:///(.+)", url)
+    if m and m.group(1) != ":memory:" and not Path(m.group(1)).is_file():
+        raise LatoptError(f"no study database at {m.group(1)}; run latopt search first or give --storage URL")
+    study = load_existing(open_storage(url, heartbeat_interval=None), name)
+    if study.user_attrs.get("schema") is None:
+        raise LatoptError(f"study {name!r} was not created by latopt search")
+    files = write_front(study, Path(out) if out else study_dir, max_acc_drop)
+    return front_summary(study, max_acc_drop), files

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
 from latopt.errors import LatoptError, first_line
@@ -49,7 +50,6 @@ def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
     Raises :class:`LatoptError` (one line) when the URL is malformed, its driver is missing or the
     server cannot be reached.
     """
-    import sqlalchemy.exc
 
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):

@@ -1,4 +1,4 @@
-"""One search trial: pre-fold → fold → post-fold through :func:`latopt.train.run_fold`, then the objectives.
+"""One search trial: pre-fold → fold → post-fold through :func:`latopt.layerfold.run_fold`, then the objectives.
 
 The base model is trained once per study (or given with ``--base``) and cached under
 ``<study dir>/base/``; concurrent workers serialise its creation with a file lock and the directory
@@ -8,6 +8,7 @@ the base model itself, so the base operating point is part of every study.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import socket
@@ -17,10 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import torch.nn as nn
+from filelock import FileLock
 
 from latopt.artifacts import read_json, write_json_atomic
+from latopt.data import load_task, make_loaders
+from latopt.engine import evaluate
 from latopt.errors import LatoptError
+from latopt.fold import AlphaActivation, plain_activations_
+from latopt.latency.lut import predict
+from latopt.latency.profiler import measure_networks
+from latopt.layerfold import check_base, run_fold
+from latopt.models import load_checkpoint
 from latopt.search._space import SearchSpace
+from latopt.train import BASE_CHECKPOINT, METRICS_SCHEMA, train_base
 
 TRIAL_SCHEMA = "latopt.search-trial/1"
 
@@ -43,19 +54,14 @@ def ensure_base(cfg: Any, study_dir: Path, base: str | Path | None, *, seed: int
     others wait on the lock and then load it.
     """
     if base is not None:
-        from latopt.prefold import _check_base
-        from latopt.train import load_task
-
         path = Path(base)
-        _, arch, meta = _check_base(cfg, path)
+        _, arch, meta = check_base(cfg, path)
         n_classes = (task or load_task(cfg)).num_classes
         if int(arch["num_classes"]) != n_classes:
             raise LatoptError(f"--base checkpoint {path} has {arch['num_classes']} classes but task "
                               f"{cfg.data.task!r} has {n_classes}; give a base trained on the config's task")
         return BaseModel(path.resolve(), _metric(meta, "val_acc"), _metric(meta, "test_acc"))
-    from filelock import FileLock
 
-    from latopt.train import BASE_CHECKPOINT, METRICS_SCHEMA, train_base
 
     study_dir.mkdir(parents=True, exist_ok=True)
     base_dir = study_dir / "base"
@@ -81,9 +87,7 @@ def _metric(d: Any, *keys: str) -> float | None:
 
 def count_nonlinear(model: Any) -> int:
     """Non-linear activation layers left in a network (σ_α with α < 1 counts; α = 1 is the identity)."""
-    import torch.nn as nn
 
-    from latopt.fold import AlphaActivation
 
     kinds = (nn.ReLU, nn.ReLU6, nn.Hardswish, nn.Hardsigmoid, nn.SiLU, nn.GELU, nn.LeakyReLU, nn.ELU,
              nn.PReLU, nn.Sigmoid, nn.Tanh, nn.Mish)
@@ -117,15 +121,11 @@ class TrialContext:
 
     def task(self) -> Any:
         if self._task is None:
-            from latopt.train import load_task
-
             self._task = load_task(self.cfg)
         return self._task
 
     def base_model(self) -> Any:
         if self._base_model is None:
-            from latopt.models import load_checkpoint
-
             self._base_model, _, _ = load_checkpoint(self.base.checkpoint, expect_model=self.cfg.model.name)
             self._base_model.eval()
         return self._base_model
@@ -139,15 +139,12 @@ class TrialContext:
 def _predict(lut: Any, plan: dict[int, str]) -> float | None:
     if lut is None:
         return None
-    from latopt.latency.lut import predict
 
     return float(predict(lut, plan))
 
 
 def evaluate_base(ctx: TrialContext, trial_dir: Path) -> dict[str, Any]:
     """The base operating point: its validation accuracy, as-is latency and non-linear layer count."""
-    from latopt.data import make_loaders
-    from latopt.train import evaluate
 
     model = ctx.base_model()
     _, val, test = make_loaders(ctx.task(), int(ctx.cfg.data.batch_size), int(ctx.cfg.data.workers), ctx.seed)
@@ -164,8 +161,6 @@ def evaluate_base(ctx: TrialContext, trial_dir: Path) -> dict[str, Any]:
 
 def evaluate_fold(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
     """One candidate: ``run_fold`` with the sampled hyper-parameters (it writes ``trial_dir`` atomically)."""
-    from latopt.models import load_checkpoint
-    from latopt.prefold import run_fold
 
     lut = ctx.lut_path if (ctx.costs == "lut" and ctx.lut_path is not None) else None
     report = run_fold(ctx.cfg, ctx.base.checkpoint, trial_dir, lut=lut, lambda_c=params["lambda_c"],
@@ -190,10 +185,7 @@ def evaluate_fold(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) ->
 
 def _measure(ctx: TrialContext, folded: Any) -> dict[str, Any]:
     """End-to-end timing on the device, base and candidate interleaved in one run (ratio comparable)."""
-    import copy
 
-    from latopt.fold import plain_activations_
-    from latopt.latency.profiler import measure_networks
 
     nets = {"base": ctx.base_model()}
     if folded is not None:

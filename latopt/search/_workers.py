@@ -18,24 +18,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from latopt.errors import LatoptError
+from latopt.search._options import SearchOptions
 from latopt.signals import PARENT_ENV, sigterm_raises
-
-if TYPE_CHECKING:  # pragma: no cover
-    from latopt.search._run import SearchOptions
 
 
 def default_threads(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
-
-
-def set_threads(threads: int | None) -> None:
-    if threads:
-        import torch
-
-        torch.set_num_threads(int(threads))
 
 
 def worker_argv(o: SearchOptions, *, study: str, storage: str, trials: int, sampler: str, max_acc_drop: float,

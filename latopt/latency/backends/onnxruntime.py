@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 
 from latopt.errors import LatoptError, first_line
 from latopt.latency.onnx_io import ExportCache
+from latopt.latency.timing import environment_info
 
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
 
@@ -30,8 +32,6 @@ class OrtRunner:
     """One ONNX Runtime session with a fixed random input bound through IOBinding."""
 
     def __init__(self, session: Any, input_shape: tuple[int, ...], device: str, device_id: int, seed: int = 0):
-        import onnxruntime as ort
-
         self.session = session
         inputs = session.get_inputs()
         if len(inputs) != 1:
@@ -83,8 +83,6 @@ class OrtBackend:
         self.cache = ExportCache()
 
     def session_options(self) -> Any:
-        import onnxruntime as ort
-
         so = ort.SessionOptions()
         so.intra_op_num_threads = int(self.profile.threads)
         so.inter_op_num_threads = 1
@@ -94,8 +92,6 @@ class OrtBackend:
         return so
 
     def prepare(self, model: Any, input_shape: tuple[int, ...]) -> OrtRunner:
-        import onnxruntime as ort
-
         if isinstance(model, (str, os.PathLike)):
             path = Path(model)
             if not path.is_file():
@@ -109,9 +105,6 @@ class OrtBackend:
         return OrtRunner(sess, tuple(input_shape), self.device, self.device_id)
 
     def environment(self) -> dict[str, Any]:
-        import onnxruntime as ort
-
-        from latopt.latency.timing import environment_info
 
         env = environment_info()
         env.update({"backend": self.name, "onnxruntime": ort.__version__, "providers": [
@@ -124,11 +117,6 @@ class OrtBackend:
 
 
 def create(profile: Any) -> OrtBackend:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise LatoptError("onnxruntime is not installed: pip install onnxruntime "
-                          "(or onnxruntime-gpu for the CUDA/TensorRT execution providers)") from None
     if getattr(profile, "precision", "fp32") != "fp32":
         raise LatoptError(f"device {profile.name!r}: the onnxruntime backend times fp32 models only; "
                           f"set precision: fp32 or use a tensorrt device for fp16")

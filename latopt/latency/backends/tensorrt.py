@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from latopt import runtime as _rt
 from latopt.artifacts import write_bytes_atomic
 from latopt.errors import LatoptError
@@ -94,7 +96,6 @@ def precision_plan(version: str, precision: str) -> PrecisionPlan:
 # ---------------------------------------------------------------------------------- FP16 ONNX
 def to_fp16_onnx(src: str | Path, dst: str | Path) -> str:
     """Write an FP16 copy of ``src`` (fp32 inputs/outputs kept) to ``dst``; returns the converter used."""
-    import onnx
 
     try:
         from modelopt.onnx.autocast import convert_to_mixed_precision

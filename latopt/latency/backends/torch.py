@@ -14,13 +14,14 @@ import subprocess
 from typing import Any
 
 import numpy as np
+import torch
 
 from latopt.errors import LatoptError, first_line
+from latopt.latency.timing import environment_info
 
 
 class TorchRunner:
     def __init__(self, module: Any, input_shape: tuple[int, ...], device: Any, dtype: Any, seed: int = 0) -> None:
-        import torch
 
         self.torch = torch
         self.device = device
@@ -83,9 +84,7 @@ class TorchBackend:
         return cls(model, tuple(input_shape), self.device, self.dtype)
 
     def environment(self) -> dict[str, Any]:
-        import torch
 
-        from latopt.latency.timing import environment_info
 
         env = environment_info()
         env.update({"backend": self.name, "torch": torch.__version__, "device": str(self.device),
@@ -114,7 +113,6 @@ def _driver_version(index: int) -> str | None:
 
 
 def create(profile: Any) -> TorchBackend:
-    import torch
 
     if profile.cuda_device is None:
         if profile.precision != "fp32":

@@ -1,15 +1,18 @@
-"""Layer Folding on a trained model: pre-fold (σ_α + compression loss), fold at τ, check, post-fold.
+"""The Layer Folding stage: pre-fold (σ_α + compression loss), fold at τ, check, post-fold, report.
 
-Public API::
+What ``latopt fold`` runs and every ``latopt search`` trial runs. Public API::
 
-    CompressionLoss(model, alphas, costs=None, variant_times=None, p=2.0)   L_c as an nn.Module-free callable
-    prefold(cfg, base_model, task, *, costs, lambda_c, p, granularity, distill, progress,
-            variant_times=None, seed=0) -> nn.Module
-    plan_from_alphas(alphas, tau) -> {block index: variant}
-    fold_and_finetune(cfg, prefolded, task, *, tau, mode, lut=None, progress=True, teacher=None, seed=0)
-        -> (folded nn.Module, info dict)
     run_fold(cfg, base_checkpoint, out_dir, *, lut=None, lambda_c, tau, p, granularity="block",
              distill=False, progress=True, mode=None, seed=0, task=None) -> report dict
+        the whole stage; writes folded.pt, prefold.pt, report.json, report.txt and config.yaml
+    check_base(cfg, base_checkpoint) -> (model, arch, meta)   a base checkpoint fit to fold with ``cfg``
+    prefold(cfg, base_model, task, *, costs, lambda_c, p, granularity, distill, progress=True, lut=None,
+            seed=0) -> nn.Module                           σ_α installed and trained
+    plan_from_alphas(alphas, tau) -> {block index: variant}
+    fold_and_finetune(cfg, prefolded, task, *, tau, mode, progress=True, teacher=None, seed=0)
+        -> (folded nn.Module, info dict)
+    CompressionLoss(alphas, *, p, variant_times)             L_c over the α parameters (a callable)
+    block_variant_times(blocks, *, costs=None, lut=None, granularity="block") -> {block: {variant: t}}
     format_summary(report) -> str;  format_report(report) -> str
 
 **Compression loss.** q = α^p. For a block l with fold variants v ∈ {none, full[, expand_dw, dw_project]}
@@ -58,12 +61,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from latopt.artifacts import atomic_dir, seed_everything, write_json_atomic, write_text_atomic
+from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
+from latopt.blocks import find_blocks
 from latopt.config import RunConfig, validate_fold_params, write_config
 from latopt.constants import GRANULARITIES
-from latopt.data import Task, make_loaders
+from latopt.data import Task, data_meta, load_task, make_loaders
+from latopt.engine import evaluate, fit, make_optimizer, make_scheduler, seed_everything
 from latopt.errors import LatoptError, VerificationError
-from latopt.train import data_meta, evaluate, fit, load_task, make_optimizer, make_scheduler, model_cost
+from latopt.fold import (
+    alpha_parameters,
+    clamp_alphas_,
+    fold_blocks,
+    get_alphas,
+    install_alpha,
+    linearize,
+    plain_activations_,
+    verify_fold,
+)
+from latopt.latency.lut import costs as lut_costs
+from latopt.latency.lut import load_lut, predict, variant_times
+from latopt.layers import AlphaActivation
+from latopt.models import load_checkpoint, make_arch, model_cost, save_checkpoint
 
 REPORT_SCHEMA = "latopt.fold_report/1"
 PREFOLD_CHECKPOINT = "prefold.pt"
@@ -120,8 +138,6 @@ def block_variant_times(blocks: list[int], *, costs: Mapping[int, float] | None 
     """Per-block variant times for :class:`CompressionLoss` (uniform without ``costs``/``lut``)."""
     out: dict[int, dict[str, float]] = {}
     if granularity == "activation" and lut is not None:
-        from latopt.latency.lut import variant_times
-
         for i in blocks:
             out[i] = dict(variant_times(lut, i))
         return out
@@ -161,8 +177,6 @@ def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping
 
     ``costs`` = {block: c_l} (block granularity; None = uniform); ``lut`` gives the variant times for
     ``granularity="activation"``. ``base_model`` is not modified (it is the distillation teacher)."""
-    from latopt.fold import alpha_parameters, clamp_alphas_, install_alpha
-
     validate_fold_params(lambda_c, cfg.fold.tau, p)
     if granularity not in GRANULARITIES:
         raise LatoptError(f"granularity must be one of {', '.join(GRANULARITIES)}, not {granularity!r}")
@@ -221,9 +235,6 @@ def plan_from_alphas(alphas: Mapping[int, list[float]], tau: float) -> dict[int,
 @torch.no_grad()
 def _snap_unfolded_(model: nn.Module, plan: Mapping[int, str]) -> int:
     """Set to 0 the α of every activation the plan does not remove; returns how many were changed."""
-    from latopt.blocks import find_blocks
-    from latopt.fold import AlphaActivation
-
     changed = 0
     for b in find_blocks(model):
         v = plan.get(b.index)
@@ -240,11 +251,9 @@ def _snap_unfolded_(model: nn.Module, plan: Mapping[int, str]) -> int:
 
 
 def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: float, mode: str,
-                      lut: Any = None, progress: bool = True, teacher: nn.Module | None = None,
+                      progress: bool = True, teacher: nn.Module | None = None,
                       seed: int = 0) -> tuple[nn.Module, dict[str, Any]]:
     """Fold every activation with α ≥ τ, check the fold, fine-tune; returns (folded model, info)."""
-    from latopt.fold import alpha_parameters, fold_blocks, get_alphas, linearize, verify_fold
-
     res = cfg.data.resolution
     alphas = get_alphas(prefolded)
     plan = plan_from_alphas(alphas, tau)
@@ -294,16 +303,12 @@ def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: 
 def _load_lut(lut: Any, model_name: str, resolution: int) -> Any:
     if lut is None or not isinstance(lut, (str, Path)):
         return lut
-    from latopt.latency.lut import load_lut
-
     if not Path(lut).is_file():
         raise LatoptError(f"LUT {lut} does not exist; create it with `latopt profile` or omit --lut")
     return load_lut(lut, model=model_name, resolution=resolution)
 
 
-def _check_base(cfg: RunConfig, base_checkpoint: str | Path) -> tuple[nn.Module, dict, dict]:
-    from latopt.models import load_checkpoint
-
+def check_base(cfg: RunConfig, base_checkpoint: str | Path) -> tuple[nn.Module, dict, dict]:
     if not Path(base_checkpoint).is_file():
         raise LatoptError(f"base checkpoint {base_checkpoint} does not exist; train one with `latopt train`")
     model, arch, meta = load_checkpoint(base_checkpoint, expect_model=cfg.model.name)
@@ -322,23 +327,18 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
              progress: bool = True, mode: str | None = None, seed: int = 0, task: Task | None = None
              ) -> dict[str, Any]:
     """Pre-fold → fold → check → post-fold; writes folded.pt, report.json/.txt, config.yaml; returns the report."""
-    from latopt.blocks import find_blocks
-    from latopt.models import load_checkpoint, make_arch, save_checkpoint
-
     validate_fold_params(lambda_c, tau, p)
     mode = mode or cfg.fold.mode
     cfg = cfg.with_overrides({"fold.lambda_c": lambda_c, "fold.tau": tau, "fold.p": p, "fold.mode": mode,
                               "fold.granularity": granularity, "fold.distill": distill,
                               "lut": str(lut) if isinstance(lut, (str, Path)) else None})
-    base, arch, _meta = _check_base(cfg, base_checkpoint)
+    base, arch, _meta = check_base(cfg, base_checkpoint)
     task = task or load_task(cfg)
     if int(arch["num_classes"]) != task.num_classes:
         raise LatoptError(f"base checkpoint has {arch['num_classes']} classes, task {task.name!r} has {task.num_classes}")
     lut_obj = _load_lut(lut, arch["model"], cfg.data.resolution)
     costs = None
     if lut_obj is not None:
-        from latopt.latency.lut import costs as lut_costs
-
         costs = lut_costs(lut_obj)
     t_start = time.perf_counter()
     _, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
@@ -350,7 +350,7 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     t_pre = time.perf_counter() - t_start
     acc["prefold"], val["prefold"] = evaluate(pre, test_loader), evaluate(pre, val_loader)
     teacher = copy.deepcopy(base).eval() if distill else None
-    folded, info = fold_and_finetune(cfg, pre, task, tau=tau, mode=mode, lut=lut_obj, progress=progress,
+    folded, info = fold_and_finetune(cfg, pre, task, tau=tau, mode=mode, progress=progress,
                                      teacher=teacher, seed=seed)
     acc |= info["acc"]
     val |= info["val"]
@@ -359,8 +359,6 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     cost_base, cost_folded = model_cost(base, cfg.data.resolution), model_cost(folded, cfg.data.resolution)
     latency = {"asis": None, "folded": None}
     if lut_obj is not None:
-        from latopt.latency.lut import predict
-
         latency = {"asis": predict(lut_obj, {}), "folded": predict(lut_obj, info["plan"])}
     out_dir = Path(out_dir)
     report: dict[str, Any] = {
@@ -385,8 +383,6 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
         "seconds": {"prefold": t_pre, **info["seconds"], "total": time.perf_counter() - t_start},
         "checkpoint": str(out_dir / FOLDED_CHECKPOINT),
     }
-    from latopt.fold import plain_activations_
-
     plain_activations_(folded)  # σ_α at α = 0 is σ: save (and later export) the plain activation
     folded_arch = make_arch(folded, arch["model"], arch["num_classes"])
     source = info["source"]

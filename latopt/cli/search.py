@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import re
-from pathlib import Path
 
-from latopt.artifacts import check_name
+import yaml
+
+from latopt.cli.common import common_parser
+from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.errors import LatoptError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from latopt.cli import common_parser
-
     p = sub.add_parser(
         "search", parents=[common_parser()],
         help="Optuna search over (λ_c, τ, p): accuracy vs latency Pareto front (resumable, distributed)",
@@ -23,15 +22,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, help="COMPLETE trials the study should hold (default: search.trials)")
     p.add_argument("--storage", help="SQLAlchemy URL (default: sqlite under runs/<study>/search/study.db)")
     p.add_argument("--study", help="study name (default: the config's name)")
-    p.add_argument("--sampler", choices=("tpe", "nsga2", "random"), help="default: search.sampler")
-    p.add_argument("--objective", choices=("latency", "depth"), default="latency",
+    p.add_argument("--sampler", choices=SAMPLERS, help="default: search.sampler")
+    p.add_argument("--objective", choices=OBJECTIVES, default="latency",
                    help="second objective: LUT latency (default) or remaining non-linear layers")
     p.add_argument("--max-acc-drop", type=float, help="feasible when base - trial accuracy <= D (default: search.max_acc_drop)")
     p.add_argument("--measure", action="store_true", help="measure each candidate end-to-end on the config's device")
     p.add_argument("--timeout", type=float, help="stop starting new trials after S seconds (a rerun continues)")
     p.add_argument("--base", help="base checkpoint (default: trained once per study under runs/<study>/search/base/)")
     p.add_argument("--lut", help="latency LUT JSON (default: the config's lut, else profiles/<device>/...)")
-    p.add_argument("--costs", choices=("lut", "uniform"), default="lut",
+    p.add_argument("--costs", choices=COSTS, default="lut",
                    help="c_l in the compression loss: from the LUT (default) or 1 for every block (paper default)")
     p.add_argument("--runs-dir", default="runs", help="root of run directories (default: runs)")
     p.add_argument("--heartbeat-interval", type=int, default=30, help="seconds between trial heartbeats (default 30)")
@@ -55,8 +54,9 @@ def _main(args: argparse.Namespace) -> int:
         return _show(args)
     if not args.config:
         raise LatoptError("latopt search needs --config FILE (or --show to print an existing study's front)")
-    from latopt.artifacts import seed_everything
-    from latopt.search._run import SearchOptions, run_search
+    # start-up time: Optuna and the training stack load when a search runs, not for `latopt --help`
+    from latopt.engine import seed_everything
+    from latopt.search import SearchOptions, run_search
 
     seed_everything(args.seed)
     res = run_search(SearchOptions(
@@ -72,7 +72,6 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _overrides(items: list[str]) -> dict:
-    import yaml
 
     out = {}
     for item in items:
@@ -87,31 +86,16 @@ def _overrides(items: list[str]) -> dict:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from latopt.search._pareto import format_table, write_front
-    from latopt.search._storage import default_storage_url, load_existing, open_storage
+    from latopt.config import load_config
+    from latopt.search import format_table, show_front
 
     name = args.study
     if name is None and args.config:
-        from latopt.config import load_config
-
         name = load_config(args.config).name
     if name is None:
         raise LatoptError("latopt search --show needs --study NAME (or --config FILE to take its name)")
-    study_dir = Path(args.runs_dir) / check_name(name, "--study") / "search"
-    url = args.storage
-    if url is None:
-        url = default_storage_url(study_dir)
-    m = re.match(r"sqlite:///(.+)", url)
-    if m and m.group(1) != ":memory:" and not Path(m.group(1)).is_file():
-        raise LatoptError(f"no study database at {m.group(1)}; run latopt search first or give --storage URL")
-    storage = open_storage(url, heartbeat_interval=None)
-    study = load_existing(storage, name)
-    if study.user_attrs.get("schema") is None:
-        raise LatoptError(f"study {name!r} was not created by latopt search")
-    out = Path(args.out) if args.out else study_dir
-    files = write_front(study, out, args.max_acc_drop)
-    from latopt.search._pareto import front_summary
-
-    print(format_table(front_summary(study, args.max_acc_drop)))
+    summary, files = show_front(name, storage=args.storage, runs_dir=args.runs_dir, out=args.out,
+                                max_acc_drop=args.max_acc_drop)
+    print(format_table(summary))
     print("files: " + ", ".join(str(p) for p in files.values()))
     return 0

@@ -1,8 +1,9 @@
-"""The ``latopt`` command line: one sub-command per stage.
+"""The ``latopt`` command line: one sub-command per stage, all argument parsing in this package.
 
-Each stage module owns its sub-command(s) through a ``register(subparsers)`` function that adds an
-``argparse`` parser and sets ``func`` (a callable taking the parsed ``Namespace`` and returning an
-exit code or ``None``). A :class:`~latopt.errors.LatoptError` raised anywhere is printed as one line
+The stages are plain Python APIs (``latopt.train``, ``latopt.layerfold``, ``latopt.export``, ...) that know
+nothing of argparse. Each module of this package wires one stage: ``register(subparsers)`` adds its
+parser(s) and sets ``func`` (a callable taking the parsed ``Namespace`` and returning an exit code or
+``None``) that turns the arguments into one API call. A :class:`~latopt.errors.LatoptError` raised anywhere is printed as one line
 (``latopt: error: ...``) with exit code 2 (3 for a failed check) and no traceback. Ctrl-C prints
 ``latopt: interrupted`` (exit 130) and SIGTERM ``latopt: terminated`` (exit 143), both after the same
 cleanup (:mod:`latopt.signals`): nothing half-written is left behind.
@@ -11,32 +12,17 @@ cleanup (:mod:`latopt.signals`): nothing half-written is left behind.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
 
 from latopt import __version__
+from latopt.cli import exact, export, inspect, profile, run, search, train
 from latopt.errors import LatoptError
 from latopt.signals import EXIT_TERMINATED, Terminated, die_with_parent_from_env, sigterm_raises
 
-# Modules that register sub-commands, in the order they appear in ``latopt --help``.
-COMMAND_MODULES: tuple[str, ...] = (
-    "latopt.inspection",
-    "latopt.latency.profiler",
-    "latopt.train",
-    "latopt.search.cli",
-    "latopt.export",
-    "latopt.run",
-    "latopt.exact.cli",
-)
-
-
-def common_parser() -> argparse.ArgumentParser:
-    """Options every sub-command takes (use as ``parents=[common_parser()]``)."""
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same result on CPU")
-    return p
+# The command modules, in the order their sub-commands appear in ``latopt --help``.
+COMMANDS = (inspect, profile, train, search, export, run, exact)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"latopt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    for command in COMMANDS:
+        command.register(sub)
     return parser
 
 

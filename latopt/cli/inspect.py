@@ -1,0 +1,63 @@
+"""``latopt inspect MODEL``: the blocks of a model, FLOPs and params as-is and folded; ``--check-fold``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from latopt.artifacts import write_json_atomic
+from latopt.cli.common import common_parser
+from latopt.config import RESOLUTION_RANGE, check_resolution
+from latopt.constants import FOLD_CHECK_TOLERANCE, FOLD_MODES, SUPPORTED_MODELS
+from latopt.errors import VerificationError
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.engine import seed_everything
+    from latopt.inspection import check_fold, format_check, format_report, inspect_model
+    from latopt.models import build_model, canonical_name
+
+    check_resolution(args.resolution, "--resolution")
+    seed_everything(args.seed)
+    t0 = time.perf_counter()
+    name = canonical_name(args.model)
+    model = build_model(name, args.num_classes)
+    rep = inspect_model(model, args.resolution, args.mode, name)
+    print(format_report(rep))
+    payload: dict = {"schema": "latopt.inspect/1", "model": name, "resolution": args.resolution, "mode": args.mode,
+                     "blocks": [dict(vars(r), fold_lowers_flops=r.fold_lowers_flops) for r in rep.blocks],
+                     "stem_flops": rep.stem_flops, "head_flops": rep.head_flops, "total_flops": rep.total_flops,
+                     "total_params": rep.total_params, "folded_total_flops": rep.folded_total_flops}
+    rc = 0
+    if args.check_fold:
+        res = check_fold(model, args.resolution, args.mode, args.seed)
+        print(format_check(res, args.mode))
+        payload["check_fold"] = res
+        worst_in = max((e["max_rel_interior"] for e in res["per_block"].values()), default=0.0)
+        err = res["max_rel"] if args.mode == "exact" else worst_in
+        if args.json:
+            write_json_atomic(args.json, payload)
+        if err > FOLD_CHECK_TOLERANCE:
+            raise VerificationError(f"fold check failed: relative error {err:.3e} > {FOLD_CHECK_TOLERANCE:g} ({args.mode} mode)")
+    elif args.json:
+        write_json_atomic(args.json, payload)
+    print(f"done in {time.perf_counter() - t0:.1f} s")
+    return rc
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inspect", parents=[common_parser()],
+                       help="per-block table of a model (FLOPs/params as-is and folded); --check-fold verifies the fold",
+                       description="Supported models: " + ", ".join(SUPPORTED_MODELS))
+    p.add_argument("model", help="model name, e.g. mobilenetv2_100 or 'torchvision/mobilenet_v2?width=0.75'")
+    p.add_argument("--resolution", type=int, default=224,
+                   help="input resolution R (R x R), {} .. {}, default 224".format(*RESOLUTION_RANGE))
+    p.add_argument("--num-classes", type=int, default=1000, help="classifier outputs (default 1000)")
+    p.add_argument("--mode", choices=FOLD_MODES, default="exact",
+                   help="fold bias mode: exact (bias map, fixed input size) or paper (constant bias)")
+    p.add_argument("--check-fold", action="store_true",
+                   help="randomise BN statistics, fold every foldable block and report the errors "
+                        f"(exit 3 if the error exceeds {FOLD_CHECK_TOLERANCE:g})")
+    p.add_argument("--json", metavar="PATH", help="also write the table (and check) as JSON")
+    p.set_defaults(func=_cmd_inspect)

@@ -1,0 +1,84 @@
+"""``latopt train`` (the base model) and ``latopt fold`` (Layer Folding of a base checkpoint)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from latopt.cli.common import common_parser
+from latopt.config import RunConfig, load_config
+from latopt.constants import FOLD_MODES, GRANULARITIES
+from latopt.errors import LatoptError
+
+
+def default_out(cfg: RunConfig, stage: str) -> Path:
+    return Path("runs") / cfg.name / stage
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", parents=[common_parser()], help="train the base model (from scratch by default)",
+                       description="Train cfg.model on cfg.data; writes base.pt, metrics.json and config.yaml.")
+    p.add_argument("--config", required=True, help="run config YAML (e.g. configs/quickstart.yaml)")
+    p.add_argument("--out", help="output directory (default runs/<name>/base)")
+    p.add_argument("--checkpoint", help="fine-tune this latopt checkpoint instead of training from scratch")
+    p.add_argument("--pretrained", action="store_true", help="start from pretrained weights (must be cached; no download)")
+    p.add_argument("--epochs", type=int, help="override train.epochs")
+    p.add_argument("--data", help="override data.task: digits | digits-clutter | imagefolder:PATH | cifar10:PATH")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: config 'threads', else torch's "
+                   "choice; 1 is far faster on a machine shared with other jobs)")
+    p.set_defaults(func=_cmd_train)
+
+    f = sub.add_parser("fold", parents=[common_parser()], help="Layer Folding: pre-fold, fold at tau, fine-tune",
+                       description="Pre-fold a base checkpoint with sigma_alpha activations and the (latency-weighted) "
+                                   "compression loss, fold every block with alpha >= tau, check the fold, fine-tune; "
+                                   "writes folded.pt, report.json, report.txt and config.yaml.")
+    f.add_argument("--config", required=True, help="run config YAML")
+    f.add_argument("--checkpoint", required=True, help="base checkpoint (from latopt train)")
+    f.add_argument("--lut", help="latency LUT JSON giving c_l (default: config lut; none = uniform c_l = 1)")
+    f.add_argument("--lambda-c", type=float, help="override fold.lambda_c (>= 0)")
+    f.add_argument("--tau", type=float, help="override fold.tau, in (0, 1]")
+    f.add_argument("--p", type=float, help="override fold.p (> 1)")
+    f.add_argument("--granularity", choices=GRANULARITIES, help="override fold.granularity")
+    f.add_argument("--distill", action="store_true", default=None, help="distil from the base model")
+    f.add_argument("--mode", choices=FOLD_MODES, help="override fold.mode")
+    f.add_argument("--data", help="override data.task (must match the base checkpoint's)")
+    f.add_argument("--out", help="output directory (default runs/<name>/fold)")
+    f.add_argument("--no-progress", action="store_true", help="no progress bars")
+    f.add_argument("--threads", type=int, help="torch intra-op threads (default: config 'threads', else torch's choice)")
+    f.set_defaults(func=_cmd_fold)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.engine import set_threads
+    from latopt.train import train_base
+
+    if args.epochs is not None and args.epochs < 0:
+        raise LatoptError(f"--epochs must be >= 0, got {args.epochs}")
+    cfg = load_config(args.config, {"train.epochs": args.epochs, "data.task": args.data, "threads": args.threads})
+    set_threads(cfg.threads)
+    out = Path(args.out) if args.out else default_out(cfg, "base")
+    m = train_base(cfg, out, checkpoint=args.checkpoint, pretrained=args.pretrained,
+                   progress=not args.no_progress, seed=args.seed)
+    print(f"base {cfg.model.name} on {m['task']}: val {m['val_acc']:.4f}, test {m['test_acc']:.4f} "
+          f"({m['train_seconds']:.0f} s); wrote {m['checkpoint']}")
+    return 0
+
+
+def _cmd_fold(args: argparse.Namespace) -> int:
+    # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.engine import set_threads
+    from latopt.layerfold import format_summary, run_fold
+
+    cfg = load_config(args.config, {"fold.lambda_c": args.lambda_c, "fold.tau": args.tau, "fold.p": args.p,
+                                    "fold.granularity": args.granularity, "fold.distill": args.distill,
+                                    "fold.mode": args.mode, "data.task": args.data, "threads": args.threads})
+    set_threads(cfg.threads)
+    out = Path(args.out) if args.out else default_out(cfg, "fold")
+    f = cfg.fold
+    report = run_fold(cfg, args.checkpoint, out, lut=args.lut or cfg.lut, lambda_c=f.lambda_c, tau=f.tau, p=f.p,
+                      granularity=f.granularity, distill=f.distill, mode=f.mode, progress=not args.no_progress,
+                      seed=args.seed)
+    print(format_summary(report))
+    return 0

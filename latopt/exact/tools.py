@@ -1,0 +1,211 @@
+"""The exact tools as whole jobs on checkpoints: what ``latopt train-mlp | compress | regions | shallow`` run.
+
+Each function reads its inputs, does the work, writes its output directory atomically and returns the
+report (a JSON-able dict); :mod:`latopt.cli.exact` only parses the command line and prints::
+
+    make_mlp(hidden, *, data="digits", l1, epochs, lr, batch, inputs, outputs, seed, out=None) -> (path, meta)
+    compress_checkpoint(checkpoint, out, *, box=None, time_limit, samples, verify_points, seed, log=print) -> report
+    regions_of(checkpoint, out, *, box=None, limits, grid) -> report      (VerificationError if the grid disagrees)
+    shallow_of(checkpoint, out, *, box=None, limits, epsilon, samples, seed) -> report
+    compress_text(report) -> str
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
+from latopt.engine import seed_everything
+from latopt.errors import LatoptError, VerificationError
+from latopt.exact.mlp import build_mlp, load_mlp, load_split, predict, save_mlp, train_mlp
+from latopt.exact.network import Box, ReluMLP, from_module
+from latopt.exact.regions import RegionLimits, enumerate_regions, plot_regions, sampled_patterns
+from latopt.exact.shallow import IndicatorNet, collect_hyperplanes, eps_network, region_margin, widths
+from latopt.exact.stability import compress
+from latopt.exact.verify import verification_points, verify_equal
+
+
+def load_network(checkpoint: str | Path, box: str | None) -> tuple[torch.nn.Module, dict, ReluMLP, Box]:
+    """(module, meta, network, box) of an MLP checkpoint; ``box`` "LO,HI" (default: the checkpoint's, else 0,1)."""
+    model, meta = load_mlp(checkpoint)
+    net = from_module(model)
+    if box is None:
+        b = meta.get("box")
+        box = f"{b[0]},{b[1]}" if isinstance(b, list) and len(b) == 2 else "0,1"
+    return model, meta, net, Box.parse(box, net.sizes[0])
+
+
+def default_out(checkpoint: str | Path, prefix: str) -> Path:
+    return Path("runs") / f"{prefix}-{Path(checkpoint).stem}"
+
+
+def make_mlp(hidden: list[int], *, data: str = "digits", l1: float, epochs: int, lr: float, batch: int,
+             inputs: int = 2, outputs: int = 1, seed: int = 0, out: str | Path | None = None) -> tuple[Path, dict]:
+    """Train a Linear/ReLU classifier on digits (or make a random one with ``data="random"``) and save it."""
+    if not hidden or any(v < 1 for v in hidden):
+        raise LatoptError(f"hidden widths must be positive integers, got {hidden}")
+    if data == "random":
+        if inputs < 1 or outputs < 1:
+            raise LatoptError("--inputs and --outputs must be >= 1")
+        seed_everything(seed)
+        model = build_mlp([inputs, *hidden, outputs]).eval()
+        meta: dict[str, Any] = {"data": "random", "seed": seed, "box": [-1.0, 1.0]}
+        name = f"random-{inputs}-{'x'.join(map(str, hidden))}-{outputs}-s{seed}"
+    else:
+        model, meta = train_mlp(hidden, data=data, l1=l1, epochs=epochs, lr=lr, batch=batch, seed=seed,
+                                progress=True)
+        name = f"{data}-{'x'.join(map(str, hidden))}-l1{l1:g}-s{seed}"
+    return save_mlp(out or Path("runs") / "mlp" / f"{name}.pt", model, meta), meta
+
+
+def _accuracy(meta: dict, model, compressed) -> dict | None:
+
+    if meta.get("data") != "digits":
+        return None
+    sp = load_split("digits", int(meta.get("split_seed", 0)))
+    pa, pb = predict(model, sp.x_test), predict(compressed, sp.x_test)
+    return {"before": float((pa == sp.y_test).mean()), "after": float((pb == sp.y_test).mean()),
+            "prediction_changes": int((pa != pb).sum()), "test_points": len(sp.y_test)}
+
+
+def compress_checkpoint(checkpoint: str | Path, out: str | Path | None = None, *, box: str | None = None,
+                        time_limit: float = 30.0, samples: int = 20000, verify_points: int = 100_000, seed: int = 0,
+                        log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Lossless StabilityCompression of an MLP checkpoint; writes compressed.pt, report.json,
+    certificates.json and report.txt into ``out`` (default runs/compress-<name>)."""
+    if not time_limit > 0 or samples < 0 or verify_points < 100_000:   # not > 0: NaN too
+        raise LatoptError("--time-limit must be > 0, --samples >= 0 and --verify-points >= 100000")
+    model, meta, net, b = load_network(checkpoint, box)
+    data = load_split("digits", int(meta.get("split_seed", 0))).x_train if meta.get("data") == "digits" else None
+    t0 = time.perf_counter()
+    comp, rep = compress(model, b, samples=samples, data=data, time_limit=time_limit, verify_points=verify_points,
+                         seed=seed, log=log)
+    report = rep.to_json()
+    report["checkpoint"] = str(checkpoint)
+    report["accuracy"] = _accuracy(meta, model, comp.to(torch.float32))
+    report["wall_seconds"] = round(time.perf_counter() - t0, 3)
+    out = Path(out) if out else default_out(checkpoint, "compress")
+    with atomic_dir(out) as d:
+        save_mlp(d / "compressed.pt", comp, {**meta, "compressed_from": str(checkpoint), "box": _box_list(b)})
+        write_json_atomic(d / "report.json", report)
+        write_json_atomic(d / "certificates.json", rep.analysis.to_json())
+        write_text_atomic(d / "report.txt", compress_text(report))
+    report["out"] = str(out)
+    return report
+
+
+def _box_list(box) -> list | None:
+    return [float(box.lo[0]), float(box.hi[0])] if np.all(box.lo == box.lo[0]) and np.all(box.hi == box.hi[0]) else None
+
+
+def compress_text(report: dict) -> str:
+    c, s, v = report["compression"], report["stability"], report["verification"]
+    lines = [
+        f"layers   {c['layers_before']} -> {c['layers_after']}",
+        f"hidden units {c['hidden_units_before']} -> {c['hidden_units_after']} "
+        f"({c['units_removed']} removed, {100 * c['units_removed_fraction']:.1f}%); layers collapsed {c['layers_collapsed']}"
+        + ("; the network is constant on the box" if c["constant"] else ""),
+        f"params   {c['params_before']} -> {c['params_after']}",
+        "layer  units  inactive  active  unstable  undecided | stable by interval  LP  MILP | sampled bound | removed (inactive, dependent)",
+    ]
+    for row in s["layers"]:
+        k = row["layer"]
+        lines.append(
+            f"{k:>5}  {row['units']:>5}  {row['inactive']:>8}  {row['active']:>6}  {row['unstable']:>8}  {row['undecided']:>9} |"
+            f" {row['stable_by_interval']:>18}  {row['stable_by_lp']:>2}  {row['stable_by_milp']:>4} |"
+            f" {row['sampled_upper_bound']:>13} | {c['removed_inactive'][k]}, {c['removed_dependent_active'][k]}"
+        )
+    lines.append(
+        f"verified on {v['points']} points: max |diff| {v['max_abs_float64']:.2e} (float64), {v['max_abs_float32']:.2e} "
+        f"(float32); output scale {v['output_scale']:.3g}"
+    )
+    sec = report["seconds"]
+    lines.append(f"time     analysis {sec['analysis']:.1f}s (MILP {s['timings']['milp']:.1f}s, LP {s['timings']['lp']:.1f}s), "
+                 f"verification {sec['verification']:.1f}s, total {sec['total']:.1f}s")
+    a = report.get("accuracy")
+    if a:
+        lines.append(f"accuracy {a['before']:.4f} -> {a['after']:.4f} on {a['test_points']} test digits "
+                     f"({a['prediction_changes']} predictions changed)")
+    return "\n".join(lines) + "\n"
+
+
+def region_limits(max_regions: int, max_inputs: int, max_units: int) -> RegionLimits:
+    if min(max_regions, max_inputs, max_units) < 1:
+        raise LatoptError("--max-regions, --max-inputs and --max-units must be >= 1")
+    return RegionLimits(max_inputs=max_inputs, max_units=max_units, max_regions=max_regions)
+
+
+def regions_of(checkpoint: str | Path, out: str | Path | None = None, *, box: str | None = None,
+               limits: RegionLimits, grid: int = 1000) -> dict[str, Any]:
+    """Enumerate the linear regions of a small MLP over the box (plot them for 2-D inputs), cross-checked on a
+    grid of ``grid``^d points when d <= 3; writes report.json (+ regions.png) into ``out``."""
+    _, _meta, net, b = load_network(checkpoint, box)
+    enum = enumerate_regions(net, b, limits=limits)
+    report: dict[str, Any] = {"schema": "latopt.regions/1", "checkpoint": str(checkpoint), "sizes": list(net.sizes),
+                              "box": b.to_json(), **enum.summary()}
+    if grid > 0 and b.dim <= 3:
+        t0 = time.perf_counter()
+        keys = sampled_patterns(net, b, resolution=grid)
+        index = enum.index()
+        # a ball of radius >= half a cell diagonal always holds a cell centre: such regions cannot be missed
+        reach = float(np.linalg.norm((b.hi - b.lo) / grid)) / 2
+        missed = [enum.regions[i] for k, i in index.items() if k not in keys]
+        report["grid"] = {"resolution": grid, "points": grid**b.dim, "distinct_patterns": len(keys),
+                          "all_in_enumeration": keys <= set(index), "missed_regions": len(missed),
+                          "missed_max_radius": max((r.radius for r in missed), default=0.0),
+                          "half_cell_diagonal": reach, "missed_are_thin": all(r.radius < reach for r in missed),
+                          "seconds": round(time.perf_counter() - t0, 3)}
+    report["patterns"] = ["".join("1" if v else "0" for v in r.pattern) for r in enum.regions]
+    out = Path(out) if out else default_out(checkpoint, "regions")
+    with atomic_dir(out) as d:
+        if b.dim == 2:
+            plot_regions(enum, d / "regions.png", title=f"{enum.count} linear regions of {list(net.sizes)}")
+        write_json_atomic(d / "report.json", report)
+    g = report.get("grid")
+    if g and not (g["all_in_enumeration"] and g["missed_are_thin"]):
+        raise VerificationError(f"the grid cross-check contradicts the enumeration (see {out}/report.json)")
+    report["out"] = str(out)
+    return report
+
+
+def shallow_of(checkpoint: str | Path, out: str | Path | None = None, *, box: str | None = None,
+               limits: RegionLimits, epsilon: float = 1e-3, samples: int = 100_000, seed: int = 0) -> dict[str, Any]:
+    """Rewrite a small MLP as two 2-hidden-layer networks from its linear regions (an ε-network and the
+    exact indicator network), both verified; writes eps_network.pt, exact_network.pt, report.json."""
+    if not (epsilon > 0 and np.isfinite(epsilon)):
+        raise LatoptError(f"--epsilon {epsilon} must be a positive number")
+    if samples < 1000:
+        raise LatoptError("--samples must be >= 1000")
+    _model, _meta, net, b = load_network(checkpoint, box)
+    t0 = time.perf_counter()
+    enum = enumerate_regions(net, b, limits=limits)
+    hp = collect_hyperplanes(enum, seed=seed)
+    eps_net = eps_network(enum, hp, epsilon)
+    exact = IndicatorNet.build(enum, hp)
+    pts = verification_points(b, samples, seed)
+    margin = region_margin(net, enum, hp, pts)
+    far = margin >= epsilon
+    ver_a = verify_equal(net, eps_net, b, points=pts[far], what="eps-network (points >= eps from boundaries)",
+                         dtypes=("float64",))
+    ver_a["fraction_of_points_used"] = float(far.mean())
+    ver_b = verify_equal(net, exact, b, points=pts, what="exact indicator network", dtypes=("float64",))
+    report = {"schema": "latopt.shallow/1", "checkpoint": str(checkpoint), "sizes": list(net.sizes),
+              "box": b.to_json(), "epsilon": epsilon, "widths": widths(enum, hp),
+              "eps_network": {"verification": ver_a, "max_abs_weight": float(max(np.abs(w).max() for w in eps_net.weights))},
+              "exact_network": {"verification": ver_b}, "regions": enum.summary(),
+              "seconds": round(time.perf_counter() - t0, 3)}
+    out = Path(out) if out else default_out(checkpoint, "shallow")
+    with atomic_dir(out) as d:
+        save_mlp(d / "eps_network.pt", eps_net.to_module(torch.float64),
+                 {"shallow_from": str(checkpoint), "epsilon": epsilon, "box": _box_list(b)})
+        torch.save({"schema": "latopt.indicator-net/1", "state_dict": exact.state_dict(), "n_in": b.dim},
+                   d / "exact_network.pt")
+        write_json_atomic(d / "report.json", report)
+    report["out"] = str(out)
+    return report

@@ -1,0 +1,38 @@
+"""What one ``latopt search`` worker is asked to do (the command line's flags as a dataclass)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from latopt.search._storage import DEFAULT_GRACE_S, DEFAULT_HEARTBEAT_S
+
+
+@dataclass
+class SearchOptions:
+    """Inputs of one ``latopt search`` worker (CLI flags; None = the config's value)."""
+
+    config: str | Path | None
+    trials: int | None = None
+    storage: str | None = None
+    study: str | None = None
+    sampler: str | None = None
+    objective: str = "latency"
+    max_acc_drop: float | None = None
+    measure: bool = False
+    timeout: float | None = None
+    base: str | Path | None = None
+    lut: str | Path | None = None
+    costs: str = "lut"
+    seed: int = 0
+    runs_dir: str | Path = "runs"
+    heartbeat_interval: int = DEFAULT_HEARTBEAT_S
+    grace_period: int = DEFAULT_GRACE_S
+    max_retry: int = 3
+    poll_s: float = 2.0
+    workers: int = 1                # local worker processes on this machine (this one + workers - 1)
+    threads: int | None = None      # torch intra-op threads per worker (default cpu_count // workers)
+    progress: bool = True
+    summary: bool = True            # print the front table and write pareto.* at the end
+    overrides: dict[str, Any] = field(default_factory=dict)
