@@ -29,7 +29,8 @@ Specs (``data.task`` in the config, ``--data`` on the command line):
 A missing, empty or malformed dataset directory raises :class:`LatoptError` with one line saying
 what is wrong.
 
-Public API: :class:`Task`, :func:`get_task`, :func:`limit_task`, :func:`make_loaders`, :data:`TASKS`.
+Public API: :class:`Task`, :func:`get_task`, :func:`limit_task`, :func:`make_loaders`, :func:`split_indices`,
+:data:`TASKS`.
 """
 
 from __future__ import annotations
@@ -160,8 +161,10 @@ def _translate(x: torch.Tensor, dy: int, dx: int, fill: float) -> torch.Tensor:
     return out
 
 
-def _split_indices(labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Stratified 60/20/20 split of indices, deterministic in ``seed``."""
+def split_indices(labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stratified 60/20/20 train/val/test split of indices, deterministic in ``seed``: the one split of
+    scikit-learn's digits, for the CNN tasks (digits, digits-clutter) and the exact MLP tools
+    (:func:`latopt.exact.mlp.load_split`, which trains on train + val), so every tool tests on the same digits."""
 
     idx = np.arange(len(labels))
     train, rest = train_test_split(idx, test_size=0.4, random_state=seed, stratify=labels)
@@ -198,7 +201,7 @@ def _digits(resolution: int, seed: int, augment: bool) -> Task:
     images, labels = _load_digits()
     x = _resize(torch.from_numpy(images)[:, None], resolution)
     y = torch.from_numpy(labels)
-    tr, va, te = _split_indices(labels, seed)
+    tr, va, te = split_indices(labels, seed)
     splits = {s: (x[i], y[i]) for s, i in (("train", tr), ("val", va), ("test", te))}
     return _grey_task("digits", splits, resolution, augment)
 
@@ -209,7 +212,7 @@ def _digits_clutter(resolution: int, seed: int, augment: bool) -> Task:
     if augment:  # a fresh canvas every time a training digit is drawn (placement, size, clutter, noise)
         fixed: TensorImages = task.train  # type: ignore[assignment]
         images, labels = _load_digits()
-        tr, _, _ = _split_indices(labels, seed)
+        tr, _, _ = split_indices(labels, seed)
         mean = float(splits["train"][0].mean())
         std = float(splits["train"][0].std()) or 1.0
         task.train = ClutterImages(torch.from_numpy(images)[tr][:, None], fixed.labels, resolution, mean, std)
@@ -239,7 +242,7 @@ class ClutterImages(Dataset):
 def _clutter_splits(resolution: int, seed: int, copies: int = 3) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     images, labels = _load_digits()
     src = torch.from_numpy(images)[:, None]
-    tr, va, te = _split_indices(labels, seed)
+    tr, va, te = split_indices(labels, seed)
     splits = {}
     for k, (s, idx) in enumerate((("train", tr), ("val", va), ("test", te))):
         rng = np.random.default_rng([seed, k, 7919])

@@ -1,25 +1,41 @@
 """The training engine: one epoch loop, evaluation, optimizers and schedules, thread settings.
 
 Base training (:mod:`latopt.train`), pre-fold and post-fold (:mod:`latopt.layerfold`), ``tools/ednl.py``
-and the search trials all train through :func:`fit`. A training step is described by a ``StepLoss``:
-``step_loss(model, x, y) -> (loss, logits, extras)`` where ``extras`` are floats to average per epoch
-(e.g. the compression loss); the engine owns the optimizer steps, the schedule, the per-step hook (σ_α
-clipping) and the per-epoch record.
+and the MLP trainer (:func:`latopt.exact.mlp.train_mlp`) train through :func:`fit`. A training step is
+described by a ``StepLoss``: ``step_loss(model, x, y) -> (loss, logits, extras)`` where ``extras`` are
+floats to average per epoch (e.g. the compression loss); the engine owns the optimizer steps, the
+per-update schedule, the per-step hook (σ_α clipping) and the per-epoch record.
 
 Public API::
 
     evaluate(model, loader) -> float                     top-1 accuracy in [0, 1] (eval mode, no grad)
     fit(model, loader, epochs, optimizer, scheduler, step_loss, *, val_loader=None, progress=True,
-        desc="train", after_step=None, extra_optimizers=()) -> list[dict]   per-epoch records
+        desc="train", after_step=None, extra_optimizers=(), report_every=1) -> list[dict]   per-epoch records
     cross_entropy_loss(label_smoothing) -> StepLoss
-    make_optimizer(groups, train_cfg, lr) / make_scheduler(optimizer, train_cfg, epochs, steps_per_epoch)
+    make_optimizer(model, train_cfg, lr, *, exclude=(), nesterov=True)   timm's create_optimizer_v2
+    make_scheduler(optimizer, train_cfg, epochs, steps_per_epoch)        timm's create_scheduler_v2, per update
+    tensor_loader(x, y, batch_size, seed) -> DataLoader  shuffled mini-batches of in-memory tensors
     set_threads(n)                                       torch intra-op threads (None: leave torch's choice)
     seed_everything(seed)                                python, numpy and torch RNGs
+
+**Optimizer** (timm's ``create_optimizer_v2``): ``sgd`` is SGD with Nesterov momentum (timm's ``sgd``;
+classical momentum with ``nesterov=False`` and plain SGD at momentum 0, timm's ``momentum``), ``adamw``
+torch's AdamW. Weight decay applies to weights only: biases and every parameter with ndim ≤ 1 (norm
+scales and shifts, the σ_α α's) get none (timm's ``param_groups_weight_decay``, ``filter_bias_and_bn``).
+Parameters in ``exclude`` (the pre-fold α's, which have their own Adam) and frozen ones are left out.
+
+**Schedule** (timm's ``create_scheduler_v2``, stepped after every optimizer update with
+``step_update``): cosine from ``lr`` to 0 over all ``epochs × steps_per_epoch`` updates, step decay
+(× ``gamma`` every ``step_size`` epochs) or constant, all measured from the first update, so the run
+lasts ``epochs`` and the drops fall where ``step_size`` says. A linear warm-up from 0 over
+``warmup_epochs`` *replaces* the schedule while it lasts (timm's semantics; it is not a prefix) and is
+capped at half the run: a warm-up as long as a short phase (post-fold runs ``fold.post_epochs``) would
+otherwise end the phase at the peak rate, never decaying. (Before timm, a LambdaLR multiplied the
+schedule by the ramp, capped at the run's length.)
 """
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -28,8 +44,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from timm.optim import create_optimizer_v2, param_groups_weight_decay
+from timm.scheduler import create_scheduler_v2
+from timm.scheduler.scheduler import Scheduler
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 from tqdm.auto import tqdm
 
 from latopt.config import TrainConfig
@@ -55,34 +74,43 @@ def evaluate(model: nn.Module, loader: Iterable) -> float:
     return correct / total
 
 
-def make_optimizer(groups: list[dict[str, Any]], train_cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:
-    """SGD (Nesterov momentum) or AdamW over ``groups``, weight decay from ``train_cfg``."""
-    if train_cfg.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=train_cfg.momentum, nesterov=train_cfg.momentum > 0,
-                               weight_decay=train_cfg.weight_decay)
-    return torch.optim.AdamW(groups, lr=lr, weight_decay=train_cfg.weight_decay)
+def make_optimizer(model: nn.Module, train_cfg: TrainConfig, lr: float, *, exclude: Iterable[nn.Parameter] = (),
+                   nesterov: bool = True) -> torch.optim.Optimizer:
+    """``train_cfg.optimizer`` over the trainable parameters of ``model`` less ``exclude`` (see module doc):
+    two groups, weight decay ``train_cfg.weight_decay`` on weights, none on biases and ndim ≤ 1."""
+    skip = {id(q) for q in exclude}
+
+    def groups(m: nn.Module) -> list[dict[str, Any]]:
+        return [{**g, "params": [q for q in g["params"] if id(q) not in skip]}
+                for g in param_groups_weight_decay(m, train_cfg.weight_decay)]
+
+    name = train_cfg.optimizer
+    if name == "sgd" and not (nesterov and train_cfg.momentum > 0):
+        name = "momentum"  # timm's "sgd" is always Nesterov, which torch refuses at momentum 0
+    return create_optimizer_v2(model, name, lr=lr, weight_decay=train_cfg.weight_decay,
+                               momentum=train_cfg.momentum, param_group_fn=groups)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, train_cfg: TrainConfig, epochs: int,
-                   steps_per_epoch: int) -> torch.optim.lr_scheduler.LRScheduler:
-    """Per-step schedule: cosine to 0 over all steps, step decay every ``step_size`` epochs, or constant;
-    times a linear warm-up over ``warmup_epochs`` (capped at the run's length)."""
-    total = max(1, epochs * steps_per_epoch)
-    if train_cfg.schedule == "cosine":
-        def factor(step: int) -> float:
-            return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
-    elif train_cfg.schedule == "step":
-        def factor(step: int) -> float:
-            return train_cfg.gamma ** ((step // max(1, steps_per_epoch)) // train_cfg.step_size)
-    else:
-        def factor(step: int) -> float:
-            return 1.0
-    warmup = min(train_cfg.warmup_epochs, epochs) * steps_per_epoch
+                   steps_per_epoch: int) -> Scheduler:
+    """The per-update schedule of ``train_cfg`` for a run of ``epochs`` (see module doc); :func:`fit`
+    calls its ``step_update`` after every optimizer step."""
+    epochs, steps_per_epoch = max(1, epochs), max(1, steps_per_epoch)
+    # timm's "constant" is its step schedule at decay rate 1 (spelt out: early timm 1.0.x lacks the name)
+    sched = "step" if train_cfg.schedule in ("step", "constant") else train_cfg.schedule
+    scheduler, _ = create_scheduler_v2(
+        optimizer, sched=sched, num_epochs=epochs, decay_epochs=train_cfg.step_size,
+        decay_rate=train_cfg.gamma if train_cfg.schedule == "step" else 1.0, min_lr=0.0,
+        warmup_lr=0.0, warmup_epochs=min(train_cfg.warmup_epochs, epochs // 2), warmup_prefix=False,
+        step_on_epochs=False, updates_per_epoch=steps_per_epoch)
+    return scheduler
 
-    def with_warmup(step: int) -> float:
-        return factor(step) * (min(1.0, (step + 1) / warmup) if warmup else 1.0)
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, with_warmup)
+def tensor_loader(x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int) -> DataLoader:
+    """Shuffled mini-batches (the order reproducible from ``seed``) of in-memory tensors, one index per batch."""
+    sampler = BatchSampler(RandomSampler(range(len(y)), generator=torch.Generator().manual_seed(seed)),
+                           batch_size, drop_last=False)
+    return DataLoader(TensorDataset(x, y), sampler=sampler, batch_size=None)
 
 
 def cross_entropy_loss(label_smoothing: float = 0.0) -> StepLoss:
@@ -95,12 +123,17 @@ def cross_entropy_loss(label_smoothing: float = 0.0) -> StepLoss:
 
 
 def fit(model: nn.Module, loader: DataLoader, epochs: int, optimizer: torch.optim.Optimizer,
-        scheduler: torch.optim.lr_scheduler.LRScheduler | None, step_loss: StepLoss, *,
-        val_loader: DataLoader | None = None, progress: bool = True, desc: str = "train",
-        after_step: Callable[[], None] | None = None,
-        extra_optimizers: tuple[torch.optim.Optimizer, ...] = ()) -> list[dict[str, float]]:
-    """Train ``epochs`` epochs; returns per-epoch {epoch, loss, train_acc, val_acc?, lr, seconds, ...}."""
+        scheduler: Scheduler | None, step_loss: StepLoss, *, val_loader: DataLoader | None = None,
+        progress: bool = True, desc: str = "train", after_step: Callable[[], None] | None = None,
+        extra_optimizers: tuple[torch.optim.Optimizer, ...] = (), report_every: int = 1) -> list[dict[str, float]]:
+    """Train ``epochs`` epochs; returns per-epoch {epoch, loss, train_acc, val_acc?, lr, seconds, ...extras}.
+
+    Each batch: ``step_loss``, backward, a step of ``optimizer`` and of every one of ``extra_optimizers``
+    (not scheduled), ``scheduler.step_update``, ``after_step()``. A non-finite loss stops the run with one
+    line (:class:`LatoptError`). With ``progress`` a bar (on a terminal) and a line every ``report_every``
+    epochs (and after the last)."""
     history: list[dict[str, float]] = []
+    updates = 0
     for epoch in range(epochs):
         model.train()
         t0 = time.perf_counter()
@@ -111,15 +144,16 @@ def fit(model: nn.Module, loader: DataLoader, epochs: int, optimizer: torch.opti
         for x, y in bar:
             loss, logits, extras = step_loss(model, x, y)
             if not torch.isfinite(loss):
-                raise LatoptError(f"{desc}: the loss became {float(loss)} in epoch {epoch + 1}; "
+                raise LatoptError(f"{desc}: the loss became {float(loss.detach())} in epoch {epoch + 1}; "
                                   "lower the learning rate")
             for opt in (optimizer, *extra_optimizers):
                 opt.zero_grad(set_to_none=True)
             loss.backward()
             for opt in (optimizer, *extra_optimizers):
                 opt.step()
+            updates += 1
             if scheduler is not None:
-                scheduler.step()
+                scheduler.step_update(updates)
             if after_step is not None:
                 after_step()
             n = int(y.numel())
@@ -137,7 +171,7 @@ def fit(model: nn.Module, loader: DataLoader, epochs: int, optimizer: torch.opti
             row["val_acc"] = evaluate(model, val_loader)
         row["seconds"] = time.perf_counter() - t0
         history.append(row)
-        if progress:
+        if progress and ((epoch + 1) % max(1, report_every) == 0 or epoch + 1 == epochs):
             shown = ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "epoch")
             tqdm.write(f"{desc} epoch {epoch + 1}/{epochs}: {shown}")
     return history
@@ -158,4 +192,5 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(int(threads))
 
 
-__all__ = ["StepLoss", "cross_entropy_loss", "evaluate", "fit", "make_optimizer", "make_scheduler", "seed_everything", "set_threads"]
+__all__ = ["StepLoss", "cross_entropy_loss", "evaluate", "fit", "make_optimizer", "make_scheduler", "seed_everything",
+           "set_threads", "tensor_loader"]

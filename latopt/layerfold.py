@@ -29,8 +29,8 @@ than as-is (measured for MobileNetV2-0.5 at 32 px on the CPU), α1 = α2 = 0 is 
 expected latency (raising either α alone moves probability to a slower variant), so the per-activation
 mode folds nothing there; the shared α of the block mode is the one to use on such a device.
 
-**Optimisation.** The weights use cfg.train's optimizer at ``fold.lr`` (cosine); the α's have their
-own Adam at ``fold.alpha_lr`` (constant, no weight decay) — near α = 0 the gradient of L_c vanishes for
+**Optimisation.** The weights use cfg.train's optimizer and schedule at ``fold.lr`` (post-fold:
+``fold.post_lr``), built by :mod:`latopt.engine` (timm's factories); the α's have their own Adam at ``fold.alpha_lr`` (constant, no weight decay) — near α = 0 the gradient of L_c vanishes for
 p > 1 (by design), so a scale-free optimizer is what lets the task gradient move α at all — and every
 α is clipped to [0, 1] after each step. ``distill`` adds w·T²·KL(base ‖ student) at temperature T.
 
@@ -191,13 +191,11 @@ def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping
         teacher = copy.deepcopy(base_model).eval()
         for q in teacher.parameters():
             q.requires_grad_(False)
-    alpha_ids = {id(a) for a in alpha_parameters(model)}
-    weights = [q for q in model.parameters() if id(q) not in alpha_ids and q.requires_grad]
     trainable_alphas = [a for a in alpha_parameters(model) if a.requires_grad]
     f = cfg.fold
     seed_everything(seed)
     train_loader, val_loader, _ = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
-    optimizer = make_optimizer([{"params": weights}], cfg.train, f.lr)
+    optimizer = make_optimizer(model, cfg.train, f.lr, exclude=alpha_parameters(model))
     scheduler = make_scheduler(optimizer, cfg.train, f.epochs, len(train_loader))
     extra = (torch.optim.Adam(trainable_alphas, lr=f.alpha_lr),) if trainable_alphas else ()
     task_loss = _task_loss(cfg, teacher)
@@ -281,8 +279,7 @@ def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: 
     history: list[dict[str, float]] = []
     if f.post_epochs > 0 and f.post_lr > 0:
         seed_everything(seed + 1)
-        params = [q for q in folded.parameters() if q.requires_grad]
-        optimizer = make_optimizer([{"params": params}], cfg.train, f.post_lr)
+        optimizer = make_optimizer(folded, cfg.train, f.post_lr)  # the α's are frozen
         scheduler = make_scheduler(optimizer, cfg.train, f.post_epochs, len(train_loader))
         task_loss = _task_loss(cfg, teacher)
 

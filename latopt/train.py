@@ -49,7 +49,7 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
     arch = make_arch(model, cfg.model.name, task.num_classes)
     train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
     t = cfg.train
-    optimizer = make_optimizer([{"params": [q for q in model.parameters() if q.requires_grad]}], t, t.lr)
+    optimizer = make_optimizer(model, t, t.lr)
     scheduler = make_scheduler(optimizer, t, t.epochs, len(train_loader))
     t0 = time.perf_counter()
     history = fit(model, train_loader, t.epochs, optimizer, scheduler, cross_entropy_loss(t.label_smoothing),

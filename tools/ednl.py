@@ -30,9 +30,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from latopt.artifacts import write_json_atomic
+from latopt.config import TrainConfig
 from latopt.data import get_task
-from latopt.engine import seed_everything
-from latopt.fold import AlphaActivation
+from latopt.engine import evaluate, fit, make_optimizer, seed_everything, set_threads, tensor_loader
+from latopt.fold import AlphaActivation, alpha_parameters, clamp_alphas_
 from latopt.layerfold import CompressionLoss
 
 
@@ -56,44 +57,27 @@ def make_fc(depth: int, width: int, d_in: int, n_out: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def alphas_of(net: nn.Sequential) -> list[nn.Parameter]:
-    return [m.alpha for m in net if isinstance(m, AlphaActivation)]
-
-
-def accuracy(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    net.eval()
-    with torch.no_grad():
-        return float((net(x).argmax(1) == y).float().mean())
-
-
 def train(net: nn.Sequential, data: dict, epochs: int, lr: float, *, lambda_c: float = 0.0, alpha_lr: float = 0.05,
           p: float = 2.0, batch: int = 64, seed: int = 0) -> None:
-    alphas = alphas_of(net)
-    weights = [q for q in net.parameters() if all(q is not a for a in alphas)]
-    opt = torch.optim.Adam(weights, lr=lr)
-    opt_a = torch.optim.Adam(alphas, lr=alpha_lr) if lambda_c > 0 else None
+    """Adam on the weights (AdamW without weight decay, constant lr) through latopt's engine; with
+    ``lambda_c`` > 0 also L_c and the α's with their own Adam, clipped to [0, 1] after each step."""
+    alphas = alpha_parameters(net)
+    prefold = lambda_c > 0
     for a in alphas:
-        a.requires_grad_(opt_a is not None)
+        a.requires_grad_(prefold)
+    recipe = TrainConfig(optimizer="adamw", lr=lr, weight_decay=0.0, schedule="constant")
+    opt = make_optimizer(net, recipe, lr, exclude=alphas)
+    extra = (torch.optim.Adam(alphas, lr=alpha_lr),) if prefold else ()
     comp = CompressionLoss({i: [a] for i, a in enumerate(alphas)}, p=p,
                            variant_times={i: {"none": 1.0, "full": 0.0} for i in range(len(alphas))})
-    x, y = data["train"]
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        net.train()
-        for idx in torch.randperm(len(y), generator=g).split(batch):
-            loss = F.cross_entropy(net(x[idx]), y[idx])
-            if opt_a is not None:
-                loss = loss + lambda_c * comp()
-            opt.zero_grad()
-            if opt_a is not None:
-                opt_a.zero_grad()
-            loss.backward()
-            opt.step()
-            if opt_a is not None:
-                opt_a.step()
-                with torch.no_grad():
-                    for a in alphas:
-                        a.clamp_(0.0, 1.0)
+
+    def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
+        logits = m(x)
+        loss = F.cross_entropy(logits, y)
+        return (loss + lambda_c * comp() if prefold else loss), logits, {}
+
+    fit(net, tensor_loader(*data["train"], batch, seed), epochs, opt, None, step_loss, progress=False,
+        after_step=(lambda: clamp_alphas_(net)) if prefold else None, extra_optimizers=extra)
 
 
 def fold_fc(net: nn.Sequential, tau: float) -> tuple[nn.Sequential, nn.Sequential]:
@@ -150,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/ednl")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    set_threads(1)
     t0 = time.perf_counter()
     data = flat_data(args.data, args.resolution, args.seed)
     d_in = data["train"][0].shape[1]
@@ -160,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         seed_everything(args.seed + depth)
         base = make_fc(depth, args.width, d_in, 10)
         train(base, data, args.epochs, 1e-3, seed=args.seed)
-        bases[depth] = accuracy(base, *data["test"])
+        bases[depth] = evaluate(base, [data["test"]])
         print(f"FC-{depth:<3} {'base':>9} {depth:>5} {bases[depth]:>7.4f}")
         for lam in args.lambdas:
             net = copy.deepcopy(base)
@@ -173,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
             if err > 1e-3 * max(1.0, float(ref.abs().max())):
                 print(f"fold check failed for FC-{depth}, lambda_c {lam}: max abs {err:.3g}", file=sys.stderr)
                 return 1
-            vals = [float(a.detach()) for a in alphas_of(net)]
+            vals = [float(a.detach()) for a in alpha_parameters(net)]
             remaining = sum(v < args.tau for v in vals)
-            acc = accuracy(folded, *data["test"])
+            acc = evaluate(folded, [data["test"]])
             points.append({"depth": depth, "lambda_c": lam, "remaining": remaining, "acc": acc, "alphas": vals,
                            "fold_max_abs": err, "linear_layers": sum(isinstance(m, nn.Linear) for m in folded)})
             print(f"FC-{depth:<3} {lam:>9.3g} {remaining:>5} {acc:>7.4f} "

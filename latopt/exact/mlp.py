@@ -5,10 +5,15 @@ Checkpoint file (``torch.save``, read back with ``weights_only=True``)::
     {"schema": "latopt.mlp/1", "layers": [n_in, n_1, ..., n_out], "activation": "relu",
      "state_dict": <nn.Sequential(Linear, ReLU, ..., Linear) state dict>, "meta": {...}}
 
-``meta`` records how the network was made (data set, split seed, l1, accuracy, ...), so that ``latopt
-compress`` can re-create the test split and report accuracy before/after. Training follows the seed paper's
-recipe scaled to digits: SGD (lr 0.01, momentum 0.9), batch 64, Kaiming init with zero biases, an l1 penalty
-on the *first* layer's weights only, lr x0.1 every ``epochs // 2.4`` epochs (50 of 120).
+``meta`` records how the network was made (data set, split and split seed, l1, accuracy, ...), so that
+``latopt compress`` can re-create the test split and report accuracy before/after (:func:`split_of`).
+Training follows the seed paper's recipe scaled to digits: SGD (lr 0.01, classical momentum 0.9, no weight
+decay), batch 64, Kaiming init with zero biases, an l1 penalty on the *first* layer's weights only, lr x0.1
+every ``round(epochs * 50 / 120)`` epochs (50 of 120); it runs through :func:`latopt.engine.fit`.
+
+The digits split is the CNN tasks' (:func:`latopt.data.split_indices`, stratified 60/20/20): the MLP has
+no use for a validation split (a fixed recipe, no model selection), so it trains on train + val (80 %)
+and tests on the same 20 % of the digits as every CNN run with that split seed.
 """
 
 from __future__ import annotations
@@ -25,15 +30,19 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.datasets import load_digits
 from torch import nn
 
 from latopt.artifacts import atomic_path
-from latopt.engine import seed_everything
+from latopt.config import TrainConfig
+from latopt.data import split_indices
+from latopt.engine import fit, make_optimizer, make_scheduler, seed_everything, tensor_loader
 from latopt.errors import LatoptError, first_line
 from latopt.exact.network import from_module
 
 SCHEMA = "latopt.mlp/1"
 DATASETS = ("digits",)
+SPLIT = "digits-60/20/20"  # meta["split"]: train = train + val, test = test of latopt.data.split_indices
 
 
 @dataclass(frozen=True)
@@ -62,20 +71,25 @@ def build_mlp(layers: list[int] | tuple[int, ...]):
     return nn.Sequential(*mods)
 
 
-def load_split(data: str, seed: int, test_fraction: float = 0.25) -> Split:
-    """The digits data set (8x8 images, 64 inputs scaled to [0, 1] by /16) split deterministically by ``seed``."""
+def load_split(data: str, seed: int) -> Split:
+    """The digits data set (8x8 images, 64 inputs scaled to [0, 1] by /16): train = the train and val
+    indices of :func:`latopt.data.split_indices` (``seed``), test = its test indices."""
     if data not in DATASETS:
         raise LatoptError(f"unknown data set {data!r}; known: {', '.join(DATASETS)}")
-    try:
-        from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
-    except ImportError as e:  # pragma: no cover
-        raise LatoptError(f"scikit-learn is needed for --data digits ({e}); pip install scikit-learn") from None
     d = load_digits()
     x = (d.data / 16.0).astype(np.float32)
     y = d.target.astype(np.int64)
-    xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_fraction, random_state=seed, stratify=y)
-    return Split(xtr, ytr, xte, yte, (0.0, 1.0), data)
+    train, val, test = split_indices(y, seed)
+    fit_idx = np.sort(np.concatenate([train, val]))
+    return Split(x[fit_idx], y[fit_idx], x[test], y[test], (0.0, 1.0), data)
+
+
+def split_of(meta: dict) -> Split | None:
+    """The split a checkpoint was trained on, from its ``meta``; None for random networks and for
+    checkpoints made with another split (before ``SPLIT``: 75/25), whose test digits would overlap."""
+    if meta.get("data") != "digits" or meta.get("split") != SPLIT:
+        return None
+    return load_split("digits", int(meta.get("split_seed", 0)))
 
 
 def accuracy(module, x: np.ndarray, y: np.ndarray) -> float:
@@ -125,32 +139,24 @@ def train_mlp(
         if isinstance(m, nn.Linear):
             nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
             nn.init.zeros_(m.bias)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    step = max(1, round(epochs * 50 / 120))
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=step, gamma=0.1)
-    xt, yt = torch.from_numpy(split.x_train), torch.from_numpy(split.y_train)
-    gen = torch.Generator().manual_seed(seed)
+    recipe = TrainConfig(epochs=epochs, optimizer="sgd", lr=lr, momentum=momentum, weight_decay=0.0,
+                         schedule="step", step_size=max(1, round(epochs * 50 / 120)), gamma=0.1)
+    loader = tensor_loader(torch.from_numpy(split.x_train), torch.from_numpy(split.y_train), batch, seed)
+    opt = make_optimizer(model, recipe, lr, nesterov=False)
     first = model[0].weight
+
+    def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
+        logits = m(x)
+        loss = nn.functional.cross_entropy(logits, y)
+        return (loss + l1 * first.abs().sum() if l1 > 0 else loss), logits, {}
+
     t0 = time.perf_counter()
-    for ep in range(epochs):
-        model.train()
-        perm = torch.randperm(len(xt), generator=gen)
-        total = 0.0
-        for i in range(0, len(xt), batch):
-            idx = perm[i : i + batch]
-            loss = nn.functional.cross_entropy(model(xt[idx]), yt[idx])
-            if l1 > 0:
-                loss = loss + l1 * first.abs().sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(idx)
-        sched.step()
-        if progress and (ep + 1) % max(1, epochs // 10) == 0:
-            print(f"  epoch {ep + 1}/{epochs}  loss {total / len(xt):.4f}", flush=True)
+    fit(model, loader, epochs, opt, make_scheduler(opt, recipe, epochs, len(loader)), step_loss,
+        progress=progress, desc="train-mlp", report_every=max(1, epochs // 10))
     model.eval()
     meta = {
         "data": data,
+        "split": SPLIT,
         "split_seed": seed,
         "seed": seed,
         "l1": l1,

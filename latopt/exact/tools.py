@@ -23,7 +23,7 @@ import torch
 from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
 from latopt.engine import seed_everything
 from latopt.errors import LatoptError, VerificationError
-from latopt.exact.mlp import build_mlp, load_mlp, load_split, predict, save_mlp, train_mlp
+from latopt.exact.mlp import build_mlp, load_mlp, load_split, predict, save_mlp, split_of, train_mlp
 from latopt.exact.network import Box, ReluMLP, from_module
 from latopt.exact.regions import RegionLimits, enumerate_regions, plot_regions, sampled_patterns
 from latopt.exact.shallow import IndicatorNet, collect_hyperplanes, eps_network, region_margin, widths
@@ -66,9 +66,9 @@ def make_mlp(hidden: list[int], *, data: str = "digits", l1: float, epochs: int,
 
 def _accuracy(meta: dict, model, compressed) -> dict | None:
 
-    if meta.get("data") != "digits":
+    sp = split_of(meta)
+    if sp is None:
         return None
-    sp = load_split("digits", int(meta.get("split_seed", 0)))
     pa, pb = predict(model, sp.x_test), predict(compressed, sp.x_test)
     return {"before": float((pa == sp.y_test).mean()), "after": float((pb == sp.y_test).mean()),
             "prediction_changes": int((pa != pb).sum()), "test_points": len(sp.y_test)}
@@ -82,7 +82,10 @@ def compress_checkpoint(checkpoint: str | Path, out: str | Path | None = None, *
     if not time_limit > 0 or samples < 0 or verify_points < 100_000:   # not > 0: NaN too
         raise LatoptError("--time-limit must be > 0, --samples >= 0 and --verify-points >= 100000")
     model, meta, net, b = load_network(checkpoint, box)
-    data = load_split("digits", int(meta.get("split_seed", 0))).x_train if meta.get("data") == "digits" else None
+    digits = meta.get("data") == "digits"
+    if digits and split_of(meta) is None:
+        log(f"{checkpoint} was trained on an older digits split: no test accuracy (retrain with `latopt train-mlp`)")
+    data = load_split("digits", int(meta.get("split_seed", 0))).x_train if digits else None  # sample points
     t0 = time.perf_counter()
     comp, rep = compress(model, b, samples=samples, data=data, time_limit=time_limit, verify_points=verify_points,
                          seed=seed, log=log)
