@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
+from sklearn.datasets import load_digits
 
 from latopt.cli import main
-from latopt.exact.mlp import load_mlp
+from latopt.data import split_indices
+from latopt.exact.mlp import SPLIT, load_mlp, load_split, save_mlp, split_of
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +51,7 @@ def test_train_and_compress_digits(tmp_path, capsys):
     rep = json.loads((out / "report.json").read_text())
     acc = rep["accuracy"]
     assert acc["before"] == acc["after"] and acc["prediction_changes"] == 0
+    assert acc["test_points"] == 360  # the CNN tasks' test split: 20 % of the 1797 digits
     assert rep["verification"]["ok"] and rep["verification"]["points"] >= 100_000
     comp, meta = load_mlp(out / "compressed.pt")
     sizes = [m.out_features for m in comp if isinstance(m, torch.nn.Linear)]
@@ -56,6 +60,22 @@ def test_train_and_compress_digits(tmp_path, capsys):
     assert cert["schema"] == "latopt.stability/1" and len(cert["units"]) == 2
     text = capsys.readouterr().out
     assert "hidden units 24 ->" in text and "accuracy" in text
+
+
+def test_mlp_split_is_the_cnn_split_and_older_checkpoints_get_no_accuracy(tmp_path, capsys):
+    sp = load_split("digits", 3)
+    d = load_digits()
+    train, val, test = split_indices(d.target, 3)
+    np.testing.assert_array_equal(sp.x_test, (d.data[test] / 16).astype(np.float32))  # the CNN tasks' test digits
+    np.testing.assert_array_equal(sp.y_train, d.target[np.sort(np.concatenate([train, val]))])  # train + val
+    assert len(sp.y_test) == 360 and len(sp.y_train) == 1437 and sp.box == (0.0, 1.0)
+    assert split_of({"data": "digits", "split": SPLIT, "split_seed": 3}).y_test.tolist() == sp.y_test.tolist()
+    assert split_of({"data": "digits", "split_seed": 3}) is None and split_of({"data": "random"}) is None
+    old = save_mlp(tmp_path / "old.pt", torch.nn.Sequential(torch.nn.Linear(64, 4), torch.nn.ReLU(), torch.nn.Linear(4, 10)),
+                   {"data": "digits", "split_seed": 0, "box": [0.0, 1.0]})  # made before meta["split"]
+    assert main(["compress", str(old), "--samples", "200", "--out", str(tmp_path / "c")]) == 0
+    assert "older digits split: no test accuracy" in capsys.readouterr().out
+    assert json.loads((tmp_path / "c" / "report.json").read_text())["accuracy"] is None
 
 
 def test_bad_inputs_exit_2_and_write_nothing(random_ckpt, tmp_path, capsys):

@@ -28,10 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from latopt.artifacts import write_json_atomic
-from latopt.engine import seed_everything
+from latopt.engine import seed_everything, set_threads
 from latopt.export import Plan, fold_gates, gate_inputs, onnx_gate, tag_block_nodes
 from latopt.fold import fold_blocks, randomize_bn_
 from latopt.latency.devices import load_device
@@ -137,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    set_threads(1)
     device = load_device(args.device)
     results = [bench_model(m, args.resolution, device, args) for m in args.models]
     if args.json:

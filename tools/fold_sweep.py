@@ -22,6 +22,7 @@ from pathlib import Path
 from latopt.artifacts import write_json_atomic
 from latopt.config import load_config
 from latopt.data import load_task
+from latopt.engine import set_threads
 from latopt.layerfold import run_fold
 
 
@@ -38,9 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="default runs/<name>/sweep")
     args = ap.parse_args(argv)
-    import torch
-
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     cfg = load_config(args.config, {"fold.tau": args.tau, "fold.p": args.p, "fold.granularity": args.granularity})
     out = Path(args.out or Path("runs") / cfg.name / "sweep")
     task = load_task(cfg)

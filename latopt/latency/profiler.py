@@ -47,6 +47,7 @@ from torch import nn
 
 from latopt.blocks import block_input_shapes, find_blocks, fixed_parts
 from latopt.config import check_resolution
+from latopt.engine import set_threads
 from latopt.errors import LatoptError
 from latopt.fold import fold_block_module, fold_blocks
 from latopt.latency.backends import close_backend, get_backend
@@ -103,11 +104,11 @@ def torch_threads(n: int) -> Iterator[None]:
     """
 
     old = torch.get_num_threads()
-    torch.set_num_threads(n)
+    set_threads(n)
     try:
         yield
     finally:
-        torch.set_num_threads(old)
+        set_threads(old)
 
 
 def _loadavg() -> list[float] | None:

@@ -2,7 +2,7 @@
 
 ``profile.cuda_device`` set → CUDA: the module is copied to that GPU, each call synchronises, and
 :meth:`TorchCudaRunner.time_ms` times one inference with a pair of CUDA events. Otherwise CPU eager with
-``torch.set_num_threads(profile.threads)`` (process-wide). fp16 is CUDA-only. The runner works on a deep
+``latopt.engine.set_threads(profile.threads)`` (process-wide). fp16 is CUDA-only. The runner works on a deep
 copy in eval mode under ``torch.inference_mode``; the caller's module is left untouched.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from latopt.engine import set_threads
 from latopt.errors import LatoptError, first_line
 from latopt.latency.timing import environment_info
 
@@ -118,7 +119,7 @@ def create(profile: Any) -> TorchBackend:
         if profile.precision != "fp32":
             raise LatoptError(f"device {profile.name!r}: fp16 on the CPU is not supported by the torch backend; "
                               f"use precision: fp32")
-        torch.set_num_threads(int(profile.threads))
+        set_threads(profile.threads)
         return TorchBackend(profile, torch.device("cpu"), torch.float32)
     if not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
