@@ -1,7 +1,7 @@
 """The training engine: one epoch loop, evaluation, optimizers and schedules, thread settings.
 
-Base training (:mod:`latopt.train`), pre-fold and post-fold (:mod:`latopt.layerfold`), ``tools/ednl.py``
-and the MLP trainer (:func:`latopt.exact.mlp.train_mlp`) train through :func:`fit`. A training step is
+Base training (:mod:`latopt.train`), pre-fold and post-fold (:mod:`latopt.layerfold`, also in every search
+trial), ``tools/ednl.py`` and the MLP trainer (:func:`latopt.exact.mlp.train_mlp`) train through :func:`fit`. A training step is
 described by a ``StepLoss``: ``step_loss(model, x, y) -> (loss, logits, extras)`` where ``extras`` are
 floats to average per epoch (e.g. the compression loss); the engine owns the optimizer steps, the
 per-update schedule, the per-step hook (σ_α clipping) and the per-epoch record.
@@ -31,7 +31,7 @@ left out.
 (× ``gamma`` every ``step_size`` epochs) or constant, all measured from the first update, so the run
 lasts ``epochs`` and the drops fall where ``step_size`` says. A linear warm-up from 0 over
 ``warmup_epochs`` *replaces* the schedule while it lasts (timm's semantics; it is not a prefix) and is
-capped at half the run: a warm-up as long as a short phase (post-fold runs ``fold.post_epochs``) would
+capped at half the run (whole epochs, rounded down): a warm-up as long as a short phase (post-fold runs ``fold.post_epochs``) would
 otherwise end the phase at the peak rate, never decaying.
 """
 
