@@ -56,11 +56,10 @@ def test_export_fold_all_end_to_end(ckpt: Path, tmp_path: Path, fast_cpu_device:
 
 def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        fast_cpu_device: str) -> None:
-    import latopt.export as export_mod
-    from latopt.export import export
+    from latopt.export import export, gates, plan
     from latopt.fold import FoldedBlock
 
-    real = export_mod.fold_blocks
+    real = plan.fold_blocks
 
     def corrupted(model, blocks, mode="exact", input_size=None):  # type: ignore[no-untyped-def]
         out = real(model, blocks, mode=mode, input_size=input_size)
@@ -70,7 +69,8 @@ def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: 
             conv.weight[0, 0, 1, 1] += 0.05  # one wrong tap
         return out
 
-    monkeypatch.setattr(export_mod, "fold_blocks", corrupted)
+    for module in (plan, gates):  # the exported network and the fold the gates recompute: both corrupted
+        monkeypatch.setattr(module, "fold_blocks", corrupted)
     out = tmp_path / "bad"
     with pytest.raises(VerificationError, match="numeric gate failed"):
         export(ckpt, fast_cpu_device, out, fold="all", samples=4, measure=False, progress=False)

@@ -301,14 +301,14 @@ def test_engine_branch_gates_and_accuracy(runs: dict, tmp_path: Path, monkeypatc
 
     import latopt.export as export_mod
 
-    def build(backend, p, tmp, precision, say):  # type: ignore[no-untyped-def]
+    def build(backend, p, tmp, say):  # type: ignore[no-untyped-def]
         (tmp / "model.engine").write_bytes(b"engine")
         return tmp / "model.engine"
 
-    monkeypatch.setattr(export_mod, "_tensorrt_backend", lambda device, precision: types.SimpleNamespace(
+    monkeypatch.setattr(export_mod, "tensorrt_backend", lambda device, precision: types.SimpleNamespace(
         cuda="cuda-of-the-backend"))
-    monkeypatch.setattr(export_mod, "_build_engine", build)
-    monkeypatch.setattr(export_mod, "TrtEngineRunner", type("E", (_StandInEngine,), {"shift": shift}))
+    monkeypatch.setattr(export_mod, "write_engine", build)
+    monkeypatch.setattr(export_mod.engine, "TrtEngineRunner", type("E", (_StandInEngine,), {"shift": shift}))
     out = tmp_path / "engine"
     if shift:
         with pytest.raises(VerificationError, match="TensorRT .* FAILED"):
