@@ -1,9 +1,16 @@
 """Run an exported latopt artefact without the training stack: a TensorRT ``.engine`` or an ``.onnx`` model.
 
 Only :mod:`numpy` is imported at module level; ``tensorrt`` (with ``pycuda`` or, failing that, ``torch``
-holding the CUDA buffers) or ``onnxruntime`` is imported when a model of that kind is loaded. Its two
-latopt imports (``LatoptError``, ``atomic_path``) have stand-ins, so the file can be copied next to the model
-onto a device that lacks the package (``--output`` is then written directly, not atomically).
+holding the CUDA buffers) or ``onnxruntime`` is imported when a model of that kind is loaded. Its three
+latopt imports (``LatoptError``, ``first_line``, ``atomic_path``) have stand-ins, so the file can be copied
+next to the model onto a device that lacks the package (``--output`` is then written directly, not
+atomically).
+
+It is also the floor the latency backends build on (:mod:`latopt.latency.backends`): the one ONNX Runtime
+runner (:class:`OrtRunner`), the TensorRT runner, the CUDA buffers/streams and the one CUDA-event timer
+(:class:`CudaApi`), the one ``nvidia-smi`` driver query (:func:`driver_version`) and the one summary of
+timed calls (:class:`TimingStats`, re-exported by :mod:`latopt.latency.timing`), so that a copy of this
+file alone times ``--bench`` exactly as the profiler does.
 
 Command line::
 
@@ -28,11 +35,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +49,18 @@ import numpy as np
 
 try:  # inside the latopt package
     from latopt.artifacts import atomic_path
-    from latopt.errors import LatoptError
+    from latopt.errors import LatoptError, first_line
 except ImportError:  # pragma: no cover - this file copied on its own next to a model
 
     class LatoptError(Exception):  # type: ignore[no-redef]
         """A mistake the user can fix (one line)."""
 
         exit_code = 2
+
+    def first_line(e: BaseException | str, limit: int = 200) -> str:  # type: ignore[misc]
+        """Without latopt: the first non-empty line of the message, else the exception's type name."""
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        return lines[0][:limit] if lines else type(e).__name__
 
     @contextlib.contextmanager
     def atomic_path(path: str | Path) -> Iterator[Path]:  # type: ignore[no-redef]
@@ -58,12 +72,55 @@ ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 TRT_INSTALL_HINT = "pip install 'latopt[trt]' on a machine with an NVIDIA GPU, or use --device cpu"
 
 
+# ---------------------------------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class TimingStats:
+    """Median and quartiles (ms) of ``n`` timed calls; ``samples_ms[i]`` is the call of round ``i``."""
+
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    iqr_ms: float
+    n: int
+    wall_median_ms: float | None = None  # host wall-clock median when another clock was the primary one
+    samples_ms: tuple[float, ...] = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[float], wall: Sequence[float] | None = None) -> TimingStats:
+        """Quartiles by ``statistics.quantiles(method="inclusive")``; one sample is its own median."""
+        s = [float(v) for v in samples]
+        if not s:
+            raise ValueError("no samples")
+        wmed = statistics.median(wall) if wall else None
+        if len(s) == 1:
+            return cls(s[0], s[0], s[0], 0.0, 1, wmed, tuple(s))
+        q1, med, q3 = statistics.quantiles(s, n=4, method="inclusive")
+        return cls(med, q1, q3, q3 - q1, len(s), wmed, tuple(s))
+
+    def to_dict(self) -> dict[str, float | int]:
+        d: dict[str, float | int] = {"median_ms": self.median_ms, "q1_ms": self.q1_ms, "q3_ms": self.q3_ms,
+                                     "iqr_ms": self.iqr_ms, "n": self.n}
+        if self.wall_median_ms is not None:
+            d["wall_median_ms"] = self.wall_median_ms
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TimingStats:
+        w = d.get("wall_median_ms")
+        return cls(float(d["median_ms"]), float(d["q1_ms"]), float(d["q3_ms"]), float(d["iqr_ms"]), int(d["n"]),
+                   None if w is None else float(w))
+
+
 # --------------------------------------------------------------------------------------------- CUDA
 class CudaApi:
-    """The few CUDA operations the TensorRT runner needs: buffers, one stream, copies, events."""
+    """The few CUDA operations the GPU runners need: buffers, one stream, copies, events.
+
+    Subclasses set ``stream`` and implement the buffer operations plus ``_event`` / ``_elapsed_ms``;
+    :meth:`time_ms` is the one CUDA-event timer of latopt (TensorRT engines and torch on CUDA)."""
 
     name = "none"
     device_index = 0
+    stream: Any = None
 
     def device_name(self) -> str: ...
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> Any: ...
@@ -73,9 +130,20 @@ class CudaApi:
     def htod(self, buf: Any, host: np.ndarray) -> None: ...
     def dtoh(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...
     def synchronize(self) -> None: ...
-    def time_ms(self, fn: Any) -> float: ...
     def driver_version(self) -> str | None: ...
     def close(self) -> None: ...
+    def _event(self) -> Any: ...
+    def _elapsed_ms(self, start: Any, end: Any) -> float: ...
+
+    def time_ms(self, fn: Any) -> float:
+        """GPU time (ms) of the work ``fn`` queues on :attr:`stream`: one CUDA event pair recorded on the
+        stream around the call, then a wait for the end event."""
+        start, end = self._event(), self._event()
+        start.record(self.stream)
+        fn()
+        end.record(self.stream)
+        end.synchronize()
+        return float(self._elapsed_ms(start, end))
 
 
 class PycudaApi(CudaApi):
@@ -132,16 +200,14 @@ class PycudaApi(CudaApi):
     def synchronize(self) -> None:
         self.stream.synchronize()
 
-    def time_ms(self, fn: Any) -> float:
-        start, end = self.cuda.Event(), self.cuda.Event()
-        start.record(self.stream)
-        fn()
-        end.record(self.stream)
-        end.synchronize()
+    def _event(self) -> Any:
+        return self.cuda.Event()
+
+    def _elapsed_ms(self, start: Any, end: Any) -> float:
         return float(end.time_since(start))  # pycuda: end.time_since(start) is in milliseconds
 
     def driver_version(self) -> str | None:
-        return _nvidia_smi_driver(self.device_index) or f"CUDA driver API {self.cuda.get_driver_version()}"
+        return driver_version(self.device_index) or f"CUDA driver API {self.cuda.get_driver_version()}"
 
     def close(self) -> None:
         if self.ctx is None:
@@ -201,17 +267,14 @@ class TorchCudaApi(CudaApi):
     def synchronize(self) -> None:
         self.stream.synchronize()
 
-    def time_ms(self, fn: Any) -> float:
-        start = self.torch.cuda.Event(enable_timing=True)
-        end = self.torch.cuda.Event(enable_timing=True)
-        start.record(self.stream)
-        fn()
-        end.record(self.stream)
-        end.synchronize()
+    def _event(self) -> Any:
+        return self.torch.cuda.Event(enable_timing=True)
+
+    def _elapsed_ms(self, start: Any, end: Any) -> float:
         return float(start.elapsed_time(end))
 
     def driver_version(self) -> str | None:
-        return _nvidia_smi_driver(self.device_index)
+        return driver_version(self.device_index)
 
     def close(self) -> None:
         self.stream.synchronize()
@@ -220,16 +283,14 @@ class TorchCudaApi(CudaApi):
 def cuda_api(device_index: int = 0) -> CudaApi:
     """pycuda when installed, else torch CUDA; LatoptError (one line) when neither gives a GPU."""
     try:
-        import pycuda.driver  # noqa: F401
+        import pycuda.driver as pycuda_driver
     except ImportError:
         pass
     else:
         try:
             return PycudaApi(device_index)
-        except LatoptError:
-            raise
-        except Exception as e:  # pycuda raises its own RuntimeError/LogicError from cuInit
-            raise LatoptError(f"no usable CUDA GPU ({type(e).__name__}: {e}); use --device cpu") from None
+        except pycuda_driver.Error as e:  # the base of pycuda's errors (cuInit, no device, out of memory)
+            raise LatoptError(f"no usable CUDA GPU ({type(e).__name__}: {first_line(e)}); use --device cpu") from None
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -239,10 +300,8 @@ def cuda_api(device_index: int = 0) -> CudaApi:
     return TorchCudaApi(device_index)
 
 
-def _nvidia_smi_driver(index: int) -> str | None:
-    import shutil
-    import subprocess
-
+def driver_version(index: int) -> str | None:
+    """The NVIDIA driver version of GPU ``index`` as ``nvidia-smi`` reports it; None without nvidia-smi."""
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None
@@ -394,13 +453,38 @@ class TrtEngineRunner:
 # ---------------------------------------------------------------------------------- ONNX Runtime
 _ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
                "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(uint8)": np.uint8}
+GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+
+
+def ort_errors() -> tuple[type[BaseException], ...]:
+    """What ONNX Runtime raises for a model or an input it cannot take (its pybind11 exception classes):
+    a corrupt, missing or unsupported model, an input of the wrong shape or type, a provider that fails.
+    Anything else raised around a session is a bug and stays a traceback."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as s
+
+    return (s.Fail, s.InvalidArgument, s.NoSuchFile, s.NoModel, s.InvalidProtobuf, s.InvalidGraph,
+            s.NotImplemented, s.RuntimeException, s.EPFail)
 
 
 class OrtRunner:
-    """ONNX Runtime session with one input; ``providers`` default to the CPU execution provider."""
+    """One ONNX Runtime session with one input: the deploy runner and the latency backend's runner.
+
+    ``providers`` default to the CPU execution provider; a CUDA / TensorRT provider first (with its
+    ``{"device_id": i}`` options) keeps the bound input and outputs on that GPU. Session options:
+    ``intra_op_num_threads = threads`` (ONNX Runtime's default when ``threads`` is None or 0),
+    ``inter_op_num_threads = 1``, sequential execution, ``ORT_ENABLE_ALL`` (ONNX Runtime's defaults, set
+    explicitly because the latency backend reports them), ``log_severity`` when given (3 = errors only).
+
+    The input shape defaults to the model's, dynamic dimensions 1; it is checked against the model's
+    declared shape, then the model is run once on a seeded random input. That input and pre-allocated
+    outputs are bound (IOBinding), so ``runner()``, the timed call, is one ``run_with_iobinding`` without
+    Python-side copies. ``run(x)`` / ``run_all(x)`` run any input. A model that ONNX Runtime cannot load
+    or run at the shape is a one-line LatoptError.
+    """
 
     def __init__(self, model: str | Path, *, input_shape: Sequence[int] | None = None,
-                 providers: Sequence[str] | None = None, threads: int | None = 1, seed: int = 0) -> None:
+                 providers: Sequence[str | tuple[str, dict[str, Any]]] | None = None, threads: int | None = 1,
+                 seed: int = 0, log_severity: int | None = None) -> None:
         try:
             import onnxruntime as ort
         except ImportError:
@@ -410,11 +494,16 @@ class OrtRunner:
         opts = ort.SessionOptions()
         if threads:
             opts.intra_op_num_threads = int(threads)
-            opts.inter_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if log_severity is not None:
+            opts.log_severity_level = int(log_severity)
+        providers = list(providers or ["CPUExecutionProvider"])
         try:
-            self.session = ort.InferenceSession(str(path), opts, providers=list(providers or ["CPUExecutionProvider"]))
-        except Exception as e:  # onnxruntime raises its own exception types for corrupt/invalid models
-            raise LatoptError(f"ONNX Runtime cannot load {path}: {str(e).splitlines()[0][:200]}") from None
+            self.session = ort.InferenceSession(str(path), opts, providers=providers)
+        except ort_errors() as e:
+            raise LatoptError(f"ONNX Runtime cannot load {path}: {first_line(e)}") from None
         inputs = self.session.get_inputs()
         if len(inputs) != 1:
             raise LatoptError(f"{path} has {len(inputs)} inputs; the latopt runtime expects exactly one")
@@ -430,20 +519,45 @@ class OrtRunner:
             shape = tuple(d if d is not None else 1 for d in declared)
         self.input_shape = shape
         self.output_names = [o.name for o in self.session.get_outputs()]
-        self._fixed = {self.input_name: np.random.default_rng(seed).standard_normal(shape).astype(self.input_dtype)}
+        x = np.random.default_rng(seed).standard_normal(shape).astype(self.input_dtype)
+        try:
+            outs = self.session.run(self.output_names, {self.input_name: x})
+        except ort_errors() as e:
+            raise LatoptError(f"ONNX Runtime cannot run the model at input shape {list(shape)}: "
+                              f"{first_line(e)}") from None
+        first, first_opts = (providers[0], {}) if isinstance(providers[0], str) else providers[0]
+        gpu = first in GPU_PROVIDERS
+        device, device_id = ("cuda", int(first_opts.get("device_id", 0))) if gpu else ("cpu", 0)
+        self._binding = self.session.io_binding()
+        self._x = ort.OrtValue.ortvalue_from_numpy(x, device, device_id)
+        self._binding.bind_ortvalue_input(self.input_name, self._x)
+        self._outs = []
+        for name, o in zip(self.output_names, outs, strict=True):
+            v = ort.OrtValue.ortvalue_from_numpy(np.empty_like(o), device, device_id)
+            self._binding.bind_ortvalue_output(name, v)
+            self._outs.append(v)
+        self._sync = gpu
 
     def __call__(self) -> None:
-        self.session.run(self.output_names, self._fixed)
+        """One inference on the bound input (synchronised with the GPU for a GPU provider)."""
+        if self._sync:
+            self._binding.synchronize_inputs()
+        self.session.run_with_iobinding(self._binding)
+        if self._sync:
+            self._binding.synchronize_outputs()
 
     def run_all(self, x: np.ndarray) -> dict[str, np.ndarray]:
-        x = np.asarray(x).astype(self.input_dtype, copy=False)
+        x = np.ascontiguousarray(np.asarray(x).astype(self.input_dtype, copy=False))
         outs = self.session.run(self.output_names, {self.input_name: x})
         return dict(zip(self.output_names, outs, strict=True))
 
     def run(self, x: np.ndarray) -> np.ndarray:
+        """Inference on ``x``; returns the first output."""
         return self.run_all(x)[self.output_names[0]]
 
     def close(self) -> None:
+        self._binding = None
+        self._outs = []
         self.session = None
 
     def __enter__(self) -> OrtRunner:
@@ -490,10 +604,8 @@ def bench(runner: TrtEngineRunner | OrtRunner, n: int, warmup: int = 10) -> dict
 
 
 def _summary(ms: list[float], key: str) -> dict[str, float]:
-    if len(ms) < 2:
-        return {f"{key}_median_ms": ms[0], f"{key}_q1_ms": ms[0], f"{key}_q3_ms": ms[0]}
-    q1, med, q3 = statistics.quantiles(ms, n=4, method="inclusive")
-    return {f"{key}_median_ms": med, f"{key}_q1_ms": q1, f"{key}_q3_ms": q3}
+    s = TimingStats.from_samples(ms)
+    return {f"{key}_median_ms": s.median_ms, f"{key}_q1_ms": s.q1_ms, f"{key}_q3_ms": s.q3_ms}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

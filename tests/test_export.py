@@ -127,3 +127,16 @@ def test_export_paper_mode_checks_blocks_away_from_the_border(ckpt: Path, tmp_pa
     assert rec["mode"] == "paper"
     assert [g["name"] for g in rec["gates"]][0].startswith("fold algebra per block, away from the border")
     assert all(g["passed"] for g in rec["gates"]) and any("paper mode" in n for n in rec["notes"])
+
+
+def test_export_resolution_comes_from_the_checkpoint_record() -> None:
+    from latopt.errors import LatoptError
+    from latopt.export.plan import export_resolution
+
+    folded = {"fold": {"input_size": [48, 48]}}
+    assert export_resolution(folded, {"resolution": 32}, None) == 48  # an exact fold's own size first
+    assert export_resolution({}, {"resolution": 32}, None) == 32
+    assert export_resolution({}, {"resolution": 32}, 64) == 64
+    # only meta["resolution"] (latopt.data.data_meta) is read: nothing writes a "config" record into meta
+    with pytest.raises(LatoptError, match="does not record its input resolution"):
+        export_resolution({}, {"config": {"data": {"resolution": 32}}}, None)

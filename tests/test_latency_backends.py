@@ -76,7 +76,7 @@ def test_onnxruntime_from_onnx_path_and_errors(tmp_path) -> None:
     (tmp_path / "bad.onnx").write_bytes(b"not a model")
     with pytest.raises(LatoptError, match="ONNX Runtime cannot load"):
         backend.prepare(tmp_path / "bad.onnx", SHAPE)
-    with pytest.raises(LatoptError, match="cannot run the model at input shape"):
+    with pytest.raises(LatoptError, match=r"input shape \[1, 5, 16, 16\] does not fit the model's input"):
         backend.prepare(path, (1, 5, 16, 16))
     with pytest.raises(LatoptError, match="provider 'CUDAExecutionProvider'.*not available"):
         get_backend(dataclasses.replace(load_device("cpu"), provider="CUDAExecutionProvider"))
@@ -105,6 +105,51 @@ def test_export_onnx_static_dynamic_and_cache(tmp_path) -> None:
         assert cache.get(model, (1, 3, 8, 8)) != p1 and len(cache) == 2
         assert p1.is_file()
     assert not p1.exists()
+
+
+def test_library_errors_are_one_line_and_latopt_bugs_stay_tracebacks(tmp_path, monkeypatch) -> None:
+    import onnxruntime
+
+    class Buggy(nn.Module):  # a bug in a module's own code, not something the exporter refuses
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise TypeError("a bug in forward")
+
+    with pytest.raises(TypeError, match="a bug in forward"):
+        export_onnx(Buggy(), SHAPE, tmp_path / "buggy.onnx")
+    path = export_onnx(tiny(), SHAPE, tmp_path / "m.onnx")
+
+    def broken_session(*a, **k):  # not one of ONNX Runtime's own exception classes: a traceback
+        raise KeyError("latopt passed something wrong")
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", broken_session)
+    with pytest.raises(KeyError):
+        get_backend(fast("cpu")).prepare(path, SHAPE)
+
+
+def test_torch_cuda_runner_times_its_stream_with_the_cuda_api() -> None:
+    """TorchCudaRunner's wiring, on the CPU: a stand-in for runtime.TorchCudaApi (stream None is torch's
+    no-op stream context) shows every call waits for the stream and time_ms is the CudaApi timer around
+    one inference."""
+    from latopt.latency.backends.torch import TorchCudaRunner
+
+    class StandInCuda:
+        stream, device, log = None, torch.device("cpu"), []
+
+        def synchronize(self) -> None:
+            self.log.append("sync")
+
+        def time_ms(self, fn) -> float:
+            self.log.append("timer")
+            fn()
+            return 0.25
+
+    cuda = StandInCuda()
+    model = tiny()
+    r = TorchCudaRunner(model, SHAPE, cuda, torch.float32)
+    assert cuda.log == ["sync"]  # the check-run at construction waited for the stream
+    assert r.time_ms() == 0.25 and cuda.log == ["sync", "timer"]
+    x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
+    np.testing.assert_allclose(r.run(x), reference(model, x), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA; the no-GPU error path cannot occur")

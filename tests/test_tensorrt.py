@@ -518,13 +518,26 @@ def test_no_gpu_is_one_line(monkeypatch):
     assert "\n" not in msg
 
 
+class _FakeEvent:
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def record(self, stream) -> None:
+        self.log.append(("record", stream))
+
+    def synchronize(self) -> None:
+        self.log.append("wait")
+
+
 class _FakeCuda(runtime.CudaApi):
-    """Host-memory stand-in for the CUDA API (device pointers are ids into a dict of numpy arrays)."""
+    """Host-memory stand-in for the CUDA API (device pointers are ids into a dict of numpy arrays); its
+    events only log, so :meth:`runtime.CudaApi.time_ms`, latopt's CUDA-event timer, runs as it is."""
 
     name = "fake"
+    stream = "the-stream"
 
     def __init__(self, gpu: str = "NVIDIA H200") -> None:
-        self.gpu, self.mem, self.closed, self.freed = gpu, {}, False, []
+        self.gpu, self.mem, self.closed, self.freed, self.log = gpu, {}, False, [], []
 
     def device_name(self):
         return self.gpu
@@ -552,8 +565,10 @@ class _FakeCuda(runtime.CudaApi):
     def synchronize(self):
         pass
 
-    def time_ms(self, fn):
-        fn()
+    def _event(self):
+        return _FakeEvent(self.log)
+
+    def _elapsed_ms(self, start, end):
         return 0.5
 
     def driver_version(self):
@@ -561,6 +576,26 @@ class _FakeCuda(runtime.CudaApi):
 
     def close(self):
         self.closed = True
+
+
+def test_cuda_event_timer_brackets_the_call_on_the_stream():
+    cuda = _FakeCuda()
+    assert cuda.time_ms(lambda: cuda.log.append("inference")) == 0.5
+    assert cuda.log == [("record", "the-stream"), "inference", ("record", "the-stream"), "wait"]
+
+
+def test_driver_version_is_one_nvidia_smi_query(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\necho "$@" > "${0%/*}/args"; echo " 555.42 "\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert runtime.driver_version(1) == "555.42"
+    assert (tmp_path / "args").read_text().split() == ["--query-gpu=driver_version", "--format=csv,noheader",
+                                                       "-i", "1"]
+    smi.write_text("#!/bin/sh\nexit 9\n")
+    assert runtime.driver_version(0) is None
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert runtime.driver_version(0) is None
 
 
 def test_gpu_mismatch_names_live_gpu(monkeypatch):
@@ -598,13 +633,17 @@ def test_prepare_exports_module_and_builds(monkeypatch, cache_dir):
 
 
 def test_gpu_matches():
-    assert trt_backend.gpu_matches("NVIDIA TITAN X (Pascal)", "NVIDIA TITAN X (Pascal)")
-    assert trt_backend.gpu_matches("NVIDIA TITAN X (Pascal)", "titan x (pascal)")
-    assert trt_backend.gpu_matches("NVIDIA A100-SXM4-80GB", "A100")
-    assert trt_backend.gpu_matches("NVIDIA GeForce RTX 4090", "*RTX 40*")
-    assert trt_backend.gpu_matches("anything", None) and trt_backend.gpu_matches("anything", "any")
-    assert not trt_backend.gpu_matches("NVIDIA TITAN Xp", "NVIDIA TITAN X (Pascal)")
-    assert not trt_backend.gpu_matches("NVIDIA H200", "NVIDIA TITAN X (Pascal)")
+    from latopt.latency.backends import gpu_matches
+
+    assert gpu_matches("NVIDIA TITAN X (Pascal)", "NVIDIA TITAN X (Pascal)")
+    assert gpu_matches("NVIDIA TITAN X (Pascal)", "titan x (pascal)")
+    assert gpu_matches("NVIDIA A100-SXM4-80GB", "A100")
+    assert gpu_matches("NVIDIA A100-SXM4-80GB", "nvidia  a100")
+    assert gpu_matches("NVIDIA GeForce RTX 4090", "*RTX 40*")
+    assert gpu_matches("anything", None) and gpu_matches("anything", "any") and gpu_matches("anything", "*")
+    assert not gpu_matches("NVIDIA TITAN Xp", "NVIDIA TITAN X (Pascal)")
+    assert not gpu_matches("NVIDIA H200", "NVIDIA TITAN X (Pascal)")
+    assert not gpu_matches("NVIDIA GeForce RTX 3090", "*RTX 40*")
 
 
 def test_engine_runner_binds_by_name(monkeypatch):

@@ -62,10 +62,8 @@ def _log(progress: bool, msg: str) -> None:
 
 
 def _build(model: Any, num_classes: int) -> tuple[Any, str]:
-
     if isinstance(model, nn.Module):
-        return model, str(getattr(model, "latopt_name", None) or type(model).__name__)
-
+        return model, type(model).__name__
     return build_model(str(model), num_classes=num_classes), str(model)
 
 

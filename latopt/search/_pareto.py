@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from latopt.artifacts import write_json_atomic, write_text_atomic
+from latopt.artifacts import write_bytes_atomic, write_json_atomic, write_text_atomic
 from latopt.errors import LatoptError
 
 PARETO_SCHEMA = "latopt.pareto/1"
@@ -228,11 +228,7 @@ def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
-    return path
+    return write_bytes_atomic(path, buf.getvalue())
 
 
 def _plot_html(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path | None:

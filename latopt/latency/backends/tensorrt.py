@@ -34,7 +34,6 @@ in github.com/NVIDIA/TensorRT:
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import tempfile
@@ -48,9 +47,9 @@ import onnx
 from latopt import runtime as _rt
 from latopt.artifacts import write_bytes_atomic
 from latopt.errors import LatoptError
+from latopt.latency.backends import require_gpu
 
 DEFAULT_WORKSPACE_MIB = 1024
-INSTALL_HINT = _rt.TRT_INSTALL_HINT
 
 
 # ------------------------------------------------------------------------------- version dispatch
@@ -217,20 +216,6 @@ def _device_index(value: Any) -> int:
     return int(m.group(1))
 
 
-def gpu_matches(live: str, expected: str | None) -> bool:
-    """True when ``expected`` (empty/"any", a glob, or a substring, case-insensitive) names ``live``."""
-    if not expected or expected.strip().lower() in ("any", "*"):
-        return True
-
-    def norm(s: str) -> str:
-        return " ".join(s.lower().replace("nvidia", " ").split())
-
-    lv, ex = norm(live), norm(expected)
-    if any(c in expected for c in "*?["):
-        return fnmatch.fnmatch(live.lower(), expected.lower())
-    return lv == ex or ex in lv
-
-
 class TensorRTBackend:
     """Builds engines for one device profile and hands out :class:`latopt.runtime.TrtEngineRunner`."""
 
@@ -289,15 +274,11 @@ def create(profile: Any) -> TensorRTBackend:
         cuda = _rt.cuda_api(_device_index(getattr(profile, "cuda_device", None)))
     except LatoptError as e:
         raise LatoptError(f"TensorRT {trt.__version__} is installed but {e}") from None
-    live = cuda.device_name()
-    expected = getattr(profile, "expected_gpu", None)
-    if not gpu_matches(live, expected):
+    try:
+        require_gpu(profile, cuda.device_name(), alternative="gpu-trt-fp16")
+    except LatoptError:
         cuda.close()
-        name = getattr(profile, "name", "?")
-        raise LatoptError(
-            f"device profile {name!r} expects GPU {expected!r} but this machine has {live!r}; "
-            f"use --device gpu-trt-fp16 (any NVIDIA GPU) or add a profile with expected_gpu: {live!r}"
-        )
+        raise
     return TensorRTBackend(profile, trt, cuda)
 
 

@@ -1,50 +1,58 @@
-"""PyTorch eager backend: CPU (host clock) or CUDA (CUDA events after synchronisation).
+"""PyTorch eager backend: CPU (host clock) or CUDA (CUDA events on the backend's stream).
 
-``profile.cuda_device`` set → CUDA: the module is copied to that GPU, each call synchronises, and
-:meth:`TorchCudaRunner.time_ms` times one inference with a pair of CUDA events. Otherwise CPU eager with
-``torch.set_num_threads(profile.threads)`` (process-wide). fp16 is CUDA-only. The runner works on a deep
-copy in eval mode under ``torch.inference_mode``; the caller's module is left untouched.
+``profile.cuda_device`` set → CUDA: the backend holds one :class:`latopt.runtime.TorchCudaApi` (that GPU
+made current, one CUDA stream), each runner's module is copied to the GPU and runs on that stream, each
+call waits for the stream, and :meth:`TorchCudaRunner.time_ms` times one inference with latopt's one
+CUDA-event timer (:meth:`latopt.runtime.CudaApi.time_ms`, shared with the TensorRT runner). Otherwise
+CPU eager with ``torch.set_num_threads(profile.threads)`` (process-wide). fp16 is CUDA-only. The runner
+works on a deep copy in eval mode under ``torch.inference_mode``; the caller's module is left untouched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
-import subprocess
 from typing import Any
 
 import numpy as np
 import torch
 
 from latopt.errors import LatoptError, first_line
+from latopt.latency.backends import require_gpu
 from latopt.latency.timing import environment_info
+from latopt.runtime import TorchCudaApi
 
 
 class TorchRunner:
-    def __init__(self, module: Any, input_shape: tuple[int, ...], device: Any, dtype: Any, seed: int = 0) -> None:
+    """One module on the CPU (or on ``device``), a fixed seeded input; ``runner()`` is one inference."""
 
-        self.torch = torch
+    def __init__(self, module: Any, input_shape: tuple[int, ...], device: Any, dtype: Any, seed: int = 0) -> None:
         self.device = device
         self.dtype = dtype
-        self.module = copy.deepcopy(module).eval().to(device=device, dtype=dtype)
-        g = torch.Generator().manual_seed(seed)
-        self.x = torch.randn(tuple(int(s) for s in input_shape), generator=g).to(device=device, dtype=dtype)
-        self.cuda = device.type == "cuda"
+        with self._stream():
+            self.module = copy.deepcopy(module).eval().to(device=device, dtype=dtype)
+            g = torch.Generator().manual_seed(seed)
+            self.x = torch.randn(tuple(int(s) for s in input_shape), generator=g).to(device=device, dtype=dtype)
         try:
             self()
-        except RuntimeError as e:
+        except RuntimeError as e:  # what torch raises for an input the module cannot take
             raise LatoptError(f"PyTorch cannot run {type(module).__name__} at input shape {list(input_shape)}: "
                               f"{first_line(e)}") from None
 
-    def __call__(self) -> None:
-        with self.torch.inference_mode():
+    def _stream(self) -> contextlib.AbstractContextManager[Any]:
+        """Where the module's work is queued (the CUDA runner: its backend's stream)."""
+        return contextlib.nullcontext()
+
+    def _forward(self) -> None:
+        with self._stream(), torch.inference_mode():
             self.module(self.x)
-        if self.cuda:
-            self.torch.cuda.synchronize(self.device)
+
+    def __call__(self) -> None:
+        self._forward()
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        torch = self.torch
-        with torch.inference_mode():
+        with self._stream(), torch.inference_mode():
             t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(self.device, self.dtype)
             return self.module(t).float().cpu().numpy()
 
@@ -54,45 +62,50 @@ class TorchRunner:
 
 
 class TorchCudaRunner(TorchRunner):
-    """A CUDA runner: :meth:`time_ms` times one inference with a pair of CUDA events."""
+    """A CUDA runner: the module, its input and every call on ``cuda.stream``; :meth:`time_ms` times one
+    inference with a pair of CUDA events on that stream."""
+
+    def __init__(self, module: Any, input_shape: tuple[int, ...], cuda: TorchCudaApi, dtype: Any,
+                 seed: int = 0) -> None:
+        self.cuda = cuda
+        super().__init__(module, input_shape, cuda.device, dtype, seed)
+
+    def _stream(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.cuda.stream(self.cuda.stream)
+
+    def __call__(self) -> None:
+        self._forward()
+        self.cuda.synchronize()
 
     def time_ms(self) -> float:
-        torch = self.torch
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize(self.device)
-        with torch.inference_mode():
-            start.record()
-            self.module(self.x)
-            end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end))
+        return self.cuda.time_ms(self._forward)
 
 
 class TorchBackend:
     name = "torch"
 
-    def __init__(self, profile: Any, device: Any, dtype: Any) -> None:
+    def __init__(self, profile: Any, device: Any, dtype: Any, cuda: TorchCudaApi | None = None) -> None:
         self.profile = profile
         self.device = device
         self.dtype = dtype
+        self.cuda = cuda
 
     def prepare(self, model: Any, input_shape: tuple[int, ...]) -> TorchRunner:
         if isinstance(model, (str, os.PathLike)):
             raise LatoptError(f"the torch backend (device {self.profile.name!r}) times nn.Modules, not ONNX files "
                               f"like {model}; use an onnxruntime or tensorrt device")
-        cls = TorchCudaRunner if self.device.type == "cuda" else TorchRunner
-        return cls(model, tuple(input_shape), self.device, self.dtype)
+        if self.cuda is not None:
+            return TorchCudaRunner(model, tuple(input_shape), self.cuda, self.dtype)
+        return TorchRunner(model, tuple(input_shape), self.device, self.dtype)
 
     def environment(self) -> dict[str, Any]:
-
-
         env = environment_info()
         env.update({"backend": self.name, "torch": torch.__version__, "device": str(self.device),
                     "dtype": str(self.dtype).replace("torch.", "")})
-        if self.device.type == "cuda":
-            env["gpu"] = torch.cuda.get_device_name(self.device)
+        if self.cuda is not None:
+            env["gpu"] = self.cuda.device_name()
             env["cuda"] = torch.version.cuda
-            drv = _driver_version(self.device.index or 0)
+            drv = self.cuda.driver_version()
             if drv:
                 env["driver"] = drv
         else:
@@ -100,20 +113,11 @@ class TorchBackend:
         return env
 
     def close(self) -> None:
-        pass
-
-
-def _driver_version(index: int) -> str | None:
-    try:
-        out = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+        if self.cuda is not None:
+            self.cuda.close()
 
 
 def create(profile: Any) -> TorchBackend:
-
     if profile.cuda_device is None:
         if profile.precision != "fp32":
             raise LatoptError(f"device {profile.name!r}: fp16 on the CPU is not supported by the torch backend; "
@@ -128,10 +132,7 @@ def create(profile: Any) -> TorchBackend:
     if idx >= torch.cuda.device_count():
         raise LatoptError(f"device {profile.name!r} asks for CUDA device {idx} but only "
                           f"{torch.cuda.device_count()} GPU(s) are visible; set cuda_device in the profile")
-    live = torch.cuda.get_device_name(idx)
-    expected = profile.expected_gpu
-    if expected and expected.lower() not in live.lower():
-        raise LatoptError(f"device {profile.name!r} expects GPU {expected!r} but CUDA device {idx} is {live!r}; "
-                          f"use --device gpu-torch or add a profile for this GPU")
+    require_gpu(profile, torch.cuda.get_device_name(idx), alternative="gpu-torch")
+    cuda = TorchCudaApi(idx)
     dtype = torch.float16 if profile.precision == "fp16" else torch.float32
-    return TorchBackend(profile, torch.device("cuda", idx), dtype)
+    return TorchBackend(profile, cuda.device, dtype, cuda)
