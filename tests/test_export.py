@@ -78,6 +78,29 @@ def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bad")]
 
 
+def test_gate_checks_the_shipped_network_not_a_recomputed_fold(ckpt: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                fast_cpu_device: str) -> None:
+    """Only the network export ships is corrupted (the gates' own fold is right): still refused."""
+    from latopt.export import export, plan
+    from latopt.fold import FoldedBlock
+
+    real = plan.fold_blocks
+
+    def corrupted(model, blocks, mode="exact", input_size=None):  # type: ignore[no-untyped-def]
+        out = real(model, blocks, mode=mode, input_size=input_size)
+        fb = next(m for m in out.modules() if isinstance(m, FoldedBlock))
+        with torch.no_grad():
+            fb.conv.weight[0, 0, 1, 1] += 0.05
+        return out
+
+    monkeypatch.setattr(plan, "fold_blocks", corrupted)
+    out = tmp_path / "bad"
+    with pytest.raises(VerificationError, match="shipped folded network vs linearised"):
+        export(ckpt, fast_cpu_device, out, fold="all", samples=4, measure=False, progress=False)
+    assert not out.exists()
+
+
 def test_bad_inputs_are_one_line_exit_2(ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     junk = tmp_path / "junk.pt"
     torch.save({"weights": torch.zeros(3)}, junk)
