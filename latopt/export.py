@@ -35,7 +35,6 @@ What it does, in order (nothing is written unless every gate passes):
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -455,7 +454,7 @@ def _tensorrt_backend(device: Any, precision: str) -> Any:
     if device.backend != "tensorrt":
         raise LatoptError(f"--format engine needs a TensorRT device profile, but {device.name!r} uses "
                           f"{device.backend}; use --device titanx or --device gpu-trt-fp16")
-    prof = dataclasses.replace(device, precision=precision) if precision != device.precision else device
+    prof = device.model_copy(update={"precision": precision}) if precision != device.precision else device
     return get_backend(prof)
 
 
