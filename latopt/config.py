@@ -54,10 +54,16 @@ from pydantic import (
 )
 
 from latopt.artifacts import check_name, write_text_atomic
-from latopt.constants import FoldMode, Granularity, Optimizer, Sampler, Schedule, UnfoldedAlpha
+from latopt.constants import (
+    RESOLUTION_RANGE,
+    FoldMode,
+    Granularity,
+    Optimizer,
+    Sampler,
+    Schedule,
+    UnfoldedAlpha,
+)
 from latopt.errors import LatoptError
-
-RESOLUTION_RANGE = (8, 1024)  # input resolution R (R x R): config, export, inspect, profile and checkpoints share it
 
 
 # ------------------------------------------------------------------------------ validated records

@@ -6,8 +6,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
-from latopt.config import RunConfig, config_from_dict, dump_config, load_config, write_config
+from latopt.config import (
+    RunConfig,
+    config_from_dict,
+    dump_config,
+    load_config,
+    validate_fold_params,
+    write_config,
+)
 from latopt.errors import LatoptError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,3 +114,22 @@ def test_config_named_after_an_unusable_file_name_says_to_add_name(tmp_path) -> 
         load_config(p)
     p.write_text("name: mine\ntrain: {epochs: 1}\n")
     assert load_config(p).name == "mine"
+
+
+def test_yaml_quirks(tmp_path: Path) -> None:
+    """Floats take integers (and hold floats), a section left empty is all defaults, null where optional,
+    ranges are lists (tuples in the config, lists again when dumped)."""
+    cfg = load_config(_write(tmp_path, "fold:\ntrain: {lr: 1}\ndata: {max_samples: null}\nsearch: {tau: [1, 1]}\n"))
+    assert cfg.fold == RunConfig().fold and cfg.data.max_samples is None
+    assert cfg.train.lr == 1.0 and type(cfg.train.lr) is float and cfg.search.tau == (1.0, 1.0)
+    assert dump_config(cfg)["search"]["tau"] == [1.0, 1.0] and config_from_dict(dump_config(cfg)) == cfg
+    with pytest.raises(ValidationError, match="frozen"):
+        cfg.fold.tau = 0.5  # type: ignore[misc]
+
+
+def test_fold_params_share_the_config_bounds() -> None:
+    validate_fold_params(0.0, 1.0, 1.5)
+    with pytest.raises(LatoptError, match=r"^fold parameter 'tau' must be in \(0, 1\], got 1.5$"):
+        validate_fold_params(1.0, 1.5, 2.0)
+    with pytest.raises(LatoptError, match=r"^fold parameter 'p' must be > 1, got 1$"):
+        validate_fold_params(1.0, 0.5, 1)

@@ -25,6 +25,7 @@ def test_shipped_profiles_load() -> None:
     assert load_device("gpu-torch").backend == "torch" and load_device("gpu-torch").cuda_device == 0
     assert load_device("gpu-torch").is_gpu and not cpu.is_gpu
     assert TimingPolicy.of(cpu).clock == "thread"
+    assert cpu.budget_s == 25.0 and type(cpu.budget_s) is float  # `budget_s: 25`: a float key takes an integer
 
 
 def test_readme_documents_every_key() -> None:
