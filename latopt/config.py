@@ -121,8 +121,10 @@ def _error_line(e: ValidationError, cls: type[BaseModel], prefix: str, key: str)
         least = kind == "too_short"
         detail = f"must have {'at least' if least else 'at most'} {ctx['min_length' if least else 'max_length']} " \
                  f"items, got {got}"
+    elif kind in _WANT:
+        detail = f"must be {_WANT[kind]}, got {got}"
     else:
-        detail = f"must be {_WANT.get(kind, err['msg'])}, got {got}"
+        detail = f"is invalid ({err['msg']}), got {got}"
     if shown is not loc and kind != "value_error":
         detail = f"has a key that {detail}"
     if path:
