@@ -31,7 +31,6 @@ is done, so it always describes the artefacts beside it. Defaults: ``configs/qui
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -200,7 +199,7 @@ class _Fingerprints:
 
         self.sections = dump_config(cfg)
         self.sections["search"] = {k: v for k, v in self.sections["search"].items() if k != "trials"}
-        device = {k: v for k, v in dataclasses.asdict(dev).items() if k != "path"}
+        device = dev.model_dump(exclude={"path"})
         self.device = hashlib.sha256(json.dumps(device, sort_keys=True, default=str).encode()).hexdigest()
         self.seed, self.lut_path, self.given_lut = seed, lut_path, bool(cfg.lut)
 

@@ -5,7 +5,6 @@ CUDA and TensorRT tests are marked and skip with a reason where unavailable.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 
 import numpy as np
@@ -29,7 +28,7 @@ def tiny() -> nn.Module:
 
 
 def fast(name: str) -> object:
-    return dataclasses.replace(load_device(name), warmup=1, min_repeats=5, max_repeats=5)
+    return load_device(name).model_copy(update={"warmup": 1, "min_repeats": 5, "max_repeats": 5})
 
 
 def reference(model: nn.Module, x: np.ndarray) -> np.ndarray:
@@ -79,7 +78,7 @@ def test_onnxruntime_from_onnx_path_and_errors(tmp_path) -> None:
     with pytest.raises(LatoptError, match=r"input shape \[1, 5, 16, 16\] does not fit the model's input"):
         backend.prepare(path, (1, 5, 16, 16))
     with pytest.raises(LatoptError, match="provider 'CUDAExecutionProvider'.*not available"):
-        get_backend(dataclasses.replace(load_device("cpu"), provider="CUDAExecutionProvider"))
+        get_backend(load_device("cpu").model_copy(update={"provider": "CUDAExecutionProvider"}))
     with pytest.raises(LatoptError, match="times nn.Modules, not ONNX files"):
         get_backend(fast("cpu-torch")).prepare(path, SHAPE)
 

@@ -25,15 +25,14 @@ def test_shipped_profiles_load() -> None:
     assert load_device("gpu-torch").backend == "torch" and load_device("gpu-torch").cuda_device == 0
     assert load_device("gpu-torch").is_gpu and not cpu.is_gpu
     assert TimingPolicy.of(cpu).clock == "thread"
+    assert cpu.budget_s == 25.0 and type(cpu.budget_s) is float  # `budget_s: 25`: a float key takes an integer
 
 
 def test_readme_documents_every_key() -> None:
-    import dataclasses
-
     text = (profiles_dir() / "README.md").read_text()
-    for f in dataclasses.fields(DeviceProfile):
-        if f.name != "path":
-            assert f"`{f.name}`" in text, f"profiles/README.md does not document {f.name}"
+    for name in DeviceProfile.model_fields:
+        if name != "path":
+            assert f"`{name}`" in text, f"profiles/README.md does not document {name}"
 
 
 def test_unknown_device_lists_known_ones() -> None:
@@ -48,26 +47,35 @@ def test_profile_from_path_and_validation(tmp_path) -> None:
     assert d.name == "mine" and d.max_repeats == 4 and d.path == str(p)
 
     bad = {
-        "name: x\nbackend: openvino\n": "backend 'openvino'",
-        "name: x\nprecision: int8\n": "precision 'int8'",
-        "name: x\nthreads: 0\n": "threads must be a positive integer",
-        "name: x\nbudget_s: -1\n": "budget_s must be a positive number",
-        "name: x\nmin_repeats: 10\nmax_repeats: 5\n": "min_repeats > max_repeats",
-        "name: x\nwarmup_rounds: 3\n": "unknown key",
-        "backend: torch\n": "missing 'name'",
+        "name: x\nbackend: openvino\n": "key 'backend' is 'openvino'; choose one of onnxruntime, tensorrt, torch",
+        "name: x\nprecision: int8\n": "key 'precision' is 'int8'; choose one of fp32, fp16",
+        "name: x\nthreads: 0\n": "key 'threads' must be >= 1, got 0",
+        "name: x\nthreads: true\n": "key 'threads' must be an integer, got True",
+        "name: x\nwarmup: -1\n": "key 'warmup' must be >= 0, got -1",
+        "name: x\nbudget_s: -1\n": "key 'budget_s' must be > 0, got -1",
+        "name: x\nstable_rel: .inf\n": "key 'stable_rel' must be a finite number",
+        "name: x\ncuda_device: -1\n": "key 'cuda_device' must be >= 0, got -1",
+        "name: x\nworkspace_mib: 0\n": "key 'workspace_mib' must be >= 1, got 0",
+        "name: x\noptions: [1]\n": "key 'options' must be a mapping",
+        "name: x\nmin_repeats: 10\nmax_repeats: 5\n": r"min_repeats > max_repeats \(10 > 5\)",
+        "name: x\nwarmup_rounds: 3\n": "unknown key 'warmup_rounds'; known: name, description, backend",
+        "name: x\npath: /etc\n": "unknown key 'path'",
+        "backend: torch\n": "key 'name' is missing",
         "name: x\nthreads: 2\nclock: thread\n": "clock: thread .* needs threads: 1",
-        "name: x\nclock: tsc\n": "clock must be",
+        "name: x\nbackend: tensorrt\nclock: thread\n": "clock: thread .* on a CPU backend",
+        "name: x\nclock: tsc\n": "key 'clock' is 'tsc'; choose one of wall, thread",
         "- a\n- b\n": "must be a YAML mapping",
         "name: [unclosed\n": "not valid YAML",
-        "name: ../../x\n": "name '../../x' is not a valid name",  # it names profiles/<name>/ (its LUTs)
-        "name: a/b\n": "name 'a/b' is not a valid name",
-        "name: 5\n": "name 5 is not a valid name",
+        "name: ../../x\n": "key 'name' = '../../x' is not a valid name",  # it names profiles/<name>/ (its LUTs)
+        "name: a/b\n": "key 'name' = 'a/b' is not a valid name",
+        "name: 5\n": "key 'name' = 5 is not a valid name",
     }
     for i, (text, msg) in enumerate(bad.items()):
         f = tmp_path / f"bad{i}.yaml"
         f.write_text(text)
-        with pytest.raises(LatoptError, match=msg):
+        with pytest.raises(LatoptError, match=msg) as e:
             load_device(str(f))
+        assert str(e.value).startswith(f"device profile {f}") and "\n" not in str(e.value)
     with pytest.raises(LatoptError, match="does not exist"):
         load_device(str(tmp_path / "missing.yaml"))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 
@@ -31,7 +30,7 @@ def tiny_effnet() -> torch.nn.Module:
 def test_profile_tiny_model(device: str, tmp_path) -> None:
     threads = torch.get_num_threads()
     try:
-        prof = dataclasses.replace(load_device(device), **FAST)
+        prof = load_device(device).model_copy(update=FAST)
         model = tiny_effnet()
         lut = profile_model(model, prof, 32, batch=1, partial=True, progress=False, name="tiny")
     finally:
@@ -116,7 +115,7 @@ def test_cli_gpu_torch_without_cuda(capsys) -> None:
 
 @pytest.mark.cuda
 def test_profile_gpu_torch(tmp_path) -> None:
-    prof = dataclasses.replace(load_device("gpu-torch"), warmup=3, min_repeats=10, max_repeats=20)
+    prof = load_device("gpu-torch").model_copy(update={"warmup": 3, "min_repeats": 10, "max_repeats": 20})
     lut = profile_model(tiny_effnet(), prof, 32, progress=False, num_classes=10, name="tiny")
     assert lut.backend == "torch" and "gpu" in lut.environment
     assert all(b.raw["none"].median_ms > 0 for b in lut.blocks)

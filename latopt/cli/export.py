@@ -6,8 +6,7 @@ import argparse
 from pathlib import Path
 
 from latopt.cli.common import common_parser
-from latopt.config import RESOLUTION_RANGE
-from latopt.constants import EXPORT_FORMATS, FOLD_MODES, MAX_GATE_SAMPLES, PRECISIONS
+from latopt.constants import EXPORT_FORMATS, FOLD_MODES, MAX_GATE_SAMPLES, PRECISIONS, RESOLUTION_RANGE
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

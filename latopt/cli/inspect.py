@@ -7,13 +7,13 @@ import time
 
 from latopt.artifacts import write_json_atomic
 from latopt.cli.common import common_parser
-from latopt.config import RESOLUTION_RANGE, check_resolution
-from latopt.constants import FOLD_CHECK_TOLERANCE, FOLD_MODES, SUPPORTED_MODELS
+from latopt.constants import FOLD_CHECK_TOLERANCE, FOLD_MODES, RESOLUTION_RANGE, SUPPORTED_MODELS
 from latopt.errors import VerificationError
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.config import check_resolution
     from latopt.engine import seed_everything
     from latopt.inspection import check_fold, format_check, format_report, inspect_model
     from latopt.models import build_model, canonical_name

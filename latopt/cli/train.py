@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from latopt.cli.common import common_parser
-from latopt.config import RunConfig, load_config
 from latopt.constants import FOLD_MODES, GRANULARITIES
 from latopt.errors import LatoptError
+
+if TYPE_CHECKING:  # start-up time: pydantic models are built when a command runs
+    from latopt.config import RunConfig
 
 
 def default_out(cfg: RunConfig, stage: str) -> Path:
@@ -51,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.config import load_config
     from latopt.engine import set_threads
     from latopt.train import train_base
 
@@ -68,6 +72,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_fold(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.config import load_config
     from latopt.engine import set_threads
     from latopt.layerfold import format_summary, run_fold
 

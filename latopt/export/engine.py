@@ -9,7 +9,6 @@ Public API::
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ def tensorrt_backend(device: Any, precision: str) -> Any:
     if device.backend != "tensorrt":
         raise LatoptError(f"--format engine needs a TensorRT device profile, but {device.name!r} uses "
                           f"{device.backend}; use --device titanx or --device gpu-trt-fp16")
-    prof = dataclasses.replace(device, precision=precision) if precision != device.precision else device
+    prof = device.model_copy(update={"precision": precision}) if precision != device.precision else device
     return get_backend(prof)
 
 

@@ -33,13 +33,12 @@ from latopt.search._pareto import (
     write_front,
 )
 from latopt.search._run import SearchResult, make_sampler, resolve_lut, run_search, show_front
-from latopt.search._space import Range, SearchSpace, space_from_config
+from latopt.search._space import SearchSpace, space_from_config
 from latopt.search._storage import OBJECTIVES, open_storage, open_study
 from latopt.search._trial import count_nonlinear
 
 __all__ = [
     "OBJECTIVES",
-    "Range",
     "SearchOptions",
     "SearchResult",
     "SearchSpace",
