@@ -24,9 +24,9 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
 A config is given by path, or by the name of one shipped inside the package (``latopt/configs/``:
 ``quickstart``, ``digits_clutter``, ``mobilenetv2_100``, ``efficientnet_lite0``); see :func:`config_path`.
 
-Public API: :class:`RunConfig` (+ section classes), :func:`load_config`, :func:`config_path`, :func:`config_from_dict`,
-:func:`dump_config`, :func:`write_config`, :func:`check_resolution` (the input resolution bound,
-``RESOLUTION_RANGE``, shared by every command that takes ``--resolution``).
+Public API: :class:`RunConfig` (+ section classes), :func:`load_config`, :func:`config_path`,
+:func:`config_from_dict`, :func:`dump_config`, :func:`write_config`, :func:`check_resolution` (the input
+resolution bound, ``RESOLUTION_RANGE``, shared by every command that takes ``--resolution``).
 """
 
 from __future__ import annotations
