@@ -17,11 +17,14 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
              post_lr: 0.0005, unfolded_alpha: zero, max_fold_error: 0.001}
     search: {lambda_c: [0.05, 5.0], tau: [0.7, 0.95], p: [1.5, 4.0], granularity: [block],
              trials: 20, max_acc_drop: 0.01, sampler: tpe, storage: null}
-    device: cpu                   # device profile name (profiles/<name>.yaml)
+    device: cpu                   # device profile: a name (profiles/<name>.yaml or shipped) or a path
     lut: null                     # latency LUT (JSON) giving c_l; null = uniform c_l = 1
     threads: null                 # torch intra-op threads for train/fold (null = torch's default)
 
-Public API: :class:`RunConfig` (+ section classes), :func:`load_config`, :func:`config_from_dict`,
+A config is given by path, or by the name of one shipped inside the package (``latopt/configs/``:
+``quickstart``, ``digits_clutter``, ``mobilenetv2_100``, ``efficientnet_lite0``); see :func:`config_path`.
+
+Public API: :class:`RunConfig` (+ section classes), :func:`load_config`, :func:`config_path`, :func:`config_from_dict`,
 :func:`dump_config`, :func:`write_config`, :func:`validate_fold_params`, :func:`check_resolution` (the
 input resolution bound, ``RESOLUTION_RANGE``, shared by every command that takes ``--resolution``).
 
@@ -39,6 +42,7 @@ from __future__ import annotations
 import re
 import types
 import typing
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -65,6 +69,9 @@ from latopt.constants import (
 )
 from latopt.errors import LatoptError
 
+# the shipped run configs (package data); a real directory: pip installs latopt as files, and a run records
+# its config's path
+SHIPPED_CONFIGS = Path(str(resources.files("latopt") / "configs"))
 
 # ------------------------------------------------------------------------------ validated records
 class StrictModel(BaseModel):
@@ -312,13 +319,25 @@ class RunConfig(Section):
 
 
 # ---------------------------------------------------------------------------------------------------
+def config_path(name_or_path: str | Path) -> Path:
+    """The run config file ``name_or_path`` names: an existing file, else the shipped config of that name
+    (``quickstart`` → ``latopt/configs/quickstart.yaml``). LatoptError names the shipped ones."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = SHIPPED_CONFIGS / f"{path.name}.yaml"
+    if path.name == str(name_or_path) and path.suffix not in (".yaml", ".yml") and shipped.is_file():
+        return shipped
+    names = ", ".join(sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml")))
+    raise LatoptError(f"config file {path} does not exist (or name a shipped config: {names})")
+
+
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """Read a YAML run config (``None`` = all defaults) and apply dotted-key ``overrides``."""
+    """Read a YAML run config (a path or a shipped config's name, :func:`config_path`; ``None`` = all
+    defaults) and apply dotted-key ``overrides``."""
     raw: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise LatoptError(f"config file {path} does not exist")
+        path = config_path(path)
         try:
             loaded = yaml.safe_load(path.read_text())
         except yaml.YAMLError as e:

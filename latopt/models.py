@@ -38,11 +38,9 @@ Public API: ``SUPPORTED``, ``canonical_name``, ``build_model``, ``make_arch``, `
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import pickle
-import socket
 import sys
 import zipfile
 from pathlib import Path
@@ -114,37 +112,25 @@ def canonical_name(name: str) -> str:
     return f"{base}?width={width:g}"
 
 
-def _online(host: str, timeout: float = 3.0) -> bool:
-    try:
-        with socket.create_connection((host, 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _offline_error(name: str, e: BaseException) -> LatoptError:
+def _pretrained_error(name: str, e: BaseException, cache: str) -> LatoptError:
+    """One line from the library's own error: timm's RuntimeError ("No pretrained weights exist for ..."), or an
+    OSError (huggingface_hub: not in the cache, offline mode on, hub unreachable; torchvision: download failed)."""
     msg = first_line(e, 120).split(". ")[0]
-    return LatoptError(
-        f"could not get pretrained weights for {name} ({type(e).__name__}: {msg}); this needs internet access "
-        "once (or the weights in the timm/torch cache) — drop --pretrained to start from random weights")
+    why = f"; this needs internet access once, or the weights in {cache}" if isinstance(e, OSError) else ""
+    return LatoptError(f"could not get pretrained weights for {name} ({type(e).__name__}: {msg}){why} — drop "
+                       "--pretrained to start from random weights")
 
 
 def _build_timm(base: str, num_classes: int, pretrained: bool) -> nn.Module:
-
+    """timm's model; with ``pretrained`` its Hugging Face weights: cached, or downloaded unless huggingface_hub's
+    own offline switch is on (``HF_HUB_OFFLINE=1`` in the environment, read when huggingface_hub is imported)."""
     if not pretrained:
         return timm.create_model(base, pretrained=False, num_classes=num_classes)
-    ctx: contextlib.AbstractContextManager = contextlib.nullcontext()
-    if not _online("huggingface.co"):  # no retries for a minute when offline: use the local cache only
-        from unittest import mock
-
-        import huggingface_hub.constants as hf_constants
-
-        ctx = mock.patch.object(hf_constants, "HF_HUB_OFFLINE", True)
     try:
-        with ctx:
-            return timm.create_model(base, pretrained=True, num_classes=num_classes)
-    except (OSError, RuntimeError, ValueError) as e:
-        raise _offline_error(base, e) from None
+        return timm.create_model(base, pretrained=True, num_classes=num_classes)
+    except (OSError, RuntimeError) as e:  # OSError: huggingface_hub's errors; RuntimeError: timm's own
+        raise _pretrained_error(base, e, "the Hugging Face cache (with HF_HUB_OFFLINE=1 timm looks only there, "
+                                         "without network retries)") from None
 
 
 def _build_torchvision(width: float, num_classes: int, pretrained: bool) -> nn.Module:
@@ -157,7 +143,7 @@ def _build_torchvision(width: float, num_classes: int, pretrained: bool) -> nn.M
     try:
         model = mobilenet_v2(weights=MobileNet_V2_Weights.IMAGENET1K_V2)
     except (OSError, RuntimeError, ValueError) as e:
-        raise _offline_error(TORCHVISION_MODEL, e) from None
+        raise _pretrained_error(TORCHVISION_MODEL, e, "the torch hub cache") from None
     if num_classes != 1000:
         last = model.classifier[-1]
         model.classifier[-1] = nn.Linear(last.in_features, num_classes)

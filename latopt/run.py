@@ -25,8 +25,8 @@ one made from other inputs starts a new study: the run's own SQLite study under 
 is deleted first, while a study in a storage URL the config names (``search.storage``) is never deleted:
 the run refuses and says how to delete it. ``--fresh`` deletes the whole run directory's state (the same
 rule for a configured storage) and starts over. ``runs/<name>/config.yaml`` is written when every stage
-is done, so it always describes the artefacts beside it. Defaults: ``configs/quickstart.yaml`` on the
-``cpu`` device.
+is done, so it always describes the artefacts beside it. Defaults: the shipped ``quickstart`` config
+(``latopt/configs/quickstart.yaml``) on the ``cpu`` device.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import optuna
 
 from latopt import __version__
 from latopt.artifacts import read_json, write_json_atomic, write_text_atomic
-from latopt.config import dump_config, load_config, write_config
+from latopt.config import config_path, dump_config, load_config, write_config
 from latopt.data import load_task
 from latopt.engine import seed_everything, set_threads
 from latopt.errors import LatoptError
@@ -58,7 +58,7 @@ from latopt.search._storage import open_storage, redact
 from latopt.train import train_base
 
 RUN_SCHEMA = "latopt.run/2"
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+DEFAULT_CONFIG = "quickstart"  # a shipped config (latopt/configs/), found from any working directory
 STAGES = ("base", "profile", "search", "export", "report")
 # record keys holding paths: stored relative to the run directory, so a moved run directory stays valid
 _PATH_KEYS = ("checkpoint", "lut", "dir", "pareto_png", "study_dir", "report")
@@ -304,7 +304,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
 
     if trials is not None and trials < 1:
         raise LatoptError(f"--trials must be >= 1, got {trials}")
-    config = Path(config) if config else DEFAULT_CONFIG
+    config = config_path(config or DEFAULT_CONFIG)
     overrides = {"device": device} if device else None
     cfg = load_config(config, overrides)
 

@@ -46,8 +46,8 @@ def test_resolved_yaml_round_trip(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["quickstart", "digits_clutter", "mobilenetv2_100", "efficientnet_lite0"])
 def test_shipped_configs_are_valid(name: str) -> None:
-    cfg = load_config(REPO / "configs" / f"{name}.yaml")
-    assert cfg.name == name
+    cfg = load_config(name)  # shipped inside the package (latopt/configs/), found by name
+    assert cfg.name == name and load_config(REPO / "latopt" / "configs" / f"{name}.yaml") == cfg
 
 
 def test_overrides_are_validated_and_none_ignored() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from latopt.errors import LatoptError
-from latopt.latency.devices import DeviceProfile, list_devices, load_device, profiles_dir
+from latopt.latency.devices import SHIPPED_PROFILES, DeviceProfile, list_devices, load_device, profiles_dir
+from latopt.latency.lut import default_lut_path
 from latopt.latency.timing import TimingPolicy
 
 SHIPPED = ("cpu", "titanx", "gpu-trt-fp16", "gpu-torch", "cpu-torch")
@@ -29,7 +32,7 @@ def test_shipped_profiles_load() -> None:
 
 
 def test_readme_documents_every_key() -> None:
-    text = (profiles_dir() / "README.md").read_text()
+    text = (SHIPPED_PROFILES / "README.md").read_text()
     for name in DeviceProfile.model_fields:
         if name != "path":
             assert f"`{name}`" in text, f"profiles/README.md does not document {name}"
@@ -80,8 +83,25 @@ def test_profile_from_path_and_validation(tmp_path) -> None:
         load_device(str(tmp_path / "missing.yaml"))
 
 
-def test_profiles_dir_override(tmp_path, monkeypatch) -> None:
-    (tmp_path / "edge.yaml").write_text("name: edge\n")
-    monkeypatch.setenv("LATOPT_PROFILES_DIR", str(tmp_path))
-    assert list_devices() == ["edge"]
-    assert load_device("edge").backend == "onnxruntime"
+def test_user_profiles_come_before_the_shipped_ones(tmp_path, monkeypatch) -> None:
+    # ./profiles in the working directory: added devices, a shipped name replaced, and the LUTs' home
+    monkeypatch.delenv("LATOPT_PROFILES_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert profiles_dir() == Path("profiles") and load_device("cpu").path == str(SHIPPED_PROFILES / "cpu.yaml")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "edge.yaml").write_text("name: edge\n")
+    (tmp_path / "profiles" / "cpu.yaml").write_text("name: cpu\nbackend: torch\n")
+    assert list_devices() == sorted({"edge", *SHIPPED})
+    assert load_device("edge").path == str(Path("profiles") / "edge.yaml")
+    assert load_device("cpu").backend == "torch" and load_device("titanx").path.startswith(str(SHIPPED_PROFILES))
+    assert default_lut_path("edge", "mobilenetv2_100", 224, 1) == Path("profiles/edge/mobilenetv2_100-r224-b1.json")
+    with pytest.raises(LatoptError, match=r"unknown device 'nope'.*\(or add nope.yaml to profiles/, or pass a YAML path\)"):
+        load_device("nope")
+
+    # $LATOPT_PROFILES_DIR takes the place of ./profiles, for device files and LUTs alike
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "edge2.yaml").write_text("name: edge2\n")
+    monkeypatch.setenv("LATOPT_PROFILES_DIR", str(other))
+    assert list_devices() == sorted({"edge2", *SHIPPED}) and load_device("cpu").backend == "onnxruntime"
+    assert default_lut_path("edge2", "mobilenetv2_100", 224, 1).parent == other / "edge2"

@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch import nn
 
-import latopt.models as models
 from latopt.cli import main
 from latopt.errors import LatoptError, VerificationError
 from latopt.fold import alpha_parameters, fold_blocks, get_alphas, install_alpha, randomize_bn_
@@ -52,19 +51,39 @@ def test_names() -> None:
 
 
 def test_pretrained_offline_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import socket
+
     import huggingface_hub.constants as hfc
 
-    monkeypatch.setattr(models, "_online", lambda host, timeout=3.0: False)
-    monkeypatch.setattr(hfc, "HF_HUB_CACHE", str(tmp_path / "hf"))
-    with pytest.raises(LatoptError, match="could not get pretrained weights for mobilenetv2_035.*drop --pretrained"):
+    lookups: list[object] = []
+    real_getaddrinfo = socket.getaddrinfo
+
+    def getaddrinfo(host, *a, **k):  # records any attempt to reach a host (there must be none offline)
+        lookups.append(host)
+        return real_getaddrinfo(host, *a, **k)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    # huggingface_hub's own offline switch: HF_HUB_OFFLINE=1 in the environment sets this when it is imported
+    monkeypatch.setattr(hfc, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hfc, "HF_HUB_CACHE", str(tmp_path / "hf"))  # an empty cache
+    with pytest.raises(LatoptError) as e:
+        build_model("mobilenetv2_100", pretrained=True)  # timm has weights for it: not in the cache
+    msg = str(e.value)
+    assert msg.startswith("could not get pretrained weights for mobilenetv2_100 (LocalEntryNotFoundError: "), msg
+    assert "needs internet access once" in msg and "HF_HUB_OFFLINE=1" in msg and "drop --pretrained" in msg
+    assert "\n" not in msg and lookups == []
+    with pytest.raises(LatoptError) as e:  # timm's own error: there are no pretrained weights for this one
         build_model("mobilenetv2_035", pretrained=True)
+    assert str(e.value) == ("could not get pretrained weights for mobilenetv2_035 (RuntimeError: No pretrained "
+                            "weights exist for mobilenetv2_035) — drop --pretrained to start from random weights")
 
     def no_net(*a, **k):
         raise urllib.error.URLError("offline (test)")
 
     monkeypatch.setattr(torch.hub, "urlopen", no_net)
     monkeypatch.setattr(torch.hub, "_hub_dir", str(tmp_path / "torch"))
-    with pytest.raises(LatoptError, match="could not get pretrained weights for torchvision/mobilenet_v2"):
+    with pytest.raises(LatoptError, match=r"could not get pretrained weights for torchvision/mobilenet_v2 "
+                                          r"\(URLError: .*offline \(test\).*the torch hub cache — drop --pretrained"):
         build_model("torchvision/mobilenet_v2", pretrained=True)
     with pytest.raises(LatoptError, match="only for width 1.0"):
         build_model("torchvision/mobilenet_v2?width=0.75", pretrained=True)

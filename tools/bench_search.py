@@ -9,7 +9,7 @@ feasible front (Optuna's hypervolume utility) in (error, latency / base latency)
 reference point (1 − (base_acc − max_acc_drop), 1.0) — so only candidates within the accuracy constraint
 and faster than the base count — and the best predicted latency within the accuracy constraint.
 
-    python tools/bench_search.py --config configs/digits_clutter.yaml --trials 12 [--task digits-clutter] [--workers 2]
+    python tools/bench_search.py --config digits_clutter --trials 12 [--task digits-clutter] [--workers 2]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def hypervolume(study, base_acc: float, base_ms: float, max_drop: float) -> tupl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="configs/digits_clutter.yaml")
+    ap.add_argument("--config", default="digits_clutter")
     ap.add_argument("--task", default="digits-clutter", help="data.task override (default: the harder digits task)")
     ap.add_argument("--trials", type=int, default=12, help="COMPLETE trials per study (the base trial included)")
     ap.add_argument("--sampler", default="tpe", choices=("tpe", "nsga2", "random"))

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", parents=[common_parser()],
                        help="export a folded checkpoint to ONNX / TensorRT with numeric gates and measured latency")
     p.add_argument("--checkpoint", required=True, help="latopt checkpoint, exported as it is (--fold folds an unfolded one first)")
-    p.add_argument("--device", default="cpu", help="device profile (profiles/*.yaml), default cpu")
+    p.add_argument("--device", default="cpu", help="device profile: a name (profiles/*.yaml or shipped) or a YAML path; default cpu")
     p.add_argument("--format", default="onnx", choices=EXPORT_FORMATS)
     p.add_argument("--precision", choices=PRECISIONS, default=None, help="default: the device profile's")
     p.add_argument("--fold", default=None,
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "from the LUT) or 1,3,5; default (or 'none'): export the checkpoint as it is")
     p.add_argument("--mode", choices=FOLD_MODES, default="exact",
                    help="with --fold: exact (bias map, equal everywhere; default) or paper (constant bias, any input size)")
-    p.add_argument("--lut", default=None, help="LUT JSON (default profiles/<device>/<model>-r<res>-b<batch>.json if present)")
+    p.add_argument("--lut", default=None, help="LUT JSON (default ./profiles/<device>/<model>-r<res>-b<batch>.json if present)")
     p.add_argument("--resolution", type=int, default=None,
                    help="input resolution, {} .. {} (default: the checkpoint's; an exact-mode fold only at its own)"
                    .format(*RESOLUTION_RANGE))

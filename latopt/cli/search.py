@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Multi-objective Optuna search: maximise validation accuracy, minimise LUT-predicted latency "
                     "(--measure: measured end-to-end; --objective depth: non-linear layers left). A worker is this "
                     "command pointed at a shared --storage URL and --study name; a rerun resumes the study.")
-    p.add_argument("--config", help="run config (YAML); its search section gives ranges and defaults")
+    p.add_argument("--config", help="run config: a YAML path or a shipped config's name; its search section gives ranges and defaults")
     p.add_argument("--trials", type=int, help="COMPLETE trials the study should hold (default: search.trials)")
     p.add_argument("--storage", help="SQLAlchemy URL (default: sqlite under runs/<study>/search/study.db)")
     p.add_argument("--study", help="study name (default: the config's name)")
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--measure", action="store_true", help="measure each candidate end-to-end on the config's device")
     p.add_argument("--timeout", type=float, help="stop starting new trials after S seconds (a rerun continues)")
     p.add_argument("--base", help="base checkpoint (default: trained once per study under runs/<study>/search/base/)")
-    p.add_argument("--lut", help="latency LUT JSON (default: the config's lut, else profiles/<device>/...)")
+    p.add_argument("--lut", help="latency LUT JSON (default: the config's lut, else ./profiles/<device>/...)")
     p.add_argument("--costs", choices=COSTS, default="lut",
                    help="c_l in the compression loss: from the LUT (default) or 1 for every block (paper default)")
     p.add_argument("--runs-dir", default="runs", help="root of run directories (default: runs)")

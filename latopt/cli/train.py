@@ -21,7 +21,7 @@ def default_out(cfg: RunConfig, stage: str) -> Path:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", parents=[common_parser()], help="train the base model (from scratch by default)",
                        description="Train cfg.model on cfg.data; writes base.pt, metrics.json and config.yaml.")
-    p.add_argument("--config", required=True, help="run config YAML (e.g. configs/quickstart.yaml)")
+    p.add_argument("--config", required=True, help="run config: a YAML path or a shipped config's name (e.g. quickstart)")
     p.add_argument("--out", help="output directory (default runs/<name>/base)")
     p.add_argument("--checkpoint", help="fine-tune this latopt checkpoint instead of training from scratch")
     p.add_argument("--pretrained", action="store_true", help="start from pretrained weights (must be cached; no download)")

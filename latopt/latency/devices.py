@@ -1,21 +1,27 @@
-"""Device profiles: one YAML file per target under ``profiles/`` (schema in ``profiles/README.md``).
+"""Device profiles: one YAML file per target (schema in ``latopt/profiles/README.md``).
 
 Public API::
 
     DeviceProfile                     frozen, validated record, one field per YAML key
-    load_device(name_or_path) -> DeviceProfile   "cpu" → profiles/cpu.yaml; or a path to a .yaml file
-    list_devices() -> list[str]       names of the shipped/added profiles
-    profiles_dir() -> Path            $LATOPT_PROFILES_DIR, else the repository's profiles/ directory
+    load_device(name_or_path) -> DeviceProfile   "cpu" → profiles/cpu.yaml, else the shipped cpu.yaml;
+                                      or a path to a .yaml file
+    list_devices() -> list[str]       names of the added and the shipped profiles
+    profiles_dir() -> Path            the user's profiles directory: $LATOPT_PROFILES_DIR, else ./profiles
+    SHIPPED_PROFILES                  the profiles shipped inside the package (``latopt/profiles/``)
 
-A user adds a device by adding a YAML file to the profiles directory (or passing its path). A variant of
-a profile: ``profile.model_copy(update={"precision": "fp16"})``.
+A device NAME is looked up as ``NAME.yaml`` in :func:`profiles_dir` (relative to the working directory),
+then among the shipped profiles, so a user adds a device (or replaces a shipped one) by putting a YAML
+file there, or passes the file's path. Measured LUTs are written to ``profiles_dir()/<device>/`` too
+(:func:`latopt.latency.lut.default_lut_path`), never into the installed package. A variant of a profile:
+``profile.model_copy(update={"precision": "fp16"})``.
 """
 
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import yaml
 from pydantic import Field, model_validator
@@ -23,6 +29,9 @@ from pydantic import Field, model_validator
 from latopt.config import Name, Positive, StrictModel, validated
 from latopt.constants import Backend, Clock, Precision
 from latopt.errors import LatoptError, first_line
+
+if TYPE_CHECKING:  # annotations only (importlib.resources.abc is Python >= 3.11)
+    from importlib.resources.abc import Traversable
 
 Count = Annotated[int, Field(ge=1)]
 Calls = Annotated[int, Field(ge=0)]
@@ -71,35 +80,49 @@ class DeviceProfile(StrictModel):
             self.provider is not None and self.provider != "CPUExecutionProvider")
 
 
+# read through importlib.resources: the YAML files are package data (pyproject.toml's package-data)
+SHIPPED_PROFILES: Traversable = resources.files("latopt") / "profiles"
+
+
 def profiles_dir() -> Path:
-    """Where device profiles and measured LUTs live."""
-    env = os.environ.get("LATOPT_PROFILES_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "profiles"
+    """The user's profiles directory: ``$LATOPT_PROFILES_DIR``, else ``profiles`` in the working directory.
+
+    Device YAML files found here come before the shipped ones; measured LUTs are written here."""
+    return Path(os.environ.get("LATOPT_PROFILES_DIR") or "profiles")
+
+
+def _profile_file(name: str) -> Traversable | None:
+    for d in (profiles_dir(), SHIPPED_PROFILES):
+        f = d / f"{name}.yaml"
+        if f.is_file():
+            return f
+    return None
 
 
 def list_devices() -> list[str]:
-    d = profiles_dir()
-    if not d.is_dir():
-        return []
-    return sorted(p.stem for p in d.glob("*.yaml"))
+    """Names of the profiles in :func:`profiles_dir` and of the shipped ones."""
+    names = set()
+    for d in (profiles_dir(), SHIPPED_PROFILES):
+        if d.is_dir():
+            names.update(f.name[:-len(".yaml")] for f in d.iterdir() if f.name.endswith(".yaml") and f.is_file())
+    return sorted(names)
 
 
 def load_device(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
-    """Load ``profiles/<name>.yaml`` or a YAML file given by path; LatoptError lists the known devices."""
-
+    """Load the device ``name`` (``profiles/<name>.yaml``, else the shipped one) or a YAML file given by path;
+    LatoptError lists the known devices."""
     s = str(name_or_path)
+    path: Traversable | None
     if s.endswith((".yaml", ".yml")) or os.sep in s:
         path = Path(s)
         if not path.is_file():
             raise LatoptError(f"device profile {path} does not exist")
     else:
-        path = profiles_dir() / f"{s}.yaml"
-        if not path.is_file():
+        path = _profile_file(s)
+        if path is None:
             known = ", ".join(list_devices()) or "(none)"
             raise LatoptError(f"unknown device {s!r}; known devices: {known} "
-                              f"(or add {path.name} to {profiles_dir()})")
+                              f"(or add {s}.yaml to {profiles_dir()}/, or pass a YAML path)")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:

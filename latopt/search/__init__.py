@@ -4,7 +4,7 @@ Public API::
 
     from latopt.search import SearchOptions, run_search, pareto_front, recommend, front_summary, write_front
 
-    res = run_search(SearchOptions(config="configs/quickstart.yaml", trials=12))   # -> SearchResult
+    res = run_search(SearchOptions(config="quickstart", trials=12))   # -> SearchResult
     study = optuna.load_study(study_name=res.study_name, storage=res.storage)
     front = pareto_front(study)              # list[FrozenTrial]: feasible, non-dominated, fastest first
     best = recommend(study, max_acc_drop=0.01)   # FrozenTrial | None: fastest within the accuracy constraint
