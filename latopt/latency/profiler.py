@@ -273,11 +273,11 @@ def measure_networks(nets: Mapping[str, Any], device: DeviceProfile, input_shape
     backend = backend or get_backend(device)
     runners: dict[str, Any] = {}
     try:
-        with torch_threads(device.threads if device.backend == "torch" else 1):
+        with torch_threads(device.threads if device.backend == "torch" else 1):  # timing included
             for k, net in nets.items():
                 runners[k] = backend.prepare(net, tuple(input_shape))
-        _log(progress, f"timing {len(runners)} networks interleaved on {device.name}")
-        return compare(runners, device)
+            _log(progress, f"timing {len(runners)} networks interleaved on {device.name}")
+            return compare(runners, device)
     finally:
         _close(runners.values())
         if own:
