@@ -735,6 +735,15 @@ def test_compute_capability_table(version, sm, ok, fix):
     assert msg.startswith(f"TensorRT {version} does not run on NVIDIA TITAN X (Pascal)")
 
 
+def test_no_fp16_where_tensorrt_lists_none():
+    trt_backend.check_compute_capability("8.6.1", (6, 0), "Tesla P100", "fp16")  # P100: full-rate FP16
+    for sm in ((6, 1), (5, 2)):
+        with pytest.raises(LatoptError, match=f"no fp16 on GPU .compute capability {sm[0]}.{sm[1]}") as e:
+            trt_backend.check_compute_capability("8.6.1", sm, "GPU", "fp16")
+        assert "\n" not in str(e.value) and "--device titanx" in str(e.value)
+        trt_backend.check_compute_capability("8.6.1", sm, "GPU", "fp32")
+
+
 def test_create_refuses_a_gpu_the_installed_tensorrt_cannot_run(monkeypatch, cache_dir):
     """titanx with TensorRT 10 (no Pascal): one line naming TensorRT 8.6; with 8.6 the backend opens."""
     fake_cuda = _FakeCuda("NVIDIA TITAN X (Pascal)", sm=(6, 1))
@@ -749,6 +758,9 @@ def test_create_refuses_a_gpu_the_installed_tensorrt_cannot_run(monkeypatch, cac
     env = backend.environment()
     assert env["tensorrt"] == "8.6.1" and env["compute_capability"] == "6.1"
     assert "fp32" in env["precision_mode"]
+    backend.close()
+    with pytest.raises(LatoptError, match="no fp16 on NVIDIA TITAN X"):  # gpu-trt-fp16 on the same card
+        get_backend(load_device("gpu-trt-fp16"))
 
 
 @pytest.mark.parametrize("bad_cache", ["none", "raise"])

@@ -142,11 +142,20 @@ def sm_range(version: str) -> tuple[tuple[int, int], tuple[int, int] | None]:
     return rows[-1][1], rows[-1][2]
 
 
-def check_compute_capability(version: str, sm: tuple[int, int], gpu: str) -> None:
+# Compute capabilities without FP16 in TensorRT's hardware/precision table (8.x support matrices: 6.1, e.g.
+# TITAN X (Pascal) and Tesla P4/P40, and Maxwell 5.0/5.2 have only low-rate FP16: "FP16 No").
+NO_FP16 = ((5, 0), (5, 2), (6, 1))
+
+
+def check_compute_capability(version: str, sm: tuple[int, int], gpu: str, precision: str = "fp32") -> None:
     """LatoptError (one line naming the TensorRT version to install) when TensorRT ``version`` does not run
-    on a GPU of compute capability ``sm``."""
+    on a GPU of compute capability ``sm``, or (one line) when that GPU has no fp16 in TensorRT."""
     lo, hi = sm_range(version)
     if lo <= sm and (hi is None or sm <= hi):
+        if precision == "fp16" and tuple(sm) in NO_FP16:
+            raise LatoptError(f"TensorRT has no fp16 on {gpu} (compute capability {sm[0]}.{sm[1]}: low-rate FP16 "
+                              f"only, 'FP16: No' in NVIDIA's support matrix); use an fp32 profile (--device titanx "
+                              f"or precision: fp32)")
         return
     cc = f"{sm[0]}.{sm[1]}"
     if sm < (5, 0):
@@ -376,7 +385,8 @@ def create(profile: Any) -> TensorRTBackend:
     except LatoptError as e:
         raise LatoptError(f"TensorRT {trt.__version__} is installed but {e}") from None
     try:
-        check_compute_capability(trt.__version__, cuda.compute_capability(), cuda.device_name())
+        check_compute_capability(trt.__version__, cuda.compute_capability(), cuda.device_name(),
+                                 str(getattr(profile, "precision", "fp32")))
         require_gpu(profile, cuda.device_name(), alternative="gpu-trt-fp16")
     except LatoptError:
         cuda.close()
