@@ -22,8 +22,8 @@ in github.com/NVIDIA/TensorRT:
 - ``trt.OnnxParser.parse_from_file``; on failure every ``parser.get_error(i)`` goes into the error line.
 - ``config.set_memory_pool_limit(MemoryPoolType.WORKSPACE, profile.workspace_mib MiB, default 1024)``.
 - precision (:func:`precision_plan`): TensorRT 8.6 and 10 fp16 set ``BuilderFlag.FP16`` on the fp32 ONNX model
-  (weak typing; deprecated in 10, still there). TensorRT 11 removed ``BuilderFlag.FP16`` ("Removed Python APIs and Replacements":
-  docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-python-api-reference.html,
+  (weak typing; deprecated in 10, still there). TensorRT 11 removed ``BuilderFlag.FP16`` ("Removed Python APIs
+  and Replacements": docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-python-api-reference.html,
   replacement "Strong typing with ModelOpt AutoCast"), so fp16 there parses an FP16 copy of the ONNX model with
   fp32 inputs/outputs kept (``keep_io_types=True``): ModelOpt AutoCast
   (``modelopt.onnx.autocast.convert_to_mixed_precision``, NVIDIA's documented route,
@@ -162,7 +162,8 @@ def check_compute_capability(version: str, sm: tuple[int, int], gpu: str, precis
         fix = ("no TensorRT release latopt supports runs on it (TensorRT 8.6 needs compute capability >= 5.0); "
                "use --device gpu-torch or --device cpu")
     elif sm < (7, 0):
-        fix = "install TensorRT 8.6, the last release for Maxwell and Pascal: pip install 'tensorrt==8.6.1' (Python <= 3.11)"
+        fix = ("install TensorRT 8.6, the last release for Maxwell and Pascal: pip install 'tensorrt==8.6.1' "
+               "(Python <= 3.11)")
     elif sm < (7, 5):
         fix = "install TensorRT 10.4 or older (Volta was removed in 10.5): pip install 'tensorrt>=10.0,<10.5'"
     else:  # newer than this release knows
@@ -214,24 +215,25 @@ def _load_timing_cache(config: Any, path: Path | None) -> dict[str, Any]:
     """Give the builder the timing cache at ``path``; anything wrong with it (unreadable, corrupt, from another
     TensorRT version or GPU) starts afresh with an empty cache and a note, never stops the build."""
     info: dict[str, Any] = {"path": None if path is None else str(path), "loaded_bytes": 0}
-    blob = b""
+    blob, why = b"", None
     if path is not None and path.is_file():
         try:
             blob = path.read_bytes()
         except OSError as e:
-            info["note"] = f"timing cache {path} unreadable ({e.strerror or e}); started afresh"
+            why = f"unreadable ({e.strerror or e})"
     if blob:
         try:
             cache = config.create_timing_cache(blob)
-            accepted = cache is not None and bool(config.set_timing_cache(cache, False))  # ignore_mismatch=False
+            if cache is None:
+                why = "TensorRT could not read it (corrupt, or written by another TensorRT version)"
+            elif config.set_timing_cache(cache, False):  # ignore_mismatch=False
+                info["loaded_bytes"] = len(blob)
+                return info
+            else:
+                why = "the builder refused it (written on another GPU or TensorRT version)"
         except _CACHE_ERRORS as e:
-            accepted, why = False, f"TensorRT could not read it ({type(e).__name__}: {first_line(e)})"
-        else:
-            why = "TensorRT could not read it (corrupt or written by another TensorRT version)" if cache is None \
-                else "the builder refused it (written on another GPU or TensorRT version)"
-        if accepted:
-            info["loaded_bytes"] = len(blob)
-            return info
+            why = f"TensorRT could not read it ({type(e).__name__}: {first_line(e)})"
+    if why:
         info["note"] = f"timing cache {path} not used: {why}; started afresh"
         print(f"latopt: note: {info['note']}", file=sys.stderr)
     config.set_timing_cache(config.create_timing_cache(b""), False)
