@@ -23,17 +23,19 @@ Python::
         y = r.run(x)                     # numpy in, numpy out (first output)
         r()                              # one synchronised inference on a fixed input (for timing)
 
-TensorRT API used (names as documented for TensorRT 10 and 11; see the NVIDIA samples
-``samples/python/common_runtime.py`` in github.com/NVIDIA/TensorRT and the Python API pages
+TensorRT API used (names present in TensorRT 8.6, 10 and 11, checked by tests/test_trt_api.py; see the
+NVIDIA samples ``samples/python/common_runtime.py`` in github.com/NVIDIA/TensorRT and the Python API pages
 https://docs.nvidia.com/deeplearning/tensorrt/latest/_static/python-api/infer/Core/ExecutionContext.html):
 ``trt.Runtime(logger).deserialize_cuda_engine``, ``engine.num_io_tensors / get_tensor_name / get_tensor_mode /
 get_tensor_shape / get_tensor_dtype / get_tensor_profile_shape``, ``context.set_input_shape``,
-``context.set_tensor_address`` and ``context.execute_async_v3(stream_handle)``.
+``context.set_tensor_address`` and ``context.execute_async_v3(stream_handle)``; the results of
+``set_input_shape`` and ``set_tensor_address`` are checked. One TensorRT logger per process (:func:`trt_logger`).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import shutil
 import statistics
@@ -123,6 +125,7 @@ class CudaApi:
     stream: Any = None
 
     def device_name(self) -> str: ...
+    def compute_capability(self) -> tuple[int, int]: ...
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> Any: ...
     def free(self, buf: Any) -> None: ...
     def ptr(self, buf: Any) -> int: ...
@@ -147,7 +150,11 @@ class CudaApi:
 
 
 class PycudaApi(CudaApi):
-    """pycuda on the device's primary context (shared with the CUDA runtime that TensorRT uses)."""
+    """pycuda on the device's primary context (shared with the CUDA runtime that TensorRT uses).
+
+    The context is pushed here and popped by :meth:`close`, which also runs at interpreter exit (``atexit``)
+    when the owner never called it: pycuda aborts the interpreter ("context stack was not empty upon module
+    cleanup", exit code 134) when a pushed context is left behind. ``close`` is idempotent."""
 
     name = "pycuda"
 
@@ -163,11 +170,16 @@ class PycudaApi(CudaApi):
         self.device = cuda.Device(device_index)
         self.ctx = self.device.retain_primary_context()
         self.ctx.push()
+        atexit.register(self.close)  # pops the context even when the owner never closes it
         self.stream = cuda.Stream()
         self._allocs: list[Any] = []
 
     def device_name(self) -> str:
         return str(self.device.name())
+
+    def compute_capability(self) -> tuple[int, int]:
+        major, minor = self.device.compute_capability()
+        return int(major), int(minor)
 
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
@@ -210,15 +222,19 @@ class PycudaApi(CudaApi):
         return driver_version(self.device_index) or f"CUDA driver API {self.cuda.get_driver_version()}"
 
     def close(self) -> None:
-        if self.ctx is None:
+        """Free the buffers, pop and release the context (idempotent; also registered with ``atexit``)."""
+        ctx, self.ctx = self.ctx, None
+        if ctx is None:
             return
-        self.stream.synchronize()
-        for buf in self._allocs:
-            buf.free()
-        self._allocs.clear()
-        self.cuda.Context.pop()
-        self.ctx.detach()
-        self.ctx = None
+        atexit.unregister(self.close)
+        try:
+            self.stream.synchronize()
+            for buf in self._allocs:
+                buf.free()
+            self._allocs.clear()
+        finally:  # the context is popped even when a pending CUDA error surfaces above
+            self.cuda.Context.pop()
+            ctx.detach()
 
 
 class TorchCudaApi(CudaApi):
@@ -242,6 +258,10 @@ class TorchCudaApi(CudaApi):
 
     def device_name(self) -> str:
         return str(self.torch.cuda.get_device_name(self.device_index))
+
+    def compute_capability(self) -> tuple[int, int]:
+        major, minor = self.torch.cuda.get_device_capability(self.device_index)
+        return int(major), int(minor)
 
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         tdtype = self.torch.from_numpy(np.empty(0, dtype=dtype)).dtype
@@ -324,6 +344,18 @@ def import_tensorrt(hint: str = TRT_INSTALL_HINT) -> Any:
     return trt
 
 
+_TRT_LOGGER: tuple[Any, Any] | None = None  # (the tensorrt module, its one Logger)
+
+
+def trt_logger(trt: Any) -> Any:
+    """The process's one TensorRT logger (WARNING and above), created on first use and shared by every
+    build and runner, as NVIDIA's samples keep one module-level ``TRT_LOGGER``."""
+    global _TRT_LOGGER
+    if _TRT_LOGGER is None or _TRT_LOGGER[0] is not trt:
+        _TRT_LOGGER = (trt, trt.Logger(trt.Logger.WARNING))
+    return _TRT_LOGGER[1]
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     name: str
@@ -344,7 +376,8 @@ class TrtEngineRunner:
                  device_index: int = 0, cuda: CudaApi | None = None, seed: int = 0) -> None:
         if isinstance(engine, (str, Path)):
             engine = _read_file(Path(engine), "TensorRT engine")
-        trt = import_tensorrt("pip install tensorrt pycuda on a machine with an NVIDIA GPU, or run the .onnx model")
+        trt = import_tensorrt("pip install tensorrt on a machine with an NVIDIA GPU (CUDA buffers through "
+                              "pycuda when installed, else torch), or run the .onnx model")
         self._own_cuda = cuda is None
         self.cuda = cuda or cuda_api(device_index)  # context first: TensorRT allocates on the current one
         self.trt = trt
@@ -357,8 +390,7 @@ class TrtEngineRunner:
 
     def _setup(self, plan: bytes, input_shape: Sequence[int] | None, seed: int) -> None:
         trt = self.trt
-        self.logger = trt.Logger(trt.Logger.WARNING)
-        self.runtime = trt.Runtime(self.logger)
+        self.runtime = trt.Runtime(trt_logger(trt))
         self.engine = self.runtime.deserialize_cuda_engine(plan)
         if self.engine is None:
             raise LatoptError(
@@ -370,22 +402,38 @@ class TrtEngineRunner:
         inputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         if len(inputs) != 1:
             raise LatoptError(f"the engine has {len(inputs)} inputs {inputs}; the latopt runtime expects exactly one")
-        self.context.set_input_shape(inputs[0], self._input_shape(inputs[0], input_shape))
+        self._set_input_shape(inputs[0], self._input_shape(inputs[0], input_shape))
         self.specs: list[TensorSpec] = []
         for n in names:
             shape = tuple(int(d) for d in self.context.get_tensor_shape(n))
+            if any(d < 0 for d in shape):
+                raise LatoptError(f"TensorRT left tensor {n!r} with unresolved shape {list(shape)} after setting the "
+                                  f"input shape; the engine cannot run at this input shape")
             try:
                 dtype = np.dtype(trt.nptype(self.engine.get_tensor_dtype(n)))
             except (TypeError, KeyError, ValueError):
                 raise LatoptError(f"tensor {n!r} has dtype {self.engine.get_tensor_dtype(n)} that numpy cannot hold") from None
             self.specs.append(TensorSpec(n, shape, dtype, n in inputs))
             self.buffers[n] = self.cuda.alloc(shape, dtype)
-            self.context.set_tensor_address(n, self.cuda.ptr(self.buffers[n]))
+            if not self.context.set_tensor_address(n, self.cuda.ptr(self.buffers[n])):
+                raise LatoptError(f"TensorRT refused the device address of tensor {n!r} (see the TensorRT log above)")
         self.input = next(s for s in self.specs if s.is_input)
         self.outputs = [s for s in self.specs if not s.is_input]
         fixed = np.random.default_rng(seed).standard_normal(self.input.shape).astype(self.input.dtype)
         self.cuda.htod(self.buffers[self.input.name], fixed)
         self.cuda.synchronize()
+
+    def _set_input_shape(self, name: str, shape: tuple[int, ...]) -> None:
+        """``set_input_shape``, checked: a shape outside the optimisation profile is a one-line error naming
+        the profile's min and max (TensorRT returns False and would leave negative output shapes)."""
+        if self.context.set_input_shape(name, shape):
+            return
+        what = f"input shape {list(shape)} is not accepted by the engine's input {name!r}"
+        static = tuple(int(d) for d in self.engine.get_tensor_shape(name))
+        if any(d < 0 for d in static):
+            lo, _, hi = self.engine.get_tensor_profile_shape(name, 0)
+            what += f": its optimisation profile allows min {[int(d) for d in lo]} to max {[int(d) for d in hi]}"
+        raise LatoptError(what)
 
     def _input_shape(self, name: str, given: Sequence[int] | None) -> tuple[int, ...]:
         static = tuple(int(d) for d in self.engine.get_tensor_shape(name))
@@ -454,6 +502,42 @@ class TrtEngineRunner:
 _ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
                "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(uint8)": np.uint8}
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+ORT_LOG_WARNING = 2  # ONNX Runtime's log_severity_level for warnings (0 verbose .. 4 fatal)
+_ORT_DLLS_PRELOADED = False
+
+
+def ort_install_hint() -> str:
+    """How to get ONNX Runtime's GPU providers working here (one sentence). ``onnxruntime`` and
+    ``onnxruntime-gpu`` install the same ``onnxruntime`` module, so with both installed whichever was
+    written last wins, and uninstalling one breaks the other."""
+    from importlib import metadata
+
+    installed = set()
+    for dist in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            metadata.distribution(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        installed.add(dist)
+    if installed == {"onnxruntime", "onnxruntime-gpu"}:
+        return ("both onnxruntime and onnxruntime-gpu are installed and overwrite each other: "
+                "pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu")
+    if "onnxruntime-gpu" not in installed:
+        return "pip uninstall -y onnxruntime && pip install onnxruntime-gpu (see README, GPU section)"
+    return ("onnxruntime-gpu is installed but its CUDA/cuDNN libraries did not load (see ONNX Runtime's warning "
+            "above): install the CUDA and cuDNN versions it was built for, e.g. pip install 'onnxruntime-gpu[cuda,cudnn]'")
+
+
+def _preload_ort_dlls(ort: Any) -> None:
+    """``onnxruntime.preload_dlls()`` (onnxruntime-gpu >= 1.21) once per process, before the first GPU
+    session: it loads the CUDA/cuDNN libraries of the nvidia-* wheels (or torch's) that the CUDA provider
+    would otherwise fail to find."""
+    global _ORT_DLLS_PRELOADED
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None or _ORT_DLLS_PRELOADED:
+        return
+    _ORT_DLLS_PRELOADED = True
+    preload()
 
 
 def ort_errors() -> tuple[type[BaseException], ...]:
@@ -475,6 +559,11 @@ class OrtRunner:
     ``inter_op_num_threads = 1``, sequential execution, ``ORT_ENABLE_ALL`` (ONNX Runtime's defaults, set
     explicitly because the latency backend reports them), ``log_severity`` when given (3 = errors only).
 
+    A GPU provider first: ``onnxruntime.preload_dlls()`` runs before the session where it exists, ONNX
+    Runtime's warnings stay visible (``log_severity`` is capped at 2) and the session must really use that
+    provider (``session.get_providers()[0]``): ONNX Runtime lists the CUDA provider as available even when
+    CUDA or cuDNN cannot be loaded and then quietly runs on the CPU, which would time CPU work as GPU work.
+
     The input shape defaults to the model's, dynamic dimensions 1; it is checked against the model's
     declared shape, then the model is run once on a seeded random input. That input and pre-allocated
     outputs are bound (IOBinding), so ``runner()``, the timed call, is one ``run_with_iobinding`` without
@@ -491,19 +580,28 @@ class OrtRunner:
             raise LatoptError("onnxruntime is not installed: pip install onnxruntime") from None
         path = Path(model)
         _read_file(path, "ONNX model", read=False)
+        providers = list(providers or ["CPUExecutionProvider"])
+        first, first_opts = (providers[0], {}) if isinstance(providers[0], str) else providers[0]
+        gpu = first in GPU_PROVIDERS
         opts = ort.SessionOptions()
         if threads:
             opts.intra_op_num_threads = int(threads)
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if log_severity is not None:
-            opts.log_severity_level = int(log_severity)
-        providers = list(providers or ["CPUExecutionProvider"])
+        if log_severity is not None:  # a GPU provider's "Failed to create CUDAExecutionProvider" is a warning
+            opts.log_severity_level = min(int(log_severity), ORT_LOG_WARNING) if gpu else int(log_severity)
+        if gpu:
+            _preload_ort_dlls(ort)
         try:
             self.session = ort.InferenceSession(str(path), opts, providers=providers)
         except ort_errors() as e:
             raise LatoptError(f"ONNX Runtime cannot load {path}: {first_line(e)}") from None
+        active = list(self.session.get_providers())
+        if gpu and (not active or active[0] != first):
+            raise LatoptError(f"ONNX Runtime did not start {first} (the session runs on {', '.join(active) or 'nothing'}), "
+                              f"so it would time the CPU; {ort_install_hint()}")
+        self.providers = active
         inputs = self.session.get_inputs()
         if len(inputs) != 1:
             raise LatoptError(f"{path} has {len(inputs)} inputs; the latopt runtime expects exactly one")
@@ -525,8 +623,6 @@ class OrtRunner:
         except ort_errors() as e:
             raise LatoptError(f"ONNX Runtime cannot run the model at input shape {list(shape)}: "
                               f"{first_line(e)}") from None
-        first, first_opts = (providers[0], {}) if isinstance(providers[0], str) else providers[0]
-        gpu = first in GPU_PROVIDERS
         device, device_id = ("cuda", int(first_opts.get("device_id", 0))) if gpu else ("cpu", 0)
         self._binding = self.session.io_binding()
         self._x = ort.OrtValue.ortvalue_from_numpy(x, device, device_id)

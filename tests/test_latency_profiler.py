@@ -119,3 +119,46 @@ def test_profile_gpu_torch(tmp_path) -> None:
     lut = profile_model(tiny_effnet(), prof, 32, progress=False, num_classes=10, name="tiny")
     assert lut.backend == "torch" and "gpu" in lut.environment
     assert all(b.raw["none"].median_ms > 0 for b in lut.blocks)
+
+
+class _ClosingBackend:
+    """A backend stand-in whose runners fail to close (as a CUDA error surfacing at synchronize would)."""
+
+    name = "stand-in"
+
+    def __init__(self, profile) -> None:  # type: ignore[no-untyped-def]
+        self.closed = 0
+
+    def prepare(self, model, input_shape):  # type: ignore[no-untyped-def]
+        class Runner:
+            def __call__(self) -> None:
+                pass
+
+            def time_ms(self) -> float:
+                return 1.0
+
+            def close(self) -> None:
+                raise RuntimeError("a runner failed to close")
+
+        return Runner()
+
+    def environment(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_backends_closed_when_a_runner_fails_to_close(monkeypatch) -> None:
+    """Issue 13, defect 2: the backend (with pycuda, a pushed CUDA context) is closed on every path of
+    measure_networks and profile_model, even when closing a runner raises."""
+    import latopt.latency.profiler as profiler
+
+    opened: list[_ClosingBackend] = []
+    monkeypatch.setattr(profiler, "get_backend", lambda dev: opened.append(_ClosingBackend(dev)) or opened[-1])
+    device = load_device("cpu").model_copy(update={"warmup": 0, "min_repeats": 3, "max_repeats": 3, "clock": "wall"})
+    with pytest.raises(RuntimeError, match="failed to close"):
+        measure_networks({"relu": torch.nn.ReLU()}, device, (1, 4))
+    with pytest.raises(RuntimeError, match="failed to close"):
+        profile_model("mobilenetv2_035", device, resolution=32, num_classes=10, progress=False)
+    assert [b.closed for b in opened] == [1, 1]

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", required=True, help="latopt checkpoint, exported as it is (--fold folds an unfolded one first)")
     p.add_argument("--device", default="cpu", help="device profile: a name (profiles/*.yaml or shipped) or a YAML path; default cpu")
     p.add_argument("--format", default="onnx", choices=EXPORT_FORMATS)
-    p.add_argument("--precision", choices=PRECISIONS, default=None, help="default: the device profile's")
+    p.add_argument("--precision", choices=PRECISIONS, default=None, help="builds and measures at this precision (default: the device profile's)")
     p.add_argument("--fold", default=None,
                    help="fold an unfolded checkpoint here: 'all', 'auto' (blocks whose fold pays on this device, "
                         "from the LUT) or 1,3,5; default (or 'none'): export the checkpoint as it is")

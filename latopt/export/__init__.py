@@ -9,7 +9,7 @@ export.json dict. The job below calls one module per role:
 - :mod:`.plan`    what is exported (the checkpoint as it is, or folded here; resolution; LUT; ``--fold``)
 - :mod:`.gates`   the numeric gates (fold, ONNX, engine) and the accuracy gate
 - :mod:`.graph`   the ONNX file (latopt's exporter, nodes tagged with their block)
-- :mod:`.engine`  the TensorRT engine (built through the profiler's backend, run by ``latopt.runtime``)
+- :mod:`.engine`  the export's one backend and its TensorRT engine (run by ``latopt.runtime``)
 - :mod:`.report`  the end-to-end latency measurement and ``REPORT.md``
 
 What it does, in order (nothing is written unless every gate passes):
@@ -36,8 +36,13 @@ What it does, in order (nothing is written unless every gate passes):
    ``meta.acc.finetuned`` of a folded.pt, ``meta.test_acc`` of a base.pt) within one test sample, or
    export refuses (VerificationError; fp16 engines get ``ACC_TOL_FP16`` more). When export folds, the
    fold gates apply and the accuracy is reported beside the recorded one.
-5. Latency: the as-is and the folded network measured end to end on the device in one interleaved run;
-   speed-up with spread; the LUT's prediction beside the measurement when a LUT exists.
+5. Latency: the as-is and the folded network measured end to end on the device at ``--precision`` (default:
+   the profile's) in one interleaved run; speed-up with spread; the LUT's prediction beside the measurement
+   when a LUT of that precision exists.
+
+One backend serves the whole export (:func:`.engine.open_backend`, opened before any work, so a device or
+precision this machine cannot drive fails first): it builds the engine and times the networks, and is
+closed on every path, errors included (with pycuda a backend left open aborts the interpreter at exit).
 6. ``export.json`` + ``REPORT.md`` (+ ``model.onnx``, ``model.engine``) in DIR, written atomically.
 """
 
@@ -51,7 +56,7 @@ from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
 from latopt.config import check_resolution
 from latopt.constants import EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS
 from latopt.errors import LatoptError
-from latopt.export.engine import open_engine, tensorrt_backend, write_engine
+from latopt.export.engine import at_precision, open_backend, open_engine, write_engine
 from latopt.export.gates import (
     NOISE_K,
     TOL_ENGINE,
@@ -81,6 +86,7 @@ from latopt.export.plan import (
     parse_fold_spec,
 )
 from latopt.export.report import measure_latency, render_report
+from latopt.latency.backends import close_backend
 from latopt.latency.devices import load_device
 from latopt.models import load_checkpoint, recorded_test_acc
 from latopt.runtime import OrtRunner
@@ -113,12 +119,24 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     precision = precision or device.precision
     if precision not in PRECISIONS:
         raise LatoptError(f"--precision {precision!r}: choose {' or '.join(PRECISIONS)}")
-    trt_backend = None
-    if fmt in ("engine", "all"):
-        trt_backend = tensorrt_backend(device, precision)   # fails early: nothing written yet
     if not Path(checkpoint).is_file():
         raise LatoptError(f"checkpoint {checkpoint} does not exist")
+    # One backend for the whole export, at the requested precision: it builds the engine (--format
+    # engine|all) and times the networks; opened before any work (a device this machine cannot drive, or a
+    # precision its backend cannot time, fails here) and closed on every path.
+    backend = open_backend(device, precision, engine=fmt in ("engine", "all"), measure=measure)
+    try:
+        return _export(checkpoint, device, out, backend, fmt=fmt, precision=precision, fold=fold,
+                       lut_path=lut_path, resolution=resolution, samples=samples, seed=seed, measure=measure,
+                       say=say, mode=mode)
+    finally:
+        close_backend(backend)
 
+
+def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt: str, precision: str,
+            fold: str | None, lut_path: str | None, resolution: int | None, samples: int, seed: int,
+            measure: bool, say: Any, mode: str) -> dict[str, Any]:
+    trt_backend = backend if fmt in ("engine", "all") else None
     say(f"loading {checkpoint}")
     loaded = load_checkpoint(checkpoint)
     recorded_test_acc(loaded[2])  # a malformed record is refused before any work
@@ -162,7 +180,11 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
         result["gates"] = [asdict(g) | {"passed": g.passed} for g in gates]
         result["accuracy"] = accuracy_gate(p, task, accs, precision, say)
         if measure:
-            result["latency"] = measure_latency(p, device, lut, say)
+            if lut is not None and precision != device.precision:
+                p.notes.append(f"latency measured at --precision {precision}; the LUT ({device.precision}, the "
+                               f"profile's precision) is not compared with it")
+                lut = None
+            result["latency"] = measure_latency(p, at_precision(device, precision), lut, say, backend=backend)
         result["files"] = files
         write_json_atomic(tmp / "export.json", result)
         write_text_atomic(tmp / "REPORT.md", render_report(result))

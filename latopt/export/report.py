@@ -2,7 +2,8 @@
 
 Public API::
 
-    measure_latency(plan, device, lut, say) -> dict   as-is vs folded in one interleaved run (+ LUT prediction)
+    measure_latency(plan, device, lut, say, backend=None) -> dict   as-is vs folded in one interleaved run at the
+                                                      device's precision (+ LUT prediction)
     render_report(result) -> str                      REPORT.md from the export.json dict
 """
 
@@ -17,12 +18,14 @@ from latopt.latency.lut import predict
 from latopt.latency.profiler import measure_networks
 
 
-def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], None]) -> dict[str, Any]:
-    """The as-is and the folded network measured end to end on ``device`` in one interleaved run; the
-    speed-up with its quartile range; the LUT's prediction and error beside each when ``lut`` is given."""
+def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], None], *,
+                    backend: Any = None) -> dict[str, Any]:
+    """The as-is and the folded network measured end to end on ``device`` (at its precision; with ``backend``
+    when given, else one opened and closed here) in one interleaved run; the speed-up with its quartile range;
+    the LUT's prediction and error beside each when ``lut`` is given."""
     shape = (device.batch, 3, p.resolution, p.resolution)
-    say(f"measuring as-is vs folded end to end on {device.name} (interleaved)")
-    stats = measure_networks({"as-is": asis_network(p.arch), "folded": p.folded}, device, shape)
+    say(f"measuring as-is vs folded end to end on {device.name} ({device.precision}, interleaved)")
+    stats = measure_networks({"as-is": asis_network(p.arch), "folded": p.folded}, device, shape, backend=backend)
     a, f = stats["as-is"], stats["folded"]
     lat: dict[str, Any] = {
         "as_is_ms": a.median_ms, "as_is_iqr_ms": a.iqr_ms,
@@ -31,6 +34,7 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
         # spread of the ratio from the quartiles: slowest-as-is/fastest-folded and the reverse
         "speedup_range": [a.q1_ms / f.q3_ms, a.q3_ms / f.q1_ms],
         "repeats": {"as_is": a.n, "folded": f.n},
+        "precision": device.precision,
     }
     if lut is not None:
         lat["lut_as_is_ms"] = predict(lut, {})
@@ -69,7 +73,7 @@ def render_report(r: dict[str, Any]) -> str:
                   f"ONNX {acc['test_acc']:.4f}{engine}{rec}"]
     lat = r.get("latency")
     if lat:
-        lines += ["", "## Latency (measured end to end in one interleaved run)", "",
+        lines += ["", f"## Latency ({lat.get('precision', r['precision'])}, measured end to end in one interleaved run)", "",
                   "| network | median ms | IQR ms | LUT prediction ms | LUT error |", "|---|---|---|---|---|",
                   f"| as-is | {lat['as_is_ms']:.3f} | {lat['as_is_iqr_ms']:.3f} | "
                   + (f"{lat['lut_as_is_ms']:.3f} | {lat['lut_error_as_is']:+.1%} |" if "lut_as_is_ms" in lat else "– | – |"),

@@ -3,9 +3,13 @@
 Session options follow the profile: ``intra_op_num_threads = profile.threads`` (1 on the ``cpu``
 profile: on the 2-vCPU machines 2 threads were slower and far noisier), ``inter_op_num_threads = 1``,
 sequential execution, ``ORT_ENABLE_ALL`` graph optimisation (on x86 this includes the NCHWc layout
-transform; ``ENABLE_EXTENDED`` ran MobileNetV2 at less than half the speed here), errors-only logging.
-Execution provider: ``profile.provider`` (default ``CPUExecutionProvider``); ``CUDAExecutionProvider``
-and ``TensorrtExecutionProvider`` need ``onnxruntime-gpu`` and use ``profile.cuda_device``.
+transform; ``ENABLE_EXTENDED`` ran MobileNetV2 at less than half the speed here), errors-only logging
+(warnings too with a GPU provider). Execution provider: ``profile.provider`` (default
+``CPUExecutionProvider``); ``CUDAExecutionProvider`` and ``TensorrtExecutionProvider`` need
+``onnxruntime-gpu`` (not installable beside ``onnxruntime``: README, GPU section) and use
+``profile.cuda_device``. ONNX Runtime lists the CUDA provider even where CUDA or cuDNN cannot load and
+then runs on the CPU: the runner refuses a session whose first provider is not the one asked for
+(:class:`latopt.runtime.OrtRunner`), after ``onnxruntime.preload_dlls()`` where it exists.
 
 The runner is the deploy runner (:class:`latopt.runtime.OrtRunner`): it pre-binds the input and
 pre-allocated outputs (IOBinding), so a timed call is one ``run_with_iobinding`` without Python-side
@@ -24,7 +28,7 @@ import onnxruntime as ort
 from latopt.errors import LatoptError
 from latopt.latency.onnx_io import ExportCache
 from latopt.latency.timing import environment_info
-from latopt.runtime import GPU_PROVIDERS, OrtRunner
+from latopt.runtime import GPU_PROVIDERS, OrtRunner, ort_install_hint
 
 LOG_ERRORS_ONLY = 3  # ONNX Runtime's log_severity_level for errors (0 verbose .. 4 fatal)
 
@@ -61,7 +65,7 @@ def create(profile: Any) -> OrtBackend:
     provider = profile.provider or "CPUExecutionProvider"
     available = ort.get_available_providers()
     if provider not in available:
-        hint = ("install onnxruntime-gpu on a machine with an NVIDIA GPU, or use --device cpu"
+        hint = (f"on a machine with an NVIDIA GPU: {ort_install_hint()}; or use --device cpu"
                 if provider in GPU_PROVIDERS else "check the provider name in the device profile")
         raise LatoptError(f"device {profile.name!r} asks for ONNX Runtime provider {provider!r}, which is not "
                           f"available here (available: {', '.join(available)}); {hint}")

@@ -1,9 +1,15 @@
 """PyTorch eager backend: CPU (host clock) or CUDA (CUDA events on the backend's stream).
 
 ``profile.cuda_device`` set → CUDA: the backend holds one :class:`latopt.runtime.TorchCudaApi` (that GPU
-made current, one CUDA stream), each runner's module is copied to the GPU and runs on that stream, each
-call waits for the stream, and :meth:`TorchCudaRunner.time_ms` times one inference with latopt's one
-CUDA-event timer (:meth:`latopt.runtime.CudaApi.time_ms`, shared with the TensorRT runner). Otherwise
+made current, one CUDA stream on it), each runner's module is copied to the GPU and runs on that stream
+(``torch.cuda.stream`` also makes the stream's device current), each call waits for the stream, and
+:meth:`TorchCudaRunner.time_ms` times one inference with latopt's one CUDA-event timer
+(:meth:`latopt.runtime.CudaApi.time_ms`, events recorded on that stream, shared with the TensorRT runner).
+An fp32 CUDA profile times true fp32: TF32 is switched off for cuDNN convolutions and cuBLAS matmuls
+(``torch.backends.cudnn.allow_tf32``, on by default, and ``torch.backends.cuda.matmul.allow_tf32``) while
+the backend is open and restored by :meth:`TorchBackend.close` — the TensorRT backend clears TF32 for fp32
+too; the switches are recorded in the LUT's environment. ``create`` refuses a GPU that the installed torch
+has no kernels for (e.g. Pascal, compute capability 6.1, with a torch build for CUDA >= 12.8). Otherwise
 CPU eager with ``torch.set_num_threads(profile.threads)`` (process-wide). fp16 is CUDA-only. The runner
 works on a deep copy in eval mode under ``torch.inference_mode``; the caller's module is left untouched.
 """
@@ -13,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -81,6 +89,34 @@ class TorchCudaRunner(TorchRunner):
         return self.cuda.time_ms(self._forward)
 
 
+def tf32_flags() -> dict[str, bool]:
+    """torch's TF32 switches for fp32 work on CUDA (process-wide)."""
+    return {"cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32)}
+
+
+def set_tf32_flags(flags: dict[str, bool]) -> None:
+    torch.backends.cudnn.allow_tf32 = bool(flags["cudnn.allow_tf32"])
+    torch.backends.cuda.matmul.allow_tf32 = bool(flags["cuda.matmul.allow_tf32"])
+
+
+def arch_runs_on(capability: Sequence[int], arch_list: Sequence[str]) -> bool:
+    """Whether a torch build for ``arch_list`` (``torch.cuda.get_arch_list()``: "sm_61", "sm_90a",
+    "compute_90") has code for a GPU of ``capability``: a cubin of the same major version and a lower or equal
+    minor one, or PTX of a lower or equal capability (JIT-compiled)."""
+    cap = (int(capability[0]), int(capability[1]))
+    for arch in arch_list:
+        m = re.fullmatch(r"(sm|compute)_(\d+)(\d)([a-z]?)", arch)
+        if not m:
+            continue
+        have = (int(m.group(2)), int(m.group(3)))
+        if m.group(1) == "compute" and have <= cap:
+            return True
+        if m.group(1) == "sm" and (have == cap or (not m.group(4) and have[0] == cap[0] and have[1] <= cap[1])):
+            return True
+    return False
+
+
 class TorchBackend:
     name = "torch"
 
@@ -89,6 +125,10 @@ class TorchBackend:
         self.device = device
         self.dtype = dtype
         self.cuda = cuda
+        self._tf32_restore: dict[str, bool] | None = None
+        if cuda is not None and dtype == torch.float32:  # "fp32" means fp32, not TF32 (restored by close())
+            self._tf32_restore = tf32_flags()
+            set_tf32_flags({"cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False})
 
     def prepare(self, model: Any, input_shape: tuple[int, ...]) -> TorchRunner:
         if isinstance(model, (str, os.PathLike)):
@@ -104,15 +144,24 @@ class TorchBackend:
                     "dtype": str(self.dtype).replace("torch.", "")})
         if self.cuda is not None:
             env["gpu"] = self.cuda.device_name()
+            env["compute_capability"] = "{}.{}".format(*self.cuda.compute_capability())
             env["cuda"] = torch.version.cuda
             drv = self.cuda.driver_version()
             if drv:
                 env["driver"] = drv
+            env["tf32"] = tf32_flags()  # what the timed convolutions and matmuls ran with
+            env["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
+            env["precision_mode"] = (f"{self.profile.precision}, TF32 off" if self._tf32_restore is not None
+                                     else str(self.profile.precision))
         else:
             env["threads"] = torch.get_num_threads()
         return env
 
     def close(self) -> None:
+        """Restore the TF32 switches and release the CUDA stream (idempotent)."""
+        if self._tf32_restore is not None:
+            set_tf32_flags(self._tf32_restore)
+            self._tf32_restore = None
         if self.cuda is not None:
             self.cuda.close()
 
@@ -132,7 +181,15 @@ def create(profile: Any) -> TorchBackend:
     if idx >= torch.cuda.device_count():
         raise LatoptError(f"device {profile.name!r} asks for CUDA device {idx} but only "
                           f"{torch.cuda.device_count()} GPU(s) are visible; set cuda_device in the profile")
-    require_gpu(profile, torch.cuda.get_device_name(idx), alternative="gpu-torch")
+    gpu = torch.cuda.get_device_name(idx)
+    require_gpu(profile, gpu, alternative="gpu-torch")
+    cap = tuple(torch.cuda.get_device_capability(idx))
+    archs = list(torch.cuda.get_arch_list())
+    if archs and not arch_runs_on(cap, archs):
+        raise LatoptError(f"device {profile.name!r}: torch {torch.__version__} has no CUDA kernels for {gpu} (compute "
+                          f"capability {cap[0]}.{cap[1]}; this build has {', '.join(archs)}); install a torch build "
+                          f"that does (Maxwell/Pascal/Volta: the CUDA 12.6 wheels, torch <= 2.14, pip install torch "
+                          f"--index-url https://download.pytorch.org/whl/cu126) or use a TensorRT device")
     cuda = TorchCudaApi(idx)
     dtype = torch.float16 if profile.precision == "fp16" else torch.float32
     return TorchBackend(profile, cuda.device, dtype, cuda)
