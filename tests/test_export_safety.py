@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -64,8 +65,9 @@ def _conv_nodes(onnx_path: Path) -> int:
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, err
+    """The one error line, after nothing but progress lines (``[export] ...``): no traceback."""
+    *progress, err = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("latopt: error:") and all(re.match(r"\[[a-z]+\] ", s) for s in progress), progress + [err]
     return err
 
 
