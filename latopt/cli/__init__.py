@@ -3,9 +3,10 @@
 The stages are plain Python APIs (``latopt.train``, ``latopt.layerfold``, ``latopt.export``, ...) that know
 nothing of argparse. Each module of this package wires one stage: ``register(subparsers)`` adds its
 parser(s) and sets ``func`` (a callable taking the parsed ``Namespace`` and returning an exit code or
-``None``) that turns the arguments into one API call and prints its results to stdout (progress and
-warnings go to stderr through :mod:`latopt.log`; ``-v`` / ``-q`` set how much). A :class:`~latopt.errors.LatoptError` raised anywhere is printed as one line
-(``latopt: error: ...``) with exit code 2 (3 for a failed check) and no traceback. Ctrl-C prints
+``None``) that turns the arguments into one API call and prints its results to stdout; progress and
+warnings go to stderr through :mod:`latopt.log` (``-v`` / ``-q`` on every sub-command set how much). A
+:class:`~latopt.errors.LatoptError` raised anywhere is printed as one line (``latopt: error: ...``) with
+exit code 2 (3 for a failed check) and no traceback. Ctrl-C prints
 ``latopt: interrupted`` (exit 130) and SIGTERM ``latopt: terminated`` (exit 143), both after the same
 cleanup (:mod:`latopt.signals`): nothing half-written is left behind.
 """
