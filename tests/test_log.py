@@ -18,6 +18,7 @@ from latopt import log
 from latopt.cli import build_parser, main
 from latopt.engine import cross_entropy_loss, fit
 from latopt.latency.devices import load_device
+from latopt.models import build_model, make_arch, save_checkpoint
 from latopt.run import latency_chart
 from latopt.search._options import SearchOptions
 from latopt.search._workers import worker_argv
@@ -62,6 +63,19 @@ def test_cli_results_on_stdout_progress_on_stderr_and_quiet(capsys: pytest.Captu
         assert main([*argv, quiet]) == 0
         q_out, q_err = capsys.readouterr()
         assert q_out == out and q_err == "", quiet
+
+
+def test_export_progress_on_stderr_files_on_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = build_model("mobilenetv2_035", num_classes=10)
+    ckpt = save_checkpoint(tmp_path / "base.pt", m, make_arch(m, "mobilenetv2_035", 10), {"resolution": 16})
+    out_dir = tmp_path / "out"
+    assert main(["export", "--checkpoint", str(ckpt), "--fold", "all", "--samples", "4", "--no-measure",
+                 "--out", str(out_dir)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"wrote {out_dir}/export.json, REPORT.md and model.onnx\n"
+    lines = err.splitlines()
+    assert lines[0] == f"[export] loading {ckpt}" and all(s.startswith("[export] ") for s in lines), err
+    assert any("ONNX Runtime" in s and s.endswith(" ok") for s in lines), err
 
 
 def test_verbose_shows_debug_lines_and_errors_stay_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
