@@ -85,3 +85,11 @@ def edit_checkpoint():
         return Path(dst)
 
     return edit_
+
+
+@pytest.fixture(autouse=True)
+def _default_log_level() -> None:
+    """Every test starts at the default log level (an in-process `main([..., "-q"])` must not leak)."""
+    from latopt import log
+
+    log.setup(log.DEFAULT)
