@@ -1,4 +1,4 @@
-"""Run configuration: frozen dataclasses read from YAML and written back, resolved, with every run.
+"""Run configuration: frozen, validated pydantic models read from YAML and written back, resolved, with every run.
 
 A config file has the sections below; every key is optional (defaults shown by ``dump_config``), an
 unknown section or key, a value of the wrong type or an invalid value is a :class:`LatoptError` naming
@@ -17,106 +17,304 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
              post_lr: 0.0005, unfolded_alpha: zero, max_fold_error: 0.001}
     search: {lambda_c: [0.05, 5.0], tau: [0.7, 0.95], p: [1.5, 4.0], granularity: [block],
              trials: 20, max_acc_drop: 0.01, sampler: tpe, storage: null}
-    device: cpu                   # device profile name (profiles/<name>.yaml)
+    device: cpu                   # device profile: a name (profiles/<name>.yaml or shipped) or a path
     lut: null                     # latency LUT (JSON) giving c_l; null = uniform c_l = 1
     threads: null                 # torch intra-op threads for train/fold (null = torch's default)
 
-Public API: :class:`RunConfig` (+ section classes), :func:`load_config`, :func:`config_from_dict`,
-:func:`dump_config`, :func:`write_config`, :func:`check_resolution` (the input resolution bound,
-``RESOLUTION_RANGE``, shared by every command that takes ``--resolution``).
+A config is given by path, or by the name of one shipped inside the package (``latopt/configs/``:
+``quickstart``, ``digits_clutter``, ``mobilenetv2_100``, ``efficientnet_lite0``); see :func:`config_path`.
+
+Public API: :class:`RunConfig` (+ section classes), :func:`load_config`, :func:`config_path`, :func:`config_from_dict`,
+:func:`dump_config`, :func:`write_config`, :func:`validate_fold_params`, :func:`check_resolution` (the
+input resolution bound, ``RESOLUTION_RANGE``, shared by every command that takes ``--resolution``).
+
+**The validated records of latopt.** The run config here, device profiles
+(:class:`latopt.latency.devices.DeviceProfile`) and checkpoint architectures (``latopt.models``) are
+pydantic models on :class:`StrictModel`: unknown keys refused, frozen, no coercion (an integer is not a
+boolean, a string is not a number; a float key takes an integer), finite numbers only, bounds as ``Field``
+constraints, choices as the ``Literal`` types of :mod:`latopt.constants`. :func:`validated` is the one
+place that turns a ``pydantic.ValidationError`` into a one-line :class:`LatoptError` naming the key path,
+the bad value and what is allowed (``config key 'fold.tau' must be in (0, 1], got 1.5``).
 """
 
 from __future__ import annotations
 
-import math
+import re
 import types
 import typing
-from dataclasses import dataclass, field, fields, is_dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from latopt.artifacts import check_name, write_text_atomic
-from latopt.constants import FOLD_MODES, GRANULARITIES, OPTIMIZERS, SAMPLERS, SCHEDULES, UNFOLDED_ALPHA
+from latopt.constants import (
+    RESOLUTION_RANGE,
+    FoldMode,
+    Granularity,
+    Optimizer,
+    Sampler,
+    Schedule,
+    UnfoldedAlpha,
+)
 from latopt.errors import LatoptError
+from latopt.log import get_logger
 
-RESOLUTION_RANGE = (8, 1024)  # input resolution R (R x R): config, export, inspect and profile share it
+_LOG = get_logger("config")
+
+# the shipped run configs (package data); a real directory: pip installs latopt as files, and a run records
+# its config's path
+SHIPPED_CONFIGS = Path(str(resources.files("latopt") / "configs"))
+
+# ------------------------------------------------------------------------------ validated records
+class StrictModel(BaseModel):
+    """Base of latopt's validated records (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-@dataclass(frozen=True)
-class ModelConfig:
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(cls: type[M], data: Any, *, prefix: str = "", key: str = "config key") -> M:
+    """``cls`` validated from plain data (as YAML or JSON gives it); a one-line LatoptError otherwise:
+    ``{prefix}{key} 'a.b[1]' must be ..., got ...`` / ``{prefix}unknown {key} 'a.x'; known: ...``."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise LatoptError(_error_line(e, cls, prefix, key)) from None
+
+
+_WANT = {  # pydantic error type -> what the value must be
+    "int_type": "an integer", "int_from_float": "an integer", "bool_type": "true or false",
+    "float_type": "a number", "finite_number": "a finite number", "string_type": "a string",
+    "string_too_short": "a non-empty string", "model_type": "a mapping", "dict_type": "a mapping",
+    "list_type": "a list", "tuple_type": "a list",
+}
+
+
+def _error_line(e: ValidationError, cls: type[BaseModel], prefix: str, key: str) -> str:
+    # an unknown key first: a misspelt key is the likeliest cause of the other errors (a missing key)
+    err = sorted(e.errors(), key=lambda x: x["type"] != "extra_forbidden")[0]
+    loc, kind, ctx = err["loc"], err["type"], err.get("ctx") or {}
+    shown = loc[:-2] if loc[-1:] == ("[key]",) else loc  # a bad mapping key: name the mapping (the message has the key)
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in shown).lstrip(".")
+    got = repr(err["input"])
+    got = got if len(got) <= 80 else got[:77] + "..."
+    if kind == "extra_forbidden":
+        parent, _ = _field_at(cls, loc[:-1])
+        known = list(parent.model_fields) if isinstance(parent, type) and issubclass(parent, BaseModel) else []
+        return f"{prefix}unknown {key} {path!r}; known: {', '.join(known)}"
+    if kind == "value_error":  # our validators word the whole clause
+        detail = str(ctx["error"])
+    elif kind == "missing":
+        detail = "is missing"
+    elif kind == "literal_error":
+        tp, _ = _field_at(cls, loc)
+        choices = typing.get_args(tp) if typing.get_origin(tp) is Literal else re.findall(r"'([^']*)'", ctx["expected"])
+        detail = f"is {got}; choose one of {', '.join(map(str, choices))}"
+    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        detail = f"must be {_bounds(_field_at(cls, loc)[1], ctx)}, got {got}"
+    elif kind == "too_short" and ctx.get("min_length") == 1:
+        detail = "must not be empty"
+    elif kind in ("too_short", "too_long"):
+        least = kind == "too_short"
+        detail = f"must have {'at least' if least else 'at most'} {ctx['min_length' if least else 'max_length']} " \
+                 f"items, got {got}"
+    elif kind in _WANT:
+        detail = f"must be {_WANT[kind]}, got {got}"
+    else:
+        detail = f"is invalid ({err['msg']}), got {got}"
+    if shown is not loc and kind != "value_error":
+        detail = f"has a key that {detail}"
+    if path:
+        return f"{prefix}{key} {path!r} {detail}"
+    return f"{prefix}{detail}" if kind == "value_error" else f"{prefix}expected a mapping of {key}s, got {got}"
+
+
+def _field_at(cls: Any, loc: tuple[Any, ...]) -> tuple[Any, list[Any]]:
+    """(type, constraint metadata) of the value at ``loc`` inside model ``cls``; (None, []) if not found."""
+    tp, meta = _unwrap(cls, [])
+    for part in loc:
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
+            f = tp.model_fields[part]
+            tp, meta = f.annotation, list(f.metadata)
+        elif origin is tuple and isinstance(part, int):
+            tp, meta = (args[0] if args[-1] is Ellipsis else args[part]), []
+        elif origin is list and isinstance(part, int):
+            tp, meta = args[0], []
+        elif origin is dict and part != "[key]":
+            tp, meta = args[1], []
+        else:
+            return None, []
+        tp, meta = _unwrap(tp, meta)
+    return tp, meta
+
+
+def _unwrap(tp: Any, meta: list[Any]) -> tuple[Any, list[Any]]:
+    """Strip ``Annotated`` (collecting its constraints) and ``X | None`` from a type."""
+    while True:
+        if typing.get_origin(tp) is Annotated:
+            meta = [*meta, *tp.__metadata__]
+            tp = typing.get_args(tp)[0]
+        elif typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp):
+            (tp,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        else:
+            flat = [*meta, *(m for x in meta for m in getattr(x, "metadata", ()))]  # Field() inside Annotated
+            return tp, flat
+
+
+def _bounds(meta: list[Any], ctx: dict[str, Any]) -> str:
+    """The allowed range as text: ``in (0, 1]``, ``>= 1``; from the field's constraints (``ctx``: the bound
+    that failed, when the field is not found)."""
+    b = {n: getattr(m, n) for m in meta for n in ("gt", "ge", "lt", "le") if getattr(m, n, None) is not None} or ctx
+    lo = ("(", b["gt"]) if "gt" in b else ("[", b["ge"]) if "ge" in b else None
+    hi = (")", b["lt"]) if "lt" in b else ("]", b["le"]) if "le" in b else None
+    if lo and hi:
+        return f"in {lo[0]}{lo[1]}, {hi[1]}{hi[0]}"
+    if lo:
+        return f"{'>' if lo[0] == '(' else '>='} {lo[1]}"
+    assert hi is not None
+    return f"{'<' if hi[0] == ')' else '<='} {hi[1]}"
+
+
+# ---------------------------------------------------------------------------- shared field types
+def _valid_name(v: Any) -> Any:  # names are identifiers (runs/<name>/, profiles/<name>/), see check_name
+    try:
+        return check_name(v, "=")
+    except LatoptError as e:
+        raise ValueError(str(e)) from None
+
+
+def _list_to_tuple(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v  # YAML gives lists; the frozen records hold tuples
+
+
+def _pair(v: Any) -> Any:
+    if isinstance(v, (list, tuple)) and len(v) == 2:
+        return tuple(v)
+    raise ValueError(f"must have 2 values [lo, hi], got {v!r}")
+
+
+def _ordered(v: tuple[float, float]) -> tuple[float, float]:
+    if v[0] > v[1]:
+        raise ValueError(f"= {list(v)} has lo > hi; swap the bounds")
+    return v
+
+
+def _interval(end: Any) -> Any:
+    """A range ``[lo, hi]`` (a YAML list) with lo <= hi and both ends of type ``end`` (its bounds)."""
+    return Annotated[tuple[end, end], BeforeValidator(_pair), AfterValidator(_ordered)]
+
+
+Name = Annotated[str, BeforeValidator(_valid_name)]
+Resolution = Annotated[int, Field(ge=RESOLUTION_RANGE[0], le=RESOLUTION_RANGE[1])]
+LambdaC = Annotated[float, Field(ge=0)]           # weight of the compression loss
+Tau = Annotated[float, Field(gt=0, le=1)]         # fold an activation when alpha >= tau
+Power = Annotated[float, Field(gt=1)]             # q = alpha ** p
+Positive = Annotated[float, Field(gt=0)]
+LogRange = _interval(Positive)
+TauRange = _interval(Tau)
+PowerRange = _interval(Power)
+
+
+# ---------------------------------------------------------------------------------- run config
+class Section(StrictModel):
+    """A run-config section: every key optional, strings non-empty."""
+
+    model_config = ConfigDict(str_min_length=1)
+
+
+class ModelConfig(Section):
     name: str = "mobilenetv2_050"  # a name of latopt.models.SUPPORTED; width is part of the name
     pretrained: bool = False  # start base training from pretrained weights (needs them cached offline)
 
 
-@dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Section):
     task: str = "digits"  # digits | digits-clutter | imagefolder:PATH | cifar10:PATH
-    resolution: int = 32
-    batch_size: int = 64
-    workers: int = 0
-    augment: bool = False
+    resolution: Resolution = 32
+    batch_size: Annotated[int, Field(ge=1)] = 64
+    workers: Annotated[int, Field(ge=0)] = 0
+    augment: bool = False  # random shifts (digits) / random-resized-crop + flip (image folders)
     split_seed: int = 0  # fixes the train/val/test split (independent of --seed, so base and fold agree)
-    max_samples: int | None = None  # cap every split at this many samples (smoke runs); null = all  # random shifts (digits) / random-resized-crop + flip (image folders)
+    max_samples: Annotated[int, Field(ge=1)] | None = None  # cap every split at this many samples (smoke runs)
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 30
-    optimizer: str = "adamw"
-    lr: float = 0.003
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    schedule: str = "cosine"
-    warmup_epochs: int = 0  # linear LR warm-up (also used by pre-fold / post-fold)
-    step_size: int = 10  # epochs between LR drops (schedule: step)
-    gamma: float = 0.1
-    label_smoothing: float = 0.0
+class TrainConfig(Section):
+    epochs: Annotated[int, Field(ge=0)] = 30
+    optimizer: Optimizer = "adamw"
+    lr: Positive = 0.003
+    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    weight_decay: Annotated[float, Field(ge=0)] = 1e-4
+    schedule: Schedule = "cosine"
+    warmup_epochs: Annotated[int, Field(ge=0)] = 0  # linear LR warm-up (also used by pre-fold / post-fold)
+    step_size: Annotated[int, Field(ge=1)] = 10  # epochs between LR drops (schedule: step)
+    gamma: Annotated[float, Field(gt=0, le=1)] = 0.1
+    label_smoothing: Annotated[float, Field(ge=0, lt=1)] = 0.0
 
 
-@dataclass(frozen=True)
-class FoldConfig:
-    lambda_c: float = 1.0  # weight of the compression loss L_c
-    tau: float = 0.9  # fold an activation when alpha >= tau
-    p: float = 2.0  # q = alpha ** p
-    granularity: str = "block"  # block: one alpha per MBConv block; activation: one per activation
-    alpha_lr: float = 0.05  # learning rate of the alphas (Adam, own optimizer)
-    epochs: int = 8  # pre-fold epochs
-    lr: float = 0.001  # weight learning rate during pre-fold
+class FoldConfig(Section):
+    lambda_c: LambdaC = 1.0  # weight of the compression loss L_c
+    tau: Tau = 0.9  # fold an activation when alpha >= tau
+    p: Power = 2.0  # q = alpha ** p
+    granularity: Granularity = "block"  # block: one alpha per MBConv block; activation: one per activation
+    alpha_lr: Positive = 0.05  # learning rate of the alphas (Adam, own optimizer)
+    epochs: Annotated[int, Field(ge=1)] = 8  # pre-fold epochs
+    lr: Annotated[float, Field(ge=0)] = 0.001  # weight learning rate during pre-fold
     distill: bool = False  # add KL(base || student) on logits during pre-fold and post-fold
-    distill_weight: float = 0.5
-    temperature: float = 2.0
-    mode: str = "exact"  # exact: bias map at the config resolution; paper: constant bias, any size
-    post_epochs: int = 4  # post-fold fine-tune epochs
-    post_lr: float = 0.0005
-    unfolded_alpha: str = "zero"  # zero: alphas of blocks left unfolded go back to 0 (plain activation)
-    max_fold_error: float = 1e-3  # exact mode: max |folded - linearised| / max |linearised| allowed
+    distill_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
+    temperature: Positive = 2.0
+    mode: FoldMode = "exact"  # exact: bias map at the config resolution; paper: constant bias, any size
+    post_epochs: Annotated[int, Field(ge=0)] = 4  # post-fold fine-tune epochs
+    post_lr: Annotated[float, Field(ge=0)] = 0.0005
+    unfolded_alpha: UnfoldedAlpha = "zero"  # zero: alphas of blocks left unfolded go back to 0 (plain activation)
+    max_fold_error: Positive = 1e-3  # exact mode: max |folded - linearised| / max |linearised| allowed
 
 
-@dataclass(frozen=True)
-class SearchConfig:
-    lambda_c: tuple[float, float] = (0.05, 5.0)  # sampled log-uniformly
-    tau: tuple[float, float] = (0.7, 0.95)
-    p: tuple[float, float] = (1.5, 4.0)
-    granularity: tuple[str, ...] = ("block",)
-    trials: int = 20
-    max_acc_drop: float = 0.01  # a trial is feasible when base - finetuned accuracy <= this
-    sampler: str = "tpe"
+class SearchConfig(Section):
+    """The searched ranges (``latopt.search`` samples them as they are: this is their one check)."""
+
+    lambda_c: LogRange = (0.05, 5.0)  # sampled log-uniformly
+    tau: TauRange = (0.7, 0.95)
+    p: PowerRange = (1.5, 4.0)
+    granularity: Annotated[tuple[Granularity, ...], BeforeValidator(_list_to_tuple), Field(min_length=1)] = ("block",)
+    trials: Annotated[int, Field(ge=1)] = 20
+    max_acc_drop: Annotated[float, Field(ge=0, le=1)] = 0.01  # feasible when base - finetuned accuracy <= this
+    sampler: Sampler = "tpe"
     storage: str | None = None  # Optuna storage URL; null = runs/<name>/search/study.db
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    name: str = "run"
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    fold: FoldConfig = field(default_factory=FoldConfig)
-    search: SearchConfig = field(default_factory=SearchConfig)
-    device: str = "cpu"
+SECTIONS = ("model", "data", "train", "fold", "search")
+
+
+class RunConfig(Section):
+    name: Name = "run"
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+    fold: FoldConfig = FoldConfig()
+    search: SearchConfig = SearchConfig()
+    device: str = "cpu"  # device profile name, or a path to one
     lut: str | None = None
-    threads: int | None = None  # torch intra-op threads for train/fold; null = torch's default
+    threads: Annotated[int, Field(ge=1)] | None = None  # torch intra-op threads for train/fold; null = torch's default
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:  # `fold:` with nothing under it is an empty section
+        if isinstance(data, dict):
+            return {k: ({} if v is None and k in SECTIONS else v) for k, v in data.items()}
+        return data
 
     def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
         """A copy with dotted-key overrides applied and validated (``None`` values are ignored)."""
@@ -124,13 +322,25 @@ class RunConfig:
 
 
 # ---------------------------------------------------------------------------------------------------
+def config_path(name_or_path: str | Path) -> Path:
+    """The run config file ``name_or_path`` names: an existing file, else the shipped config of that name
+    (``quickstart`` → ``latopt/configs/quickstart.yaml``). LatoptError names the shipped ones."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = SHIPPED_CONFIGS / f"{path.name}.yaml"
+    if path.name == str(name_or_path) and path.suffix not in (".yaml", ".yml") and shipped.is_file():
+        return shipped
+    names = ", ".join(sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml")))
+    raise LatoptError(f"config file {path} does not exist (or name a shipped config: {names})")
+
+
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """Read a YAML run config (``None`` = all defaults) and apply dotted-key ``overrides``."""
+    """Read a YAML run config (a path or a shipped config's name, :func:`config_path`; ``None`` = all
+    defaults) and apply dotted-key ``overrides``."""
     raw: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise LatoptError(f"config file {path} does not exist")
+        path = config_path(path)
         try:
             loaded = yaml.safe_load(path.read_text())
         except yaml.YAMLError as e:
@@ -147,27 +357,18 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         if "name" not in raw:  # the run is named after the file unless the config names it
             check_name(path.stem, f"config file {path} has no 'name:' key, and its file name")
             raw["name"] = path.stem
+        _LOG.debug(f"run config {path}")
     return config_from_dict(_merge(raw, overrides or {}))
 
 
 def config_from_dict(raw: dict[str, Any]) -> RunConfig:
     """Build and validate a :class:`RunConfig` from plain data (as YAML gives it)."""
-    cfg = _build(RunConfig, raw, "")
-    _validate(cfg)
-    return cfg
+    return validated(RunConfig, raw)
 
 
 def dump_config(cfg: RunConfig) -> dict[str, Any]:
-    """Plain-data form of ``cfg`` (tuples become lists), suitable for YAML/JSON."""
-
-    def plain(v: Any) -> Any:
-        if is_dataclass(v) and not isinstance(v, type):
-            return {f.name: plain(getattr(v, f.name)) for f in fields(v)}
-        if isinstance(v, tuple):
-            return [plain(x) for x in v]
-        return v
-
-    return plain(cfg)
+    """Plain-data form of ``cfg`` (tuples become lists), suitable for YAML/JSON; ``load_config`` reads it back."""
+    return cfg.model_dump(mode="json")
 
 
 def config_yaml(cfg: RunConfig) -> str:
@@ -198,68 +399,6 @@ def _merge(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _build(cls: type, raw: Any, prefix: str) -> Any:
-    where = prefix.rstrip(".") or "config"
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise LatoptError(f"config section {where!r} must be a mapping, got {type(raw).__name__}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(map(str, raw)) - known)
-    if unknown:
-        raise LatoptError(
-            f"unknown config key {prefix + unknown[0]!r} in {where}; known keys: {', '.join(sorted(known))}"
-        )
-    kwargs = {}
-    for f in fields(cls):
-        if f.name not in raw:
-            continue
-        kwargs[f.name] = _coerce(hints[f.name], raw[f.name], f"{prefix}{f.name}")
-    return cls(**kwargs)
-
-
-def _coerce(tp: Any, value: Any, key: str) -> Any:
-    if is_dataclass(tp):
-        return _build(tp, value, key + ".")
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _coerce(inner, value, key)
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise LatoptError(f"config key {key!r} must be a list, got {value!r}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            if not value:
-                raise LatoptError(f"config key {key!r} must not be empty")
-            return tuple(_coerce(args[0], v, key) for v in value)
-        if len(value) != len(args):
-            raise LatoptError(f"config key {key!r} must have {len(args)} values, got {len(value)}")
-        return tuple(_coerce(a, v, key) for a, v in zip(args, value, strict=True))
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise LatoptError(f"config key {key!r} must be true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise LatoptError(f"config key {key!r} must be an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise LatoptError(f"config key {key!r} must be a number, got {value!r}")
-        if not math.isfinite(float(value)):
-            raise LatoptError(f"config key {key!r} must be finite, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str) or not value:
-            raise LatoptError(f"config key {key!r} must be a non-empty string, got {value!r}")
-        return value
-    raise AssertionError(f"unsupported config type {tp!r} for {key}")  # pragma: no cover
-
-
 def check_resolution(value: Any, what: str) -> int:
     """``value`` as an input resolution in ``RESOLUTION_RANGE``; a one-line LatoptError naming ``what``
     (e.g. ``"--resolution"``) otherwise."""
@@ -273,70 +412,15 @@ def check_resolution(value: Any, what: str) -> int:
     return value
 
 
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise LatoptError(msg)
-
-
-def _choice(value: str, choices: tuple[str, ...], key: str) -> None:
-    _check(value in choices, f"config key {key!r} is {value!r}; choose one of {', '.join(choices)}")
-
-
 def validate_fold_params(lambda_c: float, tau: float, p: float) -> None:
-    """The Layer Folding hyper-parameter domain: lambda_c >= 0, tau in (0, 1], p > 1."""
-    _check(lambda_c >= 0, f"lambda_c must be >= 0, got {lambda_c}")
-    _check(0 < tau <= 1, f"tau must be in (0, 1], got {tau}")
-    _check(p > 1, f"p must be > 1 (q = alpha**p), got {p}")
-
-
-def _validate(cfg: RunConfig) -> None:
-    d, t, f, s = cfg.data, cfg.train, cfg.fold, cfg.search
-    check_name(cfg.name, "config key 'name' =")  # runs/<name>/ is the run directory
-    _check(cfg.threads is None or cfg.threads >= 1, f"config key 'threads' must be >= 1 or null, got {cfg.threads}")
-    check_resolution(d.resolution, "config key 'data.resolution'")
-    _check(d.batch_size >= 1, f"config key 'data.batch_size' must be >= 1, got {d.batch_size}")
-    _check(d.max_samples is None or d.max_samples >= 1,
-           f"config key 'data.max_samples' must be >= 1 or null, got {d.max_samples}")
-    _check(d.workers >= 0, f"config key 'data.workers' must be >= 0, got {d.workers}")
-    _check(t.epochs >= 0, f"config key 'train.epochs' must be >= 0, got {t.epochs}")
-    _choice(t.optimizer, OPTIMIZERS, "train.optimizer")
-    _choice(t.schedule, SCHEDULES, "train.schedule")
-    _check(t.lr > 0, f"config key 'train.lr' must be > 0, got {t.lr}")
-    _check(0 <= t.momentum < 1, f"config key 'train.momentum' must be in [0, 1), got {t.momentum}")
-    _check(t.weight_decay >= 0, f"config key 'train.weight_decay' must be >= 0, got {t.weight_decay}")
-    _check(t.warmup_epochs >= 0, f"config key 'train.warmup_epochs' must be >= 0, got {t.warmup_epochs}")
-    _check(t.step_size >= 1, f"config key 'train.step_size' must be >= 1, got {t.step_size}")
-    _check(0 < t.gamma <= 1, f"config key 'train.gamma' must be in (0, 1], got {t.gamma}")
-    _check(0 <= t.label_smoothing < 1, f"config key 'train.label_smoothing' must be in [0, 1), got {t.label_smoothing}")
-    try:
-        validate_fold_params(f.lambda_c, f.tau, f.p)
-    except LatoptError as e:
-        raise LatoptError(f"config section 'fold': {e}") from None
-    _choice(f.granularity, GRANULARITIES, "fold.granularity")
-    _choice(f.mode, FOLD_MODES, "fold.mode")
-    _choice(f.unfolded_alpha, UNFOLDED_ALPHA, "fold.unfolded_alpha")
-    _check(f.alpha_lr > 0, f"config key 'fold.alpha_lr' must be > 0, got {f.alpha_lr}")
-    _check(f.lr >= 0 and f.post_lr >= 0, "config keys 'fold.lr' and 'fold.post_lr' must be >= 0")
-    _check(f.epochs >= 1, f"config key 'fold.epochs' must be >= 1, got {f.epochs}")
-    _check(f.post_epochs >= 0, f"config key 'fold.post_epochs' must be >= 0, got {f.post_epochs}")
-    _check(0 <= f.distill_weight <= 1, f"config key 'fold.distill_weight' must be in [0, 1], got {f.distill_weight}")
-    _check(f.temperature > 0, f"config key 'fold.temperature' must be > 0, got {f.temperature}")
-    _check(f.max_fold_error > 0, f"config key 'fold.max_fold_error' must be > 0, got {f.max_fold_error}")
-    lo, hi = s.lambda_c
-    _check(0 < lo <= hi, f"config key 'search.lambda_c' must be [lo, hi] with 0 < lo <= hi (log scale), got {list(s.lambda_c)}")
-    lo, hi = s.tau
-    _check(0 < lo <= hi <= 1, f"config key 'search.tau' must be [lo, hi] within (0, 1], got {list(s.tau)}")
-    lo, hi = s.p
-    _check(1 < lo <= hi, f"config key 'search.p' must be [lo, hi] with 1 < lo <= hi, got {list(s.p)}")
-    for g in s.granularity:
-        _choice(g, GRANULARITIES, "search.granularity")
-    _check(s.trials >= 1, f"config key 'search.trials' must be >= 1, got {s.trials}")
-    _check(0 <= s.max_acc_drop <= 1, f"config key 'search.max_acc_drop' must be in [0, 1], got {s.max_acc_drop}")
-    _choice(s.sampler, SAMPLERS, "search.sampler")
+    """The Layer Folding hyper-parameter domain (``fold.lambda_c``, ``fold.tau``, ``fold.p``): lambda_c >= 0,
+    tau in (0, 1], p > 1."""
+    validated(FoldConfig, {"lambda_c": lambda_c, "tau": tau, "p": p}, key="fold parameter")
 
 
 __all__ = [
     "RESOLUTION_RANGE",
+    "StrictModel",
     "DataConfig",
     "FoldConfig",
     "ModelConfig",
@@ -349,5 +433,6 @@ __all__ = [
     "dump_config",
     "load_config",
     "validate_fold_params",
+    "validated",
     "write_config",
 ]

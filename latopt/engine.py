@@ -49,11 +49,12 @@ from timm.scheduler import create_scheduler_v2
 from timm.scheduler.scheduler import Scheduler
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
-from tqdm.auto import tqdm
 
 from latopt.config import TrainConfig
 from latopt.errors import LatoptError
+from latopt.log import get_logger, progress_bar
 
+_LOG = get_logger("train")
 StepLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, dict[str, float]]]
 
 
@@ -125,8 +126,8 @@ def fit(model: nn.Module, loader: DataLoader, epochs: int, optimizer: torch.opti
 
     Each batch: ``step_loss``, backward, a step of ``optimizer`` and of every one of ``extra_optimizers``
     (not scheduled), ``scheduler.step_update``, ``after_step()``. A non-finite loss stops the run with one
-    line (:class:`LatoptError`). With ``progress`` a bar (on a terminal) and a line every ``report_every``
-    epochs (and after the last)."""
+    line (:class:`LatoptError`). With ``progress`` a line (logger ``latopt.train``) every ``report_every``
+    epochs (and after the last) and a bar while it runs (on a terminal only)."""
     history: list[dict[str, float]] = []
     updates = 0
     for epoch in range(epochs):
@@ -134,8 +135,7 @@ def fit(model: nn.Module, loader: DataLoader, epochs: int, optimizer: torch.opti
         t0 = time.perf_counter()
         loss_sum, correct, seen = 0.0, 0, 0
         extras_sum: dict[str, float] = {}
-        bar = tqdm(loader, desc=f"{desc} {epoch + 1}/{epochs}", disable=None if progress else True, leave=False,
-                   dynamic_ncols=True)
+        bar = progress_bar(loader, desc=f"{desc} {epoch + 1}/{epochs}", enabled=progress)
         for x, y in bar:
             loss, logits, extras = step_loss(model, x, y)
             if not torch.isfinite(loss):
@@ -168,7 +168,7 @@ def fit(model: nn.Module, loader: DataLoader, epochs: int, optimizer: torch.opti
         history.append(row)
         if progress and ((epoch + 1) % max(1, report_every) == 0 or epoch + 1 == epochs):
             shown = ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "epoch")
-            tqdm.write(f"{desc} epoch {epoch + 1}/{epochs}: {shown}")
+            _LOG.info(f"{desc} epoch {epoch + 1}/{epochs}: {shown}")
     return history
 
 

@@ -22,7 +22,8 @@ only — ``{"schema", "arch", "meta", "state_dict", "sha256"}`` — read back wi
 
 ``fold`` None means *unfolded*; a model that went through ``fold_blocks`` records its fold even when
 the plan folded nothing (``"plan": {}``), so a checkpoint always says what it is. Every field is typed
-and bounded on save and load (a hand-edited field of the wrong type is a one-line LatoptError).
+and bounded on save and load (:class:`Arch`; a hand-edited field of the wrong type is a one-line
+LatoptError naming it).
 
 **Integrity.** ``sha256`` is :func:`checkpoint_digest` of arch, meta and every tensor (name, dtype,
 shape, raw bytes), written by ``save_checkpoint`` and recomputed by ``load_checkpoint``: a mismatch
@@ -37,38 +38,38 @@ Public API: ``SUPPORTED``, ``canonical_name``, ``build_model``, ``make_arch``, `
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import pickle
-import socket
-import sys
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import timm
 import torch
+from pydantic import AfterValidator, Field, model_validator
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 from torchvision.models import MobileNet_V2_Weights, mobilenet_v2
 
 from latopt.artifacts import atomic_path
-from latopt.config import RESOLUTION_RANGE
+from latopt.config import Resolution, StrictModel, validated
 from latopt.constants import (
-    FOLD_MODES,
-    FOLD_VARIANTS,
-    GRANULARITIES,
     SUPPORTED_MODELS,
     TIMM_MODELS,
     TORCHVISION_MODEL,
+    FoldMode,
+    FoldVariant,
+    Granularity,
 )
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.fold import alpha_spec, fold_blocks, fold_spec, install_alpha
+from latopt.log import get_logger
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
 LEGACY_SCHEMAS = ("latopt.checkpoint/1",)  # no digest: loaded with a warning line (see the module doc)
 MAX_CLASSES = 100_000
+_LOG = get_logger("models")
 SUPPORTED: list[str] = list(SUPPORTED_MODELS)
 
 
@@ -112,37 +113,25 @@ def canonical_name(name: str) -> str:
     return f"{base}?width={width:g}"
 
 
-def _online(host: str, timeout: float = 3.0) -> bool:
-    try:
-        with socket.create_connection((host, 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _offline_error(name: str, e: BaseException) -> LatoptError:
+def _pretrained_error(name: str, e: BaseException, cache: str) -> LatoptError:
+    """One line from the library's own error: timm's RuntimeError ("No pretrained weights exist for ..."), or an
+    OSError (huggingface_hub: not in the cache, offline mode on, hub unreachable; torchvision: download failed)."""
     msg = first_line(e, 120).split(". ")[0]
-    return LatoptError(
-        f"could not get pretrained weights for {name} ({type(e).__name__}: {msg}); this needs internet access "
-        "once (or the weights in the timm/torch cache) — drop --pretrained to start from random weights")
+    why = f"; this needs internet access once, or the weights in {cache}" if isinstance(e, OSError) else ""
+    return LatoptError(f"could not get pretrained weights for {name} ({type(e).__name__}: {msg}){why} — drop "
+                       "--pretrained to start from random weights")
 
 
 def _build_timm(base: str, num_classes: int, pretrained: bool) -> nn.Module:
-
+    """timm's model; with ``pretrained`` its Hugging Face weights: cached, or downloaded unless huggingface_hub's
+    own offline switch is on (``HF_HUB_OFFLINE=1`` in the environment, read when huggingface_hub is imported)."""
     if not pretrained:
         return timm.create_model(base, pretrained=False, num_classes=num_classes)
-    ctx: contextlib.AbstractContextManager = contextlib.nullcontext()
-    if not _online("huggingface.co"):  # no retries for a minute when offline: use the local cache only
-        from unittest import mock
-
-        import huggingface_hub.constants as hf_constants
-
-        ctx = mock.patch.object(hf_constants, "HF_HUB_OFFLINE", True)
     try:
-        with ctx:
-            return timm.create_model(base, pretrained=True, num_classes=num_classes)
-    except (OSError, RuntimeError, ValueError) as e:
-        raise _offline_error(base, e) from None
+        return timm.create_model(base, pretrained=True, num_classes=num_classes)
+    except (OSError, RuntimeError) as e:  # OSError: huggingface_hub's errors; RuntimeError: timm's own
+        raise _pretrained_error(base, e, "the Hugging Face cache (with HF_HUB_OFFLINE=1 timm looks only there, "
+                                         "without network retries)") from None
 
 
 def _build_torchvision(width: float, num_classes: int, pretrained: bool) -> nn.Module:
@@ -155,7 +144,7 @@ def _build_torchvision(width: float, num_classes: int, pretrained: bool) -> nn.M
     try:
         model = mobilenet_v2(weights=MobileNet_V2_Weights.IMAGENET1K_V2)
     except (OSError, RuntimeError, ValueError) as e:
-        raise _offline_error(TORCHVISION_MODEL, e) from None
+        raise _pretrained_error(TORCHVISION_MODEL, e, "the torch hub cache") from None
     if num_classes != 1000:
         last = model.classifier[-1]
         model.classifier[-1] = nn.Linear(last.in_features, num_classes)
@@ -208,69 +197,61 @@ def make_arch(model: nn.Module, name: str, num_classes: int) -> dict[str, Any]:
             "alpha": alpha_spec(model), "fold": fold_spec(model)}
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _distinct(blocks: list[int]) -> list[int]:
+    if len(set(blocks)) != len(blocks):
+        raise ValueError(f"= {blocks} repeats a block index")
+    return blocks
 
 
-def _check_arch(arch: Any, where: str) -> dict[str, Any]:
-    """``arch`` with every field typed and bounded (see the module docstring); a one-line LatoptError
-    naming the field otherwise. What depends on the model (block indices in range, a variant that
-    applies to that block) is checked when the model is built."""
-    def bad(field: str, want: str, got: Any) -> LatoptError:
-        return LatoptError(f"{where}: arch[{field}] must be {want}, got {str(repr(got))[:80]}")
+def _block_key(key: str) -> str:
+    if not (key.isascii() and key.isdigit()) or key != str(int(key)):
+        raise ValueError(f"has the key {key!r}; its keys are block indices written as strings ('3')")
+    return key
 
-    if not isinstance(arch, dict) or not {"model", "num_classes"} <= set(arch):
-        raise LatoptError(f"{where}: architecture must be a dict with 'model' and 'num_classes'")
-    unknown = sorted(str(k) for k in set(arch) - {"model", "num_classes", "alpha", "fold"})
-    if unknown:
-        raise LatoptError(f"{where}: unknown architecture field(s) {', '.join(unknown)}; "
-                          "the fields are model, num_classes, alpha, fold")
-    if not isinstance(arch["model"], str):
-        raise bad("'model'", "a model name", arch["model"])
+
+class AlphaArch(StrictModel):
+    """Where σ_α is installed (``latopt.fold.alpha_spec``)."""
+
+    granularity: Granularity
+    blocks: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1), AfterValidator(_distinct)]
+
+
+class FoldArch(StrictModel):
+    """What was folded (``latopt.fold.fold_spec``)."""
+
+    mode: FoldMode
+    input_size: Annotated[list[Resolution], Field(min_length=2, max_length=2)] | None  # [H, W]; required key
+    plan: dict[Annotated[str, AfterValidator(_block_key)], FoldVariant]
+
+    @model_validator(mode="after")
+    def _size_in_exact_mode(self) -> FoldArch:
+        if self.mode == "exact" and self.input_size is None:
+            raise ValueError("needs input_size [H, W] in exact mode (its bias maps are for one input size)")
+        return self
+
+
+class Arch(StrictModel):
+    """A checkpoint's architecture (see the module docstring); ``model`` is checked by :func:`parse_name`."""
+
+    model: str
+    num_classes: Annotated[int, Field(ge=1, le=MAX_CLASSES)]
+    alpha: AlphaArch | None = None
+    fold: FoldArch | None = None
+
+
+def _check_arch(arch: Any, where: str = "") -> dict[str, Any]:
+    """``arch`` (a plain dict, returned as it is) when it is a valid :class:`Arch`; a one-line LatoptError
+    naming the field otherwise. What depends on the model (block indices in range, a variant that applies
+    to that block) is checked when the model is built."""
+    validated(Arch, arch, prefix=f"{where}: " if where else "", key="architecture field")
     parse_name(arch["model"])
-    n = arch["num_classes"]
-    if not _is_int(n) or not 1 <= n <= MAX_CLASSES:
-        raise bad("'num_classes'", f"an integer in [1, {MAX_CLASSES}]", n)
-    alpha, fold = arch.get("alpha"), arch.get("fold")
-    if alpha is not None:
-        if not isinstance(alpha, dict) or set(alpha) != {"granularity", "blocks"}:
-            raise bad("'alpha'", "None or {'granularity': 'block'|'activation', 'blocks': [index, ...]}", alpha)
-        if alpha["granularity"] not in GRANULARITIES:
-            raise bad("'alpha']['granularity'", " or ".join(map(repr, GRANULARITIES)), alpha["granularity"])
-        blocks = alpha["blocks"]
-        if (not isinstance(blocks, list) or not blocks or not all(_is_int(i) and i >= 0 for i in blocks)
-                or len(set(blocks)) != len(blocks)):
-            raise bad("'alpha']['blocks'", "a non-empty list of distinct block indices (integers >= 0)", blocks)
-    if fold is not None:
-        if not isinstance(fold, dict) or set(fold) != {"mode", "input_size", "plan"}:
-            raise bad("'fold'", "None or {'mode', 'input_size', 'plan'}", fold)
-        if fold["mode"] not in FOLD_MODES:
-            raise bad("'fold']['mode'", " or ".join(map(repr, FOLD_MODES)), fold["mode"])
-        size, (lo, hi) = fold["input_size"], RESOLUTION_RANGE
-        if size is None and fold["mode"] == "exact":
-            raise bad("'fold']['input_size'", "[H, W] in exact mode (its bias maps are for one input size)", size)
-        if size is not None and (not isinstance(size, list) or len(size) != 2
-                                 or not all(_is_int(v) and lo <= v <= hi for v in size)):
-            raise bad("'fold']['input_size'", f"None or [H, W] with integers in [{lo}, {hi}]", size)
-        plan = fold["plan"]
-        if not isinstance(plan, dict):
-            raise bad("'fold']['plan'", "a dict {'<block index>': variant}", plan)
-        for k, v in plan.items():
-            if not isinstance(k, str) or not (k.isascii() and k.isdigit()) or k != str(int(k)):
-                raise bad("'fold']['plan'", "keyed by block indices written as strings ('3')", k)
-            if v not in FOLD_VARIANTS:
-                raise bad(f"'fold']['plan']['{k}'", "one of " + ", ".join(FOLD_VARIANTS), v)
-    try:
-        json.dumps(arch)
-    except (TypeError, ValueError) as e:
-        raise LatoptError(f"{where}: architecture is not JSON-able ({e})") from None
     return arch
 
 
 def build_from_arch(arch: dict[str, Any]) -> nn.Module:
     """Rebuild the module structure described by ``arch`` (weights are random until a state_dict is
     loaded). The global RNG state is left untouched."""
-    _check_arch(arch, "architecture")
+    _check_arch(arch)
     with torch.random.fork_rng(devices=[]):
         model = build_model(arch["model"], arch["num_classes"])
         if arch.get("alpha"):
@@ -331,8 +312,8 @@ def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
 def _verify_digest(path: Path, data: dict[str, Any], arch: dict[str, Any], meta: dict[str, Any],
                    state: dict[str, torch.Tensor]) -> None:
     if data["schema"] in LEGACY_SCHEMAS:
-        print(f"latopt: warning: checkpoint {path} has no SHA-256 digest ({data['schema']}, written by an older "
-              "latopt): its tensors are not verified; save it again with this latopt to add one", file=sys.stderr)
+        _LOG.warning(f"checkpoint {path} has no SHA-256 digest ({data['schema']}, written by an older latopt): its "
+                     "tensors are not verified; save it again with this latopt to add one")
         return
     recorded = data.get("sha256")
     if not isinstance(recorded, str):

@@ -1,9 +1,16 @@
 """Run an exported latopt artefact without the training stack: a TensorRT ``.engine`` or an ``.onnx`` model.
 
 Only :mod:`numpy` is imported at module level; ``tensorrt`` (with ``pycuda`` or, failing that, ``torch``
-holding the CUDA buffers) or ``onnxruntime`` is imported when a model of that kind is loaded. Its two
-latopt imports (``LatoptError``, ``atomic_path``) have stand-ins, so the file can be copied next to the model
-onto a device that lacks the package (``--output`` is then written directly, not atomically).
+holding the CUDA buffers) or ``onnxruntime`` is imported when a model of that kind is loaded. Its three
+latopt imports (``LatoptError``, ``first_line``, ``atomic_path``) have stand-ins, so the file can be copied
+next to the model onto a device that lacks the package (``--output`` is then written directly, not
+atomically).
+
+It is also the floor the latency backends build on (:mod:`latopt.latency.backends`): the one ONNX Runtime
+runner (:class:`OrtRunner`), the TensorRT runner, the CUDA buffers/streams and the one CUDA-event timer
+(:class:`CudaApi`), the one ``nvidia-smi`` driver query (:func:`driver_version`) and the one summary of
+timed calls (:class:`TimingStats`, re-exported by :mod:`latopt.latency.timing`), so that a copy of this
+file alone times ``--bench`` exactly as the profiler does.
 
 Command line::
 
@@ -16,23 +23,27 @@ Python::
         y = r.run(x)                     # numpy in, numpy out (first output)
         r()                              # one synchronised inference on a fixed input (for timing)
 
-TensorRT API used (names as documented for TensorRT 10 and 11; see the NVIDIA samples
-``samples/python/common_runtime.py`` in github.com/NVIDIA/TensorRT and the Python API pages
+TensorRT API used (names present in TensorRT 8.6, 10 and 11, checked by tests/test_trt_api.py; see the
+NVIDIA samples ``samples/python/common_runtime.py`` in github.com/NVIDIA/TensorRT and the Python API pages
 https://docs.nvidia.com/deeplearning/tensorrt/latest/_static/python-api/infer/Core/ExecutionContext.html):
 ``trt.Runtime(logger).deserialize_cuda_engine``, ``engine.num_io_tensors / get_tensor_name / get_tensor_mode /
 get_tensor_shape / get_tensor_dtype / get_tensor_profile_shape``, ``context.set_input_shape``,
-``context.set_tensor_address`` and ``context.execute_async_v3(stream_handle)``.
+``context.set_tensor_address`` and ``context.execute_async_v3(stream_handle)``; the results of
+``set_input_shape`` and ``set_tensor_address`` are checked. One TensorRT logger per process (:func:`trt_logger`).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import shutil
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +51,18 @@ import numpy as np
 
 try:  # inside the latopt package
     from latopt.artifacts import atomic_path
-    from latopt.errors import LatoptError
+    from latopt.errors import LatoptError, first_line
 except ImportError:  # pragma: no cover - this file copied on its own next to a model
 
     class LatoptError(Exception):  # type: ignore[no-redef]
         """A mistake the user can fix (one line)."""
 
         exit_code = 2
+
+    def first_line(e: BaseException | str, limit: int = 200) -> str:  # type: ignore[misc]
+        """Without latopt: the first non-empty line of the message, else the exception's type name."""
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        return lines[0][:limit] if lines else type(e).__name__
 
     @contextlib.contextmanager
     def atomic_path(path: str | Path) -> Iterator[Path]:  # type: ignore[no-redef]
@@ -58,14 +74,58 @@ ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 TRT_INSTALL_HINT = "pip install 'latopt[trt]' on a machine with an NVIDIA GPU, or use --device cpu"
 
 
+# ---------------------------------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class TimingStats:
+    """Median and quartiles (ms) of ``n`` timed calls; ``samples_ms[i]`` is the call of round ``i``."""
+
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    iqr_ms: float
+    n: int
+    wall_median_ms: float | None = None  # host wall-clock median when another clock was the primary one
+    samples_ms: tuple[float, ...] = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[float], wall: Sequence[float] | None = None) -> TimingStats:
+        """Quartiles by ``statistics.quantiles(method="inclusive")``; one sample is its own median."""
+        s = [float(v) for v in samples]
+        if not s:
+            raise ValueError("no samples")
+        wmed = statistics.median(wall) if wall else None
+        if len(s) == 1:
+            return cls(s[0], s[0], s[0], 0.0, 1, wmed, tuple(s))
+        q1, med, q3 = statistics.quantiles(s, n=4, method="inclusive")
+        return cls(med, q1, q3, q3 - q1, len(s), wmed, tuple(s))
+
+    def to_dict(self) -> dict[str, float | int]:
+        d: dict[str, float | int] = {"median_ms": self.median_ms, "q1_ms": self.q1_ms, "q3_ms": self.q3_ms,
+                                     "iqr_ms": self.iqr_ms, "n": self.n}
+        if self.wall_median_ms is not None:
+            d["wall_median_ms"] = self.wall_median_ms
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TimingStats:
+        w = d.get("wall_median_ms")
+        return cls(float(d["median_ms"]), float(d["q1_ms"]), float(d["q3_ms"]), float(d["iqr_ms"]), int(d["n"]),
+                   None if w is None else float(w))
+
+
 # --------------------------------------------------------------------------------------------- CUDA
 class CudaApi:
-    """The few CUDA operations the TensorRT runner needs: buffers, one stream, copies, events."""
+    """The few CUDA operations the GPU runners need: buffers, one stream, copies, events.
+
+    Subclasses set ``stream`` and implement the buffer operations plus ``_event`` / ``_elapsed_ms``;
+    :meth:`time_ms` is the one CUDA-event timer of latopt (TensorRT engines and torch on CUDA)."""
 
     name = "none"
     device_index = 0
+    stream: Any = None
 
     def device_name(self) -> str: ...
+    def compute_capability(self) -> tuple[int, int]: ...
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> Any: ...
     def free(self, buf: Any) -> None: ...
     def ptr(self, buf: Any) -> int: ...
@@ -73,13 +133,28 @@ class CudaApi:
     def htod(self, buf: Any, host: np.ndarray) -> None: ...
     def dtoh(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...
     def synchronize(self) -> None: ...
-    def time_ms(self, fn: Any) -> float: ...
     def driver_version(self) -> str | None: ...
     def close(self) -> None: ...
+    def _event(self) -> Any: ...
+    def _elapsed_ms(self, start: Any, end: Any) -> float: ...
+
+    def time_ms(self, fn: Any) -> float:
+        """GPU time (ms) of the work ``fn`` queues on :attr:`stream`: one CUDA event pair recorded on the
+        stream around the call, then a wait for the end event."""
+        start, end = self._event(), self._event()
+        start.record(self.stream)
+        fn()
+        end.record(self.stream)
+        end.synchronize()
+        return float(self._elapsed_ms(start, end))
 
 
 class PycudaApi(CudaApi):
-    """pycuda on the device's primary context (shared with the CUDA runtime that TensorRT uses)."""
+    """pycuda on the device's primary context (shared with the CUDA runtime that TensorRT uses).
+
+    The context is pushed here and popped by :meth:`close`, which also runs at interpreter exit (``atexit``)
+    when the owner never called it: pycuda aborts the interpreter ("context stack was not empty upon module
+    cleanup", exit code 134) when a pushed context is left behind. ``close`` is idempotent."""
 
     name = "pycuda"
 
@@ -95,11 +170,16 @@ class PycudaApi(CudaApi):
         self.device = cuda.Device(device_index)
         self.ctx = self.device.retain_primary_context()
         self.ctx.push()
+        atexit.register(self.close)  # pops the context even when the owner never closes it
         self.stream = cuda.Stream()
         self._allocs: list[Any] = []
 
     def device_name(self) -> str:
         return str(self.device.name())
+
+    def compute_capability(self) -> tuple[int, int]:
+        major, minor = self.device.compute_capability()
+        return int(major), int(minor)
 
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
@@ -132,27 +212,29 @@ class PycudaApi(CudaApi):
     def synchronize(self) -> None:
         self.stream.synchronize()
 
-    def time_ms(self, fn: Any) -> float:
-        start, end = self.cuda.Event(), self.cuda.Event()
-        start.record(self.stream)
-        fn()
-        end.record(self.stream)
-        end.synchronize()
+    def _event(self) -> Any:
+        return self.cuda.Event()
+
+    def _elapsed_ms(self, start: Any, end: Any) -> float:
         return float(end.time_since(start))  # pycuda: end.time_since(start) is in milliseconds
 
     def driver_version(self) -> str | None:
-        return _nvidia_smi_driver(self.device_index) or f"CUDA driver API {self.cuda.get_driver_version()}"
+        return driver_version(self.device_index) or f"CUDA driver API {self.cuda.get_driver_version()}"
 
     def close(self) -> None:
-        if self.ctx is None:
+        """Free the buffers, pop and release the context (idempotent; also registered with ``atexit``)."""
+        ctx, self.ctx = self.ctx, None
+        if ctx is None:
             return
-        self.stream.synchronize()
-        for buf in self._allocs:
-            buf.free()
-        self._allocs.clear()
-        self.cuda.Context.pop()
-        self.ctx.detach()
-        self.ctx = None
+        atexit.unregister(self.close)
+        try:
+            self.stream.synchronize()
+            for buf in self._allocs:
+                buf.free()
+            self._allocs.clear()
+        finally:  # the context is popped even when a pending CUDA error surfaces above
+            self.cuda.Context.pop()
+            ctx.detach()
 
 
 class TorchCudaApi(CudaApi):
@@ -176,6 +258,10 @@ class TorchCudaApi(CudaApi):
 
     def device_name(self) -> str:
         return str(self.torch.cuda.get_device_name(self.device_index))
+
+    def compute_capability(self) -> tuple[int, int]:
+        major, minor = self.torch.cuda.get_device_capability(self.device_index)
+        return int(major), int(minor)
 
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         tdtype = self.torch.from_numpy(np.empty(0, dtype=dtype)).dtype
@@ -201,17 +287,14 @@ class TorchCudaApi(CudaApi):
     def synchronize(self) -> None:
         self.stream.synchronize()
 
-    def time_ms(self, fn: Any) -> float:
-        start = self.torch.cuda.Event(enable_timing=True)
-        end = self.torch.cuda.Event(enable_timing=True)
-        start.record(self.stream)
-        fn()
-        end.record(self.stream)
-        end.synchronize()
+    def _event(self) -> Any:
+        return self.torch.cuda.Event(enable_timing=True)
+
+    def _elapsed_ms(self, start: Any, end: Any) -> float:
         return float(start.elapsed_time(end))
 
     def driver_version(self) -> str | None:
-        return _nvidia_smi_driver(self.device_index)
+        return driver_version(self.device_index)
 
     def close(self) -> None:
         self.stream.synchronize()
@@ -220,16 +303,14 @@ class TorchCudaApi(CudaApi):
 def cuda_api(device_index: int = 0) -> CudaApi:
     """pycuda when installed, else torch CUDA; LatoptError (one line) when neither gives a GPU."""
     try:
-        import pycuda.driver  # noqa: F401
+        import pycuda.driver as pycuda_driver
     except ImportError:
         pass
     else:
         try:
             return PycudaApi(device_index)
-        except LatoptError:
-            raise
-        except Exception as e:  # pycuda raises its own RuntimeError/LogicError from cuInit
-            raise LatoptError(f"no usable CUDA GPU ({type(e).__name__}: {e}); use --device cpu") from None
+        except pycuda_driver.Error as e:  # the base of pycuda's errors (cuInit, no device, out of memory)
+            raise LatoptError(f"no usable CUDA GPU ({type(e).__name__}: {first_line(e)}); use --device cpu") from None
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -239,10 +320,8 @@ def cuda_api(device_index: int = 0) -> CudaApi:
     return TorchCudaApi(device_index)
 
 
-def _nvidia_smi_driver(index: int) -> str | None:
-    import shutil
-    import subprocess
-
+def driver_version(index: int) -> str | None:
+    """The NVIDIA driver version of GPU ``index`` as ``nvidia-smi`` reports it; None without nvidia-smi."""
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None
@@ -265,6 +344,18 @@ def import_tensorrt(hint: str = TRT_INSTALL_HINT) -> Any:
     return trt
 
 
+_TRT_LOGGER: tuple[Any, Any] | None = None  # (the tensorrt module, its one Logger)
+
+
+def trt_logger(trt: Any) -> Any:
+    """The process's one TensorRT logger (WARNING and above), created on first use and shared by every
+    build and runner, as NVIDIA's samples keep one module-level ``TRT_LOGGER``."""
+    global _TRT_LOGGER
+    if _TRT_LOGGER is None or _TRT_LOGGER[0] is not trt:
+        _TRT_LOGGER = (trt, trt.Logger(trt.Logger.WARNING))
+    return _TRT_LOGGER[1]
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     name: str
@@ -285,7 +376,8 @@ class TrtEngineRunner:
                  device_index: int = 0, cuda: CudaApi | None = None, seed: int = 0) -> None:
         if isinstance(engine, (str, Path)):
             engine = _read_file(Path(engine), "TensorRT engine")
-        trt = import_tensorrt("pip install tensorrt pycuda on a machine with an NVIDIA GPU, or run the .onnx model")
+        trt = import_tensorrt("pip install tensorrt on a machine with an NVIDIA GPU (CUDA buffers through "
+                              "pycuda when installed, else torch), or run the .onnx model")
         self._own_cuda = cuda is None
         self.cuda = cuda or cuda_api(device_index)  # context first: TensorRT allocates on the current one
         self.trt = trt
@@ -298,8 +390,7 @@ class TrtEngineRunner:
 
     def _setup(self, plan: bytes, input_shape: Sequence[int] | None, seed: int) -> None:
         trt = self.trt
-        self.logger = trt.Logger(trt.Logger.WARNING)
-        self.runtime = trt.Runtime(self.logger)
+        self.runtime = trt.Runtime(trt_logger(trt))
         self.engine = self.runtime.deserialize_cuda_engine(plan)
         if self.engine is None:
             raise LatoptError(
@@ -311,22 +402,38 @@ class TrtEngineRunner:
         inputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         if len(inputs) != 1:
             raise LatoptError(f"the engine has {len(inputs)} inputs {inputs}; the latopt runtime expects exactly one")
-        self.context.set_input_shape(inputs[0], self._input_shape(inputs[0], input_shape))
+        self._set_input_shape(inputs[0], self._input_shape(inputs[0], input_shape))
         self.specs: list[TensorSpec] = []
         for n in names:
             shape = tuple(int(d) for d in self.context.get_tensor_shape(n))
+            if any(d < 0 for d in shape):
+                raise LatoptError(f"TensorRT left tensor {n!r} with unresolved shape {list(shape)} after setting the "
+                                  f"input shape; the engine cannot run at this input shape")
             try:
                 dtype = np.dtype(trt.nptype(self.engine.get_tensor_dtype(n)))
             except (TypeError, KeyError, ValueError):
                 raise LatoptError(f"tensor {n!r} has dtype {self.engine.get_tensor_dtype(n)} that numpy cannot hold") from None
             self.specs.append(TensorSpec(n, shape, dtype, n in inputs))
             self.buffers[n] = self.cuda.alloc(shape, dtype)
-            self.context.set_tensor_address(n, self.cuda.ptr(self.buffers[n]))
+            if not self.context.set_tensor_address(n, self.cuda.ptr(self.buffers[n])):
+                raise LatoptError(f"TensorRT refused the device address of tensor {n!r} (see the TensorRT log above)")
         self.input = next(s for s in self.specs if s.is_input)
         self.outputs = [s for s in self.specs if not s.is_input]
         fixed = np.random.default_rng(seed).standard_normal(self.input.shape).astype(self.input.dtype)
         self.cuda.htod(self.buffers[self.input.name], fixed)
         self.cuda.synchronize()
+
+    def _set_input_shape(self, name: str, shape: tuple[int, ...]) -> None:
+        """``set_input_shape``, checked: a shape outside the optimisation profile is a one-line error naming
+        the profile's min and max (TensorRT returns False and would leave negative output shapes)."""
+        if self.context.set_input_shape(name, shape):
+            return
+        what = f"input shape {list(shape)} is not accepted by the engine's input {name!r}"
+        static = tuple(int(d) for d in self.engine.get_tensor_shape(name))
+        if any(d < 0 for d in static):
+            lo, _, hi = self.engine.get_tensor_profile_shape(name, 0)
+            what += f": its optimisation profile allows min {[int(d) for d in lo]} to max {[int(d) for d in hi]}"
+        raise LatoptError(what)
 
     def _input_shape(self, name: str, given: Sequence[int] | None) -> tuple[int, ...]:
         static = tuple(int(d) for d in self.engine.get_tensor_shape(name))
@@ -394,27 +501,107 @@ class TrtEngineRunner:
 # ---------------------------------------------------------------------------------- ONNX Runtime
 _ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
                "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(uint8)": np.uint8}
+GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+ORT_LOG_WARNING = 2  # ONNX Runtime's log_severity_level for warnings (0 verbose .. 4 fatal)
+_ORT_DLLS_PRELOADED = False
+
+
+def ort_install_hint() -> str:
+    """How to get ONNX Runtime's GPU providers working here (one sentence). ``onnxruntime`` and
+    ``onnxruntime-gpu`` install the same ``onnxruntime`` module, so with both installed whichever was
+    written last wins, and uninstalling one breaks the other."""
+    from importlib import metadata
+
+    installed = set()
+    for dist in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            metadata.distribution(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        installed.add(dist)
+    if installed == {"onnxruntime", "onnxruntime-gpu"}:
+        return ("both onnxruntime and onnxruntime-gpu are installed and overwrite each other: "
+                "pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu")
+    if "onnxruntime-gpu" not in installed:
+        return "pip uninstall -y onnxruntime && pip install onnxruntime-gpu (see README, GPU section)"
+    return ("onnxruntime-gpu is installed but its CUDA/cuDNN libraries did not load (see ONNX Runtime's warning "
+            "above): install the CUDA and cuDNN versions it was built for, e.g. pip install 'onnxruntime-gpu[cuda,cudnn]'")
+
+
+def _preload_ort_dlls(ort: Any) -> None:
+    """``onnxruntime.preload_dlls()`` (onnxruntime-gpu >= 1.21) once per process, before the first GPU
+    session: it loads the CUDA/cuDNN libraries of the nvidia-* wheels (or torch's) that the CUDA provider
+    would otherwise fail to find."""
+    global _ORT_DLLS_PRELOADED
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None or _ORT_DLLS_PRELOADED:
+        return
+    _ORT_DLLS_PRELOADED = True
+    preload()
+
+
+def ort_errors() -> tuple[type[BaseException], ...]:
+    """What ONNX Runtime raises for a model or an input it cannot take (its pybind11 exception classes):
+    a corrupt, missing or unsupported model, an input of the wrong shape or type, a provider that fails.
+    Anything else raised around a session is a bug and stays a traceback."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as s
+
+    return (s.Fail, s.InvalidArgument, s.NoSuchFile, s.NoModel, s.InvalidProtobuf, s.InvalidGraph,
+            s.NotImplemented, s.RuntimeException, s.EPFail)
 
 
 class OrtRunner:
-    """ONNX Runtime session with one input; ``providers`` default to the CPU execution provider."""
+    """One ONNX Runtime session with one input: the deploy runner and the latency backend's runner.
+
+    ``providers`` default to the CPU execution provider; a CUDA / TensorRT provider first (with its
+    ``{"device_id": i}`` options) keeps the bound input and outputs on that GPU. Session options:
+    ``intra_op_num_threads = threads`` (ONNX Runtime's default when ``threads`` is None or 0),
+    ``inter_op_num_threads = 1``, sequential execution, ``ORT_ENABLE_ALL`` (ONNX Runtime's defaults, set
+    explicitly because the latency backend reports them), ``log_severity`` when given (3 = errors only).
+
+    A GPU provider first: ``onnxruntime.preload_dlls()`` runs before the session where it exists, ONNX
+    Runtime's warnings stay visible (``log_severity`` is capped at 2) and the session must really use that
+    provider (``session.get_providers()[0]``): ONNX Runtime lists the CUDA provider as available even when
+    CUDA or cuDNN cannot be loaded and then quietly runs on the CPU, which would time CPU work as GPU work.
+
+    The input shape defaults to the model's, dynamic dimensions 1; it is checked against the model's
+    declared shape, then the model is run once on a seeded random input. That input and pre-allocated
+    outputs are bound (IOBinding), so ``runner()``, the timed call, is one ``run_with_iobinding`` without
+    Python-side copies. ``run(x)`` / ``run_all(x)`` run any input. A model that ONNX Runtime cannot load
+    or run at the shape is a one-line LatoptError.
+    """
 
     def __init__(self, model: str | Path, *, input_shape: Sequence[int] | None = None,
-                 providers: Sequence[str] | None = None, threads: int | None = 1, seed: int = 0) -> None:
+                 providers: Sequence[str | tuple[str, dict[str, Any]]] | None = None, threads: int | None = 1,
+                 seed: int = 0, log_severity: int | None = None) -> None:
         try:
             import onnxruntime as ort
         except ImportError:
             raise LatoptError("onnxruntime is not installed: pip install onnxruntime") from None
         path = Path(model)
         _read_file(path, "ONNX model", read=False)
+        providers = list(providers or ["CPUExecutionProvider"])
+        first, first_opts = (providers[0], {}) if isinstance(providers[0], str) else providers[0]
+        gpu = first in GPU_PROVIDERS
         opts = ort.SessionOptions()
         if threads:
             opts.intra_op_num_threads = int(threads)
-            opts.inter_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if log_severity is not None:  # a GPU provider's "Failed to create CUDAExecutionProvider" is a warning
+            opts.log_severity_level = min(int(log_severity), ORT_LOG_WARNING) if gpu else int(log_severity)
+        if gpu:
+            _preload_ort_dlls(ort)
         try:
-            self.session = ort.InferenceSession(str(path), opts, providers=list(providers or ["CPUExecutionProvider"]))
-        except Exception as e:  # onnxruntime raises its own exception types for corrupt/invalid models
-            raise LatoptError(f"ONNX Runtime cannot load {path}: {str(e).splitlines()[0][:200]}") from None
+            self.session = ort.InferenceSession(str(path), opts, providers=providers)
+        except ort_errors() as e:
+            raise LatoptError(f"ONNX Runtime cannot load {path}: {first_line(e)}") from None
+        active = list(self.session.get_providers())
+        if gpu and (not active or active[0] != first):
+            raise LatoptError(f"ONNX Runtime did not start {first} (the session runs on {', '.join(active) or 'nothing'}), "
+                              f"so it would time the CPU; {ort_install_hint()}")
+        self.providers = active
         inputs = self.session.get_inputs()
         if len(inputs) != 1:
             raise LatoptError(f"{path} has {len(inputs)} inputs; the latopt runtime expects exactly one")
@@ -430,20 +617,43 @@ class OrtRunner:
             shape = tuple(d if d is not None else 1 for d in declared)
         self.input_shape = shape
         self.output_names = [o.name for o in self.session.get_outputs()]
-        self._fixed = {self.input_name: np.random.default_rng(seed).standard_normal(shape).astype(self.input_dtype)}
+        x = np.random.default_rng(seed).standard_normal(shape).astype(self.input_dtype)
+        try:
+            outs = self.session.run(self.output_names, {self.input_name: x})
+        except ort_errors() as e:
+            raise LatoptError(f"ONNX Runtime cannot run the model at input shape {list(shape)}: "
+                              f"{first_line(e)}") from None
+        device, device_id = ("cuda", int(first_opts.get("device_id", 0))) if gpu else ("cpu", 0)
+        self._binding = self.session.io_binding()
+        self._x = ort.OrtValue.ortvalue_from_numpy(x, device, device_id)
+        self._binding.bind_ortvalue_input(self.input_name, self._x)
+        self._outs = []
+        for name, o in zip(self.output_names, outs, strict=True):
+            v = ort.OrtValue.ortvalue_from_numpy(np.empty_like(o), device, device_id)
+            self._binding.bind_ortvalue_output(name, v)
+            self._outs.append(v)
+        self._sync = gpu
 
     def __call__(self) -> None:
-        self.session.run(self.output_names, self._fixed)
+        """One inference on the bound input (synchronised with the GPU for a GPU provider)."""
+        if self._sync:
+            self._binding.synchronize_inputs()
+        self.session.run_with_iobinding(self._binding)
+        if self._sync:
+            self._binding.synchronize_outputs()
 
     def run_all(self, x: np.ndarray) -> dict[str, np.ndarray]:
-        x = np.asarray(x).astype(self.input_dtype, copy=False)
+        x = np.ascontiguousarray(np.asarray(x).astype(self.input_dtype, copy=False))
         outs = self.session.run(self.output_names, {self.input_name: x})
         return dict(zip(self.output_names, outs, strict=True))
 
     def run(self, x: np.ndarray) -> np.ndarray:
+        """Inference on ``x``; returns the first output."""
         return self.run_all(x)[self.output_names[0]]
 
     def close(self) -> None:
+        self._binding = None
+        self._outs = []
         self.session = None
 
     def __enter__(self) -> OrtRunner:
@@ -490,10 +700,8 @@ def bench(runner: TrtEngineRunner | OrtRunner, n: int, warmup: int = 10) -> dict
 
 
 def _summary(ms: list[float], key: str) -> dict[str, float]:
-    if len(ms) < 2:
-        return {f"{key}_median_ms": ms[0], f"{key}_q1_ms": ms[0], f"{key}_q3_ms": ms[0]}
-    q1, med, q3 = statistics.quantiles(ms, n=4, method="inclusive")
-    return {f"{key}_median_ms": med, f"{key}_q1_ms": q1, f"{key}_q3_ms": q3}
+    s = TimingStats.from_samples(ms)
+    return {f"{key}_median_ms": s.median_ms, f"{key}_q1_ms": s.q1_ms, f"{key}_q3_ms": s.q3_ms}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

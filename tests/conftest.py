@@ -58,9 +58,9 @@ def fast_cpu_device(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Path of a copy of the ``cpu`` profile with a short timing budget (tests never assert on times)."""
     import yaml
 
-    from latopt.latency.devices import profiles_dir
+    from latopt.latency.devices import SHIPPED_PROFILES
 
-    d = yaml.safe_load((profiles_dir() / "cpu.yaml").read_text())
+    d = yaml.safe_load((SHIPPED_PROFILES / "cpu.yaml").read_text())
     d.update(name="cpu-test", warmup=2, min_repeats=5, max_repeats=10, budget_s=2)
     p = tmp_path_factory.mktemp("device") / "cpu-test.yaml"
     p.write_text(yaml.safe_dump(d))
@@ -85,3 +85,11 @@ def edit_checkpoint():
         return Path(dst)
 
     return edit_
+
+
+@pytest.fixture(autouse=True)
+def _default_log_level() -> None:
+    """Every test starts at the default log level (an in-process `main([..., "-q"])` must not leak)."""
+    from latopt import log
+
+    log.setup(log.DEFAULT)

@@ -56,11 +56,10 @@ def test_export_fold_all_end_to_end(ckpt: Path, tmp_path: Path, fast_cpu_device:
 
 def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        fast_cpu_device: str) -> None:
-    import latopt.export as export_mod
-    from latopt.export import export
+    from latopt.export import export, gates, plan
     from latopt.fold import FoldedBlock
 
-    real = export_mod.fold_blocks
+    real = plan.fold_blocks
 
     def corrupted(model, blocks, mode="exact", input_size=None):  # type: ignore[no-untyped-def]
         out = real(model, blocks, mode=mode, input_size=input_size)
@@ -70,12 +69,36 @@ def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: 
             conv.weight[0, 0, 1, 1] += 0.05  # one wrong tap
         return out
 
-    monkeypatch.setattr(export_mod, "fold_blocks", corrupted)
+    for module in (plan, gates):  # the exported network and the fold the gates recompute: both corrupted
+        monkeypatch.setattr(module, "fold_blocks", corrupted)
     out = tmp_path / "bad"
     with pytest.raises(VerificationError, match="numeric gate failed"):
         export(ckpt, fast_cpu_device, out, fold="all", samples=4, measure=False, progress=False)
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bad")]
+
+
+def test_gate_checks_the_shipped_network_not_a_recomputed_fold(ckpt: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                fast_cpu_device: str) -> None:
+    """Only the network export ships is corrupted (the gates' own fold is right): still refused."""
+    from latopt.export import export, plan
+    from latopt.fold import FoldedBlock
+
+    real = plan.fold_blocks
+
+    def corrupted(model, blocks, mode="exact", input_size=None):  # type: ignore[no-untyped-def]
+        out = real(model, blocks, mode=mode, input_size=input_size)
+        fb = next(m for m in out.modules() if isinstance(m, FoldedBlock))
+        with torch.no_grad():
+            fb.conv.weight[0, 0, 1, 1] += 0.05
+        return out
+
+    monkeypatch.setattr(plan, "fold_blocks", corrupted)
+    out = tmp_path / "bad"
+    with pytest.raises(VerificationError, match="shipped folded network vs linearised"):
+        export(ckpt, fast_cpu_device, out, fold="all", samples=4, measure=False, progress=False)
+    assert not out.exists()
 
 
 def test_bad_inputs_are_one_line_exit_2(ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -127,3 +150,16 @@ def test_export_paper_mode_checks_blocks_away_from_the_border(ckpt: Path, tmp_pa
     assert rec["mode"] == "paper"
     assert [g["name"] for g in rec["gates"]][0].startswith("fold algebra per block, away from the border")
     assert all(g["passed"] for g in rec["gates"]) and any("paper mode" in n for n in rec["notes"])
+
+
+def test_export_resolution_comes_from_the_checkpoint_record() -> None:
+    from latopt.errors import LatoptError
+    from latopt.export.plan import export_resolution
+
+    folded = {"fold": {"input_size": [48, 48]}}
+    assert export_resolution(folded, {"resolution": 32}, None) == 48  # an exact fold's own size first
+    assert export_resolution({}, {"resolution": 32}, None) == 32
+    assert export_resolution({}, {"resolution": 32}, 64) == 64
+    # only meta["resolution"] (latopt.data.data_meta) is read: nothing writes a "config" record into meta
+    with pytest.raises(LatoptError, match="does not record its input resolution"):
+        export_resolution({}, {"config": {"data": {"resolution": 32}}}, None)

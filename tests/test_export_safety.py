@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -64,8 +65,9 @@ def _conv_nodes(onnx_path: Path) -> int:
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, err
+    """The one error line, after nothing but progress lines (``[export] ...``): no traceback."""
+    *progress, err = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("latopt: error:") and all(re.match(r"\[[a-z]+\] ", s) for s in progress), progress + [err]
     return err
 
 
@@ -294,31 +296,111 @@ class _StandInEngine:
         self.ort.close()
 
 
-@pytest.mark.parametrize("shift", [0.0, 100.0])
-def test_engine_branch_gates_and_accuracy(runs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                          shift: float) -> None:
-    import types
+class _StandInRunner:
+    """A timed stand-in: ``time_ms`` is its "device timer" (compare() uses it), ``()`` an untimed call."""
 
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def __call__(self) -> None:
+        pass
+
+    def time_ms(self) -> float:
+        return self.ms
+
+    def close(self) -> None:
+        pass
+
+
+class _StandInTrtBackend:
+    """Stands in for the TensorRT backend export opens (latopt.export.engine.get_backend): ``build`` returns
+    the "engine" bytes the stand-in runner expects, ``prepare`` hands out timed stand-ins (the as-is network
+    2 ms, the folded one 1 ms). Records what export asks of it; no figure from it is a TensorRT result."""
+
+    opened: list[_StandInTrtBackend] = []
+    name = "tensorrt"
+    cuda = "cuda-of-the-backend"
+
+    def __init__(self, profile) -> None:  # type: ignore[no-untyped-def]
+        self.profile, self.precision, self.closed, self.built, self.prepared = profile, profile.precision, 0, [], []
+        _StandInTrtBackend.opened.append(self)
+
+    def build(self, onnx_path, input_shape) -> bytes:  # type: ignore[no-untyped-def]
+        assert Path(onnx_path).is_file()
+        self.built.append(tuple(input_shape))
+        return b"engine"
+
+    def prepare(self, model, input_shape):  # type: ignore[no-untyped-def]
+        self.prepared.append(tuple(input_shape))
+        return _StandInRunner(2.0 if len(self.prepared) == 1 else 1.0)
+
+    def environment(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+@pytest.fixture
+def stand_in_trt(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     import latopt.export as export_mod
 
-    def build(backend, p, tmp, precision, say):  # type: ignore[no-untyped-def]
-        (tmp / "model.engine").write_bytes(b"engine")
-        return tmp / "model.engine"
+    _StandInTrtBackend.opened = []
+    monkeypatch.setattr(export_mod.engine, "get_backend", _StandInTrtBackend)
+    return export_mod
 
-    monkeypatch.setattr(export_mod, "_tensorrt_backend", lambda device, precision: types.SimpleNamespace(
-        cuda="cuda-of-the-backend"))
-    monkeypatch.setattr(export_mod, "_build_engine", build)
-    monkeypatch.setattr(export_mod, "TrtEngineRunner", type("E", (_StandInEngine,), {"shift": shift}))
+
+@pytest.mark.parametrize("shift", [0.0, 100.0])
+def test_engine_branch_gates_and_accuracy(runs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          stand_in_trt, shift: float) -> None:
+    """--format all on a TensorRT device: the engine is built by the one backend export opened (issue 13,
+    defect 1: no second backend / CUDA context), run by the shipped runner, gated, and that backend is
+    closed on success and on failure (defect 2)."""
+    export_mod = stand_in_trt
+    monkeypatch.setattr(export_mod.engine, "TrtEngineRunner", type("E", (_StandInEngine,), {"shift": shift}))
     out = tmp_path / "engine"
     if shift:
         with pytest.raises(VerificationError, match="TensorRT .* FAILED"):
-            export_mod.export(runs["some"], "cpu", out, fmt="all", samples=4, measure=False, progress=False)
+            export_mod.export(runs["some"], "titanx", out, fmt="all", samples=4, measure=False, progress=False)
         assert not out.exists()
+        (backend,) = _StandInTrtBackend.opened
+        assert backend.closed == 1
         return
-    rec = export_mod.export(runs["some"], "cpu", out, fmt="all", samples=4, measure=False, progress=False)
-    assert rec["files"] == ["model.onnx", "model.engine"] and (out / "model.engine").is_file()
+    rec = export_mod.export(runs["some"], "titanx", out, fmt="all", samples=4, measure=False, progress=False)
+    (backend,) = _StandInTrtBackend.opened
+    assert backend.closed == 1 and backend.built == [(1, 3, RES, RES)]
+    assert rec["files"] == ["model.onnx", "model.engine"] and (out / "model.engine").read_bytes() == b"engine"
+    assert not (out / ".static.onnx").exists()
     engine_gate = next(g for g in rec["gates"] if g["name"].startswith("TensorRT"))
     assert engine_gate["passed"] and engine_gate["floor"] is not None
     acc = rec["accuracy"]
     assert acc["gated"] and acc["engine_test_acc"] == acc["test_acc"]
     assert f"engine {acc['engine_test_acc']:.4f}" in (out / "REPORT.md").read_text()
+
+
+def test_export_measures_at_the_requested_precision_with_its_one_backend(runs: dict, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        stand_in_trt) -> None:
+    """--precision fp16 on the fp32 titanx profile: the engine is built and both networks are timed at fp16
+    (issue 13, defect 11), by the same backend (defect 1), closed once at the end (defect 2)."""
+    export_mod = stand_in_trt
+    monkeypatch.setattr(export_mod.engine, "TrtEngineRunner", _StandInEngine)
+    out = tmp_path / "fp16"
+    rec = export_mod.export(runs["some"], "titanx", out, fmt="all", precision="fp16", samples=4, progress=False)
+    (backend,) = _StandInTrtBackend.opened
+    assert backend.profile.name == "titanx" and backend.profile.precision == "fp16" and backend.precision == "fp16"
+    assert backend.prepared == [(1, 3, RES, RES)] * 2 and backend.closed == 1
+    lat = rec["latency"]
+    assert lat["precision"] == "fp16" and lat["speedup"] == pytest.approx(2.0) and rec["precision"] == "fp16"
+    assert "## Latency (fp16, measured end to end" in (out / "REPORT.md").read_text()
+
+
+def test_export_precision_the_device_cannot_time_fails_first(runs: dict, tmp_path: Path) -> None:
+    """ONNX Runtime times fp32 only: --precision fp16 on the cpu profile fails before any work (it used to
+    be measured at fp32 and reported as fp16)."""
+    from latopt.export import export
+
+    out = tmp_path / "x"
+    with pytest.raises(LatoptError, match="onnxruntime backend times fp32 models only") as e:
+        export(runs["some"], "cpu", out, precision="fp16", samples=4, progress=False)
+    assert "\n" not in str(e.value) and not out.exists()

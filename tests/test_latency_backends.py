@@ -5,7 +5,6 @@ CUDA and TensorRT tests are marked and skip with a reason where unavailable.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 
 import numpy as np
@@ -29,7 +28,7 @@ def tiny() -> nn.Module:
 
 
 def fast(name: str) -> object:
-    return dataclasses.replace(load_device(name), warmup=1, min_repeats=5, max_repeats=5)
+    return load_device(name).model_copy(update={"warmup": 1, "min_repeats": 5, "max_repeats": 5})
 
 
 def reference(model: nn.Module, x: np.ndarray) -> np.ndarray:
@@ -76,10 +75,10 @@ def test_onnxruntime_from_onnx_path_and_errors(tmp_path) -> None:
     (tmp_path / "bad.onnx").write_bytes(b"not a model")
     with pytest.raises(LatoptError, match="ONNX Runtime cannot load"):
         backend.prepare(tmp_path / "bad.onnx", SHAPE)
-    with pytest.raises(LatoptError, match="cannot run the model at input shape"):
+    with pytest.raises(LatoptError, match=r"input shape \[1, 5, 16, 16\] does not fit the model's input"):
         backend.prepare(path, (1, 5, 16, 16))
     with pytest.raises(LatoptError, match="provider 'CUDAExecutionProvider'.*not available"):
-        get_backend(dataclasses.replace(load_device("cpu"), provider="CUDAExecutionProvider"))
+        get_backend(load_device("cpu").model_copy(update={"provider": "CUDAExecutionProvider"}))
     with pytest.raises(LatoptError, match="times nn.Modules, not ONNX files"):
         get_backend(fast("cpu-torch")).prepare(path, SHAPE)
 
@@ -105,6 +104,234 @@ def test_export_onnx_static_dynamic_and_cache(tmp_path) -> None:
         assert cache.get(model, (1, 3, 8, 8)) != p1 and len(cache) == 2
         assert p1.is_file()
     assert not p1.exists()
+
+
+def test_library_errors_are_one_line_and_latopt_bugs_stay_tracebacks(tmp_path, monkeypatch) -> None:
+    import onnxruntime
+
+    class Buggy(nn.Module):  # a bug in a module's own code, not something the exporter refuses
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise TypeError("a bug in forward")
+
+    with pytest.raises(TypeError, match="a bug in forward"):
+        export_onnx(Buggy(), SHAPE, tmp_path / "buggy.onnx")
+    path = export_onnx(tiny(), SHAPE, tmp_path / "m.onnx")
+
+    def broken_session(*a, **k):  # not one of ONNX Runtime's own exception classes: a traceback
+        raise KeyError("latopt passed something wrong")
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", broken_session)
+    with pytest.raises(KeyError):
+        get_backend(fast("cpu")).prepare(path, SHAPE)
+
+
+def test_torch_cuda_runner_times_its_stream_with_the_cuda_api() -> None:
+    """TorchCudaRunner's wiring, on the CPU: a stand-in for runtime.TorchCudaApi (stream None is torch's
+    no-op stream context) shows every call waits for the stream and time_ms is the CudaApi timer around
+    one inference."""
+    from latopt.latency.backends.torch import TorchCudaRunner
+
+    class StandInCuda:
+        stream, device, log = None, torch.device("cpu"), []
+
+        def synchronize(self) -> None:
+            self.log.append("sync")
+
+        def time_ms(self, fn) -> float:
+            self.log.append("timer")
+            fn()
+            return 0.25
+
+    cuda = StandInCuda()
+    model = tiny()
+    r = TorchCudaRunner(model, SHAPE, cuda, torch.float32)
+    assert cuda.log == ["sync"]  # the check-run at construction waited for the stream
+    assert r.time_ms() == 0.25 and cuda.log == ["sync", "timer"]
+    x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
+    np.testing.assert_allclose(r.run(x), reference(model, x), rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------- issue 13: GPU paths checked on the CPU
+def _cuda_profile(tmp_path, provider: str = "CUDAExecutionProvider"):
+    path = tmp_path / "ort-cuda.yaml"
+    path.write_text(f"name: ort-cuda\nprovider: {provider}\ncuda_device: 0\nwarmup: 1\nmin_repeats: 5\n"
+                    "max_repeats: 5\n")
+    return load_device(path)
+
+
+def test_ort_gpu_provider_falling_back_to_cpu_is_refused(tmp_path, monkeypatch) -> None:
+    """ONNX Runtime lists the CUDA provider even where CUDA/cuDNN cannot load, then runs the session on the
+    CPU: here (onnxruntime without CUDA) the session really falls back, and the backend must refuse it in one
+    line instead of timing CPU work as GPU work. preload_dlls() runs first; warnings are not silenced."""
+    import onnxruntime
+
+    from latopt import runtime
+
+    real_session = onnxruntime.InferenceSession
+    seen: dict[str, object] = {}
+
+    def session(path, opts, providers):
+        seen["log_severity"], seen["providers"] = opts.log_severity_level, providers
+        return real_session(path, opts, providers=providers)
+
+    preloads: list[bool] = []
+    monkeypatch.setattr(onnxruntime, "InferenceSession", session)
+    monkeypatch.setattr(onnxruntime, "preload_dlls", lambda **kw: preloads.append(True), raising=False)
+    monkeypatch.setattr(runtime, "_ORT_DLLS_PRELOADED", False, raising=False)
+    monkeypatch.setattr(onnxruntime, "get_available_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])  # what a broken GPU install lists
+    backend = get_backend(_cuda_profile(tmp_path))
+    path = export_onnx(tiny(), SHAPE, tmp_path / "m.onnx")
+    with pytest.raises(LatoptError) as e:
+        backend.prepare(path, SHAPE)
+    msg = str(e.value)
+    assert "\n" not in msg and "did not start CUDAExecutionProvider" in msg and "CPUExecutionProvider" in msg
+    assert "onnxruntime-gpu" in msg
+    assert preloads == [True] and seen["log_severity"] <= 2  # ORT's "Failed to create ..." warning stays visible
+    assert seen["providers"][0] == ("CUDAExecutionProvider", {"device_id": 0})
+    backend.close()
+
+
+def test_ort_cpu_provider_keeps_errors_only_logging(tmp_path, monkeypatch) -> None:
+    import onnxruntime
+
+    real_session = onnxruntime.InferenceSession
+    seen: list[int] = []
+
+    def session(path, opts, providers):
+        seen.append(opts.log_severity_level)
+        return real_session(path, opts, providers=providers)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", session)
+    backend = get_backend(fast("cpu"))
+    r = backend.prepare(export_onnx(tiny(), SHAPE, tmp_path / "m.onnx"), SHAPE)
+    assert seen == [3] and r.providers == ["CPUExecutionProvider"]
+    r.close()
+    backend.close()
+
+
+def test_ort_install_hint_names_the_conflict(monkeypatch) -> None:
+    """onnxruntime and onnxruntime-gpu install the same module: with both present, the hint says to remove
+    both and reinstall the GPU one."""
+    from importlib import metadata
+
+    from latopt import runtime
+
+    def installed(*names):
+        def distribution(name):
+            if name not in names:
+                raise metadata.PackageNotFoundError(name)
+            return name
+        return distribution
+
+    monkeypatch.setattr(metadata, "distribution", installed("onnxruntime", "onnxruntime-gpu"))
+    assert "pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu" in runtime.ort_install_hint()
+    monkeypatch.setattr(metadata, "distribution", installed("onnxruntime"))
+    assert runtime.ort_install_hint().startswith("pip uninstall -y onnxruntime && pip install onnxruntime-gpu")
+    monkeypatch.setattr(metadata, "distribution", installed("onnxruntime-gpu"))
+    assert "CUDA/cuDNN libraries did not load" in runtime.ort_install_hint()
+
+
+class _StandInTorchCuda:
+    """runtime.TorchCudaApi stand-in on the CPU (stream None: torch's no-op stream context)."""
+
+    stream, device, name = None, torch.device("cpu"), "stand-in"
+
+    def __init__(self, index: int = 0) -> None:
+        self.closed = False
+
+    def device_name(self) -> str:
+        return "NVIDIA A100-SXM4-80GB"
+
+    def compute_capability(self) -> tuple[int, int]:
+        return (8, 0)
+
+    def driver_version(self) -> str:
+        return "555.42"
+
+    def synchronize(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def tf32_saved():
+    """torch's TF32 switches, put back after the test (they are properties: monkeypatch cannot undo them)."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def _fake_cuda_torch(monkeypatch, capability=(8, 0), archs=("sm_75", "sm_80", "sm_86", "sm_90")):
+    from latopt.latency.backends import torch as torch_backend
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: capability)
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(archs))
+    monkeypatch.setattr(torch_backend, "TorchCudaApi", _StandInTorchCuda)
+
+
+def test_gpu_torch_fp32_times_without_tf32_and_restores_it(monkeypatch, tf32_saved) -> None:
+    """cuDNN's TF32 is on by default: an fp32 CUDA profile switches TF32 off for cuDNN convolutions and cuBLAS
+    matmuls while its backend is open, records the switches in the environment (the LUT's), and restores
+    them on close. torch.cuda is a stand-in here (CPU machine); the switches are torch's own."""
+    _fake_cuda_torch(monkeypatch)
+    torch.backends.cudnn.allow_tf32 = True  # torch's default
+    torch.backends.cuda.matmul.allow_tf32 = True  # a user's choice for their own matmuls
+    backend = get_backend(load_device("gpu-torch"))
+    assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cuda.matmul.allow_tf32 is False
+    env = backend.environment()
+    assert env["tf32"] == {"cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False}
+    assert env["precision_mode"] == "fp32, TF32 off" and env["compute_capability"] == "8.0"
+    backend.close()
+    backend.close()  # idempotent
+    assert torch.backends.cudnn.allow_tf32 is True and torch.backends.cuda.matmul.allow_tf32 is True
+    assert backend.cuda.closed
+
+
+def test_gpu_torch_fp16_leaves_tf32_alone(monkeypatch, tf32_saved) -> None:
+    _fake_cuda_torch(monkeypatch)
+    torch.backends.cudnn.allow_tf32 = True
+    backend = get_backend(load_device("gpu-torch").model_copy(update={"precision": "fp16"}))
+    assert torch.backends.cudnn.allow_tf32 is True
+    assert backend.environment()["precision_mode"] == "fp16"
+    backend.close()
+
+
+def test_gpu_torch_refuses_a_gpu_its_build_has_no_kernels_for(monkeypatch) -> None:
+    """A TITAN X (Pascal, 6.1) with a torch build without sm_61 (CUDA >= 12.8 wheels) is one line naming the
+    cu126 wheels, not a "no kernel image" traceback at the first convolution."""
+    _fake_cuda_torch(monkeypatch, capability=(6, 1), archs=("sm_75", "sm_80", "sm_90", "sm_100", "sm_120"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA TITAN X (Pascal)")
+    with pytest.raises(LatoptError) as e:
+        get_backend(load_device("gpu-torch"))
+    msg = str(e.value)
+    assert "\n" not in msg and "compute capability 6.1" in msg and "whl/cu126" in msg
+    from latopt.latency.backends.torch import arch_runs_on
+
+    assert arch_runs_on((6, 1), ["sm_50", "sm_60", "sm_70"])  # sm_60 cubins run on 6.1
+    assert arch_runs_on((8, 9), ["sm_80", "sm_86"]) and arch_runs_on((12, 0), ["sm_90", "compute_90"])
+    assert arch_runs_on((9, 0), ["sm_90a"]) and not arch_runs_on((9, 0), ["sm_80", "sm_86"])  # no 9.x cubin
+    assert not arch_runs_on((6, 1), ["sm_75", "sm_80"]) and not arch_runs_on((10, 0), ["sm_90a"])
+
+
+def test_torch_cuda_api_makes_the_profile_device_current(monkeypatch) -> None:
+    """TorchCudaApi(i) makes GPU i current and puts its stream (where the runner queues work and records the
+    CUDA events) on that GPU."""
+    from latopt import runtime
+
+    calls: list[object] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", d)))
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: calls.append(("stream", device)) or "s1")
+    api = runtime.TorchCudaApi(1)
+    assert calls == [("set_device", torch.device("cuda", 1)), ("stream", torch.device("cuda", 1))]
+    assert api.stream == "s1"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA; the no-GPU error path cannot occur")

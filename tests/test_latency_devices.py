@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from latopt.errors import LatoptError
-from latopt.latency.devices import DeviceProfile, list_devices, load_device, profiles_dir
+from latopt.latency.devices import SHIPPED_PROFILES, DeviceProfile, list_devices, load_device, profiles_dir
+from latopt.latency.lut import default_lut_path
 from latopt.latency.timing import TimingPolicy
 
 SHIPPED = ("cpu", "titanx", "gpu-trt-fp16", "gpu-torch", "cpu-torch")
@@ -25,15 +28,14 @@ def test_shipped_profiles_load() -> None:
     assert load_device("gpu-torch").backend == "torch" and load_device("gpu-torch").cuda_device == 0
     assert load_device("gpu-torch").is_gpu and not cpu.is_gpu
     assert TimingPolicy.of(cpu).clock == "thread"
+    assert cpu.budget_s == 25.0 and type(cpu.budget_s) is float  # `budget_s: 25`: a float key takes an integer
 
 
 def test_readme_documents_every_key() -> None:
-    import dataclasses
-
-    text = (profiles_dir() / "README.md").read_text()
-    for f in dataclasses.fields(DeviceProfile):
-        if f.name != "path":
-            assert f"`{f.name}`" in text, f"profiles/README.md does not document {f.name}"
+    text = (SHIPPED_PROFILES / "README.md").read_text()
+    for name in DeviceProfile.model_fields:
+        if name != "path":
+            assert f"`{name}`" in text, f"profiles/README.md does not document {name}"
 
 
 def test_unknown_device_lists_known_ones() -> None:
@@ -48,32 +50,62 @@ def test_profile_from_path_and_validation(tmp_path) -> None:
     assert d.name == "mine" and d.max_repeats == 4 and d.path == str(p)
 
     bad = {
-        "name: x\nbackend: openvino\n": "backend 'openvino'",
-        "name: x\nprecision: int8\n": "precision 'int8'",
-        "name: x\nthreads: 0\n": "threads must be a positive integer",
-        "name: x\nbudget_s: -1\n": "budget_s must be a positive number",
-        "name: x\nmin_repeats: 10\nmax_repeats: 5\n": "min_repeats > max_repeats",
-        "name: x\nwarmup_rounds: 3\n": "unknown key",
-        "backend: torch\n": "missing 'name'",
+        "name: x\nbackend: openvino\n": "key 'backend' is 'openvino'; choose one of onnxruntime, tensorrt, torch",
+        "name: x\nprecision: int8\n": "key 'precision' is 'int8'; choose one of fp32, fp16",
+        "name: x\nthreads: 0\n": "key 'threads' must be >= 1, got 0",
+        "name: x\nthreads: true\n": "key 'threads' must be an integer, got True",
+        "name: x\nwarmup: -1\n": "key 'warmup' must be >= 0, got -1",
+        "name: x\nbudget_s: -1\n": "key 'budget_s' must be > 0, got -1",
+        "name: x\nstable_rel: .inf\n": "key 'stable_rel' must be a finite number",
+        "name: x\ncuda_device: -1\n": "key 'cuda_device' must be >= 0, got -1",
+        "name: x\nworkspace_mib: 0\n": "key 'workspace_mib' must be >= 1, got 0",
+        "name: x\noptions: [1]\n": "key 'options' must be a mapping",
+        "name: x\nmin_repeats: 10\nmax_repeats: 5\n": r"min_repeats > max_repeats \(10 > 5\)",
+        "name: x\nwarmup_rounds: 3\n": "unknown key 'warmup_rounds'; known: name, description, backend",
+        "name: x\npath: /etc\n": "unknown key 'path'",
+        "backend: torch\n": "key 'name' is missing",
         "name: x\nthreads: 2\nclock: thread\n": "clock: thread .* needs threads: 1",
-        "name: x\nclock: tsc\n": "clock must be",
+        "name: x\nbackend: tensorrt\nclock: thread\n": "clock: thread .* on a CPU backend",
+        # issue 13, defect 10: an ORT profile on a CUDA provider without cuda_device is a GPU profile too
+        "name: x\nprovider: CUDAExecutionProvider\nclock: thread\n": "clock: thread .* on a CPU backend",
+        "name: x\nprovider: TensorrtExecutionProvider\nclock: thread\n": "clock: thread .* on a CPU backend",
+        "name: x\nbackend: torch\ncuda_device: 0\nclock: thread\n": "clock: thread .* on a CPU backend",
+        "name: x\nclock: tsc\n": "key 'clock' is 'tsc'; choose one of wall, thread",
         "- a\n- b\n": "must be a YAML mapping",
         "name: [unclosed\n": "not valid YAML",
-        "name: ../../x\n": "name '../../x' is not a valid name",  # it names profiles/<name>/ (its LUTs)
-        "name: a/b\n": "name 'a/b' is not a valid name",
-        "name: 5\n": "name 5 is not a valid name",
+        "name: ../../x\n": "key 'name' = '../../x' is not a valid name",  # it names profiles/<name>/ (its LUTs)
+        "name: a/b\n": "key 'name' = 'a/b' is not a valid name",
+        "name: 5\n": "key 'name' = 5 is not a valid name",
     }
     for i, (text, msg) in enumerate(bad.items()):
         f = tmp_path / f"bad{i}.yaml"
         f.write_text(text)
-        with pytest.raises(LatoptError, match=msg):
+        with pytest.raises(LatoptError, match=msg) as e:
             load_device(str(f))
+        assert str(e.value).startswith(f"device profile {f}") and "\n" not in str(e.value)
     with pytest.raises(LatoptError, match="does not exist"):
         load_device(str(tmp_path / "missing.yaml"))
 
 
-def test_profiles_dir_override(tmp_path, monkeypatch) -> None:
-    (tmp_path / "edge.yaml").write_text("name: edge\n")
-    monkeypatch.setenv("LATOPT_PROFILES_DIR", str(tmp_path))
-    assert list_devices() == ["edge"]
-    assert load_device("edge").backend == "onnxruntime"
+def test_user_profiles_come_before_the_shipped_ones(tmp_path, monkeypatch) -> None:
+    # ./profiles in the working directory: added devices, a shipped name replaced, and the LUTs' home
+    monkeypatch.delenv("LATOPT_PROFILES_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert profiles_dir() == Path("profiles") and load_device("cpu").path == str(SHIPPED_PROFILES / "cpu.yaml")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "edge.yaml").write_text("name: edge\n")
+    (tmp_path / "profiles" / "cpu.yaml").write_text("name: cpu\nbackend: torch\n")
+    assert list_devices() == sorted({"edge", *SHIPPED})
+    assert load_device("edge").path == str(Path("profiles") / "edge.yaml")
+    assert load_device("cpu").backend == "torch" and load_device("titanx").path.startswith(str(SHIPPED_PROFILES))
+    assert default_lut_path("edge", "mobilenetv2_100", 224, 1) == Path("profiles/edge/mobilenetv2_100-r224-b1.json")
+    with pytest.raises(LatoptError, match=r"unknown device 'nope'.*\(or add nope.yaml to profiles/, or pass a YAML path\)"):
+        load_device("nope")
+
+    # $LATOPT_PROFILES_DIR takes the place of ./profiles, for device files and LUTs alike
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "edge2.yaml").write_text("name: edge2\n")
+    monkeypatch.setenv("LATOPT_PROFILES_DIR", str(other))
+    assert list_devices() == sorted({"edge2", *SHIPPED}) and load_device("cpu").backend == "onnxruntime"
+    assert default_lut_path("edge2", "mobilenetv2_100", 224, 1).parent == other / "edge2"

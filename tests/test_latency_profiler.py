@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 
@@ -31,7 +30,7 @@ def tiny_effnet() -> torch.nn.Module:
 def test_profile_tiny_model(device: str, tmp_path) -> None:
     threads = torch.get_num_threads()
     try:
-        prof = dataclasses.replace(load_device(device), **FAST)
+        prof = load_device(device).model_copy(update=FAST)
         model = tiny_effnet()
         lut = profile_model(model, prof, 32, batch=1, partial=True, progress=False, name="tiny")
     finally:
@@ -116,7 +115,50 @@ def test_cli_gpu_torch_without_cuda(capsys) -> None:
 
 @pytest.mark.cuda
 def test_profile_gpu_torch(tmp_path) -> None:
-    prof = dataclasses.replace(load_device("gpu-torch"), warmup=3, min_repeats=10, max_repeats=20)
+    prof = load_device("gpu-torch").model_copy(update={"warmup": 3, "min_repeats": 10, "max_repeats": 20})
     lut = profile_model(tiny_effnet(), prof, 32, progress=False, num_classes=10, name="tiny")
     assert lut.backend == "torch" and "gpu" in lut.environment
     assert all(b.raw["none"].median_ms > 0 for b in lut.blocks)
+
+
+class _ClosingBackend:
+    """A backend stand-in whose runners fail to close (as a CUDA error surfacing at synchronize would)."""
+
+    name = "stand-in"
+
+    def __init__(self, profile) -> None:  # type: ignore[no-untyped-def]
+        self.closed = 0
+
+    def prepare(self, model, input_shape):  # type: ignore[no-untyped-def]
+        class Runner:
+            def __call__(self) -> None:
+                pass
+
+            def time_ms(self) -> float:
+                return 1.0
+
+            def close(self) -> None:
+                raise RuntimeError("a runner failed to close")
+
+        return Runner()
+
+    def environment(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_backends_closed_when_a_runner_fails_to_close(monkeypatch) -> None:
+    """Issue 13, defect 2: the backend (with pycuda, a pushed CUDA context) is closed on every path of
+    measure_networks and profile_model, even when closing a runner raises."""
+    import latopt.latency.profiler as profiler
+
+    opened: list[_ClosingBackend] = []
+    monkeypatch.setattr(profiler, "get_backend", lambda dev: opened.append(_ClosingBackend(dev)) or opened[-1])
+    device = load_device("cpu").model_copy(update={"warmup": 0, "min_repeats": 3, "max_repeats": 3, "clock": "wall"})
+    with pytest.raises(RuntimeError, match="failed to close"):
+        measure_networks({"relu": torch.nn.ReLU()}, device, (1, 4))
+    with pytest.raises(RuntimeError, match="failed to close"):
+        profile_model("mobilenetv2_035", device, resolution=32, num_classes=10, progress=False)
+    assert [b.closed for b in opened] == [1, 1]

@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch import nn
 
-import latopt.models as models
 from latopt.cli import main
 from latopt.errors import LatoptError, VerificationError
 from latopt.fold import alpha_parameters, fold_blocks, get_alphas, install_alpha, randomize_bn_
@@ -52,19 +51,39 @@ def test_names() -> None:
 
 
 def test_pretrained_offline_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import socket
+
     import huggingface_hub.constants as hfc
 
-    monkeypatch.setattr(models, "_online", lambda host, timeout=3.0: False)
-    monkeypatch.setattr(hfc, "HF_HUB_CACHE", str(tmp_path / "hf"))
-    with pytest.raises(LatoptError, match="could not get pretrained weights for mobilenetv2_035.*drop --pretrained"):
+    lookups: list[object] = []
+    real_getaddrinfo = socket.getaddrinfo
+
+    def getaddrinfo(host, *a, **k):  # records any attempt to reach a host (there must be none offline)
+        lookups.append(host)
+        return real_getaddrinfo(host, *a, **k)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    # huggingface_hub's own offline switch: HF_HUB_OFFLINE=1 in the environment sets this when it is imported
+    monkeypatch.setattr(hfc, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hfc, "HF_HUB_CACHE", str(tmp_path / "hf"))  # an empty cache
+    with pytest.raises(LatoptError) as e:
+        build_model("mobilenetv2_100", pretrained=True)  # timm has weights for it: not in the cache
+    msg = str(e.value)
+    assert msg.startswith("could not get pretrained weights for mobilenetv2_100 (LocalEntryNotFoundError: "), msg
+    assert "needs internet access once" in msg and "HF_HUB_OFFLINE=1" in msg and "drop --pretrained" in msg
+    assert "\n" not in msg and lookups == []
+    with pytest.raises(LatoptError) as e:  # timm's own error: there are no pretrained weights for this one
         build_model("mobilenetv2_035", pretrained=True)
+    assert str(e.value) == ("could not get pretrained weights for mobilenetv2_035 (RuntimeError: No pretrained "
+                            "weights exist for mobilenetv2_035) — drop --pretrained to start from random weights")
 
     def no_net(*a, **k):
         raise urllib.error.URLError("offline (test)")
 
     monkeypatch.setattr(torch.hub, "urlopen", no_net)
     monkeypatch.setattr(torch.hub, "_hub_dir", str(tmp_path / "torch"))
-    with pytest.raises(LatoptError, match="could not get pretrained weights for torchvision/mobilenet_v2"):
+    with pytest.raises(LatoptError, match=r"could not get pretrained weights for torchvision/mobilenet_v2 "
+                                          r"\(URLError: .*offline \(test\).*the torch hub cache — drop --pretrained"):
         build_model("torchvision/mobilenet_v2", pretrained=True)
     with pytest.raises(LatoptError, match="only for width 1.0"):
         build_model("torchvision/mobilenet_v2?width=0.75", pretrained=True)
@@ -185,7 +204,7 @@ def test_digest_detects_a_corrupted_checkpoint(tmp_path: Path, capsys: pytest.Ca
         with pytest.raises(VerificationError, match=f"checkpoint {path}") as e:
             load_checkpoint(path)
         assert "\n" not in str(e.value), what
-        assert main(["export", "--checkpoint", str(path), "--no-measure", "--out", str(tmp_path / "o")]) == 3, what
+        assert main(["export", "--checkpoint", str(path), "--no-measure", "--out", str(tmp_path / "o"), "-q"]) == 3, what
         err = capsys.readouterr().err.strip()
         assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, (what, err)
         assert not (tmp_path / "o").exists()
@@ -214,31 +233,32 @@ def test_legacy_checkpoint_without_digest_loads_with_one_warning_line(tmp_path: 
 BAD_ARCH = [  # (field edit, what the one-line error names)
     ({"num_classes": "ten"}, "num_classes"),
     ({"num_classes": True}, "num_classes"),
-    ({"num_classes": 10**9}, "num_classes"),
+    ({"num_classes": 10**9}, r"'num_classes' must be in \[1, 100000\], got 1000000000"),
     ({"model": 123}, "'model'"),
-    ({"extra": 1}, "unknown architecture field"),
+    ({"extra": 1}, "unknown architecture field 'extra'; known: model, num_classes, alpha, fold"),
     ({"alpha": {"granularity": "block", "blocks": ["1"]}}, "blocks"),
     ({"alpha": {"granularity": "block", "blocks": [1.5]}}, "blocks"),
     ({"alpha": {"granularity": "block", "blocks": [True]}}, "blocks"),
     ({"alpha": {"granularity": "block", "blocks": [2, 2]}}, "blocks"),
     ({"alpha": {"granularity": "block", "blocks": []}}, "blocks"),
     ({"alpha": {"granularity": "channel", "blocks": [1]}}, "granularity"),
-    ({"alpha": {"blocks": [1]}}, "'alpha'"),
+    ({"alpha": {"blocks": [1]}}, "'alpha.granularity' is missing"),
     ({"alpha": [1, 2]}, "'alpha'"),
     ({"alpha": {"granularity": "block", "blocks": [99]}}, "out of range"),
     ({"fold": "all"}, "'fold'"),
-    ({"fold": {"mode": "exact", "plan": {}}}, "'fold'"),
+    ({"fold": {"mode": "exact", "plan": {}}}, "'fold.input_size' is missing"),
     ({"fold": {"mode": "fast", "input_size": [32, 32], "plan": {}}}, "mode"),
     ({"fold": {"mode": "exact", "input_size": [32], "plan": {}}}, "input_size"),
     ({"fold": {"mode": "exact", "input_size": "32", "plan": {}}}, "input_size"),
     ({"fold": {"mode": "exact", "input_size": [32, "32"], "plan": {}}}, "input_size"),
     ({"fold": {"mode": "exact", "input_size": [32, 100000], "plan": {}}}, "input_size"),
     ({"fold": {"mode": "exact", "input_size": [4, 4], "plan": {}}}, "input_size"),
-    ({"fold": {"mode": "exact", "input_size": None, "plan": {}}}, "input_size"),
+    ({"fold": {"mode": "exact", "input_size": None, "plan": {}}}, r"'fold' needs input_size \[H, W\] in exact mode"),
     ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"x": "full"}}}, "plan"),
     ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"01": "full"}}}, "plan"),
     ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"1": "half"}}}, "plan"),
     ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"1": 1}}}, "plan"),
+    ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {1: "full"}}}, "'fold.plan' has a key that must be a string"),
     ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": ["1"]}}, "plan"),
     ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"99": "full"}}}, "out of range"),
     ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"0": "expand_dw"}}}, "only the 'full' fold"),
@@ -252,7 +272,7 @@ def test_hand_edited_arch_fields_are_one_line_exit_2(tmp_path: Path, capsys: pyt
     with pytest.raises(LatoptError, match=names) as e:
         load_checkpoint(path)
     assert type(e.value) is LatoptError and "\n" not in str(e.value)
-    assert main(["export", "--checkpoint", str(path), "--no-measure", "--out", str(tmp_path / "o")]) == 2
+    assert main(["export", "--checkpoint", str(path), "--no-measure", "--out", str(tmp_path / "o"), "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, err
     assert not (tmp_path / "o").exists()

@@ -30,3 +30,15 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert extract, ".ci/run no longer extracts the README's test command"
     out = subprocess.run(["bash", "-c", extract.group(1)], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == _block("test-command")
+
+
+def test_readme_names_the_shipped_files_that_exist() -> None:
+    # the paths README.md gives inside the package exist, and it lists every shipped config by name
+    from latopt.config import SHIPPED_CONFIGS
+
+    text = (ROOT / "README.md").read_text()
+    paths = set(re.findall(r"`(latopt/[\w./-]+)`", text))
+    assert {"latopt/profiles/README.md", "latopt/configs/"} <= paths
+    assert [p for p in sorted(paths) if not (ROOT / p).exists()] == []
+    names = sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
+    assert all(f"`{n}`" in text for n in names), names

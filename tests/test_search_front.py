@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import optuna
 import pytest
 from optuna.distributions import FloatDistribution
 
+from latopt.config import RunConfig, config_from_dict
 from latopt.errors import LatoptError
 from latopt.search import (
-    Range,
-    SearchSpace,
     front_summary,
     open_storage,
     open_study,
@@ -84,26 +84,34 @@ def test_dominated_base_still_shown(tmp_path):
 
 
 @pytest.mark.parametrize("section, msg", [
-    ({"lambda_c": [2.0, 1.0]}, "lo > hi"),
-    ({"lambda_c": [0.0, 1.0]}, "> 0"),
-    ({"tau": [0.5, 1.2]}, "(0, 1]"),
-    ({"p": [1.0, 3.0]}, "> 1"),
-    ({"granularity": ["layer"]}, "unknown"),
+    ({"lambda_c": [2.0, 1.0]}, "'search.lambda_c' = [2.0, 1.0] has lo > hi"),
+    ({"lambda_c": [0.0, 1.0]}, "'search.lambda_c[0]' must be > 0"),
+    ({"tau": [0.5, 1.2]}, "'search.tau[1]' must be in (0, 1]"),
+    ({"p": [1.0, 3.0]}, "'search.p[0]' must be > 1"),
+    ({"granularity": ["layer"]}, "'search.granularity[0]' is 'layer'; choose one of block, activation"),
+    ({"granularity": []}, "'search.granularity' must not be empty"),
 ])
 def test_invalid_ranges(section, msg):
-    with pytest.raises(LatoptError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
-                       .replace("]", r"\]")):
-        space_from_config({"search": section})
+    """The config validates the ranges (the space samples them as they are)."""
+    with pytest.raises(LatoptError, match=re.escape(msg)):
+        config_from_dict({"search": section})
+
+
+def test_space_is_the_config_ranges():
+    assert space_from_config(RunConfig()).as_dict() == {  # the config's defaults are the space's: one tau range
+        "lambda_c": [0.05, 5.0], "tau": [0.7, 0.95], "p": [1.5, 4.0], "granularity": ["block"]}
 
 
 def test_space_suggest_and_base_params():
-    sp = SearchSpace(lambda_c=Range(0.1, 1.0, log=True), granularity=("block", "activation")).validate()
+    cfg = config_from_dict({"search": {"lambda_c": [0.1, 1.0], "granularity": ["block", "activation"]}})
+    sp = space_from_config(cfg)
     st = optuna.create_study(directions=["maximize", "minimize"])
     st.enqueue_trial(sp.base_params())
     t = st.ask()
     params = sp.suggest(t)
-    assert params == {"lambda_c": 0.1, "tau": sp.tau.hi, "p": sp.p.lo, "granularity": "block"}
-    assert t.distributions["lambda_c"].log
+    assert params == {"lambda_c": 0.1, "tau": 0.95, "p": 1.5, "granularity": "block"}
+    assert t.distributions["lambda_c"].log and not t.distributions["tau"].log
+    assert (t.distributions["tau"].low, t.distributions["tau"].high) == cfg.search.tau
 
 
 def test_study_identity_is_checked(tmp_path):
@@ -142,7 +150,7 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, monkeypatch, capsys):
          "base checkpoint missing.pt does not exist"),
     ]
     for args, msg in cases:
-        rc = main(["search", *args])
+        rc = main(["search", *args, "-q"])      # -q: stderr holds the error line only
         err = capsys.readouterr().err
         assert rc == 2, (args, err)
         lines = err.strip().splitlines()

@@ -129,10 +129,16 @@ class FakeTRT(types.SimpleNamespace):
     attribute is checked against the same lists by test_fake_trt_matches_real_api.
 
     ``cuda`` (a :class:`_FakeCuda`) backs the runtime side: ``Runtime.deserialize_cuda_engine(b"PLAN")``
-    gives an engine with input "x" (dynamic batch, profile opt 3) and output "y" = 2x + 1."""
+    gives an engine with input "x" (dynamic batch, profile min 1 / opt 3 / max 8: ``set_input_shape``
+    returns False outside it, as TensorRT does) and output "y" = 2x + 1.
+
+    ``bad_cache``: what ``create_timing_cache`` does with a non-empty blob it cannot parse ("none": returns
+    None, "raise": raises RuntimeError, as pybind11 turns a C++ exception into); ``bind_ok``: what
+    ``set_tensor_address`` returns."""
 
     def __init__(self, version: str, *, parse_ok: bool = True, accept_cache: bool = True,
-                 dynamic_input: bool = False, cuda: Any = None) -> None:
+                 dynamic_input: bool = False, cuda: Any = None, bad_cache: str | None = None,
+                 bind_ok: bool = True, input_shape: tuple[int, ...] = (2, 3, 16, 16)) -> None:
         calls: list[tuple] = []
         api = names_tool.api_for(version)
         state = {"cache": b""}
@@ -151,7 +157,7 @@ class FakeTRT(types.SimpleNamespace):
         @_fakes("ITensor")
         class Tensor:
             name = "x"
-            shape = (-1, 3, 16, 16) if dynamic_input else (2, 3, 16, 16)
+            shape = (-1, *input_shape[1:]) if dynamic_input else input_shape
 
         @_fakes("INetworkDefinition")
         class Network:
@@ -197,10 +203,17 @@ class FakeTRT(types.SimpleNamespace):
                 calls.append(("clear_flag", flag.name))
 
             def create_timing_cache(self, serialized_timing_cache):
-                calls.append(("create_timing_cache", bytes(serialized_timing_cache)))
-                return Cache(bytes(serialized_timing_cache))
+                blob = bytes(serialized_timing_cache)
+                calls.append(("create_timing_cache", blob))
+                if blob and bad_cache == "none":
+                    return None
+                if blob and bad_cache == "raise":
+                    raise RuntimeError("[TRT] [E] Timing cache: deserialization failed (blob version mismatch)")
+                return Cache(blob)
 
             def set_timing_cache(self, cache, ignore_mismatch):
+                if not isinstance(cache, Cache):  # pybind11 refuses anything but an ITimingCache
+                    raise TypeError("set_timing_cache(): incompatible function arguments")
                 calls.append(("set_timing_cache", cache._blob, ignore_mismatch))
                 ok = accept_cache or cache._blob == b""
                 if ok:
@@ -244,6 +257,9 @@ class FakeTRT(types.SimpleNamespace):
 
             def set_input_shape(self, name, shape):
                 calls.append(("set_input_shape", name, tuple(shape)))
+                if not 1 <= shape[0] <= 8:  # outside the profile: refused, the shape left unresolved
+                    Context._shape = (-1, 4)
+                    return False
                 Context._shape = tuple(shape)
                 return True
 
@@ -252,7 +268,7 @@ class FakeTRT(types.SimpleNamespace):
 
             def set_tensor_address(self, name, memory):
                 addr[name] = memory
-                return True
+                return bind_ok
 
             def execute_async_v3(self, stream_handle):
                 calls.append(("execute_async_v3", stream_handle))
@@ -395,7 +411,12 @@ def _initializer_types(model) -> set[int]:
 
 # ---------------------------------------------------------------- dispatch (stand-in, runs here)
 def test_precision_plan_per_version():
-    """Pure dispatch table: 10.x uses BuilderFlag.FP16, 11.x an FP16 ONNX model; fp32 clears TF32."""
+    """Pure dispatch table: 8.6 an explicit-batch network, 8.6 and 10.x BuilderFlag.FP16, 11.x an FP16 ONNX
+    model; fp32 clears TF32."""
+    p8 = trt_backend.precision_plan("8.6.1", "fp16")
+    assert p8.network_flags == ("EXPLICIT_BATCH",) and p8.set_flags == ("FP16",) and not p8.fp16_onnx
+    p8 = trt_backend.precision_plan("8.6.1.post1", "fp32")
+    assert p8.network_flags == ("EXPLICIT_BATCH",) and p8.set_flags == () and p8.clear_flags == ("TF32",)
     p10 = trt_backend.precision_plan("10.13.3.9", "fp16")
     assert p10.set_flags == ("FP16",) and not p10.fp16_onnx and p10.clear_flags == ()
     p11 = trt_backend.precision_plan("11.4.0.106", "fp16")
@@ -404,8 +425,9 @@ def test_precision_plan_per_version():
         p = trt_backend.precision_plan(v, "fp32")
         assert p.set_flags == () and p.clear_flags == ("TF32",) and not p.fp16_onnx
         assert p.network_flags == ()
-    with pytest.raises(LatoptError, match="too old"):
-        trt_backend.precision_plan("8.6.1", "fp32")
+    for old in ("8.5.3", "7.2.3", "9.2.0"):  # 9.x: an LLM-only release line, not supported
+        with pytest.raises(LatoptError, match=r"not supported: latopt needs TensorRT 8\.6, 10\.x or 11\.x"):
+            trt_backend.precision_plan(old, "fp32")
     with pytest.raises(LatoptError, match="fp32 or fp16"):
         trt_backend.precision_plan("10.3.0", "int8")
 
@@ -518,16 +540,32 @@ def test_no_gpu_is_one_line(monkeypatch):
     assert "\n" not in msg
 
 
+class _FakeEvent:
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def record(self, stream) -> None:
+        self.log.append(("record", stream))
+
+    def synchronize(self) -> None:
+        self.log.append("wait")
+
+
 class _FakeCuda(runtime.CudaApi):
-    """Host-memory stand-in for the CUDA API (device pointers are ids into a dict of numpy arrays)."""
+    """Host-memory stand-in for the CUDA API (device pointers are ids into a dict of numpy arrays); its
+    events only log, so :meth:`runtime.CudaApi.time_ms`, latopt's CUDA-event timer, runs as it is."""
 
     name = "fake"
+    stream = "the-stream"
 
-    def __init__(self, gpu: str = "NVIDIA H200") -> None:
-        self.gpu, self.mem, self.closed, self.freed = gpu, {}, False, []
+    def __init__(self, gpu: str = "NVIDIA H200", sm: tuple[int, int] = (9, 0)) -> None:
+        self.gpu, self.sm, self.mem, self.closed, self.freed, self.log = gpu, sm, {}, False, [], []
 
     def device_name(self):
         return self.gpu
+
+    def compute_capability(self):
+        return self.sm
 
     def alloc(self, shape, dtype):
         buf = np.zeros(shape, dtype)
@@ -552,8 +590,10 @@ class _FakeCuda(runtime.CudaApi):
     def synchronize(self):
         pass
 
-    def time_ms(self, fn):
-        fn()
+    def _event(self):
+        return _FakeEvent(self.log)
+
+    def _elapsed_ms(self, start, end):
         return 0.5
 
     def driver_version(self):
@@ -561,6 +601,26 @@ class _FakeCuda(runtime.CudaApi):
 
     def close(self):
         self.closed = True
+
+
+def test_cuda_event_timer_brackets_the_call_on_the_stream():
+    cuda = _FakeCuda()
+    assert cuda.time_ms(lambda: cuda.log.append("inference")) == 0.5
+    assert cuda.log == [("record", "the-stream"), "inference", ("record", "the-stream"), "wait"]
+
+
+def test_driver_version_is_one_nvidia_smi_query(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\necho "$@" > "${0%/*}/args"; echo " 555.42 "\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert runtime.driver_version(1) == "555.42"
+    assert (tmp_path / "args").read_text().split() == ["--query-gpu=driver_version", "--format=csv,noheader",
+                                                       "-i", "1"]
+    smi.write_text("#!/bin/sh\nexit 9\n")
+    assert runtime.driver_version(0) is None
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert runtime.driver_version(0) is None
 
 
 def test_gpu_mismatch_names_live_gpu(monkeypatch):
@@ -593,18 +653,23 @@ def test_prepare_exports_module_and_builds(monkeypatch, cache_dir):
     assert dims == [2, 3, 16, 16]
     assert fake.named("set_flag") == [("set_flag", "FP16")]
     assert fake.named("set_memory_pool_limit")[0][2] == 256 << 20
-    assert (cache_dir / "trt" / "test-trt.cache").read_bytes() == b"+entry"
+    assert backend.cache_path == cache_dir / "trt" / "test-trt-trt10.3.0.cache"  # per TensorRT version
+    assert backend.cache_path.read_bytes() == b"+entry"
     assert backend.last_build["timing_cache"]["saved_bytes"] == len(b"+entry")
 
 
 def test_gpu_matches():
-    assert trt_backend.gpu_matches("NVIDIA TITAN X (Pascal)", "NVIDIA TITAN X (Pascal)")
-    assert trt_backend.gpu_matches("NVIDIA TITAN X (Pascal)", "titan x (pascal)")
-    assert trt_backend.gpu_matches("NVIDIA A100-SXM4-80GB", "A100")
-    assert trt_backend.gpu_matches("NVIDIA GeForce RTX 4090", "*RTX 40*")
-    assert trt_backend.gpu_matches("anything", None) and trt_backend.gpu_matches("anything", "any")
-    assert not trt_backend.gpu_matches("NVIDIA TITAN Xp", "NVIDIA TITAN X (Pascal)")
-    assert not trt_backend.gpu_matches("NVIDIA H200", "NVIDIA TITAN X (Pascal)")
+    from latopt.latency.backends import gpu_matches
+
+    assert gpu_matches("NVIDIA TITAN X (Pascal)", "NVIDIA TITAN X (Pascal)")
+    assert gpu_matches("NVIDIA TITAN X (Pascal)", "titan x (pascal)")
+    assert gpu_matches("NVIDIA A100-SXM4-80GB", "A100")
+    assert gpu_matches("NVIDIA A100-SXM4-80GB", "nvidia  a100")
+    assert gpu_matches("NVIDIA GeForce RTX 4090", "*RTX 40*")
+    assert gpu_matches("anything", None) and gpu_matches("anything", "any") and gpu_matches("anything", "*")
+    assert not gpu_matches("NVIDIA TITAN Xp", "NVIDIA TITAN X (Pascal)")
+    assert not gpu_matches("NVIDIA H200", "NVIDIA TITAN X (Pascal)")
+    assert not gpu_matches("NVIDIA GeForce RTX 3090", "*RTX 40*")
 
 
 def test_engine_runner_binds_by_name(monkeypatch):
@@ -627,6 +692,250 @@ def test_engine_runner_binds_by_name(monkeypatch):
     assert len(fake_cuda.freed) == 2 and not fake_cuda.closed  # shared CUDA api is not closed by the runner
     with pytest.raises(LatoptError, match="could not deserialize"):
         runtime.TrtEngineRunner(b"garbage", cuda=_FakeCuda())
+
+
+# ------------------------------------------------------- issue 13: TensorRT 8.6 and the GPU paths (stand-in)
+def test_v86_builds_explicit_batch_network(onnx_model, cache_dir):
+    """Stand-in 8.6 module: the network is created explicit-batch (its ONNX parser needs it) and fp16 is
+    BuilderFlag.FP16 on the fp32 ONNX file; fp32 clears TF32."""
+    fake = FakeTRT("8.6.1")
+    explicit = int(fake.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    _, info = trt_backend.build_serialized(fake, onnx_model[0], precision="fp16")
+    assert fake.named("create_network") == [("create_network", 1 << explicit)]
+    assert fake.named("set_flag") == [("set_flag", "FP16")] and fake.named("clear_flag") == []
+    assert Path(fake.named("parse_from_file")[0][1]) == onnx_model[0] and "BuilderFlag.FP16" in info["mode"]
+    fake = FakeTRT("8.6.1")
+    trt_backend.build_serialized(fake, onnx_model[0], precision="fp32")
+    assert fake.named("create_network") == [("create_network", 1 << explicit)]
+    assert fake.named("clear_flag") == [("clear_flag", "TF32")] and fake.named("set_flag") == []
+
+
+@pytest.mark.parametrize("version,sm,ok,fix", [
+    ("8.6.1", (6, 1), True, None),                       # TITAN X (Pascal): 8.6 is its last TensorRT
+    ("8.6.1", (5, 0), True, None),
+    ("8.6.1", (9, 0), True, None),
+    ("8.6.1", (12, 0), False, "tensorrt>=10.8"),          # Blackwell: newer than 8.6
+    ("10.13.3.9", (6, 1), False, "tensorrt==8.6.1"),
+    ("10.4.0", (7, 0), True, None),                      # Volta deprecated in 10.0-10.4, still there
+    ("10.5.0", (7, 0), False, "tensorrt>=10.0,<10.5"),
+    ("10.7.0", (10, 0), False, "tensorrt>=10.8"),
+    ("10.13.3.9", (12, 0), True, None),
+    ("11.4.0.106", (7, 5), True, None),
+    ("11.4.0.106", (6, 1), False, "tensorrt==8.6.1"),
+    ("11.4.0.106", (3, 7), False, "--device gpu-torch"),
+])
+def test_compute_capability_table(version, sm, ok, fix):
+    if ok:
+        trt_backend.check_compute_capability(version, sm, "GPU")
+        return
+    with pytest.raises(LatoptError) as e:
+        trt_backend.check_compute_capability(version, sm, "NVIDIA TITAN X (Pascal)")
+    msg = str(e.value)
+    assert "\n" not in msg and fix in msg and f"compute capability {sm[0]}.{sm[1]}" in msg
+    assert msg.startswith(f"TensorRT {version} does not run on NVIDIA TITAN X (Pascal)")
+
+
+def test_no_fp16_where_tensorrt_lists_none():
+    trt_backend.check_compute_capability("8.6.1", (6, 0), "Tesla P100", "fp16")  # P100: full-rate FP16
+    for sm in ((6, 1), (5, 2)):
+        with pytest.raises(LatoptError, match=f"no fp16 on GPU .compute capability {sm[0]}.{sm[1]}") as e:
+            trt_backend.check_compute_capability("8.6.1", sm, "GPU", "fp16")
+        assert "\n" not in str(e.value) and "--device titanx" in str(e.value)
+        trt_backend.check_compute_capability("8.6.1", sm, "GPU", "fp32")
+
+
+def test_create_refuses_a_gpu_the_installed_tensorrt_cannot_run(monkeypatch, cache_dir):
+    """titanx with TensorRT 10 (no Pascal): one line naming TensorRT 8.6; with 8.6 the backend opens."""
+    fake_cuda = _FakeCuda("NVIDIA TITAN X (Pascal)", sm=(6, 1))
+    monkeypatch.setattr(runtime, "cuda_api", lambda index=0: fake_cuda)
+    monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("10.13.3.9"))
+    with pytest.raises(LatoptError) as e:
+        get_backend(load_device("titanx"))
+    assert "pip install 'tensorrt==8.6.1'" in str(e.value) and "\n" not in str(e.value)
+    assert fake_cuda.closed
+    monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("8.6.1"))
+    backend = get_backend(load_device("titanx"))
+    env = backend.environment()
+    assert env["tensorrt"] == "8.6.1" and env["compute_capability"] == "6.1"
+    assert "fp32" in env["precision_mode"]
+    backend.close()
+    with pytest.raises(LatoptError, match="no fp16 on NVIDIA TITAN X"):  # gpu-trt-fp16 on the same card
+        get_backend(load_device("gpu-trt-fp16"))
+
+
+@pytest.mark.parametrize("bad_cache", ["none", "raise"])
+def test_unreadable_timing_cache_starts_afresh(onnx_model, cache_dir, bad_cache, capsys):
+    """A cache TensorRT cannot parse (create_timing_cache gives None or raises: corrupt, or written by
+    another TensorRT version) never stops a build: an empty cache is used, a note says so, and the cache
+    written after the build replaces the bad one."""
+    path = trt_backend.timing_cache_path("titanx", "10.3.0")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"garbage")
+    fake = FakeTRT("10.3.0", bad_cache=bad_cache)
+    plan, info = trt_backend.build_serialized(fake, onnx_model[0], precision="fp32", cache_path=path)
+    assert plan == b"PLAN"
+    assert [c[1] for c in fake.named("set_timing_cache")] == [b""]
+    assert info["timing_cache"]["loaded_bytes"] == 0 and "started afresh" in info["timing_cache"]["note"]
+    assert "latopt: warning: timing cache" in capsys.readouterr().err
+    assert path.read_bytes() == b"+entry"
+
+
+def test_timing_cache_is_per_tensorrt_version(cache_dir):
+    assert trt_backend.timing_cache_path("titanx", "8.6.1") != trt_backend.timing_cache_path("titanx", "10.3.0")
+    assert trt_backend.timing_cache_path("titanx", "8.6.1").name == "titanx-trt8.6.1.cache"
+
+
+def test_one_tensorrt_logger_for_builds_and_runners(onnx_model, monkeypatch):
+    fake_cuda = _FakeCuda()
+    fake = FakeTRT("10.3.0", cuda=fake_cuda)
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    monkeypatch.setattr(runtime, "_TRT_LOGGER", None, raising=False)
+    for _ in range(2):
+        trt_backend.build_serialized(fake, onnx_model[0], precision="fp32")
+    runtime.TrtEngineRunner(b"PLAN", cuda=fake_cuda).close()
+    assert fake.named("Logger") == [("Logger", "WARNING")]
+    other = FakeTRT("11.4.0.106")  # another tensorrt module (a test's stand-in): its own logger
+    trt_backend.build_serialized(other, onnx_model[0], precision="fp32")
+    assert other.named("Logger") == [("Logger", "WARNING")]
+
+
+def test_engine_runner_checks_shape_against_profile_and_bindings(monkeypatch):
+    """set_input_shape's result is checked: outside the optimisation profile is one line naming its min and
+    max (TensorRT would leave negative shapes, and the buffers would be sized from them)."""
+    fake_cuda = _FakeCuda()
+    monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("10.3.0", cuda=fake_cuda))
+    with pytest.raises(LatoptError) as e:
+        runtime.TrtEngineRunner(b"PLAN", input_shape=(9, 4), cuda=fake_cuda)
+    msg = str(e.value)
+    assert "\n" not in msg and "[9, 4]" in msg and "min [1, 4] to max [8, 4]" in msg
+    assert fake_cuda.mem == {}  # nothing allocated from the refused shape
+    runtime.TrtEngineRunner(b"PLAN", input_shape=(8, 4), cuda=fake_cuda).close()
+    monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("10.3.0", cuda=fake_cuda, bind_ok=False))
+    with pytest.raises(LatoptError, match="refused the device address of tensor 'x'"):
+        runtime.TrtEngineRunner(b"PLAN", cuda=fake_cuda)
+    assert fake_cuda.mem == {}  # the failed runner freed what it had allocated
+
+
+def test_backend_runs_an_engine_file_without_parsing_it(monkeypatch, tmp_path, cache_dir):
+    """prepare() on a serialized engine loads it with the runner on the backend's CUDA context; it is never
+    handed to the ONNX parser."""
+    fake_cuda = _FakeCuda()
+    fake = FakeTRT("10.3.0", cuda=fake_cuda)
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    monkeypatch.setattr(runtime, "cuda_api", lambda index=0: fake_cuda)
+    backend = trt_backend.create(_profile())
+    (tmp_path / "model.engine").write_bytes(b"PLAN")
+    runner = backend.prepare(tmp_path / "model.engine", (2, 4))
+    assert isinstance(runner, runtime.TrtEngineRunner) and runner.cuda is fake_cuda
+    assert fake.named("parse_from_file") == [] and fake.named("deserialize") == [("deserialize", b"PLAN")]
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_array_equal(runner.run(x), 3 * x)
+    runner.close()
+
+
+def test_export_builds_the_engine_with_the_open_backend(monkeypatch, tmp_path, cache_dir):
+    """write_engine builds with the backend export opened (one CUDA context), not a second one."""
+    import types
+
+    from latopt.export.engine import write_engine
+
+    opened: list[_FakeCuda] = []
+
+    def cuda_api(index=0):
+        opened.append(_FakeCuda())
+        return opened[-1]
+
+    fake = FakeTRT("10.3.0", input_shape=(1, 3, 16, 16))  # what export's static batch-1 ONNX declares
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    monkeypatch.setattr(runtime, "cuda_api", cuda_api)
+    backend = trt_backend.create(_profile())
+    plan = types.SimpleNamespace(folded=_small_net(), resolution=16)
+    out = tmp_path / "out"
+    out.mkdir()
+    path = write_engine(backend, plan, out, lambda msg: None)
+    assert path == out / "model.engine" and path.read_bytes() == b"PLAN"
+    assert len(opened) == 1 and not opened[0].closed
+    assert sorted(p.name for p in out.iterdir()) == ["model.engine"]  # the static ONNX is removed
+
+
+class _FakePycuda(types.ModuleType):
+    """pycuda.driver stand-in: records pushes and pops of the one primary context."""
+
+    def __init__(self) -> None:
+        super().__init__("pycuda.driver")
+        log = self.log = []
+
+        class Ctx:
+            def push(self):
+                log.append("push")
+
+            def detach(self):
+                log.append("detach")
+
+        class Device:
+            @staticmethod
+            def count():
+                return 1
+
+            def __init__(self, index):
+                pass
+
+            def retain_primary_context(self):
+                return Ctx()
+
+        class Context:
+            @staticmethod
+            def pop():
+                log.append("pop")
+
+        class Stream:
+            def synchronize(self):
+                log.append("sync")
+
+        self.Device, self.Context, self.Stream = Device, Context, Stream
+        self.init = lambda: None
+
+
+def test_pycuda_context_popped_on_close_and_at_exit(monkeypatch):
+    """PycudaApi pushes the primary context; close() pops it once (idempotent) and is registered with atexit,
+    so an owner that never closes it does not leave pycuda to abort the interpreter at exit."""
+    import atexit
+
+    drv = _FakePycuda()
+    pkg = types.ModuleType("pycuda")
+    pkg.driver = drv
+    monkeypatch.setitem(sys.modules, "pycuda", pkg)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", drv)
+    registered: list[Any] = []
+    monkeypatch.setattr(atexit, "register", lambda fn, *a, **k: registered.append(fn) or fn)
+    monkeypatch.setattr(atexit, "unregister", lambda fn: registered.remove(fn) if fn in registered else None)
+    api = runtime.PycudaApi(0)
+    assert drv.log == ["push"] and registered == [api.close]
+    registered[0]()  # what atexit runs for an owner that never closed it
+    assert drv.log == ["push", "sync", "pop", "detach"] and registered == []
+    api.close()
+    assert drv.log.count("pop") == 1  # idempotent
+
+
+def test_pycuda_context_popped_at_interpreter_exit(tmp_path):
+    """A real interpreter that never closes its PycudaApi (stand-in pycuda package on the path): atexit pops."""
+    pkg = tmp_path / "pycuda"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "driver.py").write_text(
+        "import sys\nstack = []\ndef init(): pass\n"
+        "class Ctx:\n    def push(self): stack.append(self)\n    def detach(self): pass\n"
+        "class Device:\n    count = staticmethod(lambda: 1)\n    def __init__(self, i): pass\n"
+        "    def retain_primary_context(self): return Ctx()\n"
+        "class Context:\n    pop = staticmethod(lambda: stack.pop())\n"
+        "class Stream:\n    def synchronize(self): pass\n"
+        "import atexit\n"
+        "atexit.register(lambda: print('context stack', len(stack), file=sys.stderr))\n")
+    code = "from latopt import runtime; api = runtime.PycudaApi(0); print('pushed')"
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "pushed" and "context stack 0" in out.stderr
 
 
 # --------------------------------------------------------------- runtime on .onnx (real, runs here)
@@ -689,7 +998,7 @@ def test_runtime_cli_errors(tmp_path, case, onnx_model):
         if importlib.util.find_spec("tensorrt") is not None:
             pytest.skip("tensorrt is installed here; this checks the message without it")
         (tmp_path / "m.engine").write_bytes(b"plan")
-        args, want = [str(tmp_path / "m.engine")], "TensorRT is not installed: pip install tensorrt pycuda"
+        args, want = [str(tmp_path / "m.engine")], "TensorRT is not installed: pip install tensorrt on a machine"
     else:
         (tmp_path / "x.npy").write_bytes(b"not npy")
         args, want = [str(onnx_model[0]), "--input", str(tmp_path / "x.npy")], "not a valid .npy"
@@ -736,7 +1045,7 @@ def test_trt_engine_matches_onnxruntime(onnx_model, cache_dir, precision, rel_to
         times = trt_backend.event_times_ms(runner, 10) + [runner.time_ms()]
         assert len(times) == 11 and all(np.isfinite(t) and t > 0 for t in times)
         runner.close()
-        assert trt_backend.timing_cache_path("test-trt").stat().st_size > 0
+        assert backend.cache_path.stat().st_size > 0
         env = backend.environment()
         assert env["tensorrt"] and env["gpu"]
     finally:

@@ -59,10 +59,10 @@ def _lut(path: Path, model: str, resolution: int) -> Path:
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        (["--lambda-c", "-1"], "lambda_c must be >= 0"),
-        (["--tau", "0"], r"tau must be in \(0, 1\]"),
-        (["--tau", "1.5"], r"tau must be in \(0, 1\]"),
-        (["--p", "1"], "p must be > 1"),
+        (["--lambda-c", "-1"], "'fold.lambda_c' must be >= 0, got -1.0"),
+        (["--tau", "0"], r"'fold.tau' must be in \(0, 1\], got 0.0"),
+        (["--tau", "1.5"], r"'fold.tau' must be in \(0, 1\], got 1.5"),
+        (["--p", "1"], "'fold.p' must be > 1, got 1.0"),
         (["--lut", "{root}/other_model.json"], "profiled for model"),
         (["--lut", "{root}/other_res.json"], "profiled for resolution"),
         (["--lut", "{root}/missing.json"], "does not exist"),

@@ -31,9 +31,9 @@ Limits: 10.x is checked against one list (10.13.3.9): a name added in 10.1–10.
 container, returned from a non-TensorRT function) are not checked; ``test_collector_sees_latopt_tensorrt_calls``
 pins the calls it must see today.
 
-Today's code misses what :data:`KNOWN_MISSES` lists (issue 13, defect 3: no TensorRT 8.6 path); those
-version checks are ``xfail(strict=True, raises=KnownMisses)``: they fail loudly when the misses change in any
-way, including when they are fixed (then empty the entry).
+Known misses, when any, are listed in :data:`KNOWN_MISSES` (empty since issue 13 added the TensorRT 8.6 path);
+such version checks are ``xfail(strict=True, raises=KnownMisses)``: they fail loudly when the misses change in
+any way, including when they are fixed (then empty the entry).
 """
 
 from __future__ import annotations
@@ -81,13 +81,9 @@ DYNAMIC_COVERED = {
 }
 
 # What today's code gets wrong, per names-list version: API names only (file:line is in the report), so
-# that unrelated edits do not disturb the list. Empty an entry when its defects are fixed.
-KNOWN_MISSES: dict[str, frozenset[str]] = {
-    "8.6.1": frozenset({
-        "dispatch: precision_plan('8.6.1', 'fp32') refuses",
-        "dispatch: precision_plan('8.6.1', 'fp16') refuses",
-    }),
-}
+# that unrelated edits do not disturb the list. Empty an entry when its defects are fixed. (8.6.1 had
+# "dispatch: precision_plan('8.6.1', 'fp32'|'fp16') refuses" until issue 13, defect 3, was fixed.)
+KNOWN_MISSES: dict[str, frozenset[str]] = {}
 
 
 def _load_tool() -> Any:

@@ -30,7 +30,7 @@ from typing import Any
 
 from latopt.artifacts import write_json_atomic
 from latopt.engine import seed_everything, set_threads
-from latopt.export import Plan, fold_gates, gate_inputs, onnx_gate, tag_block_nodes
+from latopt.export import Plan, auto_plan, fold_gates, gate_inputs, onnx_gate, tag_block_nodes
 from latopt.fold import fold_blocks, randomize_bn_
 from latopt.latency.devices import load_device
 from latopt.latency.lut import costs, default_lut_path, load_lut, predict, save_lut
@@ -71,7 +71,7 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
         if args.save_lut:
             save_lut(lut, lut_path)
     c = costs(lut)
-    auto = sorted(i for i, v in c.items() if v > 0)
+    auto = auto_plan(lut)
     if args.study:
         chosen, how = study_fold_set(args.study, args.storage), f"recommended trial of study {args.study!r}"
     else:

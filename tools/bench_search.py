@@ -9,7 +9,7 @@ feasible front (Optuna's hypervolume utility) in (error, latency / base latency)
 reference point (1 − (base_acc − max_acc_drop), 1.0) — so only candidates within the accuracy constraint
 and faster than the base count — and the best predicted latency within the accuracy constraint.
 
-    python tools/bench_search.py --config configs/digits_clutter.yaml --trials 12 [--task digits-clutter] [--workers 2]
+    python tools/bench_search.py --config digits_clutter --trials 12 [--task digits-clutter] [--workers 2]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def hypervolume(study, base_acc: float, base_ms: float, max_drop: float) -> tupl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="configs/digits_clutter.yaml")
+    ap.add_argument("--config", default="digits_clutter")
     ap.add_argument("--task", default="digits-clutter", help="data.task override (default: the harder digits task)")
     ap.add_argument("--trials", type=int, default=12, help="COMPLETE trials per study (the base trial included)")
     ap.add_argument("--sampler", default="tpe", choices=("tpe", "nsga2", "random"))
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from latopt.artifacts import write_json_atomic
     from latopt.engine import seed_everything
     from latopt.errors import LatoptError
-    from latopt.search import SearchOptions, recommend, run_search
+    from latopt.search import SearchOptions, format_table, recommend, run_search
     from latopt.search._pareto import base_trial
 
     overrides = {"data.task": args.task}
@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_acc_drop=args.max_acc_drop, base=base_ckpt, lut=args.lut, costs=costs, seed=args.seed,
                 runs_dir=args.runs_dir, overrides=overrides, workers=args.workers, progress=True))
             wall = time.perf_counter() - t0
+            print(format_table(res.summary), flush=True)
             study = optuna.load_study(study_name=res.study_name, storage=res.storage)
             b = base_trial(study)
             if b is None:

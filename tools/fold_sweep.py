@@ -4,7 +4,7 @@
 Each λ_c is one ``latopt.layerfold.run_fold`` (pre-fold → fold at τ → check → post-fold), written to
 ``<out>/lc<λ>/``; the table (markdown) and a JSON summary go to stdout and ``<out>/sweep.json``.
 
-    python tools/fold_sweep.py --config configs/quickstart.yaml \\
+    python tools/fold_sweep.py --config quickstart \\
         --checkpoint runs/quickstart/base/base.pt --lambdas 0.1 0.3 1 3 10
 
 Columns: folded blocks, fraction of α strictly inside (0.1, 0.9) after pre-fold (bimodality), test

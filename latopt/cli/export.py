@@ -6,18 +6,18 @@ import argparse
 from pathlib import Path
 
 from latopt.cli.common import common_parser
-from latopt.config import RESOLUTION_RANGE
-from latopt.constants import EXPORT_FORMATS, FOLD_MODES, MAX_GATE_SAMPLES, PRECISIONS
+from latopt.constants import EXPORT_FORMATS, FOLD_MODES, MAX_GATE_SAMPLES, PRECISIONS, RESOLUTION_RANGE
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
     from latopt.export import export
 
-    r = export(args.checkpoint, args.device, args.out or Path("runs") / "export" / Path(args.checkpoint).stem,
-               fmt=args.format, precision=args.precision, fold=args.fold, lut_path=args.lut,
+    out = Path(args.out or Path("runs") / "export" / Path(args.checkpoint).stem)
+    r = export(args.checkpoint, args.device, out, fmt=args.format, precision=args.precision, fold=args.fold, lut_path=args.lut,
                resolution=args.resolution, samples=args.samples, seed=args.seed, measure=not args.no_measure,
                mode=args.mode)
+    print(f"wrote {out}/export.json, REPORT.md and {', '.join(r['files'])}")
     lat = r.get("latency")
     if lat:
         print(f"speed-up {lat['speedup']:.2f}× (as-is {lat['as_is_ms']:.3f} ms → folded {lat['folded_ms']:.3f} ms)")
@@ -28,15 +28,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", parents=[common_parser()],
                        help="export a folded checkpoint to ONNX / TensorRT with numeric gates and measured latency")
     p.add_argument("--checkpoint", required=True, help="latopt checkpoint, exported as it is (--fold folds an unfolded one first)")
-    p.add_argument("--device", default="cpu", help="device profile (profiles/*.yaml), default cpu")
+    p.add_argument("--device", default="cpu", help="device profile: a name (profiles/*.yaml or shipped) or a YAML path; default cpu")
     p.add_argument("--format", default="onnx", choices=EXPORT_FORMATS)
-    p.add_argument("--precision", choices=PRECISIONS, default=None, help="default: the device profile's")
+    p.add_argument("--precision", choices=PRECISIONS, default=None, help="builds and measures at this precision (default: the device profile's)")
     p.add_argument("--fold", default=None,
                    help="fold an unfolded checkpoint here: 'all', 'auto' (blocks whose fold pays on this device, "
                         "from the LUT) or 1,3,5; default (or 'none'): export the checkpoint as it is")
     p.add_argument("--mode", choices=FOLD_MODES, default="exact",
                    help="with --fold: exact (bias map, equal everywhere; default) or paper (constant bias, any input size)")
-    p.add_argument("--lut", default=None, help="LUT JSON (default profiles/<device>/<model>-r<res>-b<batch>.json if present)")
+    p.add_argument("--lut", default=None, help="LUT JSON (default ./profiles/<device>/<model>-r<res>-b<batch>.json if present)")
     p.add_argument("--resolution", type=int, default=None,
                    help="input resolution, {} .. {} (default: the checkpoint's; an exact-mode fold only at its own)"
                    .format(*RESOLUTION_RANGE))

@@ -7,13 +7,14 @@ import time
 
 from latopt.artifacts import write_json_atomic
 from latopt.cli.common import common_parser
-from latopt.config import RESOLUTION_RANGE, check_resolution
-from latopt.constants import FOLD_CHECK_TOLERANCE, FOLD_MODES, SUPPORTED_MODELS
+from latopt.constants import FOLD_CHECK_TOLERANCE, FOLD_MODES, RESOLUTION_RANGE, SUPPORTED_MODELS
 from latopt.errors import VerificationError
+from latopt.log import get_logger
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.config import check_resolution
     from latopt.engine import seed_everything
     from latopt.inspection import check_fold, format_check, format_report, inspect_model
     from latopt.models import build_model, canonical_name
@@ -42,7 +43,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             raise VerificationError(f"fold check failed: relative error {err:.3e} > {FOLD_CHECK_TOLERANCE:g} ({args.mode} mode)")
     elif args.json:
         write_json_atomic(args.json, payload)
-    print(f"done in {time.perf_counter() - t0:.1f} s")
+    get_logger("inspect").info(f"done in {time.perf_counter() - t0:.1f} s")
     return rc
 
 

@@ -22,7 +22,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         raise LatoptError(f"--num-classes must be >= 1, not {args.num_classes}")
     seed_everything(args.seed)
     lut = profile_model(args.model, device, args.resolution, batch, partial=args.partial,
-                        progress=not args.quiet, num_classes=args.num_classes, fold_mode=args.fold_mode)
+                        num_classes=args.num_classes, fold_mode=args.fold_mode)
     out = args.out or default_lut_path(device.name, lut.model, lut.resolution, lut.batch)
     save_lut(lut, out)
     print(format_lut(lut))
@@ -34,16 +34,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", parents=[common_parser()],
                        help="time every block of a model on a device and write the latency LUT",
                        description="Time every MBConv block of MODEL as-is and folded at its real input shape "
-                                   "on DEVICE (profiles/<DEVICE>.yaml), plus the fixed parts and the end-to-end "
+                                   "on DEVICE (profiles/<DEVICE>.yaml, else the shipped profile), plus the fixed parts and the end-to-end "
                                    "networks, in one interleaved run; write the calibrated LUT as JSON.")
-    p.add_argument("--device", required=True, help="device profile name (profiles/*.yaml) or a YAML path")
+    p.add_argument("--device", required=True, help="device profile: a name (profiles/*.yaml in the working directory, else shipped) or a YAML path")
     p.add_argument("--model", required=True, help="model name, e.g. mobilenetv2_100, efficientnet_lite0")
     p.add_argument("--resolution", type=int, default=224, help="input resolution (default 224)")
     p.add_argument("--batch", type=int, default=None, help="batch size (default: the device profile's)")
-    p.add_argument("--out", default=None, help="LUT file (default profiles/<device>/<model>-r<res>-b<batch>.json)")
+    p.add_argument("--out", default=None, help="LUT file (default ./profiles/<device>/<model>-r<res>-b<batch>.json)")
     p.add_argument("--partial", action="store_true", help="also time the partial folds expand_dw / dw_project")
     p.add_argument("--num-classes", type=int, default=1000, help="classifier outputs (default 1000)")
     p.add_argument("--fold-mode", choices=FOLD_MODES, default="exact",
                    help="fold mode of the folded blocks (exact adds a bias map; default exact)")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=_cmd_profile)

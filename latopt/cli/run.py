@@ -11,15 +11,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
     from latopt.run import run_main
 
-    run_main(args.config, device=args.device, trials=args.trials, runs_dir=args.runs_dir, seed=args.seed,
-             fresh=args.fresh)
+    r = run_main(args.config, device=args.device, trials=args.trials, runs_dir=args.runs_dir, seed=args.seed,
+                 fresh=args.fresh)
+    print(r["summary"])
+    print(f"finished in {r['seconds']:.0f} s (this invocation); report: {r['report']}")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", parents=[common_parser()],
                        help="the main job: train → profile → search → export → report (resumable)")
-    p.add_argument("config", nargs="?", default=None, help="run config (default configs/quickstart.yaml)")
+    p.add_argument("config", nargs="?", default=None, help="run config: a YAML path or a shipped config's name (default quickstart)")
     p.add_argument("--device", default=None, help="device profile (default: the config's, normally cpu)")
     p.add_argument("--trials", type=int, default=None, help="search trials (default: the config's search.trials)")
     p.add_argument("--runs-dir", default="runs", help="root of run directories (default runs)")

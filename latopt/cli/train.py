@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from latopt.cli.common import common_parser
-from latopt.config import RunConfig, load_config
 from latopt.constants import FOLD_MODES, GRANULARITIES
 from latopt.errors import LatoptError
+
+if TYPE_CHECKING:  # start-up time: pydantic models are built when a command runs
+    from latopt.config import RunConfig
 
 
 def default_out(cfg: RunConfig, stage: str) -> Path:
@@ -18,13 +21,12 @@ def default_out(cfg: RunConfig, stage: str) -> Path:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", parents=[common_parser()], help="train the base model (from scratch by default)",
                        description="Train cfg.model on cfg.data; writes base.pt, metrics.json and config.yaml.")
-    p.add_argument("--config", required=True, help="run config YAML (e.g. configs/quickstart.yaml)")
+    p.add_argument("--config", required=True, help="run config: a YAML path or a shipped config's name (e.g. quickstart)")
     p.add_argument("--out", help="output directory (default runs/<name>/base)")
     p.add_argument("--checkpoint", help="fine-tune this latopt checkpoint instead of training from scratch")
     p.add_argument("--pretrained", action="store_true", help="start from pretrained weights (must be cached; no download)")
     p.add_argument("--epochs", type=int, help="override train.epochs")
     p.add_argument("--data", help="override data.task: digits | digits-clutter | imagefolder:PATH | cifar10:PATH")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: config 'threads', else torch's "
                    "choice; 1 is far faster on a machine shared with other jobs)")
     p.set_defaults(func=_cmd_train)
@@ -44,13 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--mode", choices=FOLD_MODES, help="override fold.mode")
     f.add_argument("--data", help="override data.task (must match the base checkpoint's)")
     f.add_argument("--out", help="output directory (default runs/<name>/fold)")
-    f.add_argument("--no-progress", action="store_true", help="no progress bars")
     f.add_argument("--threads", type=int, help="torch intra-op threads (default: config 'threads', else torch's choice)")
     f.set_defaults(func=_cmd_fold)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.config import load_config
     from latopt.engine import set_threads
     from latopt.train import train_base
 
@@ -60,7 +62,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     set_threads(cfg.threads)
     out = Path(args.out) if args.out else default_out(cfg, "base")
     m = train_base(cfg, out, checkpoint=args.checkpoint, pretrained=args.pretrained,
-                   progress=not args.no_progress, seed=args.seed)
+                   seed=args.seed)
     print(f"base {cfg.model.name} on {m['task']}: val {m['val_acc']:.4f}, test {m['test_acc']:.4f} "
           f"({m['train_seconds']:.0f} s); wrote {m['checkpoint']}")
     return 0
@@ -68,6 +70,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_fold(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.config import load_config
     from latopt.engine import set_threads
     from latopt.layerfold import format_summary, run_fold
 
@@ -78,7 +81,6 @@ def _cmd_fold(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(cfg, "fold")
     f = cfg.fold
     report = run_fold(cfg, args.checkpoint, out, lut=args.lut or cfg.lut, lambda_c=f.lambda_c, tau=f.tau, p=f.p,
-                      granularity=f.granularity, distill=f.distill, mode=f.mode, progress=not args.no_progress,
-                      seed=args.seed)
+                      granularity=f.granularity, distill=f.distill, mode=f.mode, seed=args.seed)
     print(format_summary(report))
     return 0

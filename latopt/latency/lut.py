@@ -11,6 +11,7 @@ Public API::
     costs(lut) -> dict[int, float]           c_l = max(0, t_asis − t_full) per foldable block
     variant_times(lut, index) -> dict[str, float]   {"none", "full", ("expand_dw", "dw_project")}
     default_lut_path(device, model, resolution, batch) -> Path   profiles/<device>/<model>-r<res>-b<batch>.json
+                                             (relative to the working directory, or under $LATOPT_PROFILES_DIR)
     calibrate(raw, fixed_raw, nets) -> (scales, notes)             per-variant scales (used by the profiler)
 
 Times. ``BlockEntry.raw[v]`` are the measured statistics of block ``index`` in variant ``v`` ("none" =
@@ -353,5 +354,6 @@ def _slug(model: str) -> str:
 
 
 def default_lut_path(device: str, model: str, resolution: int, batch: int) -> Path:
-
+    """Where ``latopt profile`` writes a LUT and the other stages look for it: ``profiles/<device>/...`` in the
+    working directory (:func:`~latopt.latency.devices.profiles_dir`), never inside the installed package."""
     return profiles_dir() / device / f"{_slug(model)}-r{int(resolution)}-b{int(batch)}.json"

@@ -90,8 +90,8 @@ def export_onnx(module: Any, input_shape: Sequence[int], path: str | os.PathLike
                 exporter = _export_torchscript if torchscript_exporter_available() else _export_dynamo
                 try:
                     exporter(module, x, tmp, opset, dynamic_batch)
-                except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
-                    raise LatoptError(f"ONNX export of {type(module).__name__} failed: "
+                except RuntimeError as e:  # torch's exporter errors (OnnxExporterError) and shape errors
+                    raise LatoptError(f"ONNX export of {type(module).__name__} failed (input shape {list(shape)}): "
                                       f"{first_line(e)}") from None
             try:
                 onnx.checker.check_model(str(tmp))

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -54,19 +53,20 @@ from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import DeviceProfile
 from latopt.latency.lut import LUT, BlockEntry, calibrate, predict
 from latopt.latency.timing import TimingStats, compare
+from latopt.log import get_logger
 from latopt.models import build_model
+
+_LOG = get_logger("profile")
 
 
 def _log(progress: bool, msg: str) -> None:
     if progress:
-        print(f"[profile] {msg}", file=sys.stderr, flush=True)
+        _LOG.info(msg)
 
 
 def _build(model: Any, num_classes: int) -> tuple[Any, str]:
-
     if isinstance(model, nn.Module):
-        return model, str(getattr(model, "latopt_name", None) or type(model).__name__)
-
+        return model, type(model).__name__
     return build_model(str(model), num_classes=num_classes), str(model)
 
 
@@ -229,10 +229,12 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         environment = backend.environment()
         environment["loadavg_during_timing"] = [load_before, _loadavg()]
     finally:
-        _close(runners.values())
-        close_backend(backend)
-        for m, mode in modes:
-            m.training = mode
+        try:
+            _close(runners.values())
+        finally:  # the backend (its CUDA context) is released even when a runner's close fails
+            close_backend(backend)
+            for m, mode in modes:
+                m.training = mode
 
     raw = {b.index: {k.split(":", 1)[1]: s.median_ms for k, s in stats.items() if k.split(":", 1)[0] == str(b.index)}
            for b in blocks}
@@ -276,15 +278,17 @@ def measure_networks(nets: Mapping[str, Any], device: DeviceProfile, input_shape
     backend = backend or get_backend(device)
     runners: dict[str, Any] = {}
     try:
-        with torch_threads(device.threads if device.backend == "torch" else 1):
+        with torch_threads(device.threads if device.backend == "torch" else 1):  # timing included
             for k, net in nets.items():
                 runners[k] = backend.prepare(net, tuple(input_shape))
-        _log(progress, f"timing {len(runners)} networks interleaved on {device.name}")
-        return compare(runners, device)
+            _log(progress, f"timing {len(runners)} networks interleaved on {device.name}")
+            return compare(runners, device)
     finally:
-        _close(runners.values())
-        if own:
-            close_backend(backend)
+        try:
+            _close(runners.values())
+        finally:
+            if own:
+                close_backend(backend)
 
 
 def format_lut(lut: LUT) -> str:

@@ -4,10 +4,12 @@ Public API::
 
     TimingPolicy(warmup, min_repeats, max_repeats, budget_s, stable_rel, clock, warm_calls)  (or a DeviceProfile)
     TimingStats(median_ms, q1_ms, q3_ms, iqr_ms, n)                        .samples_ms: one per round
+        (defined in :mod:`latopt.runtime`, the numpy-only deploy runner, whose ``--bench`` summarises
+        its calls with it: one statistics routine, and a copy of runtime.py alone still has it)
     compare(runners: Mapping[str, Runner], policy) -> dict[str, TimingStats]
     environment_info() -> dict                                            CPU/GPU, load, library versions
 
-Method (DESIGN.md "Measuring"): every runner is warmed up, then the runners are called in rounds,
+Method: every runner is warmed up, then the runners are called in rounds,
 one call each per round (A B C, B C A, C A B, ...: the start rotates so no runner always follows the
 same one), so slow drifts of the machine (other processes, clocks) hit all candidates alike. Every
 ``check_every`` rounds the medians are recomputed; timing stops when at least ``min_repeats`` rounds are
@@ -39,7 +41,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -47,6 +49,7 @@ import torch
 
 from latopt.constants import CLOCKS
 from latopt.errors import LatoptError
+from latopt.runtime import TimingStats
 
 
 @dataclass(frozen=True)
@@ -72,44 +75,6 @@ class TimingPolicy:
         return cls(warmup=int(p.warmup), min_repeats=int(p.min_repeats), max_repeats=int(p.max_repeats),
                    budget_s=float(p.budget_s), stable_rel=float(getattr(p, "stable_rel", 0.01)),
                    clock=str(getattr(p, "clock", "wall")), warm_calls=int(getattr(p, "warm_calls", 1)))
-
-
-@dataclass(frozen=True)
-class TimingStats:
-    """Median and quartiles (ms) of ``n`` timed calls; ``samples_ms[i]`` is the call of round ``i``."""
-
-    median_ms: float
-    q1_ms: float
-    q3_ms: float
-    iqr_ms: float
-    n: int
-    wall_median_ms: float | None = None  # host wall-clock median when another clock was the primary one
-    samples_ms: tuple[float, ...] = field(default=(), repr=False, compare=False)
-
-    @classmethod
-    def from_samples(cls, samples: list[float] | tuple[float, ...],
-                     wall: list[float] | tuple[float, ...] | None = None) -> TimingStats:
-        s = [float(v) for v in samples]
-        if not s:
-            raise ValueError("no samples")
-        wmed = statistics.median(wall) if wall else None
-        if len(s) == 1:
-            return cls(s[0], s[0], s[0], 0.0, 1, wmed, tuple(s))
-        q1, med, q3 = statistics.quantiles(s, n=4, method="inclusive")
-        return cls(med, q1, q3, q3 - q1, len(s), wmed, tuple(s))
-
-    def to_dict(self) -> dict[str, float | int]:
-        d: dict[str, float | int] = {"median_ms": self.median_ms, "q1_ms": self.q1_ms, "q3_ms": self.q3_ms,
-                                     "iqr_ms": self.iqr_ms, "n": self.n}
-        if self.wall_median_ms is not None:
-            d["wall_median_ms"] = self.wall_median_ms
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TimingStats:
-        w = d.get("wall_median_ms")
-        return cls(float(d["median_ms"]), float(d["q1_ms"]), float(d["q3_ms"]), float(d["iqr_ms"]), int(d["n"]),
-                   None if w is None else float(w))
 
 
 def _timer(runner: Any, clock: str) -> Callable[[], tuple[float, float]]:

@@ -4,7 +4,7 @@ Public API::
 
     from latopt.search import SearchOptions, run_search, pareto_front, recommend, front_summary, write_front
 
-    res = run_search(SearchOptions(config="configs/quickstart.yaml", trials=12))   # -> SearchResult
+    res = run_search(SearchOptions(config="quickstart", trials=12))   # -> SearchResult
     study = optuna.load_study(study_name=res.study_name, storage=res.storage)
     front = pareto_front(study)              # list[FrozenTrial]: feasible, non-dominated, fastest first
     best = recommend(study, max_acc_drop=0.01)   # FrozenTrial | None: fastest within the accuracy constraint
@@ -33,13 +33,12 @@ from latopt.search._pareto import (
     write_front,
 )
 from latopt.search._run import SearchResult, make_sampler, resolve_lut, run_search, show_front
-from latopt.search._space import Range, SearchSpace, space_from_config
+from latopt.search._space import SearchSpace, space_from_config
 from latopt.search._storage import OBJECTIVES, open_storage, open_study
 from latopt.search._trial import count_nonlinear
 
 __all__ = [
     "OBJECTIVES",
-    "Range",
     "SearchOptions",
     "SearchResult",
     "SearchSpace",

@@ -8,14 +8,19 @@ Public API::
     Runner  (Protocol): __call__() one synchronised inference on a fixed input; run(x) -> np.ndarray;
                         close(); optional time_ms() -> float (the device's own timer, e.g. CUDA events)
 
+    gpu_matches(live, expected) -> bool       the one rule for a profile's ``expected_gpu``
+    require_gpu(profile, live, alternative)   LatoptError when the live GPU does not match it
+
 ``get_backend`` imports ``latopt.latency.backends.<profile.backend>`` lazily and calls its
-``create(profile)``; backend modules import their heavy library inside ``create`` so that importing
-latopt never needs onnxruntime-gpu, tensorrt or CUDA. ``create`` raises a one-line LatoptError when the
-library, the GPU or the GPU model is missing or wrong.
+``create(profile)``, so that importing latopt never needs onnxruntime-gpu, tensorrt or CUDA (the
+tensorrt backend imports ``tensorrt`` inside ``create``). ``create`` raises a one-line LatoptError when
+the library, the GPU or the GPU model is missing or wrong; every GPU backend checks the GPU model with
+:func:`require_gpu`.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -62,3 +67,31 @@ def close_backend(backend: Any) -> None:
     close = getattr(backend, "close", None)
     if callable(close):
         close()
+
+
+def gpu_matches(live: str, expected: str | None) -> bool:
+    """True when a profile's ``expected_gpu`` names the live GPU ``live`` (rule in profiles/README.md).
+
+    Case-insensitive. Empty, "any" or "*": any GPU. With a glob character (``*``, ``?``, ``[``): a glob on
+    the whole name ("*RTX 40*"). Otherwise the name must contain it, "NVIDIA" and repeated spaces ignored
+    ("A100" names "NVIDIA A100-SXM4-80GB"; "TITAN X (Pascal)" does not name "NVIDIA TITAN Xp").
+    """
+    if not expected or expected.strip().lower() in ("any", "*"):
+        return True
+    if any(c in expected for c in "*?["):
+        return fnmatch.fnmatch(live.lower(), expected.lower())
+
+    def norm(s: str) -> str:
+        return " ".join(s.lower().replace("nvidia", " ").split())
+
+    return norm(expected) in norm(live)
+
+
+def require_gpu(profile: Any, live: str, *, alternative: str) -> None:
+    """A one-line LatoptError when the live GPU ``live`` does not match ``profile.expected_gpu``;
+    ``alternative`` is the shipped profile of the same backend that takes any NVIDIA GPU."""
+    expected = getattr(profile, "expected_gpu", None)
+    if not gpu_matches(live, expected):
+        raise LatoptError(f"device profile {getattr(profile, 'name', '?')!r} expects GPU {expected!r} but this "
+                          f"machine has {live!r}; use --device {alternative} (any NVIDIA GPU) or add a profile "
+                          f"with expected_gpu: {live!r}")

@@ -1,40 +1,48 @@
 """TensorRT backend: ONNX → engine through TensorRT's Python API, timed on a CUDA stream.
 
-``create(profile)`` checks, in this order, that ``tensorrt`` imports, that its version is >= 10, that a
-CUDA GPU is visible (buffers through pycuda when installed, else torch CUDA tensors) and that the live
-GPU matches ``profile.expected_gpu``; each failure is one :class:`LatoptError` line.
+Supported TensorRT versions: 8.6, 10.x and 11.x (the three API lists in ``tests/data/tensorrt-*.names``
+that ``tests/test_trt_api.py`` checks every call against).
+
+``create(profile)`` checks, in this order, that ``tensorrt`` imports, that its version is supported, that
+a CUDA GPU is visible (buffers through pycuda when installed, else torch CUDA tensors), that the GPU's
+compute capability is one this TensorRT version runs on (:data:`SM_SUPPORT`) and that the live GPU matches
+``profile.expected_gpu``; each failure is one :class:`LatoptError` line, the compute-capability one naming
+the TensorRT version to install.
 
 Build (``TensorRTBackend.build`` / :func:`build_engine`), after the NVIDIA samples
 ``samples/python/introductory_parser_samples/onnx_resnet50.py``, ``samples/python/common.py``
 (``setup_timing_cache`` / ``save_timing_cache``) and ``samples/python/strongly_type_autocast/sample.py``
 in github.com/NVIDIA/TensorRT:
 
-- ``trt.Builder`` → ``create_network(flags)``. Flags are 0 on both supported versions: TensorRT 10 networks are
-  always explicit-batch (``EXPLICIT_BATCH`` is "[DEPRECATED] Ignored", Python API ``Core/Builder.html``), and
+- ``trt.Builder`` → ``create_network(flags)``. TensorRT 8.6: ``1 << EXPLICIT_BATCH`` (its ONNX parser needs an
+  explicit-batch network). 10.x and 11.x: 0 — TensorRT 10 networks are always explicit-batch
+  (``EXPLICIT_BATCH`` is "[DEPRECATED] Ignored", Python API ``Core/Builder.html``; 11 has no such member), and
   TensorRT 11 networks are always strongly typed (``STRONGLY_TYPED`` "Deprecated in TensorRT 11.0. Strongly typed
   mode is always enabled ... ignored", 11.0.0 ``_static/python-api/infer/Core/Builder.html``).
 - ``trt.OnnxParser.parse_from_file``; on failure every ``parser.get_error(i)`` goes into the error line.
 - ``config.set_memory_pool_limit(MemoryPoolType.WORKSPACE, profile.workspace_mib MiB, default 1024)``.
-- precision (:func:`precision_plan`): TensorRT 10 fp16 sets ``BuilderFlag.FP16`` on the fp32 ONNX model
-  (weak typing). TensorRT 11 removed ``BuilderFlag.FP16`` ("Removed Python APIs and Replacements":
-  docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-python-api-reference.html,
+- precision (:func:`precision_plan`): TensorRT 8.6 and 10 fp16 set ``BuilderFlag.FP16`` on the fp32 ONNX model
+  (weak typing; deprecated in 10, still there). TensorRT 11 removed ``BuilderFlag.FP16`` ("Removed Python APIs
+  and Replacements": docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-python-api-reference.html,
   replacement "Strong typing with ModelOpt AutoCast"), so fp16 there parses an FP16 copy of the ONNX model with
   fp32 inputs/outputs kept (``keep_io_types=True``): ModelOpt AutoCast
   (``modelopt.onnx.autocast.convert_to_mixed_precision``, NVIDIA's documented route,
   .../tensorrt-10x-to-11x-python-api-patterns.html) when installed, else
   ``onnxconverter_common.float16.convert_float_to_float16``; neither installed → LatoptError saying so.
   fp32 clears ``BuilderFlag.TF32`` (on by default) so "fp32" means fp32 on Ampere and newer.
-- timing cache per device profile, ``~/.cache/latopt/trt/<device>.cache`` (``$LATOPT_CACHE_DIR`` overrides
-  ``~/.cache/latopt``): ``config.create_timing_cache(blob)`` + ``config.set_timing_cache(cache, False)`` before,
-  ``config.get_timing_cache().serialize()`` written back atomically after the build. A cache the builder
-  refuses (other GPU or TensorRT version) is replaced by an empty one.
+- timing cache per device profile and TensorRT version, ``~/.cache/latopt/trt/<device>-trt<version>.cache``
+  (``$LATOPT_CACHE_DIR`` overrides ``~/.cache/latopt``; a timing cache is valid only for the TensorRT version
+  that wrote it): ``config.create_timing_cache(blob)`` + ``config.set_timing_cache(cache, False)`` before,
+  ``config.get_timing_cache().serialize()`` written back atomically after the build. A cache file that cannot
+  be read, that TensorRT cannot parse (``create_timing_cache`` returns None or raises) or that the builder
+  refuses (other GPU) is replaced by an empty one, with a note in the build info; it never stops a build.
+- one TensorRT logger per process (:func:`latopt.runtime.trt_logger`), shared by builds and runners.
 - ``builder.build_serialized_network`` → bytes; the runner (:class:`latopt.runtime.TrtEngineRunner`)
   deserializes them, binds I/O tensors by name (``set_tensor_address``) and runs ``execute_async_v3``.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import tempfile
@@ -47,10 +55,12 @@ import onnx
 
 from latopt import runtime as _rt
 from latopt.artifacts import write_bytes_atomic
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, first_line
+from latopt.latency.backends import require_gpu
+from latopt.log import get_logger
 
+_LOG = get_logger("tensorrt")
 DEFAULT_WORKSPACE_MIB = 1024
-INSTALL_HINT = _rt.TRT_INSTALL_HINT
 
 
 # ------------------------------------------------------------------------------- version dispatch
@@ -80,17 +90,88 @@ def tensorrt_major(version: str) -> int:
     return int(m.group(1))
 
 
+def tensorrt_version(version: str) -> tuple[int, int]:
+    """(major, minor) of a TensorRT version string ("8.6.1" → (8, 6))."""
+    m = re.match(r"\s*(\d+)\.(\d+)", str(version))
+    if not m:
+        raise LatoptError(f"cannot read the TensorRT version {version!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+SUPPORTED = "8.6, 10.x or 11.x"
+
+
 def precision_plan(version: str, precision: str) -> PrecisionPlan:
-    """The builder settings for ``precision`` ("fp32" | "fp16") on TensorRT ``version``."""
+    """The builder settings for ``precision`` ("fp32" | "fp16") on TensorRT ``version`` (8.6, 10.x, 11.x)."""
     if precision not in ("fp32", "fp16"):
         raise LatoptError(f"TensorRT precision must be fp32 or fp16, got {precision!r}")
-    major = tensorrt_major(version)
-    if major < 10:
-        raise LatoptError(f"TensorRT {version} is too old: latopt needs TensorRT >= 10 (pip install -U tensorrt)")
+    major, minor = tensorrt_version(version)
+    if (major, minor) < (8, 6) or major == 9:
+        raise LatoptError(f"TensorRT {version} is not supported: latopt needs TensorRT {SUPPORTED} "
+                          f"(pip install 'tensorrt==8.6.1' for Maxwell/Pascal GPUs, else pip install -U tensorrt)")
     clear = ("TF32",) if precision == "fp32" else ()
-    if major == 10:
-        return PrecisionPlan(major, precision, (), ("FP16",) if precision == "fp16" else (), clear, False)
-    return PrecisionPlan(major, precision, (), (), clear, precision == "fp16")
+    fp16_flag = ("FP16",) if precision == "fp16" else ()
+    if major == 8:  # 8.6: explicit batch must be asked for; weak typing with BuilderFlag.FP16
+        return PrecisionPlan(major, precision, ("EXPLICIT_BATCH",), fp16_flag, clear, False)
+    if major == 10:  # explicit batch implicit (the flag is ignored); BuilderFlag.FP16 deprecated but present
+        return PrecisionPlan(major, precision, (), fp16_flag, clear, False)
+    return PrecisionPlan(major, precision, (), (), clear, precision == "fp16")  # 11+: strongly typed
+
+
+# ----------------------------------------------------------------------- GPU compute capability
+# Compute capabilities each TensorRT release runs on (first release of a row → (lowest SM, highest SM or None:
+# no upper bound known)). Sources: TensorRT 8.5.2 release notes ("8.5 will be the last release supporting
+# Kepler (SM 3.x) ... Maxwell (SM 5.x) dropped in 9.0"), 8.6.1 support matrix (Maxwell to Hopper 9.0);
+# 10.0-10.4 release notes ("Volta (SM 7.0) deprecated", 10.1 support matrix: "SM 7.0 or higher"); 10.5 release
+# notes ("Volta support removed"); 10.8 release notes (Blackwell added); 11.x builds only for CUDA 13, whose
+# lowest target is Turing (SM 7.5) — NVIDIA's 11.x support matrix is an interactive page not read here.
+SM_SUPPORT: tuple[tuple[tuple[int, int], tuple[int, int], tuple[int, int] | None], ...] = (
+    ((8, 6), (5, 0), (9, 0)),
+    ((10, 0), (7, 0), (9, 0)),
+    ((10, 5), (7, 5), (9, 0)),
+    ((10, 8), (7, 5), None),
+    ((11, 0), (7, 5), None),
+)
+
+
+def sm_range(version: str) -> tuple[tuple[int, int], tuple[int, int] | None]:
+    """(lowest, highest or None) compute capability TensorRT ``version`` runs on (:data:`SM_SUPPORT`)."""
+    v = tensorrt_version(version)
+    rows = [row for row in SM_SUPPORT if row[0] <= v]
+    if not rows:
+        raise LatoptError(f"TensorRT {version} is not supported: latopt needs TensorRT {SUPPORTED}")
+    return rows[-1][1], rows[-1][2]
+
+
+# Compute capabilities without FP16 in TensorRT's hardware/precision table (8.x support matrices: 6.1, e.g.
+# TITAN X (Pascal) and Tesla P4/P40, and Maxwell 5.0/5.2 have only low-rate FP16: "FP16 No").
+NO_FP16 = ((5, 0), (5, 2), (6, 1))
+
+
+def check_compute_capability(version: str, sm: tuple[int, int], gpu: str, precision: str = "fp32") -> None:
+    """LatoptError (one line naming the TensorRT version to install) when TensorRT ``version`` does not run
+    on a GPU of compute capability ``sm``, or (one line) when that GPU has no fp16 in TensorRT."""
+    lo, hi = sm_range(version)
+    if lo <= sm and (hi is None or sm <= hi):
+        if precision == "fp16" and tuple(sm) in NO_FP16:
+            raise LatoptError(f"TensorRT has no fp16 on {gpu} (compute capability {sm[0]}.{sm[1]}: low-rate FP16 "
+                              f"only, 'FP16: No' in NVIDIA's support matrix); use an fp32 profile (--device titanx "
+                              f"or precision: fp32)")
+        return
+    cc = f"{sm[0]}.{sm[1]}"
+    if sm < (5, 0):
+        fix = ("no TensorRT release latopt supports runs on it (TensorRT 8.6 needs compute capability >= 5.0); "
+               "use --device gpu-torch or --device cpu")
+    elif sm < (7, 0):
+        fix = ("install TensorRT 8.6, the last release for Maxwell and Pascal: pip install 'tensorrt==8.6.1' "
+               "(Python <= 3.11)")
+    elif sm < (7, 5):
+        fix = "install TensorRT 10.4 or older (Volta was removed in 10.5): pip install 'tensorrt>=10.0,<10.5'"
+    else:  # newer than this release knows
+        fix = "install a newer TensorRT: pip install -U 'tensorrt>=10.8'"
+    rng = f"{lo[0]}.{lo[1]}" + (f" to {hi[0]}.{hi[1]}" if hi else " and newer")
+    raise LatoptError(f"TensorRT {version} does not run on {gpu} (compute capability {cc}; this release supports "
+                      f"{rng}): {fix}")
 
 
 # ---------------------------------------------------------------------------------- FP16 ONNX
@@ -118,19 +199,46 @@ def to_fp16_onnx(src: str | Path, dst: str | Path) -> str:
 
 
 # ------------------------------------------------------------------------------- timing cache
-def timing_cache_path(device: str) -> Path:
+def timing_cache_path(device: str, version: str | None = None) -> Path:
+    """``<cache>/trt/<device>[-trt<version>].cache``: one timing cache per device profile and TensorRT version."""
     base = Path(os.environ.get("LATOPT_CACHE_DIR") or Path.home() / ".cache" / "latopt")
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", device) or "default"
+    name = device if version is None else f"{device}-trt{version}"
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "default"
     return base / "trt" / f"{safe}.cache"
 
 
+# What TensorRT's Python bindings raise for a blob they cannot take (pybind11 turns C++ exceptions into
+# RuntimeError, a refused argument (a None cache) into TypeError); OSError: the file cannot be read.
+_CACHE_ERRORS = (RuntimeError, TypeError, ValueError)
+
+
 def _load_timing_cache(config: Any, path: Path | None) -> dict[str, Any]:
-    blob = path.read_bytes() if path is not None and path.is_file() else b""
-    cache = config.create_timing_cache(blob)
-    accepted = bool(config.set_timing_cache(cache, False))  # ignore_mismatch=False
-    if not accepted:  # written on another GPU or TensorRT version: start afresh
-        config.set_timing_cache(config.create_timing_cache(b""), False)
-    return {"path": None if path is None else str(path), "loaded_bytes": len(blob) if accepted else 0}
+    """Give the builder the timing cache at ``path``; anything wrong with it (unreadable, corrupt, from another
+    TensorRT version or GPU) starts afresh with an empty cache and a note, never stops the build."""
+    info: dict[str, Any] = {"path": None if path is None else str(path), "loaded_bytes": 0}
+    blob, why = b"", None
+    if path is not None and path.is_file():
+        try:
+            blob = path.read_bytes()
+        except OSError as e:
+            why = f"unreadable ({e.strerror or e})"
+    if blob:
+        try:
+            cache = config.create_timing_cache(blob)
+            if cache is None:
+                why = "TensorRT could not read it (corrupt, or written by another TensorRT version)"
+            elif config.set_timing_cache(cache, False):  # ignore_mismatch=False
+                info["loaded_bytes"] = len(blob)
+                return info
+            else:
+                why = "the builder refused it (written on another GPU or TensorRT version)"
+        except _CACHE_ERRORS as e:
+            why = f"TensorRT could not read it ({type(e).__name__}: {first_line(e)})"
+    if why:
+        info["note"] = f"timing cache {path} not used: {why}; started afresh"
+        _LOG.warning(info["note"])
+    config.set_timing_cache(config.create_timing_cache(b""), False)
+    return info
 
 
 def _save_timing_cache(config: Any, path: Path | None) -> int:
@@ -153,7 +261,7 @@ def build_serialized(trt: Any, onnx_path: str | Path, *, precision: str,
         raise LatoptError(f"ONNX model {onnx_path} does not exist")
     plan = precision_plan(trt.__version__, precision)
     info: dict[str, Any] = {"tensorrt": trt.__version__, "precision": precision, "mode": plan.describe()}
-    logger = trt.Logger(trt.Logger.WARNING)
+    logger = _rt.trt_logger(trt)
     builder = trt.Builder(logger)
     flags = 0
     for name in plan.network_flags:
@@ -217,20 +325,6 @@ def _device_index(value: Any) -> int:
     return int(m.group(1))
 
 
-def gpu_matches(live: str, expected: str | None) -> bool:
-    """True when ``expected`` (empty/"any", a glob, or a substring, case-insensitive) names ``live``."""
-    if not expected or expected.strip().lower() in ("any", "*"):
-        return True
-
-    def norm(s: str) -> str:
-        return " ".join(s.lower().replace("nvidia", " ").split())
-
-    lv, ex = norm(live), norm(expected)
-    if any(c in expected for c in "*?["):
-        return fnmatch.fnmatch(live.lower(), expected.lower())
-    return lv == ex or ex in lv
-
-
 class TensorRTBackend:
     """Builds engines for one device profile and hands out :class:`latopt.runtime.TrtEngineRunner`."""
 
@@ -242,7 +336,7 @@ class TensorRTBackend:
         self.cuda = cuda
         self.precision = str(getattr(profile, "precision", "fp32"))
         self.workspace_mib = int(getattr(profile, "workspace_mib", None) or DEFAULT_WORKSPACE_MIB)
-        self.cache_path = timing_cache_path(str(getattr(profile, "name", "default")))
+        self.cache_path = timing_cache_path(str(getattr(profile, "name", "default")), str(trt.__version__))
         self.last_build: dict[str, Any] = {}
 
     def build(self, onnx_path: str | Path, input_shape: Sequence[int] | None = None) -> bytes:
@@ -253,7 +347,10 @@ class TensorRTBackend:
         return plan
 
     def prepare(self, model: Any, input_shape: tuple[int, ...]) -> _rt.TrtEngineRunner:
-        """Build an engine for ``model`` (nn.Module or ONNX path) at ``input_shape`` and return its runner."""
+        """The runner of ``model`` at ``input_shape``: an nn.Module or ONNX path is built into an engine here;
+        a serialized engine (``.engine``/``.plan``/``.trt``) is loaded as it is, never parsed as ONNX."""
+        if isinstance(model, (str, os.PathLike)) and Path(model).suffix.lower() in _rt.ENGINE_SUFFIXES:
+            return _rt.TrtEngineRunner(Path(model), input_shape=input_shape, cuda=self.cuda)
         with tempfile.TemporaryDirectory(prefix="latopt-trt-") as tmp:
             if isinstance(model, (str, os.PathLike)):
                 onnx_path = Path(model)
@@ -269,6 +366,7 @@ class TensorRTBackend:
             "backend": self.name,
             "tensorrt": self.trt.__version__,
             "gpu": self.cuda.device_name(),
+            "compute_capability": "{}.{}".format(*self.cuda.compute_capability()),
             "driver": self.cuda.driver_version(),
             "cuda_buffers": self.cuda.name,
             "precision": self.precision,
@@ -289,15 +387,13 @@ def create(profile: Any) -> TensorRTBackend:
         cuda = _rt.cuda_api(_device_index(getattr(profile, "cuda_device", None)))
     except LatoptError as e:
         raise LatoptError(f"TensorRT {trt.__version__} is installed but {e}") from None
-    live = cuda.device_name()
-    expected = getattr(profile, "expected_gpu", None)
-    if not gpu_matches(live, expected):
+    try:
+        check_compute_capability(trt.__version__, cuda.compute_capability(), cuda.device_name(),
+                                 str(getattr(profile, "precision", "fp32")))
+        require_gpu(profile, cuda.device_name(), alternative="gpu-trt-fp16")
+    except LatoptError:
         cuda.close()
-        name = getattr(profile, "name", "?")
-        raise LatoptError(
-            f"device profile {name!r} expects GPU {expected!r} but this machine has {live!r}; "
-            f"use --device gpu-trt-fp16 (any NVIDIA GPU) or add a profile with expected_gpu: {live!r}"
-        )
+        raise
     return TensorRTBackend(profile, trt, cuda)
 
 

@@ -1,0 +1,198 @@
+"""Export: a folded checkpoint → ONNX (+ TensorRT engine), numeric gates, measured latency, report.
+
+``latopt export --checkpoint CKPT --device DEVICE [--format onnx|engine|all] [--precision fp32|fp16]
+[--fold PLAN] [--lut FILE] [--resolution R] [--samples N] [--out DIR]``
+
+Python: ``from latopt.export import export``; ``export(checkpoint, device, out, ...)`` returns the
+export.json dict. The job below calls one module per role:
+
+- :mod:`.plan`    what is exported (the checkpoint as it is, or folded here; resolution; LUT; ``--fold``)
+- :mod:`.gates`   the numeric gates (fold, ONNX, engine) and the accuracy gate
+- :mod:`.graph`   the ONNX file (latopt's exporter, nodes tagged with their block)
+- :mod:`.engine`  the export's one backend and its TensorRT engine (run by ``latopt.runtime``)
+- :mod:`.report`  the end-to-end latency measurement and ``REPORT.md``
+
+What it does, in order (nothing is written unless every gate passes):
+
+1. Load the checkpoint (``weights_only``, SHA-256 verified). A folded checkpoint (``arch["fold"]``, its
+   plan possibly empty) is exported as it is; an exact-mode one only at the input size it was folded
+   for (checked first). An unfolded one is exported as it is unless ``--fold`` asks for a fold (``all``,
+   ``auto`` = every block whose fold lowers the latency on this device according to its LUT, or indices
+   ``1,3,5``), computed here in ``--mode`` (exact by default) at the export resolution.
+2. Fold gate (only when export folds, or for a folded checkpoint's own plan): the folded network against
+   the unfolded σ_α network it came from with the folded activations set to α = 1 (``linearize``), on real samples of the task when the checkpoint names one
+   (random inputs otherwise; the report says which). For a folded checkpoint that was fine-tuned after
+   folding, the fold is recomputed from its pre-fold checkpoint and checked the same way (the fine-tuned
+   weights no longer have an unfolded twin).
+3. ONNX (TorchScript exporter, opset 17, dynamic batch, ``onnx.checker.check_model(full_check=True)``),
+   node names prefixed with the block index they come from (``b03/...``); ONNX Runtime against the
+   PyTorch folded model. A TensorRT engine (``--format engine|all``) is built through the profiler's
+   TensorRT backend (timing cache reused), loaded by the shipped runner and checked against ONNX
+   Runtime (looser for fp16). Each of these tolerances is at least ``NOISE_K`` × the network's own
+   float32 noise floor (PyTorch float32 vs the same network in float64 on the gate inputs): a deep
+   network whose float32 rounding alone exceeds the base tolerance is not refused for it.
+4. Accuracy on the task's whole test split, as ONNX (and engine). A checkpoint exported as it is (export
+   folded nothing) must reproduce the test accuracy it records (``latopt.models.recorded_test_acc``:
+   ``meta.acc.finetuned`` of a folded.pt, ``meta.test_acc`` of a base.pt) within one test sample, or
+   export refuses (VerificationError; fp16 engines get ``ACC_TOL_FP16`` more). When export folds, the
+   fold gates apply and the accuracy is reported beside the recorded one.
+5. Latency: the as-is and the folded network measured end to end on the device at ``--precision`` (default:
+   the profile's) in one interleaved run; speed-up with spread; the LUT's prediction beside the measurement
+   when a LUT of that precision exists.
+
+One backend serves the whole export (:func:`.engine.open_backend`, opened before any work, so a device or
+precision this machine cannot drive fails first): it builds the engine and times the networks, and is
+closed on every path, errors included (with pycuda a backend left open aborts the interpreter at exit).
+6. ``export.json`` + ``REPORT.md`` (+ ``model.onnx``, ``model.engine``) in DIR, written atomically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
+from latopt.config import check_resolution
+from latopt.constants import EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS
+from latopt.errors import LatoptError
+from latopt.export.engine import at_precision, open_backend, open_engine, write_engine
+from latopt.export.gates import (
+    NOISE_K,
+    TOL_ENGINE,
+    TOL_ONNX,
+    Gate,
+    accuracy_gate,
+    check_gates,
+    checkpoint_task,
+    compare_outputs,
+    fold_gates,
+    gate_inputs,
+    noise_floor,
+    onnx_gate,
+    ort_out,
+    run_samples,
+    runner_accuracy,
+    torch_out,
+)
+from latopt.export.graph import tag_block_nodes, write_onnx
+from latopt.export.plan import (
+    Plan,
+    auto_plan,
+    build_plan,
+    check_fold_size,
+    export_lut,
+    export_resolution,
+    parse_fold_spec,
+)
+from latopt.export.report import measure_latency, render_report
+from latopt.latency.backends import close_backend
+from latopt.latency.devices import load_device
+from latopt.log import get_logger
+from latopt.models import load_checkpoint, recorded_test_acc
+from latopt.runtime import OrtRunner
+
+EXPORT_SCHEMA = "latopt.export/1"
+_LOG = get_logger("export")
+
+
+def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: str = "onnx",
+           precision: str | None = None, fold: str | None = None, lut_path: str | None = None,
+           resolution: int | None = None, samples: int = 32, seed: int = 0, measure: bool = True,
+           progress: bool = True, mode: str = "exact") -> dict[str, Any]:
+    """The whole export; returns the export.json dict. Raises LatoptError / VerificationError.
+
+    ``fold`` None exports the checkpoint as it is (never folds it); see the module docstring."""
+
+    def say(msg: str) -> None:
+        if progress:
+            _LOG.info(msg)
+
+    if fmt not in EXPORT_FORMATS:
+        raise LatoptError(f"--format {fmt!r}: choose {', '.join(EXPORT_FORMATS)}")
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_GATE_SAMPLES:
+        raise LatoptError(f"--samples {samples}: the numeric gates need 1 .. {MAX_GATE_SAMPLES} inputs (default 32)")
+    if resolution is not None:
+        check_resolution(resolution, "--resolution")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise LatoptError(f"output directory {out} exists and is a file; choose another --out")
+    device = load_device(device_name)
+    precision = precision or device.precision
+    if precision not in PRECISIONS:
+        raise LatoptError(f"--precision {precision!r}: choose {' or '.join(PRECISIONS)}")
+    if not Path(checkpoint).is_file():
+        raise LatoptError(f"checkpoint {checkpoint} does not exist")
+    # One backend for the whole export, at the requested precision: it builds the engine (--format
+    # engine|all) and times the networks; opened before any work (a device this machine cannot drive, or a
+    # precision its backend cannot time, fails here) and closed on every path.
+    backend = open_backend(device, precision, engine=fmt in ("engine", "all"), measure=measure)
+    try:
+        return _export(checkpoint, device, out, backend, fmt=fmt, precision=precision, fold=fold,
+                       lut_path=lut_path, resolution=resolution, samples=samples, seed=seed, measure=measure,
+                       say=say, mode=mode)
+    finally:
+        close_backend(backend)
+
+
+def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt: str, precision: str,
+            fold: str | None, lut_path: str | None, resolution: int | None, samples: int, seed: int,
+            measure: bool, say: Any, mode: str) -> dict[str, Any]:
+    trt_backend = backend if fmt in ("engine", "all") else None
+    say(f"loading {checkpoint}")
+    loaded = load_checkpoint(checkpoint)
+    recorded_test_acc(loaded[2])  # a malformed record is refused before any work
+    res = export_resolution(loaded[1], loaded[2], resolution)
+    lut = export_lut(lut_path, loaded[1], device, res)
+    p = build_plan(checkpoint, loaded, fold=fold, lut=lut, res=res, mode=mode)
+    task = checkpoint_task(p.meta, p.resolution)
+    x, inputs = gate_inputs(task, p.resolution, samples, seed)
+    gates = fold_gates(p, x, inputs)
+    for g in gates:
+        say(g.line())
+    check_gates(gates)
+
+    result: dict[str, Any] = {"schema": EXPORT_SCHEMA, "checkpoint": str(checkpoint), "device": device.name,
+                              "model": p.arch["model"], "resolution": p.resolution, "mode": p.mode,
+                              "precision": precision, "folded": {str(k): v for k, v in p.plan.items()},
+                              "notes": p.notes}
+    with atomic_dir(out) as tmp:
+        say(f"exporting ONNX → {out / 'model.onnx'}")
+        onnx_path = write_onnx(p, tmp / "model.onnx")
+        floor = noise_floor(p.folded, x)
+        gate, ort = onnx_gate(p.folded, onnx_path, x, inputs, floor)
+        gates.append(gate)
+        say(gates[-1].line())
+        check_gates(gates)
+        files = ["model.onnx"]
+        accs: dict[str, float] = {}
+        if task is not None:
+            with OrtRunner(onnx_path) as runner:
+                accs["onnx"] = runner_accuracy(runner, task, batch=256)
+        if trt_backend is not None:
+            engine_path = write_engine(trt_backend, p, tmp, say)
+            with open_engine(trt_backend, engine_path, p.resolution) as engine:
+                gates.append(compare_outputs(f"TensorRT ({precision}) vs ONNX Runtime", run_samples(engine, x),
+                                             ort, TOL_ENGINE[precision], inputs, floor))
+                say(gates[-1].line())
+                check_gates(gates)
+                if task is not None:
+                    accs["engine"] = runner_accuracy(engine, task, batch=1)
+            files.append("model.engine")
+        result["gates"] = [asdict(g) | {"passed": g.passed} for g in gates]
+        result["accuracy"] = accuracy_gate(p, task, accs, precision, say)
+        if measure:
+            if lut is not None and precision != device.precision:
+                p.notes.append(f"latency measured at --precision {precision}; the LUT ({device.precision}, the "
+                               f"profile's precision) is not compared with it")
+                lut = None
+            result["latency"] = measure_latency(p, at_precision(device, precision), lut, say, backend=backend)
+        result["files"] = files
+        write_json_atomic(tmp / "export.json", result)
+        write_text_atomic(tmp / "REPORT.md", render_report(result))
+    return result
+
+__all__ = ["EXPORT_SCHEMA", "NOISE_K", "TOL_ONNX", "Gate", "Plan", "accuracy_gate", "auto_plan", "build_plan",
+           "check_fold_size", "checkpoint_task", "compare_outputs", "export", "fold_gates", "gate_inputs",
+           "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report", "runner_accuracy",
+           "tag_block_nodes", "torch_out"]

@@ -1,0 +1,62 @@
+"""The backend of export and its TensorRT engine: built through the profiler's backend, run by the shipped runner.
+
+Public API::
+
+    at_precision(device, precision) -> DeviceProfile          the profile with ``precision`` (``--precision``)
+    open_backend(device, precision, engine, measure) -> backend | None
+                              the one backend of an export (LatoptError when the device is not a TensorRT one
+                              and an engine is asked for, or when this machine cannot drive it)
+    write_engine(backend, plan, out_dir, say) -> Path        ``out_dir/model.engine`` (batch 1, static shape)
+    open_engine(backend, engine_path, resolution) -> TrtEngineRunner   what a user runs, on the file as written
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from latopt.artifacts import write_bytes_atomic
+from latopt.errors import LatoptError
+from latopt.export.plan import Plan
+from latopt.latency.backends import get_backend
+from latopt.latency.onnx_io import export_onnx
+from latopt.latency.profiler import torch_threads
+from latopt.runtime import TrtEngineRunner
+
+
+def at_precision(device: Any, precision: str) -> Any:
+    """``device`` measuring at ``precision`` (the profile itself when that is its own precision)."""
+    return device if precision == device.precision else device.model_copy(update={"precision": precision})
+
+
+def open_backend(device: Any, precision: str, *, engine: bool, measure: bool) -> Any | None:
+    """The one backend of an export at ``precision``: it builds the engine (``engine``) and times the networks
+    (``measure``); None when neither is asked for. The caller closes it (``close_backend``) on every path."""
+    if engine and device.backend != "tensorrt":
+        raise LatoptError(f"--format engine needs a TensorRT device profile, but {device.name!r} uses "
+                          f"{device.backend}; use --device titanx or --device gpu-trt-fp16")
+    if not (engine or measure):
+        return None
+    with torch_threads(torch.get_num_threads()):  # the torch backend sets its thread count: not for the gates
+        return get_backend(at_precision(device, precision))
+
+
+def write_engine(backend: Any, p: Plan, out_dir: Path, say: Callable[[str], None]) -> Path:
+    """``out_dir/model.engine`` built by ``backend`` (already open: no second backend or CUDA context) from a
+    static-shape (batch 1) ONNX export of the network."""
+    static = out_dir / ".static.onnx"
+    export_onnx(p.folded, (1, 3, p.resolution, p.resolution), static)
+    say(f"building TensorRT engine ({backend.precision})")
+    try:
+        plan = backend.build(static, (1, 3, p.resolution, p.resolution))
+    finally:
+        static.unlink()
+    return write_bytes_atomic(out_dir / "model.engine", plan)
+
+
+def open_engine(backend: Any, engine_path: Path, resolution: int) -> TrtEngineRunner:
+    """The shipped runner (``latopt.runtime``) on the engine file as written, on the backend's CUDA context."""
+    return TrtEngineRunner(engine_path, input_shape=(1, 3, resolution, resolution), cuda=backend.cuda)

@@ -1,0 +1,166 @@
+"""What is exported: the network to ship, the σ_α network its fold came from, the plan and the resolution.
+
+Public API::
+
+    Plan                                          what export ships and what the fold gates check it against
+    build_plan(checkpoint, loaded, *, fold, lut, res, mode="exact") -> Plan
+    parse_fold_spec(spec, lut) -> list[int] | "all"     ``--fold``: none, all, auto (needs the LUT) or 1,3,5
+    auto_plan(lut) -> list[int]                   blocks whose full fold lowers the latency (c_l > 0)
+    check_fold_size(checkpoint, fold_spec, res)   an exact-mode fold only at the input size it was made for
+    export_resolution(arch, meta, override) -> int
+    export_lut(path, arch, device, resolution) -> LUT | None   ``--lut`` or the device's default LUT if present
+    asis_network(arch) -> nn.Module               the unfolded network of the checkpoint's architecture
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from latopt.config import check_resolution
+from latopt.constants import FOLD_MODES
+from latopt.errors import LatoptError
+from latopt.fold import fold_blocks, fold_spec, normalize_plan, plain_activations_
+from latopt.latency.lut import costs, default_lut_path, load_lut
+from latopt.models import build_model, load_checkpoint
+
+
+@dataclass
+class Plan:
+    """What is exported: the folded network, the unfolded σ_α network it came from, and the fold plan."""
+
+    folded: nn.Module
+    source: nn.Module | None   # the unfolded σ_α network the fold was computed from (None: no fold gate)
+    arch: dict[str, Any]
+    meta: dict[str, Any]
+    plan: dict[int, str]
+    mode: str
+    resolution: int
+    notes: list[str] = field(default_factory=list)
+    asis: bool = False         # export folded nothing: the checkpoint's own network is what is shipped
+
+
+def asis_network(arch: dict[str, Any]) -> nn.Module:
+    """The unfolded network of ``arch`` (random weights: what the latency comparison times as-is)."""
+    return build_model(arch["model"], num_classes=int(arch["num_classes"])).eval()
+
+
+def export_resolution(arch: dict[str, Any], meta: dict[str, Any], override: int | None) -> int:
+    """``--resolution`` when given, else the fold's input size, else the resolution the checkpoint records
+    (``meta["resolution"]``, written by ``latopt train`` / ``latopt fold`` through ``latopt.data.data_meta``)."""
+    if override is not None:
+        return check_resolution(override, "--resolution")
+    fold = arch.get("fold") or {}
+    if fold.get("input_size"):
+        return check_resolution(fold["input_size"][0], "the checkpoint's fold input size")
+    if meta.get("resolution") is not None:
+        return check_resolution(meta["resolution"], "the checkpoint's meta resolution")
+    raise LatoptError("the checkpoint does not record its input resolution; pass --resolution R")
+
+
+def export_lut(path: str | None, arch: dict[str, Any], device: Any, resolution: int) -> Any | None:
+    """The LUT ``path`` (``--lut``), else the device's default LUT for this model when it exists, else None."""
+    model_name = arch["model"]
+    if path:
+        return load_lut(path, model=model_name, resolution=resolution)
+    p = default_lut_path(device.name, model_name, resolution, device.batch)
+    return load_lut(p, model=model_name, resolution=resolution) if Path(p).is_file() else None
+
+
+def check_fold_size(checkpoint: str | Path, fspec: dict[str, Any], res: int) -> None:
+    """An exact-mode fold holds bias maps for one input size: refuse another ``res`` up front."""
+    size = fspec.get("input_size")
+    if fspec["mode"] != "exact" or not fspec["plan"] or size is None or list(size) == [res, res]:
+        return
+    h, w = size
+    raise LatoptError(f"{checkpoint} was folded in exact mode for {h}x{w} inputs (its bias maps hold for that "
+                      f"size only), so it cannot be exported at --resolution {res}: export it at {h}, or fold again "
+                      f"at {res} (latopt fold with data.resolution: {res}) or in paper mode (fold.mode: paper), "
+                      "which works at any input size")
+
+
+def auto_plan(lut: Any) -> list[int]:
+    """Blocks whose full fold lowers the latency on the LUT's device (c_l > 0)."""
+    return sorted(i for i, c in costs(lut).items() if c > 0)
+
+
+def parse_fold_spec(spec: str, lut: Any | None) -> list[int] | str:
+    """``--fold``: "none" → [], "all", "auto" → :func:`auto_plan` (needs ``lut``), or indices "1,3,5"."""
+    spec = spec.strip()
+    if spec == "none":
+        return []
+    if spec == "all":
+        return "all"
+    if spec == "auto":
+        if lut is None:
+            raise LatoptError("--fold auto needs the device's LUT: run `latopt profile` first or pass --lut FILE")
+        return auto_plan(lut)
+    try:
+        blocks = [int(s) for s in spec.split(",") if s.strip()]
+    except ValueError:
+        blocks = []
+    if not blocks:
+        raise LatoptError(f"--fold {spec!r}: give 'all', 'none', 'auto' or block indices like 1,3,5")
+    return blocks
+
+
+def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], dict[str, Any]], *,
+               fold: str | None, lut: Any | None, res: int, mode: str = "exact") -> Plan:
+    """What to export from the ``loaded`` checkpoint (``load_checkpoint``'s result) at resolution ``res``.
+
+    ``fold`` None: the checkpoint as it is (folded or not); else a ``--fold`` spec for an unfolded one."""
+    model, arch, meta = loaded
+    model.eval()
+    fspec = arch.get("fold")
+    if fspec is not None:
+        if fold is not None:
+            raise LatoptError(f"{checkpoint} is already folded; drop --fold (it applies to unfolded checkpoints)")
+        check_fold_size(checkpoint, fspec, res)
+    source_model = copy.deepcopy(model) if fspec is None else None
+    n_plain = plain_activations_(model)  # σ_α with α = 0 is σ: export the plain activation
+    notes: list[str] = []
+    if n_plain:
+        notes.append(f"{n_plain} σ_α activations with α = 0 exported as the plain activation they equal")
+    if fspec is not None:
+        plan = {int(k): v for k, v in fspec["plan"].items()}
+        if not plan:
+            notes.append("the checkpoint's fold folded no block (its plan is empty): exported as it is")
+            return Plan(model, None, arch, meta, {}, fspec["mode"], res, notes, asis=True)
+        source = None
+        # the σ_α network the fold came from: recorded by `latopt fold`, or beside the checkpoint
+        recorded = meta.get("prefold_checkpoint")
+        candidates = [recorded if isinstance(recorded, str) else None, Path(checkpoint).parent / "prefold.pt"]
+        prefold = next((str(c) for c in candidates if c and Path(c).is_file()), None)
+        if prefold:
+            source = load_checkpoint(prefold)[0].eval()
+            if meta.get("finetuned", True):
+                notes.append("the fold gates check the fold recomputed from the pre-fold checkpoint "
+                             f"({prefold}); the exported weights were fine-tuned after folding")
+        else:
+            notes.append("no pre-fold checkpoint recorded or found: fold gates skipped (ONNX gate still applies)")
+        return Plan(model, source, arch, meta, plan, fspec["mode"], res, notes, asis=True)
+    spec = parse_fold_spec("none" if fold is None else fold, lut)
+    if spec == []:  # export the network as it is (no fold gate)
+        if fold is None:
+            notes.append("an unfolded checkpoint and no --fold: the network is exported as it is")
+        elif fold.strip() == "auto":
+            notes.append("--fold auto: no block's fold pays on this device per the LUT; exported as it is")
+        else:
+            notes.append("nothing folded (--fold none): the network is exported as it is")
+        return Plan(model, None, arch, meta, {}, "none", res, notes, asis=True)
+    plan = normalize_plan(model, spec)
+    if not plan:
+        raise LatoptError("the fold plan is empty: nothing to fold (check --fold and the LUT's c_l)")
+    if mode not in FOLD_MODES:
+        raise LatoptError(f"--mode {mode!r}: choose {' or '.join(FOLD_MODES)}")
+    folded = fold_blocks(model, plan, mode=mode, input_size=(res, res)).eval()
+    if mode == "paper":
+        notes.append("paper mode: a constant bias per folded block, wrong on the border ring by design "
+                     "(fine-tune after folding to repair it); the fold gate checks each block away from its border")
+    new_arch = dict(arch)
+    new_arch["fold"] = fold_spec(folded)
+    return Plan(folded, source_model, new_arch, meta, plan, mode, res, notes)

@@ -1,0 +1,86 @@
+"""What export measures and writes about itself: the end-to-end latency section and ``REPORT.md``.
+
+Public API::
+
+    measure_latency(plan, device, lut, say, backend=None) -> dict   as-is vs folded in one interleaved run at the
+                                                      device's precision (+ LUT prediction)
+    render_report(result) -> str                      REPORT.md from the export.json dict
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from latopt.export.gates import NOISE_K
+from latopt.export.plan import Plan, asis_network
+from latopt.latency.lut import predict
+from latopt.latency.profiler import measure_networks
+
+
+def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], None], *,
+                    backend: Any = None) -> dict[str, Any]:
+    """The as-is and the folded network measured end to end on ``device`` (at its precision; with ``backend``
+    when given, else one opened and closed here) in one interleaved run; the speed-up with its quartile range;
+    the LUT's prediction and error beside each when ``lut`` is given."""
+    shape = (device.batch, 3, p.resolution, p.resolution)
+    say(f"measuring as-is vs folded end to end on {device.name} ({device.precision}, interleaved)")
+    stats = measure_networks({"as-is": asis_network(p.arch), "folded": p.folded}, device, shape, backend=backend)
+    a, f = stats["as-is"], stats["folded"]
+    lat: dict[str, Any] = {
+        "as_is_ms": a.median_ms, "as_is_iqr_ms": a.iqr_ms,
+        "folded_ms": f.median_ms, "folded_iqr_ms": f.iqr_ms,
+        "speedup": a.median_ms / f.median_ms,
+        # spread of the ratio from the quartiles: slowest-as-is/fastest-folded and the reverse
+        "speedup_range": [a.q1_ms / f.q3_ms, a.q3_ms / f.q1_ms],
+        "repeats": {"as_is": a.n, "folded": f.n},
+        "precision": device.precision,
+    }
+    if lut is not None:
+        lat["lut_as_is_ms"] = predict(lut, {})
+        lat["lut_folded_ms"] = predict(lut, p.plan)
+        lat["lut_error_as_is"] = lat["lut_as_is_ms"] / a.median_ms - 1
+        lat["lut_error_folded"] = lat["lut_folded_ms"] / f.median_ms - 1
+    say(f"as-is {a.median_ms:.3f} ms, folded {f.median_ms:.3f} ms → speed-up {lat['speedup']:.2f}×")
+    return lat
+
+
+def render_report(r: dict[str, Any]) -> str:
+    """REPORT.md: what was exported, the numeric gates, the accuracy, the latency, the notes."""
+    lines = [f"# latopt export: {r['model']} on {r['device']}", "",
+             f"- checkpoint: `{r['checkpoint']}`", f"- resolution: {r['resolution']}, fold mode: {r['mode']}, "
+             f"precision: {r['precision']}",
+             f"- folded blocks ({len(r['folded'])}): " + (", ".join(f"{k} ({v})" for k, v in r["folded"].items()) or "none"),
+             f"- files: {', '.join(r.get('files', []))}", "", "## Numeric gates", "",
+             "| check | max abs diff | scale | relative | tolerance | float32 noise floor | inputs | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for g in r.get("gates", []):
+        floor = "–" if g.get("floor") is None else f"{g['floor']:.3g}"
+        lines.append(f"| {g['name']} | {g['max_abs']:.3g} | {g['scale']:.3g} | {g['rel']:.3g} | {g['tol']:.3g} | "
+                     f"{floor} | {g['samples']} {g['inputs']} | {'ok' if g['passed'] else 'FAILED'} |")
+    if any(g.get("floor") is not None for g in r.get("gates", [])):
+        lines += ["", f"Tolerances marked with a noise floor are max(base tolerance, {NOISE_K:g} × the network's "
+                  "float32 noise floor: PyTorch float32 vs float64 on the same inputs)."]
+    acc = r.get("accuracy")
+    if acc:
+        engine = "" if acc.get("engine_test_acc") is None else f", engine {acc['engine_test_acc']:.4f}"
+        if acc.get("recorded") is None:
+            rec = " (the checkpoint records none)"
+        else:
+            rec = (f"; recorded in the checkpoint: {acc['recorded']:.4f} (`{acc['recorded_at']}`)"
+                   + (f", gate: within one test sample (1/{acc['samples']}) ok" if acc["gated"] else ", not gated"))
+        lines += ["", "## Accuracy", "", f"Test accuracy on `{acc['task']}` ({acc['samples']} samples): "
+                  f"ONNX {acc['test_acc']:.4f}{engine}{rec}"]
+    lat = r.get("latency")
+    if lat:
+        lines += ["", f"## Latency ({lat.get('precision', r['precision'])}, measured end to end in one interleaved run)", "",
+                  "| network | median ms | IQR ms | LUT prediction ms | LUT error |", "|---|---|---|---|---|",
+                  f"| as-is | {lat['as_is_ms']:.3f} | {lat['as_is_iqr_ms']:.3f} | "
+                  + (f"{lat['lut_as_is_ms']:.3f} | {lat['lut_error_as_is']:+.1%} |" if "lut_as_is_ms" in lat else "– | – |"),
+                  f"| folded | {lat['folded_ms']:.3f} | {lat['folded_iqr_ms']:.3f} | "
+                  + (f"{lat['lut_folded_ms']:.3f} | {lat['lut_error_folded']:+.1%} |" if "lut_folded_ms" in lat else "– | – |"),
+                  "", f"Speed-up: **{lat['speedup']:.2f}×** (quartile range {lat['speedup_range'][0]:.2f}–"
+                  f"{lat['speedup_range'][1]:.2f}×)"]
+    if r.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in r["notes"]]
+    return "\n".join(lines) + "\n"
