@@ -351,9 +351,9 @@ def stand_in_trt(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-de
 @pytest.mark.parametrize("shift", [0.0, 100.0])
 def test_engine_branch_gates_and_accuracy(runs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           stand_in_trt, shift: float) -> None:
-    """--format all on a TensorRT device: the engine is built by the one backend export opened (issue 13,
-    defect 1: no second backend / CUDA context), run by the shipped runner, gated, and that backend is
-    closed on success and on failure (defect 2)."""
+    """--format all on a TensorRT device: the engine is built by the one backend export opened (no second
+    backend / CUDA context), run by the shipped runner, gated, and that backend is closed on success and on
+    failure."""
     export_mod = stand_in_trt
     monkeypatch.setattr(export_mod.engine, "TrtEngineRunner", type("E", (_StandInEngine,), {"shift": shift}))
     out = tmp_path / "engine"
@@ -380,7 +380,7 @@ def test_export_measures_at_the_requested_precision_with_its_one_backend(runs: d
                                                                         monkeypatch: pytest.MonkeyPatch,
                                                                         stand_in_trt) -> None:
     """--precision fp16 on the fp32 titanx profile: the engine is built and both networks are timed at fp16
-    (issue 13, defect 11), by the same backend (defect 1), closed once at the end (defect 2)."""
+    (not at the profile's fp32), by the same backend, closed once at the end."""
     export_mod = stand_in_trt
     monkeypatch.setattr(export_mod.engine, "TrtEngineRunner", _StandInEngine)
     out = tmp_path / "fp16"

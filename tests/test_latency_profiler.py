@@ -150,7 +150,7 @@ class _ClosingBackend:
 
 
 def test_backends_closed_when_a_runner_fails_to_close(monkeypatch) -> None:
-    """Issue 13, defect 2: the backend (with pycuda, a pushed CUDA context) is closed on every path of
+    """The backend (with pycuda, a pushed CUDA context) is closed on every path of
     measure_networks and profile_model, even when closing a runner raises."""
     import latopt.latency.profiler as profiler
 
