@@ -59,10 +59,6 @@ def _export(ckpt: Path, out: Path, *extra: str) -> int:
                  "--out", str(out), *extra])
 
 
-def _conv_nodes(onnx_path: Path) -> int:
-    return sum(n.op_type == "Conv" for n in onnx.load(str(onnx_path)).graph.node)
-
-
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err.strip()
     assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, err
@@ -70,14 +66,15 @@ def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 # ----------------------------------------------------------------------------- item 1: as it is, never all-folded
-def test_a_fold_that_folded_nothing_is_exported_as_it_is(runs: dict, tmp_path: Path) -> None:
+def test_a_fold_that_folded_nothing_is_exported_as_it_is(runs: dict, tmp_path: Path,
+                                                         check_fold_structure) -> None:
     _, arch, meta = load_checkpoint(runs["nothing"])
     assert arch["fold"] == {"mode": "exact", "input_size": [RES, RES], "plan": {}}  # folded, with nothing folded
     out = tmp_path / "nothing"
     assert _export(runs["nothing"], out) == 0  # no --fold, as `latopt run` exports its recommended trial
     rec = json.loads((out / "export.json").read_text())
-    as_is = sum(isinstance(m, nn.Conv2d) for m in build_model(MODEL, 10).modules())
-    assert rec["folded"] == {} and _conv_nodes(out / "model.onnx") == as_is
+    assert rec["folded"] == {}
+    check_fold_structure(out / "model.onnx", MODEL, 10, {})
     acc = rec["accuracy"]
     recorded, where = recorded_test_acc(meta)
     assert where == "meta.acc.finetuned" and acc["recorded"] == recorded and acc["gated"]
@@ -85,18 +82,20 @@ def test_a_fold_that_folded_nothing_is_exported_as_it_is(runs: dict, tmp_path: P
     assert any("folded no block" in n for n in rec["notes"])
 
 
-def test_an_unfolded_checkpoint_without_fold_is_exported_as_it_is(runs: dict, tmp_path: Path) -> None:
+def test_an_unfolded_checkpoint_without_fold_is_exported_as_it_is(runs: dict, tmp_path: Path,
+                                                                  check_fold_structure) -> None:
     out = tmp_path / "base"
     assert _export(runs["base"], out) == 0
     rec = json.loads((out / "export.json").read_text())
-    assert rec["folded"] == {} and _conv_nodes(out / "model.onnx") == sum(
-        isinstance(m, nn.Conv2d) for m in build_model(MODEL, 10).modules())
+    assert rec["folded"] == {}
+    check_fold_structure(out / "model.onnx", MODEL, 10, {})
     assert rec["accuracy"]["recorded_at"] == "meta.test_acc" and rec["accuracy"]["gated"]
     assert any("no --fold" in n for n in rec["notes"])
     # folding is explicit: --fold all folds, and its accuracy is reported beside the recorded one
     assert _export(runs["base"], tmp_path / "all", "--fold", "all") == 0
     rec = json.loads((tmp_path / "all" / "export.json").read_text())
-    assert len(rec["folded"]) > 0 and _conv_nodes(tmp_path / "all" / "model.onnx") < _conv_nodes(out / "model.onnx")
+    assert rec["folded"] == {str(i): "full" for i in range(17)}      # every block of MobileNetV2 folds
+    check_fold_structure(tmp_path / "all" / "model.onnx", MODEL, 10, rec["folded"])
     assert rec["accuracy"]["recorded"] is not None and not rec["accuracy"]["gated"]
 
 
@@ -134,10 +133,14 @@ def test_consistent_but_wrong_weights_fail_the_accuracy_gate(runs: dict, tmp_pat
     assert "SHA-256" in _one_error_line(capsys) and not out.exists()
 
 
-def test_the_untampered_folded_checkpoint_passes_every_gate(runs: dict, tmp_path: Path) -> None:
+def test_the_untampered_folded_checkpoint_passes_every_gate(runs: dict, tmp_path: Path,
+                                                           check_fold_structure) -> None:
     assert _export(runs["some"], tmp_path / "ok") == 0
     rec = json.loads((tmp_path / "ok" / "export.json").read_text())
-    assert rec["folded"] and all(g["passed"] for g in rec["gates"]) and rec["accuracy"]["gated"]
+    _, arch, _ = load_checkpoint(runs["some"])
+    assert rec["folded"] == arch["fold"]["plan"] != {}               # the checkpoint's own plan, shipped
+    check_fold_structure(tmp_path / "ok" / "model.onnx", MODEL, 10, rec["folded"])
+    assert all(g["passed"] for g in rec["gates"]) and rec["accuracy"]["gated"]
     onnx_gate_rec = next(g for g in rec["gates"] if g["name"].startswith("ONNX Runtime"))
     assert onnx_gate_rec["floor"] is not None and onnx_gate_rec["tol"] >= 1e-4
     report = (tmp_path / "ok" / "REPORT.md").read_text()

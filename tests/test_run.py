@@ -77,7 +77,7 @@ def _study_trials(root: Path) -> list:
     return study.trials
 
 
-def test_run_all_stages(first_run: tuple[Path, str]) -> None:
+def test_run_all_stages(first_run: tuple[Path, str], check_fold_structure) -> None:
     runs, first = first_run
     root = runs / "tiny-run"
     for f in ("REPORT.md", "latency_blocks.png", "run.json", "export/export.json", "export/model.onnx",
@@ -86,8 +86,17 @@ def test_run_all_stages(first_run: tuple[Path, str]) -> None:
     state = json.loads((root / "run.json").read_text())
     assert set(state["stages"]) == {"base", "profile", "search", "export", "report"}
     assert all(rec["done"] for rec in state["stages"].values())
+    # the exported trial is the study's fastest within max_acc_drop (0.5) of the base, ties to accuracy,
+    # worked out here from the trials themselves
+    trials = [t for t in _study_trials(root) if t.values is not None]
+    base_acc = next(t.values[0] for t in trials if t.user_attrs["base"])
+    want = min((t for t in trials if base_acc - t.values[0] <= 0.5), key=lambda t: (t.values[1], -t.values[0]))
+    assert state["stages"]["search"]["trial"] == want.number
     exp = json.loads((root / "export" / "export.json").read_text())
-    assert all(g["passed"] for g in exp["gates"]) and exp["latency"]["speedup"] > 0
+    assert exp["folded"] == want.user_attrs["fold_set"] and all(g["passed"] for g in exp["gates"])
+    # what makes the folded network faster: the shipped graph lost one Conv and one activation per fold
+    check_fold_structure(root / "export" / "model.onnx", "mobilenetv2_035", 10, exp["folded"])
+    assert exp["latency"]["speedup"] == pytest.approx(exp["latency"]["as_is_ms"] / exp["latency"]["folded_ms"])
     assert "speed-up" in first and "measured in this run" in first
     report = (root / "REPORT.md").read_text()
     assert "latency_blocks.png" in report and "speed-up" in report
