@@ -2,7 +2,8 @@
 what it is made from is unchanged (fingerprints in run.json), never a stale one.
 
 Tiny settings (MobileNetV2-0.35 at 16 px on digits, 1-2 epochs, 2 trials, a short timing budget); nothing
-here asserts on a time.
+here asserts on a time. The tests that need the complete first run are marked ``slow`` (it takes 1-2 minutes
+on 2 cores).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def _study_trials(root: Path) -> list:
     return study.trials
 
 
+@pytest.mark.slow
 def test_run_all_stages(first_run: tuple[Path, str], check_fold_structure) -> None:
     runs, first = first_run
     root = runs / "tiny-run"
@@ -102,6 +104,7 @@ def test_run_all_stages(first_run: tuple[Path, str], check_fold_structure) -> No
     assert "latency_blocks.png" in report and "speed-up" in report
 
 
+@pytest.mark.slow
 def test_rerun_with_the_same_config_reuses_every_stage(first_run: tuple[Path, str], tiny_config: Path,
                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
@@ -120,6 +123,7 @@ def test_rerun_with_the_same_config_reuses_every_stage(first_run: tuple[Path, st
     assert "reused (same inputs)" in (runs / "tiny-run" / "REPORT.md").read_text()
 
 
+@pytest.mark.slow
 def test_changed_fold_settings_rerun_search_and_export_only(first_run: tuple[Path, str], tiny_config: Path,
                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,6 +150,7 @@ class _Stop(Exception):
     pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["train", "tampered base", "seed", "hand-edited run.json"])
 def test_a_changed_base_input_reruns_every_stage(first_run: tuple[Path, str], tiny_config: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
@@ -183,6 +188,7 @@ def test_a_changed_base_input_reruns_every_stage(first_run: tuple[Path, str], ti
         assert not (root / stale).exists(), stale      # nothing claims to come from the new settings
 
 
+@pytest.mark.slow
 def test_fresh_starts_a_new_study(first_run: tuple[Path, str], tiny_config: Path, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     runs = _copy(first_run, tmp_path)
@@ -198,6 +204,7 @@ def test_fresh_starts_a_new_study(first_run: tuple[Path, str], tiny_config: Path
     assert json.loads((root / "run.json").read_text())["stages"]["search"]["done"]
 
 
+@pytest.mark.slow
 def test_a_configured_storage_study_is_never_deleted(first_run: tuple[Path, str], tiny_config: Path,
                                                      tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import optuna
