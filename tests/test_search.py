@@ -23,6 +23,7 @@ import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
+from latopt.latency.lut import costs, load_lut, predict
 from latopt.search import SearchOptions, pareto_front, recommend, run_search
 
 pytestmark = pytest.mark.slow
@@ -75,14 +76,18 @@ def test_tiny_study_end_to_end(tiny):
     assert base.user_attrs["base"] and base.user_attrs["fold_set"] == {}
     assert base.params["lambda_c"] == 0.5 and base.params["tau"] == 0.9    # enqueued base operating point
     lut_asis = base.user_attrs["latency_ms"]
+    lut = load_lut(d / "lut.json")
+    lut_costs = {str(i): c for i, c in costs(lut).items()}
+    assert lut_asis == pytest.approx(predict(lut, []))
     for t in trials[1:]:
         a = t.user_attrs
         assert Path(a["checkpoint"]).is_file() and Path(a["report"]).is_file()
         rep = json.loads(Path(a["report"]).read_text())
         assert t.values[0] == pytest.approx(rep["val_acc_finetuned"])
         assert a["fold_set"] == rep["folded"]
-        assert rep["costs"] is not None                           # c_l came from the LUT
+        assert rep["costs"] == lut_costs                          # c_l came from the study's LUT
         assert t.values[1] == pytest.approx(a["latency_ms"])
+        assert a["latency_ms"] == pytest.approx(predict(lut, {int(i): v for i, v in a["fold_set"].items()}))
         assert (t.values[1] < lut_asis) == bool(a["fold_set"])   # folding anything lowers the LUT latency
         assert t.constraints["acc_drop"] == pytest.approx(a["acc_drop"] - 0.05)
     assert {t.number for t in pareto_front(study)} == set(res.front)
