@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import io
 import json
 import os
 import re
@@ -201,6 +202,15 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     return Path(path)
+
+
+def write_figure_atomic(path: str | Path, fig: Any, **savefig: Any) -> Path:
+    """Save a ``matplotlib.figure.Figure`` to ``path`` atomically; ``savefig`` are ``Figure.savefig``'s
+    options (``format`` defaults to the suffix of ``path``, else PNG)."""
+    buf = io.BytesIO()
+    savefig.setdefault("format", Path(path).suffix.lstrip(".") or "png")
+    fig.savefig(buf, **savefig)
+    return write_bytes_atomic(path, buf.getvalue())
 
 
 def read_json(path: str | Path, *, schema: str | None = None, what: str = "file") -> dict[str, Any]:

@@ -68,6 +68,9 @@ from latopt.constants import (
     UnfoldedAlpha,
 )
 from latopt.errors import LatoptError
+from latopt.log import get_logger
+
+_LOG = get_logger("config")
 
 # the shipped run configs (package data); a real directory: pip installs latopt as files, and a run records
 # its config's path
@@ -354,6 +357,7 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         if "name" not in raw:  # the run is named after the file unless the config names it
             check_name(path.stem, f"config file {path} has no 'name:' key, and its file name")
             raw["name"] = path.stem
+        _LOG.debug(f"run config {path}")
     return config_from_dict(_merge(raw, overrides or {}))
 
 

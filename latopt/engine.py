@@ -30,11 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from latopt.config import TrainConfig
 from latopt.errors import LatoptError
+from latopt.log import get_logger, progress_bar
 
+_LOG = get_logger("train")
 StepLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, dict[str, float]]]
 
 
@@ -99,15 +100,16 @@ def fit(model: nn.Module, loader: DataLoader, epochs: int, optimizer: torch.opti
         val_loader: DataLoader | None = None, progress: bool = True, desc: str = "train",
         after_step: Callable[[], None] | None = None,
         extra_optimizers: tuple[torch.optim.Optimizer, ...] = ()) -> list[dict[str, float]]:
-    """Train ``epochs`` epochs; returns per-epoch {epoch, loss, train_acc, val_acc?, lr, seconds, ...}."""
+    """Train ``epochs`` epochs; returns per-epoch {epoch, loss, train_acc, val_acc?, lr, seconds, ...}.
+
+    ``progress``: a line per epoch (logger ``latopt.train``) and a bar while it runs (on a terminal only)."""
     history: list[dict[str, float]] = []
     for epoch in range(epochs):
         model.train()
         t0 = time.perf_counter()
         loss_sum, correct, seen = 0.0, 0, 0
         extras_sum: dict[str, float] = {}
-        bar = tqdm(loader, desc=f"{desc} {epoch + 1}/{epochs}", disable=None if progress else True, leave=False,
-                   dynamic_ncols=True)
+        bar = progress_bar(loader, desc=f"{desc} {epoch + 1}/{epochs}", enabled=progress)
         for x, y in bar:
             loss, logits, extras = step_loss(model, x, y)
             if not torch.isfinite(loss):
@@ -139,7 +141,7 @@ def fit(model: nn.Module, loader: DataLoader, epochs: int, optimizer: torch.opti
         history.append(row)
         if progress:
             shown = ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "epoch")
-            tqdm.write(f"{desc} epoch {epoch + 1}/{epochs}: {shown}")
+            _LOG.info(f"{desc} epoch {epoch + 1}/{epochs}: {shown}")
     return history
 
 

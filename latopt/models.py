@@ -42,7 +42,6 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
-import sys
 import zipfile
 from pathlib import Path
 from typing import Annotated, Any
@@ -66,10 +65,12 @@ from latopt.constants import (
 )
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.fold import alpha_spec, fold_blocks, fold_spec, install_alpha
+from latopt.log import get_logger
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
 LEGACY_SCHEMAS = ("latopt.checkpoint/1",)  # no digest: loaded with a warning line (see the module doc)
 MAX_CLASSES = 100_000
+_LOG = get_logger("models")
 SUPPORTED: list[str] = list(SUPPORTED_MODELS)
 
 
@@ -312,8 +313,8 @@ def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
 def _verify_digest(path: Path, data: dict[str, Any], arch: dict[str, Any], meta: dict[str, Any],
                    state: dict[str, torch.Tensor]) -> None:
     if data["schema"] in LEGACY_SCHEMAS:
-        print(f"latopt: warning: checkpoint {path} has no SHA-256 digest ({data['schema']}, written by an older "
-              "latopt): its tensors are not verified; save it again with this latopt to add one", file=sys.stderr)
+        _LOG.warning(f"checkpoint {path} has no SHA-256 digest ({data['schema']}, written by an older latopt): its "
+                     "tensors are not verified; save it again with this latopt to add one")
         return
     recorded = data.get("sha256")
     if not isinstance(recorded, str):

@@ -41,9 +41,16 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from matplotlib.figure import Figure
 
 from latopt import __version__
-from latopt.artifacts import read_json, write_json_atomic, write_text_atomic
+from latopt.artifacts import (
+    read_json,
+    write_bytes_atomic,
+    write_figure_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 from latopt.config import config_path, dump_config, load_config, write_config
 from latopt.data import load_task
 from latopt.engine import seed_everything, set_threads
@@ -53,11 +60,13 @@ from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import load_device
 from latopt.latency.lut import load_lut, save_lut
 from latopt.latency.profiler import format_lut, profile_model
-from latopt.search import SearchOptions, run_search
+from latopt.log import get_logger
+from latopt.search import SearchOptions, format_table, run_search
 from latopt.search._storage import open_storage, redact
 from latopt.train import train_base
 
 RUN_SCHEMA = "latopt.run/2"
+_LOG = get_logger("run")
 DEFAULT_CONFIG = "quickstart"  # a shipped config (latopt/configs/), found from any working directory
 STAGES = ("base", "profile", "search", "export", "report")
 # record keys holding paths: stored relative to the run directory, so a moved run directory stays valid
@@ -184,12 +193,12 @@ def _changed(key: str, old: Any, new: Any) -> str:
 
 
 def _stage(i: int, name: str, what: str) -> Callable[[str], None]:
-    print(f"\n[run] stage {i}/{len(STAGES)}: {name} — {what}", flush=True)
-    return lambda msg: print(f"[run]   {msg}", flush=True)
+    _LOG.info(f"stage {i}/{len(STAGES)}: {name} — {what}")
+    return lambda msg: _LOG.info(f"  {msg}")
 
 
 def _reused(i: int, name: str, what: str) -> None:
-    print(f"[run] stage {i}/{len(STAGES)}: {name} — reused ({what})", flush=True)
+    _LOG.info(f"stage {i}/{len(STAGES)}: {name} — reused ({what})")
 
 
 class _Fingerprints:
@@ -301,6 +310,9 @@ def _plan(state: _State, fps: _Fingerprints, n_trials: int, fresh: bool
 
 def run_main(config: str | Path | None = None, *, device: str | None = None, trials: int | None = None,
              runs_dir: str | Path = "runs", seed: int = 0, fresh: bool = False) -> dict[str, Any]:
+    """The whole job (see the module docstring). Progress goes to the ``latopt.run`` logger; nothing is
+    printed. Returns ``{"root", "summary" (the one-screen summary), "report" (REPORT.md), "export",
+    "search", "base", "stages" (what was done with each stage, and why), "seconds"}``."""
 
     if trials is not None and trials < 1:
         raise LatoptError(f"--trials must be >= 1, got {trials}")
@@ -322,7 +334,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     fps = _Fingerprints(cfg, dev, seed, lut_path)
     state = _State(root, config.resolve(), fresh)
     if state.note:
-        print(f"[run] {state.note}", flush=True)
+        _LOG.warning(state.note)
 
     plan, first_rerun, new_study = _plan(state, fps, n_trials, fresh)
     if cfg.search.storage and new_study and plan["search"]:
@@ -333,8 +345,8 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     state.invocation(plan)
     reused = [s for s in STAGES[:-1] if plan[s] is None]
     rerun = [f"{s} ({plan[s]})" for s in STAGES[:-1] if plan[s] is not None]
-    print("[run] " + "; ".join(x for x in (f"reuse {', '.join(reused)}" if reused else "",
-                                           f"run {', '.join(rerun)}" if rerun else "") if x), flush=True)
+    _LOG.info("; ".join(x for x in (f"reuse {', '.join(reused)}" if reused else "",
+                                    f"run {', '.join(rerun)}" if rerun else "") if x))
     if first_rerun is not None:
         later = STAGES[STAGES.index(first_rerun):]
         _discard(root, tuple(s for s in later if s != "search" or new_study), lut_path, bool(cfg.lut))
@@ -377,7 +389,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         lut = profile_model(cfg.model.name, dev, cfg.data.resolution, dev.batch, progress=True,
                             num_classes=_num_classes(cfg))
         save_lut(lut, lut_path)
-        print(format_lut(lut), flush=True)
+        _LOG.info(format_lut(lut))
         state.finish("profile", {"lut": str(lut_path), "profiling_s": lut.profiling_s})
     times["profile"] = time.perf_counter() - t
 
@@ -397,6 +409,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         if not res.finished:
             raise LatoptError(f"the search stopped with {res.n_complete}/{n_trials} complete trials; "
                               "rerun `latopt run` to resume it")
+        _LOG.info(format_table(res.summary))
         srch = _recommended(res)
         srch["trials"] = n_trials
         state.finish("search", srch)
@@ -423,10 +436,8 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     write_config(cfg, root / "config.yaml")   # only now: it describes every artefact beside it
     state.start("report", {})
     state.finish("report", {"report": str(root / "REPORT.md")})
-    print("\n" + summary, flush=True)
-    print(f"[run] finished in {time.perf_counter() - t0:.0f} s (this invocation); report: {root / 'REPORT.md'}")
-    return {"root": str(root), "summary": summary, "export": result, "search": srch, "base": base,
-            "stages": plan}
+    return {"root": str(root), "summary": summary, "report": str(root / "REPORT.md"), "export": result,
+            "search": srch, "base": base, "stages": plan, "seconds": time.perf_counter() - t0}
 
 
 def _num_classes(cfg: Any) -> int:
@@ -453,15 +464,11 @@ def _recommended(res: Any) -> dict[str, Any]:
 
 def latency_chart(lut: Any, folded: dict[int, str], path: Path) -> Path:
     """Per-block bar chart: LUT time as-is and folded; the blocks of the exported fold set marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     idx = [b.index for b in lut.blocks]
     asis = [b.ms["none"] for b in lut.blocks]
     full = [b.ms.get("full", float("nan")) for b in lut.blocks]
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(idx) + 2), 3.6))
+    fig = Figure(figsize=(max(6, 0.45 * len(idx) + 2), 3.6))
+    ax = fig.subplots()
     w = 0.4
     ax.bar([i - w / 2 for i in idx], asis, w, label="as-is", color="#8a9bb0")
     ax.bar([i + w / 2 for i in idx], full, w, label="folded (full)", color="#e3a857")
@@ -475,10 +482,7 @@ def latency_chart(lut: Any, folded: dict[int, str], path: Path) -> Path:
     ax.set_title(f"{lut.model} @{lut.resolution} on {lut.device}")
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return write_figure_atomic(path, fig, dpi=110)
 
 
 def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dict[str, Any],
@@ -490,7 +494,7 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
     latency_chart(lut, folded, root / "latency_blocks.png")
     pareto = Path(srch.get("pareto_png") or "")
     if pareto.is_file():
-        shutil.copyfile(pareto, root / "pareto.png")
+        write_bytes_atomic(root / "pareto.png", pareto.read_bytes())
     lat = result.get("latency") or {}
     acc_after = (result.get("accuracy") or {}).get("test_acc")
     acc_before = base.get("test_acc")

@@ -113,3 +113,11 @@ def check_fold_structure():
         assert got == {"Conv": convs - removed, "activations": relus - removed}, (plan, got)
 
     return check
+
+
+@pytest.fixture(autouse=True)
+def _default_log_level() -> None:
+    """Every test starts at the default log level (an in-process `main([..., "-q"])` must not leak)."""
+    from latopt import log
+
+    log.setup(log.DEFAULT)

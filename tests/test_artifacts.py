@@ -307,5 +307,5 @@ def test_profile_with_a_device_named_like_a_path(tmp_path: Path, capsys: pytest.
     dev.write_text("name: ../../x\n")
     rc = main(["profile", "--device", str(dev), "--model", "mobilenetv2_035", "--resolution", "16", "--quiet"])
     assert rc == 2
-    assert "name '../../x' is not a valid name" in one_line_error(capsys.readouterr().err)
+    assert "key 'name' = '../../x' is not a valid name" in one_line_error(capsys.readouterr().err)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "dev.yaml"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -60,8 +61,9 @@ def _export(ckpt: Path, out: Path, *extra: str) -> int:
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, err
+    """The one error line, after nothing but progress lines (``[export] ...``): no traceback."""
+    *progress, err = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("latopt: error:") and all(re.match(r"\[[a-z]+\] ", s) for s in progress), progress + [err]
     return err
 
 

@@ -204,7 +204,7 @@ def test_digest_detects_a_corrupted_checkpoint(tmp_path: Path, capsys: pytest.Ca
         with pytest.raises(VerificationError, match=f"checkpoint {path}") as e:
             load_checkpoint(path)
         assert "\n" not in str(e.value), what
-        assert main(["export", "--checkpoint", str(path), "--no-measure", "--out", str(tmp_path / "o")]) == 3, what
+        assert main(["export", "--checkpoint", str(path), "--no-measure", "--out", str(tmp_path / "o"), "-q"]) == 3, what
         err = capsys.readouterr().err.strip()
         assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, (what, err)
         assert not (tmp_path / "o").exists()
@@ -272,7 +272,7 @@ def test_hand_edited_arch_fields_are_one_line_exit_2(tmp_path: Path, capsys: pyt
     with pytest.raises(LatoptError, match=names) as e:
         load_checkpoint(path)
     assert type(e.value) is LatoptError and "\n" not in str(e.value)
-    assert main(["export", "--checkpoint", str(path), "--no-measure", "--out", str(tmp_path / "o")]) == 2
+    assert main(["export", "--checkpoint", str(path), "--no-measure", "--out", str(tmp_path / "o"), "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, err
     assert not (tmp_path / "o").exists()

@@ -112,10 +112,11 @@ def test_rerun_with_the_same_config_reuses_every_stage(first_run: tuple[Path, st
     before = json.loads((runs / "tiny-run" / "run.json").read_text())["stages"]
     _forbid(monkeypatch, "base", "profile", "search", "export")
     assert main(["run", str(tiny_config), "--runs-dir", str(runs)]) == 0
-    out = capsys.readouterr().out
-    for stage in ("base", "profile", "search", "export"):
-        assert f"{stage} — reused" in out, stage
-    assert "reused          base, profile, search, export" in out
+    out, err = capsys.readouterr()
+    for i, stage in enumerate(("base", "profile", "search", "export"), 1):   # progress: stderr
+        assert f"[run] stage {i}/5: {stage} — reused" in err, stage
+    assert "reused          base, profile, search, export" in out           # the summary: stdout, and only it
+    assert "[run]" not in out and out.splitlines()[-1].startswith("finished in ")
     state = json.loads((runs / "tiny-run" / "run.json").read_text())
     assert all(state["last_invocation"][s]["reused"] for s in ("base", "profile", "search", "export"))
     assert {s: r["finished"] for s, r in state["stages"].items() if s != "report"} == \
@@ -180,8 +181,8 @@ def test_a_changed_base_input_reruns_every_stage(first_run: tuple[Path, str], ti
     monkeypatch.setattr("latopt.run.train_base", train_base)
     with pytest.raises(_Stop):
         main(["run", str(config), "--runs-dir", str(runs), *args])
-    out = capsys.readouterr().out
-    assert f"run base ({why}), profile (base is re-run), search (base is re-run), export (base is re-run)" in out
+    err = capsys.readouterr().err
+    assert f"[run] run base ({why}), profile (base is re-run), search (base is re-run), export (base is re-run)" in err
     state = json.loads((root / "run.json").read_text())
     assert list(state["stages"]) == ["base"] and not state["stages"]["base"]["done"]
     for stale in ("config.yaml", "REPORT.md", "export", "search", "lut-cpu-test.json", "base"):

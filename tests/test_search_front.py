@@ -166,7 +166,7 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, monkeypatch, capsys):
          "base checkpoint missing.pt does not exist"),
     ]
     for args, msg in cases:
-        rc = main(["search", *args])
+        rc = main(["search", *args, "-q"])      # -q: stderr holds the error line only
         err = capsys.readouterr().err
         assert rc == 2, (args, err)
         lines = err.strip().splitlines()

@@ -776,7 +776,7 @@ def test_unreadable_timing_cache_starts_afresh(onnx_model, cache_dir, bad_cache,
     assert plan == b"PLAN"
     assert [c[1] for c in fake.named("set_timing_cache")] == [b""]
     assert info["timing_cache"]["loaded_bytes"] == 0 and "started afresh" in info["timing_cache"]["note"]
-    assert "latopt: note: timing cache" in capsys.readouterr().err
+    assert "latopt: warning: timing cache" in capsys.readouterr().err
     assert path.read_bytes() == b"+entry"
 
 

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from latopt.artifacts import write_json_atomic
     from latopt.engine import seed_everything
     from latopt.errors import LatoptError
-    from latopt.search import SearchOptions, recommend, run_search
+    from latopt.search import SearchOptions, format_table, recommend, run_search
     from latopt.search._pareto import base_trial
 
     overrides = {"data.task": args.task}
@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_acc_drop=args.max_acc_drop, base=base_ckpt, lut=args.lut, costs=costs, seed=args.seed,
                 runs_dir=args.runs_dir, overrides=overrides, workers=args.workers, progress=True))
             wall = time.perf_counter() - t0
+            print(format_table(res.summary), flush=True)
             study = optuna.load_study(study_name=res.study_name, storage=res.storage)
             b = base_trial(study)
             if b is None:

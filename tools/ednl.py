@@ -25,11 +25,14 @@ import sys
 import time
 from pathlib import Path
 
+import matplotlib
 import torch
 import torch.nn.functional as F
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from torch import nn
 
-from latopt.artifacts import write_json_atomic
+from latopt.artifacts import write_figure_atomic, write_json_atomic
 from latopt.data import get_task
 from latopt.engine import seed_everything
 from latopt.fold import AlphaActivation
@@ -198,13 +201,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plot(points: list[dict], bases: dict[int, float], ednl: int | None, path: Path, args: argparse.Namespace) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    cmap = plt.get_cmap("viridis")
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    cmap = matplotlib.colormaps["viridis"]
     depths = sorted(bases)
     for k, depth in enumerate(depths):
         pts = sorted((pt["remaining"], pt["acc"]) for pt in points if pt["depth"] == depth)
@@ -221,12 +220,11 @@ def _plot(points: list[dict], bases: dict[int, float], ednl: int | None, path: P
     ax.set_xlabel("remaining non-linear layers  $\\hat{L}$")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(f"Layer Folding on {args.data}: accuracy vs depth (pre-fold only, tau = {args.tau})")
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(ncol=2, fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    write_figure_atomic(path, fig, dpi=120)
 
 
 if __name__ == "__main__":

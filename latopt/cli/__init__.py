@@ -3,8 +3,10 @@
 The stages are plain Python APIs (``latopt.train``, ``latopt.layerfold``, ``latopt.export``, ...) that know
 nothing of argparse. Each module of this package wires one stage: ``register(subparsers)`` adds its
 parser(s) and sets ``func`` (a callable taking the parsed ``Namespace`` and returning an exit code or
-``None``) that turns the arguments into one API call. A :class:`~latopt.errors.LatoptError` raised anywhere is printed as one line
-(``latopt: error: ...``) with exit code 2 (3 for a failed check) and no traceback. Ctrl-C prints
+``None``) that turns the arguments into one API call and prints its results to stdout; progress and
+warnings go to stderr through :mod:`latopt.log` (``-v`` / ``-q`` on every sub-command set how much). A
+:class:`~latopt.errors.LatoptError` raised anywhere is printed as one line (``latopt: error: ...``) with
+exit code 2 (3 for a failed check) and no traceback. Ctrl-C prints
 ``latopt: interrupted`` (exit 130) and SIGTERM ``latopt: terminated`` (exit 143), both after the same
 cleanup (:mod:`latopt.signals`): nothing half-written is left behind.
 """
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from latopt import __version__
 from latopt.cli import exact, export, inspect, profile, run, search, train
 from latopt.errors import LatoptError
+from latopt.log import DEFAULT, setup
 from latopt.signals import EXIT_TERMINATED, Terminated, die_with_parent_from_env, sigterm_raises
 
 # The command modules, in the order their sub-commands appear in ``latopt --help``.
@@ -41,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     die_with_parent_from_env()  # a local search worker stops when the search that started it dies
     parser = build_parser()
     args = parser.parse_args(argv)
+    setup(getattr(args, "verbosity", DEFAULT))  # -v / -q (every sub-command takes them)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -91,8 +91,7 @@ def _compress(args: argparse.Namespace) -> int:
     from latopt.exact import tools
 
     report = tools.compress_checkpoint(args.checkpoint, args.out, box=args.box, time_limit=args.time_limit,
-                                       samples=args.samples, verify_points=args.verify_points, seed=args.seed,
-                                       log=lambda s: print("  " + s, flush=True))
+                                       samples=args.samples, verify_points=args.verify_points, seed=args.seed)
     print(tools.compress_text(report))
     print(f"wrote {report['out']}/compressed.pt, report.json, certificates.json, report.txt")
     return 0

@@ -13,10 +13,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
     from latopt.export import export
 
-    r = export(args.checkpoint, args.device, args.out or Path("runs") / "export" / Path(args.checkpoint).stem,
-               fmt=args.format, precision=args.precision, fold=args.fold, lut_path=args.lut,
+    out = Path(args.out or Path("runs") / "export" / Path(args.checkpoint).stem)
+    r = export(args.checkpoint, args.device, out, fmt=args.format, precision=args.precision, fold=args.fold, lut_path=args.lut,
                resolution=args.resolution, samples=args.samples, seed=args.seed, measure=not args.no_measure,
                mode=args.mode)
+    print(f"wrote {out}/export.json, REPORT.md and {', '.join(r['files'])}")
     lat = r.get("latency")
     if lat:
         print(f"speed-up {lat['speedup']:.2f}× (as-is {lat['as_is_ms']:.3f} ms → folded {lat['folded_ms']:.3f} ms)")

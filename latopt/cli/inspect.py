@@ -9,6 +9,7 @@ from latopt.artifacts import write_json_atomic
 from latopt.cli.common import common_parser
 from latopt.constants import FOLD_CHECK_TOLERANCE, FOLD_MODES, RESOLUTION_RANGE, SUPPORTED_MODELS
 from latopt.errors import VerificationError
+from latopt.log import get_logger
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -42,7 +43,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             raise VerificationError(f"fold check failed: relative error {err:.3e} > {FOLD_CHECK_TOLERANCE:g} ({args.mode} mode)")
     elif args.json:
         write_json_atomic(args.json, payload)
-    print(f"done in {time.perf_counter() - t0:.1f} s")
+    get_logger("inspect").info(f"done in {time.perf_counter() - t0:.1f} s")
     return rc
 
 

@@ -22,7 +22,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         raise LatoptError(f"--num-classes must be >= 1, not {args.num_classes}")
     seed_everything(args.seed)
     lut = profile_model(args.model, device, args.resolution, batch, partial=args.partial,
-                        progress=not args.quiet, num_classes=args.num_classes, fold_mode=args.fold_mode)
+                        num_classes=args.num_classes, fold_mode=args.fold_mode)
     out = args.out or default_lut_path(device.name, lut.model, lut.resolution, lut.batch)
     save_lut(lut, out)
     print(format_lut(lut))
@@ -45,5 +45,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-classes", type=int, default=1000, help="classifier outputs (default 1000)")
     p.add_argument("--fold-mode", choices=FOLD_MODES, default="exact",
                    help="fold mode of the folded blocks (exact adds a bias map; default exact)")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=_cmd_profile)

@@ -11,8 +11,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
     from latopt.run import run_main
 
-    run_main(args.config, device=args.device, trials=args.trials, runs_dir=args.runs_dir, seed=args.seed,
-             fresh=args.fresh)
+    r = run_main(args.config, device=args.device, trials=args.trials, runs_dir=args.runs_dir, seed=args.seed,
+                 fresh=args.fresh)
+    print(r["summary"])
+    print(f"finished in {r['seconds']:.0f} s (this invocation); report: {r['report']}")
     return 0
 
 

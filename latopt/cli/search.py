@@ -45,7 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--show", action="store_true", help="print the Pareto front and write pareto.{json,csv,png}")
     p.add_argument("--out", help="--show: output directory (default: the study directory)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_main)
 
 
@@ -64,10 +63,9 @@ def _main(args: argparse.Namespace) -> int:
         objective=args.objective, max_acc_drop=args.max_acc_drop, measure=args.measure, timeout=args.timeout,
         base=args.base, lut=args.lut, costs=args.costs, seed=args.seed, runs_dir=args.runs_dir,
         heartbeat_interval=args.heartbeat_interval, grace_period=args.grace_period, workers=args.workers,
-        threads=args.threads, progress=not args.quiet, summary=not args.no_summary,
-        overrides=_overrides(args.overrides)))
-    if args.quiet and not args.no_summary:
-        print(f"study {res.study_name}: {res.n_complete} complete, front {res.front}, recommended {res.recommended}")
+        threads=args.threads, summary=not args.no_summary, overrides=_overrides(args.overrides)))
+    if not args.no_summary:
+        _print_front(res.summary, res.files)
     return 0
 
 
@@ -87,7 +85,7 @@ def _overrides(items: list[str]) -> dict:
 
 def _show(args: argparse.Namespace) -> int:
     from latopt.config import load_config
-    from latopt.search import format_table, show_front
+    from latopt.search import show_front
 
     name = args.study
     if name is None and args.config:
@@ -96,6 +94,12 @@ def _show(args: argparse.Namespace) -> int:
         raise LatoptError("latopt search --show needs --study NAME (or --config FILE to take its name)")
     summary, files = show_front(name, storage=args.storage, runs_dir=args.runs_dir, out=args.out,
                                 max_acc_drop=args.max_acc_drop)
+    _print_front(summary, files)
+    return 0
+
+
+def _print_front(summary: dict, files: dict) -> None:
+    from latopt.search import format_table
+
     print(format_table(summary))
     print("files: " + ", ".join(str(p) for p in files.values()))
-    return 0

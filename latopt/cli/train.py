@@ -27,7 +27,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pretrained", action="store_true", help="start from pretrained weights (must be cached; no download)")
     p.add_argument("--epochs", type=int, help="override train.epochs")
     p.add_argument("--data", help="override data.task: digits | digits-clutter | imagefolder:PATH | cifar10:PATH")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: config 'threads', else torch's "
                    "choice; 1 is far faster on a machine shared with other jobs)")
     p.set_defaults(func=_cmd_train)
@@ -47,7 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--mode", choices=FOLD_MODES, help="override fold.mode")
     f.add_argument("--data", help="override data.task (must match the base checkpoint's)")
     f.add_argument("--out", help="output directory (default runs/<name>/fold)")
-    f.add_argument("--no-progress", action="store_true", help="no progress bars")
     f.add_argument("--threads", type=int, help="torch intra-op threads (default: config 'threads', else torch's choice)")
     f.set_defaults(func=_cmd_fold)
 
@@ -64,7 +62,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     set_threads(cfg.threads)
     out = Path(args.out) if args.out else default_out(cfg, "base")
     m = train_base(cfg, out, checkpoint=args.checkpoint, pretrained=args.pretrained,
-                   progress=not args.no_progress, seed=args.seed)
+                   seed=args.seed)
     print(f"base {cfg.model.name} on {m['task']}: val {m['val_acc']:.4f}, test {m['test_acc']:.4f} "
           f"({m['train_seconds']:.0f} s); wrote {m['checkpoint']}")
     return 0
@@ -83,7 +81,6 @@ def _cmd_fold(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(cfg, "fold")
     f = cfg.fold
     report = run_fold(cfg, args.checkpoint, out, lut=args.lut or cfg.lut, lambda_c=f.lambda_c, tau=f.tau, p=f.p,
-                      granularity=f.granularity, distill=f.distill, mode=f.mode, progress=not args.no_progress,
-                      seed=args.seed)
+                      granularity=f.granularity, distill=f.distill, mode=f.mode, seed=args.seed)
     print(format_summary(report))
     return 0

@@ -31,9 +31,11 @@ from latopt.artifacts import atomic_path
 from latopt.engine import seed_everything
 from latopt.errors import LatoptError, first_line
 from latopt.exact.network import from_module
+from latopt.log import get_logger
 
 SCHEMA = "latopt.mlp/1"
 DATASETS = ("digits",)
+_LOG = get_logger("exact")
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ def train_mlp(
             total += float(loss.detach()) * len(idx)
         sched.step()
         if progress and (ep + 1) % max(1, epochs // 10) == 0:
-            print(f"  epoch {ep + 1}/{epochs}  loss {total / len(xt):.4f}", flush=True)
+            _LOG.info(f"epoch {ep + 1}/{epochs}  loss {total / len(xt):.4f}")
     model.eval()
     meta = {
         "data": data,

@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Polygon
 from scipy.spatial import ConvexHull, HalfspaceIntersection
 
-from latopt.artifacts import atomic_path
+from latopt.artifacts import write_figure_atomic
 from latopt.errors import LatoptError, VerificationError
 from latopt.exact.lp import solve_lp
 from latopt.exact.network import Box, ReluMLP
@@ -256,16 +258,11 @@ def polygon(region: Region, box: Box) -> np.ndarray:
 
 def plot_regions(enum: RegionEnumeration, path: str | Path, *, title: str = "") -> Path:
     """Draw the regions of a 2-input network (one colour per region) into ``path`` (PNG, atomically)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Polygon
-
     if enum.box.dim != 2:
         raise LatoptError(f"plotting needs a 2-input network; this one has {enum.box.dim} inputs")
     rng = np.random.default_rng(0)
-    fig, ax = plt.subplots(figsize=(6, 6))
+    fig = Figure(figsize=(6, 6))
+    ax = fig.subplots()
     for reg in enum.regions:
         ax.add_patch(Polygon(polygon(reg, enum.box), closed=True, facecolor=rng.random(3) * 0.7 + 0.3,
                              edgecolor="k", linewidth=0.3))
@@ -273,9 +270,4 @@ def plot_regions(enum: RegionEnumeration, path: str | Path, *, title: str = "") 
     ax.set_ylim(enum.box.lo[1], enum.box.hi[1])
     ax.set_aspect("equal")
     ax.set_title(title or f"{enum.count} linear regions")
-    try:
-        with atomic_path(path, suffix=".png") as tmp:
-            fig.savefig(tmp, dpi=120)
-    finally:
-        plt.close(fig)
-    return Path(path)
+    return write_figure_atomic(path, fig, format="png", dpi=120)

@@ -4,7 +4,7 @@ Each function reads its inputs, does the work, writes its output directory atomi
 report (a JSON-able dict); :mod:`latopt.cli.exact` only parses the command line and prints::
 
     make_mlp(hidden, *, data="digits", l1, epochs, lr, batch, inputs, outputs, seed, out=None) -> (path, meta)
-    compress_checkpoint(checkpoint, out, *, box=None, time_limit, samples, verify_points, seed, log=print) -> report
+    compress_checkpoint(checkpoint, out, *, box=None, time_limit, samples, verify_points, seed, log=None) -> report
     regions_of(checkpoint, out, *, box=None, limits, grid) -> report      (VerificationError if the grid disagrees)
     shallow_of(checkpoint, out, *, box=None, limits, epsilon, samples, seed) -> report
     compress_text(report) -> str
@@ -29,6 +29,9 @@ from latopt.exact.regions import RegionLimits, enumerate_regions, plot_regions, 
 from latopt.exact.shallow import IndicatorNet, collect_hyperplanes, eps_network, region_margin, widths
 from latopt.exact.stability import compress
 from latopt.exact.verify import verification_points, verify_equal
+from latopt.log import get_logger
+
+_LOG = get_logger("exact")
 
 
 def load_network(checkpoint: str | Path, box: str | None) -> tuple[torch.nn.Module, dict, ReluMLP, Box]:
@@ -76,16 +79,17 @@ def _accuracy(meta: dict, model, compressed) -> dict | None:
 
 def compress_checkpoint(checkpoint: str | Path, out: str | Path | None = None, *, box: str | None = None,
                         time_limit: float = 30.0, samples: int = 20000, verify_points: int = 100_000, seed: int = 0,
-                        log: Callable[[str], None] = print) -> dict[str, Any]:
+                        log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Lossless StabilityCompression of an MLP checkpoint; writes compressed.pt, report.json,
-    certificates.json and report.txt into ``out`` (default runs/compress-<name>)."""
+    certificates.json and report.txt into ``out`` (default runs/compress-<name>). ``log`` receives the
+    per-layer progress lines (default: the ``latopt.exact`` logger)."""
     if not time_limit > 0 or samples < 0 or verify_points < 100_000:   # not > 0: NaN too
         raise LatoptError("--time-limit must be > 0, --samples >= 0 and --verify-points >= 100000")
     model, meta, net, b = load_network(checkpoint, box)
     data = load_split("digits", int(meta.get("split_seed", 0))).x_train if meta.get("data") == "digits" else None
     t0 = time.perf_counter()
     comp, rep = compress(model, b, samples=samples, data=data, time_limit=time_limit, verify_points=verify_points,
-                         seed=seed, log=log)
+                         seed=seed, log=log or _LOG.info)
     report = rep.to_json()
     report["checkpoint"] = str(checkpoint)
     report["accuracy"] = _accuracy(meta, model, comp.to(torch.float32))

@@ -88,10 +88,12 @@ from latopt.export.plan import (
 from latopt.export.report import measure_latency, render_report
 from latopt.latency.backends import close_backend
 from latopt.latency.devices import load_device
+from latopt.log import get_logger
 from latopt.models import load_checkpoint, recorded_test_acc
 from latopt.runtime import OrtRunner
 
 EXPORT_SCHEMA = "latopt.export/1"
+_LOG = get_logger("export")
 
 
 def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: str = "onnx",
@@ -104,7 +106,7 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
 
     def say(msg: str) -> None:
         if progress:
-            print(f"[export] {msg}", flush=True)
+            _LOG.info(msg)
 
     if fmt not in EXPORT_FORMATS:
         raise LatoptError(f"--format {fmt!r}: choose {', '.join(EXPORT_FORMATS)}")
@@ -188,7 +190,6 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
         result["files"] = files
         write_json_atomic(tmp / "export.json", result)
         write_text_atomic(tmp / "REPORT.md", render_report(result))
-    say(f"wrote {out}/export.json and REPORT.md")
     return result
 
 __all__ = ["EXPORT_SCHEMA", "NOISE_K", "TOL_ONNX", "Gate", "Plan", "accuracy_gate", "auto_plan", "build_plan",

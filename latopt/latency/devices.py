@@ -29,10 +29,12 @@ from pydantic import Field, model_validator
 from latopt.config import Name, Positive, StrictModel, validated
 from latopt.constants import Backend, Clock, Precision
 from latopt.errors import LatoptError, first_line
+from latopt.log import get_logger
 
 if TYPE_CHECKING:  # annotations only (importlib.resources.abc is Python >= 3.11)
     from importlib.resources.abc import Traversable
 
+_LOG = get_logger("profile")
 Count = Annotated[int, Field(ge=1)]
 Calls = Annotated[int, Field(ge=0)]
 
@@ -131,4 +133,5 @@ def load_device(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
         raise LatoptError(f"device profile {path} must be a YAML mapping")
     if "path" in data:
         raise LatoptError(f"device profile {path}: unknown key 'path' (latopt records the file's own path)")
+    _LOG.debug(f"device profile {s!r}: {path}")
     return validated(DeviceProfile, {**data, "path": str(path)}, prefix=f"device profile {path}: ", key="key")

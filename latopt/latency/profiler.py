@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -52,12 +51,15 @@ from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import DeviceProfile
 from latopt.latency.lut import LUT, BlockEntry, calibrate, predict
 from latopt.latency.timing import TimingStats, compare
+from latopt.log import get_logger
 from latopt.models import build_model
+
+_LOG = get_logger("profile")
 
 
 def _log(progress: bool, msg: str) -> None:
     if progress:
-        print(f"[profile] {msg}", file=sys.stderr, flush=True)
+        _LOG.info(msg)
 
 
 def _build(model: Any, num_classes: int) -> tuple[Any, str]:

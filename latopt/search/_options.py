@@ -33,6 +33,6 @@ class SearchOptions:
     poll_s: float = 2.0
     workers: int = 1                # local worker processes on this machine (this one + workers - 1)
     threads: int | None = None      # torch intra-op threads per worker (default cpu_count // workers)
-    progress: bool = True
-    summary: bool = True            # print the front table and write pareto.* at the end
+    progress: bool = True           # progress lines (logger latopt.search) and bars; False: none, quiet workers
+    summary: bool = True            # write pareto.* at the end (``latopt search`` then prints the front table)
     overrides: dict[str, Any] = field(default_factory=dict)

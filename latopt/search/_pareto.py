@@ -11,14 +11,14 @@ from __future__ import annotations
 import csv
 import io
 import math
-import warnings
 from pathlib import Path
 from typing import Any
 
 import optuna
+from matplotlib.figure import Figure
 from optuna.trial import FrozenTrial, TrialState
 
-from latopt.artifacts import write_bytes_atomic, write_json_atomic, write_text_atomic
+from latopt.artifacts import write_figure_atomic, write_json_atomic, write_text_atomic
 from latopt.errors import LatoptError
 
 PARETO_SCHEMA = "latopt.pareto/1"
@@ -81,6 +81,10 @@ def recommend(study: optuna.Study, max_acc_drop: float | None = None) -> FrozenT
     return min(ok, key=lambda t: (t.values[1], -t.values[0], t.number))
 
 
+def _feasible(t: FrozenTrial) -> bool:
+    return all(v <= 0 for v in t.constraints.values())
+
+
 def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_front: bool,
          recommended: bool) -> dict[str, Any]:
     fold = t.user_attrs.get("fold_set") or {}
@@ -89,7 +93,7 @@ def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_fron
         "val_acc": float(t.values[0]),
         "metric": float(t.values[1]),
         "acc_drop": None if base_acc is None else base_acc - float(t.values[0]),
-        "feasible": all(v <= 0 for v in t.constraints.values()),
+        "feasible": _feasible(t),
         "lambda_c": t.params.get("lambda_c"),
         "tau": t.params.get("tau"),
         "p": t.params.get("p"),
@@ -198,19 +202,21 @@ def _targets(t: FrozenTrial) -> tuple[float, float]:
 
 
 def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
+    """Every COMPLETE trial (front, other feasible, infeasible), the front as a step line, the base model,
+    the recommended trial and the accuracy constraint."""
     names = summary["metric_names"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ax = optuna.visualization.matplotlib.plot_pareto_front(
-            study, target_names=[names[1], names[0]], targets=_targets)
-    fig = ax.figure
-    fig.set_size_inches(7, 5)
     front = [r for r in summary["rows"] if r["on_front"]]
+    on_front = {r["trial"] for r in front}
+    trials = complete_trials(study)
+    fig = Figure(figsize=(7, 5))
+    ax = fig.subplots()
+    for label, group, style in (
+            ("infeasible trial", [t for t in trials if not _feasible(t)], {"color": "#c8c8c8"}),
+            ("trial", [t for t in trials if _feasible(t) and t.number not in on_front], {"color": "tab:cyan"}),
+            ("Pareto front", [t for t in trials if t.number in on_front], {"color": "tab:blue"})):
+        if group:
+            ax.scatter([t.values[1] for t in group], [t.values[0] for t in group], s=36, label=label, zorder=3,
+                       edgecolors="black", linewidths=0.3, **style)
     if front:
         ax.step([r["metric"] for r in front], [r["val_acc"] for r in front], where="post",
                 color="tab:blue", alpha=0.5, lw=1)
@@ -224,11 +230,11 @@ def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path:
         ax.axhline(summary["base_acc"] - summary["max_acc_drop"], color="grey", ls="--", lw=0.8,
                    label=f"accuracy constraint (−{summary['max_acc_drop']})")
     ax.set_title(f"latopt search {summary['study']}: accuracy vs {names[1]}")
+    ax.set_xlabel(names[1])
+    ax.set_ylabel(names[0])
+    ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8, framealpha=0.8)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return write_bytes_atomic(path, buf.getvalue())
+    return write_figure_atomic(path, fig, dpi=120, bbox_inches="tight")
 
 
 def _plot_html(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path | None:

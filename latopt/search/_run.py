@@ -31,8 +31,9 @@ from latopt.engine import set_threads
 from latopt.errors import LatoptError, VerificationError
 from latopt.latency.devices import load_device
 from latopt.latency.lut import default_lut_path, load_lut
+from latopt.log import get_logger
 from latopt.search._options import SearchOptions
-from latopt.search._pareto import format_table, front_summary, write_front
+from latopt.search._pareto import front_summary, write_front
 from latopt.search._space import space_from_config
 from latopt.search._storage import (
     check_existing,
@@ -50,6 +51,8 @@ from latopt.search._workers import (
     terminate_on_sigterm,
     worker_argv,
 )
+
+_LOG = get_logger("search")
 
 
 @dataclass
@@ -159,7 +162,7 @@ def run_search(o: SearchOptions) -> SearchResult:
     study_dir = Path(o.runs_dir) / name / "search"
     lut, lut_path = resolve_lut(cfg, o.lut, required=o.objective == "latency" and not o.measure)
     if o.costs == "lut" and lut is None and o.progress:
-        print("[search] no LUT found: c_l = 1 for every block (uniform costs, the paper's default)", flush=True)
+        _LOG.info("no LUT found: c_l = 1 for every block (uniform costs, the paper's default)")
     device = None
     if o.measure:
         device = load_device(cfg.device)
@@ -188,17 +191,16 @@ def run_search(o: SearchOptions) -> SearchResult:
         study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     elif _base_trial_lost(study):
         if o.progress:
-            print("[search] the study's base trial did not complete (it failed or was pruned): enqueued it again",
-                  flush=True)
+            _LOG.info("the study's base trial did not complete (it failed or was pruned): enqueued it again")
         study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     ctx = TrialContext(cfg=cfg, space=space, base=base, study_dir=study_dir, objective=objective_key,
                        max_acc_drop=max_drop, lut=lut, lut_path=lut_path, costs=o.costs, device=device, seed=o.seed,
                        progress=o.progress, _task=task)
     if o.progress:
         c = _counts(study)
-        print(f"[search] study {name!r} at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "
-              f"{c[TrialState.RUNNING]} running, {c[TrialState.FAIL]} failed; sampler {sampler_name}, "
-              f"objective {objective_key}", flush=True)
+        _LOG.info(f"study {name!r} at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "
+                  f"{c[TrialState.RUNNING]} running, {c[TrialState.FAIL]} failed; sampler {sampler_name}, "
+                  f"objective {objective_key}")
     t_start = time.monotonic()
     procs = []
     if o.workers > 1:
@@ -206,6 +208,7 @@ def run_search(o: SearchOptions) -> SearchResult:
                            base=base.checkpoint, lut=lut_path, threads=threads,
                            timeout=None if o.timeout is None else o.timeout - (time.monotonic() - t_start))
         procs = spawn([argv] * (o.workers - 1))
+        _LOG.debug(f"started {len(procs)} local worker(s), pids {[p.pid for p in procs]}, {threads} torch thread(s) each")
     ok = False
     try:
         with terminate_on_sigterm(bool(procs)):
@@ -215,9 +218,6 @@ def run_search(o: SearchOptions) -> SearchResult:
         join(procs, ok=ok)
     summary = front_summary(study, max_drop)
     files = write_front(study, study_dir) if o.summary else {}
-    if o.progress and o.summary:
-        print(format_table(summary), flush=True)
-        print(f"[search] front files in {study_dir}", flush=True)
     c = _counts(study)
     return SearchResult(study_name=name, storage=url, study_dir=study_dir, n_complete=c[TrialState.COMPLETE],
                         finished=finished, recommended=summary["recommended"],
@@ -251,13 +251,13 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             return True
         if deadline is not None and time.monotonic() >= deadline:
             if o.progress:
-                print(f"[search] --timeout reached with {c[TrialState.COMPLETE]}/{trials} complete; "
-                      "rerun the same command to continue", flush=True)
+                _LOG.info(f"--timeout reached with {c[TrialState.COMPLETE]}/{trials} complete; "
+                          "rerun the same command to continue")
             return False
         if c[TrialState.COMPLETE] + c[TrialState.RUNNING] >= trials:
             # The rest of the budget is being run by other workers (or by a dead one, until it goes stale).
             if o.progress and not waiting_note:
-                print(f"[search] waiting for {c[TrialState.RUNNING]} running trial(s) of other workers", flush=True)
+                _LOG.info(f"waiting for {c[TrialState.RUNNING]} running trial(s) of other workers")
                 waiting_note = True
             time.sleep(o.poll_s)
             continue
@@ -268,8 +268,7 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             failures = 0
             continue
         failures += 1
-        if o.progress:
-            print(f"[search] trial failed its numeric check: {last['error']}", flush=True)
+        _LOG.warning(f"trial failed its numeric check: {last['error']}")
         if failures >= 3:
             raise LatoptError(f"3 trials in a row failed their numeric checks, the last: {last['error']}")
 

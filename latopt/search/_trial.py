@@ -29,11 +29,13 @@ from latopt.fold import AlphaActivation, plain_activations_
 from latopt.latency.lut import predict
 from latopt.latency.profiler import measure_networks
 from latopt.layerfold import check_base, run_fold
+from latopt.log import get_logger
 from latopt.models import load_checkpoint
 from latopt.search._space import SearchSpace
 from latopt.train import BASE_CHECKPOINT, METRICS_SCHEMA, train_base
 
 TRIAL_SCHEMA = "latopt.search-trial/1"
+_LOG = get_logger("search")
 
 
 @dataclass
@@ -70,7 +72,7 @@ def ensure_base(cfg: Any, study_dir: Path, base: str | Path | None, *, seed: int
             m = read_json(base_dir / "metrics.json", schema=METRICS_SCHEMA, what="cached base model metrics")
         else:
             if progress:
-                print(f"[search] training the base model once for this study into {base_dir}", flush=True)
+                _LOG.info(f"training the base model once for this study into {base_dir}")
             m = train_base(cfg, base_dir, progress=progress, seed=seed)
     return BaseModel((base_dir / BASE_CHECKPOINT).resolve(), _metric(m, "val_acc"), _metric(m, "test_acc"))
 
@@ -225,7 +227,7 @@ def objective(ctx: TrialContext, trial: optuna.Trial) -> tuple[float, float]:
     trial.set_constraint("acc_drop", rec["constraint"])
     if ctx.progress:
         what = "base model" if is_base else f"λ_c={params['lambda_c']:.3g} τ={params['tau']:.3f} p={params['p']:.2f}"
-        print(f"[search] trial {trial.number}: {what} → val acc {rec['val_acc']:.4f} (drop {drop:+.4f}), "
-              f"{_METRIC_KEY[ctx.objective]} {float(metric):.4g}, folded {len(rec['fold_set'])} "
-              f"[{rec['seconds']:.1f} s]", flush=True)
+        _LOG.info(f"trial {trial.number}: {what} → val acc {rec['val_acc']:.4f} (drop {drop:+.4f}), "
+                  f"{_METRIC_KEY[ctx.objective]} {float(metric):.4g}, folded {len(rec['fold_set'])} "
+                  f"[{rec['seconds']:.1f} s]")
     return float(rec["val_acc"]), float(metric)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from latopt.errors import LatoptError
+from latopt.log import verbosity_flags
 from latopt.search._options import SearchOptions
 from latopt.signals import PARENT_ENV, sigterm_raises
 
@@ -45,9 +46,7 @@ def worker_argv(o: SearchOptions, *, study: str, storage: str, trials: int, samp
         argv += ["--timeout", repr(max(1.0, timeout))]
     for k, v in (o.overrides or {}).items():
         argv += ["--set", f"{k}={json.dumps(v)}"]
-    if not o.progress:
-        argv.append("--quiet")
-    return argv
+    return argv + (verbosity_flags() if o.progress else ["--quiet"])   # a worker logs as this process does
 
 
 def spawn(argvs: list[list[str]]) -> list[subprocess.Popen]:

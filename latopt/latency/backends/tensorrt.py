@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,7 +57,9 @@ from latopt import runtime as _rt
 from latopt.artifacts import write_bytes_atomic
 from latopt.errors import LatoptError, first_line
 from latopt.latency.backends import require_gpu
+from latopt.log import get_logger
 
+_LOG = get_logger("tensorrt")
 DEFAULT_WORKSPACE_MIB = 1024
 
 
@@ -228,7 +229,7 @@ def _load_timing_cache(config: Any, path: Path | None) -> dict[str, Any]:
             why = f"TensorRT could not read it ({type(e).__name__}: {first_line(e)})"
     if why:
         info["note"] = f"timing cache {path} not used: {why}; started afresh"
-        print(f"latopt: note: {info['note']}", file=sys.stderr)
+        _LOG.warning(info["note"])
     config.set_timing_cache(config.create_timing_cache(b""), False)
     return info
 
