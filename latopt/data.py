@@ -29,8 +29,9 @@ Specs (``data.task`` in the config, ``--data`` on the command line):
 A missing, empty or malformed dataset directory raises :class:`LatoptError` with one line saying
 what is wrong.
 
-Public API: :class:`Task`, :func:`get_task`, :func:`limit_task`, :func:`make_loaders`, :func:`split_indices`,
-:data:`TASKS`.
+Public API: :class:`Task`, :func:`get_task`, :func:`load_task` (the task of a run config), :func:`limit_task`,
+:func:`make_loaders`, :func:`data_meta` (what a checkpoint records about its data), :func:`split_indices` (the
+one digits split), :data:`TASKS`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
 """``latopt inspect MODEL``: the per-block table (shape, FLOPs and params as-is and folded) and
 ``--check-fold``, the numeric check of the fold engine on a whole model.
 
-FLOPs are counted by ``torch.utils.flop_counter.FlopCounterMode`` (2 × multiply-accumulates of the
-convolutions and the classifier; element-wise additions such as the residual or the exact-mode
-bias map are not counted). Params count trainable parameters (BN affine included as-is; the exact
+FLOPs are counted by :func:`latopt.models.count_flops` (``torch.utils.flop_counter.FlopCounterMode``: 2 ×
+multiply-accumulates of the convolutions and the classifier; element-wise additions such as the residual or
+the exact-mode bias map are not counted). Params count trainable parameters (BN affine included as-is; the exact
 mode's bias map is a buffer, not a parameter).
 
 Public API::
 
-    count_flops(module, input_shape) -> int
-    inspect_model(model, resolution, mode="exact") -> InspectReport
+    inspect_model(model, resolution, mode="exact", name="") -> InspectReport
     check_fold(model, resolution, mode="exact", seed=0, batch=2) -> dict   (randomises BN in place)
 """
 

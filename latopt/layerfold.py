@@ -29,8 +29,9 @@ than as-is (measured for MobileNetV2-0.5 at 32 px on the CPU), α1 = α2 = 0 is 
 expected latency (raising either α alone moves probability to a slower variant), so the per-activation
 mode folds nothing there; the shared α of the block mode is the one to use on such a device.
 
-**Optimisation.** The weights use cfg.train's optimizer and schedule at ``fold.lr`` (post-fold:
-``fold.post_lr``), built by :mod:`latopt.engine` (timm's factories); the α's have their own Adam at ``fold.alpha_lr`` (constant, no weight decay) — near α = 0 the gradient of L_c vanishes for
+**Optimisation.** The weights use cfg.train's optimizer and LR schedule at ``fold.lr`` (post-fold:
+``fold.post_lr``), built by :mod:`latopt.engine` (timm's factories); the α's have their own Adam at
+``fold.alpha_lr`` (constant, no weight decay) — near α = 0 the gradient of L_c vanishes for
 p > 1 (by design), so a scale-free optimizer is what lets the task gradient move α at all — and every
 α is clipped to [0, 1] after each step. ``distill`` adds w·T²·KL(base ‖ student) at temperature T.
 

@@ -33,7 +33,8 @@ detects corruption, not forgery (anyone can recompute it). Checkpoints of the ol
 tensors are not verified); saving them again adds one.
 
 Public API: ``SUPPORTED``, ``canonical_name``, ``build_model``, ``make_arch``, ``build_from_arch``,
-``save_checkpoint``, ``load_checkpoint``, ``checkpoint_digest``, ``recorded_test_acc``.
+``save_checkpoint``, ``load_checkpoint``, ``checkpoint_digest``, ``recorded_test_acc``, ``count_flops`` (the
+one FLOP counter), ``model_cost``.
 """
 
 from __future__ import annotations

@@ -87,6 +87,34 @@ def edit_checkpoint():
     return edit_
 
 
+@pytest.fixture(scope="session")
+def check_fold_structure():
+    """``check_fold_structure(onnx_path, model_name, num_classes, plan)``: the exported network has exactly the
+    convolutions and activations of the as-is ``model_name`` less the ones ``plan`` folds away — what makes a
+    folded network faster. Counted without the fold code: Conv2d / ReLU / ReLU6 modules of the as-is model;
+    each removed activation takes one convolution with it (a full fold of a block with m activations merges
+    its m + 1 convolutions into one, a partial fold merges two)."""
+    from collections import Counter
+
+    import onnx
+    from torch import nn
+
+    from latopt.blocks import find_blocks
+    from latopt.models import build_model
+
+    def check(onnx_path, model_name: str, num_classes: int, plan: dict) -> None:
+        asis = build_model(model_name, num_classes)
+        acts = {b.index: len(b.acts) for b in find_blocks(asis)}
+        removed = sum(acts[int(i)] if v == "full" else 1 for i, v in plan.items())
+        convs = sum(isinstance(m, nn.Conv2d) for m in asis.modules())
+        relus = sum(isinstance(m, (nn.ReLU, nn.ReLU6)) for m in asis.modules())
+        ops = Counter(n.op_type for n in onnx.load(str(onnx_path)).graph.node)
+        got = {"Conv": ops["Conv"], "activations": ops["Relu"] + ops["Clip"]}
+        assert got == {"Conv": convs - removed, "activations": relus - removed}, (plan, got)
+
+    return check
+
+
 @pytest.fixture(autouse=True)
 def _default_log_level() -> None:
     """Every test starts at the default log level (an in-process `main([..., "-q"])` must not leak)."""

@@ -22,15 +22,60 @@ def random_ckpt(tmp_path_factory):
     return p
 
 
+def _region_radius(model: torch.nn.Module, pattern: str, lo: float, hi: float) -> float:
+    """Radius of the largest ball inside the input region where ``model``'s units have ``pattern`` (1: z > 0),
+    within the box: an LP solved with SciPy, not with latopt's own LP code."""
+    from scipy.optimize import linprog
+
+    linears = [m for m in model if isinstance(m, torch.nn.Linear)]
+    on = np.array([c == "1" for c in pattern])
+    a, c = np.eye(linears[0].in_features), np.zeros(linears[0].in_features)   # layer input = a x + c
+    rows, rhs, start = [], [], 0
+    for lin in linears[:-1]:
+        w, b = lin.weight.detach().double().numpy(), lin.bias.detach().double().numpy()
+        za, zc = w @ a, w @ c + b
+        s = on[start:start + len(zc)]
+        start += len(zc)
+        rows.append(np.where(s[:, None], -za, za))   # active: z >= 0, inactive: z <= 0
+        rhs.append(np.where(s, zc, -zc))
+        a, c = za * s[:, None], zc * s
+    d = a.shape[1]
+    rows.append(np.vstack([np.eye(d), -np.eye(d)]))
+    rhs.append(np.concatenate([np.full(d, hi), np.full(d, -lo)]))
+    g, h = np.vstack(rows), np.concatenate(rhs)
+    norms = np.linalg.norm(g, axis=1, keepdims=True)
+    res = linprog(np.r_[np.zeros(d), -1.0], A_ub=np.hstack([g, norms]), b_ub=h, bounds=[(None, None)] * d + [(0, None)])
+    assert res.status == 0, res.message
+    return float(res.x[-1])
+
+
 def test_regions_and_shallow_cli(random_ckpt, tmp_path, capsys):
     out = tmp_path / "reg"
     assert main(["regions", str(random_ckpt), "--out", str(out)]) == 0
     rep = json.loads((out / "report.json").read_text())
-    assert rep["schema"] == "latopt.regions/1" and rep["regions"] == len(rep["patterns"]) > 1
+    assert rep["schema"] == "latopt.regions/1" and rep["regions"] == len(set(rep["patterns"])) > 1
+    # the grid cross-check, redone here: the activation patterns at the centres of the 1000 x 1000 cells
+    model, _ = load_mlp(random_ckpt)
+    lo, hi, n = rep["box"]["lo"], rep["box"]["hi"], rep["grid"]["resolution"]
+    centres = lo + (np.arange(n) + 0.5) * (hi - lo) / n
+    x = torch.as_tensor(np.stack(np.meshgrid(centres, centres, indexing="ij"), -1).reshape(-1, 2))
+    units, h = [], x
+    with torch.no_grad():
+        for m in model.double():
+            h = m(h)
+            if isinstance(m, torch.nn.Linear):
+                units.append(h > 0)
+    bits = torch.cat(units[:-1], 1).numpy()
+    grid = set(np.unique(bits @ (1 << np.arange(bits.shape[1], dtype=np.int64))).tolist())  # one int per pattern
+    enumerated = {int(p[::-1], 2): p for p in rep["patterns"]}
+    assert grid <= set(enumerated)                           # every pattern the grid sees was enumerated
+    missed = [p for key, p in enumerated.items() if key not in grid]
     g = rep["grid"]
-    assert g["all_in_enumeration"] and g["distinct_patterns"] + g["missed_regions"] == rep["regions"]
-    # this seed has one sliver thinner than the 1000^2 grid spacing: it is missed, and provably thin
-    assert g["missed_regions"] == 1 and g["missed_are_thin"] and g["missed_max_radius"] < g["half_cell_diagonal"]
+    assert (g["distinct_patterns"], g["missed_regions"]) == (len(grid), len(missed))
+    # a region the grid missed holds no cell centre, so no ball of half a cell diagonal fits inside it
+    half_diagonal = (hi - lo) / n * 2**0.5 / 2
+    assert g["half_cell_diagonal"] == pytest.approx(half_diagonal)
+    assert all(_region_radius(model, p, lo, hi) < half_diagonal for p in missed)
     assert (out / "regions.png").stat().st_size > 1000
     sh = tmp_path / "sh"
     assert main(["shallow", str(random_ckpt), "--epsilon", "1e-3", "--out", str(sh)]) == 0

@@ -60,10 +60,6 @@ def _export(ckpt: Path, out: Path, *extra: str) -> int:
                  "--out", str(out), *extra])
 
 
-def _conv_nodes(onnx_path: Path) -> int:
-    return sum(n.op_type == "Conv" for n in onnx.load(str(onnx_path)).graph.node)
-
-
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     """The one error line, after nothing but progress lines (``[export] ...``): no traceback."""
     *progress, err = capsys.readouterr().err.strip().splitlines()
@@ -72,14 +68,15 @@ def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 # ----------------------------------------------------------------------------- item 1: as it is, never all-folded
-def test_a_fold_that_folded_nothing_is_exported_as_it_is(runs: dict, tmp_path: Path) -> None:
+def test_a_fold_that_folded_nothing_is_exported_as_it_is(runs: dict, tmp_path: Path,
+                                                         check_fold_structure) -> None:
     _, arch, meta = load_checkpoint(runs["nothing"])
     assert arch["fold"] == {"mode": "exact", "input_size": [RES, RES], "plan": {}}  # folded, with nothing folded
     out = tmp_path / "nothing"
     assert _export(runs["nothing"], out) == 0  # no --fold, as `latopt run` exports its recommended trial
     rec = json.loads((out / "export.json").read_text())
-    as_is = sum(isinstance(m, nn.Conv2d) for m in build_model(MODEL, 10).modules())
-    assert rec["folded"] == {} and _conv_nodes(out / "model.onnx") == as_is
+    assert rec["folded"] == {}
+    check_fold_structure(out / "model.onnx", MODEL, 10, {})
     acc = rec["accuracy"]
     recorded, where = recorded_test_acc(meta)
     assert where == "meta.acc.finetuned" and acc["recorded"] == recorded and acc["gated"]
@@ -87,18 +84,20 @@ def test_a_fold_that_folded_nothing_is_exported_as_it_is(runs: dict, tmp_path: P
     assert any("folded no block" in n for n in rec["notes"])
 
 
-def test_an_unfolded_checkpoint_without_fold_is_exported_as_it_is(runs: dict, tmp_path: Path) -> None:
+def test_an_unfolded_checkpoint_without_fold_is_exported_as_it_is(runs: dict, tmp_path: Path,
+                                                                  check_fold_structure) -> None:
     out = tmp_path / "base"
     assert _export(runs["base"], out) == 0
     rec = json.loads((out / "export.json").read_text())
-    assert rec["folded"] == {} and _conv_nodes(out / "model.onnx") == sum(
-        isinstance(m, nn.Conv2d) for m in build_model(MODEL, 10).modules())
+    assert rec["folded"] == {}
+    check_fold_structure(out / "model.onnx", MODEL, 10, {})
     assert rec["accuracy"]["recorded_at"] == "meta.test_acc" and rec["accuracy"]["gated"]
     assert any("no --fold" in n for n in rec["notes"])
     # folding is explicit: --fold all folds, and its accuracy is reported beside the recorded one
     assert _export(runs["base"], tmp_path / "all", "--fold", "all") == 0
     rec = json.loads((tmp_path / "all" / "export.json").read_text())
-    assert len(rec["folded"]) > 0 and _conv_nodes(tmp_path / "all" / "model.onnx") < _conv_nodes(out / "model.onnx")
+    assert rec["folded"] == {str(i): "full" for i in range(17)}      # every block of MobileNetV2 folds
+    check_fold_structure(tmp_path / "all" / "model.onnx", MODEL, 10, rec["folded"])
     assert rec["accuracy"]["recorded"] is not None and not rec["accuracy"]["gated"]
 
 
@@ -136,10 +135,14 @@ def test_consistent_but_wrong_weights_fail_the_accuracy_gate(runs: dict, tmp_pat
     assert "SHA-256" in _one_error_line(capsys) and not out.exists()
 
 
-def test_the_untampered_folded_checkpoint_passes_every_gate(runs: dict, tmp_path: Path) -> None:
+def test_the_untampered_folded_checkpoint_passes_every_gate(runs: dict, tmp_path: Path,
+                                                           check_fold_structure) -> None:
     assert _export(runs["some"], tmp_path / "ok") == 0
     rec = json.loads((tmp_path / "ok" / "export.json").read_text())
-    assert rec["folded"] and all(g["passed"] for g in rec["gates"]) and rec["accuracy"]["gated"]
+    _, arch, _ = load_checkpoint(runs["some"])
+    assert rec["folded"] == arch["fold"]["plan"] != {}               # the checkpoint's own plan, shipped
+    check_fold_structure(tmp_path / "ok" / "model.onnx", MODEL, 10, rec["folded"])
+    assert all(g["passed"] for g in rec["gates"]) and rec["accuracy"]["gated"]
     onnx_gate_rec = next(g for g in rec["gates"] if g["name"].startswith("ONNX Runtime"))
     assert onnx_gate_rec["floor"] is not None and onnx_gate_rec["tol"] >= 1e-4
     report = (tmp_path / "ok" / "REPORT.md").read_text()
@@ -353,9 +356,9 @@ def stand_in_trt(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-de
 @pytest.mark.parametrize("shift", [0.0, 100.0])
 def test_engine_branch_gates_and_accuracy(runs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           stand_in_trt, shift: float) -> None:
-    """--format all on a TensorRT device: the engine is built by the one backend export opened (issue 13,
-    defect 1: no second backend / CUDA context), run by the shipped runner, gated, and that backend is
-    closed on success and on failure (defect 2)."""
+    """--format all on a TensorRT device: the engine is built by the one backend export opened (no second
+    backend / CUDA context), run by the shipped runner, gated, and that backend is closed on success and on
+    failure."""
     export_mod = stand_in_trt
     monkeypatch.setattr(export_mod.engine, "TrtEngineRunner", type("E", (_StandInEngine,), {"shift": shift}))
     out = tmp_path / "engine"
@@ -382,7 +385,7 @@ def test_export_measures_at_the_requested_precision_with_its_one_backend(runs: d
                                                                         monkeypatch: pytest.MonkeyPatch,
                                                                         stand_in_trt) -> None:
     """--precision fp16 on the fp32 titanx profile: the engine is built and both networks are timed at fp16
-    (issue 13, defect 11), by the same backend (defect 1), closed once at the end (defect 2)."""
+    (not at the profile's fp32), by the same backend, closed once at the end."""
     export_mod = stand_in_trt
     monkeypatch.setattr(export_mod.engine, "TrtEngineRunner", _StandInEngine)
     out = tmp_path / "fp16"

@@ -1,4 +1,4 @@
-"""Acceptance checks of the fold on whole models (issue 2): random BN statistics, batch 2.
+"""Acceptance checks of the fold on whole models: random BN statistics, batch 2.
 
 For every foldable block of each model: exact mode matches the linearised model with
 max |diff| <= 1e-4 · max |reference| at every output position (each folded block fed the reference

@@ -10,7 +10,7 @@ import torch
 
 import latopt.fold.compose as compose
 from latopt.cli import main
-from latopt.models import count_flops
+from latopt.models import build_model, count_flops
 
 
 def test_inspect_table_and_check_fold(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -27,8 +27,14 @@ def test_inspect_table_and_check_fold(capsys: pytest.CaptureFixture[str], tmp_pa
     assert data["schema"] == "latopt.inspect/1" and len(data["blocks"]) == 17
     assert data["check_fold"]["max_rel"] <= 1e-4
     assert len(data["check_fold"]["per_block"]) == 17
+    # block 1 (expand 1x1 at 32x32, depthwise 3x3 stride 2, project 1x1 at 16x16) against its one folded 3x3
+    # stride-2 convolution, from the layer shapes (2 FLOPs per multiply-add; BN and additions not counted)
+    block = build_model("mobilenetv2_050").blocks[1][0]
+    cin, hidden, cout = block.conv_pw.in_channels, block.conv_pw.out_channels, block.conv_pwl.out_channels
     b1 = data["blocks"][1]
-    assert b1["flops"] > 0 and b1["flops_folded"] > 0 and b1["fold_lowers_flops"] == (b1["flops_folded"] < b1["flops"])
+    assert b1["flops"] == 2 * (32 * 32 * hidden * cin + 16 * 16 * hidden * 9 + 16 * 16 * cout * hidden)
+    assert b1["flops_folded"] == 2 * 16 * 16 * cout * cin * 9
+    assert b1["fold_lowers_flops"] == (b1["flops_folded"] < b1["flops"])
     # FLOPs come from FlopCounterMode: the stem conv at 64 px is 2 * 32*32 * 16*3*9 multiply-adds (width 0.5)
     assert data["stem_flops"] == 2 * 32 * 32 * 16 * 3 * 9
 

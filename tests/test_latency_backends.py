@@ -151,7 +151,7 @@ def test_torch_cuda_runner_times_its_stream_with_the_cuda_api() -> None:
     np.testing.assert_allclose(r.run(x), reference(model, x), rtol=1e-4, atol=1e-5)
 
 
-# ------------------------------------------------------------- issue 13: GPU paths checked on the CPU
+# ---------------------------------------------------------------------------- GPU paths checked on the CPU
 def _cuda_profile(tmp_path, provider: str = "CUDAExecutionProvider"):
     path = tmp_path / "ort-cuda.yaml"
     path.write_text(f"name: ort-cuda\nprovider: {provider}\ncuda_device: 0\nwarmup: 1\nmin_repeats: 5\n"

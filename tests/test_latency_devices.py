@@ -66,7 +66,7 @@ def test_profile_from_path_and_validation(tmp_path) -> None:
         "backend: torch\n": "key 'name' is missing",
         "name: x\nthreads: 2\nclock: thread\n": "clock: thread .* needs threads: 1",
         "name: x\nbackend: tensorrt\nclock: thread\n": "clock: thread .* on a CPU backend",
-        # issue 13, defect 10: an ORT profile on a CUDA provider without cuda_device is a GPU profile too
+        # an ORT profile on a CUDA provider without cuda_device is a GPU profile too
         "name: x\nprovider: CUDAExecutionProvider\nclock: thread\n": "clock: thread .* on a CPU backend",
         "name: x\nprovider: TensorrtExecutionProvider\nclock: thread\n": "clock: thread .* on a CPU backend",
         "name: x\nbackend: torch\ncuda_device: 0\nclock: thread\n": "clock: thread .* on a CPU backend",

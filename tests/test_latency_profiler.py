@@ -8,10 +8,12 @@ import json
 import pytest
 import torch
 
+from latopt.blocks import find_blocks
 from latopt.cli import main
 from latopt.latency.devices import load_device
 from latopt.latency.lut import LUT_SCHEMA, costs, load_lut, predict
 from latopt.latency.profiler import HELD_OUT, format_lut, measure_networks, profile_model
+from latopt.models import build_model
 
 FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 6, "budget_s": 5.0}
 
@@ -53,7 +55,7 @@ def test_profile_tiny_model(device: str, tmp_path) -> None:
     assert set(lut.end_to_end) == {"asis", "full", "all-expand_dw", "all-dw_project", HELD_OUT}
     for k, e in lut.end_to_end.items():
         plan = {int(i): v for i, v in e["folded"].items()}
-        assert e["predicted_ms"] == pytest.approx(predict(lut, plan))
+        assert e["predicted_ms"] == pytest.approx(lut.fixed_ms + sum(b.ms[plan.get(b.index, "none")] for b in lut.blocks))
         assert e["error"] == pytest.approx(e["predicted_ms"] / e["measured"]["median_ms"] - 1)
         assert e["calibration"] == (k != HELD_OUT)
     # the fitted networks are reproduced by construction; the held-out one is a genuine check
@@ -79,9 +81,31 @@ def test_cli_profile_writes_lut(tmp_path, capsys) -> None:
     assert rc == 0
     data = json.loads(out.read_text())
     assert data["schema"] == LUT_SCHEMA and data["model"] == "mobilenetv2_035" and data["device"] == "fastcpu"
-    assert len(data["blocks"]) == 17 and data["environment"]["versions"]["onnxruntime"]
+    assert data["environment"]["versions"]["onnxruntime"]
+    # every block of the model, timed at the input it really gets (seen here with forward hooks)
+    model = build_model("mobilenetv2_035", 10).eval()
+    seen: dict[str, list[int]] = {}
+
+    def record(path: str):  # type: ignore[no-untyped-def]
+        def hook(module, args) -> None:  # type: ignore[no-untyped-def]
+            seen[path] = list(args[0].shape)
+        return hook
+
+    for b in find_blocks(model):
+        model.get_submodule(b.path).register_forward_pre_hook(record(b.path))
+    with torch.no_grad():
+        model(torch.zeros(1, 3, 32, 32))
+    assert [(b["index"], b["path"], b["input_shape"], b["foldable"]) for b in data["blocks"]] == \
+        [(i, path, shape, True) for i, (path, shape) in enumerate(seen.items())]
+    # the file's own numbers: a prediction is the fixed parts plus each block in its variant; c_l = none − full
+    none = sum(b["ms"]["none"] for b in data["blocks"])
+    full = sum(b["ms"]["full"] for b in data["blocks"])
     lut = load_lut(out, model="mobilenetv2_035", resolution=32)
-    assert predict(lut, []) > predict(lut, lut.foldable()) * 0.1
+    assert predict(lut, []) == pytest.approx(data["fixed_ms"] + none)
+    assert predict(lut, "all") == pytest.approx(data["fixed_ms"] + full)
+    assert data["end_to_end"]["asis"]["predicted_ms"] == pytest.approx(data["fixed_ms"] + none)
+    assert data["costs"] == {str(b["index"]): pytest.approx(max(0.0, b["ms"]["none"] - b["ms"]["full"]))
+                             for b in data["blocks"]}
     text = capsys.readouterr().out
     assert "end-to-end asis" in text and f"wrote {out}" in text
 
@@ -150,7 +174,7 @@ class _ClosingBackend:
 
 
 def test_backends_closed_when_a_runner_fails_to_close(monkeypatch) -> None:
-    """Issue 13, defect 2: the backend (with pycuda, a pushed CUDA context) is closed on every path of
+    """The backend (with pycuda, a pushed CUDA context) is closed on every path of
     measure_networks and profile_model, even when closing a runner raises."""
     import latopt.latency.profiler as profiler
 

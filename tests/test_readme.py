@@ -42,3 +42,20 @@ def test_readme_names_the_shipped_files_that_exist() -> None:
     assert [p for p in sorted(paths) if not (ROOT / p).exists()] == []
     names = sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
     assert all(f"`{n}`" in text for n in names), names
+
+
+def test_module_map_matches_the_package() -> None:
+    # README's "How it works" names every module of latopt/ and every sub-package, and no file that is gone
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- module-map -->\s*```\n(.*?)\n```\s*<!-- /module-map -->", text, re.S)
+    assert m, "README.md has no module-map block"
+    block = m.group(1)
+    pkg = ROOT / "latopt"
+    files = [p.relative_to(pkg) for p in pkg.rglob("*.py") if "__pycache__" not in p.parts]
+    named = set(re.findall(r"\b(\w+\.py)\b", block))
+    modules = {f.name for f in files if f.name not in ("__init__.py", "__main__.py")}
+    assert sorted(modules - named) == [], "modules missing from README's module map"
+    assert sorted(named - {f.name for f in files}) == [], "README's module map names files that do not exist"
+    dirs = {f.parent.as_posix() for f in files if f.parent.as_posix() != "."}
+    dirs |= {d.name for d in pkg.iterdir() if d.is_dir() and d.name != "__pycache__"}
+    assert sorted(d for d in dirs if f"{d.split('/')[-1]}/" not in block) == [], "packages missing from the map"

@@ -2,7 +2,8 @@
 what it is made from is unchanged (fingerprints in run.json), never a stale one.
 
 Tiny settings (MobileNetV2-0.35 at 16 px on digits, 1-2 epochs, 2 trials, a short timing budget); nothing
-here asserts on a time.
+here asserts on a time. The tests that need the complete first run are marked ``slow`` (it takes 1-2 minutes
+on 2 cores).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def _study_trials(root: Path) -> list:
     return study.trials
 
 
-def test_run_all_stages(first_run: tuple[Path, str]) -> None:
+@pytest.mark.slow
+def test_run_all_stages(first_run: tuple[Path, str], check_fold_structure) -> None:
     runs, first = first_run
     root = runs / "tiny-run"
     for f in ("REPORT.md", "latency_blocks.png", "run.json", "export/export.json", "export/model.onnx",
@@ -86,13 +88,23 @@ def test_run_all_stages(first_run: tuple[Path, str]) -> None:
     state = json.loads((root / "run.json").read_text())
     assert set(state["stages"]) == {"base", "profile", "search", "export", "report"}
     assert all(rec["done"] for rec in state["stages"].values())
+    # the exported trial is the study's fastest within max_acc_drop (0.5) of the base, ties to accuracy,
+    # worked out here from the trials themselves
+    trials = [t for t in _study_trials(root) if t.values is not None]
+    base_acc = next(t.values[0] for t in trials if t.user_attrs["base"])
+    want = min((t for t in trials if base_acc - t.values[0] <= 0.5), key=lambda t: (t.values[1], -t.values[0]))
+    assert state["stages"]["search"]["trial"] == want.number
     exp = json.loads((root / "export" / "export.json").read_text())
-    assert all(g["passed"] for g in exp["gates"]) and exp["latency"]["speedup"] > 0
+    assert exp["folded"] == want.user_attrs["fold_set"] and all(g["passed"] for g in exp["gates"])
+    # what makes the folded network faster: the shipped graph lost one Conv and one activation per fold
+    check_fold_structure(root / "export" / "model.onnx", "mobilenetv2_035", 10, exp["folded"])
+    assert exp["latency"]["speedup"] == pytest.approx(exp["latency"]["as_is_ms"] / exp["latency"]["folded_ms"])
     assert "speed-up" in first and "measured in this run" in first
     report = (root / "REPORT.md").read_text()
     assert "latency_blocks.png" in report and "speed-up" in report
 
 
+@pytest.mark.slow
 def test_rerun_with_the_same_config_reuses_every_stage(first_run: tuple[Path, str], tiny_config: Path,
                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
@@ -112,6 +124,7 @@ def test_rerun_with_the_same_config_reuses_every_stage(first_run: tuple[Path, st
     assert "reused (same inputs)" in (runs / "tiny-run" / "REPORT.md").read_text()
 
 
+@pytest.mark.slow
 def test_changed_fold_settings_rerun_search_and_export_only(first_run: tuple[Path, str], tiny_config: Path,
                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -138,6 +151,7 @@ class _Stop(Exception):
     pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["train", "tampered base", "seed", "hand-edited run.json"])
 def test_a_changed_base_input_reruns_every_stage(first_run: tuple[Path, str], tiny_config: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
@@ -175,6 +189,7 @@ def test_a_changed_base_input_reruns_every_stage(first_run: tuple[Path, str], ti
         assert not (root / stale).exists(), stale      # nothing claims to come from the new settings
 
 
+@pytest.mark.slow
 def test_fresh_starts_a_new_study(first_run: tuple[Path, str], tiny_config: Path, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     runs = _copy(first_run, tmp_path)
@@ -190,6 +205,7 @@ def test_fresh_starts_a_new_study(first_run: tuple[Path, str], tiny_config: Path
     assert json.loads((root / "run.json").read_text())["stages"]["search"]["done"]
 
 
+@pytest.mark.slow
 def test_a_configured_storage_study_is_never_deleted(first_run: tuple[Path, str], tiny_config: Path,
                                                      tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import optuna

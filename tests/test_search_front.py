@@ -71,6 +71,22 @@ def test_front_and_recommendation(study, tmp_path):
     assert files["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_recommendation_ties_go_to_accuracy_then_to_the_earlier_trial(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=None)
+    st = open_study(storage, "t", "latency", {}).study
+    st.set_user_attr("max_acc_drop", 0.02)
+    _add(st, 0.90, 10.0, base=True)            # 0
+    _add(st, 0.885, 6.0, folded=5)             # 1  fastest feasible, less accurate
+    _add(st, 0.89, 6.0, folded=5)              # 2  as fast, more accurate -> recommended
+    _add(st, 0.89, 6.0, folded=5)              # 3  the same as 2, later
+    _add(st, 0.87, 5.0, folded=8)              # 4  faster but 0.03 below the base
+    assert recommend(st).number == 2
+    assert recommend(st, max_acc_drop=0.03).number == 4
+    st.set_user_attr("max_acc_drop", None)
+    with pytest.raises(LatoptError, match="does not record one"):
+        recommend(st)
+
+
 def test_dominated_base_still_shown(tmp_path):
     storage = open_storage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=None)
     st = open_study(storage, "t", "latency", {}).study

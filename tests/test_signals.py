@@ -108,6 +108,7 @@ def gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow  # a search with two workers: ~35 s on 2 cores
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc to find the worker process")
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_workers_die_with_a_killed_search(base_ckpt: Path, tmp_path: Path) -> None:

@@ -694,7 +694,7 @@ def test_engine_runner_binds_by_name(monkeypatch):
         runtime.TrtEngineRunner(b"garbage", cuda=_FakeCuda())
 
 
-# ------------------------------------------------------- issue 13: TensorRT 8.6 and the GPU paths (stand-in)
+# ------------------------------------------------------------------ TensorRT 8.6 and the GPU paths (stand-in)
 def test_v86_builds_explicit_batch_network(onnx_model, cache_dir):
     """Stand-in 8.6 module: the network is created explicit-batch (its ONNX parser needs it) and fp16 is
     BuilderFlag.FP16 on the fp32 ONNX file; fp32 clears TF32."""

@@ -107,12 +107,37 @@ def test_train_base_writes_checkpoint_metrics_config(tiny: dict) -> None:
     assert load_config(base / "config.yaml") == tiny["cfg"]
 
 
+def _conv_weights(path: Path) -> dict[str, torch.Tensor]:
+    from latopt.models import load_checkpoint
+
+    return {k: v for k, v in load_checkpoint(path)[0].state_dict().items() if k.endswith("weight") and v.dim() == 4}
+
+
+def _distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return float(sum(((a[k] - b[k]) ** 2).sum() for k in a)) ** 0.5
+
+
 def test_train_is_reproducible_and_resumes_from_checkpoint(tiny: dict) -> None:
-    again = train_base(tiny["cfg"], tiny["root"] / "again", progress=False, seed=0)
+    from latopt.engine import seed_everything
+    from latopt.models import build_model
+
+    root, cfg = tiny["root"], tiny["cfg"]
+    again = train_base(cfg, root / "again", progress=False, seed=0)
     assert again["test_acc"] == tiny["metrics"]["test_acc"]
     assert again["history"][0]["loss"] == pytest.approx(tiny["metrics"]["history"][0]["loss"], rel=1e-6)
-    ft = train_base(tiny["cfg"], tiny["root"] / "ft", checkpoint=tiny["ckpt"], progress=False, seed=0)
-    assert ft["init"] == "checkpoint"
+    base = _conv_weights(tiny["ckpt"])
+    # 0 epochs from the checkpoint reproduce it: its weights, its accuracy
+    zero = train_base(cfg.with_overrides({"train.epochs": 0}), root / "zero", checkpoint=tiny["ckpt"],
+                      progress=False, seed=1)
+    assert zero["init"] == "checkpoint" and zero["history"] == [] and zero["test_acc"] == tiny["metrics"]["test_acc"]
+    assert _distance(_conv_weights(root / "zero" / "base.pt"), base) == 0.0
+    # 1 epoch from the checkpoint starts there: it moves off the checkpoint's weights by far less than the
+    # distance of a fresh initialisation (what a run that ignored --checkpoint would start from)
+    train_base(cfg, root / "ft", checkpoint=tiny["ckpt"], progress=False, seed=1)
+    seed_everything(1)
+    fresh = {k: v for k, v in build_model(MODEL, 10).state_dict().items() if k in base}
+    moved = _distance(_conv_weights(root / "ft" / "base.pt"), base)
+    assert 0.0 < moved < 0.1 * _distance(fresh, base)
 
 
 def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
@@ -178,7 +203,7 @@ def test_activation_granularity_partial_folds(tiny: dict) -> None:
     assert info["acc"]["folded"] == pytest.approx(info["acc"]["linearized"])
 
 
-def test_prefold_with_lut_freezes_unprofitable_blocks_and_distills(tiny: dict, tmp_path: Path) -> None:
+def test_prefold_with_lut_freezes_unprofitable_blocks(tiny: dict, tmp_path: Path) -> None:
     from latopt.blocks import find_blocks
     from latopt.latency.lut import LUT, BlockEntry, costs, load_lut, save_lut
     from latopt.models import load_checkpoint
@@ -219,3 +244,57 @@ def test_prefold_with_lut_freezes_unprofitable_blocks_and_distills(tiny: dict, t
         run_fold(tiny["cfg"].with_overrides({"data.split_seed": 1}), tiny["ckpt"], tmp_path / "g",
                  lambda_c=1.0, tau=0.9, p=2.0)
     assert not (tmp_path / "g").exists()
+
+
+# ----------------------------------------------------------------------------- distillation
+class _Says(nn.Module):
+    """A teacher whose logits always name class ``k``."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(x.shape[0], 10)
+        out[:, self.k] = 10.0
+        return out
+
+
+class _SaysWhenEval(nn.Module):
+    """``net`` in training mode, :class:`_Says` in eval mode: pre-fold trains a copy of its base (training
+    mode) against another copy in eval mode, so with this base its teacher always names class ``k``."""
+
+    def __init__(self, net: nn.Module, k: int) -> None:
+        super().__init__()
+        self.net, self.says = net, _Says(k)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x) if self.training else self.says(x)
+
+
+def _class_shares(model: nn.Module, loader) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    model.eval()
+    with torch.no_grad():
+        preds = torch.cat([model(x).argmax(1) for x, _ in loader])
+    return torch.bincount(preds, minlength=10).float() / len(preds)
+
+
+def test_distillation_pulls_the_student_towards_the_teacher(tiny: dict) -> None:
+    """distill_weight 1: the task loss is the KL to the teacher alone. A teacher that always names the class
+    the student names least makes the student name it, in pre-fold and in post-fold."""
+    from latopt.models import load_checkpoint
+
+    cfg = tiny["cfg"].with_overrides({"fold.distill_weight": 1.0})
+    task = load_task(cfg)
+    _, _, test = make_loaders(task, 256)
+    base, _, _ = load_checkpoint(tiny["ckpt"])
+    kw = {"costs": None, "lambda_c": 0.0, "p": 2.0, "granularity": "block", "progress": False}
+    plain = prefold(cfg, base, task, distill=False, **kw)
+    shares = _class_shares(plain, test)
+    k = int(shares.argmin())
+    assert shares[k] <= 0.1
+    pulled = prefold(cfg, _SaysWhenEval(base, k), task, distill=True, **kw)
+    assert _class_shares(pulled.net, test)[k] >= 0.9
+    folded, info = fold_and_finetune(cfg, plain, task, tau=0.9, mode="exact", progress=False, teacher=_Says(k))
+    assert info["finetuned"] and _class_shares(folded, test)[k] >= 0.9
+

@@ -1,4 +1,4 @@
-"""latopt's TensorRT calls checked against the real TensorRT Python API, without a GPU (issue 13).
+"""latopt's TensorRT calls checked against the real TensorRT Python API, without a GPU.
 
 ``tests/data/tensorrt-<version>.names`` (made by ``tools/trt_api_names.py`` from the bindings wheels: every
 class, method, property and enum member each version's ``tensorrt`` module has) are the reference. An AST
@@ -31,7 +31,7 @@ Limits: 10.x is checked against one list (10.13.3.9): a name added in 10.1–10.
 container, returned from a non-TensorRT function) are not checked; ``test_collector_sees_latopt_tensorrt_calls``
 pins the calls it must see today.
 
-Known misses, when any, are listed in :data:`KNOWN_MISSES` (empty since issue 13 added the TensorRT 8.6 path);
+Known misses, when any, are listed in :data:`KNOWN_MISSES` (empty since the TensorRT 8.6 path was added);
 such version checks are ``xfail(strict=True, raises=KnownMisses)``: they fail loudly when the misses change in
 any way, including when they are fixed (then empty the entry).
 """
@@ -82,7 +82,7 @@ DYNAMIC_COVERED = {
 
 # What today's code gets wrong, per names-list version: API names only (file:line is in the report), so
 # that unrelated edits do not disturb the list. Empty an entry when its defects are fixed. (8.6.1 had
-# "dispatch: precision_plan('8.6.1', 'fp32'|'fp16') refuses" until issue 13, defect 3, was fixed.)
+# "dispatch: precision_plan('8.6.1', 'fp32'|'fp16') refuses" until latopt gained its TensorRT 8.6 path.)
 KNOWN_MISSES: dict[str, frozenset[str]] = {}
 
 
@@ -775,7 +775,7 @@ def _version_params() -> list[Any]:
     for version in supported_apis():
         known = KNOWN_MISSES.get(version)
         marks = [pytest.mark.xfail(strict=True, raises=KnownMisses, reason=(
-            f"TensorRT {version}: known defects (issue 13): " + "; ".join(sorted(known))
+            f"TensorRT {version}: known defects: " + "; ".join(sorted(known))
             + f" — fixed? empty KNOWN_MISSES[{version!r}]"))] if known else []
         out.append(pytest.param(version, marks=marks, id=version))
     return out

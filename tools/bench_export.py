@@ -1,4 +1,4 @@
-"""Benchmark: what does folding buy end to end on the device? (issue 6)
+"""Benchmark: what does folding buy end to end on the device?
 
 For each model (default mobilenetv2_100 and efficientnet_lite0 at 224 on the ``cpu`` profile; random
 weights with randomised BN statistics — latency does not depend on the weights, the numeric checks do

@@ -1,4 +1,4 @@
-"""Benchmark: does the latency LUT predict end-to-end latency? (issue 3)
+"""Benchmark: does the latency LUT predict end-to-end latency?
 
 For each model (default mobilenetv2_100 and efficientnet_lite0 at 224 on the ``cpu`` device profile):
 

@@ -1,4 +1,4 @@
-"""Extract the names of TensorRT's Python API from the bindings wheels, without a GPU (issue 13).
+"""Extract the names of TensorRT's Python API from the bindings wheels, without a GPU.
 
 ``tensorrt-bindings`` wheels are plain wheels on the package index; each holds ``tensorrt_bindings/tensorrt.so``
 (a pybind11 module) and ``tensorrt_bindings/__init__.py``. ``import tensorrt`` is ``from tensorrt_bindings import

@@ -13,7 +13,7 @@ import highspy
 import numpy as np
 
 from latopt.exact.encoding import ACTIVE, INACTIVE, Encoding
-from latopt.exact.network import Box, ReluMLP, float_slack
+from latopt.exact.network import float_slack
 
 
 def interval_layer(w: np.ndarray, b: np.ndarray, lo_in: np.ndarray, hi_in: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -32,17 +32,6 @@ def post_activation(lo: np.ndarray, hi: np.ndarray, state: np.ndarray | None = N
         hl = np.where(state == ACTIVE, hl, 0.0)
         hh = np.where(state == INACTIVE, 0.0, hh)
     return hl, hh
-
-
-def interval_bounds(net: ReluMLP, box: Box) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Interval bounds of the pre-activations of every hidden layer (no tightening)."""
-    out = []
-    lo, hi = box.lo, box.hi
-    for w, b in zip(net.weights[:-1], net.biases[:-1], strict=True):
-        zl, zh = interval_layer(w, b, lo, hi)
-        out.append((zl, zh))
-        lo, hi = post_activation(zl, zh)
-    return out
 
 
 def lp_bounds(

@@ -11,7 +11,6 @@ A unit is *active* at ``x`` when its pre-activation ``z(x) > 0`` (``ReLU(0) = 0`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -237,14 +236,6 @@ def from_module(module) -> ReluMLP:
         weights.append(np.eye(n))
         biases.append(np.zeros(n))
     return ReluMLP(tuple(weights), tuple(biases))
-
-
-def affine_of_layers(weights: Sequence[np.ndarray], biases: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Compose affine maps ``x -> W_k(... W_0 x + b_0 ...) + b_k`` (no ReLU) into one ``(W, b)``."""
-    w, b = weights[0], biases[0]
-    for wk, bk in zip(weights[1:], biases[1:], strict=True):
-        w, b = wk @ w, wk @ b + bk
-    return w, b
 
 
 def float_slack(w: np.ndarray, mag_in: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -39,11 +39,11 @@ What it does, in order (nothing is written unless every gate passes):
 5. Latency: the as-is and the folded network measured end to end on the device at ``--precision`` (default:
    the profile's) in one interleaved run; speed-up with spread; the LUT's prediction beside the measurement
    when a LUT of that precision exists.
+6. ``export.json`` + ``REPORT.md`` (+ ``model.onnx``, ``model.engine``) in DIR, written atomically.
 
 One backend serves the whole export (:func:`.engine.open_backend`, opened before any work, so a device or
 precision this machine cannot drive fails first): it builds the engine and times the networks, and is
 closed on every path, errors included (with pycuda a backend left open aborts the interpreter at exit).
-6. ``export.json`` + ``REPORT.md`` (+ ``model.onnx``, ``model.engine``) in DIR, written atomically.
 """
 
 from __future__ import annotations

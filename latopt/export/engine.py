@@ -3,7 +3,7 @@
 Public API::
 
     at_precision(device, precision) -> DeviceProfile          the profile with ``precision`` (``--precision``)
-    open_backend(device, precision, engine, measure) -> backend | None
+    open_backend(device, precision, *, engine, measure) -> backend | None
                               the one backend of an export (LatoptError when the device is not a TensorRT one
                               and an engine is asked for, or when this machine cannot drive it)
     write_engine(backend, plan, out_dir, say) -> Path        ``out_dir/model.engine`` (batch 1, static shape)

@@ -2,8 +2,8 @@
 
 Public API::
 
-    measure_latency(plan, device, lut, say, backend=None) -> dict   as-is vs folded in one interleaved run at the
-                                                      device's precision (+ LUT prediction)
+    measure_latency(plan, device, lut, say, *, backend=None) -> dict   as-is vs folded in one interleaved run
+                                                      at the device's precision (+ LUT prediction)
     render_report(result) -> str                      REPORT.md from the export.json dict
 """
 

@@ -9,8 +9,9 @@ Public API (see the submodules for details)::
     fold_blocks(model, blocks, mode="exact", input_size=(H, W)) -> nn.Module
     fold_block_module(model, block, variant="full", mode="exact", input_size=None) -> FoldedBlock
     verify_fold(reference, folded, input_size, batch=2, seed=0) -> dict
-    randomize_bn_(model, seed=0, plan="all") -> model   random BN statistics for fold checks
+    randomize_bn_(model, seed=0, *, plan="all") -> model   random BN statistics for fold checks
     fold_spec(model) -> dict | None          the checkpoint's arch["fold"] entry (plan {} when nothing folded)
+    normalize_plan(model, blocks) -> {block index: variant}   "all", indices, "1,3" or a dict, checked
     FoldedBlock, FoldInfo
 """
 

@@ -1,4 +1,4 @@
-"""The profiler: per-block latency of a model on a device → LUT; the ``latopt profile`` command.
+"""The profiler: per-block latency of a model on a device → LUT (``latopt profile``: :mod:`latopt.cli.profile`).
 
 Public API::
 
@@ -6,7 +6,6 @@ Public API::
                   num_classes=1000, fold_mode="exact", name=None) -> LUT
     measure_networks(nets, device, input_shape, *, backend=None, progress=False) -> dict[str, TimingStats]
     format_lut(lut) -> str
-    register(subparsers)                      ``latopt profile``
 
 What is timed, all in ONE interleaved run (:func:`latopt.latency.timing.compare`), after exporting each
 module once at its real input shape: the fixed parts (stem; head = conv head + pool; classifier), every
@@ -18,8 +17,8 @@ half of the foldable blocks) that is not used for the calibration and checks it.
 Calibration (why, and how). A block timed in its own session pays costs the network pays once: the call
 itself and, on ONNX Runtime's CPU provider, the NCHWc layout reorders of its input and output (and a
 separate residual Add that the network fuses into the convolution). On the 2-vCPU development machine
-summing the isolated parts over-predicted MobileNetV2-1.0 by 18-27 % (DESIGN.md saw 35-45 % under load
-with wall-clock timing), and the excess differed between fold sets: as-is blocks lose a larger fraction
+summing the isolated parts over-predicted MobileNetV2-1.0 by 18-27 % (35-45 % under load with wall-clock
+timing, ``docs/design.md``), and the excess differed between fold sets: as-is blocks lose a larger fraction
 than the folded convolutions (EfficientNet-lite0: +18 % as-is against +6 % all folded, where the folded
 5x5 convolutions are heavy). What was tried, on the same data: subtracting the 1-op call overhead
 (~0.015-0.05 ms per part) removed only a quarter of the excess; a constant offset fitted to the as-is

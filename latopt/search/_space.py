@@ -3,7 +3,7 @@
 The ranges are the run config's ``search`` section, sampled as they are: :class:`latopt.config.SearchConfig`
 validates them (each a list ``[lo, hi]`` with lo <= hi; λ_c > 0, τ in (0, 1], p > 1; granularities known,
 at least one), so a bad range is one :class:`~latopt.errors.LatoptError` line before a study is touched.
-The defaults are the config's too (τ in [0.7, 0.95]; this module's own default of [0.5, 0.95] is gone).
+The defaults are the config's too (τ in [0.7, 0.95]): there is one τ range, the config's.
 """
 
 from __future__ import annotations

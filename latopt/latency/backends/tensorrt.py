@@ -83,13 +83,6 @@ class PrecisionPlan:
         return "fp32 (BuilderFlag.TF32 cleared)"
 
 
-def tensorrt_major(version: str) -> int:
-    m = re.match(r"\s*(\d+)\.", str(version))
-    if not m:
-        raise LatoptError(f"cannot read the TensorRT version {version!r}")
-    return int(m.group(1))
-
-
 def tensorrt_version(version: str) -> tuple[int, int]:
     """(major, minor) of a TensorRT version string ("8.6.1" → (8, 6))."""
     m = re.match(r"\s*(\d+)\.(\d+)", str(version))
