@@ -127,7 +127,7 @@ def test_bad_inputs_are_one_line_exit_2(ckpt: Path, tmp_path: Path, capsys: pyte
     ]
     for extra in cases:
         out = tmp_path / "o"
-        args = ["export", "--no-measure", *extra] + ([] if "--out" in extra else ["--out", str(out)])
+        args = ["export", "-q", "--no-measure", *extra] + ([] if "--out" in extra else ["--out", str(out)])
         assert main(args) == 2, extra
         err = capsys.readouterr().err.strip()
         assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, (extra, err)
