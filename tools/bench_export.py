@@ -21,7 +21,8 @@ need non-trivial BN):
 
     python tools/bench_export.py [--models mobilenetv2_100 efficientnet_lite0] [--resolution 224]
                                  [--device cpu] [--sets auto search] [--forms per-block deferred paper]
-                                 [--reuse-lut] [--study NAME --storage URL] [--json out.json]
+                                 [--min-rounds N [--budget-s S]] [--reuse-lut] [--study NAME --storage URL]
+                                 [--json out.json]
 """
 
 from __future__ import annotations
@@ -156,15 +157,20 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
     load = {"before": _load()}
     print(f"measuring {list(onnx_files)} end to end, interleaved (load {load['before']})", flush=True)
     t = time.perf_counter()
-    stats = measure_networks({k: str(v) for k, v in onnx_files.items()}, device, shape)
+    timing = device if args.min_rounds is None else device.model_copy(
+        update={"min_repeats": args.min_rounds, "max_repeats": max(device.max_repeats, args.min_rounds),
+                "budget_s": max(device.budget_s, args.budget_s)})
+    stats = measure_networks({k: str(v) for k, v in onnx_files.items()}, timing, shape)
     load["after"] = _load()
     print(f"measured in {time.perf_counter() - t:.1f} s, {stats['as-is'].n} rounds (load {load['after']})")
     out["load"], out["rounds"] = load, stats["as-is"].n
     a = stats["as-is"]
-    out["as_is"] = {"measured": a.to_dict(), "lut_ms": predict(lut, {})}
+    out["as_is"] = {"measured": a.to_dict(), "lut_ms": predict(lut, {}), "lut_error": predict(lut, {}) / a.median_ms - 1}
     print(f"{'network':<16} {'folded':>6} {'median ms':>10} {'IQR ms':>8} {'speed-up':>9} {'quartile range':>15} "
           f"{'t/t_paper per round [q1, q3]':>30} {'t/t_per-block':>13} {'LUT ms':>8} {'LUT err':>8}")
-    print(f"{'as-is':<16} {0:>6} {a.median_ms:>10.3f} {a.iqr_ms:>8.3f}")
+    a_pred = out["as_is"]["lut_ms"]
+    print(f"{'as-is':<16} {0:>6} {a.median_ms:>10.3f} {a.iqr_ms:>8.3f} {'':>9} {'':>15} {'':>30} {'':>13} "
+          f"{a_pred:>8.3f} {a_pred / a.median_ms - 1:>+8.1%}")
     for key in out["fold_sets"]:
         plan = sets[key]
         pred = predict(lut, plan)  # the LUT predicts what export ships: the deferred form
@@ -201,6 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sets", nargs="+", choices=["auto", "search"], default=["auto", "search"],
                     help="fold sets to time (default both)")
     ap.add_argument("--samples", type=int, default=8, help="inputs for the numeric gates")
+    ap.add_argument("--min-rounds", type=int, default=None,
+                    help="at least this many interleaved rounds in the end-to-end run (default: the device's "
+                         "min_repeats); its budget is raised to --budget-s")
+    ap.add_argument("--budget-s", type=float, default=120.0, help="time budget of the end-to-end run with --min-rounds")
     ap.add_argument("--reuse-lut", action="store_true", help="use profiles/<device>/... when it exists")
     ap.add_argument("--save-lut", action="store_true", help="write the fresh LUT to profiles/<device>/...")
     ap.add_argument("--study", help="take fold set (b) from this search study's recommended trial")
