@@ -32,9 +32,9 @@ What it does, in order (nothing is written unless every gate passes):
    ``--bias-maps per-block`` ships the per-block form, for comparison.
 3. ONNX (TorchScript exporter, opset 17, dynamic batch, ``onnx.checker.check_model(full_check=True)``),
    node names prefixed with the block index they come from (``b03/...``); ONNX Runtime against the
-   PyTorch network it was exported from (the shipped one). A TensorRT engine (``--format engine|all``) is built through the profiler's
-   TensorRT backend (timing cache reused), loaded by the shipped runner and checked against ONNX
-   Runtime (looser for fp16). Each of these tolerances is at least ``NOISE_K`` × the network's own
+   PyTorch network it was exported from (the shipped one). A TensorRT engine (``--format engine|all``)
+   is built through the profiler's TensorRT backend (timing cache reused), loaded by the shipped runner
+   and checked against ONNX Runtime (looser for fp16). Each of these tolerances is at least ``NOISE_K`` × the network's own
    float32 noise floor (PyTorch float32 vs the same network in float64 on the gate inputs): a deep
    network whose float32 rounding alone exceeds the base tolerance is not refused for it.
 4. Accuracy on the task's whole test split, as ONNX (and engine). A checkpoint exported as it is (export
@@ -42,9 +42,9 @@ What it does, in order (nothing is written unless every gate passes):
    ``meta.acc.finetuned`` of a folded.pt, ``meta.test_acc`` of a base.pt) within one test sample, or
    export refuses (VerificationError; fp16 engines get ``ACC_TOL_FP16`` more). When export folds, the
    fold gates apply and the accuracy is reported beside the recorded one.
-5. Latency: the as-is and the shipped folded network measured end to end on the device at ``--precision`` (default:
-   the profile's) in one interleaved run; speed-up with spread; the LUT's prediction beside the measurement
-   when a LUT of that precision exists.
+5. Latency: the as-is and the shipped folded network measured end to end on the device at
+   ``--precision`` (default: the profile's) in one interleaved run; speed-up with spread; the LUT's
+   prediction beside the measurement when a LUT of that precision exists.
 
 One backend serves the whole export (:func:`.engine.open_backend`, opened before any work, so a device or
 precision this machine cannot drive fails first): it builds the engine and times the networks, and is
@@ -206,5 +206,5 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
 
 __all__ = ["EXPORT_SCHEMA", "NOISE_K", "TOL_ONNX", "Gate", "Plan", "accuracy_gate", "auto_plan", "build_plan",
            "check_fold_size", "checkpoint_task", "compare_outputs", "defer_plan", "deferred_gates", "export",
-           "fold_gates", "gate_inputs", "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report", "runner_accuracy",
-           "tag_block_nodes", "torch_out"]
+           "fold_gates", "gate_inputs", "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report",
+           "runner_accuracy", "tag_block_nodes", "torch_out"]
