@@ -92,10 +92,9 @@ def fold_forms(model: Any, name: str, plan: dict[int, str], res: int, x: Any, in
     size = (res, res)
     arch = {"model": name, "num_classes": 1000}
     p = Plan(fold_blocks(model, plan, mode="exact", input_size=size).eval(), model, arch, {}, plan, "exact", res, [])
-    gates = fold_gates(p, x, inputs)
     floor = noise_floor(p.folded, x)
     exact = defer_plan(p, "deferred")
-    gates += deferred_gates(exact, p.folded, res, x, inputs, floor)
+    gates = fold_gates(p, x, inputs) + deferred_gates(exact, p.folded, res, x, inputs, floor)
     nets = {"per-block": exact, "deferred": p.folded}
     if "paper" in forms:
         paper = Plan(fold_blocks(model, plan, mode="paper", input_size=size).eval(), model, arch, {}, plan, "paper",

@@ -24,11 +24,12 @@ What it does, in order (nothing is written unless every gate passes):
    (random inputs otherwise; the report says which). For a folded checkpoint that was fine-tuned after
    folding, the fold is recomputed from its pre-fold checkpoint and checked the same way (the fine-tuned
    weights no longer have an unfolded twin).
-   Exact-mode folds are then shipped with *deferred* bias maps (``--bias-maps deferred``, the default;
+   Exact-mode folds are shipped with *deferred* bias maps (``--bias-maps deferred``, the default;
    :func:`latopt.fold.defer_bias_maps`): one bias map per chain of consecutive ``full`` folds, added at
    the chain's output, instead of one ``Add`` per folded block (which costs ONNX Runtime's CPU provider a
-   layout reorder pair per block; docs/exact-folds.md). The same function: a gate compares it with the
-   per-block network in float64 (the rewrite's algebra) and float32 (the shipped copy).
+   layout reorder pair per block; docs/exact-folds.md). The same function: the float32 fold gate above
+   checks this shipped network, and the gate "deferred bias maps vs exact folded network" compares it
+   with the per-block network it was rewritten from, in float64 (the rewrite's algebra) and float32.
    ``--bias-maps per-block`` ships the per-block form, for comparison.
 3. ONNX (TorchScript exporter, opset 17, dynamic batch, ``onnx.checker.check_model(full_check=True)``),
    node names prefixed with the block index they come from (``b03/...``); ONNX Runtime against the
@@ -155,9 +156,9 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     p = build_plan(checkpoint, loaded, fold=fold, lut=lut, res=res, mode=mode)
     task = checkpoint_task(p.meta, p.resolution)
     x, inputs = gate_inputs(task, p.resolution, samples, seed)
-    gates = fold_gates(p, x, inputs)
     floor = noise_floor(p.folded, x)
     exact = defer_plan(p, bias_maps)  # p.folded becomes what is shipped
+    gates = fold_gates(p, x, inputs)
     if exact is not None:
         gates += deferred_gates(exact, p.folded, p.resolution, x, inputs, floor)
     for g in gates:
