@@ -14,6 +14,7 @@ Public API::
     find_blocks(model) -> list[Block]        forward order; Block.index is the position in that list
     resolve_blocks(model, spec) -> list[Block]   spec: "all" (every foldable block) or indices
     block_input_shapes(model, input_shape) -> dict[int, tuple[int, ...]]
+    block_io(model, input_shape) -> {index: (input tensor, output tensor)}   one zero input, hooks
     fixed_parts(model) -> FixedParts         stem / head modules around the blocks (for the profiler)
 
 A block that cannot be folded (squeeze-excitation, non-ReLU activation, anti-aliasing, dilation, an
@@ -292,32 +293,39 @@ def resolve_blocks(model: nn.Module, spec: Sequence[int] | str) -> list[Block]:
 
 
 @torch.no_grad()
-def block_input_shapes(model: nn.Module, input_shape: tuple[int, int, int, int]) -> dict[int, tuple[int, ...]]:
-    """The real input shape (N, C, H, W) of every block for a network input of ``input_shape``."""
+def block_io(model: nn.Module, input_shape: tuple[int, int, int, int]) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """Every block's input and output tensor (the tensor objects themselves, so ``io[j][0] is io[i][1]``
+    says that block j consumes block i's output) for one zero input of ``input_shape`` (N, C, H, W)."""
     if len(input_shape) != 4 or any(int(s) <= 0 for s in input_shape):
         raise LatoptError(f"input shape {tuple(input_shape)} must be (N, C, H, W) with positive sizes")
     blocks = find_blocks(model)
-    shapes: dict[int, tuple[int, ...]] = {}
+    io: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     handles = []
     for b in blocks:
         mod = model.get_submodule(b.path)
 
-        def hook(_m: nn.Module, args: tuple, idx: int = b.index) -> None:
-            shapes[idx] = tuple(args[0].shape)
+        def hook(_m: nn.Module, args: tuple, out: torch.Tensor, idx: int = b.index) -> None:
+            io[idx] = (args[0], out)
 
-        handles.append(mod.register_forward_pre_hook(hook))
+        handles.append(mod.register_forward_hook(hook))
     was_training = model.training
     model.eval()
     try:
         p = next(model.parameters(), None)
         dtype = p.dtype if p is not None else torch.float32
         device = p.device if p is not None else torch.device("cpu")
-        model(torch.zeros(tuple(int(s) for s in input_shape), dtype=dtype, device=device))
+        with torch.no_grad():
+            model(torch.zeros(tuple(int(s) for s in input_shape), dtype=dtype, device=device))
     finally:
         for h in handles:
             h.remove()
         model.train(was_training)
-    return shapes
+    return io
+
+
+def block_input_shapes(model: nn.Module, input_shape: tuple[int, int, int, int]) -> dict[int, tuple[int, ...]]:
+    """The real input shape (N, C, H, W) of every block for a network input of ``input_shape``."""
+    return {i: tuple(x.shape) for i, (x, _) in block_io(model, input_shape).items()}
 
 
 # ----------------------------------------------------------------------------------------- fixed parts

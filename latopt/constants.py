@@ -30,6 +30,7 @@ Backend = Literal["onnxruntime", "tensorrt", "torch"]
 Precision = Literal["fp32", "fp16"]
 Clock = Literal["wall", "thread"]
 ExportFormat = Literal["onnx", "engine", "all"]
+BiasMaps = Literal["deferred", "per-block"]       # exact folds exported with one bias map per chain, or per block
 
 GRANULARITIES: tuple[str, ...] = get_args(Granularity)
 FOLD_MODES: tuple[str, ...] = get_args(FoldMode)
@@ -46,6 +47,7 @@ BACKENDS: tuple[str, ...] = get_args(Backend)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 CLOCKS: tuple[str, ...] = get_args(Clock)
 EXPORT_FORMATS: tuple[str, ...] = get_args(ExportFormat)
+BIAS_MAPS: tuple[str, ...] = get_args(BiasMaps)
 
 # models (timm names; torchvision's MobileNetV2 takes a width: torchvision/mobilenet_v2?width=0.75)
 TIMM_MODELS: tuple[str, ...] = (

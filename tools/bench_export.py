@@ -9,13 +9,20 @@ need non-trivial BN):
    (b) a search's choice: the fold set of the recommended trial of ``--study/--storage`` when given,
    else the LUT-greedy stand-in (the half of the foldable blocks that save the most per the LUT: what a
    search under a half-depth budget converges to on latency alone; printed as such);
-3. for each fold set: the numeric gates of ``latopt export`` (fold in float64 and float32 against the
-   linearised network, ONNX Runtime against PyTorch) on the exported ONNX file;
-4. the as-is network, (a) and (b) measured end to end in ONE interleaved run (ONNX Runtime sessions of the
-   exported files); speed-ups with their quartile range, and the LUT's prediction error for each.
+3. each fold set in three forms: exact mode with a bias map per folded block (``per-block``, what export
+   shipped before issue 14), as export ships it now (``deferred``: one bias map per chain of consecutive
+   folds, ``latopt.fold.defer_bias_maps``) and paper mode (constant bias, no map); export's numeric gates
+   (fold in float64 and float32 against the linearised network, the deferred rewrite against the
+   per-block network, ONNX Runtime against PyTorch on each exported file);
+4. the as-is network and every (fold set, form) measured end to end in ONE interleaved run (ONNX Runtime
+   sessions of the exported files): speed-ups vs as-is with their quartile range, t/t_paper per round
+   (median and quartiles over the rounds: sample i of every network is from round i), the ratio of
+   medians to the per-block form, and the LUT's prediction error for the deferred form (what it models).
 
     python tools/bench_export.py [--models mobilenetv2_100 efficientnet_lite0] [--resolution 224]
-                                 [--device cpu] [--reuse-lut] [--study NAME --storage URL] [--json out.json]
+                                 [--device cpu] [--sets auto search] [--forms per-block deferred paper]
+                                 [--min-rounds N [--budget-s S]] [--reuse-lut] [--study NAME --storage URL]
+                                 [--json out.json]
 """
 
 from __future__ import annotations
@@ -30,12 +37,23 @@ from typing import Any
 
 from latopt.artifacts import write_json_atomic
 from latopt.engine import seed_everything, set_threads
-from latopt.export import Plan, auto_plan, fold_gates, gate_inputs, onnx_gate, tag_block_nodes
+from latopt.export import (
+    Plan,
+    auto_plan,
+    defer_plan,
+    deferred_gates,
+    fold_gates,
+    gate_inputs,
+    noise_floor,
+    onnx_gate,
+    tag_block_nodes,
+)
 from latopt.fold import fold_blocks, randomize_bn_
 from latopt.latency.devices import load_device
 from latopt.latency.lut import costs, default_lut_path, load_lut, predict, save_lut
 from latopt.latency.onnx_io import export_onnx
 from latopt.latency.profiler import measure_networks, profile_model
+from latopt.latency.timing import TimingStats
 from latopt.models import build_model
 
 
@@ -55,18 +73,47 @@ def study_fold_set(study: str, storage: str) -> dict[int, str]:
     return {int(k): v for k, v in best.user_attrs.get("fold_set", {}).items()}
 
 
+FORMS = ("per-block", "deferred", "paper")
+
+
+def _ratio(a: Any, b: Any) -> TimingStats:
+    """Median and quartiles over rounds of t(a)/t(b): sample i of every network comes from round i."""
+    return TimingStats.from_samples([x / y for x, y in zip(a.samples_ms, b.samples_ms, strict=True)])
+
+
+def fold_forms(model: Any, name: str, plan: dict[int, str], res: int, x: Any, inputs: str,
+               forms: list[str]) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+    """The fold set ``plan`` in each form: exact mode with a bias map per folded block (``per-block``), as
+    export ships it (``deferred``: one map per chain) and in paper mode; with export's gates for each
+    (the fold, the deferred rewrite, ONNX Runtime vs PyTorch on the file). Returns (networks, the
+    rewrite's record, gates)."""
+    size = (res, res)
+    arch = {"model": name, "num_classes": 1000}
+    p = Plan(fold_blocks(model, plan, mode="exact", input_size=size).eval(), model, arch, {}, plan, "exact", res, [])
+    floor = noise_floor(p.folded, x)
+    exact = defer_plan(p, "deferred")
+    gates = fold_gates(p, x, inputs) + deferred_gates(exact, p.folded, res, x, inputs, floor)
+    nets = {"per-block": exact, "deferred": p.folded}
+    if "paper" in forms:
+        paper = Plan(fold_blocks(model, plan, mode="paper", input_size=size).eval(), model, arch, {}, plan, "paper",
+                     res, [])
+        gates += fold_gates(paper, x, inputs)
+        nets["paper"] = paper.folded
+    return {f: nets[f] for f in forms}, p.bias_maps, gates
+
+
 def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> dict[str, Any]:
-    print(f"\n=== {name} @{res} on {device.name}, {args.mode} mode (load {_load()})", flush=True)
+    print(f"\n=== {name} @{res} on {device.name} (load {_load()})", flush=True)
     seed_everything(args.seed)
     model = build_model(name, num_classes=1000).eval()
     randomize_bn_(model, seed=args.seed)
     lut_path = default_lut_path(device.name, name, res, device.batch)
-    if args.reuse_lut and args.mode == "exact" and Path(lut_path).is_file():
+    if args.reuse_lut and Path(lut_path).is_file():
         lut = load_lut(lut_path, model=name, resolution=res)
         print(f"reusing {lut_path}")
     else:
         t = time.perf_counter()
-        lut = profile_model(model, device, res, device.batch, progress=False, name=name, fold_mode=args.mode)
+        lut = profile_model(model, device, res, device.batch, progress=False, name=name)
         print(f"profiled in {time.perf_counter() - t:.1f} s")
         if args.save_lut:
             save_lut(lut, lut_path)
@@ -78,45 +125,71 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
         ranked = sorted(lut.foldable(), key=lambda i: -c[i])
         chosen = {i: "full" for i in sorted(ranked[: len(ranked) // 2]) if c[i] > 0}
         how = "LUT-greedy stand-in: the half of the foldable blocks with the largest c_l (and c_l > 0)"
-    sets = {"auto": {i: "full" for i in auto}, "search": chosen}
+    sets = {k: v for k, v in {"auto": {i: "full" for i in auto}, "search": chosen}.items() if k in args.sets}
     print(f"(a) auto: {len(auto)}/{len(lut.foldable())} blocks with c_l > 0: {auto}")
     print(f"(b) search: {sorted(chosen)} ({how})")
     x, inputs = gate_inputs(None, res, args.samples, args.seed)
     out: dict[str, Any] = {"model": name, "resolution": res, "device": device.name, "fold_sets": {},
-                           "search_fold_set_source": how}
+                           "search_fold_set_source": how, "forms": args.forms}
     tmp = Path(tempfile.mkdtemp(prefix="latopt-bench-export-"))
-    onnx_files = {"as-is": export_onnx(model, (device.batch, 3, res, res), tmp / "asis.onnx")}
+    shape = (device.batch, 3, res, res)
+    onnx_files = {"as-is": export_onnx(model, shape, tmp / "asis.onnx")}
     for key, plan in sets.items():
         if not plan:
             print(f"{key}: empty fold set, skipped")
             continue
-        folded = fold_blocks(model, plan, mode=args.mode, input_size=(res, res)).eval()
-        p = Plan(folded, model, {"model": name, "num_classes": 1000}, {}, plan, args.mode, res, [])
-        gates = fold_gates(p, x, inputs)
-        path = export_onnx(folded, (device.batch, 3, res, res), tmp / f"{key}.onnx")
-        tag_block_nodes(path, folded, plan)
-        gates.append(onnx_gate(folded, path, x, inputs)[0])
+        nets, bias_maps, gates = fold_forms(model, name, plan, res, x, inputs, args.forms)
+        for form, net in nets.items():
+            path = export_onnx(net, shape, tmp / f"{key}-{form}.onnx")
+            tag_block_nodes(path, net, plan)
+            gates.append(onnx_gate(net, path, x, inputs)[0])
+            gates[-1].name += f" ({form})"
+            onnx_files[f"{key}/{form}"] = path
         for g in gates:
             print(f"  {key}: {g.line()}")
-        onnx_files[key] = path
-        out["fold_sets"][key] = {"plan": sorted(plan), "gates": [vars(g) | {"passed": g.passed} for g in gates]}
-    print(f"measuring {list(onnx_files)} end to end, interleaved (load {_load()})", flush=True)
+        print(f"  {key}: deferred bias maps: chains {bias_maps['chains']}, {bias_maps['adds_per_block']} bias-map Adds "
+              f"→ {bias_maps['adds_deferred']}")
+        out["fold_sets"][key] = {"plan": sorted(plan), "bias_maps": bias_maps,
+                                 "gates": [vars(g) | {"passed": g.passed} for g in gates], "forms": {}}
+    load = {"before": _load()}
+    print(f"measuring {list(onnx_files)} end to end, interleaved (load {load['before']})", flush=True)
     t = time.perf_counter()
-    stats = measure_networks({k: str(v) for k, v in onnx_files.items()}, device, (device.batch, 3, res, res))
-    print(f"measured in {time.perf_counter() - t:.1f} s (load {_load()})")
+    timing = device if args.min_rounds is None else device.model_copy(
+        update={"min_repeats": args.min_rounds, "max_repeats": max(device.max_repeats, args.min_rounds),
+                "budget_s": max(device.budget_s, args.budget_s)})
+    stats = measure_networks({k: str(v) for k, v in onnx_files.items()}, timing, shape)
+    load["after"] = _load()
+    print(f"measured in {time.perf_counter() - t:.1f} s, {stats['as-is'].n} rounds (load {load['after']})")
+    out["load"], out["rounds"] = load, stats["as-is"].n
     a = stats["as-is"]
-    rows = [("as-is", {}, a)] + [(k, sets[k], stats[k]) for k in sets if k in stats]
-    print(f"{'network':<8} {'folded':>6} {'median ms':>10} {'IQR ms':>8} {'speed-up':>9} {'quartile range':>15} "
-          f"{'LUT ms':>8} {'LUT err':>8}")
-    for key, plan, s in rows:
-        pred = predict(lut, plan)
-        sp = a.median_ms / s.median_ms
-        rng = (a.q1_ms / s.q3_ms, a.q3_ms / s.q1_ms)
-        print(f"{key:<8} {len(plan):>6} {s.median_ms:>10.3f} {s.iqr_ms:>8.3f} {sp:>8.2f}x {rng[0]:>7.2f}-{rng[1]:<6.2f} "
-              f"{pred:>8.3f} {pred / s.median_ms - 1:>+8.1%}")
-        entry = out["fold_sets"].setdefault(key, {"plan": sorted(plan)})
-        entry.update(measured=s.to_dict(), speedup=sp, speedup_range=list(rng), lut_ms=pred,
-                     lut_error=pred / s.median_ms - 1)
+    out["as_is"] = {"measured": a.to_dict(), "lut_ms": predict(lut, {}), "lut_error": predict(lut, {}) / a.median_ms - 1}
+    print(f"{'network':<16} {'folded':>6} {'median ms':>10} {'IQR ms':>8} {'speed-up':>9} {'quartile range':>15} "
+          f"{'t/t_paper per round [q1, q3]':>30} {'t/t_per-block':>13} {'LUT ms':>8} {'LUT err':>8}")
+    a_pred = out["as_is"]["lut_ms"]
+    print(f"{'as-is':<16} {0:>6} {a.median_ms:>10.3f} {a.iqr_ms:>8.3f} {'':>9} {'':>15} {'':>30} {'':>13} "
+          f"{a_pred:>8.3f} {a_pred / a.median_ms - 1:>+8.1%}")
+    for key in out["fold_sets"]:
+        plan = sets[key]
+        pred = predict(lut, plan)  # the LUT predicts what export ships: the deferred form
+        for form in args.forms:
+            s = stats[f"{key}/{form}"]
+            sp, rng = a.median_ms / s.median_ms, (a.q1_ms / s.q3_ms, a.q3_ms / s.q1_ms)
+            entry: dict[str, Any] = {"measured": s.to_dict(), "speedup": sp, "speedup_range": list(rng)}
+            cells = ""
+            if "paper" in args.forms:
+                r = _ratio(s, stats[f"{key}/paper"])
+                entry["per_round_vs_paper"] = {"median": r.median_ms, "q1": r.q1_ms, "q3": r.q3_ms}
+                cells = f"{r.median_ms:.3f} [{r.q1_ms:.3f}, {r.q3_ms:.3f}]"
+            if "per-block" in args.forms:
+                entry["medians_vs_per_block"] = s.median_ms / stats[f"{key}/per-block"].median_ms
+            lut_cells = ""
+            if form == "deferred":
+                entry.update(lut_ms=pred, lut_error=pred / s.median_ms - 1)
+                lut_cells = f"{pred:>8.3f} {pred / s.median_ms - 1:>+8.1%}"
+            vs_pb = entry.get("medians_vs_per_block")
+            print(f"{key + '/' + form:<16} {len(plan):>6} {s.median_ms:>10.3f} {s.iqr_ms:>8.3f} {sp:>8.2f}x "
+                  f"{rng[0]:>7.2f}-{rng[1]:<6.2f} {cells:>30} {'' if vs_pb is None else f'{vs_pb:.3f}':>13} {lut_cells}")
+            out["fold_sets"][key]["forms"][form] = entry
     return out
 
 
@@ -125,9 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=["mobilenetv2_100", "efficientnet_lite0"])
     ap.add_argument("--resolution", type=int, default=224)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--mode", choices=["exact", "paper"], default="exact",
-                    help="fold mode (paper: constant bias, no bias-map add; border-inexact by design)")
+    ap.add_argument("--forms", nargs="+", choices=FORMS, default=list(FORMS),
+                    help="how each fold set is timed: exact mode with a bias map per block (per-block), as export "
+                         "ships it (deferred: one map per chain of folds), paper mode (constant bias, no map)")
+    ap.add_argument("--sets", nargs="+", choices=["auto", "search"], default=["auto", "search"],
+                    help="fold sets to time (default both)")
     ap.add_argument("--samples", type=int, default=8, help="inputs for the numeric gates")
+    ap.add_argument("--min-rounds", type=int, default=None,
+                    help="at least this many interleaved rounds in the end-to-end run (default: the device's "
+                         "min_repeats); its budget is raised to --budget-s")
+    ap.add_argument("--budget-s", type=float, default=120.0, help="time budget of the end-to-end run with --min-rounds")
     ap.add_argument("--reuse-lut", action="store_true", help="use profiles/<device>/... when it exists")
     ap.add_argument("--save-lut", action="store_true", help="write the fresh LUT to profiles/<device>/...")
     ap.add_argument("--study", help="take fold set (b) from this search study's recommended trial")

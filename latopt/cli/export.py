@@ -6,7 +6,14 @@ import argparse
 from pathlib import Path
 
 from latopt.cli.common import common_parser
-from latopt.constants import EXPORT_FORMATS, FOLD_MODES, MAX_GATE_SAMPLES, PRECISIONS, RESOLUTION_RANGE
+from latopt.constants import (
+    BIAS_MAPS,
+    EXPORT_FORMATS,
+    FOLD_MODES,
+    MAX_GATE_SAMPLES,
+    PRECISIONS,
+    RESOLUTION_RANGE,
+)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -16,7 +23,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("runs") / "export" / Path(args.checkpoint).stem)
     r = export(args.checkpoint, args.device, out, fmt=args.format, precision=args.precision, fold=args.fold, lut_path=args.lut,
                resolution=args.resolution, samples=args.samples, seed=args.seed, measure=not args.no_measure,
-               mode=args.mode)
+               mode=args.mode, bias_maps=args.bias_maps)
     print(f"wrote {out}/export.json, REPORT.md and {', '.join(r['files'])}")
     lat = r.get("latency")
     if lat:
@@ -36,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "from the LUT) or 1,3,5; default (or 'none'): export the checkpoint as it is")
     p.add_argument("--mode", choices=FOLD_MODES, default="exact",
                    help="with --fold: exact (bias map, equal everywhere; default) or paper (constant bias, any input size)")
+    p.add_argument("--bias-maps", choices=BIAS_MAPS, default="deferred",
+                   help="exact-mode folds: one bias map per chain of consecutive full folds (deferred; default, "
+                        "the same function with fewer Adds) or one per folded block (per-block)")
     p.add_argument("--lut", default=None, help="LUT JSON (default ./profiles/<device>/<model>-r<res>-b<batch>.json if present)")
     p.add_argument("--resolution", type=int, default=None,
                    help="input resolution, {} .. {} (default: the checkpoint's; an exact-mode fold only at its own)"

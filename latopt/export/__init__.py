@@ -1,7 +1,7 @@
 """Export: a folded checkpoint → ONNX (+ TensorRT engine), numeric gates, measured latency, report.
 
 ``latopt export --checkpoint CKPT --device DEVICE [--format onnx|engine|all] [--precision fp32|fp16]
-[--fold PLAN] [--lut FILE] [--resolution R] [--samples N] [--out DIR]``
+[--fold PLAN] [--bias-maps deferred|per-block] [--lut FILE] [--resolution R] [--samples N] [--out DIR]``
 
 Python: ``from latopt.export import export``; ``export(checkpoint, device, out, ...)`` returns the
 export.json dict. The job below calls one module per role:
@@ -24,11 +24,18 @@ What it does, in order (nothing is written unless every gate passes):
    (random inputs otherwise; the report says which). For a folded checkpoint that was fine-tuned after
    folding, the fold is recomputed from its pre-fold checkpoint and checked the same way (the fine-tuned
    weights no longer have an unfolded twin).
+   Exact-mode folds are shipped with *deferred* bias maps (``--bias-maps deferred``, the default;
+   :func:`latopt.fold.defer_bias_maps`): one bias map per chain of consecutive ``full`` folds, added at
+   the chain's output, instead of one ``Add`` per folded block (which costs ONNX Runtime's CPU provider a
+   layout reorder pair per block; docs/exact-folds.md). The same function: the float32 fold gate above
+   checks this shipped network, and the gate "deferred bias maps vs exact folded network" compares it
+   with the per-block network it was rewritten from, in float64 (the rewrite's algebra) and float32.
+   ``--bias-maps per-block`` ships the per-block form, for comparison.
 3. ONNX (TorchScript exporter, opset 17, dynamic batch, ``onnx.checker.check_model(full_check=True)``),
    node names prefixed with the block index they come from (``b03/...``); ONNX Runtime against the
-   PyTorch folded model. A TensorRT engine (``--format engine|all``) is built through the profiler's
-   TensorRT backend (timing cache reused), loaded by the shipped runner and checked against ONNX
-   Runtime (looser for fp16). Each of these tolerances is at least ``NOISE_K`` × the network's own
+   PyTorch network it was exported from (the shipped one). A TensorRT engine (``--format engine|all``)
+   is built through the profiler's TensorRT backend (timing cache reused), loaded by the shipped runner
+   and checked against ONNX Runtime (looser for fp16). Each of these tolerances is at least ``NOISE_K`` × the network's own
    float32 noise floor (PyTorch float32 vs the same network in float64 on the gate inputs): a deep
    network whose float32 rounding alone exceeds the base tolerance is not refused for it.
 4. Accuracy on the task's whole test split, as ONNX (and engine). A checkpoint exported as it is (export
@@ -36,9 +43,9 @@ What it does, in order (nothing is written unless every gate passes):
    ``meta.acc.finetuned`` of a folded.pt, ``meta.test_acc`` of a base.pt) within one test sample, or
    export refuses (VerificationError; fp16 engines get ``ACC_TOL_FP16`` more). When export folds, the
    fold gates apply and the accuracy is reported beside the recorded one.
-5. Latency: the as-is and the folded network measured end to end on the device at ``--precision`` (default:
-   the profile's) in one interleaved run; speed-up with spread; the LUT's prediction beside the measurement
-   when a LUT of that precision exists.
+5. Latency: the as-is and the shipped folded network measured end to end on the device at
+   ``--precision`` (default: the profile's) in one interleaved run; speed-up with spread; the LUT's
+   prediction beside the measurement when a LUT of that precision exists.
 6. ``export.json`` + ``REPORT.md`` (+ ``model.onnx``, ``model.engine``) in DIR, written atomically.
 
 One backend serves the whole export (:func:`.engine.open_backend`, opened before any work, so a device or
@@ -54,7 +61,7 @@ from typing import Any
 
 from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
 from latopt.config import check_resolution
-from latopt.constants import EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS
+from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS
 from latopt.errors import LatoptError
 from latopt.export.engine import at_precision, open_backend, open_engine, write_engine
 from latopt.export.gates import (
@@ -66,6 +73,7 @@ from latopt.export.gates import (
     check_gates,
     checkpoint_task,
     compare_outputs,
+    deferred_gates,
     fold_gates,
     gate_inputs,
     noise_floor,
@@ -81,6 +89,7 @@ from latopt.export.plan import (
     auto_plan,
     build_plan,
     check_fold_size,
+    defer_plan,
     export_lut,
     export_resolution,
     parse_fold_spec,
@@ -99,7 +108,7 @@ _LOG = get_logger("export")
 def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: str = "onnx",
            precision: str | None = None, fold: str | None = None, lut_path: str | None = None,
            resolution: int | None = None, samples: int = 32, seed: int = 0, measure: bool = True,
-           progress: bool = True, mode: str = "exact") -> dict[str, Any]:
+           progress: bool = True, mode: str = "exact", bias_maps: str = "deferred") -> dict[str, Any]:
     """The whole export; returns the export.json dict. Raises LatoptError / VerificationError.
 
     ``fold`` None exports the checkpoint as it is (never folds it); see the module docstring."""
@@ -110,6 +119,8 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
 
     if fmt not in EXPORT_FORMATS:
         raise LatoptError(f"--format {fmt!r}: choose {', '.join(EXPORT_FORMATS)}")
+    if bias_maps not in BIAS_MAPS:
+        raise LatoptError(f"--bias-maps {bias_maps!r}: choose {' or '.join(BIAS_MAPS)}")
     if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_GATE_SAMPLES:
         raise LatoptError(f"--samples {samples}: the numeric gates need 1 .. {MAX_GATE_SAMPLES} inputs (default 32)")
     if resolution is not None:
@@ -130,14 +141,14 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     try:
         return _export(checkpoint, device, out, backend, fmt=fmt, precision=precision, fold=fold,
                        lut_path=lut_path, resolution=resolution, samples=samples, seed=seed, measure=measure,
-                       say=say, mode=mode)
+                       say=say, mode=mode, bias_maps=bias_maps)
     finally:
         close_backend(backend)
 
 
 def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt: str, precision: str,
             fold: str | None, lut_path: str | None, resolution: int | None, samples: int, seed: int,
-            measure: bool, say: Any, mode: str) -> dict[str, Any]:
+            measure: bool, say: Any, mode: str, bias_maps: str) -> dict[str, Any]:
     trt_backend = backend if fmt in ("engine", "all") else None
     say(f"loading {checkpoint}")
     loaded = load_checkpoint(checkpoint)
@@ -147,7 +158,11 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     p = build_plan(checkpoint, loaded, fold=fold, lut=lut, res=res, mode=mode)
     task = checkpoint_task(p.meta, p.resolution)
     x, inputs = gate_inputs(task, p.resolution, samples, seed)
+    floor = noise_floor(p.folded, x)
+    exact = defer_plan(p, bias_maps)  # p.folded becomes what is shipped
     gates = fold_gates(p, x, inputs)
+    if exact is not None:
+        gates += deferred_gates(exact, p.folded, p.resolution, x, inputs, floor)
     for g in gates:
         say(g.line())
     check_gates(gates)
@@ -155,11 +170,10 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     result: dict[str, Any] = {"schema": EXPORT_SCHEMA, "checkpoint": str(checkpoint), "device": device.name,
                               "model": p.arch["model"], "resolution": p.resolution, "mode": p.mode,
                               "precision": precision, "folded": {str(k): v for k, v in p.plan.items()},
-                              "notes": p.notes}
+                              "bias_maps": p.bias_maps, "notes": p.notes}
     with atomic_dir(out) as tmp:
         say(f"exporting ONNX → {out / 'model.onnx'}")
         onnx_path = write_onnx(p, tmp / "model.onnx")
-        floor = noise_floor(p.folded, x)
         gate, ort = onnx_gate(p.folded, onnx_path, x, inputs, floor)
         gates.append(gate)
         say(gates[-1].line())
@@ -193,6 +207,6 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     return result
 
 __all__ = ["EXPORT_SCHEMA", "NOISE_K", "TOL_ONNX", "Gate", "Plan", "accuracy_gate", "auto_plan", "build_plan",
-           "check_fold_size", "checkpoint_task", "compare_outputs", "export", "fold_gates", "gate_inputs",
-           "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report", "runner_accuracy",
-           "tag_block_nodes", "torch_out"]
+           "check_fold_size", "checkpoint_task", "compare_outputs", "defer_plan", "deferred_gates", "export",
+           "fold_gates", "gate_inputs", "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report",
+           "runner_accuracy", "tag_block_nodes", "torch_out"]

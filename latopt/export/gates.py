@@ -6,6 +6,8 @@ Public API::
     compare_outputs(name, out, ref, tol, inputs, floor=None) -> Gate
     noise_floor(model, x) -> float                the network's own float32 rounding (float32 vs float64)
     fold_gates(plan, x, inputs) -> list[Gate]     the fold against the linearised σ_α network it came from
+    deferred_gates(exact, shipped, resolution, x, inputs, floor) -> list[Gate]
+                                                  deferred bias maps against the per-block exact folded network
     onnx_gate(model, onnx_path, x, inputs, floor=None) -> (Gate, ONNX Runtime outputs)
     check_gates(gates)                            VerificationError naming every failed gate
     checkpoint_task(meta, resolution) -> Task | None;  gate_inputs(task, resolution, n, seed) -> (x, what)
@@ -28,7 +30,7 @@ from torch import nn
 from latopt.data import get_task, limit_task
 from latopt.errors import LatoptError, VerificationError
 from latopt.export.plan import Plan
-from latopt.fold import fold_blocks, linearize, verify_fold
+from latopt.fold import defer_bias_maps, fold_blocks, linearize, verify_fold
 from latopt.models import recorded_test_acc
 from latopt.runtime import OrtRunner
 
@@ -36,11 +38,12 @@ from latopt.runtime import OrtRunner
 TOL_FOLD64 = 1e-9        # the fold algebra: folded vs linearised σ_α network, both computed in float64
 TOL_FOLD32 = 1e-3        # the float32 folded network vs the float32 linearised one
 TOL_ONNX = 1e-4          # ONNX Runtime vs PyTorch
+TOL_DEFER32 = 1e-4       # the shipped float32 network with deferred bias maps vs the per-block one (float32)
 TOL_ENGINE = {"fp32": 1e-3, "fp16": 2e-2}   # TensorRT engine vs ONNX Runtime
-# The ONNX and engine gates use max(tolerance, NOISE_K × floor), floor = the network's float32 noise
-# (PyTorch float32 vs float64, relative, on the gate inputs): two correct float32 runs of one network
-# differ by up to about twice the floor (measured: 1.0-2.6x on folded MobileNetV2s), so 4 leaves room
-# without hiding a wrong weight, which moves the output by far more than the rounding does.
+# The ONNX, engine and float32 deferred-map gates use max(tolerance, NOISE_K × floor), floor = the
+# network's float32 noise (PyTorch float32 vs float64, relative, on the gate inputs): two correct float32
+# runs of one network differ by up to about twice the floor (measured: 1.0-2.6x on folded MobileNetV2s),
+# so 4 leaves room without hiding a wrong weight, which moves the output by far more than the rounding does.
 NOISE_K = 4.0
 ACC_TOL_FP16 = 0.005     # accuracy gate: an fp16 engine may differ by this much more than one sample
 
@@ -156,6 +159,22 @@ def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
     out32 = torch_out(folded32, x)
     return [compare_outputs("fold algebra (float64) vs linearised σ_α network", out64, ref64, TOL_FOLD64, inputs),
             compare_outputs(f"{name32} vs linearised σ_α network", out32, ref32, TOL_FOLD32, inputs)]
+
+
+def deferred_gates(exact: nn.Module, shipped: nn.Module, resolution: int, x: torch.Tensor, inputs: str,
+                   floor: float | None) -> list[Gate]:
+    """The deferred bias maps (``latopt.fold.defer_bias_maps``, one map per chain of exact-mode ``full``
+    folds) against the per-block ``exact`` folded network they were rewritten from: the rewrite recomputed
+    and run in float64 (the algebra, ``TOL_FOLD64``), and the ``shipped`` float32 copy (``TOL_DEFER32``,
+    raised to ``NOISE_K`` × the float32 noise ``floor``: two float32 runs of one function)."""
+    exact64 = copy.deepcopy(exact).double().eval()
+    deferred64 = defer_bias_maps(exact64, (resolution, resolution))[0]
+    x64 = x.double()
+    name = "deferred bias maps vs exact folded network"
+    return [compare_outputs(f"{name} (float64)", torch_out(deferred64, x64), torch_out(exact64, x64), TOL_FOLD64,
+                            inputs),
+            compare_outputs(f"{name} (float32, shipped)", torch_out(shipped, x), torch_out(exact, x), TOL_DEFER32,
+                            inputs, floor)]
 
 
 def checkpoint_task(meta: dict[str, Any], resolution: int) -> Any | None:

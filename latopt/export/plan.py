@@ -4,6 +4,7 @@ Public API::
 
     Plan                                          what export ships and what the fold gates check it against
     build_plan(checkpoint, loaded, *, fold, lut, res, mode="exact") -> Plan
+    defer_plan(plan, bias_maps) -> nn.Module | None   ship exact folds with one bias map per chain ("deferred")
     parse_fold_spec(spec, lut) -> list[int] | "all"     ``--fold``: none, all, auto (needs the LUT) or 1,3,5
     auto_plan(lut) -> list[int]                   blocks whose full fold lowers the latency (c_l > 0)
     check_fold_size(checkpoint, fold_spec, res)   an exact-mode fold only at the input size it was made for
@@ -24,7 +25,7 @@ from torch import nn
 from latopt.config import check_resolution
 from latopt.constants import FOLD_MODES
 from latopt.errors import LatoptError
-from latopt.fold import fold_blocks, fold_spec, normalize_plan, plain_activations_
+from latopt.fold import defer_bias_maps, fold_blocks, fold_spec, normalize_plan, plain_activations_
 from latopt.latency.lut import costs, default_lut_path, load_lut
 from latopt.models import build_model, load_checkpoint
 
@@ -42,6 +43,7 @@ class Plan:
     resolution: int
     notes: list[str] = field(default_factory=list)
     asis: bool = False         # export folded nothing: the checkpoint's own network is what is shipped
+    bias_maps: dict[str, Any] | None = None   # exact mode: how the bias maps are shipped (``defer_plan``)
 
 
 def asis_network(arch: dict[str, Any]) -> nn.Module:
@@ -164,3 +166,19 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
     new_arch = dict(arch)
     new_arch["fold"] = fold_spec(folded)
     return Plan(folded, source_model, new_arch, meta, plan, mode, res, notes)
+
+
+def defer_plan(p: Plan, bias_maps: str) -> nn.Module | None:
+    """Exact-mode folds are shipped with one bias map per chain of ``full`` folds
+    (:func:`latopt.fold.defer_bias_maps`; ``bias_maps`` "deferred") or with one per block ("per-block").
+    Deferred: ``p.folded`` becomes the rewritten copy and the per-block network it came from is returned
+    (the gate compares the two); ``p.bias_maps`` records the form and the chains. None otherwise."""
+    if p.mode != "exact" or not p.plan:
+        return None
+    if bias_maps == "per-block":
+        p.bias_maps = {"form": "per-block"}
+        return None
+    exact = p.folded
+    p.folded, info = defer_bias_maps(exact, (p.resolution, p.resolution))
+    p.bias_maps = {"form": "deferred", **info}
+    return exact

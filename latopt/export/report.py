@@ -45,12 +45,24 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
     return lat
 
 
+def _bias_maps_lines(bm: dict[str, Any] | None) -> list[str]:
+    """The REPORT.md line on how an exact-mode fold's bias maps are shipped (none for paper mode)."""
+    if not bm:
+        return []
+    if bm["form"] == "per-block":
+        return ["- bias maps: one per folded block (`--bias-maps per-block`)"]
+    chains = ", ".join(f"{c[0]}–{c[-1]}" if len(c) > 1 else str(c[0]) for c in bm["chains"]) or "none"
+    return [f"- bias maps: deferred, one per chain of consecutive full folds (chains {chains}): "
+            f"{bm['adds_per_block']} bias-map Adds → {bm['adds_deferred']} ({bm['adds_saved']} saved)"]
+
+
 def render_report(r: dict[str, Any]) -> str:
     """REPORT.md: what was exported, the numeric gates, the accuracy, the latency, the notes."""
     lines = [f"# latopt export: {r['model']} on {r['device']}", "",
              f"- checkpoint: `{r['checkpoint']}`", f"- resolution: {r['resolution']}, fold mode: {r['mode']}, "
              f"precision: {r['precision']}",
              f"- folded blocks ({len(r['folded'])}): " + (", ".join(f"{k} ({v})" for k, v in r["folded"].items()) or "none"),
+             *_bias_maps_lines(r.get("bias_maps")),
              f"- files: {', '.join(r.get('files', []))}", "", "## Numeric gates", "",
              "| check | max abs diff | scale | relative | tolerance | float32 noise floor | inputs | verdict |",
              "|---|---|---|---|---|---|---|---|"]

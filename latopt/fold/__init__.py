@@ -9,6 +9,8 @@ Public API (see the submodules for details)::
     fold_blocks(model, blocks, mode="exact", input_size=(H, W)) -> nn.Module
     fold_block_module(model, block, variant="full", mode="exact", input_size=None) -> FoldedBlock
     verify_fold(reference, folded, input_size, batch=2, seed=0) -> dict
+    defer_bias_maps(model, input_size) -> (copy, info)   one bias map per chain of exact full folds (export)
+    find_chains(model, input_size) -> list[list[int]]    those chains, as block indices
     randomize_bn_(model, seed=0, *, plan="all") -> model   random BN statistics for fold checks
     fold_spec(model) -> dict | None          the checkpoint's arch["fold"] entry (plan {} when nothing folded)
     normalize_plan(model, blocks) -> {block index: variant}   "all", indices, "1,3" or a dict, checked
@@ -25,6 +27,7 @@ from latopt.fold.activation import (
     install_alpha,
     plain_activations_,
 )
+from latopt.fold.defer import defer_bias_maps, find_chains
 from latopt.fold.transform import (
     fold_block_module,
     fold_blocks,
@@ -45,6 +48,8 @@ __all__ = [
     "alpha_parameters",
     "alpha_spec",
     "clamp_alphas_",
+    "defer_bias_maps",
+    "find_chains",
     "fold_block_module",
     "fold_blocks",
     "fold_spec",

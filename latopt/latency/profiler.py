@@ -14,6 +14,16 @@ block as-is and folded (``full``; ``expand_dw`` / ``dw_project`` with ``partial`
 folded (with ``partial`` also every block in each partial variant), and a held-out fold set (the second
 half of the foldable blocks) that is not used for the calibration and checks it.
 
+What is timed is what export ships. Export ships exact-mode folds with *deferred* bias maps
+(:func:`latopt.fold.defer_bias_maps`): one map per chain of consecutive ``full`` folds, added at the chain's
+output, so a ``full`` fold inside a chain costs its convolution alone. So the ``full`` part of a block is
+timed without its bias map (in paper mode it has none), and the end-to-end networks are the deferred form.
+The one ``Add`` per chain (and, on ONNX Runtime's CPU provider, the layout reorder pair around it) has no
+LUT entry: the calibration networks (one chain each on the supported models) carry it in ``scales["full"]``.
+A fold set made of many short chains pays more Adds than that (``tools/bench_lut.py``'s ``every-other``
+set: each chain is one block; docs/exact-folds.md gives the measured error). The partial variants keep
+their own maps (``expand_dw``) and are timed with them.
+
 Calibration (why, and how). A block timed in its own session pays costs the network pays once: the call
 itself and, on ONNX Runtime's CPU provider, the NCHWc layout reorders of its input and output (and a
 separate residual Add that the network fuses into the convolution). On the 2-vCPU development machine
@@ -47,7 +57,7 @@ from latopt.blocks import block_input_shapes, find_blocks, fixed_parts
 from latopt.config import check_resolution
 from latopt.engine import set_threads
 from latopt.errors import LatoptError
-from latopt.fold import fold_block_module, fold_blocks
+from latopt.fold import defer_bias_maps, fold_block_module, fold_blocks
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import DeviceProfile
 from latopt.latency.lut import LUT, BlockEntry, calibrate, predict
@@ -204,11 +214,13 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
             shape = shapes[b.index]
             parts[f"{b.index}:none"] = (model.get_submodule(b.path), shape)
             for v in (b.variants if partial else b.variants[:1]):
-                parts[f"{b.index}:{v}"] = (fold_block_module(model, b, v, fold_mode, tuple(shape[-2:]),
-                                                             net_input_size=(R, R)), shape)
+                fb = fold_block_module(model, b, v, fold_mode, tuple(shape[-2:]), net_input_size=(R, R))
+                if v == "full":
+                    fb.bias_map = None  # shipped: its map is deferred to its chain's end (module docstring)
+                parts[f"{b.index}:{v}"] = (fb, shape)
         plans = calibration_plans(blocks, partial)
-        nets = {k: (model if not plan else fold_blocks(model, plan, fold_mode, (R, R)), plan)
-                for k, plan in plans.items()}
+        nets = {k: (model if not plan else defer_bias_maps(fold_blocks(model, plan, fold_mode, (R, R)), (R, R))[0],
+                    plan) for k, plan in plans.items()}
         foldable = [b.index for b in blocks if b.foldable]
         n_mod = len(parts) + len(nets) + 1
         _log(progress, f"{model_name} @{R} batch {batch} on {device.name} ({backend.name}): {len(blocks)} blocks "

@@ -8,7 +8,6 @@ the base model itself, so the base operating point is part of every study.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import socket
@@ -25,7 +24,7 @@ from latopt.artifacts import read_json, write_json_atomic
 from latopt.data import load_task, make_loaders
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
-from latopt.fold import AlphaActivation, plain_activations_
+from latopt.fold import AlphaActivation, defer_bias_maps, plain_activations_
 from latopt.latency.lut import predict
 from latopt.latency.profiler import measure_networks
 from latopt.layerfold import check_base, run_fold
@@ -191,8 +190,9 @@ def _measure(ctx: TrialContext, folded: Any) -> dict[str, Any]:
 
     nets = {"base": ctx.base_model()}
     if folded is not None:
-        # as export deploys it: σ_α with α = 0 is the plain activation (no extra element-wise ops)
-        nets["candidate"] = copy.deepcopy(folded).eval()
+        # as export deploys it: exact-mode bias maps deferred to the end of each chain of folds, and σ_α
+        # with α = 0 as the plain activation (no extra element-wise ops)
+        nets["candidate"] = defer_bias_maps(folded, ctx.input_shape()[-2:])[0].eval()
         plain_activations_(nets["candidate"])
     stats = measure_networks(nets, ctx.device, ctx.input_shape())
     key = "candidate" if folded is not None else "base"
