@@ -1,0 +1,126 @@
+"""The package's structure: no import circles, stage modules free of the CLI, every module importable alone."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "latopt"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in sorted(PKG.rglob("*.py")):
+        parts = list(f.with_suffix("").relative_to(PKG.parent).parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """latopt modules ``name`` imports anywhere in its text (function-level imports included)."""
+    pkg_parts = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(pkg_parts[: len(pkg_parts) - node.level + 1] + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    known = set(mods)
+    # a package's __init__ importing its own submodules is not a circle
+    return {m: {t for t in _imports(m, p, known) if not t.startswith(m + ".")} for m, p in mods.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles() -> None:
+    assert _circles(_graph()) == []
+
+
+def test_circle_check_can_fail() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_stages_do_not_import_the_cli() -> None:
+    """Argument parsing lives in latopt.cli; the stages are plain APIs (latopt/__main__.py only calls main)."""
+    bad = {m: sorted(t for t in deps if t == "latopt.cli" or t.startswith("latopt.cli."))
+           for m, deps in _graph().items() if not m.startswith("latopt.cli") and m != "latopt.__main__"}
+    assert {m: d for m, d in bad.items() if d} == {}
+    for m, path in _modules().items():
+        if not m.startswith("latopt.cli") and m not in ("latopt.runtime",):  # runtime: the standalone deploy runner
+            assert "argparse" not in path.read_text(), f"{m} uses argparse; parsing belongs in latopt/cli/"
+
+
+@pytest.mark.slow
+def test_every_module_imports_on_its_own() -> None:
+    """Each module imported first (latopt's own modules unloaded in between): no hidden import-order needs."""
+    names = [m for m in _modules() if m != "latopt.__main__"]
+    code = ("import importlib, sys\n"
+            f"bad = []\nfor name in {names!r}:\n"
+            "    for k in [k for k in sys.modules if k == 'latopt' or k.startswith('latopt.')]:\n"
+            "        del sys.modules[k]\n"
+            "    try:\n        importlib.import_module(name)\n"
+            "    except Exception as e:\n        bad.append(f'{name}: {type(e).__name__}: {e}')\n"
+            "print('\\n'.join(bad))\nsys.exit(1 if bad else 0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+
+
+def test_help_does_not_import_the_training_stack() -> None:
+    """`latopt --help` stays fast: the command modules import their stage when the command runs."""
+    code = ("import sys\nfrom latopt.cli import build_parser\nbuild_parser()\n"
+            "print(sorted(m for m in ('torch', 'optuna', 'onnx', 'onnxruntime', 'pydantic', 'timm') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
