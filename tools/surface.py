@@ -1549,9 +1549,19 @@ def _digest_pareto(p: Path, key: str, roots: list[str], out: dict[str, Any]) -> 
 
 
 def differences(ref: dict[str, Any], live: dict[str, Any], ignore: set[str]) -> list[str]:
+    """What differs, coarsest first: whole files or trials missing or new, then single leaves."""
+    def group(key: str) -> str:
+        parts = key.split("/")
+        cut = next((i for i, p in enumerate(parts) if p.startswith("trial[") or "." in p.split(":")[0]), len(parts) - 1)
+        return "/".join(parts[:cut + 1]).split(":")[0]
+
     keys = sorted((set(ref) | set(live)) - ignore)
-    return [f"{k}: {ref.get(k, '<missing>')!s:.60} != {live.get(k, '<missing>')!s:.60}" for k in keys
-            if ref.get(k, "<missing>") != live.get(k, "<missing>")]
+    ref_groups, live_groups = {group(k) for k in ref}, {group(k) for k in live}
+    out = [f"{g} missing after the rerun" for g in sorted(ref_groups - live_groups)]
+    out += [f"{g} new after the rerun" for g in sorted(live_groups - ref_groups)]
+    out += [f"{k}: {ref.get(k, '<missing>')!s:.60} != {live.get(k, '<missing>')!s:.60}" for k in keys
+            if ref.get(k, "<missing>") != live.get(k, "<missing>") and group(k) in ref_groups & live_groups]
+    return out
 
 
 def partial_files(root: Path) -> list[str]:
@@ -1671,7 +1681,8 @@ def fault_case(cmd: FaultCommand, fx: Fixtures, work: Path, ref: Reference, sig:
             fails.append(("leftover files", f"after the rerun: {new_temps[0]!r}"))
         diff = differences(ref.digest, digest_tree(run_dir / cmd.output, [run_dir, fx.root]), ref.unstable)
         if diff:
-            fails.append(("artefact mismatch", f"{len(diff)} difference(s) from the uninterrupted run, e.g. {diff[0]}"))
+            fails.append(("artefact mismatch", f"differs from the uninterrupted run: {'; '.join(diff[:3])}"
+                                               + (f" (+{len(diff) - 3} more)" if len(diff) > 3 else "")))
     notes = f"interrupted={interrupted} exit={p.returncode}" + (f"; SIGKILL left {len(temps)} hidden temp entries"
                                                                  if temps and sig == "SIGKILL" else "")
     return Outcome(label, "fault", sig, cmd.name, argv, p.returncode, round(time.perf_counter() - t0, 1), fails,
