@@ -126,7 +126,8 @@ def test_the_judge_flags_each_failure_kind(tmp_path: Path) -> None:
     assert kinds(3, "[export] gate ...\nlatopt: error: numeric gate failed\n") == set()
     assert kinds(0, new={"j1/j2/out/x.json": "f"}) == set()
     assert kinds(1, "Traceback (most recent call last):\n  File x\nValueError: y\n") == {"traceback"}
-    assert surface.exception_line("x\nTraceback (most recent call last):\n  File x\n    f()\nValueError: y\nz") == "ValueError: y"
+    tb = "x\nTraceback (most recent call last):\n  File x\n    f()\nValueError: y\nz"
+    assert surface.exception_line(tb) == "ValueError: y"
     assert kinds(-11) == {"wrong exit code"}                                       # a crash
     assert kinds(0, refuse=True) == {"wrong exit code"}
     assert kinds(2, "UserWarning: x\nlatopt: error: bad\n") == {"multi-line error"}

@@ -211,7 +211,8 @@ def one_line_error(err: str) -> bool:
     if len(lines) == 1 and lines[0].startswith(("latopt: error:", "latopt.runtime: error:")):
         return True
     # argparse's own usage error: "usage: ..." lines, then "latopt CMD: error: ..."
-    return bool(lines) and lines[0].startswith("usage:") and re.match(r"^(latopt [\w-]+|python -m latopt\.runtime): error: ", lines[-1]) is not None
+    usage_error = re.compile(r"^(latopt [\w-]+|python -m latopt\.runtime): error: ")
+    return bool(lines) and lines[0].startswith("usage:") and usage_error.match(lines[-1]) is not None
 
 
 # ============================================================================== listings
