@@ -768,9 +768,10 @@ def tensor_op(op: str) -> Callable[[Draw, Any, dict], Any]:
         elif op == "nonfinite":
             t = t.double() * NAN
         elif op == "shape":
-            how = draw(st.sampled_from(["flatten", "drop one", "add one", "scalar"]))
-            t = {"flatten": t.reshape(-1), "drop one": t.reshape(-1)[:-1], "scalar": t.reshape(-1)[0],
-                 "add one": torch.cat([t.reshape(-1), t.reshape(-1)[:1]])}[how]
+            flat = t.reshape(-1)
+            shapes = {"flatten": flat, "drop one": flat[:-1], "scalar": flat[0], "add one": torch.cat([flat, flat[:1]])}
+            reshaped = shapes[draw(st.sampled_from(sorted(shapes)))]
+            t = reshaped if reshaped.shape != t.shape else shapes["add one"]   # flattening a vector changes nothing
         elif op == "dtype":
             t = t.to(draw(st.sampled_from([torch.float64, torch.float16, torch.int32, torch.bool, torch.complex64])))
         sd[key] = t
