@@ -125,11 +125,13 @@ def _limits(fsize: int | None) -> Callable[[], None]:
 RUNTIME = "@runtime"    # argv[0] of a case that runs the deployment runner `python -m latopt.runtime`
 
 
-def start(argv: list[str], cwd: Path, env: dict[str, str] | None = None, fsize: int | None = None) -> subprocess.Popen:
-    """``python -m latopt ARGV`` in its own session (its process group is the session; killpg reaches workers)."""
+def start(argv: list[str], cwd: Path, env: dict[str, str] | None = None, fsize: int | None = None,
+          output: Any = subprocess.PIPE) -> subprocess.Popen:
+    """``python -m latopt ARGV`` in its own session (its process group is the session; killpg reaches workers);
+    stdout and stderr go to pipes, or to the file ``output`` (nobody reads a pipe while a fault waits)."""
     module = ["latopt.runtime", *argv[1:]] if argv[:1] == [RUNTIME] else ["latopt", *argv]
-    return subprocess.Popen([sys.executable, "-m", *module], cwd=cwd, env=child_env(env),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", *module], cwd=cwd, env=child_env(env), stdin=subprocess.DEVNULL,
+                            stdout=output, stderr=subprocess.PIPE if output is subprocess.PIPE else subprocess.STDOUT,
                             start_new_session=True, preexec_fn=_limits(fsize))
 
 
@@ -1683,15 +1685,17 @@ def fault_case(cmd: FaultCommand, fx: Fixtures, work: Path, ref: Reference, sig:
     label = f"{cmd.name}: {sig} at " + (f"{point[1]:.1f} s" if point[0] == "time" else f"first temp entry +{point[1]:.2f} s")
     fails: list[tuple[str, str]] = []
     t0 = time.perf_counter()
-    p = start(argv, run_dir)
+    log_path = run_dir.parent / "interrupted.log"     # beside the run directory, not in it
+    with open(log_path, "wb") as log_file:
+        p = start(argv, run_dir, output=log_file)
     interrupted = _interrupt(p, run_dir, sig, point, t0, ref.seconds)
     try:
-        out, err = p.communicate(timeout=120)
+        p.wait(timeout=120)
     except subprocess.TimeoutExpired:
         kill_group(p)
-        out, err = p.communicate()
+        p.wait()
         fails.append(("timeout", f"still running 120 s after {sig}"))
-    err_s = err.decode(errors="replace")
+    err_s = log_path.read_bytes().decode(errors="replace")
     time.sleep(0.5)
     deadline = time.monotonic() + 5
     while group_alive(p.pid) and time.monotonic() < deadline:
