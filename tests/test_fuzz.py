@@ -137,5 +137,8 @@ def test_the_judge_flags_each_failure_kind(tmp_path: Path) -> None:
     assert kinds(0, new={"j1/j2/runs/.base.lock": "f"}) == set()                  # a lock file is no temp file
     assert kinds(0, old={"j1/j2/out/dev": "c"}, new={"j1/j2/out/dev": "f"}) == {"device replaced"}
     assert kinds(None) == {"timeout"}
-    (jail / "PICKLE_RAN").touch()
-    assert "pickle executed" in kinds(2, "latopt: error: bad\n")
+    (jail / "PICKLE_RAN").touch()   # as a pickle payload run by the command would
+    case = surface.Case("t", "m", "c", [], cwd, jail, False)
+    for rc in (0, 2):
+        fails = surface.judge(case, surface.Run(rc, "", "latopt: error: x\n", 0.0), {}, {"PICKLE_RAN": "f"})
+        assert {k for k, _ in fails} == {"pickle executed"}
