@@ -65,7 +65,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import TorchFunctionMode
 
 from latopt.config import DataConfig, RunConfig, TrainConfig
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, first_line
 from latopt.log import QUIET, get_logger, setup
 
 _LOG = get_logger("train")
@@ -274,7 +274,9 @@ def is_main_process() -> bool:
 def process_group(train_cfg: TrainConfig) -> Iterator[None]:
     """Under torchrun: join the process group for the block (NCCL on CUDA, gloo on the CPU; every
     collective times out after ``train_cfg.dist_timeout_s``), quiet the progress of ranks > 0, destroy
-    the group when the block ends, however it ends. Outside torchrun: nothing."""
+    the group when the block ends, however it ends. A collective that fails because another process died
+    (gloo: the connection closes at once) or timed out becomes one line (:class:`LatoptError`), so every
+    process of a job in which one failed exits non-zero. Outside torchrun: nothing."""
     if not launched_by_torchrun() or dist.is_initialized():
         yield
         return
@@ -287,9 +289,15 @@ def process_group(train_cfg: TrainConfig) -> Iterator[None]:
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", **kwargs)
     if dist.get_rank() != 0:
         setup(QUIET)  # rank 0 reports; the others only warn and fail
-    _LOG.debug(f"rank {dist.get_rank()}/{dist.get_world_size()} on {device} ({dist.get_backend()})")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    _LOG.debug(f"rank {rank}/{world} on {device} ({dist.get_backend()})")
     try:
         yield
+    except RuntimeError as e:
+        if not (isinstance(e, dist.DistError) or "/gloo/" in str(e) or "NCCL" in str(e)):
+            raise
+        raise LatoptError(f"rank {rank} of {world}: a collective failed, another process of the job stopped or "
+                          f"hung (see its error) — {first_line(e, 160)}") from None
     finally:
         dist.destroy_process_group()
 
