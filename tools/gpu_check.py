@@ -7,8 +7,8 @@ Checks, in order (each one row of the table; a step that cannot run here is ``ab
 ``pass``):
 
 1. **train ×3**: ``latopt``'s base training (:func:`latopt.train.train_base`) of the quickstart config
-   (MobileNetV2-0.5 on digits, 32 px) for ``--epochs`` epochs on ``cuda`` with ``train.amp`` none (fp32),
-   bf16 and fp16: seconds of each epoch, test accuracy (recorded in float32); passes when the run finishes
+   (MobileNetV2-0.5 on digits, 32 px) for ``--epochs`` epochs on ``cuda`` with ``train.amp`` none (fp32,
+   with torch's default TF32 switches, as ``latopt train`` runs), bf16 and fp16: seconds of each epoch, test accuracy (recorded in float32); passes when the run finishes
    with finite losses and a test accuracy above 3x chance. ``--cpu-smoke``: none and bf16 on the CPU, and
    fp16 must be *refused* with latopt's one-line error (fp16 needs CUDA); no accuracy bar (tiny data).
 2. **fold**: pre-fold + fold + post-fold (:func:`latopt.layerfold.run_fold`) of the fp32 base on the same
