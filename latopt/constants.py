@@ -19,6 +19,7 @@ ActKind = Literal["relu", "relu6"]                # activations σ_α can replac
 # training
 Optimizer = Literal["sgd", "adamw"]
 Schedule = Literal["cosine", "step", "constant"]
+Amp = Literal["none", "bf16", "fp16"]             # mixed precision of training (autocast; fp16 with a GradScaler)
 
 # search
 Sampler = Literal["tpe", "nsga2", "random"]
@@ -40,6 +41,8 @@ UNFOLDED_ALPHA: tuple[str, ...] = get_args(UnfoldedAlpha)
 ACT_KINDS: tuple[str, ...] = get_args(ActKind)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
+AMP_MODES: tuple[str, ...] = get_args(Amp)
+TRAIN_DEVICES = ("auto", "cpu", "cuda", "cuda:N")  # train.device (N: a GPU index)
 SAMPLERS: tuple[str, ...] = get_args(Sampler)
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
 COSTS: tuple[str, ...] = get_args(Costs)

@@ -62,6 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from latopt.accel import Accel, resolve
 from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
 from latopt.blocks import find_blocks
 from latopt.config import RunConfig, validate_fold_params, write_config
@@ -121,7 +122,7 @@ class CompressionLoss:
     def __call__(self) -> torch.Tensor:
         if not self.terms:
             return torch.zeros(())
-        total = torch.zeros(())
+        total = torch.zeros((), device=self.terms[0][0][0].device)  # where the α's are (the training device)
         for params, t, best in self.terms:
             q = [a.clamp(0.0, 1.0) ** self.p for a in params]
             if len(q) == 1:
@@ -173,29 +174,31 @@ def _task_loss(cfg: RunConfig, teacher: nn.Module | None):
 
 def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping[int, float] | None,
             lambda_c: float, p: float, granularity: str, distill: bool, progress: bool = True,
-            lut: Any = None, seed: int = 0) -> nn.Module:
+            lut: Any = None, seed: int = 0, accel: Accel | None = None) -> nn.Module:
     """σ_α in every foldable block (α = 0), then train with L_task + λ_c·L_c; returns the new model.
 
     ``costs`` = {block: c_l} (block granularity; None = uniform); ``lut`` gives the variant times for
-    ``granularity="activation"``. ``base_model`` is not modified (it is the distillation teacher)."""
+    ``granularity="activation"``. ``base_model`` is not modified (it is the distillation teacher). The
+    model, its α's and the teacher are trained on ``accel`` (default: resolved from ``cfg.train``)."""
     validate_fold_params(lambda_c, cfg.fold.tau, p)
     if granularity not in GRANULARITIES:
         raise LatoptError(f"granularity must be one of {', '.join(GRANULARITIES)}, not {granularity!r}")
-    model = copy.deepcopy(base_model)
-    alphas = install_alpha(model, "all", granularity)
+    accel = accel or resolve(cfg)
+    model = accel.prepare(copy.deepcopy(base_model))
+    alphas = install_alpha(model, "all", granularity)  # created on the model's device
     if not alphas:
         raise LatoptError("the model has no foldable block; nothing to pre-fold")
     times = block_variant_times(sorted(alphas), costs=costs, lut=lut, granularity=granularity)
     comp = CompressionLoss(alphas, p=p, variant_times=times)
     teacher = None
     if distill:
-        teacher = copy.deepcopy(base_model).eval()
+        teacher = accel.prepare(copy.deepcopy(base_model)).eval()
         for q in teacher.parameters():
             q.requires_grad_(False)
     trainable_alphas = [a for a in alpha_parameters(model) if a.requires_grad]
     f = cfg.fold
     seed_everything(seed)
-    train_loader, val_loader, _ = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
+    train_loader, val_loader, _ = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
     optimizer = make_optimizer(model, cfg.train, f.lr, exclude=alpha_parameters(model))
     scheduler = make_scheduler(optimizer, cfg.train, f.epochs, len(train_loader))
     extra = (torch.optim.Adam(trainable_alphas, lr=f.alpha_lr),) if trainable_alphas else ()
@@ -204,11 +207,11 @@ def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping
     def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
         lt, logits = task_loss(m, x, y)
         lc = comp()
-        return lt + lambda_c * lc, logits, {"L_c": float(lc.detach())}
+        return lt + lambda_c * lc, logits, {"L_c": lc.detach()}
 
     history = fit(model, train_loader, f.epochs, optimizer, scheduler, step_loss, val_loader=val_loader,
                   progress=progress, desc="pre-fold", after_step=lambda: clamp_alphas_(model),
-                  extra_optimizers=extra)
+                  extra_optimizers=extra, accel=accel)
     model.latopt_prefold = {"history": history, "frozen": comp.frozen,  # type: ignore[attr-defined]
                             "variant_times": {str(i): t for i, t in times.items()}}
     return model
@@ -251,12 +254,17 @@ def _snap_unfolded_(model: nn.Module, plan: Mapping[int, str]) -> int:
 
 def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: float, mode: str,
                       progress: bool = True, teacher: nn.Module | None = None,
-                      seed: int = 0) -> tuple[nn.Module, dict[str, Any]]:
-    """Fold every activation with α ≥ τ, check the fold, fine-tune; returns (folded model, info)."""
+                      seed: int = 0, accel: Accel | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """Fold every activation with α ≥ τ, check the fold, fine-tune; returns (folded model, info).
+
+    The fold and its check run on a CPU copy of ``prefolded`` (float64 algebra, float32 check), whatever
+    device it trained on; evaluation and fine-tuning run on ``accel`` (default: resolved from ``cfg.train``),
+    where the folded model is returned. ``info["source"]`` (the snapped σ_α network) stays on the CPU."""
+    accel = accel or resolve(cfg)
     res = cfg.data.resolution
     alphas = get_alphas(prefolded)
     plan = plan_from_alphas(alphas, tau)
-    snapped = copy.deepcopy(prefolded)
+    snapped = _cpu_copy(prefolded)
     n_snapped = _snap_unfolded_(snapped, plan) if cfg.fold.unfolded_alpha == "zero" else 0
     t0 = time.perf_counter()
     reference = linearize(snapped, plan)
@@ -270,9 +278,11 @@ def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: 
         raise VerificationError(f"folded network differs from the linearised σ_α network: max abs "
                                 f"{check['max_abs']:.3g}, max rel {check['max_rel']:.3g} > {cfg.fold.max_fold_error}")
     fold_seconds = time.perf_counter() - t0
-    train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
-    acc = {"linearized": evaluate(reference, test_loader), "folded": evaluate(folded, test_loader)}
-    val = {"folded": evaluate(folded, val_loader)}
+    accel.prepare(reference)
+    accel.prepare(folded)
+    train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
+    acc = {"linearized": evaluate(reference, test_loader, accel), "folded": evaluate(folded, test_loader, accel)}
+    val = {"folded": evaluate(folded, val_loader, accel)}
     for a in alpha_parameters(folded):  # unfolded activations stay as they are (see module doc)
         a.requires_grad_(False)
     f = cfg.fold
@@ -289,13 +299,18 @@ def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: 
             return loss, logits, {}
 
         history = fit(folded, train_loader, f.post_epochs, optimizer, scheduler, step_loss,
-                      val_loader=val_loader, progress=progress, desc="post-fold")
-    acc["finetuned"] = evaluate(folded, test_loader)
-    val["finetuned"] = evaluate(folded, val_loader)
+                      val_loader=val_loader, progress=progress, desc="post-fold", accel=accel)
+    acc["finetuned"] = evaluate(folded, test_loader, accel)
+    val["finetuned"] = evaluate(folded, val_loader, accel)
     info = {"alphas": alphas, "plan": plan, "snapped": n_snapped, "fold_check": check, "acc": acc, "val": val,
             "postfold_history": history, "seconds": {"fold": fold_seconds, "postfold": time.perf_counter() - t1},
             "source": snapped, "finetuned": bool(history)}
     return folded, info
+
+
+def _cpu_copy(model: nn.Module) -> nn.Module:
+    """A float32 copy of ``model`` on the CPU in the default memory format (for the fold and its checks)."""
+    return copy.deepcopy(model).to("cpu", memory_format=torch.contiguous_format)
 
 
 def _load_lut(lut: Any, model_name: str, resolution: int) -> Any:
@@ -339,17 +354,20 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     if lut_obj is not None:
         costs = lut_costs(lut_obj)
     t_start = time.perf_counter()
-    _, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
-    base.eval()
-    acc = {"base": evaluate(base, test_loader)}
-    val = {"base": evaluate(base, val_loader)}
+    accel = resolve(cfg)
+    _, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
+    accel.prepare(base).eval()
+    acc = {"base": evaluate(base, test_loader, accel)}
+    val = {"base": evaluate(base, val_loader, accel)}
     pre = prefold(cfg, base, task, costs=costs, lambda_c=lambda_c, p=p, granularity=granularity,
-                  distill=distill, progress=progress, lut=lut_obj, seed=seed)
+                  distill=distill, progress=progress, lut=lut_obj, seed=seed, accel=accel)
     t_pre = time.perf_counter() - t_start
-    acc["prefold"], val["prefold"] = evaluate(pre, test_loader), evaluate(pre, val_loader)
+    acc["prefold"], val["prefold"] = evaluate(pre, test_loader, accel), evaluate(pre, val_loader, accel)
     teacher = copy.deepcopy(base).eval() if distill else None
     folded, info = fold_and_finetune(cfg, pre, task, tau=tau, mode=mode, progress=progress,
-                                     teacher=teacher, seed=seed)
+                                     teacher=teacher, seed=seed, accel=accel)
+    for m in (folded, base):  # costs, checkpoints and the reload check on the CPU
+        m.to("cpu", memory_format=torch.contiguous_format).eval()
     acc |= info["acc"]
     val |= info["val"]
     foldable = [b.index for b in find_blocks(base) if b.foldable]
@@ -385,6 +403,8 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     folded_arch = make_arch(folded, arch["model"], arch["num_classes"])
     source = info["source"]
     report["prefold_checkpoint"] = str(out_dir / PREFOLD_CHECKPOINT)
+    if not accel.is_main:  # under torchrun every process holds the same result: rank 0 writes it
+        return report
     with atomic_dir(out_dir) as tmp:
         # the σ_α network the fold was computed from: lets `latopt export` re-check the fold exactly
         save_checkpoint(tmp / PREFOLD_CHECKPOINT, source, make_arch(source, arch["model"], arch["num_classes"]),
