@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from latopt.errors import LatoptError
 
@@ -213,6 +214,22 @@ def write_figure_atomic(path: str | Path, fig: Any, **savefig: Any) -> Path:
     return write_bytes_atomic(path, buf.getvalue())
 
 
+def read_yaml(path: str | Path, *, what: str = "file") -> Any:
+    """Parse a YAML file (``None`` for an empty one); a syntax error, binary content or absurd nesting is one
+    :class:`LatoptError` line naming ``what`` and the line of the error."""
+    path = Path(path)
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise LatoptError(f"{what} {path} is not valid YAML{at}; fix its syntax") from None
+    except UnicodeDecodeError:
+        raise LatoptError(f"{what} {path} is not a text file") from None
+    except RecursionError:
+        raise LatoptError(f"{what} {path} is nested too deeply; fix its syntax") from None
+
+
 def read_json(path: str | Path, *, schema: str | None = None, what: str = "file") -> dict[str, Any]:
     """Read a JSON artifact; check its ``schema`` field when ``schema`` is given."""
     path = Path(path)
@@ -222,6 +239,8 @@ def read_json(path: str | Path, *, schema: str | None = None, what: str = "file"
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise LatoptError(f"{what} {path} is not valid JSON ({e}); re-create it") from None
+    except RecursionError:
+        raise LatoptError(f"{what} {path} is nested too deeply to be a latopt file; re-create it") from None
     if not isinstance(data, dict):
         raise LatoptError(f"{what} {path} is not a JSON object")
     if schema is not None and data.get("schema") != schema:

@@ -309,3 +309,23 @@ def test_profile_with_a_device_named_like_a_path(tmp_path: Path, capsys: pytest.
     assert rc == 2
     assert "key 'name' = '../../x' is not a valid name" in one_line_error(capsys.readouterr().err)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "dev.yaml"]
+
+
+@pytest.mark.parametrize("suffix, text", [(".json", "[" * 100_000), (".yaml", "[" * 100_000),
+                                          (".yaml", "a: [1, 2"), (".yaml", "\udcff")])
+def test_unreadable_json_and_yaml_are_one_line(tmp_path: Path, suffix: str, text: str) -> None:
+    # absurd nesting made json.loads raise RecursionError (a traceback) before; binary YAML a UnicodeDecodeError
+    path = tmp_path / f"f{suffix}"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(LatoptError) as e:
+        artifacts.read_json(path, what="LUT") if suffix == ".json" else artifacts.read_yaml(path, what="config file")
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_deeply_nested_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "deep.yaml"
+    cfg.write_text("[" * 100_000)
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("latopt: error: config file") and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
