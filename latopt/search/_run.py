@@ -12,7 +12,6 @@ without completing (and has no retry of it waiting) gets it enqueued again, so i
 from __future__ import annotations
 
 import functools
-import os
 import re
 import time
 import warnings
