@@ -27,9 +27,9 @@ import io
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -170,11 +170,10 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
         raise LatoptError(f"output path {path} is not a regular file (a block device or socket); give a file name")
     with _os_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    tmp = Path(name)
+    tmp = _temp_name(path, suffix)   # named before it exists: a signal at any moment finds the cleanup armed
     try:
         with _os_errors(path, tmp):
-            os.close(fd)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             os.chmod(tmp, st.st_mode & 0o777 if st is not None else 0o666 & ~umask())
         with _writer_errors(path, tmp):
             yield tmp
@@ -184,6 +183,13 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _temp_name(path: Path, suffix: str = "") -> Path:
+    """A new hidden name beside ``path`` (``.NAME.XXXXXXXX[suffix]``), not yet created. The caller creates it
+    exclusively inside its cleanup's ``try``: a Ctrl-C or SIGTERM between creating and naming it (the window
+    ``tempfile.mkstemp`` / ``mkdtemp`` leave open) cannot leave it behind."""
+    return path.parent / f".{path.name}.{secrets.token_hex(4)}{suffix}"
 
 
 def write_json_atomic(path: str | Path, obj: Any, *, indent: int = 2) -> Path:
@@ -267,9 +273,10 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
         raise LatoptError(f"output directory {final} already exists")
     with _os_errors(final):
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    tmp = _temp_name(final)          # named before it exists (see atomic_path)
     try:
         with _os_errors(final, tmp):
+            tmp.mkdir(mode=0o700)
             if st is not None:
                 shutil.copytree(final, tmp, dirs_exist_ok=True)  # copies final's mode onto tmp too
             else:
@@ -284,21 +291,21 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
 
 
 def _swap_in(tmp: Path, final: Path) -> None:
-    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first and put back on failure."""
+    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first and put back on failure
+    (an error or a signal)."""
     if not final.exists():
         os.replace(tmp, final)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+    old = _temp_name(final, ".old")
     try:
+        old.mkdir(mode=0o700)
         os.replace(final, old / "d")
-    except OSError:
-        shutil.rmtree(old, ignore_errors=True)
-        raise
-    try:
         os.replace(tmp, final)
-    except OSError:
-        os.replace(old / "d", final)  # if even this fails, the previous output stays in ``old``
-        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        if (old / "d").exists() and not final.exists():
+            os.replace(old / "d", final)  # if even this fails, the previous output stays in ``old``
+        else:
+            shutil.rmtree(old, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
 

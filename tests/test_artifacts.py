@@ -198,11 +198,11 @@ sys.exit(main({[*INSPECT, "--json", str(full / "run" / "x.json")]!r}))
 def test_unwritable_paths_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same conversions without a real file system error (runs everywhere, also without unshare): the
     errors are raised by monkeypatched calls, as the kernel would raise them."""
-    def deny(*a, **k):  # mkstemp in a directory the user may not write
+    def deny(*a, **k):  # creating the temp file in a directory the user may not write
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp_path))
 
     with monkeypatch.context() as m:
-        m.setattr(artifacts.tempfile, "mkstemp", deny)
+        m.setattr(artifacts.os, "open", deny)
         with pytest.raises(OutputError, match=r"cannot write .*a\.json: Permission denied \(.*\); choose a writable"):
             write_json_atomic(tmp_path / "a.json", {})
 

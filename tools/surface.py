@@ -1480,7 +1480,8 @@ def fuzz(fx: Fixtures, work: Path, n: int | None, seed: int, *, in_process: bool
 
 # ============================================================================== the fault suite
 TIMING_KEYS = {"seconds", "train_seconds", "wall_seconds", "profiling_s", "created", "environment", "latency",
-               "worker", "loadavg_during_timing"}
+               "worker", "loadavg_during_timing",
+               "sha256"}   # a checkpoint's digest covers its timing fields too; its content is compared leaf by leaf
 ATOMIC: dict[str, set[str]] = {  # output directories that must appear whole: glob -> the files they hold
     "base": {"base.pt", "metrics.json", "config.yaml"},
     "search/base": {"base.pt", "metrics.json", "config.yaml"},
@@ -1533,7 +1534,7 @@ def _norm(value: Any, roots: list[str]) -> Any:
 
 
 def flatten(obj: Any, prefix: str, roots: list[str], out: dict[str, Any]) -> None:
-    """Leaves of JSON-like data (and tensors, by digest) as {path: value}; timing keys dropped."""
+    """Leaves of JSON-like data (and tensors, by digest) as {path: value}; timing keys (and digests) dropped."""
     import torch
 
     if isinstance(obj, dict):
