@@ -329,3 +329,29 @@ def test_a_deeply_nested_config_is_one_line(tmp_path: Path, capsys: pytest.Captu
     err = capsys.readouterr().err.strip()
     assert err.startswith("latopt: error: config file") and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_signal_right_after_the_temp_is_created_leaves_nothing(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C landing between mkstemp/mkdtemp creating the temp entry and the cleanup's try left .NAME.XXXX
+    real_open, real_mkdir = os.open, Path.mkdir
+
+    def open_then_interrupt(path, *a, **k):
+        os.close(real_open(path, *a, **k))
+        raise KeyboardInterrupt
+
+    def mkdir_then_interrupt(self, *a, **k):
+        real_mkdir(self, *a, **k)
+        if self.name.startswith("."):
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(artifacts.os, "open", open_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            write_json_atomic(tmp_path / "a.json", {})
+    with monkeypatch.context() as m:
+        m.setattr(Path, "mkdir", mkdir_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            with atomic_dir(tmp_path / "out"):
+                pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
