@@ -58,7 +58,7 @@ from pydantic import (
     model_validator,
 )
 
-from latopt.artifacts import check_name, write_text_atomic
+from latopt.artifacts import check_name, read_yaml, write_text_atomic
 from latopt.constants import (
     RESOLUTION_RANGE,
     TRAIN_DEVICES,
@@ -361,14 +361,7 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     raw: dict[str, Any] = {}
     if path is not None:
         path = config_path(path)
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            where = getattr(e, "problem_mark", None)
-            at = f" at line {where.line + 1}" if where is not None else ""
-            raise LatoptError(f"config file {path} is not valid YAML{at}; fix its syntax") from None
-        except UnicodeDecodeError:
-            raise LatoptError(f"config file {path} is not a text file") from None
+        loaded = read_yaml(path, what="config file")
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

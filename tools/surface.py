@@ -89,7 +89,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 NAN, INF = float("nan"), float("inf")
-PROGRESS = re.compile(r"^\[(profile|search|export|run|train|fold)\] ")
+PROGRESS = re.compile(r"^\[[a-z][a-z0-9_.]*\] ")     # latopt's own progress lines: "[stage] message"
+CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
 TRACEBACK = "Traceback (most recent call last)"
 LOCK = re.compile(r"^\..*\.lock$")            # lock files (filelock) are not temp files
 MEMORY_LIMIT = 8 << 30                         # RLIMIT_AS of every command the harness starts
@@ -107,7 +108,7 @@ class Run:
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    env = {**{k: v for k, v in os.environ.items() if k != "LATOPT_PROFILES_DIR"}, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     env.update(extra or {})
     return env
@@ -345,7 +346,7 @@ class Fixtures:
         if ready.is_file():
             return self
         self.root.mkdir(parents=True, exist_ok=True)
-        device = yaml.safe_load((ROOT / "profiles" / "cpu.yaml").read_text())
+        device = yaml.safe_load((ROOT / "latopt" / "profiles" / "cpu.yaml").read_text())
         device.update(FAST_DEVICE)
         self.device.write_text(yaml.safe_dump(device))
         self.config.write_text(yaml.safe_dump({**TINY_CONFIG, "device": str(self.device)}))
@@ -366,7 +367,7 @@ class Fixtures:
         ]
         for what, argv in steps:
             log(f"[surface] fixture: {what}")
-            r = latopt(argv, self.root, in_process=self.in_process, env={"LATOPT_PROFILES_DIR": str(self.root / "profiles")})
+            r = latopt(argv, self.root, in_process=self.in_process)
             if r.rc != 0:
                 raise SystemExit(f"fixture step {what!r} failed (exit {r.rc}) on this checkout:\n{r.err[-3000:]}")
         make_cifar(self.cifar_ok, None)
@@ -605,8 +606,8 @@ def _inspect_ok(case: Case, got: dict[str, Path]) -> str | None:
 
 CHECKS: dict[str, Callable[[Case], str | None]] = {
     "export": needs("export.json", "model.onnx", "REPORT.md", then=_export_ok),
-    "train": needs("base.pt", "metrics.json", then=_pt_schema("latopt.checkpoint/1")),
-    "fold": needs("folded.pt", "prefold.pt", "report.json", then=_pt_schema("latopt.checkpoint/1")),
+    "train": needs("base.pt", "metrics.json", then=_pt_schema(CHECKPOINT_SCHEMA)),
+    "fold": needs("folded.pt", "prefold.pt", "report.json", then=_pt_schema(CHECKPOINT_SCHEMA)),
     "search": needs("pareto.json", then=_search_ok),
     "show": needs("pareto.json"),
     "run": needs("run.json", "export.json", "REPORT.md", then=_run_ok),
@@ -677,12 +678,30 @@ def del_field(path: tuple) -> Callable[[Draw, Any, dict], Any]:
     return fn
 
 
-def torch_payload(fn: Callable[[Draw, Any, dict], Any]) -> Callable[..., None]:
-    """A mutation of the dict a checkpoint holds (loaded with weights_only, saved with torch.save)."""
+def re_sign(obj: Any) -> Any:
+    """``obj`` with its ``sha256`` recomputed by the checkout's own ``checkpoint_digest`` (as a tool that
+    rewrites checkpoints would), when it has one and the payload's parts are of types the digest takes;
+    otherwise as it is (the stale digest stays)."""
+    try:
+        from latopt.models import checkpoint_digest
+    except ImportError:       # a checkout without digests
+        return obj
+    if isinstance(obj, dict) and "sha256" in obj:
+        with contextlib.suppress(Exception):
+            obj["sha256"] = checkpoint_digest(obj["arch"], obj.get("meta") or {}, obj["state_dict"])
+    return obj
+
+
+def torch_payload(fn: Callable[[Draw, Any, dict], Any], sign: bool = True) -> Callable[..., None]:
+    """A mutation of the dict a checkpoint holds (loaded with weights_only, saved with torch.save).
+
+    ``sign``: the edited payload gets a digest that matches it (:func:`re_sign`), so the edit reaches the
+    checks behind the digest; without, it models damage the digest itself must catch."""
     def apply(draw: Draw, src: Path, dst: Path, ctx: dict) -> None:
         import torch
 
-        torch.save(fn(draw, load_pt(src), ctx), dst)
+        obj = fn(draw, load_pt(src), ctx)
+        torch.save(re_sign(obj) if sign else obj, dst)
     return apply
 
 
@@ -886,11 +905,11 @@ CHECKPOINT = [
                                                                      st.sampled_from(["x", None, [], {}]))), False, CKPTS),
     Mutation("meta.prefold_checkpoint: other", torch_payload(set_field(("meta", "prefold_checkpoint"), st.sampled_from(
         ["/nonexistent.pt", "../x", 42, "{base}", "/dev/null"]))), False, ("folded",)),
-    Mutation("tensor: values randomised", torch_payload(tensor_op("values")), True, CKPTS),
-    Mutation("tensor: one element moved by one ulp", torch_payload(tensor_op("nudge")), True, CKPTS),
-    Mutation("tensor: NaN/inf", torch_payload(tensor_op("nonfinite")), True, CKPTS),
-    Mutation("tensor: shape changed", torch_payload(tensor_op("shape")), True, CKPTS),
-    Mutation("tensor: dtype changed", torch_payload(tensor_op("dtype")), True, CKPTS),
+    Mutation("tensor: values randomised", torch_payload(tensor_op("values"), sign=False), True, CKPTS),
+    Mutation("tensor: one element moved by one ulp", torch_payload(tensor_op("nudge"), sign=False), True, CKPTS),
+    Mutation("tensor: NaN/inf", torch_payload(tensor_op("nonfinite"), sign=False), True, CKPTS),
+    Mutation("tensor: shape changed", torch_payload(tensor_op("shape"), sign=False), True, CKPTS),
+    Mutation("tensor: dtype changed", torch_payload(tensor_op("dtype"), sign=False), True, CKPTS),
     Mutation("state_dict: key removed/renamed/added", torch_payload(state_dict_keys), True, CKPTS),
     Mutation("state_dict: junk", torch_payload(set_field(("state_dict",), st.sampled_from([None, [], "x", {}, 1]))),
              True, CKPTS),
@@ -1126,9 +1145,9 @@ MLP = [
         [[], [2], [2, 0, 1], "2,8,1", [2, 8, 8, 2], None, [2.0, 8, 8, 1], [2, -8, 8, 1]]))), True),
     Mutation("activation: other", torch_payload(set_field(("activation",), st.sampled_from(["tanh", None, 1]))), True),
     Mutation("schema: other", torch_payload(set_field(("schema",), st.sampled_from(["latopt.checkpoint/1", None]))), True),
-    Mutation("weights: NaN/inf", torch_payload(tensor_op("nonfinite")), True),
-    Mutation("weights: other values", torch_payload(tensor_op("values")), False),
-    Mutation("weights: shape changed", torch_payload(tensor_op("shape")), True),
+    Mutation("weights: NaN/inf", torch_payload(tensor_op("nonfinite"), sign=False), True),
+    Mutation("weights: other values", torch_payload(tensor_op("values"), sign=False), False),
+    Mutation("weights: shape changed", torch_payload(tensor_op("shape"), sign=False), True),
     Mutation("state_dict: key removed/renamed/added", torch_payload(state_dict_keys), True),
     Mutation("state_dict: junk", torch_payload(set_field(("state_dict",), st.sampled_from([None, [], "x", 1]))), True),
     Mutation("meta.box: junk", torch_payload(set_field(("meta", "box"), st.sampled_from(
@@ -1340,7 +1359,7 @@ def draw_case(data: Any, fx: Fixtures, jail: Path, slot: Slot) -> Case:
     paths = {"config": str(fx.config), "base": str(fx.base), "folded": str(fx.folded), "lut": str(fx.lut),
              "device": str(fx.device), "mlp": str(fx.mlp), "onnx": str(fx.export / "model.onnx"),
              "out": str(cwd / "out"), "runs": str(cwd / "runs"), "file": str(a_file)}
-    env = {"LATOPT_PROFILES_DIR": str(cwd / "profiles")}
+    env: dict[str, str] = {}     # device profiles and LUTs: ./profiles in the case's working directory
     kind = slot[0]
     if kind == "options":
         command, flag = slot[1], slot[2]
@@ -1404,7 +1423,7 @@ def _resolve_placeholders(ckpt: Path, paths: dict[str, str]) -> None:
         meta = obj.get("meta") if isinstance(obj, dict) else None
         if isinstance(meta, dict) and meta.get("prefold_checkpoint") == "{base}":
             meta["prefold_checkpoint"] = paths["base"]
-            torch.save(obj, ckpt)
+            torch.save(re_sign(obj), ckpt)
 
 
 # ============================================================================== the fuzz suite
@@ -1461,7 +1480,8 @@ def fuzz(fx: Fixtures, work: Path, n: int | None, seed: int, *, in_process: bool
 
 # ============================================================================== the fault suite
 TIMING_KEYS = {"seconds", "train_seconds", "wall_seconds", "profiling_s", "created", "environment", "latency",
-               "worker", "loadavg_during_timing"}
+               "worker", "loadavg_during_timing",
+               "sha256"}   # a checkpoint's digest covers its timing fields too; its content is compared leaf by leaf
 ATOMIC: dict[str, set[str]] = {  # output directories that must appear whole: glob -> the files they hold
     "base": {"base.pt", "metrics.json", "config.yaml"},
     "search/base": {"base.pt", "metrics.json", "config.yaml"},
@@ -1514,7 +1534,7 @@ def _norm(value: Any, roots: list[str]) -> Any:
 
 
 def flatten(obj: Any, prefix: str, roots: list[str], out: dict[str, Any]) -> None:
-    """Leaves of JSON-like data (and tensors, by digest) as {path: value}; timing keys dropped."""
+    """Leaves of JSON-like data (and tensors, by digest) as {path: value}; timing keys (and digests) dropped."""
     import torch
 
     if isinstance(obj, dict):

@@ -42,6 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:   # also while the parser is built or a stage's modules are imported
+        print("latopt: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     die_with_parent_from_env()  # a local search worker stops when the search that started it dies
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -56,9 +64,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LatoptError as e:
         print(f"latopt: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("latopt: interrupted", file=sys.stderr)
-        return 130
     except Terminated:
         print("latopt: terminated", file=sys.stderr)
         return EXIT_TERMINATED

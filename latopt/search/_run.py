@@ -12,7 +12,6 @@ without completing (and has no retry of it waiting) gets it enqueued again, so i
 from __future__ import annotations
 
 import functools
-import os
 import re
 import time
 import warnings
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
 
@@ -123,6 +123,39 @@ def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampl
         return optuna.samplers.RandomSampler(seed=seed)
 
 
+class TrialSeeded(optuna.samplers.BaseSampler):
+    """The sampler ``name`` made afresh for every trial, seeded from (``seed``, the trial's number).
+
+    A trial's candidate depends only on the study's history and its number, not on which process samples it
+    or what that process sampled before: a search interrupted and resumed proposes what an uninterrupted one
+    would have, and parallel workers (different trial numbers) do not propose the same candidates."""
+
+    def __init__(self, name: str, seed: int, trials: int) -> None:
+        self._make = functools.partial(make_sampler, name, trials=trials)
+        self._seed = seed
+        self._inner = self._make(seed=seed)
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        derived = int(np.random.SeedSequence([self._seed, trial.number]).generate_state(1)[0] >> 1)
+        self._inner = self._make(seed=derived)
+        self._inner.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                        search_space: dict[str, Any]) -> dict[str, Any]:
+        return self._inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str,
+                           param_distribution: Any) -> Any:
+        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: TrialState,
+                    values: Any) -> None:
+        self._inner.after_trial(study, trial, state, values)
+
+
 def _counts(study: optuna.Study) -> dict[TrialState, int]:
     c = dict.fromkeys(TrialState, 0)
     for t in study.get_trials(deepcopy=False):
@@ -147,7 +180,7 @@ def _fail_stale(study: optuna.Study) -> None:
 def run_search(o: SearchOptions) -> SearchResult:
     """Run (or resume, or join) a search study until it holds the requested number of COMPLETE trials."""
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)   # latopt logs trial failures itself, on one line
     cfg = load_config(o.config, o.overrides or None)
     s = cfg.search
     trials = int(o.trials if o.trials is not None else s.trials)
@@ -180,10 +213,7 @@ def run_search(o: SearchOptions) -> SearchResult:
     if base is None:
         base = ensure_base(cfg, study_dir, None, seed=o.seed, progress=o.progress)
     opened = open_study(storage, name, objective_key, identity)
-    # The process that created the study samples with --seed (reproducible); joining or resuming workers
-    # mix in their pid so parallel workers do not propose the same candidates.
-    seed = o.seed if opened.created else (o.seed * 1_000_003 + os.getpid()) % (2**31)
-    study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(sampler_name, seed, trials))
+    study = optuna.load_study(study_name=name, storage=storage, sampler=TrialSeeded(sampler_name, o.seed, trials))
     if opened.created:
         study.set_user_attr("base_checkpoint", str(base.checkpoint))
         study.set_user_attr("lut", None if lut_path is None else str(lut_path))
