@@ -22,7 +22,11 @@ Checks, in order (each one row of the table; a step that cannot run here is ``ab
    torch backend (``gpu-torch``: CUDA events on the backend's stream, fp32 with TF32 off; ``--cpu-smoke``:
    ``cpu-torch``) with a short budget; passes when both medians are finite and positive and the TF32
    switches are restored after the backend closes.
-5. **TensorRT** / **ORT CUDA**: whether ``tensorrt`` imports and whether onnxruntime offers the CUDA
+5. **profile** (issue 13): ``latopt profile --device gpu-torch`` of MobileNetV2-1.0 at 224: the LUT's prediction
+   error on the end-to-end networks held out of its calibration (``--cpu-smoke``: ``cpu-torch``, 0.35 at 32).
+6. **export** (issue 13): ``latopt export --device gpu-torch`` of step 2's folded checkpoint: its gates and
+   the measured speed-up over the unfolded network.
+7. **TensorRT** / **ORT CUDA**: whether ``tensorrt`` imports and whether onnxruntime offers the CUDA
    provider. Not exercised here: reported as ``absent`` (or ``present, not exercised``), never as pass.
 
 Exit 0 when every check that ran passed; 1 when one failed; 2 when it cannot start (no GPU without
@@ -191,7 +195,46 @@ class Checks:
             f"[IQR {stats['folded'].iqr_ms:.3f}], speed-up x{b / f:.2f}; n {stats['base'].n}/{stats['folded'].n}"
             + ("" if tf32_flags() == before else "; TF32 switches NOT restored")))
 
-    # ---------------------------------------------------------------------------------------- 5. TRT / ORT
+    # ------------------------------------------------------------------------- 5. profile, 6. export (issue 13)
+    def _latopt(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        return subprocess.run([sys.executable, "-m", "latopt", *argv, "-q"], capture_output=True, text=True,
+                              env=env, cwd=self.out, timeout=timeout)
+
+    def profile(self) -> Row:
+        """``latopt profile --device gpu-torch`` of MobileNetV2-1.0 at 224 (smoke: cpu-torch, 0.35 at 32): the
+        LUT's prediction error on the end-to-end networks it holds out of the calibration."""
+        dev, model, res = ("cpu-torch", "mobilenetv2_035", 32) if self.smoke else ("gpu-torch", "mobilenetv2_100", 224)
+        lut_path = self.out / f"lut-{dev}-{model}.json"
+        r = self._latopt(["profile", "--device", dev, "--model", model, "--resolution", str(res), "--out",
+                          str(lut_path)], timeout=240)
+        if r.returncode != 0:
+            return Row(f"profile {dev}", "FAIL", detail=f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
+        lut = json.loads(lut_path.read_text())
+        held = {k: e for k, e in lut["end_to_end"].items() if not e.get("calibration")}
+        errs = {k: float(e["error"]) for k, e in held.items() if e.get("error") is not None}
+        ok = bool(errs) and all(math.isfinite(v) for v in errs.values())
+        return Row(f"profile {dev}", "pass" if ok else "FAIL", detail=f"{model} @{res}: {len(lut['blocks'])} blocks "
+                   f"in {lut['profiling_s']:.0f} s; held-out prediction error "
+                   + (", ".join(f"{k} {v:+.1%}" for k, v in errs.items()) or "none recorded"))
+
+    def export(self) -> Row:
+        """``latopt export --device gpu-torch`` of the folded checkpoint of step 2: gates and measured speed-up."""
+        folded_pt = self.fold_dir / "folded.pt"
+        if not folded_pt.is_file():
+            return Row("export", "skipped", detail="no folded checkpoint (an earlier step failed)")
+        dev = "cpu-torch" if self.smoke else "gpu-torch"
+        out = self.out / "export"
+        r = self._latopt(["export", "--checkpoint", str(folded_pt), "--device", dev, "--out", str(out)], timeout=240)
+        if r.returncode != 0:
+            return Row(f"export {dev}", "FAIL", detail=f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
+        lat = json.loads((out / "export.json").read_text()).get("latency") or {}
+        ok = math.isfinite(float(lat.get("speedup", float("nan"))))
+        lo, hi = lat.get("speedup_range", [float("nan")] * 2)
+        return Row(f"export {dev}", "pass" if ok else "FAIL", detail=f"gates passed; measured speed-up "
+                   f"x{lat.get('speedup', float('nan')):.2f} (quartile range {lo:.2f}-{hi:.2f}) over the unfolded network")
+
+    # ---------------------------------------------------------------------------------------- 7. TRT / ORT
     @staticmethod
     def tensorrt() -> Row:
         if importlib.util.find_spec("tensorrt") is None:
@@ -218,7 +261,8 @@ class Checks:
     def run(self) -> list[Row]:
         steps: list[tuple[str, Any]] = [(f"train {a}", lambda a=a: self.train(a)) for a in ("none", "bf16", "fp16")]
         steps += [("fold", self.fold), ("torchrun", self.torchrun), ("latency", self.latency),
-                  ("TensorRT", self.tensorrt), ("ORT CUDA", self.ort_cuda)]
+                  ("profile", self.profile), ("export", self.export), ("TensorRT", self.tensorrt),
+                  ("ORT CUDA", self.ort_cuda)]
         for name, step in steps:
             t0 = time.perf_counter()
             try:
