@@ -12,7 +12,10 @@ from typing import Literal, get_args
 # Layer Folding
 Granularity = Literal["block", "activation"]      # one α per MBConv block, or one per activation
 FoldMode = Literal["exact", "paper"]              # exact: bias map for one input size; paper: constant bias
-FoldVariant = Literal["full", "expand_dw", "dw_project"]  # which activations of a block are removed
+# what is removed from a block: full / expand_dw / dw_project remove both / the first / the second activation;
+# pw removes the depthwise convolution, its BN and both activations (the block becomes one 1x1 convolution);
+# drop removes a residual block (it becomes the identity). latopt.fold.transform defines each variant network.
+FoldVariant = Literal["full", "expand_dw", "dw_project", "pw", "drop"]
 UnfoldedAlpha = Literal["zero", "keep"]           # α of blocks left unfolded: back to 0, or kept
 ActKind = Literal["relu", "relu6"]                # activations σ_α can replace
 
@@ -35,6 +38,7 @@ BiasMaps = Literal["deferred", "per-block"]       # exact folds exported with on
 GRANULARITIES: tuple[str, ...] = get_args(Granularity)
 FOLD_MODES: tuple[str, ...] = get_args(FoldMode)
 FOLD_VARIANTS: tuple[str, ...] = get_args(FoldVariant)
+PARTIAL_VARIANTS: tuple[str, ...] = ("expand_dw", "dw_project")  # one activation removed (granularity activation)
 LUT_VARIANTS: tuple[str, ...] = ("none", *FOLD_VARIANTS)  # "none" = the block as it is
 UNFOLDED_ALPHA: tuple[str, ...] = get_args(UnfoldedAlpha)
 ACT_KINDS: tuple[str, ...] = get_args(ActKind)
