@@ -105,7 +105,7 @@ class CompressionLoss:
                 t = {"none": t["none"], "full": t["full"]}
             elif len(params) != 2 or not {"expand_dw", "dw_project"} <= t.keys():
                 raise LatoptError(f"block {i}: per-activation α needs the times of the partial fold variants; "
-                                  "profile with partial variants or use --granularity block")
+                                  "profile them (latopt profile --variants full,expand_dw,dw_project) or use --granularity block")
             best = min(t.values())
             if t["none"] - best <= 0:
                 self.frozen.append(i)

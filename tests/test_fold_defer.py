@@ -234,7 +234,8 @@ def test_profiler_times_what_export_ships(monkeypatch: pytest.MonkeyPatch) -> No
     backends: list[_Recording] = []
     monkeypatch.setattr(profiler, "get_backend", lambda dev: backends.append(_Recording(dev)) or backends[-1])
     device = load_device("cpu").model_copy(update={"warmup": 0, "min_repeats": 3, "max_repeats": 3, "clock": "wall"})
-    profiler.profile_model(MODEL, device, resolution=RES, num_classes=10, partial=True, progress=False)
+    profiler.profile_model(MODEL, device, resolution=RES, num_classes=10, variants=("expand_dw", "dw_project"),
+                           progress=False)
     parts = [m for m in backends[0].prepared if isinstance(m, FoldedBlock)]
     full = [m for m in parts if m.info.variant == "full"]
     assert len(full) == 17 and all(m.bias_map is None for m in full)
