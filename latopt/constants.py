@@ -27,6 +27,8 @@ Schedule = Literal["cosine", "step", "constant"]
 Sampler = Literal["tpe", "nsga2", "random"]
 Objective = Literal["latency", "depth"]           # second objective: LUT latency or non-linear layers left
 Costs = Literal["lut", "uniform"]                 # c_l from the device's LUT, or 1 for every block
+SearchMethod = Literal["optuna", "dp"]            # Layer Folding's Optuna study, or the budgeted DP (latopt.dp)
+Importance = Literal["proxy", "finetune", "uniform"]  # the DP's loss per (block, variant) (latopt.dp.importance)
 
 # latency and export
 Backend = Literal["onnxruntime", "tensorrt", "torch"]
@@ -47,6 +49,8 @@ SCHEDULES: tuple[str, ...] = get_args(Schedule)
 SAMPLERS: tuple[str, ...] = get_args(Sampler)
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
 COSTS: tuple[str, ...] = get_args(Costs)
+SEARCH_METHODS: tuple[str, ...] = get_args(SearchMethod)
+IMPORTANCE_METHODS: tuple[str, ...] = get_args(Importance)
 BACKENDS: tuple[str, ...] = get_args(Backend)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 CLOCKS: tuple[str, ...] = get_args(Clock)

@@ -11,6 +11,11 @@ What ``latopt fold`` runs and every ``latopt search`` trial runs. Public API::
     plan_from_alphas(alphas, tau) -> {block index: variant}
     fold_and_finetune(cfg, prefolded, task, *, tau, mode, progress=True, teacher=None, seed=0)
         -> (folded nn.Module, info dict)
+    fold_plan_and_finetune(cfg, source, plan, task, *, mode, progress=True, teacher=None, seed=0)
+        -> (folded nn.Module, info dict)      any plan {block: variant}: fold, check against the variant
+                                              network, fine-tune (also the DP's apply step, latopt.dp)
+    write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, text) -> report
+                                              folded.pt / prefold.pt / report.* / config.yaml, as export reads them
     CompressionLoss(alphas, *, p, variant_times)             L_c over the α parameters (a callable)
     block_variant_times(blocks, *, costs=None, lut=None, granularity="block") -> {block: {variant: t}}
     format_summary(report) -> str;  format_report(report) -> str
@@ -54,7 +59,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -253,14 +258,28 @@ def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: 
                       progress: bool = True, teacher: nn.Module | None = None,
                       seed: int = 0) -> tuple[nn.Module, dict[str, Any]]:
     """Fold every activation with α ≥ τ, check the fold, fine-tune; returns (folded model, info)."""
-    res = cfg.data.resolution
     alphas = get_alphas(prefolded)
     plan = plan_from_alphas(alphas, tau)
     snapped = copy.deepcopy(prefolded)
     n_snapped = _snap_unfolded_(snapped, plan) if cfg.fold.unfolded_alpha == "zero" else 0
+    folded, info = fold_plan_and_finetune(cfg, snapped, plan, task, mode=mode, progress=progress, teacher=teacher,
+                                          seed=seed)
+    return folded, {"alphas": alphas, "snapped": n_snapped, **info}
+
+
+def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int, str], task: Task, *, mode: str,
+                           progress: bool = True, teacher: nn.Module | None = None,
+                           seed: int = 0) -> tuple[nn.Module, dict[str, Any]]:
+    """Fold ``plan`` ({block: variant}, any variant) of ``source``, check the fold against the variant
+    network ``linearize(source, plan)`` (exact mode: VerificationError above ``fold.max_fold_error``), then
+    fine-tune the folded network (``fold.post_epochs`` at ``fold.post_lr``; σ_α frozen). Returns (folded,
+    info: plan, fold_check, acc / val of the variant network ("linearized"), the fold before and after
+    fine-tuning, postfold_history, seconds, source, finetuned)."""
+    res = cfg.data.resolution
+    plan = dict(plan)
     t0 = time.perf_counter()
-    reference = linearize(snapped, plan)
-    folded = fold_blocks(snapped, plan, mode=mode, input_size=(res, res))
+    reference = linearize(source, plan)
+    folded = fold_blocks(source, plan, mode=mode, input_size=(res, res))
     check = verify_fold(reference, folded, (res, res), seed=seed)
     check = {k: v for k, v in check.items() if k != "per_block"} | {
         "per_block": {str(k): v for k, v in check["per_block"].items()}, "mode": mode,
@@ -292,9 +311,9 @@ def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: 
                       val_loader=val_loader, progress=progress, desc="post-fold")
     acc["finetuned"] = evaluate(folded, test_loader)
     val["finetuned"] = evaluate(folded, val_loader)
-    info = {"alphas": alphas, "plan": plan, "snapped": n_snapped, "fold_check": check, "acc": acc, "val": val,
+    info = {"plan": plan, "fold_check": check, "acc": acc, "val": val,
             "postfold_history": history, "seconds": {"fold": fold_seconds, "postfold": time.perf_counter() - t1},
-            "source": snapped, "finetuned": bool(history)}
+            "source": source, "finetuned": bool(history)}
     return folded, info
 
 
@@ -358,7 +377,6 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     latency = {"asis": None, "folded": None}
     if lut_obj is not None:
         latency = {"asis": predict(lut_obj, {}), "folded": predict(lut_obj, info["plan"])}
-    out_dir = Path(out_dir)
     report: dict[str, Any] = {
         "schema": REPORT_SCHEMA, "model": arch["model"], "task": task.name, "resolution": cfg.data.resolution,
         "seed": seed, "base_checkpoint": str(base_checkpoint),
@@ -379,19 +397,30 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
         "latency_pred_ms": latency, "fold_check": info["fold_check"],
         "history": {"prefold": pre.latopt_prefold["history"], "postfold": info["postfold_history"]},
         "seconds": {"prefold": t_pre, **info["seconds"], "total": time.perf_counter() - t_start},
-        "checkpoint": str(out_dir / FOLDED_CHECKPOINT),
     }
+    return write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, format_report)
+
+
+def write_fold_outputs(out_dir: str | Path, cfg: RunConfig, report: dict[str, Any], folded: nn.Module,
+                       info: Mapping[str, Any], arch: Mapping[str, Any], test_loader: Any, seed: int,
+                       text: Callable[[Mapping[str, Any]], str]) -> dict[str, Any]:
+    """Write a fold's directory atomically, as ``latopt export`` reads it: ``folded.pt`` (plan, accuracies),
+    ``prefold.pt`` (``info["source"]``: the network the fold is recomputed from and checked against),
+    ``report.json``, ``report.txt`` (``text(report)``) and ``config.yaml``; the saved checkpoint is
+    reloaded and must reproduce ``folded``. Returns ``report`` (with the checkpoint paths)."""
+    out_dir = Path(out_dir)
     plain_activations_(folded)  # σ_α at α = 0 is σ: save (and later export) the plain activation
     folded_arch = make_arch(folded, arch["model"], arch["num_classes"])
     source = info["source"]
+    report["checkpoint"] = str(out_dir / FOLDED_CHECKPOINT)
     report["prefold_checkpoint"] = str(out_dir / PREFOLD_CHECKPOINT)
     with atomic_dir(out_dir) as tmp:
         # the σ_α network the fold was computed from: lets `latopt export` re-check the fold exactly
         save_checkpoint(tmp / PREFOLD_CHECKPOINT, source, make_arch(source, arch["model"], arch["num_classes"]),
                         {**data_meta(cfg), "seed": seed, "plan": report["folded"]})
         save_checkpoint(tmp / FOLDED_CHECKPOINT, folded, folded_arch,
-                        {**data_meta(cfg), "seed": seed, "acc": acc, "val": val, "plan": report["folded"],
-                         "prefold_checkpoint": str((out_dir / PREFOLD_CHECKPOINT).resolve()),
+                        {**data_meta(cfg), "seed": seed, "acc": report["acc"], "val": report["val"],
+                         "plan": report["folded"], "prefold_checkpoint": str((out_dir / PREFOLD_CHECKPOINT).resolve()),
                          "finetuned": info["finetuned"]})
         reloaded, _, _ = load_checkpoint(tmp / FOLDED_CHECKPOINT)
         x, _ = next(iter(test_loader))
@@ -404,7 +433,7 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
             raise VerificationError(f"the saved folded checkpoint does not reproduce the model (max abs {diff:.3g})")
         report["reload_max_abs"] = diff
         write_json_atomic(tmp / "report.json", report)
-        write_text_atomic(tmp / "report.txt", format_report(report))
+        write_text_atomic(tmp / "report.txt", text(report))
         write_config(cfg, tmp / "config.yaml")
     return report
 
