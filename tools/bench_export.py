@@ -8,7 +8,10 @@ need non-trivial BN):
 2. fold sets: (a) ``auto`` = every block whose fold lowers latency on this device per the LUT (c_l > 0),
    (b) a search's choice: the fold set of the recommended trial of ``--study/--storage`` when given,
    else the LUT-greedy stand-in (the half of the foldable blocks that save the most per the LUT: what a
-   search under a half-depth budget converges to on latency alone; printed as such);
+   search under a half-depth budget converges to on latency alone; printed as such), (c) ``dp``: the DP's
+   plan at ``--dp-budget`` (``latopt.dp.select_plan`` with uniform importance: on random weights an
+   accuracy proxy means nothing, so the fewest changed blocks that meet the budget, the fastest such set;
+   the LUT needs the variants: ``--variants full,pw,drop``);
 3. each fold set in three forms: exact mode with a bias map per folded block (``per-block``, what export
    shipped before issue 14), as export ships it now (``deferred``: one bias map per chain of consecutive
    folds, ``latopt.fold.defer_bias_maps``) and paper mode (constant bias, no map); export's numeric gates
@@ -20,7 +23,8 @@ need non-trivial BN):
    medians to the per-block form, and the LUT's prediction error for the deferred form (what it models).
 
     python tools/bench_export.py [--models mobilenetv2_100 efficientnet_lite0] [--resolution 224]
-                                 [--device cpu] [--sets auto search] [--forms per-block deferred paper]
+                                 [--device cpu] [--sets auto search dp] [--forms per-block deferred paper]
+                                 [--variants full,pw,drop] [--dp-budget 0.55] [--lut FILE]
                                  [--min-rounds N [--budget-s S]] [--reuse-lut] [--study NAME --storage URL]
                                  [--json out.json]
 """
@@ -36,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from latopt.artifacts import write_json_atomic
+from latopt.dp import candidates, select_plan, variant_losses
 from latopt.engine import seed_everything, set_threads
 from latopt.export import (
     Plan,
@@ -107,13 +112,14 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
     seed_everything(args.seed)
     model = build_model(name, num_classes=1000).eval()
     randomize_bn_(model, seed=args.seed)
-    lut_path = default_lut_path(device.name, name, res, device.batch)
-    if args.reuse_lut and Path(lut_path).is_file():
+    lut_path = args.lut or default_lut_path(device.name, name, res, device.batch)
+    if args.lut or (args.reuse_lut and Path(lut_path).is_file()):
         lut = load_lut(lut_path, model=name, resolution=res)
         print(f"reusing {lut_path}")
     else:
         t = time.perf_counter()
-        lut = profile_model(model, device, res, device.batch, progress=False, name=name)
+        lut = profile_model(model, device, res, device.batch, variants=args.variants.split(","), progress=False,
+                            name=name)
         print(f"profiled in {time.perf_counter() - t:.1f} s")
         if args.save_lut:
             save_lut(lut, lut_path)
@@ -128,6 +134,11 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
     sets = {k: v for k, v in {"auto": {i: "full" for i in auto}, "search": chosen}.items() if k in args.sets}
     print(f"(a) auto: {len(auto)}/{len(lut.foldable())} blocks with c_l > 0: {auto}")
     print(f"(b) search: {sorted(chosen)} ({how})")
+    if "dp" in args.sets:
+        cands = candidates(lut)
+        sets["dp"], sel = select_plan(lut, variant_losses(None, None, None, cands, method="uniform"), args.dp_budget)
+        print(f"(c) dp at budget {args.dp_budget} (uniform importance, variants {', '.join(lut.variants)}): {sets['dp']}; "
+              f"LUT {sel['predicted_ms']:.3f} ms = {sel['ratio']:.3f} of as-is {sel['asis_ms']:.3f} ms")
     x, inputs = gate_inputs(None, res, args.samples, args.seed)
     out: dict[str, Any] = {"model": name, "resolution": res, "device": device.name, "fold_sets": {},
                            "search_fold_set_source": how, "forms": args.forms}
@@ -149,7 +160,7 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
             print(f"  {key}: {g.line()}")
         print(f"  {key}: deferred bias maps: chains {bias_maps['chains']}, {bias_maps['adds_per_block']} bias-map Adds "
               f"→ {bias_maps['adds_deferred']}")
-        out["fold_sets"][key] = {"plan": sorted(plan), "bias_maps": bias_maps,
+        out["fold_sets"][key] = {"plan": {str(i): v for i, v in sorted(plan.items())}, "bias_maps": bias_maps,
                                  "gates": [vars(g) | {"passed": g.passed} for g in gates], "forms": {}}
     load = {"before": _load()}
     print(f"measuring {list(onnx_files)} end to end, interleaved (load {load['before']})", flush=True)
@@ -201,8 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--forms", nargs="+", choices=FORMS, default=list(FORMS),
                     help="how each fold set is timed: exact mode with a bias map per block (per-block), as export "
                          "ships it (deferred: one map per chain of folds), paper mode (constant bias, no map)")
-    ap.add_argument("--sets", nargs="+", choices=["auto", "search"], default=["auto", "search"],
-                    help="fold sets to time (default both)")
+    ap.add_argument("--sets", nargs="+", choices=["auto", "search", "dp"], default=["auto", "search"],
+                    help="fold sets to time (default auto and search)")
+    ap.add_argument("--variants", default="full",
+                    help="variants the fresh LUT times (latopt profile --variants; dp wants full,pw,drop)")
+    ap.add_argument("--dp-budget", type=float, default=0.55,
+                    help="set dp: the DP's budget, a fraction of the as-is LUT latency (default 0.55)")
+    ap.add_argument("--lut", help="use this LUT file (e.g. from latopt profile --variants full,pw,drop)")
     ap.add_argument("--samples", type=int, default=8, help="inputs for the numeric gates")
     ap.add_argument("--min-rounds", type=int, default=None,
                     help="at least this many interleaved rounds in the end-to-end run (default: the device's "
