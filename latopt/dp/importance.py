@@ -23,9 +23,9 @@ does not trade latency for noise; ties go to the faster set (:mod:`latopt.dp.kna
 
 Public API::
 
-        candidates(lut, variants=None) -> {block: ("none", variant, ...)}   what the DP may choose per block
+    candidates(lut, variants=None) -> {block: ("none", variant, ...)}   what the DP may choose per block
     variant_losses(cfg, model, task, cands, *, method="proxy", seed=0, progress=True, bn_batches=8,
-                   epochs=1) -> {block: {variant: loss}}   (method "uniform" needs no model or task)
+                   epochs=1, clip=True) -> {block: {variant: loss}}   (method "uniform" needs no model or task)
     val_loss(model, loader) -> (mean cross-entropy, accuracy)
 """
 
@@ -113,9 +113,10 @@ def _uniform(cands: Mapping[int, Iterable[str]]) -> dict[int, dict[str, float]]:
 
 def variant_losses(cfg: Any, model: nn.Module | None, task: Task | None, cands: Mapping[int, Iterable[str]], *,
                    method: str = "proxy", seed: int = 0, progress: bool = True, bn_batches: int = 8,
-                   epochs: int = 1) -> dict[int, dict[str, float]]:
+                   epochs: int = 1, clip: bool = True) -> dict[int, dict[str, float]]:
     """The loss of every candidate (block, variant) of ``cands`` by ``method`` (module docstring); ``none``
-    loses 0. ``model`` is the trained base network (not modified)."""
+    loses 0. ``model`` is the trained base network (not modified). ``clip=False`` keeps losses below 0
+    (for measuring the proxy, ``tools/dp_importance.py``; the DP wants them clipped)."""
     if method not in IMPORTANCE_METHODS:
         raise LatoptError(f"importance method {method!r} is unknown; choose one of {', '.join(IMPORTANCE_METHODS)}")
     if method == "uniform":
@@ -124,6 +125,7 @@ def variant_losses(cfg: Any, model: nn.Module | None, task: Task | None, cands: 
         raise LatoptError(f"importance method {method!r} needs the trained model and its task")
     train_loader, val_loader, _ = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
     todo = [(b, v) for b, vs in sorted(cands.items()) for v in vs if v != "none"]
+    floor = 0.0 if clip else -float("inf")
     out: dict[int, dict[str, float]] = {b: {"none": 0.0} for b in cands}
     if method == "proxy":
         def score(net: nn.Module) -> float:
@@ -134,7 +136,7 @@ def variant_losses(cfg: Any, model: nn.Module | None, task: Task | None, cands: 
 
         base = score(copy.deepcopy(model))
         for n, (b, v) in enumerate(todo):
-            out[b][v] = max(0.0, score(linearize(model, {b: v})) - base)
+            out[b][v] = max(floor, score(linearize(model, {b: v})) - base)
             if progress:
                 _LOG.info(f"importance (proxy) {n + 1}/{len(todo)}: block {b} {v}: loss +{out[b][v]:.4f} nats")
         return out
@@ -142,7 +144,7 @@ def variant_losses(cfg: Any, model: nn.Module | None, task: Task | None, cands: 
     one = cfg.with_overrides({"fold.post_epochs": int(epochs)})
     for n, (b, v) in enumerate(todo):
         _, info = fold_plan_and_finetune(one, model, {b: v}, task, mode="exact", progress=False, seed=seed)
-        out[b][v] = max(0.0, base_acc - info["val"]["finetuned"])
+        out[b][v] = max(floor, base_acc - info["val"]["finetuned"])
         if progress:
             _LOG.info(f"importance (finetune) {n + 1}/{len(todo)}: block {b} {v}: val acc "
                       f"{info['val']['finetuned']:.4f} (base {base_acc:.4f})")
