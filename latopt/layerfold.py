@@ -19,6 +19,7 @@ What ``latopt fold`` runs and every ``latopt search`` trial runs. Public API::
     CompressionLoss(alphas, *, p, variant_times)             L_c over the α parameters (a callable)
     block_variant_times(blocks, *, costs=None, lut=None, granularity="block") -> {block: {variant: t}}
     format_summary(report) -> str;  format_report(report) -> str
+    report_tail(report, rows, *, check_prefix="") -> [str]   accuracy rows, fold check, FLOPs, params
 
 **Compression loss.** q = α^p. For a block l with fold variants v ∈ {none, full[, expand_dw, dw_project]}
 of times t_l(v), the α's of the block give a distribution P_l(v): one shared α → P(full) = q,
@@ -59,7 +60,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -447,6 +448,21 @@ def format_summary(r: Mapping[str, Any]) -> str:
             f"{r['flops']['base'] / 1e6:.2f} → {r['flops']['folded'] / 1e6:.2f} M{lat_s}; wrote {r['checkpoint']}")
 
 
+def report_tail(r: Mapping[str, Any], rows: Iterable[tuple[str, str]], *, check_prefix: str = "") -> list[str]:
+    """The lines a fold report and a DP report share: test/val accuracy for ``rows`` ((key, label) of
+    ``r["acc"]`` / ``r["val"]``), the fold check, FLOPs and params."""
+    rows = list(rows)
+    a, v, fc = r["acc"], r["val"], r["fold_check"]
+    w = max(22, *(len(name) for _, name in rows))
+    lines = [f"{'accuracy':<{w}} {'test':>8} {'val':>8}"]
+    lines += [f"{name:<{w}} {a[key]:>8.4f} " + (f"{v[key]:>8.4f}" if key in v else f"{'-':>8}") for key, name in rows]
+    return [*lines,
+            f"{check_prefix}fold check ({fc['mode']}): max abs {fc['max_abs']:.3g}, max rel {fc['max_rel']:.3g}"
+            + (f" (limit {fc['limit']})" if fc["limit"] else " (border differs by design)"),
+            f"FLOPs  {r['flops']['base']:,} → {r['flops']['folded']:,}",
+            f"params {r['params']['base']:,} → {r['params']['folded']:,}"]
+
+
 def format_report(r: Mapping[str, Any]) -> str:
     pf = r["params_fold"]
     lines = [f"latopt fold report: {r['model']} on {r['task']} @ {r['resolution']}px, seed {r['seed']}",
@@ -460,19 +476,11 @@ def format_report(r: Mapping[str, Any]) -> str:
         frozen = " (frozen)" if int(k) in r["frozen"] else ""
         lines.append(f"{k:>5}  {c_s:>8}  {' '.join(f'{v:.3f}' for v in vals):<16} "
                      f"{r['folded'].get(k, '-')}{frozen}")
-    a, v = r["acc"], r["val"]
     lines += ["", f"folded {r['n_folded']}/{r['n_foldable']} foldable blocks ({r['n_folded_full']} full); "
-              f"alpha in (0.1, 0.9): {100 * r['alpha_mid_fraction']:.1f} %",
-              f"{'accuracy':<22} {'test':>8} {'val':>8}"]
-    for key, name in (("base", "base"), ("prefold", "pre-fold (sigma_alpha)"), ("folded", "folded, before FT"),
-                      ("finetuned", "folded, fine-tuned")):
-        lines.append(f"{name:<22} {a[key]:>8.4f} {v[key]:>8.4f}")
-    fc = r["fold_check"]
-    lines += [f"linearised reference test acc {a['linearized']:.4f}; fold check ({fc['mode']}): max abs "
-              f"{fc['max_abs']:.3g}, max rel {fc['max_rel']:.3g}" + (f" (limit {fc['limit']})" if fc["limit"] else
-                                                                    " (border differs by design)"),
-              f"FLOPs  {r['flops']['base']:,} → {r['flops']['folded']:,}",
-              f"params {r['params']['base']:,} → {r['params']['folded']:,}"]
+              f"alpha in (0.1, 0.9): {100 * r['alpha_mid_fraction']:.1f} %"]
+    lines += report_tail(r, (("base", "base"), ("prefold", "pre-fold (sigma_alpha)"), ("folded", "folded, before FT"),
+                             ("finetuned", "folded, fine-tuned")),
+                         check_prefix=f"linearised reference test acc {r['acc']['linearized']:.4f}; ")
     lat = r["latency_pred_ms"]
     if lat.get("asis") is not None:
         lines.append(f"LUT-predicted latency {lat['asis']:.4f} ms → {lat['folded']:.4f} ms "

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from latopt.blocks import find_blocks
 from latopt.cli import main
-from latopt.config import load_config
+from latopt.config import load_config, write_config
 from latopt.dp import candidates, run_dp, select_plan, solve, variant_losses
 from latopt.dp.knapsack import discretise
 from latopt.errors import LatoptError
@@ -153,20 +153,16 @@ def test_select_plan_meets_the_budget_and_is_least_loss() -> None:
 
 # ------------------------------------------------------------------------------------ the stage
 MODEL = "torchvision/mobilenet_v2?width=0.35"
-TINY = f"""
-name: tinydp
-model: {{name: "{MODEL}"}}
-data: {{task: digits, resolution: 16, batch_size: 32, max_samples: 96}}
-train: {{epochs: 1, optimizer: adamw, lr: 0.003}}
-fold: {{post_epochs: 1, post_lr: 0.001}}
-"""
+TINY = {"name": "tinydp", "model.name": MODEL, "data.task": "digits", "data.resolution": 16, "data.batch_size": 32,
+        "data.max_samples": 96, "train.epochs": 1, "train.optimizer": "adamw", "train.lr": 0.003,
+        "fold.post_epochs": 1, "fold.post_lr": 0.001, "lut": None}
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("tinydp")
-    (root / "tiny.yaml").write_text(TINY)
-    cfg = load_config(root / "tiny.yaml")
+    cfg = load_config("quickstart", TINY)
+    write_config(cfg, root / "tiny.yaml")
     train_base(cfg, root / "base", progress=False, seed=0)
     lut = save_lut(_lut_for(MODEL, 16), root / "lut.json")
     return {"root": root, "cfg": cfg, "ckpt": root / "base" / "base.pt", "lut": lut}

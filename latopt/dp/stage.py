@@ -17,7 +17,7 @@ from latopt.dp.knapsack import DEFAULT_RESOLUTION, solve
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT, load_lut, predict
-from latopt.layerfold import check_base, fold_plan_and_finetune, write_fold_outputs
+from latopt.layerfold import check_base, fold_plan_and_finetune, report_tail, write_fold_outputs
 from latopt.log import get_logger
 from latopt.models import model_cost
 
@@ -143,20 +143,12 @@ def format_dp_report(r: Mapping[str, Any]) -> str:
         v = r["folded"].get(k, "none")
         others = "  ".join(f"{name} {x:.4f}" for name, x in ls.items() if name != v)
         lines.append(f"{k:>5}  {v:<10} {ls.get(v, 0.0):>9.4f}   {others}")
-    a, v = r["acc"], r["val"]
     lines += ["", f"changed {r['n_folded']}/{r['n_blocks']} blocks; total loss {s['loss']:.4f}",
               f"LUT-predicted latency {s['asis_ms']:.4f} ms → {s['predicted_ms']:.4f} ms ({s['ratio']:.3f} of as-is, "
-              f"{s['asis_ms'] / s['predicted_ms']:.3f}x)",
-              f"{'accuracy':<26} {'test':>8} {'val':>8}"]
-    for key, name in (("base", "base"), ("linearized", "variant network"), ("folded", "folded, before FT"),
-                      ("finetuned", "folded, fine-tuned")):
-        lines.append(f"{name:<26} {a[key]:>8.4f} {v.get(key, float('nan')):>8.4f}")
-    fc = r["fold_check"]
-    lines += [f"fold check ({fc['mode']}): max abs {fc['max_abs']:.3g}, max rel {fc['max_rel']:.3g}"
-              + (f" (limit {fc['limit']})" if fc["limit"] else " (border differs by design)"),
-              f"FLOPs  {r['flops']['base']:,} → {r['flops']['folded']:,}",
-              f"params {r['params']['base']:,} → {r['params']['folded']:,}",
-              f"checkpoint {r['checkpoint']}"]
+              f"{s['asis_ms'] / s['predicted_ms']:.3f}x)"]
+    lines += report_tail(r, (("base", "base"), ("linearized", "variant network"), ("folded", "folded, before FT"),
+                             ("finetuned", "folded, fine-tuned")))
+    lines.append(f"checkpoint {r['checkpoint']}")
     return "\n".join(lines) + "\n"
 
 
