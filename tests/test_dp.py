@@ -177,6 +177,10 @@ def test_proxy_losses_are_finite_and_zero_for_none(tiny: dict) -> None:
                             bn_batches=2)
     assert set(losses) == {2, 16} and losses[2]["none"] == 0.0 and set(losses[2]) == {"none", "pw", "drop"}
     assert all(math.isfinite(x) and x >= 0 for ls in losses.values() for x in ls.values())
+    # the reference: one block folded and fine-tuned alone; unclipped, a loss may be below 0
+    ft = variant_losses(tiny["cfg"], model, load_task(tiny["cfg"]), {16: ("none", "full")}, method="finetune",
+                        progress=False, clip=False)
+    assert set(ft) == {16} and ft[16]["none"] == 0.0 and math.isfinite(ft[16]["full"]) and -1 <= ft[16]["full"] <= 1
 
 
 def test_run_dp_writes_a_fold_that_export_ships(tiny: dict, tmp_path: Path) -> None:
@@ -203,8 +207,18 @@ def test_cli_search_method_dp(tiny: dict, tmp_path: Path, capsys: pytest.Capture
     assert main([*args, "--budget", "0.7", "-q"]) == 0
     out = capsys.readouterr().out
     assert "DP at budget 0.7" in out and (tmp_path / "tinydp" / "search" / "dp-budget0.7" / "folded.pt").is_file()
-    assert main([*args, "--budget", "0.01", "-q"]) == 2
-    assert "below the fastest network these variants allow" in capsys.readouterr().err
-    assert main([*args, "--budget", "2", "-q"]) == 2
-    assert main(["search", "--config", str(tiny["root"] / "tiny.yaml"), "--budget", "0.5", "-q"]) == 2
-    assert "--budget applies to --method dp" in capsys.readouterr().err
+
+    def fails(argv: list[str], message: str) -> None:  # bad input: one line on stderr, exit 2, nothing written
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("latopt: error: ") and err.count("\n") == 1 and message in err, err
+
+    fails([*args, "--budget", "0.01", "-q"], "below the fastest network these variants allow")
+    fails([*args, "--budget", "2", "-q"], "--budget 2.0: a fraction of the as-is latency in (0, 1]")
+    fails([*args, "-q"], "--method dp needs --budget B")
+    fails([*args, "--budget", "0.7", "--variants", "pw,nope", "-q"], "unknown variant 'nope'")
+    fails([*args, "--budget", "0.7", "--variants", "expand_dw", "-q"], "variant 'expand_dw' is not in the LUT")
+    fails(["search", "--config", str(tiny["root"] / "tiny.yaml"), "--budget", "0.5", "-q"],
+          "--budget applies to --method dp")
+    assert sorted(p.name for p in (tmp_path / "tinydp" / "search").iterdir() if p.name.startswith("dp-")) == [
+        "dp-budget0.7"]

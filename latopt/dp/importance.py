@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from latopt.constants import IMPORTANCE_METHODS
+from latopt.constants import IMPORTANCE_METHODS, LUT_VARIANTS
 from latopt.data import Task, make_loaders
 from latopt.engine import evaluate, seed_everything
 from latopt.errors import LatoptError
@@ -56,6 +56,9 @@ def candidates(lut: LUT, variants: Iterable[str] | None = None) -> dict[int, tup
     """Per block of the LUT: ``none`` and each of ``variants`` (default: every variant the LUT timed) that
     the block allows and the LUT has a time for; a block that cannot be folded has ``none`` only."""
     allowed = tuple(lut.variants) if variants is None else tuple(variants)
+    bad = [v for v in allowed if v not in LUT_VARIANTS]
+    if bad:
+        raise LatoptError(f"unknown variant {bad[0]!r}; variants are {', '.join(LUT_VARIANTS)}")
     unknown = [v for v in allowed if v not in ("none", *lut.variants)]
     if unknown:
         raise LatoptError(f"variant {unknown[0]!r} is not in the LUT (it has {', '.join(lut.variants)}); "
