@@ -27,6 +27,7 @@ from latopt.artifacts import check_name
 from latopt.config import load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.data import load_task
+from latopt.dp import IMPORTANCE_METHODS, candidates, check_budget, run_dp
 from latopt.engine import set_threads
 from latopt.errors import LatoptError, VerificationError
 from latopt.latency.devices import load_device
@@ -110,6 +111,27 @@ def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tupl
         raise LatoptError(f"no latency LUT for device {cfg.device!r}, model {model}, resolution {res} ({where} at "
                           f"{path}); run: latopt profile --device {cfg.device} --model {model} --resolution {res}")
     return load_lut(path, model=model, resolution=res), path
+
+
+def run_dp_search(o: SearchOptions) -> dict[str, Any]:
+    """``latopt search --method dp --budget B``: the DP's plan at budget B, applied (:func:`latopt.dp.run_dp`)
+    into ``runs/<study>/search/dp-budget<B>/`` (the study's base, as a search uses it: ``--base`` or trained
+    once per study; the LUT as the search finds it, required). Returns the report."""
+    cfg = load_config(o.config, o.overrides or None)
+    if o.budget is None:
+        raise LatoptError("--method dp needs --budget B (a fraction of the as-is LUT latency, e.g. 0.6)")
+    budget = check_budget(o.budget)
+    if o.importance not in IMPORTANCE_METHODS:
+        raise LatoptError(f"--importance {o.importance!r}: choose one of {', '.join(IMPORTANCE_METHODS)}")
+    set_threads(o.threads)
+    name = check_name(o.study, "--study") if o.study is not None else cfg.name
+    study_dir = Path(o.runs_dir) / name / "search"
+    lut, lut_path = resolve_lut(cfg, o.lut, required=True)
+    candidates(lut, o.variants)  # an unknown or unprofiled variant fails before any training
+    task = load_task(cfg)
+    base = ensure_base(cfg, study_dir, o.base, seed=o.seed, progress=o.progress, task=task)
+    return run_dp(cfg, base.checkpoint, study_dir / f"dp-budget{budget:g}", lut=lut_path, budget=budget,
+                  importance=o.importance, variants=o.variants, seed=o.seed, progress=o.progress, task=task)
 
 
 def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampler:
