@@ -29,7 +29,7 @@ from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.data import load_task
 from latopt.dp import IMPORTANCE_METHODS, candidates, check_budget, run_dp
 from latopt.engine import set_threads
-from latopt.errors import LatoptError, VerificationError
+from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
 from latopt.latency.lut import default_lut_path, load_lut
 from latopt.log import get_logger
@@ -145,12 +145,19 @@ def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampl
         return optuna.samplers.RandomSampler(seed=seed)
 
 
-class TrialSeeded(optuna.samplers.BaseSampler):
-    """The sampler ``name`` made afresh for every trial, seeded from (``seed``, the trial's number).
+FAILED_CHECK = "failed_check"   # user attr of a trial whose fold failed its numeric check (VerificationError)
 
-    A trial's candidate depends only on the study's history and its number, not on which process samples it
-    or what that process sampled before: a search interrupted and resumed proposes what an uninterrupted one
-    would have, and parallel workers (different trial numbers) do not propose the same candidates."""
+
+class TrialSeeded(optuna.samplers.BaseSampler):
+    """The sampler ``name`` made afresh for every trial, seeded from ``seed`` and the trial's place in the study.
+
+    The place is (the number of earlier trials that completed or are running, the number of earlier trials
+    that failed their numeric check): a trial killed with its process (it goes stale and is failed) does not
+    count, so the trial that replaces it draws what it would have drawn; a trial that failed its check does,
+    so the next one draws anew. A candidate thus depends only on the study's history, not on which process
+    samples it or what that process sampled before: a search interrupted (even by SIGKILL) and resumed proposes
+    what an uninterrupted one would have, and parallel workers (one of them running when the other asks) do
+    not propose the same candidates."""
 
     def __init__(self, name: str, seed: int, trials: int) -> None:
         self._make = functools.partial(make_sampler, name, trials=trials)
@@ -158,7 +165,10 @@ class TrialSeeded(optuna.samplers.BaseSampler):
         self._inner = self._make(seed=seed)
 
     def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        derived = int(np.random.SeedSequence([self._seed, trial.number]).generate_state(1)[0] >> 1)
+        earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
+        live = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in earlier)
+        checked = sum(t.state == TrialState.FAIL and FAILED_CHECK in t.user_attrs for t in earlier)
+        derived = int(np.random.SeedSequence([self._seed, live, checked]).generate_state(1)[0] >> 1)
         self._inner = self._make(seed=derived)
         self._inner.before_trial(study, trial)
 
@@ -294,6 +304,7 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             return func(trial)
         except VerificationError as e:
             last["error"] = e
+            trial.set_user_attr(FAILED_CHECK, first_line(e))
             raise
 
     while True:
