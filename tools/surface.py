@@ -1482,7 +1482,8 @@ def fuzz(fx: Fixtures, work: Path, n: int | None, seed: int, *, in_process: bool
 TIMING_KEYS = {"seconds", "train_seconds", "wall_seconds", "profiling_s", "created", "environment", "latency",
                "worker", "loadavg_during_timing",
                "sha256",   # a checkpoint's digest covers its timing fields too; its content is compared leaf by leaf
-               "resumed_after_epoch"}   # how the run went (it resumed), not what it made
+               "resumed_after_epoch",   # how the run went (it resumed), not what it made
+               "last_invocation"}       # run.json: what the latest invocation did (reused / why), not what it made
 ATOMIC: dict[str, set[str]] = {  # output directories that must appear whole: glob -> the files they hold
     "base": {"base.pt", "metrics.json", "config.yaml"},
     "search/base": {"base.pt", "metrics.json", "config.yaml"},
