@@ -1,5 +1,3 @@
-import sys
+from latopt.cli import entry
 
-from latopt.cli import main
-
-sys.exit(main())
+entry()

@@ -165,3 +165,21 @@ def test_ctrl_c_while_the_parser_is_built_is_one_line(monkeypatch: pytest.Monkey
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert cli.main(["inspect", "--help"]) == 130
     assert capsys.readouterr().err.strip() == "latopt: interrupted"
+
+
+def test_an_interrupted_latopt_exits_although_a_library_thread_is_left_running() -> None:
+    # A SIGTERM inside Optuna's heartbeat __enter__ left its (non-daemon) thread running with nobody to stop it:
+    # `latopt search` printed "latopt: terminated" and then never exited (fault suite: search, SIGTERM at 12.5 s).
+    code = textwrap.dedent("""
+        import threading
+        import latopt.cli as cli
+        def interrupted():
+            threading.Thread(target=threading.Event().wait).start()   # non-daemon, never ends
+            return 143
+        cli.main = interrupted
+        cli.entry()
+    """)
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", code], timeout=60)
+    assert r.returncode == 143
+    assert time.monotonic() - t0 < 30

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
+import time
 from collections.abc import Sequence
 
 from latopt import __version__
@@ -24,6 +26,8 @@ from latopt.cli import exact, export, inspect, profile, run, search, train
 from latopt.errors import LatoptError
 from latopt.log import DEFAULT, setup
 from latopt.signals import EXIT_TERMINATED, Terminated, die_with_parent_from_env, sigterm_raises
+
+STRAY_THREAD_GRACE_S = 5.0   # after an interruption: how long non-daemon threads may take to end (see entry)
 
 # The command modules, in the order their sub-commands appear in ``latopt --help``.
 COMMANDS = (inspect, profile, train, search, export, run, exact)
@@ -39,6 +43,26 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         command.register(sub)
     return parser
+
+
+def entry() -> None:
+    """The ``latopt`` program (console script and ``python -m latopt``): :func:`main`, then exit with its code.
+
+    After Ctrl-C or SIGTERM the cleanup has run, but a library thread that was starting when the signal came
+    can be left without anyone to stop it (e.g. Optuna's heartbeat thread, when the signal lands inside its
+    ``__enter__``), and the interpreter would wait for it forever. Such threads get a few seconds to end;
+    then the process exits without waiting for them."""
+    code = main()
+    if code in (130, EXIT_TERMINATED):
+        deadline = time.monotonic() + STRAY_THREAD_GRACE_S
+        for t in threading.enumerate():
+            if t is not threading.main_thread() and not t.daemon:
+                t.join(max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -91,4 +115,4 @@ def _check_torchrun(command: str) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()
