@@ -26,10 +26,13 @@ import errno
 import io
 import json
 import os
+import pickle
 import re
 import secrets
 import shutil
 import stat
+import struct
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,6 +223,13 @@ def write_figure_atomic(path: str | Path, fig: Any, **savefig: Any) -> Path:
     return write_bytes_atomic(path, buf.getvalue())
 
 
+# What torch.load(weights_only=True) raises on a file that is not a readable torch file (truncated, bytes
+# flipped, not a zip, a hostile pickle stream): its unpickler and zip reader fail with any of these.
+TORCH_LOAD_ERRORS: tuple[type[BaseException], ...] = (
+    RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, AttributeError, UnicodeDecodeError,
+    IndexError, KeyError, TypeError, struct.error, OverflowError, pickle.UnpicklingError)
+
+
 def read_yaml(path: str | Path, *, what: str = "file") -> Any:
     """Parse a YAML file (``None`` for an empty one); a syntax error, binary content or absurd nesting is one
     :class:`LatoptError` line naming ``what`` and the line of the error."""
@@ -266,11 +276,7 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
     :func:`atomic_path` inside it) is one-line :class:`OutputError` naming the path under ``final``.
     """
     final = Path(final)
-    st = _stat(final)
-    if st is not None and not stat.S_ISDIR(st.st_mode):
-        raise LatoptError(f"output directory {final} exists and is a file; choose another --out")
-    if st is not None and not overwrite:
-        raise LatoptError(f"output directory {final} already exists")
+    st = check_output_dir(final, overwrite=overwrite)
     with _os_errors(final):
         final.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_name(final)          # named before it exists (see atomic_path)
@@ -288,6 +294,18 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def check_output_dir(final: str | Path, *, overwrite: bool = True) -> os.stat_result | None:
+    """Refuse an output directory :func:`atomic_dir` could not replace (a file there; an existing one without
+    ``overwrite``), before any work; returns its ``lstat`` (None when it does not exist)."""
+    final = Path(final)
+    st = _stat(final)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise LatoptError(f"output directory {final} exists and is a file; choose another --out")
+    if st is not None and not overwrite:
+        raise LatoptError(f"output directory {final} already exists")
+    return st
 
 
 def _swap_in(tmp: Path, final: Path) -> None:

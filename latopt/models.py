@@ -53,7 +53,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 from torchvision.models import MobileNet_V2_Weights, mobilenet_v2
 
-from latopt.artifacts import atomic_path
+from latopt.artifacts import TORCH_LOAD_ERRORS, atomic_path
 from latopt.config import Resolution, StrictModel, validated
 from latopt.constants import (
     SUPPORTED_MODELS,
@@ -343,8 +343,7 @@ def load_checkpoint(path: str | Path, *, expect_model: str | None = None
     except pickle.UnpicklingError:
         raise LatoptError(f"{path} holds pickled objects that weights_only loading refuses; it is not a latopt "
                           "checkpoint (those hold only tensors and plain data)") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, AttributeError,
-            UnicodeDecodeError) as e:
+    except TORCH_LOAD_ERRORS as e:
         first = first_line(e, 120)
         raise LatoptError(f"{path} is not a readable latopt checkpoint ({first})") from None
     if not isinstance(data, dict) or data.get("schema") not in (CHECKPOINT_SCHEMA, *LEGACY_SCHEMAS):

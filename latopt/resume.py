@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import random
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +43,7 @@ from timm.scheduler.scheduler import Scheduler
 from torch import nn
 
 from latopt.accel import Accel
-from latopt.artifacts import atomic_path
+from latopt.artifacts import TORCH_LOAD_ERRORS, atomic_path
 from latopt.errors import first_line
 from latopt.log import get_logger
 
@@ -101,7 +99,7 @@ class EpochCheckpoint:
             return None
         try:
             state = torch.load(self.path, map_location="cpu", weights_only=True)
-        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+        except TORCH_LOAD_ERRORS as e:
             _LOG.warning(f"not resuming from {self.path}: it cannot be read ({first_line(e, 120)}); starting afresh")
             return None
         if not isinstance(state, dict) or state.get("schema") != RESUME_SCHEMA:

@@ -175,6 +175,10 @@ class _State:
                                       "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         self._write()
 
+    def finished_any(self) -> bool:
+        """Some stage is recorded as done."""
+        return any(isinstance(r, dict) and r.get("done") for r in self.data["stages"].values())
+
     def invocation(self, actions: dict[str, str | None]) -> None:
         """What this invocation did with each stage: reused (None) or re-run, and why."""
         self.data["last_invocation"] = {s: {"reused": why is None, "why": why} for s, why in actions.items()}
@@ -344,103 +348,112 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         _refuse_configured_study(cfg.search.storage, cfg.name, plan["search"])   # before anything is deleted
     if fresh and root.is_dir():
         _clear(root, [config, *([lut_path] if cfg.lut else []), *([Path(dev.path)] if dev.path else [])])
+    # the outermost directory this invocation creates (runs/ too, when it is new): removed on bad input below
+    new_top = next((d for d in reversed([root, *root.parents]) if not d.exists()), None)
     root.mkdir(parents=True, exist_ok=True)
-    state.invocation(plan)
-    reused = [s for s in STAGES[:-1] if plan[s] is None]
-    rerun = [f"{s} ({plan[s]})" for s in STAGES[:-1] if plan[s] is not None]
-    _LOG.info("; ".join(x for x in (f"reuse {', '.join(reused)}" if reused else "",
-                                    f"run {', '.join(rerun)}" if rerun else "") if x))
-    if first_rerun is not None:
-        later = STAGES[STAGES.index(first_rerun):]
-        _discard(root, tuple(s for s in later if s != "search" or new_study), lut_path, bool(cfg.lut))
-    seed_everything(seed)
-    set_threads(cfg.threads)
-    t0 = time.perf_counter()
-    times: dict[str, float] = {}
+    try:
+        state.invocation(plan)
+        reused = [s for s in STAGES[:-1] if plan[s] is None]
+        rerun = [f"{s} ({plan[s]})" for s in STAGES[:-1] if plan[s] is not None]
+        _LOG.info("; ".join(x for x in (f"reuse {', '.join(reused)}" if reused else "",
+                                        f"run {', '.join(rerun)}" if rerun else "") if x))
+        if first_rerun is not None:
+            later = STAGES[STAGES.index(first_rerun):]
+            _discard(root, tuple(s for s in later if s != "search" or new_study), lut_path, bool(cfg.lut))
+        seed_everything(seed)
+        set_threads(cfg.threads)
+        t0 = time.perf_counter()
+        times: dict[str, float] = {}
 
-    # 1. base model ---------------------------------------------------------------------------------
-    t = time.perf_counter()
-    if plan["base"] is None:
-        base = state.record("base")
-        _reused(1, "base", base["checkpoint"])
-    else:
-        say = _stage(1, "base", f"train {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution} ({plan['base']})")
-        made_from = fps.base()
-        state.start("base", made_from)
-        metrics = train_base(cfg, root / "base", progress=True, seed=seed)
-        base = {"checkpoint": str(metrics["checkpoint"]), "test_acc": metrics.get("test_acc"),
-                "val_acc": metrics.get("val_acc")}
-        say(f"base test accuracy {base['test_acc']:.4f}")
-        state.finish("base", base)
-    times["base"] = time.perf_counter() - t
+        # 1. base model ---------------------------------------------------------------------------------
+        t = time.perf_counter()
+        if plan["base"] is None:
+            base = state.record("base")
+            _reused(1, "base", base["checkpoint"])
+        else:
+            say = _stage(1, "base", f"train {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution} ({plan['base']})")
+            made_from = fps.base()
+            state.start("base", made_from)
+            metrics = train_base(cfg, root / "base", progress=True, seed=seed)
+            base = {"checkpoint": str(metrics["checkpoint"]), "test_acc": metrics.get("test_acc"),
+                    "val_acc": metrics.get("val_acc")}
+            say(f"base test accuracy {base['test_acc']:.4f}")
+            state.finish("base", base)
+        times["base"] = time.perf_counter() - t
 
-    # 2. profile ------------------------------------------------------------------------------------
-    t = time.perf_counter()
+        # 2. profile ------------------------------------------------------------------------------------
+        t = time.perf_counter()
 
-    if plan["profile"] is None:
-        _reused(2, "profile", str(lut_path))
-        lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
-    elif cfg.lut:
-        made_from = fps.profile()
-        state.start("profile", made_from)
-        lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
-        state.finish("profile", {"lut": str(lut_path), "given": True})
-    else:
-        _stage(2, "profile", f"time every block of {cfg.model.name} on {dev.name} ({dev.backend}) ({plan['profile']})")
-        made_from = fps.profile()
-        state.start("profile", made_from)
-        lut = profile_model(cfg.model.name, dev, cfg.data.resolution, dev.batch, progress=True,
-                            num_classes=num_classes)
-        save_lut(lut, lut_path)
-        _LOG.info(format_lut(lut))
-        state.finish("profile", {"lut": str(lut_path), "profiling_s": lut.profiling_s})
-    times["profile"] = time.perf_counter() - t
+        if plan["profile"] is None:
+            _reused(2, "profile", str(lut_path))
+            lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
+        elif cfg.lut:
+            made_from = fps.profile()
+            state.start("profile", made_from)
+            lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
+            state.finish("profile", {"lut": str(lut_path), "given": True})
+        else:
+            _stage(2, "profile", f"time every block of {cfg.model.name} on {dev.name} ({dev.backend}) ({plan['profile']})")
+            made_from = fps.profile()
+            state.start("profile", made_from)
+            lut = profile_model(cfg.model.name, dev, cfg.data.resolution, dev.batch, progress=True,
+                                num_classes=num_classes)
+            save_lut(lut, lut_path)
+            _LOG.info(format_lut(lut))
+            state.finish("profile", {"lut": str(lut_path), "profiling_s": lut.profiling_s})
+        times["profile"] = time.perf_counter() - t
 
-    # 3. search -------------------------------------------------------------------------------------
-    t = time.perf_counter()
-    if plan["search"] is None:
-        srch = state.record("search")
-        _reused(3, "search", f"trial {srch['trial']}")
-    else:
-        _stage(3, "search", f"{n_trials} Optuna trials over (λ_c, τ, p), accuracy vs LUT latency ({plan['search']})")
-        made_from = fps.search(base["checkpoint"])
-        state.start("search", made_from, trials=n_trials)
-        # two 1-thread workers on a 2-core machine train far faster than one 2-thread process (one trial: one)
-        workers = 2 if (os.cpu_count() or 1) >= 2 and n_trials >= 2 else 1
-        res = run_search(SearchOptions(config=config, trials=n_trials, base=base["checkpoint"], lut=lut_path,
-                                       seed=seed, runs_dir=runs_dir, overrides=overrides or {}, workers=workers))
-        if not res.finished:
-            raise LatoptError(f"the search stopped with {res.n_complete}/{n_trials} complete trials; "
-                              "rerun `latopt run` to resume it")
-        _LOG.info(format_table(res.summary))
-        srch = _recommended(res)
-        srch["trials"] = n_trials
-        state.finish("search", srch)
-    times["search"] = time.perf_counter() - t
+        # 3. search -------------------------------------------------------------------------------------
+        t = time.perf_counter()
+        if plan["search"] is None:
+            srch = state.record("search")
+            _reused(3, "search", f"trial {srch['trial']}")
+        else:
+            _stage(3, "search", f"{n_trials} Optuna trials over (λ_c, τ, p), accuracy vs LUT latency ({plan['search']})")
+            made_from = fps.search(base["checkpoint"])
+            state.start("search", made_from, trials=n_trials)
+            # two 1-thread workers on a 2-core machine train far faster than one 2-thread process (one trial: one)
+            workers = 2 if (os.cpu_count() or 1) >= 2 and n_trials >= 2 else 1
+            res = run_search(SearchOptions(config=config, trials=n_trials, base=base["checkpoint"], lut=lut_path,
+                                           seed=seed, runs_dir=runs_dir, overrides=overrides or {}, workers=workers))
+            if not res.finished:
+                raise LatoptError(f"the search stopped with {res.n_complete}/{n_trials} complete trials; "
+                                  "rerun `latopt run` to resume it")
+            _LOG.info(format_table(res.summary))
+            srch = _recommended(res)
+            srch["trials"] = n_trials
+            state.finish("search", srch)
+        times["search"] = time.perf_counter() - t
 
-    # 4. export -------------------------------------------------------------------------------------
-    t = time.perf_counter()
-    export_dir = root / "export"
-    if plan["export"] is None:
-        _reused(4, "export", str(export_dir))
-        result = read_json(export_dir / "export.json", what="export record")
-    else:
-        _stage(4, "export", f"ONNX, numeric gates, as-is vs folded measured in one interleaved run ({plan['export']})")
-        state.start("export", fps.export(srch["checkpoint"] or base["checkpoint"]))
-        ckpt = srch["checkpoint"] or base["checkpoint"]
-        result = export(ckpt, cfg.device, export_dir, fmt="onnx", fold=None if srch["checkpoint"] else "none",
-                        lut_path=str(lut_path), seed=seed)
-        state.finish("export", {"dir": str(export_dir)})
-    times["export"] = time.perf_counter() - t
+        # 4. export -------------------------------------------------------------------------------------
+        t = time.perf_counter()
+        export_dir = root / "export"
+        if plan["export"] is None:
+            _reused(4, "export", str(export_dir))
+            result = read_json(export_dir / "export.json", what="export record")
+        else:
+            _stage(4, "export", f"ONNX, numeric gates, as-is vs folded measured in one interleaved run ({plan['export']})")
+            state.start("export", fps.export(srch["checkpoint"] or base["checkpoint"]))
+            ckpt = srch["checkpoint"] or base["checkpoint"]
+            result = export(ckpt, cfg.device, export_dir, fmt="onnx", fold=None if srch["checkpoint"] else "none",
+                            lut_path=str(lut_path), seed=seed)
+            state.finish("export", {"dir": str(export_dir)})
+        times["export"] = time.perf_counter() - t
 
-    # 5. report -------------------------------------------------------------------------------------
-    _stage(5, "report", f"{root / 'REPORT.md'}")
-    summary = write_report(root, cfg, lut, base, srch, result, times, plan)
-    write_config(cfg, root / "config.yaml")   # only now: it describes every artefact beside it
-    state.start("report", {})
-    state.finish("report", {"report": str(root / "REPORT.md")})
-    return {"root": str(root), "summary": summary, "report": str(root / "REPORT.md"), "export": result,
-            "search": srch, "base": base, "stages": plan, "seconds": time.perf_counter() - t0}
+        # 5. report -------------------------------------------------------------------------------------
+        _stage(5, "report", f"{root / 'REPORT.md'}")
+        summary = write_report(root, cfg, lut, base, srch, result, times, plan)
+        write_config(cfg, root / "config.yaml")   # only now: it describes every artefact beside it
+        state.start("report", {})
+        state.finish("report", {"report": str(root / "REPORT.md")})
+        return {"root": str(root), "summary": summary, "report": str(root / "REPORT.md"), "export": result,
+                "search": srch, "base": base, "stages": plan, "seconds": time.perf_counter() - t0}
+    except LatoptError:
+        # bad input found only once a stage read it (e.g. a corrupt image): a run directory this invocation
+        # created and in which no stage finished is removed, so that nothing half-written stays behind
+        if new_top is not None and not state.finished_any():
+            shutil.rmtree(new_top, ignore_errors=True)
+        raise
 
 
 def _recommended(res: Any) -> dict[str, Any]:

@@ -725,6 +725,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     if args.bench < 0:
         raise LatoptError(f"--bench must be >= 0, got {args.bench}")
+    if args.threads < 0:
+        raise LatoptError(f"--threads must be >= 0 (0: ONNX Runtime's default), got {args.threads}")
+    if args.gpu < 0:
+        raise LatoptError(f"--gpu must be a CUDA device index >= 0, got {args.gpu}")
     x = None
     if args.input:
         try:

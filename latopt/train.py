@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from latopt.accel import resolve
-from latopt.artifacts import atomic_dir, write_json_atomic
+from latopt.artifacts import atomic_dir, check_output_dir, write_json_atomic
 from latopt.config import RunConfig, dump_config, write_config
 from latopt.data import data_meta, load_task, make_loaders
 from latopt.engine import cross_entropy_loss, evaluate, fit, make_optimizer, make_scheduler, seed_everything
@@ -39,6 +39,7 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
     pretrained = pretrained or cfg.model.pretrained
     if checkpoint is not None and pretrained:
         raise LatoptError("give either --checkpoint or --pretrained, not both")
+    check_output_dir(out_dir)   # before the resume state beside it is written
     task = load_task(cfg)
     seed_everything(seed)
     if checkpoint is not None:

@@ -355,3 +355,31 @@ def test_a_signal_right_after_the_temp_is_created_leaves_nothing(tmp_path: Path,
             with atomic_dir(tmp_path / "out"):
                 pass
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, match", [(["--threads", "-1"], "--threads must be >= 0"),
+                                         (["--gpu", "-2"], "--gpu must be a CUDA device index")])
+def test_runtime_refuses_negative_counts(tiny_onnx: Path, args: list[str], match: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert runtime.main([str(tiny_onnx), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and len(err.splitlines()) == 1
+
+
+def test_a_checkpoint_with_damaged_pickle_bytes_is_one_line(tmp_path: Path) -> None:
+    # torch's weights_only unpickler fails on damaged data.pkl bytes with KeyError / IndexError (tracebacks before)
+    import zipfile
+
+    from latopt.models import load_checkpoint
+
+    m = build_model("mobilenetv2_035", num_classes=10)
+    good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10))
+    for n, junk in enumerate([b"\x80\x02h\x21.", b"\x80\x02.", b"\x80\x02]q\x00(K\x01"]):
+        bad = tmp_path / f"bad{n}.pt"
+        with zipfile.ZipFile(good) as zin, zipfile.ZipFile(bad, "w") as zout:
+            for item in zin.infolist():
+                data = zin.read(item.filename)
+                zout.writestr(item, junk if item.filename.endswith("data.pkl") else data)
+        with pytest.raises(LatoptError) as e:
+            load_checkpoint(bad)
+        assert "\n" not in str(e.value) and str(bad) in str(e.value)

@@ -49,7 +49,7 @@ def test_round_trip(tmp_path) -> None:
     data = json.loads(path.read_text())
     assert data["schema"] == LUT_SCHEMA and data["costs"] == {"0": 0.0, "1": pytest.approx(0.4)}
     assert data["blocks"][1]["raw"]["none"]["wall_median_ms"] == pytest.approx(1.05)
-    back = load_lut(path, model="mobilenetv2_100", resolution=224)
+    back = load_lut(path, resolution=224)   # (a 3-block stand-in: not checked against mobilenetv2_100)
     assert back.to_dict() == lut.to_dict()
     assert back.blocks[1].raw["expand_dw"] == lut.blocks[1].raw["expand_dw"]
 
@@ -240,3 +240,26 @@ def test_fuzzed_lut_never_raises_anything_but_a_one_line_error() -> None:
                 assert t == t and t < float("inf")                # finite
             assert all(0 <= c < float("inf") for c in costs(lut).values())
     assert cases > 1000 and 0 < refused < cases
+
+
+@pytest.mark.parametrize("edit", ["drop-middle", "drop-last", "index-999", "no-raw"])
+def test_a_lut_must_time_every_block_of_its_model(tmp_path, edit) -> None:
+    # a LUT with a block missing (or renumbered out of range, or without its measured times) was accepted:
+    # export --fold auto / fold / search then silently treated the missing blocks as free to keep
+    data = make_lut().to_dict()
+    if edit == "drop-middle":
+        del data["blocks"][1]
+    elif edit == "drop-last":
+        del data["blocks"][-1]
+    elif edit == "index-999":
+        data["blocks"][-1]["index"] = 999
+    else:
+        del data["blocks"][0]["raw"]
+    (tmp_path / "lut.json").write_text(json.dumps(data))
+    if edit == "drop-last":   # indices still 0..n-1: only the model says a block is missing
+        load_lut(tmp_path / "lut.json")
+        data["model"] = "mobilenetv2_035"
+        (tmp_path / "lut.json").write_text(json.dumps(data))
+    with pytest.raises(LatoptError) as e:
+        load_lut(tmp_path / "lut.json", model="mobilenetv2_035" if edit == "drop-last" else None)
+    assert "\n" not in str(e.value)

@@ -258,3 +258,27 @@ def test_run_checks_its_lut_and_data_before_writing_anything(tiny_config: Path, 
     err = capsys.readouterr().err.strip()
     assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, err
     assert not runs.exists()
+
+
+def test_run_removes_the_directory_it_created_when_its_data_turns_out_bad(tiny_config: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # a corrupt image is found only when training reads it: runs/<name>/ (run.json of a started base stage)
+    # was left behind although no stage finished
+    from PIL import Image
+
+    root = tmp_path / "images"
+    for split in ("train", "val"):
+        for c in ("a", "b"):
+            (root / split / c).mkdir(parents=True)
+            for i in range(3):
+                Image.new("RGB", (8, 8), (i * 40, 0, 0)).save(root / split / c / f"{i}.png")
+    (root / "train" / "b" / "2.png").write_bytes(b"\x89PNG truncated")
+    cfg = yaml.safe_load(tiny_config.read_text())
+    cfg["data"] = {"task": f"imagefolder:{root}", "resolution": 16, "batch_size": 2}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    runs = tmp_path / "runs"
+    assert main(["run", str(path), "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("latopt: error:") and "not a readable image" in err[-1]
+    assert not runs.exists()

@@ -315,3 +315,23 @@ def test_a_trial_that_failed_its_check_is_not_drawn_again() -> None:
     again.set_user_attr(FAILED_CHECK, "fold gate")
     study.tell(again, state=TrialState.FAIL)         # failed its numeric check: the next one draws anew
     assert study.ask().suggest_float("x", 0, 1) != x
+
+
+def test_a_damaged_study_database_is_one_line(tmp_path, capsys) -> None:
+    # a trial state edited to a value Optuna's schema does not define made `search --show` a LookupError traceback
+    import sqlite3
+
+    from latopt.cli import main
+
+    db = tmp_path / "runs" / "s" / "search" / "study.db"
+    db.parent.mkdir(parents=True)
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{db}")
+    study.set_user_attr("schema", "latopt.study/1")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE trials SET state = 'BOGUS'")
+    assert main(["search", "--show", "--study", "s", "--runs-dir", str(tmp_path / "runs"),
+                 "--out", str(tmp_path / "show")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is the database damaged" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "show").exists()

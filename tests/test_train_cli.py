@@ -108,4 +108,9 @@ def test_train_bad_input(env: dict, tmp_path: Path, capsys: pytest.CaptureFixtur
         err = capsys.readouterr().err
         assert match in err and err.count("\n") == 1, (args, err)
         assert not out.exists()
+    a_file = tmp_path / "a-file"    # an --out that is a file: refused before the resume state beside it is written
+    a_file.write_text("x")
+    assert main(["train", "--config", str(env["cfg"]), "--out", str(a_file), "--no-progress"]) == 2
+    assert "exists and is a file" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "empty", "noval"] and a_file.read_text() == "x"
     assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2

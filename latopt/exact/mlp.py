@@ -23,7 +23,6 @@ import pickle
 import re
 import time
 import warnings
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
-from latopt.artifacts import atomic_path
+from latopt.artifacts import TORCH_LOAD_ERRORS, atomic_path
 from latopt.config import TrainConfig
 from latopt.data import split_indices
 from latopt.engine import fit, make_optimizer, make_scheduler, seed_everything, tensor_loader
@@ -208,8 +207,7 @@ def load_mlp(path: str | Path) -> tuple[Any, dict]:
         detail = next((line.strip() for line in text.splitlines() if "Unsupported" in line), first_line(e))
         raise LatoptError(f"checkpoint {path} cannot be read as a torch checkpoint (UnpicklingError: {detail[:100]}); "
                           "is it a latopt.mlp/1 file?") from None
-    except (RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError,
-            IndexError, KeyError, TypeError, AttributeError) as e:  # torch's unpickler on arbitrary bytes
+    except TORCH_LOAD_ERRORS as e:  # torch's unpickler on arbitrary bytes
         first = first_line(e, 1000)
         why = type(e).__name__ + (f": {first}" if first and len(first) <= 100 else "")
         raise LatoptError(f"checkpoint {path} cannot be read as a torch checkpoint ({why}); is it a latopt.mlp/1 file?") from None

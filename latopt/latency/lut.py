@@ -35,6 +35,7 @@ loads as ``full`` (+ ``expand_dw``, ``dw_project``).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -155,6 +156,10 @@ class LUT:
             if any(e.index == entry.index for e in blocks):
                 raise LatoptError(f"LUT: block index {entry.index} appears twice (blocks[{i}])")
             blocks.append(entry)
+        if sorted(e.index for e in blocks) != list(range(len(blocks))):
+            have = {e.index for e in blocks}
+            missing = [i for i in range(len(blocks)) if i not in have][:5]
+            raise LatoptError(f"LUT: block indices must be 0..{len(blocks) - 1}, one per block; missing {missing}")
         overhead = f.get("call_overhead_ms", None)
         return cls(
             device=f.text("device", nonempty=True), model=f.text("model", nonempty=True),
@@ -266,13 +271,22 @@ class _Fields:
 
     def variants(self, key: str, *, as_is: bool) -> Mapping[str, Any]:
         """A {variant: value} field of known variant names; with ``as_is``, "none" must be among them."""
-        m = self.mapping(key)
+        m = _mapping(self.get(key), f"{self.where} {key}")     # required: every block has its times
         unknown = [v for v in m if v not in VARIANTS]
         if unknown:
             raise LatoptError(f"{self.where}: {key} has unknown variant {unknown[0]!r}; variants are {', '.join(VARIANTS)}")
         if as_is and "none" not in m:
             raise LatoptError(f"{self.where}: {key} has no time for variant 'none' (the block as it is)")
         return m
+
+
+@functools.lru_cache(maxsize=16)
+def count_blocks(model: str) -> int:
+    """How many blocks (MBConv / inverted residual) the model ``model`` has: one LUT entry each."""
+    from latopt.blocks import find_blocks  # noqa: PLC0415 - the model stack only when a LUT is checked
+    from latopt.models import build_model  # noqa: PLC0415
+
+    return len(find_blocks(build_model(model, num_classes=10)))
 
 
 def save_lut(lut: LUT, path: str | Path) -> Path:
@@ -287,6 +301,9 @@ def load_lut(path: str | Path, *, model: str | None = None, resolution: int | No
         lut = LUT.from_dict(data)
     except LatoptError as e:
         raise LatoptError(f"latency LUT {path} is corrupt: {e}; re-create it with latopt profile") from None
+    if model is not None and lut.model == model and len(lut.blocks) != count_blocks(model):
+        raise LatoptError(f"latency LUT {path} has {len(lut.blocks)} blocks but {model} has {count_blocks(model)}; "
+                          f"re-create it with latopt profile --model {model}")
     want = {"model": model, "resolution": resolution, "batch": batch, "device": device}
     for key, expected in want.items():
         have = getattr(lut, key)

@@ -43,6 +43,7 @@ from latopt.search._storage import (
     open_storage,
     open_study,
     redact,
+    storage_errors,
 )
 from latopt.search._trial import TrialContext, ensure_base, objective
 from latopt.search._workers import (
@@ -211,6 +212,11 @@ def _fail_stale(study: optuna.Study) -> None:
 
 def run_search(o: SearchOptions) -> SearchResult:
     """Run (or resume, or join) a search study until it holds the requested number of COMPLETE trials."""
+    with storage_errors(o.storage):
+        return _run_search(o)
+
+
+def _run_search(o: SearchOptions) -> SearchResult:
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)   # latopt logs trial failures itself, on one line
     cfg = load_config(o.config, o.overrides or None)
@@ -340,6 +346,12 @@ def show_front(name: str, *, storage: str | None = None, runs_dir: str | Path = 
                max_acc_drop: float | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
     """The front of an existing study (``runs/<name>/search/study.db`` unless ``storage`` is given): its
     summary, and ``pareto.{json,csv,png}`` written to ``out`` (default: the study directory)."""
+    with storage_errors(storage):
+        return _show_front(name, storage=storage, runs_dir=runs_dir, out=out, max_acc_drop=max_acc_drop)
+
+
+def _show_front(name: str, *, storage: str | None, runs_dir: str | Path, out: str | Path | None,
+                max_acc_drop: float | None) -> tuple[dict[str, Any], dict[str, Path]]:
     study_dir = Path(runs_dir) / check_name(name, "--study") / "search"
     url = storage or default_storage_url(study_dir)
     m = re.match(r"sqlite:///(.+)", url)

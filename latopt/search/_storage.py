@@ -7,9 +7,12 @@ base trial); every later worker or rerun loads it and checks that it optimises t
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
+import traceback
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +94,25 @@ def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
         except sqlalchemy.exc.DatabaseError as e:
             raise LatoptError(f"storage {redact(url)} failed: {first_line(getattr(e, 'orig', None) or e)}") from None
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def storage_errors(url: str | None) -> Iterator[None]:
+    """A study database that fails while it is read or written (damaged bytes, rows edited by hand, values
+    Optuna's schema does not know) is one :class:`LatoptError` line naming it, not a traceback."""
+    try:
+        yield
+    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as e:
+        cause = getattr(e, "orig", None) or e.__cause__ or e
+        where = "the study database" if url is None else f"study storage {redact(url)}"
+        raise LatoptError(f"{where} failed: {first_line(cause)}; is the database damaged? "
+                          "(delete the study or use another --study / --storage)") from None
+    except LookupError as e:   # SQLAlchemy reading a value its Enum column does not define
+        if not any("sqlalchemy" in f.filename for f in traceback.extract_tb(e.__traceback__)):
+            raise
+        where = "the study database" if url is None else f"study storage {redact(url)}"
+        raise LatoptError(f"{where} holds a value Optuna does not know ({first_line(e)}); "
+                          "is the database damaged? (delete the study or use another --study / --storage)") from None
 
 
 def _creation_race(e: BaseException) -> bool:
