@@ -56,6 +56,12 @@ CONFIG = "digits_clutter"
 SMOKE = {"train.epochs": 1, "fold.epochs": 1, "fold.post_epochs": 1, "data.max_samples": 96}
 INT8_CALIB = 256           # training images for the INT8 calibration
 PRUNE_GRID = [round(0.05 * k, 2) for k in range(1, 19)]   # 0.05 .. 0.90
+# the latency matching of pruning: many rounds (two networks of one structure measured up to ~6 % apart in one
+# run at 32 px, 0.4 ms a call); --smoke checks the pipeline only
+MATCH_POLICY = {"min_repeats": 150, "max_repeats": 600, "budget_s": 60}
+MATCH_POLICY_SMOKE = {"min_repeats": 5, "max_repeats": 10, "budget_s": 2}
+PRUNE_GRID_SMOKE = [0.1, 0.3, 0.5]
+DP_NOT_RUN = "not run: latopt.dp (issue 14 §2, another branch) is not importable here"
 
 
 # ------------------------------------------------------------------ small helpers
@@ -231,7 +237,11 @@ def cell_dp(ctx: Ctx, seed: int, out: Path, budget: float) -> dict[str, Any]:
     Python API with the same base checkpoint, LUT and fine-tuning budget (fold.epochs + fold.post_epochs) and
     returns the same record as ``cell_lf`` (exported with ``latopt.export.export``; ``structure`` = its
     variant plan, rebuilt at 224 by ``structure_net``)."""
-    raise Skip("the DP (issue 14 §2, branch i14-dp) is not on main yet")
+    import importlib.util
+
+    if importlib.util.find_spec("latopt.dp") is None:
+        raise Skip(DP_NOT_RUN)
+    raise NotImplementedError("latopt.dp is importable: wire cell_dp to its API (issue 14 §3 slot)")
 
 
 # -- channel pruning (torch-pruning) -------------------------------------------------------------
@@ -265,9 +275,11 @@ def ratio_ms(a: Any, b: Any) -> dict[str, float]:
 
 
 def match_prune_ratio(base_model: Any, target_onnx: str, res: int, round_to: int | None, tol: float,
-                      grid: list[float], say: Callable[[str], None]) -> dict[str, Any]:
+                      grid: list[float], say: Callable[[str], None],
+                      policy: dict[str, Any] | None = None) -> dict[str, Any]:
     """The smallest pruning ratio whose network measures within ``tol`` of the target (interleaved with it);
-    the grid is refined between the two ratios that bracket the target, up to three times."""
+    the grid is refined between the two ratios that bracket the target, up to three times. ``policy``:
+    overrides of the cpu profile's timing policy (default :data:`MATCH_POLICY`)."""
     from latopt.latency.devices import load_device
     from latopt.latency.profiler import measure_networks
 
@@ -288,9 +300,8 @@ def match_prune_ratio(base_model: Any, target_onnx: str, res: int, round_to: int
             by_struct[k] = r
             cands[f"r{r:.3f}"] = m
         if cands:
-            # two networks of one structure measured up to ~6 % apart in one run at 32 px (0.4 ms a call):
-            # many rounds, and the final interleaved run of the table re-measures the chosen ratio
-            pol = device.model_copy(update={"min_repeats": 150, "max_repeats": 600, "budget_s": 60})
+            # the final interleaved run of the table re-measures the chosen ratio
+            pol = device.model_copy(update=policy or MATCH_POLICY)
             stats = measure_networks({"target": target_onnx, **cands}, pol, (1, 3, res, res))
             for name in cands:
                 r = float(name[1:])
@@ -354,7 +365,9 @@ def cell_prune(ctx: Ctx, seed: int, out: Path, target: str) -> dict[str, Any]:
     res = ctx.cfg.data.resolution
     tgt = ctx.done(f"s{seed}-{target}")
     base, _, _ = load_checkpoint(ctx.cell_dir(f"s{seed}-base") / "base.pt")
-    match = match_prune_ratio(base, tgt["onnx"], res, a.round_to, a.match_tol, PRUNE_GRID, log)
+    match = match_prune_ratio(base, tgt["onnx"], res, a.round_to, a.match_tol,
+                              PRUNE_GRID_SMOKE if a.smoke else PRUNE_GRID, log,
+                              MATCH_POLICY_SMOKE if a.smoke else MATCH_POLICY)
     log(f"s{seed} prune>{target}: ratio {match['ratio']} ({'matched' if match['matched'] else 'NOT matched'}, "
         f"t/t_target {match['ratio_to_target']['median']:.3f})")
     model = prune_model(base, match["ratio"], res, a.round_to)
@@ -448,6 +461,7 @@ def run_queue(ctx: Ctx) -> int:
             lock = ctx.root / "locks" / f"{cell}.lock"
             if not try_lock(lock):
                 continue
+            started = True  # done, skipped or failed: scan the queue again at once
             try:
                 if ctx.done(cell) is not None:
                     continue
@@ -469,7 +483,6 @@ def run_queue(ctx: Ctx) -> int:
                 log(f"{cell}: done in {rec['wall_s']:.0f} s, test acc {rec.get('test_acc')}")
             finally:
                 lock.unlink(missing_ok=True)
-            started = True
             break
         if not started:
             time.sleep(20)  # the rest waits for cells other processes are running
@@ -522,13 +535,12 @@ def quantize_int8(fp32: Path, out: Path, calib: np.ndarray) -> Path:
     return out
 
 
-def int8_accuracy(ctx: Ctx, path: Path) -> float:
-    from latopt.data import load_task
+def int8_accuracy(task: Any, path: Path) -> float:
     from latopt.export import runner_accuracy
     from latopt.runtime import OrtRunner
 
     with OrtRunner(path) as r:
-        return runner_accuracy(r, load_task(ctx.cfg), batch=256)
+        return runner_accuracy(r, task, batch=256)
 
 
 # ------------------------------------------------------------------ measuring
@@ -603,7 +615,10 @@ def measure(ctx: Ctx, res: int) -> dict[str, Any]:
                      for k, s in stats.items()},
            "random_weights": res != train_res}
     if res == train_res:
-        rec["int8_acc"] = {c: int8_accuracy(ctx, Path(nets[f"{c}|int8"])) for c in cells}
+        from latopt.data import load_task
+
+        task = load_task(ctx.cfg)  # built once (the clutter canvases are generated)
+        rec["int8_acc"] = {c: int8_accuracy(task, Path(nets[f"{c}|int8"])) for c in cells}
     write_json(out_json, rec)
     log(f"measured in {rec['seconds']:.0f} s, {rec['rounds']} rounds → {out_json}")
     return rec
@@ -638,6 +653,7 @@ def summarise(ctx: Ctx) -> dict[str, Any]:
         accs = [r["test_acc"] for r in recs]
         row["acc"] = (float(np.mean(accs)), float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0)
         row["acc_seeds"] = accs
+        row["acc_by_seed"] = {s: r["test_acc"] for s, (_, r) in sorted(m["cells"].items())}
         if all("onnx_acc" in r for r in recs):
             row["onnx_acc"] = float(np.mean([r["onnx_acc"] for r in recs]))
         if meth.startswith("lf-"):
@@ -662,8 +678,6 @@ def summarise(ctx: Ctx) -> dict[str, Any]:
                     vs_asis += _per_round(ms["stats"], f"{ka}|fp32", f"{k}|{prec}")
                     vs_asis8 += _per_round(ms["stats"], f"{ka}|int8", f"{k}|{prec}")
                     med.append(ms["stats"][f"{k}|{prec}"]["median_ms"])
-                    if res == ctx.cfg.data.resolution or len(set(ms["members"][cc] for _, cc in cells_here)) == 1:
-                        pass
                 if vs_asis:
                     key[prec] = {"speedup_vs_fp32_asis": _q(vs_asis), "speedup_vs_int8_asis": _q(vs_asis8),
                                  "median_ms": float(np.median(med))}
@@ -671,10 +685,96 @@ def summarise(ctx: Ctx) -> dict[str, Any]:
                 a8 = [ms["int8_acc"][c] for _, c in cells_here if c in ms["int8_acc"]]
                 if a8:
                     key["int8_acc"] = (float(np.mean(a8)), float(np.std(a8, ddof=1)) if len(a8) > 1 else 0.0)
+                    key["int8_acc_by_seed"] = {s: ms["int8_acc"][c] for s, c in cells_here if c in ms["int8_acc"]}
             row[f"r{res}"] = key
         rows[meth] = row
-    return {"rows": rows, "measure": {res: {k: v for k, v in ms.items() if k not in ("stats",)}
-                                      for res, ms in meas.items()}}
+    import importlib.util
+
+    dp_here = importlib.util.find_spec("latopt.dp") is not None
+    not_run = {}
+    for c, _, _ in cell_names(ctx.args):
+        meth = method_of(c)
+        if meth not in rows and meth not in not_run:
+            not_run[meth] = (DP_NOT_RUN if meth.startswith("dp@") and not dp_here
+                             else "no cell finished (failed, skipped or not reached: see the run's log)")
+    return {"rows": rows, "not_run": not_run,
+            "measure": {res: {k: v for k, v in ms.items() if k not in ("stats",)} for res, ms in meas.items()}}
+
+
+OURS, RIVALS = ("lf-lut", "dp"), ("lf-uniform", "prune")
+DOMINANCE_RULE = (
+    "One of our points (LUT-c_l Layer Folding, DP) dominates a rival point (paper Layer Folding, pruning) when it "
+    "measures at least as fast (median speed-up vs fp32 as-is ≥ the rival's × (1 − {tol:g} %), the latency "
+    "match's tolerance) and its accuracy is within noise or better: the mean over seeds of the paired difference "
+    "(same base model per seed) ≥ −2 standard errors (with one seed: ≥ 0). Per precision; the most accurate "
+    "dominating point is named, else the nearest one (at least as fast, best paired difference).")
+
+
+def _point(row: dict[str, Any], res: int, prec: str) -> tuple[float, dict[int, float]] | None:
+    """(median speed-up vs fp32 as-is at ``res``, test accuracy per seed) of a row in one precision."""
+    m = row.get(f"r{res}", {})
+    sp = m.get(prec, {}).get("speedup_vs_fp32_asis")
+    accs = row["acc_by_seed"] if prec == "fp32" else m.get("int8_acc_by_seed")
+    if sp is None or not accs:
+        return None
+    return sp[0], {int(k): v for k, v in accs.items()}
+
+
+def dominance(summ: dict[str, Any], res: int, tol: float) -> list[dict[str, Any]]:
+    """Per rival point and precision at ``res``: is it dominated by one of ours (:data:`DOMINANCE_RULE`)?"""
+    rows = summ["rows"]
+    kind = lambda m: m.split("@")[0].split(">")[0]  # noqa: E731
+    out = []
+    for prec in ("fp32", "int8"):
+        for b in sorted((m for m in rows if kind(m) in RIVALS), key=_order):
+            pb = _point(rows[b], res, prec)
+            if pb is None:
+                continue
+            cands = []
+            for a in (m for m in rows if kind(m) in OURS):
+                pa = _point(rows[a], res, prec)
+                if pa is None:
+                    continue
+                common = sorted(set(pa[1]) & set(pb[1]))
+                if not common:
+                    continue
+                d = np.array([pa[1][s] - pb[1][s] for s in common])
+                se = float(np.std(d, ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
+                faster = pa[0] >= pb[0] * (1 - tol)
+                ok = bool(faster and d.mean() >= -2 * se)
+                cands.append({"ours": a, "speedup": pa[0], "faster": faster, "dominates": ok,
+                              "diff_mean": float(d.mean()), "diff_sd": float(np.std(d, ddof=1)) if len(d) > 1 else 0.0,
+                              "diff_se": se, "seeds": common})
+            win = [c for c in cands if c["dominates"]]
+            near = [c for c in cands if c["faster"]]
+            best = max(win or near or cands, key=lambda c: c["diff_mean"], default=None)
+            out.append({"precision": prec, "rival": b, "rival_speedup": pb[0], "dominated": bool(win), "by": best})
+    return out
+
+
+def render_verdict(summ: dict[str, Any], res: int, tol: float) -> str:
+    dom = dominance(summ, res, tol)
+    if not dom:
+        return "No rival point measured: no verdict."
+    head = (f"| precision | rival | its speed-up @{res} | dominated? | by / nearest of ours | its speed-up | "
+            "paired Δacc (ours − rival, pt), mean ± sd [seeds] |")
+    lines = [head, "|" + "---|" * 7]
+    for v in dom:
+        c = v["by"]
+        lines.append("| " + " | ".join([
+            v["precision"].upper(), v["rival"], f"{v['rival_speedup']:.2f}×", "**yes**" if v["dominated"] else "**no**",
+            c["ours"] if c else "–", f"{c['speedup']:.2f}×" if c else "–",
+            f"{100 * c['diff_mean']:+.2f} ± {100 * c['diff_sd']:.2f} [{len(c['seeds'])}]" if c else "–"]) + " |")
+    verdict = []
+    for prec in ("fp32", "int8"):
+        vs = [v for v in dom if v["precision"] == prec]
+        for kind, name in (("lf-uniform", "paper Layer Folding (uniform c_l)"), ("prune", "channel pruning")):
+            k = [v for v in vs if v["rival"].startswith(kind)]
+            if k:
+                n_dom = sum(v["dominated"] for v in k)
+                verdict.append(f"- {prec.upper()}: {name}: {n_dom} of {len(k)} points dominated by ours"
+                               + (" — **ours dominates**." if n_dom == len(k) else " — **ours does not dominate**."))
+    return "\n".join(lines) + "\n\n" + "\n".join(verdict)
 
 
 def _order(meth: str) -> tuple:
@@ -722,6 +822,8 @@ def render_table(ctx: Ctx, summ: dict[str, Any]) -> str:
             cells += [_fmt_sp(mr.get("fp32", {}).get("speedup_vs_fp32_asis")),
                       _fmt_sp(mr.get("int8", {}).get("speedup_vs_int8_asis"))]
         lines.append("| " + " | ".join(cells) + " |")
+    for meth, why in sorted(summ.get("not_run", {}).items(), key=lambda kv: _order(kv[0])):
+        lines.append("| " + " | ".join([meth, "–", "0", why] + ["–"] * (len(head) - 4)) + " |")
     return "\n".join(lines)
 
 
@@ -778,20 +880,33 @@ def report(ctx: Ctx) -> int:
     print(table)
     doc = Path(ctx.args.doc)
     png = pareto_figure(ctx, summ, doc.with_suffix(".png"))
-    base_cells = [ctx.done(f"s{s}-base") for s in ctx.args.seeds]
-    base_cells = [b for b in base_cells if b]
-    n_test = base_cells[0]["test_samples"] if base_cells else None
+    a, cfg = ctx.args, ctx.cfg
+    bases = [s for s in a.seeds if ctx.done(f"s{s}-base")]
+    sizes = {}
+    if bases and (ctx.cell_dir(f"s{bases[0]}-base") / "metrics.json").is_file():
+        sizes = load_json(ctx.cell_dir(f"s{bases[0]}-base") / "metrics.json").get("sizes", {})
     meta = [f"Generated by `tools/bench_methods.py report` from `{ctx.root}` "
-            f"({time.strftime('%Y-%m-%d %H:%M')}); config `{ctx.args.config}`"
-            + (" (**smoke**: tiny, not a result)" if ctx.args.smoke else "") + ".",
-            ""]
-    if n_test:
-        meta.append(f"Test split: {n_test} images (one = {100 / n_test:.3f} pt of accuracy).")
+            f"({time.strftime('%Y-%m-%d %H:%M')}); config `{a.config}`"
+            + (f" with overrides {' '.join(f'`{kv}`' for kv in a.set)}" if a.set else "")
+            + (" (**smoke**: tiny, not a result)" if a.smoke else "") + ".",
+            "",
+            f"Schedule: `{cfg.model.name}` on `{cfg.data.task}` @{cfg.data.resolution} px; base training "
+            f"{cfg.train.epochs} epochs (lr {cfg.train.lr:g}, {cfg.train.schedule}); every method then gets "
+            f"{ft_epochs(cfg)} epochs of fine-tuning at lr {cfg.fold.lr:g} (Layer Folding: {cfg.fold.epochs} pre-fold "
+            f"+ {cfg.fold.post_epochs} post-fold); λ ∈ {{{', '.join(f'{x:g}' for x in a.lambdas)}}}; pruning matched "
+            f"to {', '.join(a.prune_targets)} within ±{100 * a.match_tol:g} %. Seeds requested "
+            f"{a.seeds}, base models trained for {bases} (the `seeds` column counts the finished cells per method)."]
+    if sizes:
+        meta.append(f"Splits: {sizes.get('train')} training / {sizes.get('val')} validation / {sizes.get('test')} "
+                    f"test images (one test image = {100 / sizes['test']:.3f} pt of accuracy).")
     for res, mm in summ["measure"].items():
         meta.append(f"Measured @{res} px: one interleaved run, {mm['rounds']} rounds, {mm['seconds']:.0f} s, "
                     f"load average after {[round(x, 1) for x in mm['loadavg_after']]}"
                     + ("; random weights (structure only)" if mm.get("random_weights") else "") + ".")
-    block = "\n".join(meta) + "\n\n" + table + f"\n\n![Pareto plot]({png.name})\n"
+    verdict = render_verdict(summ, cfg.data.resolution, a.match_tol)
+    block = ("\n".join(meta) + "\n\n" + table + "\n\n### Dominance at the training resolution\n\n"
+             + DOMINANCE_RULE.format(tol=100 * a.match_tol)
+             + "\n\n" + verdict + f"\n\n![Pareto plot]({png.name})\n")
     start, end = "<!-- table -->", "<!-- /table -->"
     text = doc.read_text() if doc.is_file() else f"# Method table\n\n{start}\n{end}\n"
     if start not in text:
@@ -844,7 +959,8 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.workers - 1):
                 procs.append(subprocess.Popen([sys.executable, __file__, *argv_w]))
                 time.sleep(5)
-        ensure_lut(ctx)
+        if "lf-lut" in args.methods:
+            ensure_lut(ctx)  # once, before the queue (workers would race to profile it)
         run_queue(ctx)
         for p in procs:
             p.wait()
