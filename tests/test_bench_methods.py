@@ -93,6 +93,7 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
     assert summ["rows"]["asis"]["r32"]["fp32"]["speedup_vs_fp32_asis"] == [1.0, 1.0, 1.0]  # rounds aligned
     text = doc.read_text()
     assert "| lf-uniform@10 |" in text and "| prune>lf-uniform@10 |" in text and "Dominance" in text
+    assert "(1 seed)" in text and "± 0.00" not in text  # one seed: no sd shown
     if not dp_here:
         assert "| dp@0.6 | – | 0 | not run: latopt.dp" in text
     assert doc.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

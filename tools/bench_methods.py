@@ -11,8 +11,8 @@ fine-tuning budget**: ``fold.epochs + fold.post_epochs`` epochs of training (10 
 - ``lf-uniform@λ``: Layer Folding with c_l = 1 for every block (the paper): ``run_fold(lut=None)``,
   ``fold.epochs`` of pre-fold + ``fold.post_epochs`` of post-fold;
 - ``lf-lut@λ``: the same with c_l from the device's LUT (latopt): ``run_fold(lut=...)``;
-- ``dp@b``: section 2's block variants chosen by the dynamic program under a latency budget b (a slot
-  until that lands on main; see ``cell_dp``);
+- ``dp@b``: section 2's block variants chosen by the dynamic program under a latency budget b (a slot:
+  reported "not run" while ``latopt.dp`` is not importable; see ``cell_dp``);
 - ``prune>TARGET``: channel pruning with torch-pruning (DepGraph, magnitude importance, the same ratio in
   every layer group, channel counts rounded to ``--round-to``), the ratio iterated until the pruned network's
   *measured* latency matches the TARGET cell's exported network (interleaved against it) within
@@ -27,7 +27,8 @@ together), and the same structures with random weights in one run at 224 px (``-
 Resumable: a cell (seed, method) that finished has ``cells/<cell>.json`` and is skipped by a rerun; several
 processes (``--workers N``) share the queue through lock files (``locks/``; a lock whose process is gone is
 taken over). The measurement runs are ``measure-r<res>.json`` (``--remeasure`` redoes them). ``report``
-writes the table and the Pareto plot.
+writes the table (methods with no finished cell as "not run"), the dominance verdict of our points over
+paper Layer Folding and pruning (:data:`DOMINANCE_RULE`), the schedule, and the Pareto plot.
 
     python tools/bench_methods.py run --runs-dir DIR [--seeds 0 1 2] [--lambdas 0.3 1 3] [--workers 2]
     python tools/bench_methods.py measure --runs-dir DIR
@@ -788,6 +789,11 @@ def _order(meth: str) -> tuple:
     return (kinds.index(k) if k in kinds else 99, num, meth)
 
 
+def _fmt_acc(v: tuple[float, float], n: int) -> str:
+    """Accuracy in %: mean ± sd over seeds; one seed has no sd."""
+    return f"{100 * v[0]:.2f} ± {100 * v[1]:.2f}" if n > 1 else f"{100 * v[0]:.2f} (1 seed)"
+
+
 def _fmt_sp(v: tuple[float, float, float] | None) -> str:
     return "–" if v is None else f"{v[0]:.2f}× [{v[1]:.2f}, {v[2]:.2f}]"
 
@@ -803,7 +809,7 @@ def render_table(ctx: Ctx, summ: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for meth in sorted(rows, key=_order):
         row = rows[meth]
-        acc = f"{100 * row['acc'][0]:.2f} ± {100 * row['acc'][1]:.2f}"
+        acc = _fmt_acc(row["acc"], row["n"])
         what = ""
         if "folded" in row:
             what = "blocks " + ", ".join(map(str, row["folded"]))
@@ -814,7 +820,7 @@ def render_table(ctx: Ctx, summ: dict[str, Any]) -> str:
         a8 = m.get("int8_acc")
         cells = [meth, str(row["extra_epochs"]), str(row["n"]), what, acc,
                  _fmt_sp(m.get("fp32", {}).get("speedup_vs_fp32_asis")),
-                 "–" if a8 is None else f"{100 * a8[0]:.2f} ± {100 * a8[1]:.2f}",
+                 "–" if a8 is None else _fmt_acc(a8, len(m.get("int8_acc_by_seed", {}))),
                  _fmt_sp(m.get("int8", {}).get("speedup_vs_fp32_asis")),
                  _fmt_sp(m.get("int8", {}).get("speedup_vs_int8_asis"))]
         for r in hi:
@@ -890,17 +896,17 @@ def report(ctx: Ctx) -> int:
             + (f" with overrides {' '.join(f'`{kv}`' for kv in a.set)}" if a.set else "")
             + (" (**smoke**: tiny, not a result)" if a.smoke else "") + ".",
             "",
-            f"Schedule: `{cfg.model.name}` on `{cfg.data.task}` @{cfg.data.resolution} px; base training "
+            f"- Schedule: `{cfg.model.name}` on `{cfg.data.task}` @{cfg.data.resolution} px; base training "
             f"{cfg.train.epochs} epochs (lr {cfg.train.lr:g}, {cfg.train.schedule}); every method then gets "
             f"{ft_epochs(cfg)} epochs of fine-tuning at lr {cfg.fold.lr:g} (Layer Folding: {cfg.fold.epochs} pre-fold "
             f"+ {cfg.fold.post_epochs} post-fold); λ ∈ {{{', '.join(f'{x:g}' for x in a.lambdas)}}}; pruning matched "
             f"to {', '.join(a.prune_targets)} within ±{100 * a.match_tol:g} %. Seeds requested "
             f"{a.seeds}, base models trained for {bases} (the `seeds` column counts the finished cells per method)."]
     if sizes:
-        meta.append(f"Splits: {sizes.get('train')} training / {sizes.get('val')} validation / {sizes.get('test')} "
+        meta.append(f"- Splits: {sizes.get('train')} training / {sizes.get('val')} validation / {sizes.get('test')} "
                     f"test images (one test image = {100 / sizes['test']:.3f} pt of accuracy).")
     for res, mm in summ["measure"].items():
-        meta.append(f"Measured @{res} px: one interleaved run, {mm['rounds']} rounds, {mm['seconds']:.0f} s, "
+        meta.append(f"- Measured @{res} px: one interleaved run, {mm['rounds']} rounds, {mm['seconds']:.0f} s, "
                     f"load average after {[round(x, 1) for x in mm['loadavg_after']]}"
                     + ("; random weights (structure only)" if mm.get("random_weights") else "") + ".")
     verdict = render_verdict(summ, cfg.data.resolution, a.match_tol)
