@@ -62,7 +62,7 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
 
     cells = {p.stem: json.loads(p.read_text()) for p in (runs / "cells").glob("*.json")}
     want = {"s0-base", "s0-asis", "s0-lf-uniform@10", "s0-prune>lf-uniform@10"}
-    dp_here = importlib.util.find_spec("latopt.dp") is not None
+    dp_here = bm.dp_here()
     assert set(cells) == want | ({"s0-dp@0.6"} if dp_here else set())
     assert cells["s0-lf-uniform@10"]["lut"] is None and not (runs / "lut").exists()
     assert cells["s0-lf-uniform@10"]["n_folded"] >= 1  # the fold cell differs from as-is

@@ -99,6 +99,18 @@ def ft_epochs(cfg) -> int:
 
 
 # ------------------------------------------------------------------ the cells
+def dp_here() -> bool:
+    """Is ``latopt.dp`` part of the latopt package in use? (``find_spec`` alone also finds an editable
+    install's copy of another checkout.)"""
+    import importlib.util
+
+    import latopt
+
+    spec = importlib.util.find_spec("latopt.dp")
+    return bool(spec and spec.origin and Path(spec.origin).resolve().is_relative_to(
+        Path(latopt.__file__).resolve().parent))
+
+
 class Skip(Exception):
     """A cell that cannot run (yet): recorded as skipped, retried by a rerun."""
 
@@ -238,9 +250,7 @@ def cell_dp(ctx: Ctx, seed: int, out: Path, budget: float) -> dict[str, Any]:
     Python API with the same base checkpoint, LUT and fine-tuning budget (fold.epochs + fold.post_epochs) and
     returns the same record as ``cell_lf`` (exported with ``latopt.export.export``; ``structure`` = its
     variant plan, rebuilt at 224 by ``structure_net``)."""
-    import importlib.util
-
-    if importlib.util.find_spec("latopt.dp") is None:
+    if not dp_here():
         raise Skip(DP_NOT_RUN)
     raise NotImplementedError("latopt.dp is importable: wire cell_dp to its API (issue 14 §3 slot)")
 
@@ -689,14 +699,12 @@ def summarise(ctx: Ctx) -> dict[str, Any]:
                     key["int8_acc_by_seed"] = {s: ms["int8_acc"][c] for s, c in cells_here if c in ms["int8_acc"]}
             row[f"r{res}"] = key
         rows[meth] = row
-    import importlib.util
-
-    dp_here = importlib.util.find_spec("latopt.dp") is not None
+    dp = dp_here()
     not_run = {}
     for c, _, _ in cell_names(ctx.args):
         meth = method_of(c)
         if meth not in rows and meth not in not_run:
-            not_run[meth] = (DP_NOT_RUN if meth.startswith("dp@") and not dp_here
+            not_run[meth] = (DP_NOT_RUN if meth.startswith("dp@") and not dp
                              else "no cell finished (failed, skipped or not reached: see the run's log)")
     return {"rows": rows, "not_run": not_run,
             "measure": {res: {k: v for k, v in ms.items() if k not in ("stats",)} for res, ms in meas.items()}}
@@ -862,10 +870,10 @@ def pareto_figure(ctx: Ctx, summ: dict[str, Any], path: Path) -> Path:
                         xerr=[[p[0] - p[1] for p in pts], [p[2] - p[0] for p in pts]], color=c, marker=mk,
                         linestyle="-" if len(pts) > 1 else "none", capsize=3, label=kind)
             for p in pts:
-                tag = p[5].split("@")[-1] if "@" in p[5] else ""
+                tag = (f"λ{p[5].split('@')[-1]}" if kind.startswith("lf") else
+                       f"→{p[5].split('>', 1)[1]}" if ">" in p[5] else p[5].split("@")[-1] if "@" in p[5] else "")
                 if tag:
-                    ax.annotate(f"λ{tag}" if kind.startswith("lf") else tag, (p[0], p[3]), fontsize=7,
-                                xytext=(3, 3), textcoords="offset points")
+                    ax.annotate(tag, (p[0], p[3]), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.set_xlabel(f"speed-up vs fp32 as-is, measured @{tr} px (median, quartiles)")
         ax.set_ylabel(f"test accuracy {prec} (%), mean ± sd over seeds")
         ax.set_title(f"{prec.upper()}: ONNX Runtime CPU, 1 thread")
