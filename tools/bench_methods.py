@@ -62,6 +62,7 @@ PRUNE_GRID = [round(0.05 * k, 2) for k in range(1, 19)]   # 0.05 .. 0.90
 MATCH_POLICY = {"min_repeats": 150, "max_repeats": 600, "budget_s": 60}
 MATCH_POLICY_SMOKE = {"min_repeats": 5, "max_repeats": 10, "budget_s": 2}
 PRUNE_GRID_SMOKE = [0.1, 0.3, 0.5]
+DP_VARIANTS = ("full", "pw", "drop")
 DP_NOT_RUN = "not run: latopt.dp (issue 14 §2, another branch) is not importable here"
 
 
@@ -244,15 +245,42 @@ def cell_lf(ctx: Ctx, seed: int, out: Path, costs: str, lam: float) -> dict[str,
     return r
 
 
+def ensure_variant_lut(ctx: Ctx) -> Path:
+    """The device LUT with the DP's variants (full, pw, drop) at the training resolution (made once)."""
+    path = ctx.root / "lut" / f"cpu-variants-r{ctx.cfg.data.resolution}.json"
+    if path.is_file():
+        return path
+    from latopt.latency.devices import load_device
+    from latopt.latency.lut import save_lut
+    from latopt.latency.profiler import profile_model
+
+    log(f"profiling {ctx.cfg.model.name} @{ctx.cfg.data.resolution} on cpu with variants {DP_VARIANTS} → {path}")
+    lut = profile_model(ctx.cfg.model.name, load_device("cpu"), ctx.cfg.data.resolution, 1, variants=DP_VARIANTS,
+                        progress=False, num_classes=10)
+    save_lut(lut, path)
+    return path
+
+
 def cell_dp(ctx: Ctx, seed: int, out: Path, budget: float) -> dict[str, Any]:
-    """SLOT — issue 14 §2 (block variants pw/drop + the importance-driven DP under a latency budget,
-    ``latopt search --method dp --budget B``) is built on branch i14-dp. When it is on main, this calls its
-    Python API with the same base checkpoint, LUT and fine-tuning budget (fold.epochs + fold.post_epochs) and
-    returns the same record as ``cell_lf`` (exported with ``latopt.export.export``; ``structure`` = its
-    variant plan, rebuilt at 224 by ``structure_net``)."""
+    """Issue 14 §2: block variants (full, pw, drop) chosen by the DP under a latency budget (fraction of the
+    LUT-predicted as-is latency), importance ``proxy``, then fine-tuned directly (no σ_α pre-fold) for the
+    same budget as every method: ``fold.post_epochs`` is set to fold.epochs + fold.post_epochs.
+    "Not run" while ``latopt.dp`` is not part of the package in use."""
     if not dp_here():
         raise Skip(DP_NOT_RUN)
-    raise NotImplementedError("latopt.dp is importable: wire cell_dp to its API (issue 14 §3 slot)")
+    from latopt.dp import run_dp
+
+    base = ctx.cell_dir(f"s{seed}-base") / "base.pt"
+    e = ft_epochs(ctx.cfg)
+    cfg = ctx.cfg.with_overrides({"fold.post_epochs": e})
+    rep = run_dp(cfg, base, out / "fold", lut=ensure_variant_lut(ctx), budget=budget, importance="proxy",
+                 seed=seed, progress=True)
+    r = {"test_acc": rep["acc"]["finetuned"], "val_acc": rep["val"]["finetuned"],
+         "acc_before_ft": rep["acc"].get("folded"), "train_seconds": rep["seconds"]["total"], "extra_epochs": e,
+         "n_folded": rep["n_folded"], "selection": rep["selection"], "lut_pred_ms": rep["latency_pred_ms"],
+         "structure": {"kind": "fold", "plan": rep["folded"]}}
+    r |= export_cell(out / "fold" / "folded.pt", out / "export")
+    return r
 
 
 # -- channel pruning (torch-pruning) -------------------------------------------------------------
@@ -667,7 +695,7 @@ def summarise(ctx: Ctx) -> dict[str, Any]:
         row["acc_by_seed"] = {s: r["test_acc"] for s, (_, r) in sorted(m["cells"].items())}
         if all("onnx_acc" in r for r in recs):
             row["onnx_acc"] = float(np.mean([r["onnx_acc"] for r in recs]))
-        if meth.startswith("lf-"):
+        if meth.startswith(("lf-", "dp@")):
             row["folded"] = [r["n_folded"] for r in recs]
         if meth.startswith("prune>"):
             row["ratio"] = [r["match"]["ratio"] for r in recs]
@@ -975,6 +1003,8 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(5)
         if "lf-lut" in args.methods:
             ensure_lut(ctx)  # once, before the queue (workers would race to profile it)
+        if "dp" in args.methods and dp_here():
+            ensure_variant_lut(ctx)
         run_queue(ctx)
         for p in procs:
             p.wait()
