@@ -27,14 +27,15 @@ import io
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from latopt.errors import LatoptError
 
@@ -169,11 +170,10 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
         raise LatoptError(f"output path {path} is not a regular file (a block device or socket); give a file name")
     with _os_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    tmp = Path(name)
+    tmp = _temp_name(path, suffix)   # named before it exists: a signal at any moment finds the cleanup armed
     try:
         with _os_errors(path, tmp):
-            os.close(fd)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             os.chmod(tmp, st.st_mode & 0o777 if st is not None else 0o666 & ~umask())
         with _writer_errors(path, tmp):
             yield tmp
@@ -183,6 +183,13 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _temp_name(path: Path, suffix: str = "") -> Path:
+    """A new hidden name beside ``path`` (``.NAME.XXXXXXXX[suffix]``), not yet created. The caller creates it
+    exclusively inside its cleanup's ``try``: a Ctrl-C or SIGTERM between creating and naming it (the window
+    ``tempfile.mkstemp`` / ``mkdtemp`` leave open) cannot leave it behind."""
+    return path.parent / f".{path.name}.{secrets.token_hex(4)}{suffix}"
 
 
 def write_json_atomic(path: str | Path, obj: Any, *, indent: int = 2) -> Path:
@@ -213,6 +220,22 @@ def write_figure_atomic(path: str | Path, fig: Any, **savefig: Any) -> Path:
     return write_bytes_atomic(path, buf.getvalue())
 
 
+def read_yaml(path: str | Path, *, what: str = "file") -> Any:
+    """Parse a YAML file (``None`` for an empty one); a syntax error, binary content or absurd nesting is one
+    :class:`LatoptError` line naming ``what`` and the line of the error."""
+    path = Path(path)
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise LatoptError(f"{what} {path} is not valid YAML{at}; fix its syntax") from None
+    except UnicodeDecodeError:
+        raise LatoptError(f"{what} {path} is not a text file") from None
+    except RecursionError:
+        raise LatoptError(f"{what} {path} is nested too deeply; fix its syntax") from None
+
+
 def read_json(path: str | Path, *, schema: str | None = None, what: str = "file") -> dict[str, Any]:
     """Read a JSON artifact; check its ``schema`` field when ``schema`` is given."""
     path = Path(path)
@@ -222,6 +245,8 @@ def read_json(path: str | Path, *, schema: str | None = None, what: str = "file"
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise LatoptError(f"{what} {path} is not valid JSON ({e}); re-create it") from None
+    except RecursionError:
+        raise LatoptError(f"{what} {path} is nested too deeply to be a latopt file; re-create it") from None
     if not isinstance(data, dict):
         raise LatoptError(f"{what} {path} is not a JSON object")
     if schema is not None and data.get("schema") != schema:
@@ -248,9 +273,10 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
         raise LatoptError(f"output directory {final} already exists")
     with _os_errors(final):
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    tmp = _temp_name(final)          # named before it exists (see atomic_path)
     try:
         with _os_errors(final, tmp):
+            tmp.mkdir(mode=0o700)
             if st is not None:
                 shutil.copytree(final, tmp, dirs_exist_ok=True)  # copies final's mode onto tmp too
             else:
@@ -265,21 +291,21 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
 
 
 def _swap_in(tmp: Path, final: Path) -> None:
-    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first and put back on failure."""
+    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first and put back on failure
+    (an error or a signal)."""
     if not final.exists():
         os.replace(tmp, final)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+    old = _temp_name(final, ".old")
     try:
+        old.mkdir(mode=0o700)
         os.replace(final, old / "d")
-    except OSError:
-        shutil.rmtree(old, ignore_errors=True)
-        raise
-    try:
         os.replace(tmp, final)
-    except OSError:
-        os.replace(old / "d", final)  # if even this fails, the previous output stays in ``old``
-        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        if (old / "d").exists() and not final.exists():
+            os.replace(old / "d", final)  # if even this fails, the previous output stays in ``old``
+        else:
+            shutil.rmtree(old, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
 

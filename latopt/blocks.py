@@ -6,7 +6,9 @@ Recognised modules (matched by class, never re-implemented):
   ``DepthwiseSeparableConv`` (the t = 1 block ``conv_dw → bn1(+act) → conv_pw → bn2``); the activations
   live in ``BatchNormAct2d.act``;
 - torchvision ``InvertedResidual`` (``Conv2dNormActivation`` children);
-- latopt ``FoldedBlock`` (a block already folded; kept in the numbering, not foldable again).
+- latopt ``FoldedBlock`` (a block already folded, dropped ones included) and ``PointwiseBlock`` (a block in
+  its ``pw`` variant network): kept in the numbering, not foldable again. So a block keeps the index it has
+  in the original network whatever variant it is in: an index always names the same block.
 
 Public API::
 
@@ -32,8 +34,9 @@ import torch
 from timm.layers import Conv2dSame
 from torch import nn
 
+from latopt.constants import PARTIAL_VARIANTS
 from latopt.errors import LatoptError
-from latopt.layers import AlphaActivation, FoldedBlock
+from latopt.layers import AlphaActivation, FoldedBlock, FoldInfo, PointwiseBlock
 
 
 @dataclass(frozen=True)
@@ -64,10 +67,12 @@ class Block:
 
     @property
     def variants(self) -> tuple[str, ...]:
-        """Fold variants this block allows ("full" always; partial ones only with an expansion conv)."""
+        """Variants this block allows: "full" and "pw" always; the partial folds only with an expansion
+        conv; "drop" only for a residual block (the identity needs cin == cout and stride 1)."""
         if not self.foldable:
             return ()
-        return ("full", "expand_dw", "dw_project") if self.has_expand else ("full",)
+        return (("full",) + (PARTIAL_VARIANTS if self.has_expand else ()) + ("pw",)
+                + (("drop",) if self.residual else ()))
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -222,21 +227,35 @@ def _block_kind(m: nn.Module) -> str | None:
         return "timm"
     if mod.startswith("torchvision.") and cls.__name__ == "InvertedResidual":
         return "torchvision"
-    if isinstance(m, FoldedBlock):
-        return "folded"
+    if isinstance(m, (FoldedBlock, PointwiseBlock)):
+        return "latopt"
     return None
 
 
-def _folded_block(index: int, path: str, m: FoldedBlock) -> Block:
-    """A block latopt already folded: kept in the numbering, not foldable again."""
-    i = m.info
-    convs = {"full": ("conv",), "expand_dw": ("conv", "project"), "dw_project": ("expand", "conv")}[i.variant]
-    acts = () if i.variant == "full" or isinstance(m.act, nn.Identity) else (f"{path}.act",)
+_LATOPT_PARTS = {  # variant -> (convs, bns) of latopt's block modules
+    "full": (("conv",), ()), "expand_dw": (("conv", "project"), ()), "dw_project": (("expand", "conv"), ()),
+    "pw": (("conv",), ()), "drop": ((), ()),
+}
+
+
+def _latopt_block(index: int, path: str, m: FoldedBlock | PointwiseBlock) -> Block:
+    """A block latopt already folded, dropped, or put in its pw variant network: kept in the numbering, not
+    foldable again. ``info`` describes the original block."""
+    i: FoldInfo = m.info
+    if isinstance(m, PointwiseBlock):
+        names = (("expand", "project"), ("bn1", "bn3")) if m.expand is not None else (("project",), ("bn3",))
+        acts: tuple[str, ...] = ()
+        kind, reason = "latopt.PointwiseBlock", f"pw variant network before folding (was {i.kind})"
+    else:
+        names = _LATOPT_PARTS[i.variant]
+        act = getattr(m, "act", None)
+        acts = () if act is None or isinstance(act, nn.Identity) else (f"{path}.act",)
+        kind, reason = "latopt.FoldedBlock", f"already folded ({i.variant}, {i.mode} mode; was {i.kind})"
     return Block(
-        index=index, path=path, kind="latopt.FoldedBlock", cin=i.cin, cout=i.cout, hidden=i.hidden,
+        index=index, path=path, kind=kind, cin=i.cin, cout=i.cout, hidden=i.hidden,
         expansion=i.hidden / i.cin, kernel=i.kernel, stride=i.stride, residual=i.residual,
-        convs=tuple(f"{path}.{c}" for c in convs), bns=(), acts=acts, foldable=False,
-        reason=f"already folded ({i.variant}, {i.mode} mode; was {i.kind})", padding=i.padding,
+        convs=tuple(f"{path}.{c}" for c in names[0]), bns=tuple(f"{path}.{c}" for c in names[1]), acts=acts,
+        foldable=False, reason=reason, padding=i.padding,
     )
 
 
@@ -257,7 +276,7 @@ def find_blocks(model: nn.Module) -> list[Block]:
         elif kind == "torchvision":
             blocks.append(_tv_block(i, path, m))
         else:
-            blocks.append(_folded_block(i, path, m))
+            blocks.append(_latopt_block(i, path, m))
     return blocks
 
 

@@ -8,10 +8,11 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
 
     name: quickstart              # runs/<name>/ is the default output directory (letters, digits, . _ -)
     model:  {name: mobilenetv2_050, pretrained: false}
-    data:   {task: digits, resolution: 32, batch_size: 64, workers: 0, augment: false, split_seed: 0,
-             max_samples: null}
+    data:   {task: digits, resolution: 32, batch_size: 64, workers: null, pin_memory: null,
+             persistent_workers: null, augment: false, split_seed: 0, max_samples: null}
     train:  {epochs: 30, optimizer: adamw, lr: 0.003, momentum: 0.9, weight_decay: 0.0001,
-             schedule: cosine, warmup_epochs: 0, step_size: 10, gamma: 0.1, label_smoothing: 0.0}
+             schedule: cosine, warmup_epochs: 0, step_size: 10, gamma: 0.1, label_smoothing: 0.0,
+             device: auto, amp: none, channels_last: false, sync_bn: true, dist_timeout_s: 600}
     fold:   {lambda_c: 1.0, tau: 0.9, p: 2.0, granularity: block, alpha_lr: 0.05, epochs: 8, lr: 0.001,
              distill: false, distill_weight: 0.5, temperature: 2.0, mode: exact, post_epochs: 4,
              post_lr: 0.0005, unfolded_alpha: zero, max_fold_error: 0.001}
@@ -57,9 +58,11 @@ from pydantic import (
     model_validator,
 )
 
-from latopt.artifacts import check_name, write_text_atomic
+from latopt.artifacts import check_name, read_yaml, write_text_atomic
 from latopt.constants import (
     RESOLUTION_RANGE,
+    TRAIN_DEVICES,
+    Amp,
     FoldMode,
     Granularity,
     Optimizer,
@@ -218,7 +221,14 @@ def _interval(end: Any) -> Any:
     return Annotated[tuple[end, end], BeforeValidator(_pair), AfterValidator(_ordered)]
 
 
+def _train_device(v: str) -> str:
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
+        raise ValueError(f"must be one of {', '.join(TRAIN_DEVICES)} (N: a GPU index), got {v!r}")
+    return v
+
+
 Name = Annotated[str, BeforeValidator(_valid_name)]
+TrainDevice = Annotated[str, AfterValidator(_train_device)]
 Resolution = Annotated[int, Field(ge=RESOLUTION_RANGE[0], le=RESOLUTION_RANGE[1])]
 LambdaC = Annotated[float, Field(ge=0)]           # weight of the compression loss
 Tau = Annotated[float, Field(gt=0, le=1)]         # fold an activation when alpha >= tau
@@ -244,8 +254,12 @@ class ModelConfig(Section):
 class DataConfig(Section):
     task: str = "digits"  # digits | digits-clutter | imagefolder:PATH | cifar10:PATH
     resolution: Resolution = 32
-    batch_size: Annotated[int, Field(ge=1)] = 64
-    workers: Annotated[int, Field(ge=0)] = 0
+    batch_size: Annotated[int, Field(ge=1)] = 64  # the global batch: under torchrun each of W processes takes 1/W
+    # DataLoader worker processes per training process, pinned memory, workers kept across epochs;
+    # null = automatic (latopt.accel: no workers on the CPU; on CUDA min(8, cores per process - 1), pinned, kept)
+    workers: Annotated[int, Field(ge=0)] | None = None
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
     augment: bool = False  # random shifts (digits) / random-resized-crop + flip (image folders)
     split_seed: int = 0  # fixes the train/val/test split (independent of --seed, so base and fold agree)
     max_samples: Annotated[int, Field(ge=1)] | None = None  # cap every split at this many samples (smoke runs)
@@ -262,6 +276,12 @@ class TrainConfig(Section):
     step_size: Annotated[int, Field(ge=1)] = 10  # epochs between LR drops (schedule: step)
     gamma: Annotated[float, Field(gt=0, le=1)] = 0.1
     label_smoothing: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    # where and how train / fold / search trials train (latopt.accel)
+    device: TrainDevice = "auto"  # auto | cpu | cuda | cuda:N; auto = CUDA when torch sees a GPU, else the CPU
+    amp: Amp = "none"  # mixed precision: none | bf16 | fp16 (fp16: CUDA only, with a GradScaler)
+    channels_last: bool = False  # NHWC weights and batches (faster convolutions on tensor-core GPUs)
+    sync_bn: bool = True  # under torchrun: batch norm over the global batch (off: per-process statistics)
+    dist_timeout_s: Annotated[int, Field(ge=1)] = 600  # under torchrun: a collective waiting longer fails the run
 
 
 class FoldConfig(Section):
@@ -341,14 +361,7 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     raw: dict[str, Any] = {}
     if path is not None:
         path = config_path(path)
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            where = getattr(e, "problem_mark", None)
-            at = f" at line {where.line + 1}" if where is not None else ""
-            raise LatoptError(f"config file {path} is not valid YAML{at}; fix its syntax") from None
-        except UnicodeDecodeError:
-            raise LatoptError(f"config file {path} is not a text file") from None
+        loaded = read_yaml(path, what="config file")
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

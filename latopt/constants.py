@@ -12,18 +12,24 @@ from typing import Literal, get_args
 # Layer Folding
 Granularity = Literal["block", "activation"]      # one α per MBConv block, or one per activation
 FoldMode = Literal["exact", "paper"]              # exact: bias map for one input size; paper: constant bias
-FoldVariant = Literal["full", "expand_dw", "dw_project"]  # which activations of a block are removed
+# what is removed from a block: full / expand_dw / dw_project remove both / the first / the second activation;
+# pw removes the depthwise convolution, its BN and both activations (the block becomes one 1x1 convolution);
+# drop removes a residual block (it becomes the identity). latopt.fold.transform defines each variant network.
+FoldVariant = Literal["full", "expand_dw", "dw_project", "pw", "drop"]
 UnfoldedAlpha = Literal["zero", "keep"]           # α of blocks left unfolded: back to 0, or kept
 ActKind = Literal["relu", "relu6"]                # activations σ_α can replace
 
 # training
 Optimizer = Literal["sgd", "adamw"]
 Schedule = Literal["cosine", "step", "constant"]
+Amp = Literal["none", "bf16", "fp16"]             # mixed precision of training (autocast; fp16 with a GradScaler)
 
 # search
 Sampler = Literal["tpe", "nsga2", "random"]
 Objective = Literal["latency", "depth"]           # second objective: LUT latency or non-linear layers left
 Costs = Literal["lut", "uniform"]                 # c_l from the device's LUT, or 1 for every block
+SearchMethod = Literal["optuna", "dp"]            # Layer Folding's Optuna study, or the budgeted DP (latopt.dp)
+Importance = Literal["proxy", "finetune", "uniform"]  # the DP's loss per (block, variant) (latopt.dp.importance)
 
 # latency and export
 Backend = Literal["onnxruntime", "tensorrt", "torch"]
@@ -35,14 +41,19 @@ BiasMaps = Literal["deferred", "per-block"]       # exact folds exported with on
 GRANULARITIES: tuple[str, ...] = get_args(Granularity)
 FOLD_MODES: tuple[str, ...] = get_args(FoldMode)
 FOLD_VARIANTS: tuple[str, ...] = get_args(FoldVariant)
+PARTIAL_VARIANTS: tuple[str, ...] = ("expand_dw", "dw_project")  # one activation removed (granularity activation)
 LUT_VARIANTS: tuple[str, ...] = ("none", *FOLD_VARIANTS)  # "none" = the block as it is
 UNFOLDED_ALPHA: tuple[str, ...] = get_args(UnfoldedAlpha)
 ACT_KINDS: tuple[str, ...] = get_args(ActKind)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
+AMP_MODES: tuple[str, ...] = get_args(Amp)
+TRAIN_DEVICES = ("auto", "cpu", "cuda", "cuda:N")  # train.device (N: a GPU index)
 SAMPLERS: tuple[str, ...] = get_args(Sampler)
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
 COSTS: tuple[str, ...] = get_args(Costs)
+SEARCH_METHODS: tuple[str, ...] = get_args(SearchMethod)
+IMPORTANCE_METHODS: tuple[str, ...] = get_args(Importance)
 BACKENDS: tuple[str, ...] = get_args(Backend)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 CLOCKS: tuple[str, ...] = get_args(Clock)

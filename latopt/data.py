@@ -30,15 +30,15 @@ A missing, empty or malformed dataset directory raises :class:`LatoptError` with
 what is wrong.
 
 Public API: :class:`Task`, :func:`get_task`, :func:`load_task` (the task of a run config), :func:`limit_task`,
-:func:`make_loaders`, :func:`data_meta` (what a checkpoint records about its data), :func:`split_indices` (the
-one digits split), :data:`TASKS`.
+:func:`make_loaders`, :class:`ShardSampler`, :func:`data_meta` (what a checkpoint records about its data),
+:func:`split_indices` (the one digits split), :data:`TASKS`.
 """
 
 from __future__ import annotations
 
 import functools
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,10 +49,11 @@ import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset
 from torchvision import transforms as T
 from torchvision.datasets import ImageFolder
 
+from latopt.accel import Accel
 from latopt.config import RunConfig
 from latopt.errors import LatoptError
 
@@ -123,16 +124,44 @@ def limit_task(task: Task, max_samples: int | None) -> Task:
                 cut(task.test))
 
 
-def make_loaders(
-    task: Task, batch_size: int, workers: int = 0, seed: int = 0
-) -> tuple[DataLoader, DataLoader, DataLoader]:
-    """(train, val, test) loaders; the training order is shuffled reproducibly from ``seed``."""
-    g = torch.Generator()
-    g.manual_seed(seed)
-    train = DataLoader(task.train, batch_size=batch_size, shuffle=True, num_workers=workers, generator=g)
-    val = DataLoader(task.val, batch_size=max(batch_size, 256), shuffle=False, num_workers=workers)
-    test = DataLoader(task.test, batch_size=max(batch_size, 256), shuffle=False, num_workers=workers)
+def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | None = None
+                 ) -> tuple[DataLoader, DataLoader, DataLoader]:
+    """(train, val, test) loaders of this process (``accel``: its rank, world size and loader settings;
+    default one CPU process, no workers).
+
+    Training: ``batch_size`` is the global batch, ``batch_size / world_size`` per process (it must
+    divide); a :class:`DistributedSampler` shuffles every epoch with the seed ``seed + epoch``
+    (:func:`latopt.engine.fit` calls ``set_epoch``), one permutation of which each process takes every
+    W-th index — so step k of W processes sees exactly the samples step k of one process sees, and a
+    resumed run sees the order it would have seen. Evaluation: each process takes every W-th sample,
+    without padding (:class:`ShardSampler`); :func:`latopt.engine.evaluate` sums the counts."""
+    accel = accel or Accel()
+    world, rank = accel.world_size, accel.rank
+    if batch_size % world:
+        raise LatoptError(f"data.batch_size {batch_size} does not split over {world} processes; "
+                          f"use a multiple of {world} (it is the global batch)")
+    per_process = batch_size // world
+    loader = {"num_workers": accel.workers, "pin_memory": accel.pin_memory,
+              "persistent_workers": accel.persistent_workers and accel.workers > 0}
+    train = DataLoader(task.train, batch_size=per_process,
+                       sampler=DistributedSampler(task.train, num_replicas=world, rank=rank, shuffle=True, seed=seed),
+                       generator=torch.Generator().manual_seed(seed), **loader)  # the generator seeds workers
+    val, test = (DataLoader(ds, batch_size=max(per_process, 256), sampler=ShardSampler(len(ds), world, rank),  # type: ignore[arg-type]
+                            **loader) for ds in (task.val, task.test))
     return train, val, test
+
+
+class ShardSampler(Sampler[int]):
+    """Indices ``rank, rank + world, ...`` of ``range(n)``: every sample once over all processes, no padding."""
+
+    def __init__(self, n: int, world: int = 1, rank: int = 0) -> None:
+        self.n, self.world, self.rank = int(n), int(world), int(rank)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.rank, self.n, self.world))
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.n, self.world))
 
 
 # ------------------------------------------------------------------ in-memory digits tasks

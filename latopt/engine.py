@@ -3,14 +3,18 @@
 Base training (:mod:`latopt.train`), pre-fold and post-fold (:mod:`latopt.layerfold`, also in every search
 trial), ``tools/ednl.py`` and the MLP trainer (:func:`latopt.exact.mlp.train_mlp`) train through :func:`fit`. A training step is
 described by a ``StepLoss``: ``step_loss(model, x, y) -> (loss, logits, extras)`` where ``extras`` are
-floats to average per epoch (e.g. the compression loss); the engine owns the optimizer steps, the
-per-update schedule, the per-step hook (σ_α clipping) and the per-epoch record.
+scalars (0-dim tensors or floats) to average per epoch (e.g. the compression loss); the engine owns the
+device placement of batches, autocast, the optimizer steps (through a GradScaler for fp16), the
+per-update schedule, the per-step hook (σ_α clipping), DistributedDataParallel under torchrun and the
+per-epoch record. Where and how it runs is an :class:`latopt.accel.Accel` (default: the CPU, float32,
+one process).
 
 Public API::
 
-    evaluate(model, loader) -> float                     top-1 accuracy in [0, 1] (eval mode, no grad)
+    evaluate(model, loader, accel=None) -> float         top-1 accuracy in [0, 1] (eval mode, no grad, float32)
     fit(model, loader, epochs, optimizer, scheduler, step_loss, *, val_loader=None, progress=True,
-        desc="train", after_step=None, extra_optimizers=(), report_every=1) -> list[dict]   per-epoch records
+        desc="train", after_step=None, extra_optimizers=(), report_every=1, accel=None, scaler=None,
+        start_epoch=0, history=None, on_epoch_end=None) -> list[dict]   per-epoch records
     cross_entropy_loss(label_smoothing) -> StepLoss
     make_optimizer(model, train_cfg, lr, *, exclude=(), nesterov=True)   timm's create_optimizer_v2
     make_scheduler(optimizer, train_cfg, epochs, steps_per_epoch)        timm's create_scheduler_v2, per update
@@ -50,29 +54,41 @@ from timm.scheduler.scheduler import Scheduler
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
+from latopt.accel import Accel, strict_fp32
 from latopt.config import TrainConfig
 from latopt.errors import LatoptError
 from latopt.log import get_logger, progress_bar
 
 _LOG = get_logger("train")
+CHECK_EVERY = 50  # steps between checks that the loss is finite (each check waits for the device once)
 StepLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, dict[str, float]]]
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: Iterable) -> float:
-    """Top-1 accuracy of ``model`` on ``loader`` (the model's train/eval mode is restored)."""
+def evaluate(model: nn.Module, loader: Iterable, accel: Accel | None = None) -> float:
+    """Top-1 accuracy of ``model`` on ``loader`` (the model's train/eval mode is restored).
+
+    The model must be on ``accel``'s device (default: the CPU); batches are moved there. Always float32
+    (:func:`latopt.accel.strict_fp32`: no autocast, no TF32), so the accuracy a run records is the one
+    ``latopt export`` re-measures on the CPU. Under torchrun the counts of every process are summed (each
+    evaluates its shard: :func:`latopt.data.make_loaders`); one read of the device per call."""
+    accel = accel or Accel()
     was_training = model.training
     model.eval()
-    correct = total = 0
+    correct = torch.zeros((), dtype=torch.float64, device=accel.device)
+    total = 0
     try:
-        for x, y in loader:
-            correct += int((model(x).argmax(1) == y).sum())
-            total += int(y.numel())
+        with strict_fp32():
+            for x, y in loader:
+                x, y = accel.batch(x, y)
+                correct += (model(x).argmax(1) == y).sum()
+                total += int(y.numel())
     finally:
         model.train(was_training)
-    if total == 0:
+    counts = accel.all_reduce(torch.stack([correct, correct.new_tensor(float(total))])).tolist()
+    if counts[1] == 0:
         raise LatoptError("cannot evaluate on an empty dataset split")
-    return correct / total
+    return counts[0] / counts[1]
 
 
 def make_optimizer(model: nn.Module, train_cfg: TrainConfig, lr: float, *, exclude: Iterable[nn.Parameter] = (),
@@ -118,58 +134,102 @@ def cross_entropy_loss(label_smoothing: float = 0.0) -> StepLoss:
     return step_loss
 
 
-def fit(model: nn.Module, loader: DataLoader, epochs: int, optimizer: torch.optim.Optimizer,
-        scheduler: Scheduler | None, step_loss: StepLoss, *, val_loader: DataLoader | None = None,
+def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.Optimizer,
+        scheduler: Scheduler | None, step_loss: StepLoss, *, val_loader: Iterable | None = None,
         progress: bool = True, desc: str = "train", after_step: Callable[[], None] | None = None,
-        extra_optimizers: tuple[torch.optim.Optimizer, ...] = (), report_every: int = 1) -> list[dict[str, float]]:
-    """Train ``epochs`` epochs; returns per-epoch {epoch, loss, train_acc, val_acc?, lr, seconds, ...extras}.
+        extra_optimizers: tuple[torch.optim.Optimizer, ...] = (), report_every: int = 1,
+        accel: Accel | None = None, scaler: torch.amp.GradScaler | None = None, start_epoch: int = 0,
+        history: list[dict[str, float]] | None = None,
+        on_epoch_end: Callable[[list[dict[str, float]]], None] | None = None) -> list[dict[str, float]]:
+    """Train up to epoch ``epochs``; returns the per-epoch records {epoch, loss, train_acc, val_acc?, lr,
+    seconds, ...extras}.
 
-    Each batch: ``step_loss``, backward, a step of ``optimizer`` and of every one of ``extra_optimizers``
-    (not scheduled), ``scheduler.step_update``, ``after_step()``. A non-finite loss stops the run with one
-    line (:class:`LatoptError`). With ``progress`` a line (logger ``latopt.train``) every ``report_every``
-    epochs (and after the last) and a bar while it runs (on a terminal only)."""
-    history: list[dict[str, float]] = []
-    updates = 0
-    for epoch in range(epochs):
-        model.train()
+    Each batch (moved to ``accel``'s device): ``step_loss`` under ``accel``'s autocast (and global batch
+    norm under torchrun), backward (through ``scaler``, default ``accel.grad_scaler()``: fp16 only), a
+    step of ``optimizer`` and of every one of ``extra_optimizers`` (not scheduled),
+    ``scheduler.step_update``, ``after_step()``. Under torchrun the model is trained wrapped in
+    DistributedDataParallel and the epoch's sums are added over the processes. A sampler with
+    ``set_epoch`` (:func:`latopt.data.make_loaders`) is told each epoch.
+
+    The loop never waits for the device: loss, accuracy and extras are summed on it and read once per
+    epoch; a non-finite loss is caught every :data:`CHECK_EVERY` steps and at the epoch's end (one line,
+    :class:`LatoptError`). ``start_epoch`` / ``history`` continue a run whose first ``start_epoch``
+    epochs are done (resume); ``on_epoch_end(history)`` runs after each epoch (an epoch checkpoint). With
+    ``progress`` a line (logger ``latopt.train``) every ``report_every`` epochs (and after the last) and a
+    bar while it runs (on a terminal only)."""
+    accel = accel or Accel()
+    scaler = scaler if scaler is not None else accel.grad_scaler()
+    net = accel.wrap(model)
+    optimizers = (optimizer, *extra_optimizers)
+    history = list(history or [])
+    updates = start_epoch * len(loader) if start_epoch else 0  # type: ignore[arg-type]
+    sampler = getattr(loader, "sampler", None)
+    for epoch in range(start_epoch, epochs):
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        net.train()
         t0 = time.perf_counter()
-        loss_sum, correct, seen = 0.0, 0, 0
-        extras_sum: dict[str, float] = {}
+        sums = torch.zeros(2, dtype=torch.float64, device=accel.device)  # loss x n, correct
+        extras_sum: dict[str, torch.Tensor] = {}
+        seen = 0
         bar = progress_bar(loader, desc=f"{desc} {epoch + 1}/{epochs}", enabled=progress)
-        for x, y in bar:
-            loss, logits, extras = step_loss(model, x, y)
-            if not torch.isfinite(loss):
-                raise LatoptError(f"{desc}: the loss became {float(loss.detach())} in epoch {epoch + 1}; "
-                                  "lower the learning rate")
-            for opt in (optimizer, *extra_optimizers):
+        step = 0
+        for step, (xb, yb) in enumerate(bar, 1):
+            x, y = accel.batch(xb, yb)
+            with accel.autocast(), accel.batch_norm():
+                loss, logits, extras = step_loss(net, x, y)
+            for opt in optimizers:
                 opt.zero_grad(set_to_none=True)
-            loss.backward()
-            for opt in (optimizer, *extra_optimizers):
-                opt.step()
+            if scaler is None:
+                loss.backward()
+                for opt in optimizers:
+                    opt.step()
+            else:
+                scaler.scale(loss).backward()
+                for opt in optimizers:
+                    scaler.step(opt)
+                scaler.update()
             updates += 1
             if scheduler is not None:
                 scheduler.step_update(updates)
             if after_step is not None:
                 after_step()
             n = int(y.numel())
-            loss_sum += float(loss.detach()) * n
-            correct += int((logits.detach().argmax(1) == y).sum())
             seen += n
+            sums += torch.stack([loss.detach().double() * n, (logits.detach().argmax(1) == y).sum().double()])
             for k, v in extras.items():
-                extras_sum[k] = extras_sum.get(k, 0.0) + v * n
-            bar.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}", **{
-                k: f"{v / seen:.3f}" for k, v in extras_sum.items()})
-        row = {"epoch": epoch + 1, "loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1),
+                extras_sum[k] = extras_sum.get(k, 0.0) + torch.as_tensor(v, device=accel.device).detach().double() * n
+            if step % CHECK_EVERY == 0:
+                _check_finite(accel, sums[0], desc, epoch, step)
+            if not bar.disable and step % CHECK_EVERY == 0:  # drawn on a terminal only: a read per CHECK_EVERY steps
+                shown = {"loss": sums[0] / seen, "acc": sums[1] / seen, **{k: v / seen for k, v in extras_sum.items()}}
+                bar.set_postfix({k: f"{float(v):.3f}" for k, v in shown.items()})
+        _check_finite(accel, sums[0], desc, epoch, step)
+        keys = list(extras_sum)
+        totals = accel.all_reduce(torch.cat([sums, sums.new_tensor([float(seen)]),
+                                             *(extras_sum[k].reshape(1) for k in keys)])).tolist()
+        count = max(totals[2], 1.0)
+        row = {"epoch": epoch + 1, "loss": totals[0] / count, "train_acc": totals[1] / count,
                "lr": float(optimizer.param_groups[0]["lr"]),
-               **{k: v / max(seen, 1) for k, v in extras_sum.items()}}
+               **{k: totals[3 + i] / count for i, k in enumerate(keys)}}
         if val_loader is not None:
-            row["val_acc"] = evaluate(model, val_loader)
+            row["val_acc"] = evaluate(model, val_loader, accel)
         row["seconds"] = time.perf_counter() - t0
         history.append(row)
+        if on_epoch_end is not None:
+            on_epoch_end(history)
         if progress and ((epoch + 1) % max(1, report_every) == 0 or epoch + 1 == epochs):
-            shown = ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "epoch")
-            _LOG.info(f"{desc} epoch {epoch + 1}/{epochs}: {shown}")
+            shown_row = ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "epoch")
+            _LOG.info(f"{desc} epoch {epoch + 1}/{epochs}: {shown_row}")
     return history
+
+
+def _check_finite(accel: Accel, loss_sum: torch.Tensor, desc: str, epoch: int, step: int) -> None:
+    """One line when a loss summed since the epoch began (on any process) is not finite."""
+    total = accel.all_reduce(loss_sum.detach().clone())
+    if not torch.isfinite(total):
+        raise LatoptError(f"{desc}: the loss became {float(total)} in epoch {epoch + 1} (by step {step}); "
+                          "lower the learning rate")
 
 
 def seed_everything(seed: int) -> None:

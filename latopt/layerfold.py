@@ -9,11 +9,17 @@ What ``latopt fold`` runs and every ``latopt search`` trial runs. Public API::
     prefold(cfg, base_model, task, *, costs, lambda_c, p, granularity, distill, progress=True, lut=None,
             seed=0) -> nn.Module                           σ_α installed and trained
     plan_from_alphas(alphas, tau) -> {block index: variant}
-    fold_and_finetune(cfg, prefolded, task, *, tau, mode, progress=True, teacher=None, seed=0)
+    fold_and_finetune(cfg, prefolded, task, *, tau, mode, progress=True, teacher=None, seed=0, accel=None)
         -> (folded nn.Module, info dict)
+    fold_plan_and_finetune(cfg, source, plan, task, *, mode, progress=True, teacher=None, seed=0, accel=None)
+        -> (folded nn.Module, info dict)      any plan {block: variant}: fold, check against the variant
+                                              network, fine-tune (also the DP's apply step, latopt.dp)
+    write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, text, accel=None) -> report
+                                              folded.pt / prefold.pt / report.* / config.yaml, as export reads them
     CompressionLoss(alphas, *, p, variant_times)             L_c over the α parameters (a callable)
     block_variant_times(blocks, *, costs=None, lut=None, granularity="block") -> {block: {variant: t}}
     format_summary(report) -> str;  format_report(report) -> str
+    report_tail(report, rows, *, check_prefix="") -> [str]   accuracy rows, fold check, FLOPs, params
 
 **Compression loss.** q = α^p. For a block l with fold variants v ∈ {none, full[, expand_dw, dw_project]}
 of times t_l(v), the α's of the block give a distribution P_l(v): one shared α → P(full) = q,
@@ -54,7 +60,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +68,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from latopt.accel import Accel, resolve
 from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
 from latopt.blocks import find_blocks
 from latopt.config import RunConfig, validate_fold_params, write_config
@@ -105,7 +112,7 @@ class CompressionLoss:
                 t = {"none": t["none"], "full": t["full"]}
             elif len(params) != 2 or not {"expand_dw", "dw_project"} <= t.keys():
                 raise LatoptError(f"block {i}: per-activation α needs the times of the partial fold variants; "
-                                  "profile with partial variants or use --granularity block")
+                                  "profile them (latopt profile --variants full,expand_dw,dw_project) or use --granularity block")
             best = min(t.values())
             if t["none"] - best <= 0:
                 self.frozen.append(i)
@@ -121,7 +128,7 @@ class CompressionLoss:
     def __call__(self) -> torch.Tensor:
         if not self.terms:
             return torch.zeros(())
-        total = torch.zeros(())
+        total = torch.zeros((), device=self.terms[0][0][0].device)  # where the α's are (the training device)
         for params, t, best in self.terms:
             q = [a.clamp(0.0, 1.0) ** self.p for a in params]
             if len(q) == 1:
@@ -173,29 +180,31 @@ def _task_loss(cfg: RunConfig, teacher: nn.Module | None):
 
 def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping[int, float] | None,
             lambda_c: float, p: float, granularity: str, distill: bool, progress: bool = True,
-            lut: Any = None, seed: int = 0) -> nn.Module:
+            lut: Any = None, seed: int = 0, accel: Accel | None = None) -> nn.Module:
     """σ_α in every foldable block (α = 0), then train with L_task + λ_c·L_c; returns the new model.
 
     ``costs`` = {block: c_l} (block granularity; None = uniform); ``lut`` gives the variant times for
-    ``granularity="activation"``. ``base_model`` is not modified (it is the distillation teacher)."""
+    ``granularity="activation"``. ``base_model`` is not modified (it is the distillation teacher). The
+    model, its α's and the teacher are trained on ``accel`` (default: resolved from ``cfg.train``)."""
     validate_fold_params(lambda_c, cfg.fold.tau, p)
     if granularity not in GRANULARITIES:
         raise LatoptError(f"granularity must be one of {', '.join(GRANULARITIES)}, not {granularity!r}")
-    model = copy.deepcopy(base_model)
-    alphas = install_alpha(model, "all", granularity)
+    accel = accel or resolve(cfg)
+    model = accel.prepare(copy.deepcopy(base_model))
+    alphas = install_alpha(model, "all", granularity)  # created on the model's device
     if not alphas:
         raise LatoptError("the model has no foldable block; nothing to pre-fold")
     times = block_variant_times(sorted(alphas), costs=costs, lut=lut, granularity=granularity)
     comp = CompressionLoss(alphas, p=p, variant_times=times)
     teacher = None
     if distill:
-        teacher = copy.deepcopy(base_model).eval()
+        teacher = accel.prepare(copy.deepcopy(base_model)).eval()
         for q in teacher.parameters():
             q.requires_grad_(False)
     trainable_alphas = [a for a in alpha_parameters(model) if a.requires_grad]
     f = cfg.fold
     seed_everything(seed)
-    train_loader, val_loader, _ = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
+    train_loader, val_loader, _ = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
     optimizer = make_optimizer(model, cfg.train, f.lr, exclude=alpha_parameters(model))
     scheduler = make_scheduler(optimizer, cfg.train, f.epochs, len(train_loader))
     extra = (torch.optim.Adam(trainable_alphas, lr=f.alpha_lr),) if trainable_alphas else ()
@@ -204,11 +213,11 @@ def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping
     def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
         lt, logits = task_loss(m, x, y)
         lc = comp()
-        return lt + lambda_c * lc, logits, {"L_c": float(lc.detach())}
+        return lt + lambda_c * lc, logits, {"L_c": lc.detach()}
 
     history = fit(model, train_loader, f.epochs, optimizer, scheduler, step_loss, val_loader=val_loader,
                   progress=progress, desc="pre-fold", after_step=lambda: clamp_alphas_(model),
-                  extra_optimizers=extra)
+                  extra_optimizers=extra, accel=accel)
     model.latopt_prefold = {"history": history, "frozen": comp.frozen,  # type: ignore[attr-defined]
                             "variant_times": {str(i): t for i, t in times.items()}}
     return model
@@ -251,16 +260,37 @@ def _snap_unfolded_(model: nn.Module, plan: Mapping[int, str]) -> int:
 
 def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: float, mode: str,
                       progress: bool = True, teacher: nn.Module | None = None,
-                      seed: int = 0) -> tuple[nn.Module, dict[str, Any]]:
-    """Fold every activation with α ≥ τ, check the fold, fine-tune; returns (folded model, info)."""
-    res = cfg.data.resolution
+                      seed: int = 0, accel: Accel | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """Fold every activation with α ≥ τ, check the fold, fine-tune; returns (folded model, info)
+    (:func:`fold_plan_and_finetune` on a CPU copy of ``prefolded`` with its unfolded α's snapped)."""
     alphas = get_alphas(prefolded)
     plan = plan_from_alphas(alphas, tau)
-    snapped = copy.deepcopy(prefolded)
+    snapped = _cpu_copy(prefolded)
     n_snapped = _snap_unfolded_(snapped, plan) if cfg.fold.unfolded_alpha == "zero" else 0
+    folded, info = fold_plan_and_finetune(cfg, snapped, plan, task, mode=mode, progress=progress, teacher=teacher,
+                                          seed=seed, accel=accel)
+    return folded, {"alphas": alphas, "snapped": n_snapped, **info}
+
+
+def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int, str], task: Task, *, mode: str,
+                           progress: bool = True, teacher: nn.Module | None = None,
+                           seed: int = 0, accel: Accel | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """Fold ``plan`` ({block: variant}, any variant) of ``source``, check the fold against the variant
+    network ``linearize(source, plan)`` (exact mode: VerificationError above ``fold.max_fold_error``), then
+    fine-tune the folded network (``fold.post_epochs`` at ``fold.post_lr``; σ_α frozen). Returns (folded,
+    info: plan, fold_check, acc / val of the variant network ("linearized"), the fold before and after
+    fine-tuning, postfold_history, seconds, source, finetuned).
+
+    The fold and its check run on a CPU copy of ``source`` (float64 algebra, float32 check), whatever device
+    it trained on; evaluation and fine-tuning run on ``accel`` (default: resolved from ``cfg.train``), where
+    the folded model is returned. ``info["source"]`` stays on the CPU."""
+    accel = accel or resolve(cfg)
+    source = _cpu_copy(source)
+    res = cfg.data.resolution
+    plan = dict(plan)
     t0 = time.perf_counter()
-    reference = linearize(snapped, plan)
-    folded = fold_blocks(snapped, plan, mode=mode, input_size=(res, res))
+    reference = linearize(source, plan)
+    folded = fold_blocks(source, plan, mode=mode, input_size=(res, res))
     check = verify_fold(reference, folded, (res, res), seed=seed)
     check = {k: v for k, v in check.items() if k != "per_block"} | {
         "per_block": {str(k): v for k, v in check["per_block"].items()}, "mode": mode,
@@ -270,9 +300,11 @@ def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: 
         raise VerificationError(f"folded network differs from the linearised σ_α network: max abs "
                                 f"{check['max_abs']:.3g}, max rel {check['max_rel']:.3g} > {cfg.fold.max_fold_error}")
     fold_seconds = time.perf_counter() - t0
-    train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
-    acc = {"linearized": evaluate(reference, test_loader), "folded": evaluate(folded, test_loader)}
-    val = {"folded": evaluate(folded, val_loader)}
+    accel.prepare(reference)
+    accel.prepare(folded)
+    train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
+    acc = {"linearized": evaluate(reference, test_loader, accel), "folded": evaluate(folded, test_loader, accel)}
+    val = {"folded": evaluate(folded, val_loader, accel)}
     for a in alpha_parameters(folded):  # unfolded activations stay as they are (see module doc)
         a.requires_grad_(False)
     f = cfg.fold
@@ -289,13 +321,18 @@ def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: 
             return loss, logits, {}
 
         history = fit(folded, train_loader, f.post_epochs, optimizer, scheduler, step_loss,
-                      val_loader=val_loader, progress=progress, desc="post-fold")
-    acc["finetuned"] = evaluate(folded, test_loader)
-    val["finetuned"] = evaluate(folded, val_loader)
-    info = {"alphas": alphas, "plan": plan, "snapped": n_snapped, "fold_check": check, "acc": acc, "val": val,
+                      val_loader=val_loader, progress=progress, desc="post-fold", accel=accel)
+    acc["finetuned"] = evaluate(folded, test_loader, accel)
+    val["finetuned"] = evaluate(folded, val_loader, accel)
+    info = {"plan": plan, "fold_check": check, "acc": acc, "val": val,
             "postfold_history": history, "seconds": {"fold": fold_seconds, "postfold": time.perf_counter() - t1},
-            "source": snapped, "finetuned": bool(history)}
+            "source": source, "finetuned": bool(history)}
     return folded, info
+
+
+def _cpu_copy(model: nn.Module) -> nn.Module:
+    """A float32 copy of ``model`` on the CPU in the default memory format (for the fold and its checks)."""
+    return copy.deepcopy(model).to("cpu", memory_format=torch.contiguous_format)
 
 
 def _load_lut(lut: Any, model_name: str, resolution: int) -> Any:
@@ -339,17 +376,20 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     if lut_obj is not None:
         costs = lut_costs(lut_obj)
     t_start = time.perf_counter()
-    _, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
-    base.eval()
-    acc = {"base": evaluate(base, test_loader)}
-    val = {"base": evaluate(base, val_loader)}
+    accel = resolve(cfg)
+    _, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
+    accel.prepare(base).eval()
+    acc = {"base": evaluate(base, test_loader, accel)}
+    val = {"base": evaluate(base, val_loader, accel)}
     pre = prefold(cfg, base, task, costs=costs, lambda_c=lambda_c, p=p, granularity=granularity,
-                  distill=distill, progress=progress, lut=lut_obj, seed=seed)
+                  distill=distill, progress=progress, lut=lut_obj, seed=seed, accel=accel)
     t_pre = time.perf_counter() - t_start
-    acc["prefold"], val["prefold"] = evaluate(pre, test_loader), evaluate(pre, val_loader)
+    acc["prefold"], val["prefold"] = evaluate(pre, test_loader, accel), evaluate(pre, val_loader, accel)
     teacher = copy.deepcopy(base).eval() if distill else None
     folded, info = fold_and_finetune(cfg, pre, task, tau=tau, mode=mode, progress=progress,
-                                     teacher=teacher, seed=seed)
+                                     teacher=teacher, seed=seed, accel=accel)
+    for m in (folded, base):  # costs, checkpoints and the reload check on the CPU
+        m.to("cpu", memory_format=torch.contiguous_format).eval()
     acc |= info["acc"]
     val |= info["val"]
     foldable = [b.index for b in find_blocks(base) if b.foldable]
@@ -358,7 +398,6 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     latency = {"asis": None, "folded": None}
     if lut_obj is not None:
         latency = {"asis": predict(lut_obj, {}), "folded": predict(lut_obj, info["plan"])}
-    out_dir = Path(out_dir)
     report: dict[str, Any] = {
         "schema": REPORT_SCHEMA, "model": arch["model"], "task": task.name, "resolution": cfg.data.resolution,
         "seed": seed, "base_checkpoint": str(base_checkpoint),
@@ -379,19 +418,33 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
         "latency_pred_ms": latency, "fold_check": info["fold_check"],
         "history": {"prefold": pre.latopt_prefold["history"], "postfold": info["postfold_history"]},
         "seconds": {"prefold": t_pre, **info["seconds"], "total": time.perf_counter() - t_start},
-        "checkpoint": str(out_dir / FOLDED_CHECKPOINT),
     }
+    return write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, format_report, accel)
+
+
+def write_fold_outputs(out_dir: str | Path, cfg: RunConfig, report: dict[str, Any], folded: nn.Module,
+                       info: Mapping[str, Any], arch: Mapping[str, Any], test_loader: Any, seed: int,
+                       text: Callable[[Mapping[str, Any]], str], accel: Accel | None = None) -> dict[str, Any]:
+    """Write a fold's directory atomically (on the main process of ``accel``'s job only; ``folded`` and
+    ``info["source"]`` on the CPU), as ``latopt export`` reads it: ``folded.pt`` (plan, accuracies),
+    ``prefold.pt`` (``info["source"]``: the network the fold is recomputed from and checked against),
+    ``report.json``, ``report.txt`` (``text(report)``) and ``config.yaml``; the saved checkpoint is
+    reloaded and must reproduce ``folded``. Returns ``report`` (with the checkpoint paths)."""
+    out_dir = Path(out_dir)
     plain_activations_(folded)  # σ_α at α = 0 is σ: save (and later export) the plain activation
     folded_arch = make_arch(folded, arch["model"], arch["num_classes"])
     source = info["source"]
+    report["checkpoint"] = str(out_dir / FOLDED_CHECKPOINT)
     report["prefold_checkpoint"] = str(out_dir / PREFOLD_CHECKPOINT)
+    if accel is not None and not accel.is_main:  # under torchrun every process holds the same result: rank 0 writes
+        return report
     with atomic_dir(out_dir) as tmp:
         # the σ_α network the fold was computed from: lets `latopt export` re-check the fold exactly
         save_checkpoint(tmp / PREFOLD_CHECKPOINT, source, make_arch(source, arch["model"], arch["num_classes"]),
                         {**data_meta(cfg), "seed": seed, "plan": report["folded"]})
         save_checkpoint(tmp / FOLDED_CHECKPOINT, folded, folded_arch,
-                        {**data_meta(cfg), "seed": seed, "acc": acc, "val": val, "plan": report["folded"],
-                         "prefold_checkpoint": str((out_dir / PREFOLD_CHECKPOINT).resolve()),
+                        {**data_meta(cfg), "seed": seed, "acc": report["acc"], "val": report["val"],
+                         "plan": report["folded"], "prefold_checkpoint": str((out_dir / PREFOLD_CHECKPOINT).resolve()),
                          "finetuned": info["finetuned"]})
         reloaded, _, _ = load_checkpoint(tmp / FOLDED_CHECKPOINT)
         x, _ = next(iter(test_loader))
@@ -404,7 +457,7 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
             raise VerificationError(f"the saved folded checkpoint does not reproduce the model (max abs {diff:.3g})")
         report["reload_max_abs"] = diff
         write_json_atomic(tmp / "report.json", report)
-        write_text_atomic(tmp / "report.txt", format_report(report))
+        write_text_atomic(tmp / "report.txt", text(report))
         write_config(cfg, tmp / "config.yaml")
     return report
 
@@ -416,6 +469,21 @@ def format_summary(r: Mapping[str, Any]) -> str:
     return (f"folded {r['n_folded']}/{r['n_foldable']} blocks; test acc base {a['base']:.4f}, pre-fold "
             f"{a['prefold']:.4f}, folded {a['folded']:.4f}, fine-tuned {a['finetuned']:.4f}; FLOPs "
             f"{r['flops']['base'] / 1e6:.2f} → {r['flops']['folded'] / 1e6:.2f} M{lat_s}; wrote {r['checkpoint']}")
+
+
+def report_tail(r: Mapping[str, Any], rows: Iterable[tuple[str, str]], *, check_prefix: str = "") -> list[str]:
+    """The lines a fold report and a DP report share: test/val accuracy for ``rows`` ((key, label) of
+    ``r["acc"]`` / ``r["val"]``), the fold check, FLOPs and params."""
+    rows = list(rows)
+    a, v, fc = r["acc"], r["val"], r["fold_check"]
+    w = max(22, *(len(name) for _, name in rows))
+    lines = [f"{'accuracy':<{w}} {'test':>8} {'val':>8}"]
+    lines += [f"{name:<{w}} {a[key]:>8.4f} " + (f"{v[key]:>8.4f}" if key in v else f"{'-':>8}") for key, name in rows]
+    return [*lines,
+            f"{check_prefix}fold check ({fc['mode']}): max abs {fc['max_abs']:.3g}, max rel {fc['max_rel']:.3g}"
+            + (f" (limit {fc['limit']})" if fc["limit"] else " (border differs by design)"),
+            f"FLOPs  {r['flops']['base']:,} → {r['flops']['folded']:,}",
+            f"params {r['params']['base']:,} → {r['params']['folded']:,}"]
 
 
 def format_report(r: Mapping[str, Any]) -> str:
@@ -431,19 +499,11 @@ def format_report(r: Mapping[str, Any]) -> str:
         frozen = " (frozen)" if int(k) in r["frozen"] else ""
         lines.append(f"{k:>5}  {c_s:>8}  {' '.join(f'{v:.3f}' for v in vals):<16} "
                      f"{r['folded'].get(k, '-')}{frozen}")
-    a, v = r["acc"], r["val"]
     lines += ["", f"folded {r['n_folded']}/{r['n_foldable']} foldable blocks ({r['n_folded_full']} full); "
-              f"alpha in (0.1, 0.9): {100 * r['alpha_mid_fraction']:.1f} %",
-              f"{'accuracy':<22} {'test':>8} {'val':>8}"]
-    for key, name in (("base", "base"), ("prefold", "pre-fold (sigma_alpha)"), ("folded", "folded, before FT"),
-                      ("finetuned", "folded, fine-tuned")):
-        lines.append(f"{name:<22} {a[key]:>8.4f} {v[key]:>8.4f}")
-    fc = r["fold_check"]
-    lines += [f"linearised reference test acc {a['linearized']:.4f}; fold check ({fc['mode']}): max abs "
-              f"{fc['max_abs']:.3g}, max rel {fc['max_rel']:.3g}" + (f" (limit {fc['limit']})" if fc["limit"] else
-                                                                    " (border differs by design)"),
-              f"FLOPs  {r['flops']['base']:,} → {r['flops']['folded']:,}",
-              f"params {r['params']['base']:,} → {r['params']['folded']:,}"]
+              f"alpha in (0.1, 0.9): {100 * r['alpha_mid_fraction']:.1f} %"]
+    lines += report_tail(r, (("base", "base"), ("prefold", "pre-fold (sigma_alpha)"), ("folded", "folded, before FT"),
+                             ("finetuned", "folded, fine-tuned")),
+                         check_prefix=f"linearised reference test acc {r['acc']['linearized']:.4f}; ")
     lat = r["latency_pred_ms"]
     if lat.get("asis") is not None:
         lines.append(f"LUT-predicted latency {lat['asis']:.4f} ms → {lat['folded']:.4f} ms "

@@ -11,10 +11,21 @@
                     — the residual is inside ``conv`` as a centre tap;
   - ``expand_dw``:  ``conv`` (k×k, cin → hidden) [+ ``bias_map``] → ``act`` (the kept σ/σ_α) →
                     ``project`` (1x1, BN folded) [+ x];
-  - ``dw_project``: ``expand`` (1x1, BN folded) → ``act`` → ``conv`` (k×k, hidden → cout) [+ x].
+  - ``dw_project``: ``expand`` (1x1, BN folded) → ``act`` → ``conv`` (k×k, hidden → cout) [+ x];
+  - ``pw``:         ``conv`` (1x1 with the block's stride, cin → cout; the residual is inside as an identity
+                    matrix): the block without its depthwise convolution, that BN and both activations;
+  - ``drop``:       nothing: the identity (a residual block dropped).
 
   ``bias_map`` (1, C, Ho, Wo) holds the exact bias minus the interior bias: zero away from the border.
-  The ``paper`` mode has no buffer (constant bias, any input size).
+  The ``paper`` mode has no buffer (constant bias, any input size). ``pw`` and ``drop`` need none in
+  either mode (a 1x1 convolution has no padding); they hold one only as the end of a chain whose maps
+  export defers (:mod:`latopt.fold.defer`).
+- :class:`PointwiseBlock`: the ``pw`` *variant network* of a block before folding (what ``linearize`` puts
+  in place of the block, the reference a ``pw`` fold is checked against): the block's own expansion + BN
+  and projection + BN, with the depthwise convolution, its BN and both activations removed. A stride-s
+  block keeps its stride by sampling its input at (s·y, s·x), which is what a stride-s 1x1 convolution
+  does. For symmetric padding that is the centre of the depthwise window; for TF "SAME" padding of an
+  even size it is one pixel before it (a definition, not an approximation: the variant network is this).
 
 This module sits below :mod:`latopt.blocks` (which recognises both types) and :mod:`latopt.fold` (which
 installs and creates them).
@@ -97,6 +108,13 @@ class FoldedBlock(nn.Module):
         if i.variant == "full":
             self.conv = make_kxk(i.cin, i.cout, i.kernel, i.stride, i.padding)
             map_ch = i.cout
+        elif i.variant == "pw":
+            self.conv = nn.Conv2d(i.cin, i.cout, 1, i.stride, bias=True)
+            map_ch = 0
+        elif i.variant == "drop":
+            if not i.residual:
+                raise LatoptError("only a residual block can be dropped (the identity needs cin == cout, stride 1)")
+            map_ch = 0
         elif i.variant == "expand_dw":
             self.conv = make_kxk(i.cin, i.hidden, i.kernel, i.stride, i.padding)
             self.act = act if act is not None else nn.Identity()
@@ -125,8 +143,10 @@ class FoldedBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         v = self.info.variant
-        if v == "full":
+        if v in ("full", "pw"):
             return self._add_map(self.conv(x))
+        if v == "drop":
+            return self._add_map(x)
         if v == "expand_dw":
             y = self.project(self.act(self._add_map(self.conv(x))))
         else:
@@ -137,3 +157,29 @@ class FoldedBlock(nn.Module):
         i = self.info
         return (f"variant={i.variant}, mode={i.mode}, {i.cin}->{i.cout}, k={i.kernel}, s={i.stride}, "
                 f"residual={i.residual}, was={i.kind}")
+
+
+class PointwiseBlock(nn.Module):
+    """The ``pw`` variant network of one MBConv block (module docstring): ``expand`` + ``bn1`` (None for a
+    t = 1 block) → ``project`` + ``bn3`` [+ x], on the input sampled with the block's stride. The modules
+    are the block's own (not copied here). ``info`` describes the original block (variant ``pw``)."""
+
+    def __init__(self, info: FoldInfo, expand: nn.Module | None, bn1: nn.Module | None, project: nn.Module,
+                 bn3: nn.Module) -> None:
+        super().__init__()
+        if info.variant != "pw":
+            raise LatoptError(f"a PointwiseBlock is the pw variant, not {info.variant!r}")
+        self.info = info
+        self.expand, self.bn1, self.project, self.bn3 = expand, bn1, project, bn3
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.info.stride
+        h = x[..., ::s, ::s] if s > 1 else x
+        if self.expand is not None:
+            h = self.bn1(self.expand(h))
+        y = self.bn3(self.project(h))
+        return y + x if self.info.residual else y
+
+    def extra_repr(self) -> str:
+        i = self.info
+        return f"pw variant network, {i.cin}->{i.hidden}->{i.cout}, s={i.stride}, residual={i.residual}, was={i.kind}"

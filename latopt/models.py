@@ -300,7 +300,8 @@ def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
         json.dumps(meta)
     except (TypeError, ValueError) as e:
         raise LatoptError(f"checkpoint meta is not JSON-able ({e})") from None
-    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    # CPU tensors in the default memory format, whatever device / channels_last the model trained with
+    state = {k: v.detach().to("cpu", memory_format=torch.contiguous_format).clone() for k, v in model.state_dict().items()}
     payload = {"schema": CHECKPOINT_SCHEMA, "arch": arch, "meta": meta, "state_dict": state,
                "sha256": checkpoint_digest(arch, meta, state)}
     if path.is_dir():

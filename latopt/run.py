@@ -331,6 +331,9 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     if cfg.lut and not lut_path.is_file():
         raise LatoptError(f"the config's lut {lut_path} does not exist; create it with latopt profile or remove "
                           "the lut key (the run then profiles the device itself)")
+    if cfg.lut:                           # a given LUT, and the task's data, are checked before anything is written
+        load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
+    num_classes = int(load_task(cfg).num_classes)
     fps = _Fingerprints(cfg, dev, seed, lut_path)
     state = _State(root, config.resolve(), fresh)
     if state.note:
@@ -387,7 +390,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         made_from = fps.profile()
         state.start("profile", made_from)
         lut = profile_model(cfg.model.name, dev, cfg.data.resolution, dev.batch, progress=True,
-                            num_classes=_num_classes(cfg))
+                            num_classes=num_classes)
         save_lut(lut, lut_path)
         _LOG.info(format_lut(lut))
         state.finish("profile", {"lut": str(lut_path), "profiling_s": lut.profiling_s})
@@ -438,11 +441,6 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     state.finish("report", {"report": str(root / "REPORT.md")})
     return {"root": str(root), "summary": summary, "report": str(root / "REPORT.md"), "export": result,
             "search": srch, "base": base, "stages": plan, "seconds": time.perf_counter() - t0}
-
-
-def _num_classes(cfg: Any) -> int:
-
-    return int(load_task(cfg).num_classes)
 
 
 def _recommended(res: Any) -> dict[str, Any]:

@@ -7,7 +7,11 @@ Public API::
         or from the library's pretrained weights; writes ``base.pt`` (latopt checkpoint), ``metrics.json``
         and the resolved ``config.yaml`` into ``out_dir`` (built atomically); returns the metrics dict.
 
-The loop itself is :mod:`latopt.engine`'s; Layer Folding of the result is :mod:`latopt.layerfold`.
+The loop itself is :mod:`latopt.engine`'s, on the device, precision and processes of ``cfg.train``
+(:mod:`latopt.accel`; under torchrun only rank 0 writes). After every epoch the run's state is saved
+beside ``out_dir`` (``<out_dir>.resume.pt``, :mod:`latopt.resume`): the same command run again after an
+interruption resumes after the last finished epoch, and the file is removed when the output is written.
+Layer Folding of the result is :mod:`latopt.layerfold`.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from latopt.accel import resolve
 from latopt.artifacts import atomic_dir, write_json_atomic
-from latopt.config import RunConfig, write_config
+from latopt.config import RunConfig, dump_config, write_config
 from latopt.data import data_meta, load_task, make_loaders
 from latopt.engine import cross_entropy_loss, evaluate, fit, make_optimizer, make_scheduler, seed_everything
 from latopt.errors import LatoptError
 from latopt.models import build_model, load_checkpoint, make_arch, model_cost, save_checkpoint
+from latopt.resume import EpochCheckpoint, fingerprint, resume_path
 
 METRICS_SCHEMA = "latopt.train_metrics/1"
 BASE_CHECKPOINT = "base.pt"
@@ -47,30 +53,53 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
     else:
         model = build_model(cfg.model.name, task.num_classes, pretrained=pretrained)
     arch = make_arch(model, cfg.model.name, task.num_classes)
-    train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
+    accel = resolve(cfg)
+    accel.prepare(model)
+    train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
     t = cfg.train
     optimizer = make_optimizer(model, t, t.lr)
     scheduler = make_scheduler(optimizer, t, t.epochs, len(train_loader))
+    scaler = accel.grad_scaler()
+    init = "checkpoint" if checkpoint is not None else ("pretrained" if pretrained else "scratch")
+    out_dir = Path(out_dir)
+    state = EpochCheckpoint(resume_path(out_dir), _fingerprint(cfg, seed, init, checkpoint), accel, model=model,
+                            optimizer=optimizer, scheduler=scheduler, scaler=scaler, loader=train_loader)
+    start, done = state.resume()
     t0 = time.perf_counter()
     history = fit(model, train_loader, t.epochs, optimizer, scheduler, cross_entropy_loss(t.label_smoothing),
-                  val_loader=val_loader, progress=progress, desc="base")
+                  val_loader=val_loader, progress=progress, desc="base", accel=accel, scaler=scaler,
+                  start_epoch=start, history=done, on_epoch_end=state.save)
     seconds = time.perf_counter() - t0
     metrics: dict[str, Any] = {
         "schema": METRICS_SCHEMA, "model": cfg.model.name, "task": task.name, "sizes": task.sizes(),
-        "resolution": cfg.data.resolution, "seed": seed,
-        "init": "checkpoint" if checkpoint is not None else ("pretrained" if pretrained else "scratch"),
-        "epochs": t.epochs, "history": history, "val_acc": evaluate(model, val_loader),
-        "test_acc": evaluate(model, test_loader), **model_cost(model, cfg.data.resolution),
-        "train_seconds": seconds,
+        "resolution": cfg.data.resolution, "seed": seed, "init": init,
+        "epochs": t.epochs, "history": history, "val_acc": evaluate(model, val_loader, accel),
+        "test_acc": evaluate(model, test_loader, accel), **model_cost(model, cfg.data.resolution),
+        "train_seconds": seconds, "resumed_after_epoch": start,
+        "device": str(accel.device), "amp": t.amp, "processes": accel.world_size,
+        "checkpoint": str(out_dir / BASE_CHECKPOINT),
     }
-    out_dir = Path(out_dir)
-    with atomic_dir(out_dir) as tmp:
-        meta = {**data_meta(cfg), "seed": seed, "val_acc": metrics["val_acc"], "test_acc": metrics["test_acc"]}
-        save_checkpoint(tmp / BASE_CHECKPOINT, model, arch, meta)
-        metrics["checkpoint"] = str(out_dir / BASE_CHECKPOINT)
-        write_json_atomic(tmp / "metrics.json", metrics)
-        write_config(cfg, tmp / "config.yaml")
+    if accel.is_main:  # under torchrun the other processes hold the same model: rank 0 writes
+        with atomic_dir(out_dir) as tmp:
+            meta = {**data_meta(cfg), "seed": seed, "val_acc": metrics["val_acc"], "test_acc": metrics["test_acc"]}
+            save_checkpoint(tmp / BASE_CHECKPOINT, model, arch, meta)
+            write_json_atomic(tmp / "metrics.json", metrics)
+            write_config(cfg, tmp / "config.yaml")
+        state.remove()
     return metrics
+
+
+# settings that change where and how fast a run trains, not what it learns: a state written under other
+# values of these is resumed
+_PLACEMENT_KEYS = {"data": ("workers", "pin_memory", "persistent_workers"),
+                   "train": ("device", "channels_last", "dist_timeout_s")}
+
+
+def _fingerprint(cfg: RunConfig, seed: int, init: str, checkpoint: str | Path | None) -> str:
+    d = dump_config(cfg)
+    parts = {s: {k: v for k, v in d[s].items() if k not in _PLACEMENT_KEYS.get(s, ())} for s in ("model", "data", "train")}
+    return fingerprint({**parts, "seed": seed, "init": init,
+                        "checkpoint": None if checkpoint is None else str(Path(checkpoint).resolve())})
 
 
 __all__ = ["BASE_CHECKPOINT", "METRICS_SCHEMA", "train_base"]

@@ -198,11 +198,11 @@ sys.exit(main({[*INSPECT, "--json", str(full / "run" / "x.json")]!r}))
 def test_unwritable_paths_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same conversions without a real file system error (runs everywhere, also without unshare): the
     errors are raised by monkeypatched calls, as the kernel would raise them."""
-    def deny(*a, **k):  # mkstemp in a directory the user may not write
+    def deny(*a, **k):  # creating the temp file in a directory the user may not write
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp_path))
 
     with monkeypatch.context() as m:
-        m.setattr(artifacts.tempfile, "mkstemp", deny)
+        m.setattr(artifacts.os, "open", deny)
         with pytest.raises(OutputError, match=r"cannot write .*a\.json: Permission denied \(.*\); choose a writable"):
             write_json_atomic(tmp_path / "a.json", {})
 
@@ -309,3 +309,49 @@ def test_profile_with_a_device_named_like_a_path(tmp_path: Path, capsys: pytest.
     assert rc == 2
     assert "key 'name' = '../../x' is not a valid name" in one_line_error(capsys.readouterr().err)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "dev.yaml"]
+
+
+@pytest.mark.parametrize("suffix, text", [(".json", "[" * 100_000), (".yaml", "[" * 100_000),
+                                          (".yaml", "a: [1, 2"), (".yaml", "\udcff")])
+def test_unreadable_json_and_yaml_are_one_line(tmp_path: Path, suffix: str, text: str) -> None:
+    # absurd nesting made json.loads raise RecursionError (a traceback) before; binary YAML a UnicodeDecodeError
+    path = tmp_path / f"f{suffix}"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(LatoptError) as e:
+        artifacts.read_json(path, what="LUT") if suffix == ".json" else artifacts.read_yaml(path, what="config file")
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_deeply_nested_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "deep.yaml"
+    cfg.write_text("[" * 100_000)
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("latopt: error: config file") and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_signal_right_after_the_temp_is_created_leaves_nothing(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C landing between mkstemp/mkdtemp creating the temp entry and the cleanup's try left .NAME.XXXX
+    real_open, real_mkdir = os.open, Path.mkdir
+
+    def open_then_interrupt(path, *a, **k):
+        os.close(real_open(path, *a, **k))
+        raise KeyboardInterrupt
+
+    def mkdir_then_interrupt(self, *a, **k):
+        real_mkdir(self, *a, **k)
+        if self.name.startswith("."):
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(artifacts.os, "open", open_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            write_json_atomic(tmp_path / "a.json", {})
+    with monkeypatch.context() as m:
+        m.setattr(Path, "mkdir", mkdir_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            with atomic_dir(tmp_path / "out"):
+                pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -25,13 +25,14 @@ def test_timm_mobilenetv2_blocks() -> None:
     assert (b0.kind, b0.path, b0.cin, b0.cout, b0.expansion, b0.residual) == (
         "timm.DepthwiseSeparableConv", "blocks.0.0", 32, 16, 1.0, False)
     assert b0.convs == ("blocks.0.0.conv_dw", "blocks.0.0.conv_pw") and b0.acts == ("blocks.0.0.bn1.act",)
-    assert b0.variants == ("full",)
+    assert b0.variants == ("full", "pw")  # t = 1: no partial folds; not residual: no drop
     b2 = blocks[2]
     assert b2.kind == "timm.InvertedResidual" and b2.residual and b2.expansion == 6 and b2.hidden == 144
     assert b2.convs == ("blocks.1.1.conv_pw", "blocks.1.1.conv_dw", "blocks.1.1.conv_pwl")
     assert b2.bns == ("blocks.1.1.bn1", "blocks.1.1.bn2", "blocks.1.1.bn3")
     assert b2.acts == ("blocks.1.1.bn1.act", "blocks.1.1.bn2.act")
-    assert b2.variants == ("full", "expand_dw", "dw_project")
+    assert b2.variants == ("full", "expand_dw", "dw_project", "pw", "drop")
+    assert blocks[1].variants == ("full", "expand_dw", "dw_project", "pw")  # stride 2: no drop
     assert [b.stride for b in blocks] == [1, 2, 1, 2, 1, 1, 2, 1, 1, 1, 1, 1, 1, 2, 1, 1, 1]
     for b in blocks:
         mod = m.get_submodule(b.path)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from latopt.accel import Accel
 from latopt.data import CIFAR_MEAN, CIFAR_STD, get_task, limit_task, make_loaders
 from latopt.errors import LatoptError
 
@@ -86,7 +87,7 @@ def test_clutter_canvases_are_deterministic_in_the_seed() -> None:
 def test_limit_task_and_loaders_are_reproducible() -> None:
     task = limit_task(get_task("digits", 8, 0), 50)
     assert task.sizes() == {"train": 50, "val": 50, "test": 50}
-    first = [next(iter(make_loaders(task, 16, 0, seed=s)[0]))[1] for s in (0, 0, 1)]
+    first = [next(iter(make_loaders(task, 16, seed=s)[0]))[1] for s in (0, 0, 1)]
     assert torch.equal(first[0], first[1]) and not torch.equal(first[0], first[2])
 
 
@@ -156,7 +157,7 @@ def test_imagefolder_corrupt_image_read_during_training(tmp_path: Path, capsys) 
     task = get_task(f"imagefolder:{root}", 16, 0)          # the first image of each split is fine
     for workers in (0, 1):
         with pytest.raises(UnreadableImage) as e:
-            for _ in make_loaders(task, 2, workers)[0]:
+            for _ in make_loaders(task, 2, accel=Accel(workers=workers))[0]:
                 pass
         msg = str(e.value)
         assert "\n" not in msg and msg.startswith(f"image folder {root / 'train'}: {bad} is not a readable image"), msg

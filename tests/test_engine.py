@@ -113,7 +113,7 @@ def test_fit_stops_on_a_non_finite_loss_with_one_line() -> None:
     with pytest.raises(LatoptError) as e:
         fit(net, [(torch.ones(1, 2), torch.zeros(1, dtype=torch.long))], 3, opt, None, nan_loss, progress=False,
             desc="post-fold")
-    assert str(e.value) == "post-fold: the loss became nan in epoch 1; lower the learning rate"
+    assert str(e.value) == "post-fold: the loss became nan in epoch 1 (by step 1); lower the learning rate"
 
 
 def test_tensor_loader_covers_each_sample_once_per_epoch_reproducibly() -> None:

@@ -122,6 +122,9 @@ def test_bad_inputs_are_one_line_exit_2(ckpt: Path, tmp_path: Path, capsys: pyte
         ["--checkpoint", str(tmp_path / "missing.pt")],
         ["--checkpoint", str(ckpt), "--fold", "all", "--out", str(a_file)],
         ["--checkpoint", str(ckpt), "--fold", "x,y"],
+        ["--checkpoint", str(ckpt), "--fold", ","],
+        ["--checkpoint", str(ckpt), "--fold", "1,,3"],
+        ["--checkpoint", str(ckpt), "--fold", "1,1"],
         ["--checkpoint", str(ckpt), "--fold", "all", "--format", "engine", "--device", "gpu-trt-fp16"],
         ["--checkpoint", str(ckpt), "--fold", "all", "--format", "engine", "--device", "cpu"],
     ]

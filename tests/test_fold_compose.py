@@ -16,6 +16,7 @@ from torch import nn
 from torchvision.models.mobilenetv2 import InvertedResidual as TvInvertedResidual
 
 from latopt.blocks import find_blocks
+from latopt.errors import LatoptError
 from latopt.fold import FoldedBlock, fold_blocks, linearize
 from latopt.fold import compose as C
 
@@ -57,7 +58,7 @@ def block_cases(draw: st.DrawFn) -> dict:
         "k": 3 if family == "torchvision" else draw(st.sampled_from([3, 5])),
         "act": draw(st.sampled_from([nn.ReLU, nn.ReLU6])),
         "H": draw(st.integers(3, 14)), "W": draw(st.integers(3, 14)), "batch": draw(st.integers(1, 3)),
-        "mode": draw(st.sampled_from(["exact", "paper"])), "variant_pick": draw(st.integers(0, 2)),
+        "mode": draw(st.sampled_from(["exact", "paper"])), "variant_pick": draw(st.integers(0, 4)),
         "seed": draw(st.integers(0, 2**16)),
     }
 
@@ -145,6 +146,13 @@ def test_compose_float64_exact(cin, hidden, cout, k, stride, same, H, W, expand,
         ac = C.compose_dw_project(w2, b2, w3, b3, stride=stride, padding=pad)
         assert ac.bias_kernel is None
         assert torch.allclose(C.apply_affine(ac, h), y_ref, rtol=0, atol=1e-9 * float(y_ref.abs().max()))
+    # pw: the depthwise conv (and b2) removed, the stride kept by sampling the input at (s·y, s·x)
+    xs = x[..., ::stride, ::stride]
+    y_ref = F.conv2d(F.conv2d(xs, w1, b1) if expand else xs, w3, b3)
+    y_ref = y_ref + x if residual else y_ref
+    ac = C.compose_pw(w1, b1, w3, b3, residual=residual, stride=stride)
+    assert ac.bias_kernel is None and ac.weight.shape == (cout, cin, 1, 1)
+    assert torch.allclose(C.apply_affine(ac, x), y_ref, rtol=0, atol=1e-9 * float(y_ref.abs().max()))
 
 
 @pytest.mark.parametrize("k,stride,size,ring", [(3, 1, 8, 1), (3, 2, 8, 1), (3, 2, 9, 1), (5, 1, 9, 2), (5, 2, 10, 1)])
@@ -191,3 +199,33 @@ def test_exact_mode_rejects_other_input_size() -> None:
     f = fold_blocks(model, "all", "exact", (12, 12))
     with pytest.raises(LatoptError, match="exact mode"):
         f(torch.randn(1, 3, 16, 16))
+
+
+@pytest.mark.parametrize("family", ["timm", "timm_same", "torchvision"])
+def test_pw_and_drop_variant_networks(family: str) -> None:
+    """The variant networks as defined (layers.PointwiseBlock, transform.linearize), computed here from the
+    block's own modules: pw = project+BN(expand+BN(x sampled with the stride)) (+ x); drop = identity, and
+    only for a residual block."""
+    torch.manual_seed(0)
+    net = random_bn_(nn.Sequential(make_block(family, 4, 6, 6, 3, 2, nn.ReLU6), make_block(family, 6, 6, 6, 3, 1, nn.ReLU6)), 0)
+    x = torch.randn(2, 4, 10, 10)
+    ref = linearize(net, {0: "pw", 1: "drop"})
+    b0 = find_blocks(net)[0]
+    g = net.get_submodule
+
+    def bn(path: str, h: torch.Tensor) -> torch.Tensor:  # the BN alone (timm's BN modules also hold the act)
+        m = g(path)
+        return F.batch_norm(h, m.running_mean, m.running_var, m.weight, m.bias, False, 0.0, m.eps)
+
+    with torch.no_grad():
+        expect = bn(b0.bns[-1], g(b0.convs[-1])(bn(b0.bns[0], g(b0.convs[0])(x[..., ::2, ::2]))))
+        got = ref(x)
+    assert [b.kind for b in find_blocks(ref)] == ["latopt.PointwiseBlock", "latopt.FoldedBlock"]
+    assert torch.allclose(got, expect, atol=1e-6)
+    assert got.shape == (2, 6, 5, 5)
+    folded = fold_blocks(net, {0: "pw", 1: "drop"}, "exact", (10, 10))
+    with torch.no_grad():
+        assert torch.allclose(folded(x), got, atol=1e-5 * float(got.abs().max()))
+    assert folded[0].conv.kernel_size == (1, 1) and folded[0].conv.stride == (2, 2)
+    with pytest.raises(LatoptError, match="variant 'drop' does not apply to block 0.*no residual"):
+        fold_blocks(net, {0: "drop"}, "exact", (10, 10))

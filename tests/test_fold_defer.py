@@ -64,6 +64,18 @@ def test_chains_end_at_partial_variants_and_unfolded_blocks(model: nn.Module) ->
         assert _rel(defer_bias_maps(e64, (RES, RES))[0](x.double()), e64(x.double())) < 1e-12
 
 
+def test_pw_and_drop_blocks_join_chains(model: nn.Module) -> None:
+    """pw (a 1x1 conv) and drop (the identity) are affine: one chain, one map, at its last block (a drop)."""
+    plan = {1: "full", 2: "drop", 3: "pw", 4: "full", 5: "drop", 6: "pw", 7: "expand_dw"}
+    exact = fold_blocks(model, plan, "exact", (RES, RES)).eval()
+    deferred, info = defer_bias_maps(exact, (RES, RES))
+    assert info == {"chains": [[1, 2, 3, 4, 5, 6]], "adds_per_block": 2, "adds_deferred": 1, "adds_saved": 1}
+    assert [i for i, t in _maps(deferred).items() if t is not None] == [6, 7]  # the chain's end; expand_dw's own
+    x = torch.randn(2, 3, RES, RES)
+    with torch.no_grad():
+        assert _rel(deferred(x), exact(x)) < 1e-5
+
+
 @pytest.mark.parametrize("name,res", [("tf_efficientnet_lite0", 33), ("torchvision/mobilenet_v2?width=0.25", 32)])
 def test_one_chain_over_every_block_is_exact(name: str, res: int) -> None:
     """TF 'SAME' padding (odd size) and torchvision's blocks: the whole network is one chain, one map."""
@@ -222,7 +234,8 @@ def test_profiler_times_what_export_ships(monkeypatch: pytest.MonkeyPatch) -> No
     backends: list[_Recording] = []
     monkeypatch.setattr(profiler, "get_backend", lambda dev: backends.append(_Recording(dev)) or backends[-1])
     device = load_device("cpu").model_copy(update={"warmup": 0, "min_repeats": 3, "max_repeats": 3, "clock": "wall"})
-    profiler.profile_model(MODEL, device, resolution=RES, num_classes=10, partial=True, progress=False)
+    profiler.profile_model(MODEL, device, resolution=RES, num_classes=10, variants=("expand_dw", "dw_project"),
+                           progress=False)
     parts = [m for m in backends[0].prepared if isinstance(m, FoldedBlock)]
     full = [m for m in parts if m.info.variant == "full"]
     assert len(full) == 17 and all(m.bias_map is None for m in full)

@@ -60,3 +60,21 @@ def test_fold_mixed_partial_plan(name: str) -> None:
     variants = ("full", "expand_dw", "dw_project")
     plan = {b.index: (variants[b.index % 3] if b.has_expand else "full") for b in blocks if b.index % 4 != 3}
     _check(name, 64, plan, seed=2)
+
+
+@pytest.mark.parametrize("name,res", [("mobilenetv2_100", 64), ("torchvision/mobilenet_v2?width=0.75", 65),
+                                      ("tf_efficientnet_lite0", 66)])
+def test_fold_plan_with_pw_and_drop(name: str, res: int) -> None:
+    """Every variant in one network, stride-2 pw blocks (TF SAME padding included) and dropped blocks: exact
+    against the variant network, and the block numbering of the original network survives both."""
+    blocks = find_blocks(build_model(name))
+    cycle = ("pw", "drop", "full", "expand_dw", "dw_project")
+    plan = {}
+    for b in blocks:
+        v = cycle[b.index % len(cycle)]
+        plan[b.index] = v if v in b.variants else "pw"
+    assert {b.stride for b in blocks if plan[b.index] == "pw"} == {1, 2}
+    _check(name, res, plan, seed=3)
+    m = build_model(name)
+    for net in (linearize(m, plan), fold_blocks(m, plan, "paper")):
+        assert [(b.index, b.path) for b in find_blocks(net)] == [(b.index, b.path) for b in blocks]

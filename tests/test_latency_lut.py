@@ -37,7 +37,7 @@ def make_lut() -> LUT:
                    {"none": st(0.25)}, {"none": 0.25}),
     ]
     return LUT(device="cpu", model="mobilenetv2_100", resolution=224, batch=1, blocks=blocks, fixed_ms=1.0,
-               fixed={"stem": st(0.3), "head": st(0.7)}, backend="onnxruntime", partial=True,
+               fixed={"stem": st(0.3), "head": st(0.7)}, backend="onnxruntime", variants=("full", "expand_dw", "dw_project"),
                calibration={"method": "per-variant scale", "scales": {"none": 1.0}},
                end_to_end={"asis": {"folded": {}, "measured": st(2.35).to_dict(), "predicted_ms": 2.35}},
                environment={"cpu": "test"}, created="2026-01-01T00:00:00+00:00", call_overhead_ms=0.02)
@@ -52,6 +52,19 @@ def test_round_trip(tmp_path) -> None:
     back = load_lut(path, model="mobilenetv2_100", resolution=224)
     assert back.to_dict() == lut.to_dict()
     assert back.blocks[1].raw["expand_dw"] == lut.blocks[1].raw["expand_dw"]
+
+
+@pytest.mark.parametrize("partial,variants", [(True, ("full", "expand_dw", "dw_project")), (False, ("full",)),
+                                              (None, ("full",))])
+def test_lut_written_before_variants_loads(tmp_path, partial, variants) -> None:
+    """A LUT older than issue 14 has ``partial`` (or nothing) instead of ``variants``."""
+    data = make_lut().to_dict()
+    del data["variants"]
+    if partial is not None:
+        data["partial"] = partial
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    lut = load_lut(tmp_path / "old.json")
+    assert lut.variants == variants and lut.partial == bool(partial)
 
 
 def test_predict_costs_and_variants() -> None:
@@ -70,7 +83,7 @@ def test_predict_costs_and_variants() -> None:
         predict(lut, [2])
     with pytest.raises(LatoptError, match="block 7 is not in the LUT"):
         predict(lut, [7])
-    with pytest.raises(LatoptError, match="no time for block 0 in variant 'expand_dw'.*--partial"):
+    with pytest.raises(LatoptError, match="no time for block 0 in variant 'expand_dw'.*--variants full,expand_dw"):
         predict(lut, {0: "expand_dw"})
     with pytest.raises(LatoptError, match="fold set 'some'"):
         predict(lut, "some")
@@ -162,7 +175,8 @@ def _set(d: dict, path: tuple, value) -> dict:  # type: ignore[no-untyped-def]
     (("batch",), 0, r"LUT: batch must be an integer >= 1, not 0"),
     (("device",), 5, r"LUT: device must be a non-empty string, not 5"),
     (("fold_mode",), "fast", r"LUT: fold_mode must be one of exact, paper, not 'fast'"),
-    (("partial",), "true", r"LUT: partial must be true or false"),
+    (("variants",), "full", r"LUT: variants must be a list of variant names, not 'full'"),
+    (("variants",), ["full", "half"], r"LUT: variants: unknown variant 'half'"),
     (("fixed",), [1], r"LUT fixed must be a mapping"),
     (("end_to_end", "asis"), 3, r"LUT end_to_end\['asis'\] must be a mapping, not 3"),
 ])

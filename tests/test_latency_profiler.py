@@ -12,7 +12,7 @@ from latopt.blocks import find_blocks
 from latopt.cli import main
 from latopt.latency.devices import load_device
 from latopt.latency.lut import LUT_SCHEMA, costs, load_lut, predict
-from latopt.latency.profiler import HELD_OUT, format_lut, measure_networks, profile_model
+from latopt.latency.profiler import HELD_OUT, HELD_OUT_MIXED, format_lut, measure_networks, profile_model
 from latopt.models import build_model
 
 FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 6, "budget_s": 5.0}
@@ -34,17 +34,19 @@ def test_profile_tiny_model(device: str, tmp_path) -> None:
     try:
         prof = load_device(device).model_copy(update=FAST)
         model = tiny_effnet()
-        lut = profile_model(model, prof, 32, batch=1, partial=True, progress=False, name="tiny")
+        lut = profile_model(model, prof, 32, batch=1, variants=("expand_dw", "dw_project", "pw"), progress=False,
+                            name="tiny")
     finally:
         torch.set_num_threads(threads)
     assert (lut.model, lut.device, lut.resolution, lut.batch, lut.partial) == ("tiny", device, 32, 1, True)
+    assert lut.variants == ("full", "expand_dw", "dw_project", "pw")  # full always, FOLD_VARIANTS order
     assert lut.num_classes == 10  # read from the module's logits
     assert not any(m.training for m in model.modules())  # the caller's model is left as it was
     b0, b1, b2 = lut.blocks
     assert list(lut.fixed) == ["stem", "head", "classifier"]
     assert lut.fixed_ms == pytest.approx(lut.calibration["scales"]["none"] * sum(s.median_ms for s in lut.fixed.values()))
-    assert set(b0.raw) == {"none", "full"}  # t = 1: only the full fold
-    assert set(b1.raw) == {"none", "full", "expand_dw", "dw_project"}
+    assert set(b0.raw) == {"none", "full", "pw"}  # t = 1: no partial fold
+    assert set(b1.raw) == {"none", "full", "expand_dw", "dw_project", "pw"}
     assert set(b2.raw) == {"none"} and not b2.foldable and "squeeze" in b2.reason
     assert b1.input_shape == (1, 8, 16, 16) and b2.input_shape == (1, 16, 8, 8)  # stride-2 stem, stride-2 b1
     assert all(s.n >= 5 and s.q1_ms <= s.median_ms <= s.q3_ms for b in lut.blocks for s in b.raw.values())
@@ -52,12 +54,13 @@ def test_profile_tiny_model(device: str, tmp_path) -> None:
     for b in lut.blocks:
         for v, ms in b.ms.items():
             assert ms == pytest.approx(scales[v] * b.raw[v].median_ms)
-    assert set(lut.end_to_end) == {"asis", "full", "all-expand_dw", "all-dw_project", HELD_OUT}
+    assert set(lut.end_to_end) == {"asis", "full", "all-expand_dw", "all-dw_project", "all-pw", HELD_OUT,
+                                   HELD_OUT_MIXED}
     for k, e in lut.end_to_end.items():
         plan = {int(i): v for i, v in e["folded"].items()}
         assert e["predicted_ms"] == pytest.approx(lut.fixed_ms + sum(b.ms[plan.get(b.index, "none")] for b in lut.blocks))
         assert e["error"] == pytest.approx(e["predicted_ms"] / e["measured"]["median_ms"] - 1)
-        assert e["calibration"] == (k != HELD_OUT)
+        assert e["calibration"] == (k not in (HELD_OUT, HELD_OUT_MIXED))
     # the fitted networks are reproduced by construction; the held-out one is a genuine check
     assert lut.end_to_end["asis"]["error"] == pytest.approx(0, abs=1e-9)
     assert costs(lut) == {0: pytest.approx(max(0, b0.ms["none"] - b0.ms["full"])),
@@ -77,7 +80,7 @@ def _fast_yaml(tmp_path) -> str:
 def test_cli_profile_writes_lut(tmp_path, capsys) -> None:
     out = tmp_path / "lut.json"
     rc = main(["profile", "--device", _fast_yaml(tmp_path), "--model", "mobilenetv2_035", "--resolution", "32",
-               "--num-classes", "10", "--out", str(out), "--quiet", "--seed", "1"])
+               "--num-classes", "10", "--out", str(out), "--quiet", "--seed", "1", "--variants", "pw,drop"])
     assert rc == 0
     data = json.loads(out.read_text())
     assert data["schema"] == LUT_SCHEMA and data["model"] == "mobilenetv2_035" and data["device"] == "fastcpu"
@@ -106,8 +109,16 @@ def test_cli_profile_writes_lut(tmp_path, capsys) -> None:
     assert data["end_to_end"]["asis"]["predicted_ms"] == pytest.approx(data["fixed_ms"] + none)
     assert data["costs"] == {str(b["index"]): pytest.approx(max(0.0, b["ms"]["none"] - b["ms"]["full"]))
                              for b in data["blocks"]}
+    # pw timed for every block, drop 0 ms for the residual ones only (not timed); a mixed network held out
+    assert data["variants"] == ["full", "pw", "drop"]
+    assert all("pw" in b["raw"] and "drop" not in b["raw"] for b in data["blocks"])
+    assert [b["index"] for b in data["blocks"] if "drop" in b["ms"]] == [b.index for b in find_blocks(model) if b.residual]
+    assert all(b["ms"]["drop"] == 0.0 for b in data["blocks"] if "drop" in b["ms"])
+    mixed = data["end_to_end"][HELD_OUT_MIXED]
+    assert not mixed["calibration"] and set(mixed["folded"].values()) == {"full", "pw", "drop"}
+    assert data["end_to_end"]["all-pw"]["calibration"] and "all-drop" not in data["end_to_end"]
     text = capsys.readouterr().out
-    assert "end-to-end asis" in text and f"wrote {out}" in text
+    assert "end-to-end asis" in text and f"wrote {out}" in text and "held-out-mixed" in text
 
 
 def test_cli_error_paths(tmp_path, capsys) -> None:
@@ -115,6 +126,9 @@ def test_cli_error_paths(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.startswith("latopt: error: unknown device 'nope'; known devices:") and "cpu" in err
     assert err.count("\n") == 1
+    assert main(["profile", "--device", "cpu", "--model", "mobilenetv2_100", "--variants", "full,half"]) == 2
+    err = capsys.readouterr().err
+    assert err == "latopt: error: unknown variant 'half'; variants are full, expand_dw, dw_project, pw, drop\n"
     assert main(["profile", "--device", _fast_yaml(tmp_path), "--model", "resnet_bogus"]) == 2
     assert "unknown model" in capsys.readouterr().err
     assert main(["profile", "--device", _fast_yaml(tmp_path), "--model", "mobilenetv2_035",

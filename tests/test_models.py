@@ -117,6 +117,7 @@ def test_round_trip_alpha_model(tmp_path: Path) -> None:
     ("mobilenetv2_035", "exact", {0: "full", 1: "expand_dw", 2: "dw_project", 5: "full"}),
     ("torchvision/mobilenet_v2?width=0.5", "paper", "all"),
     ("tf_efficientnet_lite0", "exact", {1: "full", 3: "dw_project", 4: "expand_dw"}),
+    ("mobilenetv2_035", "exact", {0: "pw", 1: "pw", 2: "drop", 3: "full", 4: "drop", 6: "pw"}),  # issue 14 §2
 ])
 def test_round_trip_folded_model(tmp_path: Path, name: str, mode: str, plan) -> None:
     m = randomize_bn_(build_model(name, 10), 1)
@@ -261,7 +262,8 @@ BAD_ARCH = [  # (field edit, what the one-line error names)
     ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {1: "full"}}}, "'fold.plan' has a key that must be a string"),
     ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": ["1"]}}, "plan"),
     ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"99": "full"}}}, "out of range"),
-    ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"0": "expand_dw"}}}, "only the 'full' fold"),
+    ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"0": "expand_dw"}}}, "variant 'expand_dw' does not apply to block 0.*t = 1 block"),
+    ({"fold": {"mode": "exact", "input_size": [32, 32], "plan": {"1": "drop"}}}, "variant 'drop' does not apply to block 1.*no residual"),
 ]
 
 

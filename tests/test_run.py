@@ -238,3 +238,23 @@ def test_run_refuses_an_unusable_device_before_any_work(tiny_config: Path, tmp_p
     err = capsys.readouterr().err.strip()
     assert err.startswith("latopt: error:") and len(err.splitlines()) == 1
     assert not runs.exists()
+
+
+@pytest.mark.parametrize("edit", [{"lut": "NOTALUT"}, {"data": {"task": "cifar10:/nonexistent", "resolution": 16}}])
+def test_run_checks_its_lut_and_data_before_writing_anything(tiny_config: Path, tmp_path: Path, edit: dict,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # a config whose LUT was not a LUT, or whose data could not be read, left runs/<name>/ (run.json, a
+    # half-trained base) behind before the error
+    cfg = yaml.safe_load(tiny_config.read_text())
+    if "lut" in edit:
+        bad = tmp_path / "lut.json"
+        bad.write_text('{"schema": "something else"}')
+        edit = {"lut": str(bad)}
+    cfg.update(edit)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    runs = tmp_path / "runs"
+    assert main(["run", str(path), "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, err
+    assert not runs.exists()

@@ -270,3 +270,48 @@ def test_a_failed_base_trial_is_enqueued_again(tiny, tmp_path, monkeypatch):
     states = [(t.state, bool(t.user_attrs.get("base"))) for t in study.trials]
     assert states == [(TrialState.FAIL, True), (TrialState.COMPLETE, True)]
     assert again.finished and again.recommended == 1
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "nsga2", "random"])
+def test_a_resumed_search_proposes_what_an_uninterrupted_one_would(sampler: str) -> None:
+    # A sampler seeded once per process made a resumed study (a new process, a fresh sampler) propose other
+    # candidates than the uninterrupted one: the rerun of an interrupted `latopt search` did not reproduce it.
+    from latopt.search._run import TrialSeeded
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
+        return x + y, (x - 0.3) ** 2 + y
+
+    def params(study: optuna.Study) -> list[dict]:
+        return [t.params for t in study.get_trials(states=(TrialState.COMPLETE,))]
+
+    one = optuna.create_study(directions=["maximize", "minimize"], sampler=TrialSeeded(sampler, 7, 12))
+    one.optimize(objective, n_trials=12)
+    storage = optuna.storages.InMemoryStorage()
+    resumed = optuna.create_study(storage=storage, study_name="s", directions=["maximize", "minimize"],
+                                  sampler=TrialSeeded(sampler, 7, 12))
+    resumed.optimize(objective, n_trials=5)
+    killed = resumed.ask()    # a trial whose process was killed: it goes stale and is failed, without a value
+    killed.suggest_float("x", 0, 1)
+    storage.set_trial_state_values(killed._trial_id, TrialState.FAIL)
+    for _ in range(7):   # every trial in a "new process": a new sampler object
+        again = optuna.load_study(study_name="s", storage=storage, sampler=TrialSeeded(sampler, 7, 12))
+        again.optimize(objective, n_trials=1)
+    assert params(again) == params(one)
+    other = optuna.create_study(directions=["maximize", "minimize"], sampler=TrialSeeded(sampler, 8, 12))
+    other.optimize(objective, n_trials=3)
+    assert params(other) != params(one)[:3]       # the seed matters
+
+
+def test_a_trial_that_failed_its_check_is_not_drawn_again() -> None:
+    from latopt.search._run import FAILED_CHECK, TrialSeeded
+
+    study = optuna.create_study(sampler=TrialSeeded("random", 3, 10))
+    first = study.ask()
+    x = first.suggest_float("x", 0, 1)
+    study.tell(first, state=TrialState.FAIL)         # killed: the next trial draws what it would have drawn
+    again = study.ask()
+    assert again.suggest_float("x", 0, 1) == x
+    again.set_user_attr(FAILED_CHECK, "fold gate")
+    study.tell(again, state=TrialState.FAIL)         # failed its numeric check: the next one draws anew
+    assert study.ask().suggest_float("x", 0, 1) != x

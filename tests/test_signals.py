@@ -152,3 +152,16 @@ def test_workers_die_with_a_killed_search(base_ckpt: Path, tmp_path: Path) -> No
     retried = sorted(RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials
                      if t.state == TrialState.WAITING)
     assert retried == running
+
+
+def test_ctrl_c_while_the_parser_is_built_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # Ctrl-C during start-up (building the parser imports and registers every command) printed a traceback
+    import latopt.cli as cli
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["inspect", "--help"]) == 130
+    assert capsys.readouterr().err.strip() == "latopt: interrupted"

@@ -8,19 +8,24 @@ need non-trivial BN):
 2. fold sets: (a) ``auto`` = every block whose fold lowers latency on this device per the LUT (c_l > 0),
    (b) a search's choice: the fold set of the recommended trial of ``--study/--storage`` when given,
    else the LUT-greedy stand-in (the half of the foldable blocks that save the most per the LUT: what a
-   search under a half-depth budget converges to on latency alone; printed as such);
+   search under a half-depth budget converges to on latency alone; printed as such), (c) ``dp``: the DP's
+   plan at ``--dp-budget`` (``latopt.dp.select_plan`` with uniform importance: on random weights an
+   accuracy proxy means nothing, so the fewest changed blocks that meet the budget, the fastest such set;
+   the LUT needs the variants: ``--variants full,pw,drop``);
 3. each fold set in three forms: exact mode with a bias map per folded block (``per-block``, what export
    shipped before issue 14), as export ships it now (``deferred``: one bias map per chain of consecutive
    folds, ``latopt.fold.defer_bias_maps``) and paper mode (constant bias, no map); export's numeric gates
    (fold in float64 and float32 against the linearised network, the deferred rewrite against the
    per-block network, ONNX Runtime against PyTorch on each exported file);
 4. the as-is network and every (fold set, form) measured end to end in ONE interleaved run (ONNX Runtime
-   sessions of the exported files): speed-ups vs as-is with their quartile range, t/t_paper per round
+   sessions of the exported files): speed-ups vs as-is (ratio of medians, the range from the quartiles,
+   and t_as-is/t per round: median and quartiles over the rounds), t/t_paper per round
    (median and quartiles over the rounds: sample i of every network is from round i), the ratio of
    medians to the per-block form, and the LUT's prediction error for the deferred form (what it models).
 
     python tools/bench_export.py [--models mobilenetv2_100 efficientnet_lite0] [--resolution 224]
-                                 [--device cpu] [--sets auto search] [--forms per-block deferred paper]
+                                 [--device cpu] [--sets auto search dp] [--forms per-block deferred paper]
+                                 [--variants full,pw,drop] [--dp-budget 0.55] [--lut FILE]
                                  [--min-rounds N [--budget-s S]] [--reuse-lut] [--study NAME --storage URL]
                                  [--json out.json]
 """
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from latopt.artifacts import write_json_atomic
+from latopt.dp import candidates, select_plan, variant_losses
 from latopt.engine import seed_everything, set_threads
 from latopt.export import (
     Plan,
@@ -107,13 +113,14 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
     seed_everything(args.seed)
     model = build_model(name, num_classes=1000).eval()
     randomize_bn_(model, seed=args.seed)
-    lut_path = default_lut_path(device.name, name, res, device.batch)
-    if args.reuse_lut and Path(lut_path).is_file():
+    lut_path = args.lut or default_lut_path(device.name, name, res, device.batch)
+    if args.lut or (args.reuse_lut and Path(lut_path).is_file()):
         lut = load_lut(lut_path, model=name, resolution=res)
         print(f"reusing {lut_path}")
     else:
         t = time.perf_counter()
-        lut = profile_model(model, device, res, device.batch, progress=False, name=name)
+        lut = profile_model(model, device, res, device.batch, variants=args.variants.split(","), progress=False,
+                            name=name)
         print(f"profiled in {time.perf_counter() - t:.1f} s")
         if args.save_lut:
             save_lut(lut, lut_path)
@@ -128,6 +135,11 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
     sets = {k: v for k, v in {"auto": {i: "full" for i in auto}, "search": chosen}.items() if k in args.sets}
     print(f"(a) auto: {len(auto)}/{len(lut.foldable())} blocks with c_l > 0: {auto}")
     print(f"(b) search: {sorted(chosen)} ({how})")
+    if "dp" in args.sets:
+        cands = candidates(lut)
+        sets["dp"], sel = select_plan(lut, variant_losses(None, None, None, cands, method="uniform"), args.dp_budget)
+        print(f"(c) dp at budget {args.dp_budget} (uniform importance, variants {', '.join(lut.variants)}): {sets['dp']}; "
+              f"LUT {sel['predicted_ms']:.3f} ms = {sel['ratio']:.3f} of as-is {sel['asis_ms']:.3f} ms")
     x, inputs = gate_inputs(None, res, args.samples, args.seed)
     out: dict[str, Any] = {"model": name, "resolution": res, "device": device.name, "fold_sets": {},
                            "search_fold_set_source": how, "forms": args.forms}
@@ -149,7 +161,7 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
             print(f"  {key}: {g.line()}")
         print(f"  {key}: deferred bias maps: chains {bias_maps['chains']}, {bias_maps['adds_per_block']} bias-map Adds "
               f"→ {bias_maps['adds_deferred']}")
-        out["fold_sets"][key] = {"plan": sorted(plan), "bias_maps": bias_maps,
+        out["fold_sets"][key] = {"plan": {str(i): v for i, v in sorted(plan.items())}, "bias_maps": bias_maps,
                                  "gates": [vars(g) | {"passed": g.passed} for g in gates], "forms": {}}
     load = {"before": _load()}
     print(f"measuring {list(onnx_files)} end to end, interleaved (load {load['before']})", flush=True)
@@ -164,9 +176,10 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
     a = stats["as-is"]
     out["as_is"] = {"measured": a.to_dict(), "lut_ms": predict(lut, {}), "lut_error": predict(lut, {}) / a.median_ms - 1}
     print(f"{'network':<16} {'folded':>6} {'median ms':>10} {'IQR ms':>8} {'speed-up':>9} {'quartile range':>15} "
-          f"{'t/t_paper per round [q1, q3]':>30} {'t/t_per-block':>13} {'LUT ms':>8} {'LUT err':>8}")
+          f"{'per round [q1, q3]':>22} {'t/t_paper per round [q1, q3]':>30} {'t/t_per-block':>13} {'LUT ms':>8} "
+          f"{'LUT err':>8}")
     a_pred = out["as_is"]["lut_ms"]
-    print(f"{'as-is':<16} {0:>6} {a.median_ms:>10.3f} {a.iqr_ms:>8.3f} {'':>9} {'':>15} {'':>30} {'':>13} "
+    print(f"{'as-is':<16} {0:>6} {a.median_ms:>10.3f} {a.iqr_ms:>8.3f} {'':>9} {'':>15} {'':>22} {'':>30} {'':>13} "
           f"{a_pred:>8.3f} {a_pred / a.median_ms - 1:>+8.1%}")
     for key in out["fold_sets"]:
         plan = sets[key]
@@ -174,7 +187,9 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
         for form in args.forms:
             s = stats[f"{key}/{form}"]
             sp, rng = a.median_ms / s.median_ms, (a.q1_ms / s.q3_ms, a.q3_ms / s.q1_ms)
-            entry: dict[str, Any] = {"measured": s.to_dict(), "speedup": sp, "speedup_range": list(rng)}
+            pr = _ratio(a, s)  # t(as-is)/t(network) within each round: the speed-up's own spread
+            entry: dict[str, Any] = {"measured": s.to_dict(), "speedup": sp, "speedup_range": list(rng),
+                                     "speedup_per_round": {"median": pr.median_ms, "q1": pr.q1_ms, "q3": pr.q3_ms}}
             cells = ""
             if "paper" in args.forms:
                 r = _ratio(s, stats[f"{key}/paper"])
@@ -188,7 +203,7 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
                 lut_cells = f"{pred:>8.3f} {pred / s.median_ms - 1:>+8.1%}"
             vs_pb = entry.get("medians_vs_per_block")
             print(f"{key + '/' + form:<16} {len(plan):>6} {s.median_ms:>10.3f} {s.iqr_ms:>8.3f} {sp:>8.2f}x "
-                  f"{rng[0]:>7.2f}-{rng[1]:<6.2f} {cells:>30} {'' if vs_pb is None else f'{vs_pb:.3f}':>13} {lut_cells}")
+                  f"{rng[0]:>7.2f}-{rng[1]:<6.2f} {f'{pr.median_ms:.2f}x [{pr.q1_ms:.2f}, {pr.q3_ms:.2f}]':>22} {cells:>30} {'' if vs_pb is None else f'{vs_pb:.3f}':>13} {lut_cells}")
             out["fold_sets"][key]["forms"][form] = entry
     return out
 
@@ -201,8 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--forms", nargs="+", choices=FORMS, default=list(FORMS),
                     help="how each fold set is timed: exact mode with a bias map per block (per-block), as export "
                          "ships it (deferred: one map per chain of folds), paper mode (constant bias, no map)")
-    ap.add_argument("--sets", nargs="+", choices=["auto", "search"], default=["auto", "search"],
-                    help="fold sets to time (default both)")
+    ap.add_argument("--sets", nargs="+", choices=["auto", "search", "dp"], default=["auto", "search"],
+                    help="fold sets to time (default auto and search)")
+    ap.add_argument("--variants", default="full",
+                    help="variants the fresh LUT times (latopt profile --variants; dp wants full,pw,drop)")
+    ap.add_argument("--dp-budget", type=float, default=0.55,
+                    help="set dp: the DP's budget, a fraction of the as-is LUT latency (default 0.55)")
+    ap.add_argument("--lut", help="use this LUT file (e.g. from latopt profile --variants full,pw,drop)")
     ap.add_argument("--samples", type=int, default=8, help="inputs for the numeric gates")
     ap.add_argument("--min-rounds", type=int, default=None,
                     help="at least this many interleaved rounds in the end-to-end run (default: the device's "

@@ -6,7 +6,8 @@ parser(s) and sets ``func`` (a callable taking the parsed ``Namespace`` and retu
 ``None``) that turns the arguments into one API call and prints its results to stdout; progress and
 warnings go to stderr through :mod:`latopt.log` (``-v`` / ``-q`` on every sub-command set how much). A
 :class:`~latopt.errors.LatoptError` raised anywhere is printed as one line (``latopt: error: ...``) with
-exit code 2 (3 for a failed check) and no traceback. Ctrl-C prints
+exit code 2 (3 for a failed check) and no traceback. Under torchrun (several processes) only ``train`` and
+``fold`` run (:data:`TORCHRUN_COMMANDS`); the others are refused with one line. Ctrl-C prints
 ``latopt: interrupted`` (exit 130) and SIGTERM ``latopt: terminated`` (exit 143), both after the same
 cleanup (:mod:`latopt.signals`): nothing half-written is left behind.
 """
@@ -41,6 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:   # also while the parser is built or a stage's modules are imported
+        print("latopt: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     die_with_parent_from_env()  # a local search worker stops when the search that started it dies
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -49,14 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _check_torchrun(args.command)
         with sigterm_raises():
             rc = args.func(args)
     except LatoptError as e:
         print(f"latopt: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("latopt: interrupted", file=sys.stderr)
-        return 130
     except Terminated:
         print("latopt: terminated", file=sys.stderr)
         return EXIT_TERMINATED
@@ -65,6 +72,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     return int(rc or 0)
+
+
+TORCHRUN_COMMANDS = ("train", "fold")  # the commands that run as one process of a torchrun job
+
+
+def _check_torchrun(command: str) -> None:
+    """One line when a command that is not a distributed job is started by torchrun with several processes."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if command in TORCHRUN_COMMANDS or world in ("", "0", "1"):
+        return
+    from latopt.accel import launched_by_torchrun  # start-up time: torch is imported only under a launcher
+
+    if launched_by_torchrun():
+        raise LatoptError(f"latopt {command} does not run under torchrun (WORLD_SIZE={world}); only "
+                          f"{' and '.join(TORCHRUN_COMMANDS)} do. A search trial trains in one process: start one "
+                          "search worker per GPU instead (README, 'Training on GPUs')")
 
 
 if __name__ == "__main__":  # pragma: no cover

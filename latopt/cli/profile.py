@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from latopt.cli.common import common_parser
-from latopt.constants import FOLD_MODES
+from latopt.constants import FOLD_MODES, FOLD_VARIANTS
 from latopt.errors import LatoptError
 
 
@@ -21,7 +21,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if args.num_classes < 1:
         raise LatoptError(f"--num-classes must be >= 1, not {args.num_classes}")
     seed_everything(args.seed)
-    lut = profile_model(args.model, device, args.resolution, batch, partial=args.partial,
+    lut = profile_model(args.model, device, args.resolution, batch, variants=args.variants.split(","),
                         num_classes=args.num_classes, fold_mode=args.fold_mode)
     out = args.out or default_lut_path(device.name, lut.model, lut.resolution, lut.batch)
     save_lut(lut, out)
@@ -41,7 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resolution", type=int, default=224, help="input resolution (default 224)")
     p.add_argument("--batch", type=int, default=None, help="batch size (default: the device profile's)")
     p.add_argument("--out", default=None, help="LUT file (default ./profiles/<device>/<model>-r<res>-b<batch>.json)")
-    p.add_argument("--partial", action="store_true", help="also time the partial folds expand_dw / dw_project")
+    p.add_argument("--variants", default="full", metavar="V,V",
+                   help=f"fold variants to time besides as-is, comma-separated: {', '.join(FOLD_VARIANTS)} (full is always "
+                        "timed; drop is 0 ms by definition; default full)")
     p.add_argument("--num-classes", type=int, default=1000, help="classifier outputs (default 1000)")
     p.add_argument("--fold-mode", choices=FOLD_MODES, default="exact",
                    help="fold mode of the folded blocks (exact adds a bias map; default exact)")

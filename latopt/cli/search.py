@@ -7,7 +7,7 @@ import argparse
 import yaml
 
 from latopt.cli.common import common_parser
-from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
+from latopt.constants import COSTS, IMPORTANCE_METHODS, OBJECTIVES, SAMPLERS, SEARCH_METHODS
 from latopt.errors import LatoptError
 
 
@@ -40,6 +40,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="local worker processes sharing the study (default 1; e.g. 2 on a 2-core machine)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per worker (default: all cores with --workers 1, else cores // workers)")
+    p.add_argument("--method", choices=SEARCH_METHODS, default="optuna",
+                   help="optuna (default): Layer Folding's study over (λ_c, τ, p); dp: one variant per block "
+                        "(full, pw, drop, ...) chosen by a dynamic program under --budget, then folded and fine-tuned")
+    p.add_argument("--budget", type=float,
+                   help="--method dp: predicted latency <= BUDGET x the as-is LUT latency (a fraction in (0, 1])")
+    p.add_argument("--importance", choices=IMPORTANCE_METHODS, default="proxy",
+                   help="--method dp: how each (block, variant) is scored: proxy (validation loss of the variant "
+                        "alone, BN re-estimated; default), finetune (short fine-tune each; slow), uniform")
+    p.add_argument("--variants", help="--method dp: variants the blocks may take, comma-separated (default: the LUT's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="config override, dotted key and a YAML value (e.g. --set fold.post_epochs=2); repeatable")
     p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
@@ -53,11 +62,25 @@ def _main(args: argparse.Namespace) -> int:
         return _show(args)
     if not args.config:
         raise LatoptError("latopt search needs --config FILE (or --show to print an existing study's front)")
+    dp_only = {"--budget": args.budget is not None, "--variants": args.variants is not None,
+               "--importance": args.importance != "proxy"}
+    if args.method != "dp" and any(dp_only.values()):
+        raise LatoptError(f"{next(k for k, v in dp_only.items() if v)} applies to --method dp")
     # start-up time: Optuna and the training stack load when a search runs, not for `latopt --help`
     from latopt.engine import seed_everything
-    from latopt.search import SearchOptions, run_search
+    from latopt.search import SearchOptions, run_dp_search, run_search
 
     seed_everything(args.seed)
+    if args.method == "dp":
+        from latopt.dp import format_dp_summary
+
+        report = run_dp_search(SearchOptions(
+            config=args.config, study=args.study, base=args.base, lut=args.lut, seed=args.seed,
+            runs_dir=args.runs_dir, threads=args.threads, overrides=_overrides(args.overrides),
+            method="dp", budget=args.budget, importance=args.importance,
+            variants=None if args.variants is None else tuple(v.strip() for v in args.variants.split(",") if v.strip())))
+        print(format_dp_summary(report))
+        return 0
     res = run_search(SearchOptions(
         config=args.config, trials=args.trials, storage=args.storage, study=args.study, sampler=args.sampler,
         objective=args.objective, max_acc_drop=args.max_acc_drop, measure=args.measure, timeout=args.timeout,

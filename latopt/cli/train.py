@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from latopt.cli.common import common_parser
-from latopt.constants import FOLD_MODES, GRANULARITIES
+from latopt.constants import AMP_MODES, FOLD_MODES, GRANULARITIES
 from latopt.errors import LatoptError
 
 if TYPE_CHECKING:  # start-up time: pydantic models are built when a command runs
@@ -29,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", help="override data.task: digits | digits-clutter | imagefolder:PATH | cifar10:PATH")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: config 'threads', else torch's "
                    "choice; 1 is far faster on a machine shared with other jobs)")
+    _placement_args(p)
     p.set_defaults(func=_cmd_train)
 
     f = sub.add_parser("fold", parents=[common_parser()], help="Layer Folding: pre-fold, fold at tau, fine-tune",
@@ -47,40 +48,59 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--data", help="override data.task (must match the base checkpoint's)")
     f.add_argument("--out", help="output directory (default runs/<name>/fold)")
     f.add_argument("--threads", type=int, help="torch intra-op threads (default: config 'threads', else torch's choice)")
+    _placement_args(f)
     f.set_defaults(func=_cmd_fold)
+
+
+def _placement_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--train-device", help="override train.device: auto (default: CUDA when torch sees a GPU) | cpu | "
+                   "cuda | cuda:N; under torchrun each process takes GPU LOCAL_RANK")
+    p.add_argument("--amp", choices=AMP_MODES, help="override train.amp (mixed precision; fp16 needs CUDA)")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.accel import is_main_process, process_group
     from latopt.config import load_config
     from latopt.engine import set_threads
     from latopt.train import train_base
 
     if args.epochs is not None and args.epochs < 0:
         raise LatoptError(f"--epochs must be >= 0, got {args.epochs}")
-    cfg = load_config(args.config, {"train.epochs": args.epochs, "data.task": args.data, "threads": args.threads})
+    cfg = load_config(args.config, {"train.epochs": args.epochs, "data.task": args.data, "threads": args.threads,
+                                    **_placement(args)})
     set_threads(cfg.threads)
     out = Path(args.out) if args.out else default_out(cfg, "base")
-    m = train_base(cfg, out, checkpoint=args.checkpoint, pretrained=args.pretrained,
-                   seed=args.seed)
-    print(f"base {cfg.model.name} on {m['task']}: val {m['val_acc']:.4f}, test {m['test_acc']:.4f} "
-          f"({m['train_seconds']:.0f} s); wrote {m['checkpoint']}")
+    with process_group(cfg.train):  # torchrun: one process of a DistributedDataParallel job
+        m = train_base(cfg, out, checkpoint=args.checkpoint, pretrained=args.pretrained, seed=args.seed)
+        if is_main_process():
+            resumed = f", resumed after epoch {m['resumed_after_epoch']}" if m["resumed_after_epoch"] else ""
+            print(f"base {cfg.model.name} on {m['task']}: val {m['val_acc']:.4f}, test {m['test_acc']:.4f} "
+                  f"({m['train_seconds']:.0f} s on {m['device']}{resumed}); wrote {m['checkpoint']}")
     return 0
+
+
+def _placement(args: argparse.Namespace) -> dict[str, str | None]:
+    return {"train.device": args.train_device, "train.amp": args.amp}
 
 
 def _cmd_fold(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.accel import is_main_process, process_group
     from latopt.config import load_config
     from latopt.engine import set_threads
     from latopt.layerfold import format_summary, run_fold
 
     cfg = load_config(args.config, {"fold.lambda_c": args.lambda_c, "fold.tau": args.tau, "fold.p": args.p,
                                     "fold.granularity": args.granularity, "fold.distill": args.distill,
-                                    "fold.mode": args.mode, "data.task": args.data, "threads": args.threads})
+                                    "fold.mode": args.mode, "data.task": args.data, "threads": args.threads,
+                                    **_placement(args)})
     set_threads(cfg.threads)
     out = Path(args.out) if args.out else default_out(cfg, "fold")
     f = cfg.fold
-    report = run_fold(cfg, args.checkpoint, out, lut=args.lut or cfg.lut, lambda_c=f.lambda_c, tau=f.tau, p=f.p,
-                      granularity=f.granularity, distill=f.distill, mode=f.mode, seed=args.seed)
-    print(format_summary(report))
+    with process_group(cfg.train):  # torchrun: one process of a DistributedDataParallel job
+        report = run_fold(cfg, args.checkpoint, out, lut=args.lut or cfg.lut, lambda_c=f.lambda_c, tau=f.tau,
+                          p=f.p, granularity=f.granularity, distill=f.distill, mode=f.mode, seed=args.seed)
+        if is_main_process():
+            print(format_summary(report))
     return 0

@@ -102,11 +102,11 @@ def parse_fold_spec(spec: str, lut: Any | None) -> list[int] | str:
             raise LatoptError("--fold auto needs the device's LUT: run `latopt profile` first or pass --lut FILE")
         return auto_plan(lut)
     try:
-        blocks = [int(s) for s in spec.split(",") if s.strip()]
-    except ValueError:
+        blocks = [int(s) for s in spec.split(",")]
+    except ValueError:        # also an empty item: "1,,3", "3,", ","
         blocks = []
-    if not blocks:
-        raise LatoptError(f"--fold {spec!r}: give 'all', 'none', 'auto' or block indices like 1,3,5")
+    if not blocks or len(set(blocks)) != len(blocks):
+        raise LatoptError(f"--fold {spec!r}: give 'all', 'none', 'auto' or distinct block indices like 1,3,5")
     return blocks
 
 

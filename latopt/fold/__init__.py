@@ -4,8 +4,8 @@ Public API (see the submodules for details)::
 
     AlphaActivation, install_alpha, get_alphas, clamp_alphas_, alpha_parameters, alpha_spec,
     plain_activations_(model)           σ_α with α = 0 back to plain σ (before export)
-    FOLD_VARIANTS = ("full", "expand_dw", "dw_project"), FOLD_MODES = ("exact", "paper")
-    linearize(model, blocks) -> nn.Module
+    FOLD_VARIANTS = ("full", "expand_dw", "dw_project", "pw", "drop"), FOLD_MODES = ("exact", "paper")
+    linearize(model, blocks) -> nn.Module     the variant network of a plan (transform.py defines it)
     fold_blocks(model, blocks, mode="exact", input_size=(H, W)) -> nn.Module
     fold_block_module(model, block, variant="full", mode="exact", input_size=None) -> FoldedBlock
     verify_fold(reference, folded, input_size, batch=2, seed=0) -> dict
@@ -14,7 +14,8 @@ Public API (see the submodules for details)::
     randomize_bn_(model, seed=0, *, plan="all") -> model   random BN statistics for fold checks
     fold_spec(model) -> dict | None          the checkpoint's arch["fold"] entry (plan {} when nothing folded)
     normalize_plan(model, blocks) -> {block index: variant}   "all", indices, "1,3" or a dict, checked
-    FoldedBlock, FoldInfo
+    check_variant(block, variant)            LatoptError saying why a variant does not apply to a block
+    FoldedBlock, FoldInfo, PointwiseBlock
 """
 
 from latopt.constants import FOLD_MODES, FOLD_VARIANTS
@@ -29,6 +30,7 @@ from latopt.fold.activation import (
 )
 from latopt.fold.defer import defer_bias_maps, find_chains
 from latopt.fold.transform import (
+    check_variant,
     fold_block_module,
     fold_blocks,
     fold_spec,
@@ -37,7 +39,7 @@ from latopt.fold.transform import (
     randomize_bn_,
     verify_fold,
 )
-from latopt.layers import FoldedBlock, FoldInfo
+from latopt.layers import FoldedBlock, FoldInfo, PointwiseBlock
 
 __all__ = [
     "FOLD_MODES",
@@ -45,8 +47,10 @@ __all__ = [
     "AlphaActivation",
     "FoldInfo",
     "FoldedBlock",
+    "PointwiseBlock",
     "alpha_parameters",
     "alpha_spec",
+    "check_variant",
     "clamp_alphas_",
     "defer_bias_maps",
     "find_chains",

@@ -13,6 +13,10 @@ W3 (cout, hidden) project.
 - dw_project:  K[o,c] = W3[o,c] W2[c];  no bias kernel (the zero padding sees the activation output);
                const = W3 b2 + b3.
 - t = 1 full:  as dw_project with cin = hidden (no expand), plus the residual centre tap.
+- pw:          K[o,i] = Σ_c W3[o,c] W1[c,i] (1x1, the block's stride; t = 1: K = W3); const = W3 b1 + b3
+               (t = 1: b3); a residual adds the identity matrix. No bias kernel: a 1x1 convolution has no
+               padding, so the constant bias is exact everywhere. (The depthwise conv and its BN, b2, are
+               not part of the pw variant network.)
 
 The bias is B[o,y,x] = conv(ones image, Kb)[o,y,x] + const[o] (exact, borders included); the interior
 value Σ Kb[o] + const[o] is the ``paper`` mode's constant bias.
@@ -110,6 +114,19 @@ def compose_dw_project(w2: torch.Tensor, b2: torch.Tensor, w3: torch.Tensor, b3:
     W2, W3 = _dw(w2), _mat(w3)
     K = W3[:, :, None, None] * W2[None]
     return AffineConv(K, None, W3 @ b2 + b3, stride, padding)
+
+
+def compose_pw(w1: torch.Tensor | None, b1: torch.Tensor | None, w3: torch.Tensor, b3: torch.Tensor, *,
+               residual: bool, stride: int) -> AffineConv:
+    """expand (1x1) + project (1x1), depthwise removed → one 1x1 conv cin → cout with the block's stride."""
+    W3 = _mat(w3)
+    K = W3 if w1 is None else W3 @ _mat(w1)
+    const = b3.clone() if w1 is None else W3 @ b1 + b3
+    if residual:
+        if K.shape[0] != K.shape[1] or stride != 1:
+            raise ValueError("a residual needs cin == cout and stride 1")
+        K = K + torch.eye(K.shape[0], dtype=K.dtype, device=K.device)
+    return AffineConv(K[:, :, None, None].contiguous(), None, const, stride, 0)
 
 
 def same_pads(size: int, kernel: int, stride: int) -> tuple[int, int]:

@@ -5,19 +5,21 @@ An exact-mode ``full`` fold is a k×k convolution plus a bias map (the border co
 layout, so every folded block pays a reorder pair and an ``Add``: ~8 % over paper mode on MobileNetV2-1.0
 @224 (study of issue 14, docs/exact-folds.md). The shipped form adds the maps once per chain instead:
 
-- a *chain* is a maximal run of consecutive exact-mode ``full`` FoldedBlocks (``find_blocks`` order) in
-  which each block's output tensor is the next block's input tensor (checked with forward hooks on one
-  zero input: :func:`latopt.blocks.block_io`). A partial variant (``expand_dw`` keeps its own map, which
-  must be added before its activation; ``dw_project`` has none), a block not folded, a paper-mode fold
-  and a break in the data flow end a chain;
-- a chain of ``full`` folds is affine (each block: convolution + constant interior bias + its map; a
+- a *chain* is a maximal run of consecutive exact-mode affine FoldedBlocks — ``full``, ``pw`` (a 1x1
+  convolution, no map of its own) and ``drop`` (the identity) — in ``find_blocks`` order, in which each
+  block's output tensor is the next block's input tensor (checked with forward hooks on one zero input:
+  :func:`latopt.blocks.block_io`). A partial variant (``expand_dw`` keeps its own map, which must be added
+  before its activation; ``dw_project`` has none), a block not folded, a paper-mode fold and a break in
+  the data flow end a chain;
+- such a chain is affine (each block: convolution + constant interior bias + its map, or the identity; a
   residual is a centre tap inside the convolution), and with and without its maps it has the same linear
   part, so ``chain(x) = chain_without_maps(x) + D`` for every input x, with
   ``D = chain(0) − chain_without_maps(0)``, computed in float64 from the FoldedBlocks themselves (exact
   for whatever weights they hold, post-fold fine-tuning included);
 - in the rewritten copy every block of the chain has ``bias_map`` None (no ``Add``: paper mode's graph)
   and the chain's last block holds D in its ``bias_map`` buffer (the shape its own map has,
-  (1, cout, Ho, Wo); a chain ending in a t = 1 block, which has no map of its own, gets the buffer).
+  (1, cout, Ho, Wo); a chain ending in a t = 1, ``pw`` or ``drop`` block, which has no map of its own,
+  gets the buffer).
 
 Public API::
 
@@ -44,9 +46,11 @@ from latopt.blocks import block_io, find_blocks
 from latopt.fold.transform import _input_channels
 from latopt.layers import FoldedBlock
 
+CHAIN_VARIANTS = ("full", "pw", "drop")  # the affine FoldedBlocks whose maps can be deferred
+
 
 def _chain_member(m: nn.Module) -> bool:
-    return isinstance(m, FoldedBlock) and m.info.variant == "full" and m.info.mode == "exact"
+    return isinstance(m, FoldedBlock) and m.info.variant in CHAIN_VARIANTS and m.info.mode == "exact"
 
 
 def find_chains(model: nn.Module, input_size: tuple[int, int]) -> list[list[int]]:
@@ -70,12 +74,18 @@ def find_chains(model: nn.Module, input_size: tuple[int, int]) -> list[list[int]
     return chains
 
 
+def _like(mods: list[FoldedBlock]) -> torch.Tensor:
+    """A tensor of the chain's dtype and device (a dropped block has no weights; a chain with a map has
+    a block that has)."""
+    return next(t for m in mods for t in (*m.parameters(), *m.buffers()))
+
+
 @torch.no_grad()
 def _chain_offset(mods: list[FoldedBlock]) -> torch.Tensor:
     """D = chain(0) − chain_without_maps(0) in float64 (the blocks are copied, not changed)."""
     chain = [copy.deepcopy(m).to(torch.float64).eval() for m in mods]
     first = mods[0].info
-    x = torch.zeros(1, first.cin, *first.in_size, dtype=torch.float64, device=mods[0].conv.weight.device)
+    x = torch.zeros(1, first.cin, *first.in_size, dtype=torch.float64, device=_like(mods).device)
     with_maps = x
     for m in chain:
         with_maps = m(with_maps)
@@ -105,7 +115,7 @@ def defer_bias_maps(model: nn.Module, input_size: tuple[int, int]) -> tuple[nn.M
         if len(chain) < 2 or not maps:
             continue  # nothing to move: a lone block keeps its own map
         d = _chain_offset(mods)
-        like = mods[-1].conv.weight
+        like = _like(mods)
         for m in mods:
             m.bias_map = None
         mods[-1].bias_map = d.to(dtype=like.dtype, device=like.device)

@@ -1,10 +1,20 @@
-"""Model surgery: linearise blocks, fold them into convolutions, verify a fold numerically.
+"""Model surgery: the variant network of a plan, its fold into convolutions, and a numeric check of the fold.
 
-- ``linearize(model, blocks)``: deep copy with those blocks' activations replaced by the identity
-  (σ_α at α = 1); ``blocks`` as for ``fold_blocks`` (a variant linearises only its activation).
+**The variant network** of a plan {block index: variant} is ``linearize(model, plan)``: the model with each
+planned block changed as its variant says, before any fine-tuning. ``full`` / ``expand_dw`` /
+``dw_project`` replace both / the first / the second activation by the identity (σ_α at α = 1); ``pw``
+replaces the block by a :class:`~latopt.layers.PointwiseBlock` (its depthwise conv, that conv's BN and both
+activations removed; the stride kept by sampling the input at (s·y, s·x)); ``drop`` replaces a residual
+block by the identity. Every variant changes the function of the network; the *fold* of a plan does not
+change it any further: it computes the variant network with fewer, larger convolutions, exactly (float64
+algebra, checked by ``verify_fold``). ``full`` and the partial folds are Layer Folding's moves; ``pw`` and
+``drop`` are the depth-compression moves of issue 14 (DepthShrinker / LayerMerge).
+
+- ``linearize(model, blocks)``: that deep copy; ``blocks`` as for ``fold_blocks``.
 - ``fold_blocks(model, blocks, mode="exact", input_size=(H, W))``: deep copy in which each planned
   block is replaced by a :class:`FoldedBlock` computing the same function as ``linearize(model, blocks)``
-  (exact: everywhere, borders included, for that input size; paper: away from the border, any size).
+  (exact: everywhere, borders included, for that input size; paper: away from the border, any size;
+  ``pw`` and ``drop`` are exact in both modes: a 1x1 convolution and the identity have no border).
   ``blocks``: list of indices | "all" | {index: variant}. Blocks not in the plan are untouched. The
   result records the call (``latopt_fold``: mode, input size), so ``fold_spec`` describes it even when
   the plan is empty.
@@ -27,7 +37,7 @@ from latopt.blocks import Block, block_input_shapes, conv_output_size, find_bloc
 from latopt.constants import FOLD_MODES, FOLD_VARIANTS
 from latopt.errors import LatoptError
 from latopt.fold import compose
-from latopt.layers import FoldedBlock, FoldInfo
+from latopt.layers import FoldedBlock, FoldInfo, PointwiseBlock
 
 BlockPlan = Sequence[int] | str | Mapping[int | str, str]
 
@@ -49,25 +59,56 @@ def normalize_plan(model: nn.Module, blocks: BlockPlan) -> dict[int, str]:
     for i, v in plan.items():
         if v not in FOLD_VARIANTS:
             raise LatoptError(f"unknown fold variant {v!r} for block {i}; choose one of {FOLD_VARIANTS}")
-        if v not in by_index[i].variants:
-            raise LatoptError(f"block {i} ({by_index[i].path}) is a t=1 block: only the 'full' fold applies")
+        check_variant(by_index[i], v)
     return dict(sorted(plan.items()))
 
 
+def check_variant(block: Block, variant: str) -> None:
+    """LatoptError when ``variant`` does not apply to the (foldable) ``block``, saying why."""
+    if variant in block.variants:
+        return
+    why = ("it has no residual connection to become" if variant == "drop" else
+           "it is a t = 1 block (no expansion convolution)" if variant in ("expand_dw", "dw_project") else
+           block.reason or "unknown variant")
+    raise LatoptError(f"variant {variant!r} does not apply to block {block.index} ({block.path}): {why}; "
+                      f"it allows {', '.join(block.variants)}")
+
+
 def _removed_acts(block: Block, variant: str) -> tuple[str, ...]:
-    if variant == "full":
+    if variant in ("full", "pw", "drop"):
         return block.acts
     return (block.acts[0],) if variant == "expand_dw" else (block.acts[1],)
 
 
+def _info(block: Block, variant: str, mode: str, in_size: tuple[int, int] | None,
+          net_input_size: tuple[int, int] | None) -> FoldInfo:
+    out_size = None if in_size is None else tuple(
+        conv_output_size(s, block.kernel, block.stride, block.padding) for s in in_size)
+    return FoldInfo(variant=variant, mode=mode, kind=block.kind, cin=block.cin, hidden=block.hidden,
+                    cout=block.cout, kernel=block.kernel, stride=block.stride, padding=block.padding,
+                    residual=block.residual, has_expand=block.has_expand, in_size=in_size,
+                    out_size=out_size, net_input_size=net_input_size)
+
+
 def linearize(model: nn.Module, blocks: BlockPlan) -> nn.Module:
-    """Deep copy of ``model`` with the planned blocks' activations replaced by the identity."""
+    """The variant network of the plan ``blocks`` (module docstring): a deep copy of ``model`` with the
+    planned blocks' activations replaced by the identity, a ``pw`` block by its :class:`PointwiseBlock`
+    and a dropped block by the identity (a ``drop`` FoldedBlock, so that the block keeps its index)."""
     plan = normalize_plan(model, blocks)
     out = copy.deepcopy(model)
     by_index = {b.index: b for b in find_blocks(out)}
     for i, v in plan.items():
-        for path in _removed_acts(by_index[i], v):
+        b = by_index[i]
+        for path in _removed_acts(b, v):  # first: timm's activations live inside its BN modules
             out.set_submodule(path, nn.Identity())
+        if v == "drop":
+            out.set_submodule(b.path, FoldedBlock(_info(b, v, "exact", None, None)))
+        elif v == "pw":
+            get = out.get_submodule
+            expand, bn1 = (get(b.convs[0]), get(b.bns[0])) if b.has_expand else (None, None)
+            pw = PointwiseBlock(_info(b, v, "exact", None, None), expand, bn1, get(b.convs[-1]), get(b.bns[-1]))
+            pw.train(get(b.path).training)
+            out.set_submodule(b.path, pw)
     return out
 
 
@@ -90,20 +131,14 @@ def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mod
         raise LatoptError(f"fold mode must be one of {FOLD_MODES}, not {mode!r}")
     if not block.foldable:
         raise LatoptError(f"block {block.index} ({block.path}) cannot be folded: {block.reason}")
-    if variant not in block.variants:
-        raise LatoptError(f"fold variant {variant!r} does not apply to block {block.index}; "
-                          f"choose one of {block.variants}")
+    check_variant(block, variant)
     if mode == "exact" and input_size is None:
         raise LatoptError("exact fold mode needs the input size (H, W); or use mode='paper'")
     in_size = None if input_size is None else (int(input_size[0]), int(input_size[1]))
-    out_size = None if in_size is None else tuple(
-        conv_output_size(s, block.kernel, block.stride, block.padding) for s in in_size)
-    info = FoldInfo(variant=variant, mode=mode, kind=block.kind, cin=block.cin, hidden=block.hidden,
-                    cout=block.cout, kernel=block.kernel, stride=block.stride, padding=block.padding,
-                    residual=block.residual, has_expand=block.has_expand, in_size=in_size,
-                    out_size=out_size, net_input_size=net_input_size)
-    dw = model.get_submodule(block.convs[-2])
-    like = dw.weight
+    info = _info(block, variant, mode, in_size, net_input_size)
+    like = model.get_submodule(block.convs[-2]).weight
+    if variant == "drop":
+        return FoldedBlock(info).to(dtype=like.dtype, device=like.device).train(model.training)
     if block.has_expand:
         w1, b1 = _fused(model, block.convs[0], block.bns[0])
     else:
@@ -112,7 +147,9 @@ def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mod
     w3, b3 = _fused(model, block.convs[-1], block.bns[-1])
     geo = {"stride": block.stride, "padding": block.padding}
     kept_act = None
-    if variant == "full":
+    if variant == "pw":
+        ac = compose.compose_pw(w1, b1, w3, b3, residual=block.residual, stride=block.stride)
+    elif variant == "full":
         ac = compose.compose_full(w1, b1, w2, b2, w3, b3, residual=block.residual, **geo)
     elif variant == "expand_dw":
         ac = compose.compose_expand_dw(w1, b1, w2, b2, **geo)

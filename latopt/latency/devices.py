@@ -23,12 +23,12 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import yaml
 from pydantic import Field, model_validator
 
+from latopt.artifacts import read_yaml
 from latopt.config import Name, Positive, StrictModel, validated
 from latopt.constants import Backend, Clock, Precision
-from latopt.errors import LatoptError, first_line
+from latopt.errors import LatoptError
 from latopt.log import get_logger
 
 if TYPE_CHECKING:  # annotations only (importlib.resources.abc is Python >= 3.11)
@@ -125,10 +125,7 @@ def load_device(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
             known = ", ".join(list_devices()) or "(none)"
             raise LatoptError(f"unknown device {s!r}; known devices: {known} "
                               f"(or add {s}.yaml to {profiles_dir()}/, or pass a YAML path)")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise LatoptError(f"device profile {path} is not valid YAML: {first_line(e)}") from None
+    data = read_yaml(path, what="device profile")
     if not isinstance(data, dict):
         raise LatoptError(f"device profile {path} must be a YAML mapping")
     if "path" in data:

@@ -9,7 +9,8 @@ Public API::
                                              or on a malformed LUT (one line naming the field)
     predict(lut, folded) -> float            ms of the network with ``folded`` blocks folded
     costs(lut) -> dict[int, float]           c_l = max(0, t_asis − t_full) per foldable block
-    variant_times(lut, index) -> dict[str, float]   {"none", "full", ("expand_dw", "dw_project")}
+    variant_times(lut, index) -> dict[str, float]   {"none", "full", and the other profiled variants it allows}
+    check_variants(variants) -> tuple[str, ...]   the variants ``latopt profile --variants`` times ("full" first)
     default_lut_path(device, model, resolution, batch) -> Path   profiles/<device>/<model>-r<res>-b<batch>.json
                                              (relative to the working directory, or under $LATOPT_PROFILES_DIR)
     calibrate(raw, fixed_raw, nets) -> (scales, notes)             per-variant scales (used by the profiler)
@@ -22,7 +23,14 @@ run and calibrates (:func:`calibrate`): ``ms[v] = scales[v] × raw[v].median`` a
 ``fixed_ms = scales["none"] × (stem + head)``. ``scales["none"]`` makes the as-is network exact;
 ``scales[v]`` for a fold variant makes the network with every block in variant ``v`` exact. ``predict``
 sums the calibrated times; ``end_to_end`` stores every measured network with its prediction error,
-including a held-out fold set that was not used for the fit (``"calibration": false``).
+including held-out fold sets that were not used for the fit (``"calibration": false``): one of ``full``
+folds and, when more variants are profiled, one mixing them all.
+
+Variants. ``LUT.variants`` lists the fold variants timed besides as-is (``latopt profile --variants``;
+``full`` always). ``drop`` (a residual block removed) is not timed: its time is 0 by definition (the block
+is gone; what that leaves out, e.g. a residual ``Add`` the network had fused, the mixed held-out network
+measures). A LUT written before ``variants`` existed (issue 14) has ``partial: true|false`` instead and
+loads as ``full`` (+ ``expand_dw``, ``dw_project``).
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from latopt.artifacts import read_json, write_json_atomic
-from latopt.constants import LUT_VARIANTS
+from latopt.constants import FOLD_VARIANTS, LUT_VARIANTS, PARTIAL_VARIANTS
 from latopt.errors import LatoptError
 from latopt.latency.devices import profiles_dir
 from latopt.latency.timing import TimingStats
@@ -99,7 +107,7 @@ class LUT:
     environment: dict[str, Any] = field(default_factory=dict)
     num_classes: int = 1000
     fold_mode: str = "exact"
-    partial: bool = False
+    variants: tuple[str, ...] = ("full",)  # fold variants profiled besides "none" (check_variants)
     profiling_s: float = 0.0
     call_overhead_ms: float | None = None
     created: str = ""
@@ -114,11 +122,16 @@ class LUT:
     def foldable(self) -> list[int]:
         return [b.index for b in self.blocks if b.foldable]
 
+    @property
+    def partial(self) -> bool:
+        """The partial folds were profiled (``granularity: activation`` needs them)."""
+        return set(PARTIAL_VARIANTS) <= set(self.variants)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": LUT_SCHEMA, "device": self.device, "backend": self.backend, "model": self.model,
             "resolution": self.resolution, "batch": self.batch, "num_classes": self.num_classes,
-            "fold_mode": self.fold_mode, "partial": self.partial, "created": self.created,
+            "fold_mode": self.fold_mode, "variants": list(self.variants), "created": self.created,
             "profiling_s": self.profiling_s, "call_overhead_ms": self.call_overhead_ms,
             "calibration": self.calibration, "fixed_ms": self.fixed_ms,
             "fixed": {k: s.to_dict() for k, s in self.fixed.items()},
@@ -151,7 +164,7 @@ class LUT:
             end_to_end={k: dict(_mapping(e, f"LUT end_to_end[{k!r}]")) for k, e in f.mapping("end_to_end").items()},
             calibration=dict(f.mapping("calibration")), backend=f.text("backend", ""),
             environment=dict(f.mapping("environment")), num_classes=f.integer("num_classes", 1000, lo=1),
-            fold_mode=f.choice("fold_mode", ("exact", "paper"), "exact"), partial=f.flag("partial", False),
+            fold_mode=f.choice("fold_mode", ("exact", "paper"), "exact"), variants=f.variant_list(),
             profiling_s=_time(f.get("profiling_s", 0.0), "LUT profiling_s"),
             call_overhead_ms=None if overhead is None else _time(overhead, "LUT call_overhead_ms"),
             created=f.text("created", ""),
@@ -235,6 +248,19 @@ class _Fields:
             raise self._bad(key, f"one of {', '.join(choices)}")
         return v
 
+    def variant_list(self) -> tuple[str, ...]:
+        """``variants`` (a list of fold variants, "full" among them), or for a LUT older than it the
+        ``partial`` flag: true = full + the partial folds."""
+        if "variants" not in self.d:
+            return ("full", *PARTIAL_VARIANTS) if self.flag("partial", False) else ("full",)
+        v = self.d["variants"]
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise self._bad("variants", "a list of variant names")
+        try:
+            return check_variants(v)
+        except LatoptError as e:
+            raise LatoptError(f"{self.where}: variants: {e}") from None
+
     def mapping(self, key: str) -> Mapping[str, Any]:
         return _mapping(self.get(key, {}), f"{self.where} {key}")
 
@@ -286,17 +312,27 @@ def _plan(lut: LUT, folded: Iterable[int] | Mapping[int, str]) -> dict[int, str]
         if not b.foldable:
             raise LatoptError(f"block {i} ({b.path}) cannot be folded: {b.reason}")
         if v not in b.ms:
-            hint = " (profile with --partial for partial variants)" if v in VARIANTS else ""
+            hint = f" (profile with --variants {','.join(('full', v))})" if v in VARIANTS else ""
             raise LatoptError(f"the LUT has no time for block {i} in variant {v!r}{hint}; "
                               f"it has {sorted(b.ms)}")
     return plan
 
 
+def check_variants(variants: Iterable[str]) -> tuple[str, ...]:
+    """The fold variants a LUT times, in FOLD_VARIANTS order, "full" always among them (it gives c_l and the
+    calibration's fallback scale); LatoptError on an unknown name."""
+    names = [str(v).strip() for v in variants]
+    unknown = [v for v in names if v not in FOLD_VARIANTS]
+    if unknown:
+        raise LatoptError(f"unknown variant {unknown[0]!r}; variants are {', '.join(FOLD_VARIANTS)}")
+    return tuple(v for v in FOLD_VARIANTS if v in names or v == "full")
+
+
 def predict(lut: LUT, folded: Iterable[int] | Mapping[int, str] | str) -> float:
     """Predicted latency (ms) of the network with ``folded`` blocks folded.
 
-    ``folded``: block indices (full fold), ``{index: variant}`` (variants "full", "expand_dw",
-    "dw_project", or "none"), or "all".
+    ``folded``: block indices (full fold), ``{index: variant}`` (any variant the LUT has for that block,
+    "none" = as-is), or "all" (every foldable block folded ``full``).
     """
     plan = _plan(lut, folded)
     return lut.fixed_ms + sum(b.ms[plan.get(b.index, "none")] for b in lut.blocks)

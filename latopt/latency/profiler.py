@@ -2,17 +2,19 @@
 
 Public API::
 
-    profile_model(model_name_or_module, device, resolution, batch=1, partial=False, progress=True, *,
+    profile_model(model_name_or_module, device, resolution, batch=1, variants=("full",), progress=True, *,
                   num_classes=1000, fold_mode="exact", name=None) -> LUT
     measure_networks(nets, device, input_shape, *, backend=None, progress=False) -> dict[str, TimingStats]
     format_lut(lut) -> str
 
 What is timed, all in ONE interleaved run (:func:`latopt.latency.timing.compare`), after exporting each
 module once at its real input shape: the fixed parts (stem; head = conv head + pool; classifier), every
-block as-is and folded (``full``; ``expand_dw`` / ``dw_project`` with ``partial``), a trivial 1-op model
-(the per-call overhead, recorded for reference), and end-to-end networks: as-is, every foldable block
-folded (with ``partial`` also every block in each partial variant), and a held-out fold set (the second
-half of the foldable blocks) that is not used for the calibration and checks it.
+block as-is and in each of ``variants`` it allows (``full`` always; ``expand_dw``, ``dw_project``, ``pw``;
+``drop`` is not timed: 0 ms, see :mod:`latopt.latency.lut`), a trivial 1-op model (the per-call overhead,
+recorded for reference), and end-to-end networks: as-is, every foldable block folded (and every block in
+each other timed variant that applies to it), and held-out fold sets that are not used for the
+calibration and check it: the second half of the foldable blocks folded ``full`` and, with more than one
+variant, a network mixing them (:func:`calibration_plans`).
 
 What is timed is what export ships. Export ships exact-mode folds with *deferred* bias maps
 (:func:`latopt.fold.defer_bias_maps`): one map per chain of consecutive ``full`` folds, added at the chain's
@@ -20,6 +22,7 @@ output, so a ``full`` fold inside a chain costs its convolution alone. So the ``
 timed without its bias map (in paper mode it has none), and the end-to-end networks are the deferred form.
 The one ``Add`` per chain (and, on ONNX Runtime's CPU provider, the layout reorder pair around it) has no
 LUT entry: the calibration networks (one chain each on the supported models) carry it in ``scales["full"]``.
+``pw`` and ``drop`` blocks have no map and join chains (:mod:`latopt.fold.defer`).
 A fold set made of many short chains pays more Adds than that (``tools/bench_lut.py``'s ``every-other``
 set: each chain is one block; docs/exact-folds.md gives the measured error). The partial variants keep
 their own maps (``expand_dw``) and are timed with them.
@@ -36,7 +39,7 @@ network mispredicted the folded one by ~10 %; one factor fitted to the as-is and
 within 2-4 % on MobileNetV2 but 7-9 % off on EfficientNet-lite0. Kept: one scale per variant
 (:func:`latopt.latency.lut.calibrate`): ``scales["none"]`` makes the summed stem + head + classifier +
 as-is blocks equal the measured as-is network; ``scales["full"]`` then makes the all-folded network exact
-(likewise each partial variant with ``partial``). The held-out fold set, the benchmark's other fold sets
+(likewise each other timed variant). The held-out fold sets, the benchmark's other fold sets
 (``tools/bench_lut.py``) and the uncalibrated sums are reported next to it, so the LUT's error is a
 measured figure.
 """
@@ -47,7 +50,7 @@ import contextlib
 import datetime as _dt
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -60,7 +63,7 @@ from latopt.errors import LatoptError
 from latopt.fold import defer_bias_maps, fold_block_module, fold_blocks
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import DeviceProfile
-from latopt.latency.lut import LUT, BlockEntry, calibrate, predict
+from latopt.latency.lut import LUT, BlockEntry, calibrate, check_variants, predict
 from latopt.latency.timing import TimingStats, compare
 from latopt.log import get_logger
 from latopt.models import build_model
@@ -135,6 +138,8 @@ def _close(objs: Any) -> None:
 
 
 HELD_OUT = "held-out"
+HELD_OUT_MIXED = "held-out-mixed"
+HELD_OUT_NETS = (HELD_OUT, HELD_OUT_MIXED)
 
 
 def fixed_modules(fp: Any, input_shape: tuple[int, ...],
@@ -158,35 +163,54 @@ def fixed_modules(fp: Any, input_shape: tuple[int, ...],
     return parts
 
 
-def calibration_plans(blocks: Any, partial: bool) -> dict[str, dict[int, str]]:
-    """The end-to-end networks timed with the parts: as-is, all folded (and all in each partial variant
-    with ``partial``) for the calibration, and the second half of the foldable blocks folded, held out."""
+def mixed_plan(blocks: Any, variants: tuple[str, ...]) -> dict[int, str]:
+    """A plan mixing as-is and every variant of ``variants``: the j-th foldable block in the j-th of
+    ("none", *variants), cyclically; "full" where that variant does not apply to the block."""
+    cycle = ("none", *variants)
+    plan: dict[int, str] = {}
+    for j, b in enumerate(b for b in blocks if b.foldable):
+        v = cycle[j % len(cycle)]
+        if v != "none":
+            plan[b.index] = v if v in b.variants else "full"
+    return plan
+
+
+def calibration_plans(blocks: Any, variants: tuple[str, ...]) -> dict[str, dict[int, str]]:
+    """The end-to-end networks timed with the parts: as-is, all folded (``full``) and, for each other timed
+    variant v, every block that allows it in v (``all-v``) for the calibration; held out: the second half
+    of the foldable blocks folded, and with more than one variant a network mixing them (:func:`mixed_plan`)."""
     foldable = [b.index for b in blocks if b.foldable]
     plans: dict[str, dict[int, str]] = {"asis": {}}
     if not foldable:
         return plans
     plans["full"] = dict.fromkeys(foldable, "full")
-    if partial:
-        for v in ("expand_dw", "dw_project"):
-            plan = {b.index: v for b in blocks if v in b.variants}
-            if plan:
-                plans[f"all-{v}"] = plan
+    for v in variants:
+        if v in ("full", "drop"):  # drop is not timed: nothing to calibrate
+            continue
+        plan = {b.index: v for b in blocks if v in b.variants}
+        if plan:
+            plans[f"all-{v}"] = plan
     if len(foldable) >= 2:
         plans[HELD_OUT] = dict.fromkeys(foldable[len(foldable) // 2:], "full")
+    if len(variants) > 1:
+        plans[HELD_OUT_MIXED] = mixed_plan(blocks, variants)
     return plans
 
 
 def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: int, batch: int = 1,
-                  partial: bool = False, progress: bool = True, *, num_classes: int = 1000,
+                  variants: Iterable[str] = ("full",), progress: bool = True, *, num_classes: int = 1000,
                   fold_mode: str = "exact", name: str | None = None) -> LUT:
-    """Profile every block of a model on ``device`` and return the calibrated LUT (see module docstring)."""
+    """Profile every block of a model on ``device`` in ``variants`` (``full`` always) and return the
+    calibrated LUT (see module docstring)."""
+    variants = check_variants(variants)
     with torch_threads(device.threads if device.backend == "torch" else 1):
-        return _profile_model(model_name_or_module, device, resolution, batch, partial, progress,
+        return _profile_model(model_name_or_module, device, resolution, batch, variants, progress,
                               num_classes=num_classes, fold_mode=fold_mode, name=name)
 
 
 def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: int, batch: int,
-                   partial: bool, progress: bool, *, num_classes: int, fold_mode: str, name: str | None) -> LUT:
+                   variants: tuple[str, ...], progress: bool, *, num_classes: int, fold_mode: str,
+                   name: str | None) -> LUT:
 
 
     check_resolution(resolution, "resolution")
@@ -213,12 +237,12 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         for b in blocks:
             shape = shapes[b.index]
             parts[f"{b.index}:none"] = (model.get_submodule(b.path), shape)
-            for v in (b.variants if partial else b.variants[:1]):
+            for v in (v for v in variants if v in b.variants and v != "drop"):
                 fb = fold_block_module(model, b, v, fold_mode, tuple(shape[-2:]), net_input_size=(R, R))
                 if v == "full":
                     fb.bias_map = None  # shipped: its map is deferred to its chain's end (module docstring)
                 parts[f"{b.index}:{v}"] = (fb, shape)
-        plans = calibration_plans(blocks, partial)
+        plans = calibration_plans(blocks, variants)
         nets = {k: (model if not plan else defer_bias_maps(fold_blocks(model, plan, fold_mode, (R, R)), (R, R))[0],
                     plan) for k, plan in plans.items()}
         foldable = [b.index for b in blocks if b.foldable]
@@ -251,18 +275,20 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
            for b in blocks}
     fixed_raw = sum(stats[k].median_ms for k in fixed_keys)
     measured = {k: stats[f"net:{k}"].median_ms for k in nets}
-    fit = {k: (plan, measured[k]) for k, (_, plan) in nets.items() if k != HELD_OUT}
+    fit = {k: (plan, measured[k]) for k, (_, plan) in nets.items() if k not in HELD_OUT_NETS}
     scales, notes = calibrate(raw, fixed_raw, fit)
     entries = []
     for b in blocks:
         st = {k.split(":", 1)[1]: s for k, s in stats.items() if k.split(":", 1)[0] == str(b.index)}
-        entries.append(BlockEntry(b.index, b.path, b.kind, tuple(shapes[b.index]), b.foldable, b.reason,
-                                  st, {v: scales[v] * s.median_ms for v, s in st.items()}))
+        ms = {v: scales[v] * s.median_ms for v, s in st.items()}
+        if "drop" in variants and "drop" in b.variants:
+            ms["drop"] = 0.0  # not timed: the block is gone (lut.py)
+        entries.append(BlockEntry(b.index, b.path, b.kind, tuple(shapes[b.index]), b.foldable, b.reason, st, ms))
     lut = LUT(
         device=device.name, model=model_name, resolution=R, batch=int(batch), blocks=entries,
         fixed_ms=scales["none"] * fixed_raw,
         fixed={k: stats[k] for k in fixed_keys}, backend=backend.name, environment=environment,
-        num_classes=int(num_classes), fold_mode=fold_mode, partial=bool(partial),
+        num_classes=int(num_classes), fold_mode=fold_mode, variants=variants,
         call_overhead_ms=stats["overhead"].median_ms,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         calibration={"method": "per-variant scale", "scales": scales, "fit_on": sorted(fit), "notes": notes,
@@ -270,7 +296,8 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
                                     "scales[v] the network with every block in variant v (same interleaved run)"},
     )
     for k, (_, plan) in nets.items():
-        raw_sum = fixed_raw + sum(raw[i][plan.get(i, "none")] for i in raw)
+        variant_of = {i: plan.get(i, "none") for i in raw}
+        raw_sum = fixed_raw + sum(0.0 if v == "drop" else raw[i][v] for i, v in variant_of.items())
         pred = predict(lut, plan)
         lut.end_to_end[k] = {"folded": {str(i): v for i, v in plan.items()}, "calibration": k in fit,
                              "measured": stats[f"net:{k}"].to_dict(), "raw_sum_ms": raw_sum,
@@ -304,7 +331,7 @@ def measure_networks(nets: Mapping[str, Any], device: DeviceProfile, input_shape
 
 def format_lut(lut: LUT) -> str:
     """The LUT as a text table plus the end-to-end prediction errors."""
-    variants = ["none", "full"] + (["expand_dw", "dw_project"] if lut.partial else [])
+    variants = ["none", *lut.variants]
     head = f"{'idx':>3} {'block':<22} {'input':<16} " + " ".join(f"{v:>11}" for v in variants) + f" {'c_l':>7} {'IQR%':>5}"
     sc = ", ".join(f"{k} {v:.3f}" for k, v in lut.calibration.get("scales", {}).items())
     lines = [f"LUT {lut.model} @{lut.resolution} batch {lut.batch} on {lut.device} ({lut.backend}); "

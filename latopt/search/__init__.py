@@ -10,6 +10,10 @@ Public API::
     best = recommend(study, max_acc_drop=0.01)   # FrozenTrial | None: fastest within the accuracy constraint
     best.user_attrs["checkpoint"]            # the folded checkpoint of that trial
 
+``run_dp_search(SearchOptions(config=..., method="dp", budget=0.6))`` (``latopt search --method dp``) is
+the other method: the DP of :mod:`latopt.dp` picks one variant per block under the budget and applies it
+(one fold directory ``runs/<study>/search/dp-budget<B>/``, no study).
+
 Objectives: (validation accuracy ↑, LUT-predicted latency in ms ↓); ``objective="depth"``: remaining
 non-linear layers ↓; ``measure=True``: measured end-to-end latency relative to the base model timed in the
 same interleaved run ↓ (``measured_ratio``; absolute times from different runs are not comparable). Searched: λ_c (log), τ, p (+ granularity
@@ -32,7 +36,7 @@ from latopt.search._pareto import (
     recommend,
     write_front,
 )
-from latopt.search._run import SearchResult, make_sampler, resolve_lut, run_search, show_front
+from latopt.search._run import SearchResult, make_sampler, resolve_lut, run_dp_search, run_search, show_front
 from latopt.search._space import SearchSpace, space_from_config
 from latopt.search._storage import OBJECTIVES, open_storage, open_study
 from latopt.search._trial import count_nonlinear
@@ -52,6 +56,7 @@ __all__ = [
     "pareto_front",
     "recommend",
     "resolve_lut",
+    "run_dp_search",
     "run_search",
     "show_front",
     "space_from_config",

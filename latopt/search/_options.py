@@ -36,3 +36,7 @@ class SearchOptions:
     progress: bool = True           # progress lines (logger latopt.search) and bars; False: none, quiet workers
     summary: bool = True            # write pareto.* at the end (``latopt search`` then prints the front table)
     overrides: dict[str, Any] = field(default_factory=dict)
+    method: str = "optuna"          # "optuna": Layer Folding's (λ_c, τ, p) study; "dp": latopt.dp at ``budget``
+    budget: float | None = None     # dp: the latency budget, a fraction of the as-is LUT latency
+    importance: str = "proxy"       # dp: how each (block, variant) is scored (latopt.dp.IMPORTANCE_METHODS)
+    variants: tuple[str, ...] | None = None   # dp: the variants the blocks may take (default: the LUT's)

@@ -12,7 +12,6 @@ without completing (and has no retry of it waiting) gets it enqueued again, so i
 from __future__ import annotations
 
 import functools
-import os
 import re
 import time
 import warnings
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
 
@@ -27,8 +27,9 @@ from latopt.artifacts import check_name
 from latopt.config import load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.data import load_task
+from latopt.dp import IMPORTANCE_METHODS, candidates, check_budget, run_dp
 from latopt.engine import set_threads
-from latopt.errors import LatoptError, VerificationError
+from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
 from latopt.latency.lut import default_lut_path, load_lut
 from latopt.log import get_logger
@@ -112,6 +113,27 @@ def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tupl
     return load_lut(path, model=model, resolution=res), path
 
 
+def run_dp_search(o: SearchOptions) -> dict[str, Any]:
+    """``latopt search --method dp --budget B``: the DP's plan at budget B, applied (:func:`latopt.dp.run_dp`)
+    into ``runs/<study>/search/dp-budget<B>/`` (the study's base, as a search uses it: ``--base`` or trained
+    once per study; the LUT as the search finds it, required). Returns the report."""
+    cfg = load_config(o.config, o.overrides or None)
+    if o.budget is None:
+        raise LatoptError("--method dp needs --budget B (a fraction of the as-is LUT latency, e.g. 0.6)")
+    budget = check_budget(o.budget)
+    if o.importance not in IMPORTANCE_METHODS:
+        raise LatoptError(f"--importance {o.importance!r}: choose one of {', '.join(IMPORTANCE_METHODS)}")
+    set_threads(o.threads)
+    name = check_name(o.study, "--study") if o.study is not None else cfg.name
+    study_dir = Path(o.runs_dir) / name / "search"
+    lut, lut_path = resolve_lut(cfg, o.lut, required=True)
+    candidates(lut, o.variants)  # an unknown or unprofiled variant fails before any training
+    task = load_task(cfg)
+    base = ensure_base(cfg, study_dir, o.base, seed=o.seed, progress=o.progress, task=task)
+    return run_dp(cfg, base.checkpoint, study_dir / f"dp-budget{budget:g}", lut=lut_path, budget=budget,
+                  importance=o.importance, variants=o.variants, seed=o.seed, progress=o.progress, task=task)
+
+
 def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampler:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -121,6 +143,49 @@ def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampl
         if name == "nsga2":
             return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, trials // 3)))
         return optuna.samplers.RandomSampler(seed=seed)
+
+
+FAILED_CHECK = "failed_check"   # user attr of a trial whose fold failed its numeric check (VerificationError)
+
+
+class TrialSeeded(optuna.samplers.BaseSampler):
+    """The sampler ``name`` made afresh for every trial, seeded from ``seed`` and the trial's place in the study.
+
+    The place is (the number of earlier trials that completed or are running, the number of earlier trials
+    that failed their numeric check): a trial killed with its process (it goes stale and is failed) does not
+    count, so the trial that replaces it draws what it would have drawn; a trial that failed its check does,
+    so the next one draws anew. A candidate thus depends only on the study's history, not on which process
+    samples it or what that process sampled before: a search interrupted (even by SIGKILL) and resumed proposes
+    what an uninterrupted one would have, and parallel workers (one of them running when the other asks) do
+    not propose the same candidates."""
+
+    def __init__(self, name: str, seed: int, trials: int) -> None:
+        self._make = functools.partial(make_sampler, name, trials=trials)
+        self._seed = seed
+        self._inner = self._make(seed=seed)
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
+        live = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in earlier)
+        checked = sum(t.state == TrialState.FAIL and FAILED_CHECK in t.user_attrs for t in earlier)
+        derived = int(np.random.SeedSequence([self._seed, live, checked]).generate_state(1)[0] >> 1)
+        self._inner = self._make(seed=derived)
+        self._inner.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                        search_space: dict[str, Any]) -> dict[str, Any]:
+        return self._inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str,
+                           param_distribution: Any) -> Any:
+        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: TrialState,
+                    values: Any) -> None:
+        self._inner.after_trial(study, trial, state, values)
 
 
 def _counts(study: optuna.Study) -> dict[TrialState, int]:
@@ -147,7 +212,7 @@ def _fail_stale(study: optuna.Study) -> None:
 def run_search(o: SearchOptions) -> SearchResult:
     """Run (or resume, or join) a search study until it holds the requested number of COMPLETE trials."""
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)   # latopt logs trial failures itself, on one line
     cfg = load_config(o.config, o.overrides or None)
     s = cfg.search
     trials = int(o.trials if o.trials is not None else s.trials)
@@ -180,10 +245,7 @@ def run_search(o: SearchOptions) -> SearchResult:
     if base is None:
         base = ensure_base(cfg, study_dir, None, seed=o.seed, progress=o.progress)
     opened = open_study(storage, name, objective_key, identity)
-    # The process that created the study samples with --seed (reproducible); joining or resuming workers
-    # mix in their pid so parallel workers do not propose the same candidates.
-    seed = o.seed if opened.created else (o.seed * 1_000_003 + os.getpid()) % (2**31)
-    study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(sampler_name, seed, trials))
+    study = optuna.load_study(study_name=name, storage=storage, sampler=TrialSeeded(sampler_name, o.seed, trials))
     if opened.created:
         study.set_user_attr("base_checkpoint", str(base.checkpoint))
         study.set_user_attr("lut", None if lut_path is None else str(lut_path))
@@ -242,6 +304,7 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             return func(trial)
         except VerificationError as e:
             last["error"] = e
+            trial.set_user_attr(FAILED_CHECK, first_line(e))
             raise
 
     while True:

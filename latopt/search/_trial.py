@@ -8,6 +8,7 @@ the base model itself, so the base operating point is part of every study.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import socket
@@ -20,6 +21,7 @@ import optuna
 import torch.nn as nn
 from filelock import FileLock
 
+from latopt.accel import resolve
 from latopt.artifacts import read_json, write_json_atomic
 from latopt.data import load_task, make_loaders
 from latopt.engine import evaluate
@@ -148,9 +150,11 @@ def evaluate_base(ctx: TrialContext, trial_dir: Path) -> dict[str, Any]:
     """The base operating point: its validation accuracy, as-is latency and non-linear layer count."""
 
     model = ctx.base_model()
-    _, val, test = make_loaders(ctx.task(), int(ctx.cfg.data.batch_size), int(ctx.cfg.data.workers), ctx.seed)
-    acc = float(evaluate(model, val))
-    rec: dict[str, Any] = {"val_acc": acc, "base_acc": acc, "test_acc": float(evaluate(model, test)),
+    accel = resolve(ctx.cfg)  # the trials' training device (train.device)
+    on_device = accel.prepare(copy.deepcopy(model))
+    _, val, test = make_loaders(ctx.task(), int(ctx.cfg.data.batch_size), ctx.seed, accel=accel)
+    acc = float(evaluate(on_device, val, accel))
+    rec: dict[str, Any] = {"val_acc": acc, "base_acc": acc, "test_acc": float(evaluate(on_device, test, accel)),
                            "fold_set": {}, "checkpoint": str(ctx.base.checkpoint),
                            "latency_ms": _predict(ctx.lut, {}), "nonlinear_layers": count_nonlinear(model)}
     if ctx.objective == "latency-measured":

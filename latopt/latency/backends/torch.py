@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from latopt.accel import set_tf32_flags, tf32_flags
 from latopt.engine import set_threads
 from latopt.errors import LatoptError, first_line
 from latopt.latency.backends import require_gpu
@@ -88,17 +89,6 @@ class TorchCudaRunner(TorchRunner):
 
     def time_ms(self) -> float:
         return self.cuda.time_ms(self._forward)
-
-
-def tf32_flags() -> dict[str, bool]:
-    """torch's TF32 switches for fp32 work on CUDA (process-wide)."""
-    return {"cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-            "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32)}
-
-
-def set_tf32_flags(flags: dict[str, bool]) -> None:
-    torch.backends.cudnn.allow_tf32 = bool(flags["cudnn.allow_tf32"])
-    torch.backends.cuda.matmul.allow_tf32 = bool(flags["cuda.matmul.allow_tf32"])
 
 
 def arch_runs_on(capability: Sequence[int], arch_list: Sequence[str]) -> bool:

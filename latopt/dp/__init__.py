@@ -1,0 +1,60 @@
+"""Budgeted selection of block variants: an exact dynamic program over the device's LUT (issue 14 §2).
+
+Each block takes exactly one variant — ``none`` (as it is), ``full``, ``expand_dw``, ``dw_project``
+(Layer Folding's folds), ``pw`` (depthwise conv removed) or ``drop`` (a residual block removed;
+:mod:`latopt.fold.transform` defines each variant network) — so that the LUT-predicted latency is at most
+``budget`` × the as-is prediction and the summed importance loss is least (a multiple-choice knapsack,
+solved exactly over discretised latency: :mod:`latopt.dp.knapsack`). The chosen plan is then applied:
+folded exactly (checked against its variant network), fine-tuned directly (``fold.post_epochs`` at
+``fold.post_lr``; no σ_α pre-fold: a ``pw`` or ``drop`` has no α to anneal), and written as ``latopt
+fold`` writes a fold (``folded.pt`` with its plan, ``prefold.pt``, ``report.json``), so ``latopt export``
+ships it with all its gates. ``latopt search --method dp --budget 0.6`` is the command.
+
+API (what a caller such as a method-comparison tool uses)::
+
+    from latopt.dp import candidates, variant_losses, select_plan, run_dp
+
+    lut = load_lut(path)                      # profiled with: latopt profile --variants full,pw,drop
+    cands = candidates(lut, variants=None)    # {block: ("none", "full", "pw", ...)}: what each block may take
+    losses = variant_losses(cfg, base_model, task, cands, method="proxy")   # {block: {variant: loss}}
+                                              # methods: proxy (cheap), finetune (expensive), uniform
+    plan, info = select_plan(lut, losses, budget=0.55)   # {block: variant}; info: predicted_ms, ratio, ...
+    report = run_dp(cfg, base_checkpoint, out_dir, lut=lut_path, budget=0.55, importance="proxy",
+                    losses=None, variants=None, mode=None, seed=0, progress=True, task=None, distill=False)
+        # select + fold + check + fine-tune + write out_dir; report["checkpoint"] is the folded.pt to export;
+        # report["val_acc_finetuned"], report["acc"]["finetuned"], report["selection"]["predicted_ms"]
+
+    solve(options, capacity, *, resolution=20000) -> Solution | None   the knapsack alone
+    check_budget(budget) -> float;  format_dp_report(report) / format_dp_summary(report) -> str
+    IMPORTANCE_METHODS, REPORT_SCHEMA
+
+Losses are per (block, variant) and assumed to add up over blocks; ``losses`` may be given (e.g. computed
+once and reused across budgets: ``variant_losses`` is the expensive part, ``select_plan`` takes
+milliseconds).
+"""
+
+from latopt.dp.importance import IMPORTANCE_METHODS, candidates, val_loss, variant_losses
+from latopt.dp.knapsack import Solution, solve
+from latopt.dp.stage import (
+    REPORT_SCHEMA,
+    check_budget,
+    format_dp_report,
+    format_dp_summary,
+    run_dp,
+    select_plan,
+)
+
+__all__ = [
+    "IMPORTANCE_METHODS",
+    "REPORT_SCHEMA",
+    "Solution",
+    "candidates",
+    "check_budget",
+    "format_dp_report",
+    "format_dp_summary",
+    "run_dp",
+    "select_plan",
+    "solve",
+    "val_loss",
+    "variant_losses",
+]

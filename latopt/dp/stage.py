@@ -1,0 +1,166 @@
+"""The DP method: choose a variant per block under a latency budget, then apply it (fold + fine-tune)."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from latopt.accel import resolve
+from latopt.blocks import find_blocks
+from latopt.config import RunConfig
+from latopt.constants import FOLD_MODES
+from latopt.data import Task, load_task, make_loaders
+from latopt.dp.importance import IMPORTANCE_METHODS, candidates, variant_losses
+from latopt.dp.knapsack import DEFAULT_RESOLUTION, solve
+from latopt.engine import evaluate
+from latopt.errors import LatoptError
+from latopt.latency.lut import LUT, load_lut, predict
+from latopt.layerfold import check_base, fold_plan_and_finetune, report_tail, write_fold_outputs
+from latopt.log import get_logger
+from latopt.models import model_cost
+
+REPORT_SCHEMA = "latopt.dp_report/1"
+_LOG = get_logger("dp")
+
+
+def check_budget(budget: float) -> float:
+    b = float(budget)
+    if not 0 < b <= 1:
+        raise LatoptError(f"--budget {budget!r}: a fraction of the as-is latency in (0, 1], e.g. 0.6")
+    return b
+
+
+def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: float, *,
+                resolution: int = DEFAULT_RESOLUTION) -> tuple[dict[int, str], dict[str, Any]]:
+    """The least-loss plan whose LUT-predicted latency is ≤ ``budget`` × the as-is prediction.
+
+    ``losses[block][variant]`` (``none`` included; :func:`latopt.dp.importance.variant_losses`): the
+    options of each block; a block missing from ``losses`` stays as it is. Returns (plan {block: variant}
+    without the ``none`` blocks, info: budget, asis_ms, target_ms, predicted_ms (undiscretised, ≤ target),
+    ratio, loss, resolution, slack_ms = the most the discretisation can leave unused)."""
+    budget = check_budget(budget)
+    asis = predict(lut, {})
+    target = budget * asis
+    capacity = target - lut.fixed_ms
+    options: dict[int, dict[str, tuple[float, float]]] = {}
+    for b in lut.blocks:
+        opts = losses.get(b.index, {"none": 0.0})
+        if "none" not in opts:
+            raise LatoptError(f"block {b.index}: the losses have no entry for 'none' (the block as it is)")
+        missing = [v for v in opts if v not in b.ms]
+        if missing:
+            raise LatoptError(f"block {b.index}: the LUT has no time for variant {missing[0]!r}")
+        options[b.index] = {v: (b.ms[v], float(loss)) for v, loss in opts.items()}
+    fastest = lut.fixed_ms + sum(min(c for c, _ in o.values()) for o in options.values())
+    sol = solve(options, capacity, resolution=resolution) if capacity > 0 else None
+    if sol is None:
+        raise LatoptError(f"budget {budget} ({target:.3f} ms of the as-is {asis:.3f} ms) is below the fastest "
+                          f"network these variants allow ({fastest:.3f} ms = {fastest / asis:.3f} of as-is); raise "
+                          "--budget or allow more variants (latopt profile --variants full,pw,drop)")
+    plan = {i: v for i, v in sol.choice.items() if v != "none"}
+    pred = predict(lut, plan)
+    if pred > target * (1 + 1e-12):  # the final check, on the undiscretised prediction
+        raise LatoptError(f"the DP's plan is predicted at {pred:.4f} ms > the budget's {target:.4f} ms")
+    info = {"budget": budget, "asis_ms": asis, "target_ms": target, "predicted_ms": pred, "ratio": pred / asis,
+            "fastest_ms": fastest, "loss": sol.loss, "resolution": resolution,
+            "slack_ms": len(options) * capacity / resolution}
+    return plan, info
+
+
+def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, lut: LUT | str | Path,
+           budget: float, importance: str = "proxy", losses: Mapping[int, Mapping[str, float]] | None = None,
+           variants: Iterable[str] | None = None, mode: str | None = None, seed: int = 0, progress: bool = True,
+           task: Task | None = None, distill: bool = False) -> dict[str, Any]:
+    """Select a plan with the DP (:func:`select_plan`) and apply it: fold exactly (checked against the variant
+    network), fine-tune, write ``out_dir`` as ``latopt fold`` does (folded.pt, prefold.pt = the base network
+    the fold is recomputed from, report.json, report.txt, config.yaml) so ``latopt export`` ships it with all
+    its gates. ``losses`` (else computed by ``importance``) may hold a subset of the variants; ``variants``
+    limits the candidates (default: every variant of the LUT). Returns the report."""
+    t_start = time.perf_counter()
+    mode = mode or cfg.fold.mode
+    if mode not in FOLD_MODES:
+        raise LatoptError(f"fold mode must be one of {', '.join(FOLD_MODES)}, not {mode!r}")
+    if importance not in IMPORTANCE_METHODS:
+        raise LatoptError(f"--importance {importance!r}: choose one of {', '.join(IMPORTANCE_METHODS)}")
+    check_budget(budget)
+    lut_path = str(lut) if isinstance(lut, (str, Path)) else None
+    cfg = cfg.with_overrides({"fold.mode": mode, "fold.distill": distill, "lut": lut_path})
+    base, arch, _ = check_base(cfg, base_checkpoint)
+    task = task or load_task(cfg)
+    if int(arch["num_classes"]) != task.num_classes:
+        raise LatoptError(f"base checkpoint has {arch['num_classes']} classes, task {task.name!r} has {task.num_classes}")
+    if lut_path is not None:
+        if not Path(lut_path).is_file():
+            raise LatoptError(f"LUT {lut_path} does not exist; create it with `latopt profile --variants full,pw,drop`")
+        lut = load_lut(lut_path, model=arch["model"], resolution=cfg.data.resolution)
+    cands = candidates(lut, variants)
+    t0 = time.perf_counter()
+    if losses is None:
+        losses = variant_losses(cfg, base, task, cands, method=importance, seed=seed, progress=progress)
+        source = importance
+    else:
+        source = "given"
+    losses = {b: {v: float(x) for v, x in ls.items() if v in cands.get(b, ())} for b, ls in losses.items()}
+    t_imp = time.perf_counter() - t0
+    plan, sel = select_plan(lut, losses, budget)
+    if progress:
+        _LOG.info(f"DP at budget {budget}: {len(plan)} blocks changed {plan}; predicted {sel['predicted_ms']:.3f} ms "
+                  f"= {sel['ratio']:.3f} of as-is {sel['asis_ms']:.3f} ms; total loss {sel['loss']:.4f}")
+    accel = resolve(cfg)      # evaluation and fine-tuning on train.device; the fold and its check on the CPU
+    _, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
+    base.eval()
+    on_device = accel.prepare(copy.deepcopy(base)).eval()
+    acc, val = {"base": evaluate(on_device, test_loader, accel)}, {"base": evaluate(on_device, val_loader, accel)}
+    teacher = on_device if distill else None
+    folded, info = fold_plan_and_finetune(cfg, base, plan, task, mode=mode, progress=progress, teacher=teacher,
+                                          seed=seed, accel=accel)
+    folded.to("cpu", memory_format=torch.contiguous_format).eval()
+    acc |= info["acc"]
+    val |= info["val"]
+    res = cfg.data.resolution
+    cost_base, cost_folded = model_cost(base, res), model_cost(folded, res)
+    report: dict[str, Any] = {
+        "schema": REPORT_SCHEMA, "method": "dp", "model": arch["model"], "task": task.name, "resolution": res,
+        "seed": seed, "base_checkpoint": str(base_checkpoint), "lut": lut_path, "mode": mode, "distill": distill,
+        "importance": source, "selection": sel, "losses": {str(b): ls for b, ls in sorted(losses.items())},
+        "folded": {str(k): v for k, v in plan.items()}, "n_blocks": len(find_blocks(base)), "n_folded": len(plan),
+        "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"],
+        "flops": {"base": cost_base["flops"], "folded": cost_folded["flops"]},
+        "params": {"base": cost_base["params"], "folded": cost_folded["params"]},
+        "latency_pred_ms": {"asis": sel["asis_ms"], "folded": sel["predicted_ms"]},
+        "fold_check": info["fold_check"], "history": {"postfold": info["postfold_history"]},
+        "seconds": {"importance": t_imp, **info["seconds"], "total": time.perf_counter() - t_start},
+    }
+    return write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, format_dp_report, accel)
+
+
+def format_dp_report(r: Mapping[str, Any]) -> str:
+    s = r["selection"]
+    lines = [f"latopt DP report: {r['model']} on {r['task']} @ {r['resolution']}px, seed {r['seed']}",
+             f"budget {s['budget']} of the as-is LUT latency {s['asis_ms']:.4f} ms (target {s['target_ms']:.4f} ms); "
+             f"importance {r['importance']}; mode {r['mode']}; lut {r['lut']}",
+             "", f"{'block':>5}  {'variant':<10} {'loss':>9}   candidates (loss)"]
+    for k, ls in r["losses"].items():
+        v = r["folded"].get(k, "none")
+        others = "  ".join(f"{name} {x:.4f}" for name, x in ls.items() if name != v)
+        lines.append(f"{k:>5}  {v:<10} {ls.get(v, 0.0):>9.4f}   {others}")
+    lines += ["", f"changed {r['n_folded']}/{r['n_blocks']} blocks; total loss {s['loss']:.4f}",
+              f"LUT-predicted latency {s['asis_ms']:.4f} ms → {s['predicted_ms']:.4f} ms ({s['ratio']:.3f} of as-is, "
+              f"{s['asis_ms'] / s['predicted_ms']:.3f}x)"]
+    lines += report_tail(r, (("base", "base"), ("linearized", "variant network"), ("folded", "folded, before FT"),
+                             ("finetuned", "folded, fine-tuned")))
+    lines.append(f"checkpoint {r['checkpoint']}")
+    return "\n".join(lines) + "\n"
+
+
+def format_dp_summary(r: Mapping[str, Any]) -> str:
+    s, a = r["selection"], r["acc"]
+    return (f"DP at budget {s['budget']}: changed {r['n_folded']}/{r['n_blocks']} blocks {r['folded']}; LUT latency "
+            f"{s['asis_ms']:.3f} → {s['predicted_ms']:.3f} ms ({s['asis_ms'] / s['predicted_ms']:.2f}x); test acc base "
+            f"{a['base']:.4f}, variant network {a['linearized']:.4f}, fine-tuned {a['finetuned']:.4f}; "
+            f"wrote {r['checkpoint']}")

@@ -1,0 +1,144 @@
+"""The fuzz suite's CI subset: hostile checkpoints, LUTs, configs, device profiles, study databases, MLPs,
+option values and outputs (``tools/surface.py fuzz`` runs every mutation against every command).
+
+Each case must end with exit 0 and a correct result, or with one ``latopt: error:`` line and exit 2/3;
+no traceback, nothing left behind, no device replaced by a file, no pickled code run. A test runs a
+fixed sample of the harness' (mutation, command) pairs, their contents drawn by hypothesis
+(derandomized), in-process on one tiny trained/folded ``mobilenetv2_035`` shared by the session, and
+reports every failing case at once.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import surface  # noqa: E402
+
+# A fixed sample of the harness' slots: (mutation, command[, checkpoint]) per kind, each a known way in
+# (see issue 10) or a control that must stay clean; cheap commands only (`run` is left to the harness).
+CI: dict[str, list[tuple[str, ...]]] = {
+    "checkpoint": [
+        ("unchanged", "export", "folded"),
+        ("unchanged", "export", "folded_nothing"),          # a fold that folded nothing is exported as it is
+        ("tensor: values randomised", "export", "folded"),  # corrupted weights: the digest refuses them
+        ("tensor: one element moved by one ulp", "search --base", "base"),
+        ("meta.acc: recorded accuracy changed", "export", "folded"),
+        ("arch.num_classes: wrong", "export --fold all", "base"),
+        ("zip: data.pkl junk", "search --base", "base"),
+        ("pickle: global in meta (marker)", "export", "folded"),
+        ("file: not a checkpoint", "train --checkpoint", "base"),
+    ],
+    "lut": [
+        ("unchanged", "export --fold auto --lut"),
+        ("block time: negative/NaN/inf", "export --fold auto --lut"),
+        ("blocks: duplicate index", "search --lut"),
+        ("blocks: empty", "search --lut"),
+        ("not JSON", "export --fold auto --lut"),
+    ],
+    "config": [
+        ("unchanged", "train"),
+        ("name: a path", "train"),
+        ("value out of range", "train"),
+        ("data.task: CIFAR batches with a pickle global (marker)", "train"),
+        ("data.task: image folder with a corrupt image", "search"),
+        ("not a config", "train"),
+    ],
+    "device": [("unchanged", "profile"), ("name: a path", "profile"), ("integer field: invalid", "export")],
+    "study": [("unchanged", "search (resume)"), ("rows deleted / values corrupted", "search (resume)"),
+              ("random bytes", "search --show"), ("table dropped", "search (resume)")],
+    "mlp": [("unchanged", "compress"), ("pickle: global as the payload (marker)", "compress"),
+            ("weights: NaN/inf", "regions")],
+    "options": [("export", "--samples"), ("export", "--resolution"), ("search", "--trials"), ("search", "--base"),
+                ("train-mlp", "--lr"), ("inspect", "--resolution"), ("train", "--data"), ("runtime", "--output")],
+}
+
+
+@pytest.fixture(scope="module")
+def fx(tmp_path_factory: pytest.TempPathFactory) -> surface.Fixtures:
+    return surface.Fixtures(tmp_path_factory.getbasetemp() / "surface-fixtures", in_process=True).build(log=print)
+
+
+def assert_clean(outcomes: list[surface.Outcome]) -> None:
+    assert outcomes
+    bad = [o for o in outcomes if not o.clean]
+    assert not bad, f"{len(bad)} of {len(outcomes)} cases failed:\n" + "\n".join(o.describe() for o in bad)
+
+
+@pytest.mark.parametrize("kind", list(CI))
+def test_hostile_input_is_one_line_or_a_correct_result(fx: surface.Fixtures, tmp_path: Path, kind: str) -> None:
+    order = [(kind, *slot) for slot in CI[kind]]
+    assert_clean(surface.fuzz(fx, tmp_path, None, 0, in_process=True, order=order, derandomize=True, log=print))
+
+
+def test_outputs_that_are_devices_and_a_full_disk(fx: surface.Fixtures, tmp_path: Path) -> None:
+    # subprocesses: a file-size limit (the full disk) must not apply to the test process
+    order = [("env", "full disk", "inspect", "256")]
+    if surface.can_mknod():   # a node like /dev/full in the test's own directory (root only)
+        order.append(("env", "device output", "inspect", "--json"))
+    assert_clean(surface.fuzz(fx, tmp_path, None, 0, order=order, derandomize=True, log=print))
+
+
+def test_every_ci_slot_is_in_the_harness_tables() -> None:
+    known = set(surface.slots())
+    for kind, entries in CI.items():
+        for slot in entries:
+            assert (kind, *slot[:2]) in known, (kind, slot)
+
+
+def test_a_pickle_global_would_be_caught(tmp_path: Path) -> None:
+    """The harness' pickle payload really runs code when a full unpickler loads it (so 'no marker' means
+    no pickled code ran), and weights_only loading refuses it."""
+    import pickle
+
+    import torch
+
+    marker = tmp_path / "ran"
+    payload = pickle.dumps({"x": surface.RunsOnUnpickle(marker)}, protocol=2)
+    pickle.loads(payload)
+    assert marker.exists()
+    marker.unlink()
+    torch.save({"x": surface.RunsOnUnpickle(marker)}, tmp_path / "evil.pt")
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(tmp_path / "evil.pt", weights_only=True)
+    assert not marker.exists()
+
+
+def test_the_judge_flags_each_failure_kind(tmp_path: Path) -> None:
+    """The classification the whole suite rests on: each rule fires on a made-up run and a clean run passes."""
+    jail = tmp_path / "jail"
+    cwd = jail / "j1" / "j2"
+    (cwd / "out").mkdir(parents=True)
+
+    def kinds(rc: int | None, err: str = "", *, refuse: bool = False, new: dict[str, str] | None = None,
+              old: dict[str, str] | None = None) -> set[str]:
+        case = surface.Case("t", "m", "c", [], cwd, jail, refuse)
+        before = {**surface.listing(jail), **(old or {})}
+        after = {**before, **(new or {})}
+        return {k for k, _ in surface.judge(case, surface.Run(rc, "", err, 0.0), before, after)}
+
+    assert kinds(2, "latopt: error: bad\n") == set()
+    assert kinds(2, "usage: latopt x\nlatopt x: error: argument --n: invalid int value\n") == set()
+    assert kinds(3, "[export] gate ...\nlatopt: error: numeric gate failed\n") == set()
+    assert kinds(0, new={"j1/j2/out/x.json": "f"}) == set()
+    assert kinds(1, "Traceback (most recent call last):\n  File x\nValueError: y\n") == {"traceback"}
+    tb = "x\nTraceback (most recent call last):\n  File x\n    f()\nValueError: y\nz"
+    assert surface.exception_line(tb) == "ValueError: y"
+    assert kinds(-11) == {"wrong exit code"}                                       # a crash
+    assert kinds(0, refuse=True) == {"wrong exit code"}
+    assert kinds(2, "UserWarning: x\nlatopt: error: bad\n") == {"multi-line error"}
+    assert kinds(2, "latopt: error: bad\n", new={"j1/j2/out/partial": "f"}) == {"leftover files"}
+    assert kinds(0, new={"j1/x": "f"}) == {"leftover files"}                      # outside the outputs
+    assert kinds(0, new={"j1/j2/out/.x.pt.abc123.tmp": "f"}) == {"leftover files"}  # a hidden temp file
+    assert kinds(0, new={"j1/j2/runs/.base.lock": "f"}) == set()                  # a lock file is no temp file
+    assert kinds(0, old={"j1/j2/out/dev": "c"}, new={"j1/j2/out/dev": "f"}) == {"device replaced"}
+    assert kinds(None) == {"timeout"}
+    (jail / "PICKLE_RAN").touch()   # as a pickle payload run by the command would
+    case = surface.Case("t", "m", "c", [], cwd, jail, False)
+    for rc in (0, 2):
+        fails = surface.judge(case, surface.Run(rc, "", "latopt: error: x\n", 0.0), {}, {"PICKLE_RAN": "f"})
+        assert {k for k, _ in fails} == {"pickle executed"}
