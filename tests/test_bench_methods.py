@@ -53,7 +53,8 @@ def test_dominance_rule(ours: dict[str, Any], dominated: bool) -> None:
 
 def test_smoke_end_to_end(tmp_path: Path) -> None:
     """Layer Folding with uniform c_l stands for both fold cells (LUT c_l only changes run_fold's costs, tested
-    with the fold): no device LUT is profiled, which keeps this under a minute on an idle machine."""
+    with the fold): no fold LUT is profiled, which keeps this near a minute on an idle machine. The DP cell
+    runs when latopt.dp is in the package (it profiles its variant LUT), else its row says "not run"."""
     runs, doc = tmp_path / "runs", tmp_path / "doc" / "method-table.md"
     common = ["--runs-dir", str(runs), "--smoke", "--seeds", "0", "--lambdas", "10",
               "--methods", "asis", "lf-uniform", "dp", "prune", "--prune-targets", "lf-uniform@10",
@@ -64,7 +65,10 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
     want = {"s0-base", "s0-asis", "s0-lf-uniform@10", "s0-prune>lf-uniform@10"}
     dp_here = bm.dp_here()
     assert set(cells) == want | ({"s0-dp@0.6"} if dp_here else set())
-    assert cells["s0-lf-uniform@10"]["lut"] is None and not (runs / "lut").exists()
+    assert cells["s0-lf-uniform@10"]["lut"] is None and not (runs / "lut" / "cpu-r32.json").exists()
+    if dp_here:  # the DP's variant LUT, its plan exported and rebuilt at the second resolution
+        assert (runs / "lut" / "cpu-variants-r32.json").is_file()
+        assert cells["s0-dp@0.6"]["structure"]["kind"] == "fold" and cells["s0-dp@0.6"]["onnx"]
     assert cells["s0-lf-uniform@10"]["n_folded"] >= 1  # the fold cell differs from as-is
 
     def channels(path: str) -> list[int]:

@@ -381,7 +381,7 @@ def finetune(ctx: Ctx, model: Any, seed: int, epochs: int) -> dict[str, Any]:
     cfg = ctx.cfg
     task = load_task(cfg)
     seed_everything(seed)
-    train, val, test = make_loaders(task, cfg.data.batch_size, cfg.data.workers, seed)
+    train, val, test = make_loaders(task, cfg.data.batch_size, seed)  # one CPU process
     opt = make_optimizer(model, cfg.train, cfg.fold.lr)
     sched = make_scheduler(opt, cfg.train, epochs, len(train))
     t0 = time.perf_counter()
@@ -801,7 +801,8 @@ def render_verdict(summ: dict[str, Any], res: int, tol: float) -> str:
         lines.append("| " + " | ".join([
             v["precision"].upper(), v["rival"], f"{v['rival_speedup']:.2f}×", "**yes**" if v["dominated"] else "**no**",
             c["ours"] if c else "–", f"{c['speedup']:.2f}×" if c else "–",
-            f"{100 * c['diff_mean']:+.2f} ± {100 * c['diff_sd']:.2f} [{len(c['seeds'])}]" if c else "–"]) + " |")
+            "–" if not c else f"{100 * c['diff_mean']:+.2f} ± {100 * c['diff_sd']:.2f} [{len(c['seeds'])}]"
+            if len(c["seeds"]) > 1 else f"{100 * c['diff_mean']:+.2f} (1 seed)"]) + " |")
     verdict = []
     for prec in ("fp32", "int8"):
         vs = [v for v in dom if v["precision"] == prec]
