@@ -51,6 +51,7 @@ def test_dominance_rule(ours: dict[str, Any], dominated: bool) -> None:
     assert "does not dominate" in bm.render_verdict(summ, 32, 0.03) or dominated
 
 
+@pytest.mark.slow
 def test_smoke_end_to_end(tmp_path: Path) -> None:
     """Layer Folding with uniform c_l stands for both fold cells (LUT c_l only changes run_fold's costs, tested
     with the fold): no fold LUT is profiled, which keeps this near a minute on an idle machine. The DP cell

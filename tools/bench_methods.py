@@ -757,7 +757,7 @@ def _point(row: dict[str, Any], res: int, prec: str) -> tuple[float, dict[int, f
     return sp[0], {int(k): v for k, v in accs.items()}
 
 
-def dominance(summ: dict[str, Any], res: int, tol: float) -> list[dict[str, Any]]:
+def dominance(summ: dict[str, Any], res: int, tol: float, ours: tuple[str, ...] = OURS) -> list[dict[str, Any]]:
     """Per rival point and precision at ``res``: is it dominated by one of ours (:data:`DOMINANCE_RULE`)?"""
     rows = summ["rows"]
     kind = lambda m: m.split("@")[0].split(">")[0]  # noqa: E731
@@ -768,7 +768,7 @@ def dominance(summ: dict[str, Any], res: int, tol: float) -> list[dict[str, Any]
             if pb is None:
                 continue
             cands = []
-            for a in (m for m in rows if kind(m) in OURS):
+            for a in (m for m in rows if kind(m) in ours):
                 pa = _point(rows[a], res, prec)
                 if pa is None:
                     continue
@@ -789,8 +789,8 @@ def dominance(summ: dict[str, Any], res: int, tol: float) -> list[dict[str, Any]
     return out
 
 
-def render_verdict(summ: dict[str, Any], res: int, tol: float) -> str:
-    dom = dominance(summ, res, tol)
+def render_verdict(summ: dict[str, Any], res: int, tol: float, ours: tuple[str, ...] = OURS) -> str:
+    dom = dominance(summ, res, tol, ours)
     if not dom:
         return "No rival point measured: no verdict."
     head = (f"| precision | rival | its speed-up @{res} | dominated? | by / nearest of ours | its speed-up | "
@@ -947,6 +947,9 @@ def report(ctx: Ctx) -> int:
                     f"load average after {[round(x, 1) for x in mm['loadavg_after']]}"
                     + ("; random weights (structure only)" if mm.get("random_weights") else "") + ".")
     verdict = render_verdict(summ, cfg.data.resolution, a.match_tol)
+    if any(m.startswith("dp@") for m in summ["rows"]):  # LUT c_l alone against the paper (issue 14 §3's question)
+        verdict += ("\n\n#### The same rule with LUT-c_l Layer Folding alone as ours (without the DP)\n\n"
+                    + render_verdict(summ, cfg.data.resolution, a.match_tol, ours=("lf-lut",)))
     block = ("\n".join(meta) + "\n\n" + table + "\n\n### Dominance at the training resolution\n\n"
              + DOMINANCE_RULE.format(tol=100 * a.match_tol)
              + "\n\n" + verdict + f"\n\n![Pareto plot]({png.name})\n")
