@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, first_line
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -126,9 +126,16 @@ def _writer_errors(final: Path, tmp: Path, *, probe_full: bool = True) -> Iterat
         if e.errno in _FS_ERRNOS or name == str(tmp) or name.startswith(str(tmp) + os.sep):
             raise OutputError.from_os(final, e, also=(tmp,)) from None
         raise
-    except Exception:
+    except Exception as e:
         if probe_full and _full(tmp.parent):
             raise OutputError(final, os.strerror(errno.ENOSPC), _HINTS[errno.ENOSPC]) from None
+        limit = _size_limit_reached(tmp)
+        if limit is not None:
+            raise OutputError(final, f"the file size limit of this process ({limit} bytes, ulimit -f) was reached",
+                              "raise the limit or write a smaller file") from None
+        if not probe_full and isinstance(e, RuntimeError):   # a C++ writer (torch.save) straight to a device
+            raise OutputError(final, f"the device refused the write ({first_line(e, 80)})",
+                              "write to a regular file") from None
         raise
 
 
@@ -138,6 +145,21 @@ def _stat(path: Path) -> os.stat_result | None:
             return path.stat()
         except FileNotFoundError:
             return None
+
+
+def _size_limit_reached(tmp: Path) -> int | None:
+    """RLIMIT_FSIZE (``ulimit -f``) when it is finite and the file being written is at (or near: a writer's
+    last buffer) that size; C++ writers such as ``torch.save`` then fail with their own RuntimeError."""
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY:
+        return None
+    size = tmp.stat().st_size if tmp.is_file() else 0
+    return int(soft) if size + (1 << 16) >= soft else None
 
 
 def _full(directory: Path) -> bool:

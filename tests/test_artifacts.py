@@ -11,6 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -383,3 +384,24 @@ def test_a_checkpoint_with_damaged_pickle_bytes_is_one_line(tmp_path: Path) -> N
         with pytest.raises(LatoptError) as e:
             load_checkpoint(bad)
         assert "\n" not in str(e.value) and str(bad) in str(e.value)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE semantics of Linux")
+def test_a_file_size_limit_is_one_line(tmp_path: Path) -> None:
+    # under `ulimit -f` torch.save failed with its own RuntimeError ("unexpected pos ...") on a disk with room
+    code = textwrap.dedent(f"""
+        import resource, sys, torch
+        from latopt.cli import main
+        from latopt.models import build_model, make_arch, save_checkpoint
+        m = build_model("mobilenetv2_035", num_classes=10)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
+        from latopt.artifacts import OutputError
+        try:
+            save_checkpoint({str(tmp_path / "c.pt")!r}, m, make_arch(m, "mobilenetv2_035", 10))
+        except OutputError as e:
+            print(e); sys.exit(7)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 7, r.stderr[-2000:]
+    assert "file size limit" in r.stdout and "c.pt" in r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
