@@ -301,9 +301,6 @@ def load_lut(path: str | Path, *, model: str | None = None, resolution: int | No
         lut = LUT.from_dict(data)
     except LatoptError as e:
         raise LatoptError(f"latency LUT {path} is corrupt: {e}; re-create it with latopt profile") from None
-    if model is not None and lut.model == model and len(lut.blocks) != count_blocks(model):
-        raise LatoptError(f"latency LUT {path} has {len(lut.blocks)} blocks but {model} has {count_blocks(model)}; "
-                          f"re-create it with latopt profile --model {model}")
     want = {"model": model, "resolution": resolution, "batch": batch, "device": device}
     for key, expected in want.items():
         have = getattr(lut, key)
@@ -312,6 +309,9 @@ def load_lut(path: str | Path, *, model: str | None = None, resolution: int | No
                 f"latency LUT {path} was profiled for {key} {have!r}, not {expected!r}; run "
                 f"latopt profile --device {device or lut.device} --model {model or lut.model} "
                 f"--resolution {resolution or lut.resolution} --batch {batch or lut.batch}")
+    if model is not None and len(lut.blocks) != count_blocks(model):
+        raise LatoptError(f"latency LUT {path} has {len(lut.blocks)} blocks but {model} has {count_blocks(model)}; "
+                          f"re-create it with latopt profile --model {model}")
     return lut
 
 
