@@ -99,6 +99,11 @@ class TimingStats:
         q1, med, q3 = statistics.quantiles(s, n=4, method="inclusive")
         return cls(med, q1, q3, q3 - q1, len(s), wmed, tuple(s))
 
+    def per_round_ratio(self, other: TimingStats) -> TimingStats:
+        """Median and quartiles over rounds of t(self) / t(other); both from one interleaved run (sample ``i``
+        of each is round ``i``), so each ratio compares two calls made moments apart."""
+        return TimingStats.from_samples([x / y for x, y in zip(self.samples_ms, other.samples_ms, strict=True)])
+
     def to_dict(self) -> dict[str, float | int]:
         d: dict[str, float | int] = {"median_ms": self.median_ms, "q1_ms": self.q1_ms, "q3_ms": self.q3_ms,
                                      "iqr_ms": self.iqr_ms, "n": self.n}

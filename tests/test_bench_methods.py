@@ -55,7 +55,7 @@ def test_dominance_rule(ours: dict[str, Any], dominated: bool) -> None:
 def test_smoke_end_to_end(tmp_path: Path) -> None:
     """Layer Folding with uniform c_l stands for both fold cells (LUT c_l only changes run_fold's costs, tested
     with the fold): no fold LUT is profiled, which keeps this near a minute on an idle machine. The DP cell
-    runs when latopt.dp is in the package (it profiles its variant LUT), else its row says "not run"."""
+    profiles its variant LUT."""
     runs, doc = tmp_path / "runs", tmp_path / "doc" / "method-table.md"
     common = ["--runs-dir", str(runs), "--smoke", "--seeds", "0", "--lambdas", "10",
               "--methods", "asis", "lf-uniform", "dp", "prune", "--prune-targets", "lf-uniform@10",
@@ -64,12 +64,11 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
 
     cells = {p.stem: json.loads(p.read_text()) for p in (runs / "cells").glob("*.json")}
     want = {"s0-base", "s0-asis", "s0-lf-uniform@10", "s0-prune>lf-uniform@10"}
-    dp_here = bm.dp_here()
-    assert set(cells) == want | ({"s0-dp@0.6"} if dp_here else set())
+    assert set(cells) == want | {"s0-dp@0.6"}
     assert cells["s0-lf-uniform@10"]["lut"] is None and not (runs / "lut" / "cpu-r32.json").exists()
-    if dp_here:  # the DP's variant LUT, its plan exported and rebuilt at the second resolution
-        assert (runs / "lut" / "cpu-variants-r32.json").is_file()
-        assert cells["s0-dp@0.6"]["structure"]["kind"] == "fold" and cells["s0-dp@0.6"]["onnx"]
+    # the DP's variant LUT, its plan exported and rebuilt at the second resolution
+    assert (runs / "lut" / "cpu-variants-r32.json").is_file()
+    assert cells["s0-dp@0.6"]["structure"]["kind"] == "fold" and cells["s0-dp@0.6"]["onnx"]
     assert cells["s0-lf-uniform@10"]["n_folded"] >= 1  # the fold cell differs from as-is
 
     def channels(path: str) -> list[int]:
@@ -99,8 +98,6 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
     text = doc.read_text()
     assert "| lf-uniform@10 |" in text and "| prune>lf-uniform@10 |" in text and "Dominance" in text
     assert "(1 seed)" in text and "± 0.00" not in text  # one seed: no sd shown
-    if not dp_here:
-        assert "| dp@0.6 | – | 0 | not run: latopt.dp" in text
     assert doc.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # a rerun is resumable: every cell is skipped, the report is rewritten from the same JSON
     assert bm.main(["report", *common, "--doc", str(doc)]) == 0

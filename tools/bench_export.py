@@ -59,7 +59,6 @@ from latopt.latency.devices import load_device
 from latopt.latency.lut import costs, default_lut_path, load_lut, predict, save_lut
 from latopt.latency.onnx_io import export_onnx
 from latopt.latency.profiler import measure_networks, profile_model
-from latopt.latency.timing import TimingStats
 from latopt.models import build_model
 
 
@@ -80,11 +79,6 @@ def study_fold_set(study: str, storage: str) -> dict[int, str]:
 
 
 FORMS = ("per-block", "deferred", "paper")
-
-
-def _ratio(a: Any, b: Any) -> TimingStats:
-    """Median and quartiles over rounds of t(a)/t(b): sample i of every network comes from round i."""
-    return TimingStats.from_samples([x / y for x, y in zip(a.samples_ms, b.samples_ms, strict=True)])
 
 
 def fold_forms(model: Any, name: str, plan: dict[int, str], res: int, x: Any, inputs: str,
@@ -134,7 +128,8 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
         how = "LUT-greedy stand-in: the half of the foldable blocks with the largest c_l (and c_l > 0)"
     sets = {k: v for k, v in {"auto": {i: "full" for i in auto}, "search": chosen}.items() if k in args.sets}
     print(f"(a) auto: {len(auto)}/{len(lut.foldable())} blocks with c_l > 0: {auto}")
-    print(f"(b) search: {sorted(chosen)} ({how})")
+    if "search" in args.sets:
+        print(f"(b) search: {sorted(chosen)} ({how})")
     if "dp" in args.sets:
         cands = candidates(lut)
         sets["dp"], sel = select_plan(lut, variant_losses(None, None, None, cands, method="uniform"), args.dp_budget)
@@ -187,12 +182,12 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
         for form in args.forms:
             s = stats[f"{key}/{form}"]
             sp, rng = a.median_ms / s.median_ms, (a.q1_ms / s.q3_ms, a.q3_ms / s.q1_ms)
-            pr = _ratio(a, s)  # t(as-is)/t(network) within each round: the speed-up's own spread
+            pr = a.per_round_ratio(s)  # t(as-is)/t(network) within each round: the speed-up's own spread
             entry: dict[str, Any] = {"measured": s.to_dict(), "speedup": sp, "speedup_range": list(rng),
                                      "speedup_per_round": {"median": pr.median_ms, "q1": pr.q1_ms, "q3": pr.q3_ms}}
             cells = ""
             if "paper" in args.forms:
-                r = _ratio(s, stats[f"{key}/paper"])
+                r = s.per_round_ratio(stats[f"{key}/paper"])
                 entry["per_round_vs_paper"] = {"median": r.median_ms, "q1": r.q1_ms, "q3": r.q3_ms}
                 cells = f"{r.median_ms:.3f} [{r.q1_ms:.3f}, {r.q3_ms:.3f}]"
             if "per-block" in args.forms:
@@ -235,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
+    if args.lut and len(args.models) > 1:
+        ap.error("--lut FILE is one model's LUT: give one model with --models")
     set_threads(1)
     device = load_device(args.device)
     results = [bench_model(m, args.resolution, device, args) for m in args.models]

@@ -11,8 +11,7 @@ fine-tuning budget**: ``fold.epochs + fold.post_epochs`` epochs of training (10 
 - ``lf-uniform@λ``: Layer Folding with c_l = 1 for every block (the paper): ``run_fold(lut=None)``,
   ``fold.epochs`` of pre-fold + ``fold.post_epochs`` of post-fold;
 - ``lf-lut@λ``: the same with c_l from the device's LUT (latopt): ``run_fold(lut=...)``;
-- ``dp@b``: section 2's block variants chosen by the dynamic program under a latency budget b (a slot:
-  reported "not run" while ``latopt.dp`` is not importable; see ``cell_dp``);
+- ``dp@b``: section 2's block variants chosen by the dynamic program under a latency budget b (``cell_dp``);
 - ``prune>TARGET``: channel pruning with torch-pruning (DepGraph, magnitude importance, the same ratio in
   every layer group, channel counts rounded to ``--round-to``), the ratio iterated until the pruned network's
   *measured* latency matches the TARGET cell's exported network (interleaved against it) within
@@ -63,7 +62,6 @@ MATCH_POLICY = {"min_repeats": 150, "max_repeats": 600, "budget_s": 60}
 MATCH_POLICY_SMOKE = {"min_repeats": 5, "max_repeats": 10, "budget_s": 2}
 PRUNE_GRID_SMOKE = [0.1, 0.3, 0.5]
 DP_VARIANTS = ("full", "pw", "drop")
-DP_NOT_RUN = "not run: latopt.dp (issue 14 §2, another branch) is not importable here"
 
 
 # ------------------------------------------------------------------ small helpers
@@ -100,22 +98,6 @@ def ft_epochs(cfg) -> int:
 
 
 # ------------------------------------------------------------------ the cells
-def dp_here() -> bool:
-    """Is ``latopt.dp`` part of the latopt package in use? (``find_spec`` alone also finds an editable
-    install's copy of another checkout.)"""
-    import importlib.util
-
-    import latopt
-
-    spec = importlib.util.find_spec("latopt.dp")
-    return bool(spec and spec.origin and Path(spec.origin).resolve().is_relative_to(
-        Path(latopt.__file__).resolve().parent))
-
-
-class Skip(Exception):
-    """A cell that cannot run (yet): recorded as skipped, retried by a rerun."""
-
-
 def cell_names(args: argparse.Namespace) -> list[tuple[str, int, list[str]]]:
     """(cell, seed, dependencies) in the order they should run: the cells the table's verdict rests on first."""
     out: list[tuple[str, int, list[str]]] = []
@@ -264,15 +246,13 @@ def ensure_variant_lut(ctx: Ctx) -> Path:
 def cell_dp(ctx: Ctx, seed: int, out: Path, budget: float) -> dict[str, Any]:
     """Issue 14 §2: block variants (full, pw, drop) chosen by the DP under a latency budget (fraction of the
     LUT-predicted as-is latency), importance ``proxy``, then fine-tuned directly (no σ_α pre-fold) for the
-    same budget as every method: ``fold.post_epochs`` is set to fold.epochs + fold.post_epochs.
-    "Not run" while ``latopt.dp`` is not part of the package in use."""
-    if not dp_here():
-        raise Skip(DP_NOT_RUN)
+    same budget as every method: ``fold.post_epochs`` is set to fold.epochs + fold.post_epochs, at ``fold.lr``
+    like every other method (``fold.post_lr`` is set to it)."""
     from latopt.dp import run_dp
 
     base = ctx.cell_dir(f"s{seed}-base") / "base.pt"
     e = ft_epochs(ctx.cfg)
-    cfg = ctx.cfg.with_overrides({"fold.post_epochs": e})
+    cfg = ctx.cfg.with_overrides({"fold.post_epochs": e, "fold.post_lr": ctx.cfg.fold.lr})
     rep = run_dp(cfg, base, out / "fold", lut=ensure_variant_lut(ctx), budget=budget, importance="proxy",
                  seed=seed, progress=True)
     r = {"test_acc": rep["acc"]["finetuned"], "val_acc": rep["val"]["finetuned"],
@@ -307,9 +287,7 @@ def structure_key(model: Any) -> tuple:
 
 def ratio_ms(a: Any, b: Any) -> dict[str, float]:
     """Per-round ratio t(a)/t(b) (sample i of every network is from round i): median and quartiles."""
-    from latopt.latency.timing import TimingStats
-
-    s = TimingStats.from_samples([x / y for x, y in zip(a.samples_ms, b.samples_ms, strict=True)])
+    s = a.per_round_ratio(b)
     return {"median": s.median_ms, "q1": s.q1_ms, "q3": s.q3_ms, "n": s.n}
 
 
@@ -508,10 +486,6 @@ def run_queue(ctx: Ctx) -> int:
                 t0 = time.perf_counter()
                 try:
                     rec = run_cell(ctx, cell, seed)
-                except Skip as e:
-                    log(f"{cell}: skipped: {e}")
-                    failed.add(cell)
-                    continue
                 except Exception as e:  # noqa: BLE001 - one failed cell must not stop the others
                     log(f"{cell}: FAILED: {type(e).__name__}: {e}\n{traceback.format_exc()}")
                     failed.add(cell)
@@ -600,7 +574,7 @@ def structure_net(ctx: Ctx, st: dict[str, Any], res: int, seed: int = 0) -> Any:
         return defer_bias_maps(f, (res, res))[0].eval()
     if st["kind"] == "prune":
         return prune_model(m, st["ratio"], res, st["round_to"])
-    raise ValueError(f"no rebuild for structure {st['kind']!r} (DP variants: see cell_dp)")
+    raise ValueError(f"no rebuild for structure {st['kind']!r}")
 
 
 def measure(ctx: Ctx, res: int) -> dict[str, Any]:
@@ -727,13 +701,11 @@ def summarise(ctx: Ctx) -> dict[str, Any]:
                     key["int8_acc_by_seed"] = {s: ms["int8_acc"][c] for s, c in cells_here if c in ms["int8_acc"]}
             row[f"r{res}"] = key
         rows[meth] = row
-    dp = dp_here()
     not_run = {}
     for c, _, _ in cell_names(ctx.args):
         meth = method_of(c)
         if meth not in rows and meth not in not_run:
-            not_run[meth] = (DP_NOT_RUN if meth.startswith("dp@") and not dp
-                             else "no cell finished (failed, skipped or not reached: see the run's log)")
+            not_run[meth] = "no cell finished (failed, skipped or not reached: see the run's log)"
     return {"rows": rows, "not_run": not_run,
             "measure": {res: {k: v for k, v in ms.items() if k not in ("stats",)} for res, ms in meas.items()}}
 
@@ -996,6 +968,10 @@ def main(argv: list[str] | None = None) -> int:
     args.resolutions = args.resolutions or [ctx.cfg.data.resolution, 224]
     ctx.root.mkdir(parents=True, exist_ok=True)
     if args.stage in ("run", "all"):
+        if "lf-lut" in args.methods:
+            ensure_lut(ctx)  # once, before any worker starts (workers would race to profile it)
+        if "dp" in args.methods:
+            ensure_variant_lut(ctx)
         procs = []
         if args.workers > 1:
             argv_w = [a for a in (argv or sys.argv[1:])]
@@ -1005,10 +981,6 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.workers - 1):
                 procs.append(subprocess.Popen([sys.executable, __file__, *argv_w]))
                 time.sleep(5)
-        if "lf-lut" in args.methods:
-            ensure_lut(ctx)  # once, before the queue (workers would race to profile it)
-        if "dp" in args.methods and dp_here():
-            ensure_variant_lut(ctx)
         run_queue(ctx)
         for p in procs:
             p.wait()

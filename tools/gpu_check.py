@@ -27,7 +27,7 @@ Checks, in order (each one row of the table; a step that cannot run here is ``ab
 6. **export** (issue 13): ``latopt export --device gpu-torch`` of step 2's folded checkpoint: its gates and
    the measured speed-up over the unfolded network.
 7. **TensorRT** / **ORT CUDA**: whether ``tensorrt`` imports and whether onnxruntime offers the CUDA
-   provider. Not exercised here: reported as ``absent`` (or ``present, not exercised``), never as pass.
+   provider. Not exercised here: reported as ``absent`` (not installed) or ``skipped`` (present, not exercised), never as pass.
 
 Exit 0 when every check that ran passed; 1 when one failed; 2 when it cannot start (no GPU without
 ``--cpu-smoke``, or a package latopt needs is missing: besides torch and timm that is numpy, pydantic, pyyaml,
@@ -197,7 +197,7 @@ class Checks:
 
     # ------------------------------------------------------------------------- 5. profile, 6. export (issue 13)
     def _latopt(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
         return subprocess.run([sys.executable, "-m", "latopt", *argv, "-q"], capture_output=True, text=True,
                               env=env, cwd=self.out, timeout=timeout)
 

@@ -32,7 +32,6 @@ from latopt.latency.devices import load_device
 from latopt.latency.lut import load_lut
 from latopt.latency.onnx_io import export_onnx
 from latopt.latency.profiler import measure_networks
-from latopt.latency.timing import TimingStats
 from latopt.layers import FoldedBlock
 from latopt.models import build_model
 
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     stats = measure_networks(files, device, shape)
     a = stats["as-is"]
     for k, s in stats.items():
-        r = TimingStats.from_samples([x / y for x, y in zip(a.samples_ms, s.samples_ms, strict=True)])
+        r = a.per_round_ratio(s)
         print(f"{k:<9} median {s.median_ms:.3f} ms [q1 {s.q1_ms:.3f}, q3 {s.q3_ms:.3f}]  speed-up "
               f"{a.median_ms / s.median_ms:.2f}x, per round {r.median_ms:.2f}x [{r.q1_ms:.2f}, {r.q3_ms:.2f}]  "
               f"({s.n} rounds)")
