@@ -64,7 +64,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import TorchFunctionMode
 
-from latopt.config import DataConfig, RunConfig, TrainConfig
+from latopt.config import RunConfig, TrainConfig
 from latopt.errors import LatoptError, first_line
 from latopt.log import QUIET, get_logger, setup
 
@@ -248,9 +248,9 @@ def _check_amp(amp: str, device: torch.device) -> None:
                           "use train.amp fp16 or none")
 
 
-def resolve(cfg: RunConfig, *, train: TrainConfig | None = None, data: DataConfig | None = None) -> Accel:
+def resolve(cfg: RunConfig) -> Accel:
     """The :class:`Accel` of this process for ``cfg`` (one line when the device or precision cannot be had)."""
-    t, d = train or cfg.train, data or cfg.data
+    t, d = cfg.train, cfg.data
     local_rank, local_world = _local()
     device = resolve_device(t.device, local_rank, local_world)
     _check_amp(t.amp, device)

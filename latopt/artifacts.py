@@ -33,7 +33,7 @@ import shutil
 import stat
 import struct
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -195,26 +195,40 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
         raise LatoptError(f"output path {path} is not a regular file (a block device or socket); give a file name")
     with _os_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_name(path, suffix)   # named before it exists: a signal at any moment finds the cleanup armed
+    claimed: list[Path] = []         # named before it exists: a signal at any moment finds the cleanup armed
+    tmp = path
     try:
+        with _os_errors(path):
+            tmp = _claim(path, suffix, lambda t: os.close(os.open(t, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)),
+                         claimed)
         with _os_errors(path, tmp):
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             os.chmod(tmp, st.st_mode & 0o777 if st is not None else 0o666 & ~umask())
         with _writer_errors(path, tmp):
             yield tmp
         with _os_errors(path, tmp):
             os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        for t in claimed:
+            with contextlib.suppress(OSError):
+                os.unlink(t)
         raise
 
 
-def _temp_name(path: Path, suffix: str = "") -> Path:
-    """A new hidden name beside ``path`` (``.NAME.XXXXXXXX[suffix]``), not yet created. The caller creates it
-    exclusively inside its cleanup's ``try``: a Ctrl-C or SIGTERM between creating and naming it (the window
-    ``tempfile.mkstemp`` / ``mkdtemp`` leave open) cannot leave it behind."""
-    return path.parent / f".{path.name}.{secrets.token_hex(4)}{suffix}"
+def _claim(path: Path, suffix: str, create: Callable[[Path], None], claimed: list[Path]) -> Path:
+    """Create a new hidden entry beside ``path`` (``.NAME.XXXXXXXX[suffix]``) with ``create`` (which must fail
+    with FileExistsError when the name is taken: another name is then tried) and return it. The name is in
+    ``claimed`` before it exists and only while it is ours, so the caller's cleanup (inside whose ``try`` this
+    runs) removes it after a Ctrl-C or SIGTERM at any moment (``tempfile.mkstemp`` / ``mkdtemp`` leave a
+    window between creating and naming) and never removes another writer's entry."""
+    while True:
+        name = path.parent / f".{path.name}.{secrets.token_hex(4)}{suffix}"
+        claimed[:] = [name]
+        try:
+            create(name)
+        except FileExistsError:
+            claimed.clear()
+            continue
+        return name
 
 
 def write_json_atomic(path: str | Path, obj: Any, *, indent: int = 2) -> Path:
@@ -301,10 +315,12 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
     st = check_output_dir(final, overwrite=overwrite)
     with _os_errors(final):
         final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_name(final)          # named before it exists (see atomic_path)
+    claimed: list[Path] = []         # see atomic_path
+    tmp = final
     try:
+        with _os_errors(final):
+            tmp = _claim(final, "", lambda t: t.mkdir(mode=0o700), claimed)
         with _os_errors(final, tmp):
-            tmp.mkdir(mode=0o700)
             if st is not None:
                 shutil.copytree(final, tmp, dirs_exist_ok=True)  # copies final's mode onto tmp too
             else:
@@ -314,7 +330,8 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
         with _os_errors(final, tmp):
             _swap_in(tmp, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for t in claimed:
+            shutil.rmtree(t, ignore_errors=True)
         raise
 
 
@@ -336,16 +353,17 @@ def _swap_in(tmp: Path, final: Path) -> None:
     if not final.exists():
         os.replace(tmp, final)
         return
-    old = _temp_name(final, ".old")
+    claimed: list[Path] = []
     try:
-        old.mkdir(mode=0o700)
+        old = _claim(final, ".old", lambda t: t.mkdir(mode=0o700), claimed)
         os.replace(final, old / "d")
         os.replace(tmp, final)
     except BaseException:
-        if (old / "d").exists() and not final.exists():
-            os.replace(old / "d", final)  # if even this fails, the previous output stays in ``old``
-        else:
-            shutil.rmtree(old, ignore_errors=True)
+        for old in claimed:
+            if (old / "d").exists() and not final.exists():
+                os.replace(old / "d", final)  # if even this fails, the previous output stays in ``old``
+            else:
+                shutil.rmtree(old, ignore_errors=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
 

@@ -132,7 +132,8 @@ def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | N
     Training: ``batch_size`` is the global batch, ``batch_size / world_size`` per process (it must
     divide); a :class:`DistributedSampler` shuffles every epoch with the seed ``seed + epoch``
     (:func:`latopt.engine.fit` calls ``set_epoch``), one permutation of which each process takes every
-    W-th index — so step k of W processes sees exactly the samples step k of one process sees, and a
+    W-th index — so step k of W processes sees the samples step k of one process sees (when W does not
+    divide the training set, the sampler repeats up to W−1 samples per epoch to even the shards), and a
     resumed run sees the order it would have seen. Evaluation: each process takes every W-th sample,
     without padding (:class:`ShardSampler`); :func:`latopt.engine.evaluate` sums the counts."""
     accel = accel or Accel()

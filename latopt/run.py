@@ -335,8 +335,8 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     if cfg.lut and not lut_path.is_file():
         raise LatoptError(f"the config's lut {lut_path} does not exist; create it with latopt profile or remove "
                           "the lut key (the run then profiles the device itself)")
-    if cfg.lut:                           # a given LUT, and the task's data, are checked before anything is written
-        load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
+    # a given LUT, and the task's data, are checked before anything is written
+    given_lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution) if cfg.lut else None
     num_classes = int(load_task(cfg).num_classes)
     fps = _Fingerprints(cfg, dev, seed, lut_path)
     state = _State(root, config.resolve(), fresh)
@@ -386,11 +386,11 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
 
         if plan["profile"] is None:
             _reused(2, "profile", str(lut_path))
-            lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
-        elif cfg.lut:
+            lut = given_lut or load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
+        elif given_lut is not None:
             made_from = fps.profile()
             state.start("profile", made_from)
-            lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution)
+            lut = given_lut
             state.finish("profile", {"lut": str(lut_path), "given": True})
         else:
             _stage(2, "profile", f"time every block of {cfg.model.name} on {dev.name} ({dev.backend}) ({plan['profile']})")

@@ -405,3 +405,19 @@ def test_a_file_size_limit_is_one_line(tmp_path: Path) -> None:
     assert r.returncode == 7, r.stderr[-2000:]
     assert "file size limit" in r.stdout and "c.pt" in r.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_temp_name_taken_by_another_writer_is_skipped_and_never_removed(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    names = iter(["aaaaaaaa", "bbbbbbbb", "aaaaaaaa", "cccccccc"])
+    monkeypatch.setattr(artifacts.secrets, "token_hex", lambda n: next(names))
+    theirs = tmp_path / ".a.json.aaaaaaaa.tmp"     # another process's temp file, under the first name drawn
+    theirs.write_text("theirs")
+    write_json_atomic(tmp_path / "a.json", {"x": 1})
+    assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1} and theirs.read_text() == "theirs"
+    with pytest.raises(KeyboardInterrupt):       # interrupted while writing: only our own temp file goes
+        with atomic_path(tmp_path / "a.json") as tmp:
+            assert tmp.name == ".a.json.cccccccc.tmp"
+            raise KeyboardInterrupt
+    assert theirs.read_text() == "theirs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".a.json.aaaaaaaa.tmp", "a.json"]

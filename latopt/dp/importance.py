@@ -41,6 +41,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.swa_utils import update_bn
 
 from latopt.constants import IMPORTANCE_METHODS, LUT_VARIANTS
 from latopt.data import Task, make_loaders
@@ -90,28 +91,6 @@ def val_loss(model: nn.Module, loader: Iterable) -> tuple[float, float]:
     return total / n, correct / n
 
 
-@torch.no_grad()
-def _recalibrate_bn_(model: nn.Module, batches: Iterable) -> nn.Module:
-    """Re-estimate every BatchNorm's running statistics on ``batches`` (cumulative average), in place."""
-    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    if not bns:
-        return model
-    saved = [m.momentum for m in bns]
-    for m in bns:
-        m.reset_running_stats()
-        m.momentum = None
-    was = model.training
-    model.train()
-    try:
-        for x, _ in batches:
-            model(x)
-    finally:
-        model.train(was)
-        for m, mom in zip(bns, saved, strict=True):
-            m.momentum = mom
-    return model
-
-
 def _uniform(cands: Mapping[int, Iterable[str]]) -> dict[int, dict[str, float]]:
     return {b: {v: 0.0 if v == "none" else 1.0 for v in vs} for b, vs in cands.items()}
 
@@ -136,7 +115,8 @@ def variant_losses(cfg: Any, model: nn.Module | None, task: Task | None, cands: 
         def score(net: nn.Module) -> float:
             seed_everything(seed)  # the same training batches for every candidate
             if bn_batches > 0:
-                _recalibrate_bn_(net, islice(iter(train_loader), bn_batches))
+                with torch.no_grad():   # torch's BN re-estimation (cumulative average), without autograd
+                    update_bn(islice(iter(train_loader), bn_batches), net)
             return val_loss(net, val_loader)[0]
 
         base = score(copy.deepcopy(model))

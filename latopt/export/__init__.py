@@ -59,7 +59,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
+from latopt.artifacts import atomic_dir, check_output_dir, write_json_atomic, write_text_atomic
 from latopt.config import check_resolution
 from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS
 from latopt.errors import LatoptError
@@ -126,8 +126,7 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     if resolution is not None:
         check_resolution(resolution, "--resolution")
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise LatoptError(f"output directory {out} exists and is a file; choose another --out")
+    check_output_dir(out)
     device = load_device(device_name)
     precision = precision or device.precision
     if precision not in PRECISIONS:

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from latopt.artifacts import write_bytes_atomic
 from latopt.errors import LatoptError
 from latopt.export.plan import Plan
 from latopt.latency.backends import get_backend
+from latopt.latency.backends.tensorrt import build_engine
 from latopt.latency.onnx_io import export_onnx
 from latopt.latency.profiler import torch_threads
 from latopt.runtime import TrtEngineRunner
@@ -51,10 +51,10 @@ def write_engine(backend: Any, p: Plan, out_dir: Path, say: Callable[[str], None
     export_onnx(p.folded, (1, 3, p.resolution, p.resolution), static)
     say(f"building TensorRT engine ({backend.precision})")
     try:
-        plan = backend.build(static, (1, 3, p.resolution, p.resolution))
+        return build_engine(static, backend.profile, out_dir / "model.engine",
+                            input_shape=(1, 3, p.resolution, p.resolution), backend=backend)
     finally:
         static.unlink()
-    return write_bytes_atomic(out_dir / "model.engine", plan)
 
 
 def open_engine(backend: Any, engine_path: Path, resolution: int) -> TrtEngineRunner:

@@ -14,8 +14,9 @@ Public API::
 ``get_backend`` imports ``latopt.latency.backends.<profile.backend>`` lazily and calls its
 ``create(profile)``, so that importing latopt never needs onnxruntime-gpu, tensorrt or CUDA (the
 tensorrt backend imports ``tensorrt`` inside ``create``). ``create`` raises a one-line LatoptError when
-the library, the GPU or the GPU model is missing or wrong; every GPU backend checks the GPU model with
-:func:`require_gpu`.
+the library, the GPU or the GPU model is missing or wrong; the torch and TensorRT backends check the GPU
+model (``expected_gpu``) with :func:`require_gpu`. ONNX Runtime's CUDA provider names no GPU model, so
+``expected_gpu`` is not checked there (its provider is: a CPU fallback is refused).
 """
 
 from __future__ import annotations
