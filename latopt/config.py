@@ -12,7 +12,8 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
              persistent_workers: null, augment: false, split_seed: 0, max_samples: null}
     train:  {epochs: 30, optimizer: adamw, lr: 0.003, momentum: 0.9, weight_decay: 0.0001,
              schedule: cosine, warmup_epochs: 0, step_size: 10, gamma: 0.1, label_smoothing: 0.0,
-             device: auto, amp: none, channels_last: false, sync_bn: true, dist_timeout_s: 600}
+             clip_grad: null, keep_best: true, device: auto, amp: none, channels_last: false,
+             sync_bn: true, dist_timeout_s: 600}
     fold:   {lambda_c: 1.0, tau: 0.9, p: 2.0, granularity: block, alpha_lr: 0.05, epochs: 8, lr: 0.001,
              distill: false, distill_weight: 0.5, temperature: 2.0, mode: exact, post_epochs: 4,
              post_lr: 0.0005, unfolded_alpha: zero, max_fold_error: 0.001}
@@ -276,6 +277,8 @@ class TrainConfig(Section):
     step_size: Annotated[int, Field(ge=1)] = 10  # epochs between LR drops (schedule: step)
     gamma: Annotated[float, Field(gt=0, le=1)] = 0.1
     label_smoothing: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    clip_grad: Positive | None = None  # clip the global gradient norm to this (null: no clipping)
+    keep_best: bool = True  # end on the weights of the best-validation epoch (not the last one)
     # where and how train / fold / search trials train (latopt.accel)
     device: TrainDevice = "auto"  # auto | cpu | cuda | cuda:N; auto = CUDA when torch sees a GPU, else the CPU
     amp: Amp = "none"  # mixed precision: none | bf16 | fp16 (fp16: CUDA only, with a GradScaler)

@@ -44,6 +44,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -140,7 +141,8 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
         extra_optimizers: tuple[torch.optim.Optimizer, ...] = (), report_every: int = 1,
         accel: Accel | None = None, scaler: torch.amp.GradScaler | None = None, start_epoch: int = 0,
         history: list[dict[str, float]] | None = None,
-        on_epoch_end: Callable[[list[dict[str, float]]], None] | None = None) -> list[dict[str, float]]:
+        on_epoch_end: Callable[[list[dict[str, float]]], None] | None = None,
+        clip_grad: float | None = None, best: BestWeights | None = None) -> list[dict[str, float]]:
     """Train up to epoch ``epochs``; returns the per-epoch records {epoch, loss, train_acc, val_acc?, lr,
     seconds, ...extras}.
 
@@ -156,7 +158,13 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
     :class:`LatoptError`). ``start_epoch`` / ``history`` continue a run whose first ``start_epoch``
     epochs are done (resume); ``on_epoch_end(history)`` runs after each epoch (an epoch checkpoint). With
     ``progress`` a line (logger ``latopt.train``) every ``report_every`` epochs (and after the last) and a
-    bar while it runs (on a terminal only)."""
+    bar while it runs (on a terminal only).
+
+    ``clip_grad``: the global gradient norm of each optimizer's parameters is clipped to it before the
+    step (after unscaling under fp16). ``best`` (with ``val_loader``): the weights of the best-validation
+    epoch are kept there and put back into ``model`` at the end (:class:`BestWeights`). A run going wrong
+    is one warning line each (not one per epoch): an epoch's mean loss :data:`SPIKE` times the lowest so
+    far, a validation accuracy :data:`COLLAPSE` below the best so far."""
     accel = accel or Accel()
     scaler = scaler if scaler is not None else accel.grad_scaler()
     net = accel.wrap(model)
@@ -182,10 +190,15 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
                 opt.zero_grad(set_to_none=True)
             if scaler is None:
                 loss.backward()
+                _clip(optimizers, clip_grad)
                 for opt in optimizers:
                     opt.step()
             else:
                 scaler.scale(loss).backward()
+                if clip_grad is not None:
+                    for opt in optimizers:
+                        scaler.unscale_(opt)
+                    _clip(optimizers, clip_grad)
                 for opt in optimizers:
                     scaler.step(opt)
                 scaler.update()
@@ -215,13 +228,86 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
         if val_loader is not None:
             row["val_acc"] = evaluate(model, val_loader, accel)
         row["seconds"] = time.perf_counter() - t0
+        _warn_if_going_wrong(history, row, desc)
         history.append(row)
+        if best is not None and "val_acc" in row:
+            best.update(model, row["epoch"], row["val_acc"])
         if on_epoch_end is not None:
             on_epoch_end(history)
         if progress and ((epoch + 1) % max(1, report_every) == 0 or epoch + 1 == epochs):
             shown_row = ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "epoch")
             _LOG.info(f"{desc} epoch {epoch + 1}/{epochs}: {shown_row}")
+    if best is not None and history:
+        best.restore(model, history, desc)
     return history
+
+
+SPIKE = 1.5       # an epoch's mean loss this many times the lowest so far is a spike
+COLLAPSE = 0.15   # a validation accuracy this far (absolute) below the best so far is a collapse
+
+
+def _warn_if_going_wrong(history: list[dict[str, float]], row: dict[str, float], desc: str) -> None:
+    """One warning line the first time in a run (a resumed run included) that the loss spikes or the
+    validation accuracy collapses; the flag is kept in the epoch's record."""
+    if not history:
+        return
+    low = min(r["loss"] for r in history)
+    if row["loss"] > SPIKE * low:
+        row["unstable_loss"] = 1.0
+        if not any("unstable_loss" in r for r in history):
+            _LOG.warning(f"{desc}: the training loss jumped to {row['loss']:.3g} in epoch {row['epoch']} (lowest "
+                         f"so far {low:.3g}): training is unstable; a lower learning rate, a warm-up "
+                         "(train.warmup_epochs) or gradient clipping (train.clip_grad) helps")
+    vals = [r["val_acc"] for r in history if "val_acc" in r]
+    if vals and "val_acc" in row and row["val_acc"] < max(vals) - COLLAPSE:
+        row["unstable_val"] = 1.0
+        if not any("unstable_val" in r for r in history):
+            _LOG.warning(f"{desc}: validation accuracy fell to {row['val_acc']:.3f} in epoch {row['epoch']} (best "
+                         f"so far {max(vals):.3f}): training is unstable; a lower learning rate, a warm-up "
+                         "(train.warmup_epochs) or gradient clipping (train.clip_grad) helps")
+
+
+def _clip(optimizers: Iterable[torch.optim.Optimizer], max_norm: float | None) -> None:
+    """Clip the global gradient norm of each optimizer's parameters to ``max_norm`` (None: nothing)."""
+    if max_norm is None:
+        return
+    for opt in optimizers:
+        params = [q for g in opt.param_groups for q in g["params"] if q.grad is not None]
+        if params:
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+
+class BestWeights:
+    """The weights of the best-validation epoch of a run (ties: the later epoch), kept on the CPU.
+
+    :func:`fit` calls ``update`` after every epoch and ``restore`` at the end: a run that went wrong late
+    (a loss spike, a collapse of validation accuracy) hands on its best weights, not its last ones, and says
+    which (one line). ``state_dict`` / ``load_state_dict`` carry it across a resume (:mod:`latopt.resume`)."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.val_acc = -1.0
+        self.weights: dict[str, torch.Tensor] | None = None
+
+    def update(self, model: nn.Module, epoch: int, val_acc: float) -> None:
+        if val_acc >= self.val_acc:
+            self.epoch, self.val_acc = int(epoch), float(val_acc)
+            self.weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+    def restore(self, model: nn.Module, history: list[dict[str, float]], desc: str) -> None:
+        """Load the best epoch's weights into ``model`` when that is not the last epoch."""
+        last = history[-1]
+        if self.weights is None or self.epoch == last["epoch"]:
+            return
+        model.load_state_dict(self.weights)
+        _LOG.info(f"{desc}: kept the weights of epoch {self.epoch} (best validation accuracy {self.val_acc:.4f}; "
+                  f"the last epoch, {last['epoch']}, had {last.get('val_acc', float('nan')):.4f})")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "val_acc": self.val_acc, "weights": self.weights}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.val_acc, self.weights = int(state["epoch"]), float(state["val_acc"]), state["weights"]
 
 
 def _check_finite(accel: Accel, loss_sum: torch.Tensor, desc: str, epoch: int, step: int) -> None:
@@ -247,5 +333,5 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(int(threads))
 
 
-__all__ = ["StepLoss", "cross_entropy_loss", "evaluate", "fit", "make_optimizer", "make_scheduler", "seed_everything",
+__all__ = ["BestWeights", "StepLoss", "cross_entropy_loss", "evaluate", "fit", "make_optimizer", "make_scheduler", "seed_everything",
            "set_threads", "tensor_loader"]

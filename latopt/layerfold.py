@@ -20,6 +20,7 @@ What ``latopt fold`` runs and every ``latopt search`` trial runs. Public API::
     block_variant_times(blocks, *, costs=None, lut=None, granularity="block") -> {block: {variant: t}}
     format_summary(report) -> str;  format_report(report) -> str
     report_tail(report, rows, *, check_prefix="") -> [str]   accuracy rows, fold check, FLOPs, params
+    undertrained_warning(base_acc, folded_acc, test_samples) -> str | None   a fold that beats its base
 
 **Compression loss.** q = α^p. For a block l with fold variants v ∈ {none, full[, expand_dw, dw_project]}
 of times t_l(v), the α's of the block give a distribution P_l(v): one shared α → P(full) = q,
@@ -74,7 +75,7 @@ from latopt.blocks import find_blocks
 from latopt.config import RunConfig, validate_fold_params, write_config
 from latopt.constants import GRANULARITIES
 from latopt.data import Task, data_meta, load_task, make_loaders
-from latopt.engine import evaluate, fit, make_optimizer, make_scheduler, seed_everything
+from latopt.engine import BestWeights, evaluate, fit, make_optimizer, make_scheduler, seed_everything
 from latopt.errors import LatoptError, VerificationError
 from latopt.fold import (
     alpha_parameters,
@@ -217,7 +218,7 @@ def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping
 
     history = fit(model, train_loader, f.epochs, optimizer, scheduler, step_loss, val_loader=val_loader,
                   progress=progress, desc="pre-fold", after_step=lambda: clamp_alphas_(model),
-                  extra_optimizers=extra, accel=accel)
+                  extra_optimizers=extra, accel=accel, clip_grad=cfg.train.clip_grad)
     model.latopt_prefold = {"history": history, "frozen": comp.frozen,  # type: ignore[attr-defined]
                             "variant_times": {str(i): t for i, t in times.items()}}
     return model
@@ -321,7 +322,8 @@ def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int,
             return loss, logits, {}
 
         history = fit(folded, train_loader, f.post_epochs, optimizer, scheduler, step_loss,
-                      val_loader=val_loader, progress=progress, desc="post-fold", accel=accel)
+                      val_loader=val_loader, progress=progress, desc="post-fold", accel=accel,
+                      clip_grad=cfg.train.clip_grad, best=BestWeights() if cfg.train.keep_best else None)
     acc["finetuned"] = evaluate(folded, test_loader, accel)
     val["finetuned"] = evaluate(folded, val_loader, accel)
     info = {"plan": plan, "fold_check": check, "acc": acc, "val": val,
@@ -412,7 +414,7 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
         "n_foldable": len(foldable), "n_folded": len(info["plan"]),
         "n_folded_full": sum(v == "full" for v in info["plan"].values()),
         "snapped_alphas": info["snapped"],
-        "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"],
+        "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"], "test_samples": len(task.test),
         "flops": {"base": cost_base["flops"], "folded": cost_folded["flops"]},
         "params": {"base": cost_base["params"], "folded": cost_folded["params"]},
         "latency_pred_ms": latency, "fold_check": info["fold_check"],
@@ -471,14 +473,34 @@ def format_summary(r: Mapping[str, Any]) -> str:
             f"{r['flops']['base'] / 1e6:.2f} → {r['flops']['folded'] / 1e6:.2f} M{lat_s}; wrote {r['checkpoint']}")
 
 
+def undertrained_warning(before: float | None, after: float | None, samples: int | None) -> str | None:
+    """A line when the folded network's test accuracy exceeds its base's by more than the test set's noise
+    (two standard errors of a difference of two accuracies near ``before`` on ``samples`` images, and at least
+    two samples): folding removes capacity, so a fold that gains that much means the base was under-trained
+    (fine-tuning after the fold repaired it), not that folding helps."""
+    if before is None or after is None or not samples:
+        return None
+    p = min(max(before, 1.0 / samples), 1 - 1.0 / samples)
+    margin = max(2.0 / samples, 2 * (2 * p * (1 - p) / samples) ** 0.5)
+    if after - before <= margin:
+        return None
+    return (f"the folded network is {100 * (after - before):.2f} points more accurate than its base (more than "
+            f"the test set's noise, {100 * margin:.2f}): the base looks under-trained; train it longer or check "
+            "its training curve (metrics.json beside the base checkpoint)")
+
+
 def report_tail(r: Mapping[str, Any], rows: Iterable[tuple[str, str]], *, check_prefix: str = "") -> list[str]:
     """The lines a fold report and a DP report share: test/val accuracy for ``rows`` ((key, label) of
-    ``r["acc"]`` / ``r["val"]``), the fold check, FLOPs and params."""
+    ``r["acc"]`` / ``r["val"]``), a warning when the fine-tuned fold beats its base by more than the test
+    set's noise (:func:`undertrained_warning`), the fold check, FLOPs and params."""
     rows = list(rows)
     a, v, fc = r["acc"], r["val"], r["fold_check"]
     w = max(22, *(len(name) for _, name in rows))
     lines = [f"{'accuracy':<{w}} {'test':>8} {'val':>8}"]
     lines += [f"{name:<{w}} {a[key]:>8.4f} " + (f"{v[key]:>8.4f}" if key in v else f"{'-':>8}") for key, name in rows]
+    warning = undertrained_warning(a.get("base"), a.get("finetuned"), r.get("test_samples"))
+    if warning:
+        lines.append(f"warning: {warning}")
     return [*lines,
             f"{check_prefix}fold check ({fc['mode']}): max abs {fc['max_abs']:.3g}, max rel {fc['max_rel']:.3g}"
             + (f" (limit {fc['limit']})" if fc["limit"] else " (border differs by design)"),

@@ -3,7 +3,8 @@
 The state of a run writing ``OUT/`` lives beside it, in ``OUT.resume.pt`` (the output directory itself
 appears only when the run is done, atomically). Rank 0 rewrites it atomically after every epoch and removes
 it once the run's output is written. It holds the model's and optimizer's state, the schedule's, the fp16
-loss scaler's, the finished epochs' records, and the random number generators of *every* process (torch,
+loss scaler's, the finished epochs' records, the best-validation weights so far
+(:class:`latopt.engine.BestWeights`, when the run keeps them), and the random number generators of *every* process (torch,
 CUDA, numpy, python, the DataLoader's generator that seeds its workers), gathered to rank 0. The training
 order needs no state: it is a function of the seed and the epoch (:func:`latopt.data.make_loaders`).
 
@@ -23,7 +24,7 @@ Public API::
 
     resume_path(out_dir) -> Path                       where a run writing out_dir keeps its state
     fingerprint(parts) -> str                          SHA-256 of JSON-able parts
-    EpochCheckpoint(path, fingerprint, accel, model, optimizer, scheduler, scaler, loader)
+    EpochCheckpoint(path, fingerprint, accel, model, optimizer, scheduler, scaler, loader, best=None)
         .resume() -> (start_epoch, history)            every process; (0, []) without a usable state
         .save(history)                                 every process (collective); rank 0 writes
         .remove()                                      rank 0 deletes the file
@@ -44,6 +45,7 @@ from torch import nn
 
 from latopt.accel import Accel
 from latopt.artifacts import TORCH_LOAD_ERRORS, atomic_path
+from latopt.engine import BestWeights
 from latopt.errors import first_line
 from latopt.log import get_logger
 
@@ -88,8 +90,8 @@ class EpochCheckpoint:
 
     def __init__(self, path: str | Path, fingerprint: str, accel: Accel, *, model: nn.Module,
                  optimizer: torch.optim.Optimizer, scheduler: Scheduler | None,
-                 scaler: torch.amp.GradScaler | None, loader: Any) -> None:
-        self.path, self.fingerprint, self.accel = Path(path), fingerprint, accel
+                 scaler: torch.amp.GradScaler | None, loader: Any, best: BestWeights | None = None) -> None:
+        self.path, self.fingerprint, self.accel, self.best = Path(path), fingerprint, accel, best
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.generator: torch.Generator | None = getattr(loader, "generator", None)
 
@@ -122,6 +124,8 @@ class EpochCheckpoint:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state["scaler"] is not None:
             self.scaler.load_state_dict(state["scaler"])
+        if self.best is not None and state.get("best") is not None:
+            self.best.load_state_dict(state["best"])
         rngs = state["rng"]
         if len(rngs) == self.accel.world_size:
             _set_rng_state(rngs[self.accel.rank], self.accel, self.generator)
@@ -141,7 +145,8 @@ class EpochCheckpoint:
                  "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
                  "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-                 "scaler": self.scaler.state_dict() if self.scaler is not None else None}
+                 "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                 "best": self.best.state_dict() if self.best is not None else None}
         with atomic_path(self.path) as tmp:
             torch.save(state, tmp)
 

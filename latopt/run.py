@@ -60,6 +60,7 @@ from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import load_device
 from latopt.latency.lut import load_lut, save_lut
 from latopt.latency.profiler import format_lut, profile_model
+from latopt.layerfold import undertrained_warning
 from latopt.log import get_logger
 from latopt.search import SearchOptions, format_table, run_search
 from latopt.search._storage import open_storage, redact
@@ -69,6 +70,7 @@ RUN_SCHEMA = "latopt.run/2"
 _LOG = get_logger("run")
 DEFAULT_CONFIG = "quickstart"  # a shipped config (latopt/configs/), found from any working directory
 STAGES = ("base", "profile", "search", "export", "report")
+NOT_RUN_YET = "not run yet"  # a stage's plan entry when the run directory holds no result of it
 # record keys holding paths: stored relative to the run directory, so a moved run directory stays valid
 _PATH_KEYS = ("checkpoint", "lut", "dir", "pareto_png", "study_dir", "report")
 # the record keys naming a stage's outputs (a file, or a directory: every file in it), hashed when it finishes
@@ -142,7 +144,7 @@ class _State:
         """Why ``stage`` cannot be reused (empty: its record matches ``made_from`` and its outputs are intact)."""
         rec = self.data["stages"].get(stage)
         if not isinstance(rec, dict):
-            return ["not run yet"]
+            return [NOT_RUN_YET]
         old = rec.get("made_from") or {}
         now = _plain(made_from)
         why = [_changed(k, old.get(k), now.get(k)) for k in [*now, *(k for k in old if k not in now)]
@@ -290,7 +292,7 @@ def _plan(state: _State, fps: _Fingerprints, n_trials: int, fresh: bool
             plan[stage] = "--fresh"
             continue
         if first_rerun is not None:
-            plan[stage] = "not run yet" if state.record(stage) is None else f"{first_rerun} is re-run"
+            plan[stage] = NOT_RUN_YET if state.record(stage) is None else f"{first_rerun} is re-run"
             continue
         try:
             made_from = {"base": fps.base, "profile": fps.profile,
@@ -522,25 +524,25 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
                   f"median of {lat['repeats']['as_is']}/{lat['repeats']['folded']} interleaved repeats)",
                   f"  speed-up        {lat['speedup']:.2f}× (quartile range {lat['speedup_range'][0]:.2f}–"
                   f"{lat['speedup_range'][1]:.2f}×)"]
-        if "lut_folded_ms" in lat:
-            lines.append(f"  LUT prediction  {lat['lut_as_is_ms']:.3f} ms → {lat['lut_folded_ms']:.3f} ms "
-                         f"(error {lat['lut_error_as_is']:+.1%} / {lat['lut_error_folded']:+.1%})")
+        if "lut_speedup" in lat:
+            when = f" timed {lat['lut_created']}" if lat.get("lut_created") else ""
+            lines.append(f"  LUT prediction  {lat['lut_speedup']:.2f}× (per-block sums from the LUT{when}; "
+                         f"{lat['lut_speedup_error']:+.1%} against the speed-up measured in this run)")
     if srch.get("note"):
         lines.append(f"  note            {srch['note']}")
+    warning = undertrained_warning(acc_before, acc_after, (result.get("accuracy") or {}).get("samples"))
+    if warning:
+        lines.append(f"  warning         {warning}")
     plan = plan or {}
-    reused = [s for s in times if s in plan and plan[s] is None]
-    rerun = [f"{s} ({plan[s]})" for s in times if plan.get(s) is not None]
-    if reused:
-        lines.append(f"  reused          {', '.join(reused)} (made from the same inputs; see run.json)")
-    if rerun:
-        lines.append(f"  ran             {'; '.join(rerun)}")
+    lines.append(f"  stages          {'; '.join(f'{s} {_action(plan[s])}' for s in times if s in plan)}"
+                 if plan else f"  stages          {', '.join(times)} ran")
     summary = "\n".join(lines)
     md = [f"# latopt run: {cfg.name}", "", "```", summary, "```", "",
           "## Per-block latency (LUT)", "", "![per-block latency](latency_blocks.png)", ""]
     if (root / "pareto.png").is_file():
         md += ["## Pareto front (search)", "", "![Pareto front](pareto.png)", ""]
     md += ["## Stages", "", "| stage | this invocation | seconds |", "|---|---|---|"]
-    md += [f"| {k} | {_action(plan.get(k)) if plan else 'run'} | {v:.1f} |" for k, v in times.items()]
+    md += [f"| {k} | {_action(plan[k]) if k in plan else 'ran'} | {v:.1f} |" for k, v in times.items()]
     md += ["", "## Artefacts", "", f"- base checkpoint: `{base['checkpoint']}`",
            f"- search study: `{srch.get('study_dir', '')}`", f"- export: `{root / 'export'}` (see its REPORT.md)", ""]
     write_text_atomic(root / "REPORT.md", "\n".join(md))
@@ -548,7 +550,13 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
 
 
 def _action(why: str | None) -> str:
-    return "reused (same inputs)" if why is None else f"ran: {why}"
+    """What an invocation did with a stage, from its plan entry (:func:`_plan`): ``reused``, ``ran (new)``
+    (no earlier result, or ``--fresh``), ``re-run: <what changed>``."""
+    if why is None:
+        return "reused"
+    if why in (NOT_RUN_YET, "--fresh"):
+        return "ran (new)" if why == NOT_RUN_YET else "ran (new: --fresh)"
+    return f"re-run: {why}"
 
 
 def _pct(x: float | None) -> str:

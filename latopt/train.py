@@ -24,7 +24,15 @@ from latopt.accel import resolve
 from latopt.artifacts import atomic_dir, check_output_dir, write_json_atomic
 from latopt.config import RunConfig, dump_config, write_config
 from latopt.data import data_meta, load_task, make_loaders
-from latopt.engine import cross_entropy_loss, evaluate, fit, make_optimizer, make_scheduler, seed_everything
+from latopt.engine import (
+    BestWeights,
+    cross_entropy_loss,
+    evaluate,
+    fit,
+    make_optimizer,
+    make_scheduler,
+    seed_everything,
+)
 from latopt.errors import LatoptError
 from latopt.models import build_model, load_checkpoint, make_arch, model_cost, save_checkpoint
 from latopt.resume import EpochCheckpoint, fingerprint, resume_path
@@ -63,18 +71,19 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
     scaler = accel.grad_scaler()
     init = "checkpoint" if checkpoint is not None else ("pretrained" if pretrained else "scratch")
     out_dir = Path(out_dir)
+    best = BestWeights() if t.keep_best else None
     state = EpochCheckpoint(resume_path(out_dir), _fingerprint(cfg, seed, init, checkpoint), accel, model=model,
-                            optimizer=optimizer, scheduler=scheduler, scaler=scaler, loader=train_loader)
+                            optimizer=optimizer, scheduler=scheduler, scaler=scaler, loader=train_loader, best=best)
     start, done = state.resume()
     t0 = time.perf_counter()
     history = fit(model, train_loader, t.epochs, optimizer, scheduler, cross_entropy_loss(t.label_smoothing),
                   val_loader=val_loader, progress=progress, desc="base", accel=accel, scaler=scaler,
-                  start_epoch=start, history=done, on_epoch_end=state.save)
+                  start_epoch=start, history=done, on_epoch_end=state.save, clip_grad=t.clip_grad, best=best)
     seconds = time.perf_counter() - t0
     metrics: dict[str, Any] = {
         "schema": METRICS_SCHEMA, "model": cfg.model.name, "task": task.name, "sizes": task.sizes(),
         "resolution": cfg.data.resolution, "seed": seed, "init": init,
-        "epochs": t.epochs, "history": history, "val_acc": evaluate(model, val_loader, accel),
+        "epochs": t.epochs, "history": history, "best_epoch": best.epoch if best is not None else t.epochs, "val_acc": evaluate(model, val_loader, accel),
         "test_acc": evaluate(model, test_loader, accel), **model_cost(model, cfg.data.resolution),
         "train_seconds": seconds, "resumed_after_epoch": start,
         "device": str(accel.device), "amp": t.amp, "processes": accel.world_size,

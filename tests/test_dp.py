@@ -10,14 +10,14 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from latopt.blocks import find_blocks
 from latopt.cli import main
 from latopt.config import load_config, write_config
 from latopt.dp import candidates, run_dp, select_plan, solve, variant_losses
-from latopt.dp.knapsack import discretise
+from latopt.dp.knapsack import TIE_RTOL, discretise
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT, BlockEntry, predict, save_lut
 from latopt.latency.timing import TimingStats
@@ -50,6 +50,9 @@ def _all_sets(options: dict):
 
 @settings(max_examples=300, deadline=None)
 @given(inst=instances())
+# a fresh clone's run found this one (issue 17): loss 1e-9 at 0 units against loss 0 at 1 unit. The DP's rule
+# is least loss first; sets tie only within float rounding (knapsack.TIE_RTOL), so the 1-unit set wins
+@example(inst=({0: {"o0": (0.0, 1e-09), "o1": (1.0, 0.0)}}, 1.0, 1))
 def test_knapsack_is_optimal_against_brute_force(inst) -> None:
     options, capacity, resolution = inst
     sol = solve(options, capacity, resolution=resolution)
@@ -67,7 +70,7 @@ def test_knapsack_is_optimal_against_brute_force(inst) -> None:
     best = min(loss for loss, _ in fits)
     assert sol.loss == pytest.approx(best, abs=1e-9)
     # ... the cheapest (in units) of the optimal sets, and it really fits (undiscretised)
-    assert sol.units == min(u for loss, u in fits if loss <= best + 1e-9)
+    assert sol.units == min(u for loss, u in fits if loss <= best + TIE_RTOL * max(1.0, abs(best)))
     assert sol.cost <= capacity and sol.units == units(sol.choice)
     assert sol.cost == pytest.approx(math.fsum(options[g][o][0] for g, o in sol.choice.items()))
     assert set(sol.choice) == set(options) and all(sol.choice[g] in options[g] for g in options)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from latopt.config import TrainConfig
-from latopt.engine import fit, make_optimizer, make_scheduler, set_threads, tensor_loader
+from latopt.engine import BestWeights, cross_entropy_loss, fit, make_optimizer, make_scheduler, set_threads, tensor_loader
 from latopt.errors import LatoptError
 from latopt.layers import AlphaActivation
 
@@ -114,6 +114,95 @@ def test_fit_stops_on_a_non_finite_loss_with_one_line() -> None:
         fit(net, [(torch.ones(1, 2), torch.zeros(1, dtype=torch.long))], 3, opt, None, nan_loss, progress=False,
             desc="post-fold")
     assert str(e.value) == "post-fold: the loss became nan in epoch 1 (by step 1); lower the learning rate"
+
+
+def test_clip_grad_bounds_the_update() -> None:
+    """Plain SGD at lr 1 moves the weights by exactly the (clipped) gradient: its norm is the clip."""
+    torch.manual_seed(0)
+    x, y = 100 * torch.randn(8, 4), torch.randint(0, 3, (8,))
+    for clip in (None, 0.01):
+        net = nn.Linear(4, 3)
+        before = torch.cat([q.detach().flatten().clone() for q in net.parameters()])
+        opt = make_optimizer(net, TrainConfig(optimizer="sgd", momentum=0.0, weight_decay=0.0), 1.0)
+        fit(net, [(x, y)], 1, opt, None, cross_entropy_loss(), progress=False, clip_grad=clip)
+        step = torch.cat([q.detach().flatten() for q in net.parameters()]) - before
+        if clip is None:
+            assert float(step.norm()) > 1.0    # the unclipped gradient of these large inputs is large
+        else:
+            assert float(step.norm()) == pytest.approx(clip, rel=1e-4)
+
+
+def _collapsing_run(keep_best: bool, caplog: pytest.LogCaptureFixture) -> tuple[nn.Module, list[dict]]:
+    """A linearly separable task learnt in a few epochs; in epoch 5 a hook wrecks the weights (a stand-in
+    for a diverging step). Returns the model and its history."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 4)
+    y = (x[:, 0] > 0).long()
+    net = nn.Linear(4, 2)
+    opt = make_optimizer(net, TrainConfig(optimizer="sgd", momentum=0.0, weight_decay=0.0), 0.5)
+    loader = tensor_loader(x, y, 16, seed=0)   # 4 steps an epoch
+    steps = [0]
+
+    def wreck() -> None:
+        steps[0] += 1
+        if steps[0] > 16:                        # epoch 5: the weights are pushed to the wrong class
+            with torch.no_grad():
+                net.weight.copy_(-10 * net.weight.abs().sum() * torch.tensor([[-1.0, 0, 0, 0], [1.0, 0, 0, 0]]))
+
+    best = BestWeights() if keep_best else None
+    with caplog.at_level("INFO", logger="latopt"):
+        history = fit(net, loader, 5, opt, None, cross_entropy_loss(), val_loader=[(x, y)], progress=False,
+                      desc="base", after_step=wreck, best=best)
+    return net, history
+
+
+def test_a_collapse_is_one_warning_and_the_best_weights_are_kept(caplog: pytest.LogCaptureFixture) -> None:
+    net, history = _collapsing_run(True, caplog)
+    vals = [h["val_acc"] for h in history]
+    assert max(vals[:4]) >= 0.9 and vals[4] < 0.2           # it learnt, then collapsed
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len([w for w in warnings if "validation accuracy fell" in w]) == 1
+    assert len([w for w in warnings if "training loss jumped" in w]) == 1
+    best_epoch = max(range(4), key=lambda i: (vals[i], i)) + 1
+    assert any(f"kept the weights of epoch {best_epoch}" in r.getMessage() for r in caplog.records)
+    with torch.no_grad():                                     # the model holds the best epoch's weights
+        x = torch.randn(64, 4)
+        assert float((net(x).argmax(1) == (x[:, 0] > 0).long()).float().mean()) >= 0.85
+    assert history[4].get("unstable_val") == 1.0 and "unstable_val" not in history[3]
+
+
+def test_without_keep_best_the_last_weights_stay(caplog: pytest.LogCaptureFixture) -> None:
+    net, history = _collapsing_run(False, caplog)
+    with torch.no_grad():
+        x = torch.randn(256, 4)
+        assert float((net(x).argmax(1) == (x[:, 0] > 0).long()).float().mean()) < 0.2
+    assert not any("kept the weights" in r.getMessage() for r in caplog.records)
+
+
+def test_best_weights_ties_go_to_the_later_epoch_and_survive_a_round_trip() -> None:
+    net = nn.Linear(2, 2)
+    best = BestWeights()
+    best.update(net, 1, 0.5)
+    with torch.no_grad():
+        net.weight.add_(1.0)
+    best.update(net, 2, 0.5)                      # a tie: the later epoch's weights
+    best.update(nn.Linear(2, 2), 3, 0.4)          # worse: ignored
+    again = BestWeights()
+    again.load_state_dict(best.state_dict())
+    assert (again.epoch, again.val_acc) == (2, 0.5)
+    assert torch.equal(again.weights["weight"], net.weight.detach())
+
+
+def test_a_smooth_run_warns_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(64, 4)
+    y = (x[:, 0] > 0).long()
+    net = nn.Linear(4, 2)
+    opt = make_optimizer(net, TrainConfig(optimizer="sgd", weight_decay=0.0), 0.05)
+    with caplog.at_level("INFO", logger="latopt"):
+        fit(net, tensor_loader(x, y, 16, seed=0), 6, opt, None, cross_entropy_loss(), val_loader=[(x, y)],
+            progress=False, best=BestWeights())
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
 def test_tensor_loader_covers_each_sample_once_per_epoch_reproducibly() -> None:

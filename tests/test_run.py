@@ -100,7 +100,10 @@ def test_run_all_stages(first_run: tuple[Path, str], check_fold_structure) -> No
     check_fold_structure(root / "export" / "model.onnx", "mobilenetv2_035", 10, exp["folded"])
     assert exp["latency"]["speedup"] == pytest.approx(exp["latency"]["as_is_ms"] / exp["latency"]["folded_ms"])
     assert "speed-up" in first and "measured in this run" in first
+    assert "stages          base ran (new); profile ran (new); search ran (new); export ran (new)" in first
+    assert "not run yet" not in first and "error" not in first.split("LUT prediction")[1].splitlines()[0]
     report = (root / "REPORT.md").read_text()
+    assert "| base | ran (new) |" in report
     assert "latency_blocks.png" in report and "speed-up" in report
 
 
@@ -115,13 +118,13 @@ def test_rerun_with_the_same_config_reuses_every_stage(first_run: tuple[Path, st
     out, err = capsys.readouterr()
     for i, stage in enumerate(("base", "profile", "search", "export"), 1):   # progress: stderr
         assert f"[run] stage {i}/5: {stage} — reused" in err, stage
-    assert "reused          base, profile, search, export" in out           # the summary: stdout, and only it
+    assert "stages          base reused; profile reused; search reused; export reused" in out           # the summary: stdout, and only it
     assert "[run]" not in out and out.splitlines()[-1].startswith("finished in ")
     state = json.loads((runs / "tiny-run" / "run.json").read_text())
     assert all(state["last_invocation"][s]["reused"] for s in ("base", "profile", "search", "export"))
     assert {s: r["finished"] for s, r in state["stages"].items() if s != "report"} == \
         {s: r["finished"] for s, r in before.items() if s != "report"}
-    assert "reused (same inputs)" in (runs / "tiny-run" / "REPORT.md").read_text()
+    assert "| base | reused |" in (runs / "tiny-run" / "REPORT.md").read_text()
 
 
 @pytest.mark.slow
@@ -140,7 +143,8 @@ def test_changed_fold_settings_rerun_search_and_export_only(first_run: tuple[Pat
     assert inv["base"]["reused"] and inv["profile"]["reused"]
     assert inv["search"]["why"] == "config section fold changed"
     assert inv["export"]["why"] == "search is re-run"
-    assert "ran             search (config section fold changed); export (search is re-run)" in out
+    assert ("stages          base reused; profile reused; search re-run: config section fold changed; "
+            "export re-run: search is re-run") in out
     assert (root / "base" / "base.pt").read_bytes() == base_pt
     trials = _study_trials(root)                       # a new study: none of the old trials is in it
     assert len(trials) == 1 and not {t.datetime_start for t in trials} & old_trials
@@ -198,7 +202,8 @@ def test_fresh_starts_a_new_study(first_run: tuple[Path, str], tiny_config: Path
     (root / "search" / "trial-9").mkdir()
     assert main(["run", str(tiny_config), "--runs-dir", str(runs), "--fresh", "--trials", "1"]) == 0
     out = capsys.readouterr().out
-    assert "ran             base (--fresh); profile (--fresh); search (--fresh); export (--fresh)" in out
+    assert ("stages          base ran (new: --fresh); profile ran (new: --fresh); search ran (new: --fresh); "
+            "export ran (new: --fresh)") in out
     trials = _study_trials(root)
     assert len(trials) == 1 and not {t.datetime_start for t in trials} & old_trials
     assert not (root / "search" / "trial-9").exists()
@@ -282,3 +287,43 @@ def test_run_removes_the_directory_it_created_when_its_data_turns_out_bad(tiny_c
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("latopt: error:") and "not a readable image" in err[-1]
     assert not runs.exists()
+
+
+def test_the_summary_names_what_each_stage_did() -> None:
+    from latopt.run import NOT_RUN_YET, _action
+
+    assert _action(None) == "reused"
+    assert _action(NOT_RUN_YET) == "ran (new)"
+    assert _action("--fresh") == "ran (new: --fresh)"
+    assert _action("config section fold changed") == "re-run: config section fold changed"
+
+
+def test_a_fold_that_beats_its_base_by_more_than_the_noise_says_the_base_looks_under_trained() -> None:
+    from latopt.layerfold import undertrained_warning
+
+    # the run: 82.22 % -> 89.44 % on 360 test images
+    line = undertrained_warning(0.8222, 0.8944, 360)
+    assert line is not None and "under-trained" in line and "7.22 points" in line
+    # within the noise of 360 images (two standard errors of the difference near 96 %: 2.9 points), or a loss
+    assert undertrained_warning(0.9611, 0.9694, 360) is None
+    assert undertrained_warning(0.96, 0.90, 360) is None
+    assert undertrained_warning(None, 0.9, 360) is None and undertrained_warning(0.5, 0.9, None) is None
+    # never less than two test samples, even near 100 %
+    assert undertrained_warning(1.0, 1.0, 360) is None
+    assert undertrained_warning(0.99, 0.995, 1000) is None and undertrained_warning(0.99, 0.9999, 100_000) is not None
+
+
+def test_the_lut_prediction_is_a_speed_up_not_two_absolute_times() -> None:
+    from latopt.export.report import lut_prediction_line, render_report
+
+    lat = {"as_is_ms": 0.350, "as_is_iqr_ms": 0.01, "folded_ms": 0.174, "folded_iqr_ms": 0.01, "speedup": 2.0,
+           "speedup_range": [1.9, 2.1], "repeats": {"as_is": 50, "folded": 50}, "precision": "fp32",
+           "lut_as_is_ms": 0.333, "lut_folded_ms": 0.180, "lut_error_as_is": -0.05, "lut_error_folded": 0.03,
+           "lut_speedup": 0.333 / 0.180, "lut_speedup_error": 0.333 / 0.180 / 2.0 - 1,
+           "lut_created": "2026-12-01T12:00:00+00:00"}
+    line = lut_prediction_line(lat)
+    assert "1.85× (per-block times summed from the LUT, timed 2026-12-01T12:00:00+00:00)" in line
+    assert "2.00× measured in this run: -7.5%" in line
+    report = render_report({"model": "m", "device": "cpu", "checkpoint": "c", "resolution": 32, "mode": "exact",
+                            "precision": "fp32", "folded": {}, "latency": lat})
+    assert line in report and "-5.0%" not in report and "+3.0%" not in report   # no absolute-time "errors"

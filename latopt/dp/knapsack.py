@@ -16,7 +16,9 @@ over those integers (:func:`solve`: O(groups × options × resolution)). Roundin
   the default resolution 20 000 and 17 blocks that slack is < 0.1 % of the budget.
 
 Among sets of equal (least) loss the cheapest in units is returned, so with equal losses (e.g. uniform
-importance) the DP picks the fastest of the optimal sets. ``tests/test_dp.py`` checks all of this
+importance) the DP picks the fastest of the optimal sets. Losses are equal when they differ by float
+rounding only (:data:`TIE_RTOL` relative): a set that is worse by more, however little (1e-9), loses to a
+better one, however much more it costs: the loss is what is minimised, the cost only breaks ties. ``tests/test_dp.py`` checks all of this
 against brute force on random instances (hypothesis).
 
 Public API::
@@ -37,6 +39,7 @@ import numpy as np
 from latopt.errors import LatoptError
 
 DEFAULT_RESOLUTION = 20_000
+TIE_RTOL = 1e-12  # two total losses within this (relative, at least 1 absolute) of each other are a tie
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ def solve(options: Mapping[int, Mapping[str, tuple[float, float]]], capacity: fl
         return None
     # the cheapest capacity that reaches the least loss (ties in loss go to the cheaper set)
     target = best[R]
-    tol = 1e-12 * max(1.0, abs(target))
+    tol = TIE_RTOL * max(1.0, abs(target))
     c = int(np.argmax(best <= target + tol))
     units_total = c
     choice: dict[int, str] = {}

@@ -1,0 +1,134 @@
+"""Experiment: is base training robust across seeds and thread counts? (issue 17). Not a test.
+
+Trains a run config's base (``latopt train``, one subprocess per run, so each run has its own intra-op
+thread count and so its own float rounding) for every seed in ``--seeds`` at every thread count in
+``--threads``, ``--jobs`` runs at a time, and records per run the test and validation accuracy, the best
+validation epoch and every epoch's record. Dotted-key ``--set`` overrides change the recipe (to compare
+recipes on the same seeds). Writes the raw results as JSON (``--json``) and prints min / mean / max.
+
+    python tools/seed_sweep.py --config quickstart --seeds 0-9 --threads 1 2 --json results/seed-sweep.json
+    python tools/seed_sweep.py --config quickstart --seeds 0-9 --set train.warmup_epochs=0 --set train.clip_grad=null
+
+``--table results/seed-sweep.json`` prints the table of a recorded sweep (what README shows) without training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from latopt.config import dump_config, load_config
+
+SCHEMA = "latopt.seed_sweep/1"
+
+
+def _seeds(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _override(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"--set wants KEY=VALUE, got {text!r}")
+    return key, yaml.safe_load(value)
+
+
+def _one(config: Path, seed: int, threads: int, work: Path) -> dict[str, Any]:
+    out = work / f"s{seed}-t{threads}"
+    cmd = [sys.executable, "-m", "latopt", "train", "--config", str(config), "--seed", str(seed),
+           "--threads", str(threads), "--out", str(out), "--quiet"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    row: dict[str, Any] = {"seed": seed, "threads": threads, "exit": proc.returncode,
+                           "seconds": round(time.perf_counter() - t0, 1)}
+    if proc.returncode != 0:
+        row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return row
+    m = json.loads((out / "metrics.json").read_text())
+    h = m["history"]
+    row.update(test_acc=m["test_acc"], val_acc=m["val_acc"], best_epoch=m.get("best_epoch"),
+               warnings=[ln for ln in proc.stderr.splitlines() if "warning" in ln],
+               history=[{k: r[k] for k in ("epoch", "loss", "train_acc", "val_acc", "lr") if k in r} for r in h])
+    return row
+
+
+def summarize(rows: list[dict[str, Any]]) -> str:
+    lines = ["| threads | runs | test min | test mean | test max | below 96 % |", "|---|---|---|---|---|---|"]
+    for t in sorted({r["threads"] for r in rows}):
+        acc = [r["test_acc"] for r in rows if r["threads"] == t and "test_acc" in r]
+        failed = sum(1 for r in rows if r["threads"] == t and "test_acc" not in r)
+        if not acc:
+            lines.append(f"| {t} | 0 | | | | ({failed} failed) |")
+            continue
+        low = sum(a < 0.96 for a in acc) + failed
+        lines.append(f"| {t} | {len(acc)} | {100 * min(acc):.2f} % | {100 * statistics.mean(acc):.2f} % | "
+                     f"{100 * max(acc):.2f} % | {low} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="quickstart")
+    ap.add_argument("--seeds", type=_seeds, default=_seeds("0-9"))
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
+    ap.add_argument("--set", dest="overrides", type=_override, action="append", default=[],
+                    help="dotted-key override of the config, e.g. train.lr=0.02 (YAML value)")
+    ap.add_argument("--json", type=Path, help="write the raw results here")
+    ap.add_argument("--table", type=Path, help="print the table of a recorded sweep and exit")
+    args = ap.parse_args(argv)
+    if args.table:
+        print(summarize(json.loads(args.table.read_text())["runs"]))
+        return 0
+    cfg = load_config(args.config, dict(args.overrides))
+    with tempfile.TemporaryDirectory(prefix="latopt-sweep-") as tmp:
+        work = Path(tmp)
+        config = work / "config.yaml"
+        config.write_text(yaml.safe_dump(dump_config(cfg), sort_keys=False))
+        jobs = [(s, t) for t in args.threads for s in args.seeds]
+        rows: list[dict[str, Any]] = []
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            for row in pool.map(lambda j: _one(config, j[0], j[1], work), jobs):
+                shown = f"test {100 * row['test_acc']:.2f} %" if "test_acc" in row else f"FAILED: {row['error']}"
+                print(f"seed {row['seed']} threads {row['threads']}: {shown} ({row['seconds']} s)", file=sys.stderr)
+                rows.append(row)
+    print(summarize(rows))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        record = {"schema": SCHEMA, "config": args.config, "overrides": dict(args.overrides),
+                  "resolved": dump_config(cfg), "machine": {"cpu": _cpu(), "cores": os.cpu_count(),
+                                                            "python": platform.python_version()},
+                  "jobs": args.jobs, "runs": rows}
+        args.json.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
