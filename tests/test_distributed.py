@@ -35,6 +35,7 @@ from latopt.layerfold import CompressionLoss, block_variant_times, run_fold
 from latopt.models import build_model
 from latopt.resume import resume_path
 
+pytestmark = pytest.mark.slow   # processes of a torchrun job (forked, or the real launcher)
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = """
 name: ddp

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import surface  # noqa: E402
 
+pytestmark = pytest.mark.slow   # the shared fixture trains, folds and exports a network, then every case reruns
+
 
 @pytest.fixture(scope="module")
 def fx(tmp_path_factory: pytest.TempPathFactory) -> surface.Fixtures:

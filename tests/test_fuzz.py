@@ -69,12 +69,14 @@ def assert_clean(outcomes: list[surface.Outcome]) -> None:
     assert not bad, f"{len(bad)} of {len(outcomes)} cases failed:\n" + "\n".join(o.describe() for o in bad)
 
 
+@pytest.mark.slow   # the shared fixture trains, folds and exports a network
 @pytest.mark.parametrize("kind", list(CI))
 def test_hostile_input_is_one_line_or_a_correct_result(fx: surface.Fixtures, tmp_path: Path, kind: str) -> None:
     order = [(kind, *slot) for slot in CI[kind]]
     assert_clean(surface.fuzz(fx, tmp_path, None, 0, in_process=True, order=order, derandomize=True, log=print))
 
 
+@pytest.mark.slow
 def test_outputs_that_are_devices_and_a_full_disk(fx: surface.Fixtures, tmp_path: Path) -> None:
     # subprocesses: a file-size limit (the full disk) must not apply to the test process
     order = [("env", "full disk", "inspect", "256")]

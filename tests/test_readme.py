@@ -59,3 +59,24 @@ def test_module_map_matches_the_package() -> None:
     dirs = {f.parent.as_posix() for f in files if f.parent.as_posix() != "."}
     dirs |= {d.name for d in pkg.iterdir() if d.is_dir() and d.name != "__pycache__"}
     assert sorted(d for d in dirs if f"{d.split('/')[-1]}/" not in block) == [], "packages missing from the map"
+
+
+def test_readme_seed_table_is_generated_from_the_committed_results() -> None:
+    # README's robustness table is what tools/seed_sweep.py prints for results/seed-sweep.json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import json
+
+    import seed_sweep
+
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- seed-sweep -->\n(.*?)\n<!-- /seed-sweep -->", text, re.S)
+    assert m, "README.md has no seed-sweep block"
+    record = json.loads((ROOT / "results" / "seed-sweep.json").read_text())
+    assert m.group(1).strip() == seed_sweep.summarize(record["runs"]).strip()
+    # the recorded runs are of the shipped quickstart config as it is now
+    from latopt.config import dump_config, load_config
+
+    assert record["config"] == "quickstart" and not record["overrides"]
+    assert record["resolved"] == dump_config(load_config("quickstart"))

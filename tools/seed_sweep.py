@@ -10,6 +10,8 @@ recipes on the same seeds). Writes the raw results as JSON (``--json``) and prin
     python tools/seed_sweep.py --config quickstart --seeds 0-9 --set train.warmup_epochs=0 --set train.clip_grad=null
 
 ``--table results/seed-sweep.json`` prints the table of a recorded sweep (what README shows) without training.
+``--jobs`` is a number of cores (a run of T threads takes T); the JSON is rewritten after every run and a
+sweep given an existing ``--json`` of the same resolved config runs only what it lacks (resume).
 """
 
 from __future__ import annotations
@@ -60,12 +62,16 @@ def _one(config: Path, seed: int, threads: int, work: Path) -> dict[str, Any]:
     if proc.returncode != 0:
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return row
-    m = json.loads((out / "metrics.json").read_text())
-    h = m["history"]
-    row.update(test_acc=m["test_acc"], val_acc=m["val_acc"], best_epoch=m.get("best_epoch"),
-               warnings=[ln for ln in proc.stderr.splitlines() if "warning" in ln],
-               history=[{k: r[k] for k in ("epoch", "loss", "train_acc", "val_acc", "lr") if k in r} for r in h])
+    row.update(metrics_row(json.loads((out / "metrics.json").read_text())),
+               warnings=[ln for ln in proc.stderr.splitlines() if "warning" in ln])
     return row
+
+
+def metrics_row(m: dict[str, Any]) -> dict[str, Any]:
+    """What a sweep keeps of one run's metrics.json: accuracies, the best epoch, the per-epoch curve."""
+    return {"test_acc": m["test_acc"], "val_acc": m["val_acc"], "best_epoch": m.get("best_epoch"),
+            "history": [{k: r[k] for k in ("epoch", "loss", "train_acc", "val_acc", "lr") if k in r}
+                        for r in m["history"]]}
 
 
 def summarize(rows: list[dict[str, Any]]) -> str:
@@ -87,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="quickstart")
     ap.add_argument("--seeds", type=_seeds, default=_seeds("0-9"))
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
+    ap.add_argument("--jobs", type=int, default=2, help="cores to use: runs of T threads go JOBS // T at a time")
     ap.add_argument("--set", dest="overrides", type=_override, action="append", default=[],
                     help="dotted-key override of the config, e.g. train.lr=0.02 (YAML value)")
     ap.add_argument("--json", type=Path, help="write the raw results here")
@@ -101,23 +107,49 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         config = work / "config.yaml"
         config.write_text(yaml.safe_dump(dump_config(cfg), sort_keys=False))
-        jobs = [(s, t) for t in args.threads for s in args.seeds]
-        rows: list[dict[str, Any]] = []
-        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            for row in pool.map(lambda j: _one(config, j[0], j[1], work), jobs):
-                shown = f"test {100 * row['test_acc']:.2f} %" if "test_acc" in row else f"FAILED: {row['error']}"
-                print(f"seed {row['seed']} threads {row['threads']}: {shown} ({row['seconds']} s)", file=sys.stderr)
-                rows.append(row)
-    print(summarize(rows))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         record = {"schema": SCHEMA, "config": args.config, "overrides": dict(args.overrides),
                   "resolved": dump_config(cfg), "machine": {"cpu": _cpu(), "cores": os.cpu_count(),
                                                             "python": platform.python_version()},
-                  "jobs": args.jobs, "runs": rows}
-        args.json.write_text(json.dumps(record, indent=1) + "\n")
+                  "jobs": args.jobs, "complete": False, "runs": _done(args.json, dump_config(cfg))}
+        rows: list[dict[str, Any]] = record["runs"]
+        have = {(r["seed"], r["threads"]) for r in rows}
+        if have:
+            print(f"resuming {args.json}: {len(have)} run(s) done", file=sys.stderr)
+        for threads in args.threads:
+            todo = [s for s in args.seeds if (s, threads) not in have]
+            # --jobs is a number of cores: a run of T threads takes T of them
+            with ThreadPoolExecutor(max(1, args.jobs // threads)) as pool:
+                for row in pool.map(lambda s, t=threads: _one(config, s, t, work), todo):
+                    shown = f"test {100 * row['test_acc']:.2f} %" if "test_acc" in row else f"FAILED: {row['error']}"
+                    print(f"seed {row['seed']} threads {row['threads']}: {shown} ({row['seconds']} s)",
+                          file=sys.stderr)
+                    rows.append(row)
+                    if args.json:          # after every run: an interrupted sweep keeps what it measured
+                        _write(args.json, record)
+    rows.sort(key=lambda r: (r["threads"], r["seed"]))
+    record["complete"] = True
+    print(summarize(rows))
+    if args.json:
+        _write(args.json, record)
         print(f"wrote {args.json}")
     return 0
+
+
+def _done(path: Path | None, resolved: dict[str, Any]) -> list[dict[str, Any]]:
+    """The finished runs of an earlier sweep of the same resolved config recorded in ``path`` (resumed)."""
+    if path is None or not path.is_file():
+        return []
+    old = json.loads(path.read_text())
+    if old.get("schema") != SCHEMA or old.get("resolved") != resolved:
+        sys.exit(f"seed_sweep: {path} holds a sweep of another config; give another --json or remove it")
+    return [r for r in old["runs"] if "test_acc" in r]
+
+
+def _write(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(path)
 
 
 def _cpu() -> str:
