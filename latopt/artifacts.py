@@ -182,8 +182,9 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
     error such as ENOSPC on ``/dev/full`` is an :class:`OutputError`); a block device, socket or other
     special file is refused. The new file gets ``0o666 & ~umask``, or the mode of the regular file it
     replaces. Failures to write are one-line :class:`OutputError` naming ``path``; the temp file is removed.
+    A symbolic link is written through, never replaced (:func:`through_link`).
     """
-    path = Path(path)
+    path = through_link(Path(path))
     st = _stat(path)
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise LatoptError(f"output path {path} is a directory; give a file name")
@@ -212,6 +213,34 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
             with contextlib.suppress(OSError):
                 os.unlink(t)
         raise
+
+
+def through_link(path: Path) -> Path:
+    """Where a write to ``path`` goes: ``path`` itself, or the path a symbolic link ``path`` leads to (as ``cp``
+    and editors write through a link; latopt never replaces a link it did not create). A link to a character
+    device or FIFO is kept as it is: opening it writes to what it leads to (``/proc/self/fd/1``). A link loop is
+    one :class:`OutputError` line."""
+    if not path.is_symlink():
+        return path
+    st = _stat(path)                  # follows the link
+    if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        return path
+    return Path(os.path.realpath(path))
+
+
+def _copy_existing(final: Path, tmp: Path) -> None:
+    """Copy the output directory ``final`` into ``tmp`` as it is: symbolic links as links (never followed: a
+    link to ``/dev/zero`` would be read for ever), regular files and directories; anything else there (a FIFO,
+    a device, a socket) is refused in one line before anything is copied."""
+    for top, dirs, files in os.walk(final):
+        for name in [*dirs, *files]:
+            p = Path(top) / name
+            mode = p.lstat().st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                raise LatoptError(f"output directory {final} holds {p}, which is not a regular file, directory or "
+                                  "link (a FIFO, device or socket); latopt keeps what it finds in an output directory "
+                                  "and cannot copy it: remove it or choose another --out")
+    shutil.copytree(final, tmp, symlinks=True, dirs_exist_ok=True)  # copies final's mode onto tmp too
 
 
 def _claim(path: Path, suffix: str, create: Callable[[Path], None], claimed: list[Path]) -> Path:
@@ -266,16 +295,42 @@ TORCH_LOAD_ERRORS: tuple[type[BaseException], ...] = (
     IndexError, KeyError, TypeError, struct.error, OverflowError, pickle.UnpicklingError)
 
 
+class _StrictYamlLoader(yaml.SafeLoader):
+    """YAML's safe loader without aliases (``*name``: a 250-byte file could expand to gigabytes, the "billion
+    laughs") and without duplicate keys (YAML's last-wins would hide a typo): both are errors at their line."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "an alias (*name); latopt files allow none, write the "
+                                              "value out", mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {str(key)[:40]!r} is given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path, *, what: str = "file") -> Any:
-    """Parse a YAML file (``None`` for an empty one); a syntax error, binary content or absurd nesting is one
-    :class:`LatoptError` line naming ``what`` and the line of the error."""
+    """Parse a YAML file (``None`` for an empty one) with plain YAML only: no aliases, no duplicate keys
+    (:class:`_StrictYamlLoader`). A syntax error, an alias, a duplicate key, binary content or absurd nesting
+    is one :class:`LatoptError` line naming ``what``, the line and the problem."""
     path = Path(path)
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.load(path.read_text(), Loader=_StrictYamlLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""
-        raise LatoptError(f"{what} {path} is not valid YAML{at}; fix its syntax") from None
+        problem = getattr(e, "problem", None)
+        detail = f" ({problem[:100]})" if isinstance(problem, str) and problem else ""
+        raise LatoptError(f"{what} {path} is not valid YAML{at}{detail}; fix it") from None
     except UnicodeDecodeError:
         raise LatoptError(f"{what} {path} is not a text file") from None
     except RecursionError:
@@ -309,9 +364,11 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
     Files already in ``final`` are kept unless the block writes a file of the same name (the temp dir
     starts as a copy of ``final`` when it exists, mode included; a new one gets ``0o777 & ~umask``). On
     error, ``final`` is untouched and the temp dir removed; a failure to write (here or in an
-    :func:`atomic_path` inside it) is one-line :class:`OutputError` naming the path under ``final``.
+    :func:`atomic_path` inside it) is one-line :class:`OutputError` naming the path under ``final``. Links in
+    ``final`` are kept as links, never followed (:func:`_copy_existing`); a ``final`` that is a link to a
+    directory is written through (:func:`through_link`).
     """
-    final = Path(final)
+    final = through_link(Path(final))
     st = check_output_dir(final, overwrite=overwrite)
     with _os_errors(final):
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -322,7 +379,7 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
             tmp = _claim(final, "", lambda t: t.mkdir(mode=0o700), claimed)
         with _os_errors(final, tmp):
             if st is not None:
-                shutil.copytree(final, tmp, dirs_exist_ok=True)  # copies final's mode onto tmp too
+                _copy_existing(final, tmp)
             else:
                 os.chmod(tmp, 0o777 & ~umask())
         with _writer_errors(final, tmp):

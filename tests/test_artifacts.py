@@ -421,3 +421,91 @@ def test_a_temp_name_taken_by_another_writer_is_skipped_and_never_removed(tmp_pa
             raise KeyboardInterrupt
     assert theirs.read_text() == "theirs"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".a.json.aaaaaaaa.tmp", "a.json"]
+
+
+# ------------------------------------------------------------------------- links (issue 18)
+def test_a_link_in_an_output_directory_is_kept_as_a_link_never_followed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "elsewhere.txt").write_text("theirs")
+    (out / "mine").symlink_to(tmp_path / "elsewhere.txt")
+    (out / "zero").symlink_to("/dev/zero")        # followed, it would be copied until the disk is full
+    with atomic_dir(out) as tmp:
+        (tmp / "new.json").write_text("{}")
+    assert (out / "new.json").is_file()
+    assert os.readlink(out / "zero") == "/dev/zero" and os.readlink(out / "mine") == str(tmp_path / "elsewhere.txt")
+    assert (tmp_path / "elsewhere.txt").read_text() == "theirs"
+
+
+def test_a_fifo_in_an_output_directory_is_one_line_and_nothing_changes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "pipe")
+    with pytest.raises(LatoptError, match=r"holds .*pipe, which is not a regular file, directory or link"):
+        with atomic_dir(out) as tmp:
+            (tmp / "new.json").write_text("{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and sorted(os.listdir(out)) == ["pipe"]
+
+
+def test_a_file_output_that_is_a_link_is_written_through(tmp_path: Path) -> None:
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_json_atomic(link, {"a": 1})
+    assert link.is_symlink() and json.loads(target.read_text()) == {"a": 1}
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "sub" / "new.json")   # as cp does: the target is created
+    write_json_atomic(dangling, {"b": 2})
+    assert dangling.is_symlink() and json.loads((tmp_path / "sub" / "new.json").read_text()) == {"b": 2}
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(OutputError):
+        write_json_atomic(loop, {})
+
+
+def test_an_output_directory_that_is_a_link_is_written_through(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "keep.txt").write_text("k")
+    link = tmp_path / "out"
+    link.symlink_to(real)
+    with atomic_dir(link) as tmp:
+        (tmp / "new.json").write_text("{}")
+    assert link.is_symlink() and (real / "new.json").is_file() and (real / "keep.txt").read_text() == "k"
+
+
+def test_output_to_a_link_to_a_device_writes_the_device(tmp_path: Path) -> None:
+    link = tmp_path / "null.json"
+    link.symlink_to("/dev/null")
+    write_json_atomic(link, {"a": 1})
+    assert link.is_symlink() and os.readlink(link) == "/dev/null"
+
+
+# --------------------------------------------------------------- YAML aliases, duplicate keys (issue 18)
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("name: &n quickstart\nmodel: {name: *n}\n", "an alias (*name)"),   # an aliased value: 58 MB lines before
+    (LAUGHS, "an alias (*name)"),                                        # the billion laughs
+    ("train: {lr: 0.1}\ntrain: {lr: 0.2}\n", "the key 'train' is given twice"),
+    ("train:\n  lr: 0.1\n  lr: 0.2\n", "the key 'lr' is given twice"),
+])
+def test_yaml_aliases_and_duplicate_keys_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      text: str, problem: str) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    with pytest.raises(LatoptError) as e:
+        artifacts.read_yaml(cfg, what="config file")
+    assert problem in str(e.value) and "at line" in str(e.value) and len(str(e.value)) < 300
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert problem in err and len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
+    dev = tmp_path / "dev.yaml"
+    dev.write_text(text)
+    with pytest.raises(LatoptError, match="device profile"):
+        from latopt.latency.devices import load_device
+
+        load_device(str(dev))
