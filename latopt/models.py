@@ -30,10 +30,12 @@ shape, raw bytes), written by ``save_checkpoint`` and recomputed by ``load_check
 (a corrupted or edited file) is a one-line :class:`~latopt.errors.VerificationError` (exit 3). It
 detects corruption, not forgery (anyone can recompute it). Checkpoints of the older schema
 ``latopt.checkpoint/1`` have no digest: they are loaded with a one-line warning on stderr (their
-tensors are not verified); saving them again adds one.
+tensors are not verified); saving them again adds one. A digest that matches proves nothing about the
+values, so both ends also check them (:func:`check_weights`): a network with a NaN or Inf weight or a
+negative batch-norm variance is neither written nor loaded.
 
 Public API: ``SUPPORTED``, ``canonical_name``, ``build_model``, ``make_arch``, ``build_from_arch``,
-``save_checkpoint``, ``load_checkpoint``, ``checkpoint_digest``, ``recorded_test_acc``, ``count_flops`` (the
+``save_checkpoint``, ``load_checkpoint``, ``check_weights``, ``checkpoint_digest``, ``recorded_test_acc``, ``count_flops`` (the
 one FLOP counter), ``model_cost``.
 """
 
@@ -283,13 +285,29 @@ def checkpoint_digest(arch: dict[str, Any], meta: dict[str, Any], state: dict[st
     return h.hexdigest()
 
 
+def check_weights(model: nn.Module, what: str) -> None:
+    """One :class:`LatoptError` line when a floating-point parameter or buffer of ``model`` is not finite or a
+    batch-norm running variance is negative: such a network gives NaN or Inf (for some input, if not every
+    one) and is never trained from, written or shipped. ``what`` names it (``checkpoint PATH``)."""
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise LatoptError(f"{what} holds non-finite values (NaN or Inf) in {name!r}; it cannot be used: "
+                              "re-create it (a training run that diverged, or an edited file)")
+    for name, m in model.named_modules():
+        var = getattr(m, "running_var", None)
+        if isinstance(m, nn.modules.batchnorm._NormBase) and var is not None and bool((var < 0).any()):
+            raise LatoptError(f"{what} holds a negative batch-norm running variance in {name!r}; it cannot be "
+                              "used: re-create it")
+
+
 def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
                     meta: dict[str, Any] | None = None) -> Path:
     """Write a ``latopt.checkpoint/2`` file atomically, with the SHA-256 of its content. ``arch`` must
     describe ``model`` (its σ_α and folds are checked against the model); ``meta`` is any JSON-able dict
-    (metrics, config, ...)."""
+    (metrics, config, ...). A model with non-finite weights is refused (:func:`check_weights`)."""
     path = Path(path)
     _check_arch(arch, f"checkpoint {path}")
+    check_weights(model, f"the model to be saved as {path}")
     actual = make_arch(model, arch["model"], arch["num_classes"])
     for key in ("alpha", "fold"):
         if arch.get(key) != actual[key]:
@@ -368,6 +386,7 @@ def load_checkpoint(path: str | Path, *, expect_model: str | None = None
     except RuntimeError as e:
         detail = " ".join(str(e).split())[:200]
         raise LatoptError(f"checkpoint {path} does not match its architecture {arch['model']!r}: {detail}") from None
+    check_weights(model, f"checkpoint {path}")
     return model.eval(), arch, meta
 
 

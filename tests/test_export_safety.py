@@ -407,3 +407,45 @@ def test_export_precision_the_device_cannot_time_fails_first(runs: dict, tmp_pat
     with pytest.raises(LatoptError, match="onnxruntime backend times fp32 models only") as e:
         export(runs["some"], "cpu", out, precision="fp16", samples=4, progress=False)
     assert "\n" not in str(e.value) and not out.exists()
+
+
+# ------------------------------------------------------- non-finite weights never ship (issue 18)
+@pytest.mark.parametrize(("what", "edit"), [
+    ("Inf weight", lambda sd: sd["conv_stem.weight"].view(-1)[0].fill_(float("inf"))),
+    ("NaN weight", lambda sd: sd["classifier.weight"].view(-1)[3].fill_(float("nan"))),
+    ("negative BN variance", lambda sd: sd["bn1.running_var"].view(-1)[0].fill_(-1.0)),
+])
+def test_a_checkpoint_with_invalid_values_is_refused_everywhere(tmp_path: Path, edit_checkpoint, what: str, edit,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    model = build_model(MODEL, 10)
+    good = save_checkpoint(tmp_path / "good.pt", model, make_arch(model, MODEL, 10),
+                           {"task": "digits", "resolution": RES, "max_samples": 96})
+    bad = edit_checkpoint(good, tmp_path / "bad.pt", lambda d: edit(d["state_dict"]))   # SHA-256 recomputed
+    with pytest.raises(LatoptError, match=r"non-finite values|negative batch-norm running variance"):
+        load_checkpoint(bad)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG)
+    for argv in (["export", "--checkpoint", str(bad), "--no-measure", "--out", str(tmp_path / "e")],
+                 ["train", "--config", str(cfg), "--checkpoint", str(bad), "--epochs", "0", "--out", str(tmp_path / "t")]):
+        assert main(argv) == 2, (what, argv[0])
+        err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("[")]   # not progress
+        assert len(err) == 1 and err[0].startswith("latopt: error: checkpoint") and "bad.pt" in err[0], err
+        assert "learning rate" not in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pt", "c.yaml", "good.pt"]
+
+
+def test_a_model_with_invalid_values_is_never_written(tmp_path: Path) -> None:
+    model = build_model(MODEL, 10)
+    with torch.no_grad():
+        model.bn1.running_var[0] = -1.0
+    with pytest.raises(LatoptError, match="negative batch-norm running variance in 'bn1'"):
+        save_checkpoint(tmp_path / "m.pt", model, make_arch(model, MODEL, 10))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_gate_against_non_finite_outputs_never_passes() -> None:
+    from latopt.export.gates import compare_outputs
+
+    ref = np.array([[np.nan, 1.0]])
+    assert not compare_outputs("self", ref.copy(), ref, 1e-3, "zero").passed
+    assert compare_outputs("fine", np.array([[1.0, 2.0]]), np.array([[1.0, 2.0]]), 1e-3, "x").passed

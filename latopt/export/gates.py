@@ -71,13 +71,14 @@ class Gate:
 
 
 def _rel_diff(out: np.ndarray, ref: np.ndarray, name: str) -> tuple[float, float]:
-    """(max |out − ref|, scale = max |ref|) in float64; inf when ``out`` is not finite."""
+    """(max |out − ref|, scale = max |ref|) in float64; inf when ``out`` or ``ref`` is not finite (a network
+    whose outputs are NaN or Inf on the gate inputs never passes a gate, even against itself)."""
     out64, ref64 = np.asarray(out, np.float64), np.asarray(ref, np.float64)
     if out64.shape != ref64.shape:
         raise VerificationError(f"{name}: output shape {out64.shape} differs from reference {ref64.shape}")
     max_abs = float(np.max(np.abs(out64 - ref64))) if out64.size else 0.0
-    if not np.isfinite(out64).all():
-        max_abs = float("inf")
+    if not (np.isfinite(out64).all() and np.isfinite(ref64).all()):
+        return float("inf"), 1.0
     return max_abs, max(float(np.max(np.abs(ref64))) if ref64.size else 0.0, 1e-12)
 
 
