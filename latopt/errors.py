@@ -31,6 +31,19 @@ class VerificationError(LatoptError):
     exit_code = EXIT_VERIFICATION
 
 
+MAX_ERROR_LINE = 600   # characters of an error line: a message quoting a huge value is cut, never megabytes
+
+
+def one_line(text: str, limit: int = MAX_ERROR_LINE) -> str:
+    """``text`` as one printable line of at most ``limit`` characters: control characters escaped (a newline in
+    a path is ``\\n``, so it cannot split the line or hide the end of it), the rest cut with a count."""
+    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    if len(out) > limit:
+        cut = limit - 40
+        out = f"{out[:cut]}… ({len(out) - cut} more characters)"
+    return out
+
+
 def first_line(e: BaseException | str, limit: int = 200) -> str:
     """The first non-empty line of an exception's message (its type name when empty), cut to ``limit``:
     what a one-line LatoptError quotes of the library error behind it."""

@@ -509,3 +509,20 @@ def test_yaml_aliases_and_duplicate_keys_are_one_line(tmp_path: Path, capsys: py
         from latopt.latency.devices import load_device
 
         load_device(str(dev))
+
+
+def test_error_lines_are_one_printable_line_of_bounded_length(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from latopt.errors import MAX_ERROR_LINE, one_line
+
+    assert one_line("a\nb\rc\x1bd → ×") == "a\\nb\\rc\\x1bd → ×"
+    long = one_line("x" * 10_000_000)
+    assert len(long) <= MAX_ERROR_LINE and long.endswith("more characters)")
+    weird = tmp_path / "new\nline.yaml"             # a newline in a path that the error names
+    assert main(["train", "--config", str(weird)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "new\\nline.yaml" in err
+    cfg = tmp_path / "huge.yaml"
+    cfg.write_text("name: " + "a" * 2_000_000 + "\n")
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and len(err) <= MAX_ERROR_LINE + 20

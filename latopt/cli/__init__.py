@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from latopt import __version__
 from latopt.cli import exact, export, inspect, profile, run, search, train
-from latopt.errors import LatoptError
+from latopt.errors import LatoptError, one_line
 from latopt.log import DEFAULT, setup
 from latopt.signals import EXIT_TERMINATED, Terminated, die_with_parent_from_env, sigterm_raises
 
@@ -86,7 +86,7 @@ def _main(argv: Sequence[str] | None) -> int:
         with sigterm_raises():
             rc = args.func(args)
     except LatoptError as e:
-        print(f"latopt: error: {e}", file=sys.stderr)
+        print(f"latopt: error: {one_line(str(e))}", file=sys.stderr)
         return e.exit_code
     except Terminated:
         print("latopt: terminated", file=sys.stderr)
