@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -254,13 +255,25 @@ def _refuse_configured_study(url: str, name: str, why: str) -> None:
             f"--study-name {name} --storage URL) or give the run another name")
 
 
-def _clear(root: Path, keep: list[Path]) -> None:
-    """Remove everything in the run directory except the given input files (a config or LUT kept there)."""
+def _clear(root: Path, keep: list[Path], lut_path: Path) -> None:
+    """``--fresh``: remove what latopt wrote in the run directory (the stages' outputs, run.json, the report,
+    the profiled LUT, the base's resume state, and the hidden temp entries of interrupted writes of those),
+    keeping the given input files (a config, LUT or device profile kept there). Anything else found there is
+    not latopt's: nothing is removed and the run refuses in one line (a symbolic link in it is never followed)."""
+    own = {"base", "base.resume.pt", "search", "export", "run.json", lut_path.name, *_REPORT_FILES}
+    temp = re.compile(r"^\.(" + "|".join(re.escape(n) for n in own) + r")\.[0-9a-f]{8}(\.tmp|\.old)?$")
     keep_resolved = [k.resolve() for k in keep]
-    for child in root.iterdir():
+    remove, foreign = [], []
+    for child in sorted(root.iterdir()):
         c = child.resolve()
         if any(k == c or c in k.parents for k in keep_resolved):
             continue
+        (remove if child.name in own or temp.match(child.name) else foreign).append(child)
+    if foreign:
+        names = ", ".join(f.name for f in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise LatoptError(f"--fresh: {root} holds entries latopt did not write ({names}); it deletes only its own "
+                          "outputs: move them away or choose another --runs-dir")
+    for child in remove:
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
         else:
@@ -349,7 +362,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     if cfg.search.storage and new_study and plan["search"]:
         _refuse_configured_study(cfg.search.storage, cfg.name, plan["search"])   # before anything is deleted
     if fresh and root.is_dir():
-        _clear(root, [config, *([lut_path] if cfg.lut else []), *([Path(dev.path)] if dev.path else [])])
+        _clear(root, [config, *([lut_path] if cfg.lut else []), *([Path(dev.path)] if dev.path else [])], lut_path)
     # the outermost directory this invocation creates (runs/ too, when it is new): removed on bad input below
     new_top = next((d for d in reversed([root, *root.parents]) if not d.exists()), None)
     root.mkdir(parents=True, exist_ok=True)

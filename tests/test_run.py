@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from latopt.cli import main
+from latopt.errors import LatoptError
 
 
 @pytest.fixture(scope="module")
@@ -327,3 +328,24 @@ def test_the_lut_prediction_is_a_speed_up_not_two_absolute_times() -> None:
     report = render_report({"model": "m", "device": "cpu", "checkpoint": "c", "resolution": 32, "mode": "exact",
                             "precision": "fp32", "folded": {}, "latency": lat})
     assert line in report and "-5.0%" not in report and "+3.0%" not in report   # no absolute-time "errors"
+
+
+def test_fresh_deletes_only_what_latopt_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from latopt.run import _clear
+
+    root = tmp_path / "runs" / "r"
+    (root / "base").mkdir(parents=True)
+    (root / "base" / "base.pt").write_text("x")
+    for name in ("run.json", "REPORT.md", "lut-cpu.json", ".run.json.0123abcd.tmp", "my.yaml"):
+        (root / name).write_text("x")
+    (tmp_path / "precious").mkdir()
+    (root / "link").symlink_to(tmp_path / "precious")
+    (tmp_path / "precious" / "data.txt").write_text("keep")
+    (root / "notes.txt").write_text("mine")
+    with pytest.raises(LatoptError, match=r"holds entries latopt did not write \(link, notes.txt\)"):
+        _clear(root, [root / "my.yaml"], root / "lut-cpu.json")
+    assert (root / "run.json").exists() and (tmp_path / "precious" / "data.txt").exists()   # nothing removed
+    (root / "link").unlink()
+    (root / "notes.txt").unlink()
+    _clear(root, [root / "my.yaml"], root / "lut-cpu.json")
+    assert sorted(p.name for p in root.iterdir()) == ["my.yaml"]
