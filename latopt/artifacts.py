@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import io
 import json
 import os
@@ -258,6 +259,15 @@ def _claim(path: Path, suffix: str, create: Callable[[Path], None], claimed: lis
             claimed.clear()
             continue
         return name
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 (hex) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def write_json_atomic(path: str | Path, obj: Any, *, indent: int = 2) -> Path:

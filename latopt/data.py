@@ -37,6 +37,8 @@ Public API: :class:`Task`, :func:`get_task`, :func:`load_task` (the task of a ru
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 import pickle
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -109,6 +111,27 @@ def data_meta(cfg: RunConfig) -> dict[str, Any]:
     """What a checkpoint records about its data, checked again when it is folded."""
     return {"task": cfg.data.task, "split_seed": cfg.data.split_seed, "resolution": cfg.data.resolution,
             "max_samples": cfg.data.max_samples}
+
+
+def data_fingerprint(spec: str) -> str:
+    """What a task's data is, for deciding whether a training state may be resumed: the bundled tasks by
+    name; a directory task (``imagefolder:``, ``cifar10:``) by the SHA-256 of its listing (every file's
+    relative path, size and modification time; links not followed), so data changed in place is seen."""
+    kind, sep, path = spec.partition(":")
+    if not (sep and kind in ("imagefolder", "cifar10")):
+        return spec
+    root = Path(path).expanduser()
+    h = hashlib.sha256(spec.encode())
+    for top, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            p = Path(top) / name
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode(errors="surrogateescape"))
+    return h.hexdigest()
 
 
 def limit_task(task: Task, max_samples: int | None) -> Task:

@@ -46,6 +46,7 @@ from matplotlib.figure import Figure
 
 from latopt import __version__
 from latopt.artifacts import (
+    file_sha256,
     read_json,
     write_bytes_atomic,
     write_figure_atomic,
@@ -78,15 +79,6 @@ _PATH_KEYS = ("checkpoint", "lut", "dir", "pareto_png", "study_dir", "report")
 _OUTPUT_KEYS = ("checkpoint", "lut", "dir")
 # what each stage writes besides run.json (relative to the run directory); removed when it is re-run
 _REPORT_FILES = ("REPORT.md", "latency_blocks.png", "pareto.png", "config.yaml")
-
-
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 (hex) of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _plain(obj: Any) -> Any:

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from latopt.accel import resolve
-from latopt.artifacts import atomic_dir, check_output_dir, write_json_atomic
+from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_json_atomic
 from latopt.config import RunConfig, dump_config, write_config
-from latopt.data import data_meta, load_task, make_loaders
+from latopt.data import data_fingerprint, data_meta, load_task, make_loaders
 from latopt.engine import (
     BestWeights,
     cross_entropy_loss,
@@ -108,8 +108,9 @@ _PLACEMENT_KEYS = {"data": ("workers", "pin_memory", "persistent_workers"),
 def _fingerprint(cfg: RunConfig, seed: int, init: str, checkpoint: str | Path | None) -> str:
     d = dump_config(cfg)
     parts = {s: {k: v for k, v in d[s].items() if k not in _PLACEMENT_KEYS.get(s, ())} for s in ("model", "data", "train")}
-    return fingerprint({**parts, "seed": seed, "init": init,
-                        "checkpoint": None if checkpoint is None else str(Path(checkpoint).resolve())})
+    # content, not paths: a checkpoint replaced at the same path, or an image folder changed in place, is new
+    return fingerprint({**parts, "seed": seed, "init": init, "data": data_fingerprint(cfg.data.task),
+                        "checkpoint": None if checkpoint is None else file_sha256(checkpoint)})
 
 
 __all__ = ["BASE_CHECKPOINT", "METRICS_SCHEMA", "train_base"]

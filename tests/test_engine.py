@@ -9,7 +9,15 @@ import torch
 from torch import nn
 
 from latopt.config import TrainConfig
-from latopt.engine import BestWeights, cross_entropy_loss, fit, make_optimizer, make_scheduler, set_threads, tensor_loader
+from latopt.engine import (
+    BestWeights,
+    cross_entropy_loss,
+    fit,
+    make_optimizer,
+    make_scheduler,
+    set_threads,
+    tensor_loader,
+)
 from latopt.errors import LatoptError
 from latopt.layers import AlphaActivation
 

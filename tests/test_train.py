@@ -298,3 +298,24 @@ def test_distillation_pulls_the_student_towards_the_teacher(tiny: dict) -> None:
     folded, info = fold_and_finetune(cfg, plain, task, tau=0.9, mode="exact", progress=False, teacher=_Says(k))
     assert info["finetuned"] and _class_shares(folded, test)[k] >= 0.9
 
+
+
+def test_the_resume_fingerprint_holds_content_not_paths(tmp_path: Path) -> None:
+    # a checkpoint replaced at the same path, or an image folder changed in place, is not resumed
+    from latopt.config import load_config
+    from latopt.train import _fingerprint
+
+    cfg = load_config(None)
+    ckpt = tmp_path / "base.pt"
+    ckpt.write_bytes(b"one")
+    before = _fingerprint(cfg, 0, "checkpoint", ckpt)
+    ckpt.write_bytes(b"two")
+    assert _fingerprint(cfg, 0, "checkpoint", ckpt) != before
+    folder = tmp_path / "imgs"
+    (folder / "train" / "a").mkdir(parents=True)
+    (folder / "train" / "a" / "x.png").write_bytes(b"x")
+    cfg = load_config(None, {"data.task": f"imagefolder:{folder}"})
+    before = _fingerprint(cfg, 0, "scratch", None)
+    assert _fingerprint(cfg, 0, "scratch", None) == before
+    (folder / "train" / "a" / "y.png").write_bytes(b"y")
+    assert _fingerprint(cfg, 0, "scratch", None) != before
