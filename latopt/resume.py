@@ -16,7 +16,8 @@ thread count): same weights. Exceptions, said when they apply: DataLoader worker
 number of processes restores everything but the generators.
 
 A state is used only when its *fingerprint* matches: the SHA-256 of what the training result depends on
-(model, data and train settings, seed, initial weights), not of where it runs (``train.device``,
+(model, data and train settings, seed, the *content* of the initial checkpoint and of a directory task's files:
+:func:`latopt.train._fingerprint`), not of where it runs (``train.device``,
 ``channels_last``, loader workers, the timeout). A stale state (another config) is not resumed: a warning
 says so and the run starts afresh, overwriting it.
 
