@@ -406,6 +406,10 @@ def check_output_dir(final: str | Path, *, overwrite: bool = True) -> os.stat_re
     """Refuse an output directory :func:`atomic_dir` could not replace (a file there; an existing one without
     ``overwrite``), before any work; returns its ``lstat`` (None when it does not exist)."""
     final = Path(final)
+    if final.name in ("", ".", "..") or final.resolve() in Path.cwd().resolve().parents or \
+            final.resolve() == Path.cwd().resolve():
+        raise LatoptError(f"output directory {final} is the current directory or one above it, which latopt would "
+                          "have to replace; give a directory of its own (e.g. --out export)")
     st = _stat(final)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise LatoptError(f"output directory {final} exists and is a file; choose another --out")

@@ -174,3 +174,21 @@ def test_export_resolution_comes_from_the_checkpoint_record() -> None:
     # only meta["resolution"] (latopt.data.data_meta) is read: nothing writes a "config" record into meta
     with pytest.raises(LatoptError, match="does not record its input resolution"):
         export_resolution({}, {"config": {"data": {"resolution": 32}}}, None)
+
+
+def test_a_stale_engine_never_outlives_a_new_export_and_out_dot_is_refused_first(
+        ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.engine").write_bytes(b"an engine of an earlier export")
+    (out / "notes.txt").write_text("the user's")
+    assert main(["export", "--checkpoint", str(ckpt), "--no-measure", "--samples", "4", "--out", str(out)]) == 0
+    assert not (out / "model.engine").exists() and (out / "notes.txt").read_text() == "the user's"
+    assert "model.engine" not in json.loads((out / "export.json").read_text())["files"]
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    for where in (".", "..", str(tmp_path)):
+        assert main(["export", "--checkpoint", str(ckpt), "--no-measure", "--out", where]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("latopt: error: output directory") and "current directory" in err
+        assert "[export] loading" not in err               # refused before any work

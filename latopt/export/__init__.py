@@ -102,6 +102,7 @@ from latopt.models import load_checkpoint, recorded_test_acc
 from latopt.runtime import OrtRunner
 
 EXPORT_SCHEMA = "latopt.export/1"
+EXPORT_FILES = ("model.onnx", "model.engine", "export.json", "REPORT.md")   # what an export writes in --out
 _LOG = get_logger("export")
 
 
@@ -171,6 +172,8 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
                               "precision": precision, "folded": {str(k): v for k, v in p.plan.items()},
                               "bias_maps": p.bias_maps, "notes": p.notes}
     with atomic_dir(out) as tmp:
+        for stale in EXPORT_FILES:    # an earlier export's files in --out never outlive this one (model.engine)
+            (tmp / stale).unlink(missing_ok=True)
         say(f"exporting ONNX → {out / 'model.onnx'}")
         onnx_path = write_onnx(p, tmp / "model.onnx")
         gate, ort = onnx_gate(p.folded, onnx_path, x, inputs, floor)
@@ -205,7 +208,7 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
         write_text_atomic(tmp / "REPORT.md", render_report(result))
     return result
 
-__all__ = ["EXPORT_SCHEMA", "NOISE_K", "TOL_ONNX", "Gate", "Plan", "accuracy_gate", "auto_plan", "build_plan",
+__all__ = ["EXPORT_FILES", "EXPORT_SCHEMA", "NOISE_K", "TOL_ONNX", "Gate", "Plan", "accuracy_gate", "auto_plan", "build_plan",
            "check_fold_size", "checkpoint_task", "compare_outputs", "defer_plan", "deferred_gates", "export",
            "fold_gates", "gate_inputs", "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report",
            "runner_accuracy", "tag_block_nodes", "torch_out"]
