@@ -335,3 +335,26 @@ def test_a_damaged_study_database_is_one_line(tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert "is the database damaged" in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "show").exists()
+
+
+def test_a_search_directory_belongs_to_one_study_of_one_storage(tmp_path) -> None:
+    import shutil
+
+    from latopt.errors import LatoptError
+    from latopt.search._run import check_study_dir
+    from latopt.search._storage import default_storage_url
+
+    d = tmp_path / "runs" / "s" / "search"
+    url = default_storage_url(d)
+    assert check_study_dir(d, url, "s") == {} and not d.exists()          # nothing written before the study exists
+    check_study_dir(d, url, "s", study_id=1)
+    assert (d / "study.json").is_file()
+    check_study_dir(d, url, "s", study_id=1)                              # the same study again: fine
+    with pytest.raises(LatoptError, match=r"holds the trials of study 's' in storage default, not of this study in "
+                                          r"postgresql://u:\*\*\*@h/db"):
+        check_study_dir(d, "postgresql://u:secret@h/db", "s")
+    with pytest.raises(LatoptError, match="deleted and created again"):
+        check_study_dir(d, url, "s", study_id=2)
+    moved = tmp_path / "elsewhere" / "s" / "search"                        # the directory's own SQLite, moved
+    shutil.copytree(d, moved)
+    check_study_dir(moved, default_storage_url(moved), "s", study_id=1)

@@ -23,7 +23,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from latopt.artifacts import check_name
+from latopt.artifacts import check_name, read_json, write_json_atomic
 from latopt.config import load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.data import load_task
@@ -196,6 +196,33 @@ def _counts(study: optuna.Study) -> dict[TrialState, int]:
     return c
 
 
+STUDY_DIR_RECORD = "study.json"   # which study's trials a search directory holds
+
+
+def check_study_dir(study_dir: Path, url: str, name: str, *, study_id: int | None = None,
+                    owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The trial directories under ``runs/<study>/search/`` belong to one study of one storage: the first
+    search there records which (``study.json``: the storage, ``default`` for the directory's own SQLite file
+    wherever it is moved, and the study's id once it exists); a search of a same-named study in another
+    storage, or of a study deleted and created again, is refused in one line instead of overwriting the
+    other's ``trial-N`` directories. Returns the record."""
+    where = "default" if url == default_storage_url(study_dir) else redact(url)
+    path = study_dir / STUDY_DIR_RECORD
+    rec = owner or (read_json(path, what="study record") if path.is_file() else None)
+    want = {"storage": where, "study": name}
+    if rec is not None and {k: rec.get(k) for k in want} != want:
+        raise LatoptError(f"{study_dir} holds the trials of study {rec.get('study')!r} in storage "
+                          f"{rec.get('storage')}, not of this study in {where}: give another --study or --runs-dir")
+    if rec is not None and study_id is not None and rec.get("study_id") not in (None, study_id):
+        raise LatoptError(f"{study_dir} holds the trials of an earlier study {name!r} (deleted and created again "
+                          "since): give another --study or --runs-dir, or remove that directory")
+    if study_id is not None and (rec is None or rec.get("study_id") is None):   # recorded once the study exists
+        rec = {**want, "study_id": study_id}
+        study_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, rec)
+    return rec or {}
+
+
 def _base_trial_lost(study: optuna.Study) -> bool:
     """The study's enqueued base trial ended without completing, and no copy of it is complete, running
     or waiting (a study whose creator has not enqueued it yet has no base trial at all: not lost)."""
@@ -240,8 +267,9 @@ def _run_search(o: SearchOptions) -> SearchResult:
     task = load_task(cfg)
     # a --base that is not the config's unfolded base fails before any storage is touched (it would leave
     # a FAILED base trial behind)
-    base = None if o.base is None else ensure_base(cfg, study_dir, o.base, task=task)
     url = o.storage or s.storage or default_storage_url(study_dir)
+    owner = check_study_dir(study_dir, url, name)        # before anything is written there
+    base = None if o.base is None else ensure_base(cfg, study_dir, o.base, task=task)
     storage = open_storage(url, heartbeat_interval=o.heartbeat_interval, grace_period=o.grace_period,
                            max_retry=o.max_retry)
     identity = {"model": cfg.model.name, "task": cfg.data.task, "resolution": int(cfg.data.resolution),
@@ -251,6 +279,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
     if base is None:
         base = ensure_base(cfg, study_dir, None, seed=o.seed, progress=o.progress)
     opened = open_study(storage, name, objective_key, identity)
+    check_study_dir(study_dir, url, name, study_id=storage.get_study_id_from_name(name), owner=owner)
     study = optuna.load_study(study_name=name, storage=storage, sampler=TrialSeeded(sampler_name, o.seed, trials))
     if opened.created:
         study.set_user_attr("base_checkpoint", str(base.checkpoint))
