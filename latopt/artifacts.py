@@ -64,7 +64,8 @@ class OutputError(LatoptError):
     def from_os(cls, path: str | Path, e: OSError, *, also: tuple[str | Path, ...] = ()) -> OutputError:
         """``e`` as the one line for ``path``; names ``e.filename`` when it is another file than ``path``,
         ``also`` or a temporary file of ``path`` (e.g. the parent directory that could not be created)."""
-        reason = e.strerror or os.strerror(e.errno or 0) or type(e).__name__
+        reason = e.strerror if e.errno else ""        # errno 0 reads "Success", which it was not
+        reason = reason or f"the write did not complete ({first_line(e, 80) if str(e) else type(e).__name__})"
         name = None if e.filename is None else str(e.filename)
         if name is not None and name not in {str(path), *map(str, also)} \
                 and not Path(name).name.startswith(f".{Path(path).name}."):
@@ -190,8 +191,12 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise LatoptError(f"output path {path} is a directory; give a file name")
     if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
-        with _writer_errors(path, path, probe_full=False):
-            yield path
+        try:
+            with _writer_errors(path, path, probe_full=False):
+                yield path
+        except BrokenPipeError:     # not a broken stdout (exit 0): a short write to this output
+            raise OutputError(path, "its reader closed it before everything was written",
+                              "keep the reading end open until latopt exits") from None
         return
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise LatoptError(f"output path {path} is not a regular file (a block device or socket); give a file name")

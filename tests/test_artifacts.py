@@ -526,3 +526,23 @@ def test_error_lines_are_one_printable_line_of_bounded_length(tmp_path: Path, ca
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and len(err) <= MAX_ERROR_LINE + 20
+
+
+def test_a_pipe_whose_reader_closes_early_is_a_failed_write(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def reader() -> None:
+        with open(fifo, "rb") as f:
+            f.read(1)                       # then closes: the rest cannot be written
+
+    t = threading.Thread(target=reader)
+    t.start()
+    with pytest.raises(OutputError, match=r"cannot write .*pipe: its reader closed it before everything was written"):
+        artifacts.write_bytes_atomic(fifo, b"x" * 8_000_000)
+    t.join()
+
+
+def test_an_os_error_without_errno_never_reads_success(tmp_path: Path) -> None:
+    assert "Success" not in str(OutputError.from_os(tmp_path / "out", OSError(0, "")))
+    assert "Success" not in str(OutputError.from_os(tmp_path / "out", OSError("short write")))
