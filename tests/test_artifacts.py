@@ -148,6 +148,7 @@ def _mount_ns(setup: str, argv: list[str], cwd: Path) -> subprocess.CompletedPro
     return r
 
 
+@pytest.mark.slow   # latopt subprocesses
 @pytest.mark.parametrize("target,named", [("ro/x.json", ""), ("ro/sub/x.json", " (ro/sub)")])
 def test_read_only_directory_is_one_line(tmp_path: Path, target: str, named: str) -> None:
     ro = tmp_path / "ro"
@@ -169,6 +170,7 @@ def test_read_only_directory_is_one_line(tmp_path: Path, target: str, named: str
     assert list(ro.iterdir()) == []
 
 
+@pytest.mark.slow   # a latopt subprocess on a tiny file system
 def test_full_disk_is_one_line(tmp_path: Path) -> None:
     """A real full file system (a small tmpfs, filled): JSON (an OSError) and a checkpoint (torch.save to a
     path reports ENOSPC as a RuntimeError) both end as one line naming the path; no temp file is left."""
@@ -386,6 +388,7 @@ def test_a_checkpoint_with_damaged_pickle_bytes_is_one_line(tmp_path: Path) -> N
         assert "\n" not in str(e.value) and str(bad) in str(e.value)
 
 
+@pytest.mark.slow   # a latopt subprocess under ulimit -f
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE semantics of Linux")
 def test_a_file_size_limit_is_one_line(tmp_path: Path) -> None:
     # under `ulimit -f` torch.save failed with its own RuntimeError ("unexpected pos ...") on a disk with room

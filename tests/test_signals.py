@@ -69,6 +69,7 @@ def test_sigterm_raises_once_and_restores_the_handler() -> None:
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
+@pytest.mark.slow   # a latopt export subprocess, signalled
 def test_sigterm_during_export_cleans_up(base_ckpt: Path, tmp_path: Path, fast_cpu_device: str) -> None:
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "latopt", "export", "--checkpoint", str(base_ckpt), "--device",
@@ -167,6 +168,7 @@ def test_ctrl_c_while_the_parser_is_built_is_one_line(monkeypatch: pytest.Monkey
     assert capsys.readouterr().err.strip() == "latopt: interrupted"
 
 
+@pytest.mark.slow   # a latopt subprocess
 def test_an_interrupted_latopt_exits_although_a_library_thread_is_left_running() -> None:
     # A SIGTERM inside Optuna's heartbeat __enter__ left its (non-daemon) thread running with nobody to stop it:
     # `latopt search` printed "latopt: terminated" and then never exited (fault suite: search, SIGTERM at 12.5 s).
