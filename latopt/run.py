@@ -531,7 +531,8 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
                   f"{lat['speedup_range'][1]:.2f}×)"]
         if "lut_speedup" in lat:
             when = f" timed {lat['lut_created']}" if lat.get("lut_created") else ""
-            lines.append(f"  LUT prediction  {lat['lut_speedup']:.2f}× (per-block sums from the LUT{when}; "
+            clock = f", {lat['clock']} clock" if lat.get("clock") else ""
+            lines.append(f"  LUT prediction  {lat['lut_speedup']:.2f}× (per-block sums from the LUT{when}{clock}; "
                          f"{lat['lut_speedup_error']:+.1%} against the speed-up measured in this run)")
     if srch.get("note"):
         lines.append(f"  note            {srch['note']}")

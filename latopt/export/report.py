@@ -42,6 +42,7 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
         "speedup_range": [a.q1_ms / f.q3_ms, a.q3_ms / f.q1_ms],
         "repeats": {"as_is": a.n, "folded": f.n},
         "precision": device.precision,
+        "clock": getattr(device, "clock", "wall"),   # the device profile's clock: the LUT's too
     }
     if lut is not None:
         lat["lut_as_is_ms"] = predict(lut, {})
@@ -58,9 +59,10 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
 def lut_prediction_line(lat: dict[str, Any]) -> str:
     """The LUT's predicted speed-up against the measured one, and which clock each came from."""
     when = f", timed {lat['lut_created']}" if lat.get("lut_created") else ""
+    clock = f" Both on the device profile's {lat['clock']} clock." if lat.get("clock") else ""
     return (f"LUT prediction: {lat['lut_speedup']:.2f}× (per-block times summed from the LUT{when}) vs "
-            f"{lat['speedup']:.2f}× measured in this run: {lat['lut_speedup_error']:+.1%}. Absolute times from "
-            "the two moments are not compared: on a shared machine they differ with the load.")
+            f"{lat['speedup']:.2f}× measured in this run: {lat['lut_speedup_error']:+.1%}.{clock} Absolute times "
+            "from the two moments are not compared: on a shared machine they differ with the load.")
 
 
 def _bias_maps_lines(bm: dict[str, Any] | None) -> list[str]:
