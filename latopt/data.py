@@ -40,6 +40,7 @@ import functools
 import hashlib
 import os
 import pickle
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -383,7 +384,7 @@ def _load_image(split_dir: str, path: str) -> Any:
         with open(path, "rb") as f:
             img = Image.open(f)
             return img.convert("RGB")
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise UnreadableImage(f"image folder {split_dir}: {path} is not a readable image ({_one_line(e)}); "
                               "remove or replace it") from None
 
@@ -402,6 +403,7 @@ def _imagefolder(spec: str, root: Path, resolution: int, augment: bool) -> Task:
         if s == "test" and not (root / s).is_dir():
             splits[s] = splits["val"]
             continue
+        _check_folder(root / s)
         try:
             splits[s] = ImageFolder(str(root / s), transform=train_tf if s == "train" else eval_tf,
                                     loader=functools.partial(_load_image, str(root / s)))
@@ -422,8 +424,30 @@ def _check_image(where: Path, path: str) -> None:
     try:
         with Image.open(path) as im:
             im.verify()
-    except (UnidentifiedImageError, OSError, SyntaxError) as e:
+    except (UnidentifiedImageError, OSError, SyntaxError, Image.DecompressionBombError) as e:
         raise LatoptError(f"image folder {where}: {path} is not a readable image ({_one_line(e)})") from None
+
+
+def _check_folder(split: Path) -> None:
+    """What ImageFolder would read of ``split`` (it follows links), walked first: a link loop (the same images
+    counted again and again), a broken link, or an entry that is not a regular file (a FIFO would block the
+    first read for ever; a device) is one line naming it."""
+    seen: set[Path] = set()
+    for top, dirs, files in os.walk(split, followlinks=True):
+        real = Path(top).resolve()
+        if real in seen:
+            raise LatoptError(f"image folder {split}: {top} leads back to {real} (a link loop); the same images "
+                              "would be read again and again: remove the link")
+        seen.add(real)
+        for name in files:
+            p = Path(top) / name
+            try:
+                st = p.stat()
+            except OSError:
+                raise LatoptError(f"image folder {split}: {p} is a broken link or cannot be read; remove it") from None
+            if not stat.S_ISREG(st.st_mode):
+                raise LatoptError(f"image folder {split}: {p} is not a regular file (a FIFO, device or socket); "
+                                  "remove it") from None
 
 
 # CIFAR-10 on disk, in either of its two distributions (never downloaded):

@@ -6,6 +6,7 @@ import functools
 import io
 import pickle
 import struct
+import os
 from pathlib import Path
 
 import numpy as np
@@ -293,3 +294,28 @@ def test_cifar10_errors(tmp_path: Path) -> None:
 def test_unknown_specs(spec: str) -> None:
     with pytest.raises(LatoptError):
         get_task(spec, 32, 0)
+
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda r: (r / "train" / "cat" / "loop").symlink_to(r / "train"), "a link loop"),
+    (lambda r: os.mkfifo(r / "train" / "cat" / "0.png"), "not a regular file"),   # the first image: it hung
+    (lambda r: (r / "val" / "dog" / "x.png").symlink_to(r / "nowhere.png"), "broken link"),
+])
+def test_imagefolder_links_loops_and_fifos_are_one_line(tmp_path: Path, make, match: str) -> None:
+    root = _imagefolder(tmp_path / "d")
+    if "fifo" in match or match == "not a regular file":
+        (root / "train" / "cat" / "0.png").unlink()
+    make(root)
+    with pytest.raises(LatoptError, match=match) as e:
+        get_task(f"imagefolder:{root}", 16, 0)
+    assert "\n" not in str(e.value)
+
+
+def test_imagefolder_decompression_bomb_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import Image
+
+    root = _imagefolder(tmp_path / "d")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10)      # a 10x12 image is then a "bomb" to PIL
+    with pytest.raises(LatoptError, match="not a readable image") as e:
+        get_task(f"imagefolder:{root}", 16, 0)
+    assert "\n" not in str(e.value)
