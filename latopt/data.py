@@ -433,7 +433,7 @@ def _check_folder(split: Path) -> None:
     counted again and again), a broken link, or an entry that is not a regular file (a FIFO would block the
     first read for ever; a device) is one line naming it."""
     seen: set[Path] = set()
-    for top, dirs, files in os.walk(split, followlinks=True):
+    for top, _dirs, files in os.walk(split, followlinks=True):
         real = Path(top).resolve()
         if real in seen:
             raise LatoptError(f"image folder {split}: {top} leads back to {real} (a link loop); the same images "

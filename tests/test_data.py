@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import pickle
 import struct
-import os
 from pathlib import Path
 
 import numpy as np

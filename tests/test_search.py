@@ -358,3 +358,14 @@ def test_a_search_directory_belongs_to_one_study_of_one_storage(tmp_path) -> Non
     moved = tmp_path / "elsewhere" / "s" / "search"                        # the directory's own SQLite, moved
     shutil.copytree(d, moved)
     check_study_dir(moved, default_storage_url(moved), "s", study_id=1)
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_storage_with_workers_is_refused(tmp_path, capsys, url) -> None:
+    from latopt.cli import main
+
+    assert main(["search", "--config", "quickstart", "--storage", url, "--workers", "2",
+                 "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "in-memory database" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists()

@@ -87,6 +87,10 @@ def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
         raise LatoptError(f"--workers must be >= 1, got {o.workers}")
     if o.threads is not None and o.threads < 1:
         raise LatoptError(f"--threads must be >= 1, got {o.threads}")
+    if o.workers > 1 and (o.storage or "").split("?")[0].rstrip("/") in ("sqlite:", "sqlite:/", "sqlite://",
+                                                                         "sqlite:///:memory:"):
+        raise LatoptError(f"--storage {o.storage} is an in-memory database, which each of the --workers would have "
+                          "for itself: give a file (sqlite:///PATH) or a server URL, or use --workers 1")
     if o.measure and o.workers > 1:
         raise LatoptError("--measure times candidates on this machine; with --workers > 1 the other workers' "
                           "training would distort it: use --workers 1 (or workers on other machines)")
