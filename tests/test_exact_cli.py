@@ -189,3 +189,17 @@ def test_compress_refuses_a_nan_time_limit(random_ckpt, tmp_path, capsys):
     assert main(["compress", str(random_ckpt), "--time-limit", "nan", "--out", str(tmp_path / "c")]) == 2
     assert "--time-limit must be > 0" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def test_regions_grid_is_bounded(tmp_path, capsys):
+    p3 = tmp_path / "r3.pt"
+    assert main(["train-mlp", "--data", "random", "--inputs", "3", "--hidden", "4", "--outputs", "1",
+                 "--out", str(p3)]) == 0
+    capsys.readouterr()
+    for grid, say in (("1000", "1000^3 = 1e+09 points"), ("-1", "--grid -1")):   # 1000^3 ran for hours before
+        assert main(["regions", str(p3), "--grid", grid, "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert say in err and len(err.splitlines()) == 1 and not (tmp_path / "o").exists()
+    assert main(["regions", str(p3), "--grid", "20", "--out", str(tmp_path / "ok")]) == 0
+    from latopt.exact.tools import MAX_GRID_POINTS
+    assert int(MAX_GRID_POINTS ** (1 / 3) + 1e-9) == 271        # the default for 3 inputs, as --help says

@@ -54,8 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--max-units", type=int, default=64)
         p.add_argument("--out", default=None, help=f"output directory (default runs/{name}-<checkpoint name>)")
         if name == "regions":
-            p.add_argument("--grid", type=int, default=1000,
-                           help="cross-check with a grid of N^d points when d <= 3 (default 1000; 0 = off)")
+            p.add_argument("--grid", type=int, default=None,
+                           help="cross-check with a grid of N^d points when d <= 3 (default 1000, 271 for 3 inputs: "
+                                "at most 2e7 points; 0 = off)")
         else:
             p.add_argument("--epsilon", type=float, default=1e-3, help="boundary margin of the eps-network (default 1e-3)")
             p.add_argument("--samples", type=int, default=100_000, help="points to verify both rewrites on (default 100000)")

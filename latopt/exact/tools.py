@@ -149,11 +149,23 @@ def region_limits(max_regions: int, max_inputs: int, max_units: int) -> RegionLi
     return RegionLimits(max_inputs=max_inputs, max_units=max_units, max_regions=max_regions)
 
 
+MAX_GRID_POINTS = 20_000_000   # the grid cross-check's points (about a minute on one core)
+
+
 def regions_of(checkpoint: str | Path, out: str | Path | None = None, *, box: str | None = None,
-               limits: RegionLimits, grid: int = 1000) -> dict[str, Any]:
+               limits: RegionLimits, grid: int | None = None) -> dict[str, Any]:
     """Enumerate the linear regions of a small MLP over the box (plot them for 2-D inputs), cross-checked on a
-    grid of ``grid``^d points when d <= 3; writes report.json (+ regions.png) into ``out``."""
+    grid of ``grid``^d points when d <= 3 (None: 1000 per dimension, fewer for 3 inputs, so that at most
+    :data:`MAX_GRID_POINTS`); writes report.json (+ regions.png) into ``out``."""
+    if grid is not None and (isinstance(grid, bool) or not isinstance(grid, int) or grid < 0):
+        raise LatoptError(f"--grid {grid!r}: give a whole number of points per input dimension, >= 0 (0 = off)")
     _, _meta, net, b = load_network(checkpoint, box)
+    if grid is None:
+        grid = min(1000, int(MAX_GRID_POINTS ** (1 / b.dim) + 1e-9))
+    if b.dim <= 3 and grid**b.dim > MAX_GRID_POINTS:
+        most = int(MAX_GRID_POINTS ** (1 / b.dim) + 1e-9)
+        raise LatoptError(f"--grid {grid} means {grid}^{b.dim} = {grid**b.dim:.3g} points for this {b.dim}-input "
+                          f"network; at most {MAX_GRID_POINTS:.0e} are checked: give --grid {most} or less (0 = off)")
     enum = enumerate_regions(net, b, limits=limits)
     report: dict[str, Any] = {"schema": "latopt.regions/1", "checkpoint": str(checkpoint), "sizes": list(net.sizes),
                               "box": b.to_json(), **enum.summary()}
