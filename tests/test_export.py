@@ -37,7 +37,7 @@ def test_export_fold_all_end_to_end(ckpt: Path, tmp_path: Path, fast_cpu_device:
     from latopt.blocks import find_blocks
 
     out = tmp_path / "out"
-    rc = main(["export", "--checkpoint", str(ckpt), "--device", fast_cpu_device, "--fold", "all",
+    rc = main(["export", "--no-accuracy-gate", "--checkpoint", str(ckpt), "--device", fast_cpu_device, "--fold", "all",
                "--samples", "8", "--out", str(out)])
     assert rc == 0
     rec = json.loads((out / "export.json").read_text())
@@ -81,7 +81,7 @@ def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: 
         monkeypatch.setattr(module, "fold_blocks", corrupted)
     out = tmp_path / "bad"
     with pytest.raises(VerificationError, match="numeric gate failed"):
-        export(ckpt, fast_cpu_device, out, fold="all", samples=4, measure=False, progress=False)
+        export(ckpt, fast_cpu_device, out, fold="all", samples=4, measure=False, progress=False, gate_accuracy=False)
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bad")]
 
@@ -105,7 +105,7 @@ def test_gate_checks_the_shipped_network_not_a_recomputed_fold(ckpt: Path, tmp_p
     monkeypatch.setattr(plan, "fold_blocks", corrupted)
     out = tmp_path / "bad"
     with pytest.raises(VerificationError, match="shipped folded network vs linearised"):
-        export(ckpt, fast_cpu_device, out, fold="all", samples=4, measure=False, progress=False)
+        export(ckpt, fast_cpu_device, out, fold="all", samples=4, measure=False, progress=False, gate_accuracy=False)
     assert not out.exists()
 
 
@@ -157,7 +157,7 @@ def test_plain_activations_restore_sigma_where_alpha_is_zero() -> None:
 def test_export_paper_mode_checks_blocks_away_from_the_border(ckpt: Path, tmp_path: Path) -> None:
     from latopt.export import export
 
-    rec = export(ckpt, "cpu", tmp_path / "paper", fold="all", mode="paper", samples=4, measure=False, progress=False)
+    rec = export(ckpt, "cpu", tmp_path / "paper", fold="all", mode="paper", samples=4, measure=False, progress=False, gate_accuracy=False)
     assert rec["mode"] == "paper"
     assert [g["name"] for g in rec["gates"]][0].startswith("fold algebra per block, away from the border")
     assert all(g["passed"] for g in rec["gates"]) and any("paper mode" in n for n in rec["notes"])
@@ -182,13 +182,13 @@ def test_a_stale_engine_never_outlives_a_new_export_and_out_dot_is_refused_first
     out.mkdir()
     (out / "model.engine").write_bytes(b"an engine of an earlier export")
     (out / "notes.txt").write_text("the user's")
-    assert main(["export", "--checkpoint", str(ckpt), "--no-measure", "--samples", "4", "--out", str(out)]) == 0
+    assert main(["export", "--no-accuracy-gate", "--checkpoint", str(ckpt), "--no-measure", "--samples", "4", "--out", str(out)]) == 0
     assert not (out / "model.engine").exists() and (out / "notes.txt").read_text() == "the user's"
     assert "model.engine" not in json.loads((out / "export.json").read_text())["files"]
     capsys.readouterr()
     monkeypatch.chdir(tmp_path)
     for where in (".", "..", str(tmp_path)):
-        assert main(["export", "--checkpoint", str(ckpt), "--no-measure", "--out", where]) == 2
+        assert main(["export", "--no-accuracy-gate", "--checkpoint", str(ckpt), "--no-measure", "--out", where]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("latopt: error: output directory") and "current directory" in err
         assert "[export] loading" not in err               # refused before any work

@@ -449,3 +449,27 @@ def test_a_gate_against_non_finite_outputs_never_passes() -> None:
     ref = np.array([[np.nan, 1.0]])
     assert not compare_outputs("self", ref.copy(), ref, 1e-3, "zero").passed
     assert compare_outputs("fine", np.array([[1.0, 2.0]]), np.array([[1.0, 2.0]]), 1e-3, "x").passed
+
+
+# ------------------------------------------------ the accuracy gate cannot be edited away (issue 18)
+@pytest.mark.parametrize(("edit", "why"), [
+    (lambda m: m.update(max_samples=1), "its test split has 1 sample(s)"),
+    (lambda m: m.pop("task"), "it names no task"),
+    (lambda m: m.pop("test_acc"), "it records no test accuracy"),
+])
+def test_metadata_edited_to_skip_the_accuracy_gate_is_refused(runs: dict, tmp_path: Path, edit_checkpoint, edit,
+                                                                why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    def scramble(d: dict) -> None:              # random weights, then the metadata that would hide them
+        for k, v in d["state_dict"].items():
+            if v.is_floating_point() and "running" not in k:
+                v.copy_(torch.randn_like(v))
+        edit(d["meta"])
+
+    forged = edit_checkpoint(runs["base"], tmp_path / "forged.pt", scramble)      # SHA-256 recomputed
+    assert _export(forged, tmp_path / "out") == 2
+    err = _one_error_line(capsys)
+    assert why in err and "--no-accuracy-gate" in err and not (tmp_path / "out").exists()
+    assert _export(forged, tmp_path / "out", "--no-accuracy-gate") == 0       # explicit, and recorded
+    rec = json.loads((tmp_path / "out" / "export.json").read_text())
+    assert rec["accuracy_gate"] is False and any("--no-accuracy-gate" in n and why in n for n in rec["notes"])
+    assert "--no-accuracy-gate" in (tmp_path / "out" / "REPORT.md").read_text()

@@ -23,7 +23,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("runs") / "export" / Path(args.checkpoint).stem)
     r = export(args.checkpoint, args.device, out, fmt=args.format, precision=args.precision, fold=args.fold, lut_path=args.lut,
                resolution=args.resolution, samples=args.samples, seed=args.seed, measure=not args.no_measure,
-               mode=args.mode, bias_maps=args.bias_maps)
+               mode=args.mode, bias_maps=args.bias_maps, gate_accuracy=not args.no_accuracy_gate)
     print(f"wrote {out}/export.json, REPORT.md and {', '.join(r['files'])}")
     lat = r.get("latency")
     if lat:
@@ -53,5 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=int, default=32,
                    help=f"inputs used by the numeric gates, 1 .. {MAX_GATE_SAMPLES} (default 32)")
     p.add_argument("--no-measure", action="store_true", help="skip the end-to-end latency measurement")
+    p.add_argument("--no-accuracy-gate", action="store_true",
+                   help="export a checkpoint whose accuracy cannot be checked (it names no task, its test split is "
+                        "too small, or it records no accuracy); recorded in export.json and REPORT.md")
     p.add_argument("--out", default=None, help="output directory (default runs/export/<checkpoint name>)")
     p.set_defaults(func=_cmd_export)

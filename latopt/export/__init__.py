@@ -79,6 +79,7 @@ from latopt.export.gates import (
     noise_floor,
     onnx_gate,
     ort_out,
+    require_accuracy_gate,
     run_samples,
     runner_accuracy,
     torch_out,
@@ -109,10 +110,13 @@ _LOG = get_logger("export")
 def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: str = "onnx",
            precision: str | None = None, fold: str | None = None, lut_path: str | None = None,
            resolution: int | None = None, samples: int = 32, seed: int = 0, measure: bool = True,
-           progress: bool = True, mode: str = "exact", bias_maps: str = "deferred") -> dict[str, Any]:
+           progress: bool = True, mode: str = "exact", bias_maps: str = "deferred",
+           gate_accuracy: bool = True) -> dict[str, Any]:
     """The whole export; returns the export.json dict. Raises LatoptError / VerificationError.
 
-    ``fold`` None exports the checkpoint as it is (never folds it); see the module docstring."""
+    ``fold`` None exports the checkpoint as it is (never folds it); see the module docstring.
+    ``gate_accuracy=False`` (``--no-accuracy-gate``) exports a checkpoint whose accuracy cannot be checked
+    (:func:`latopt.export.gates.require_accuracy_gate`), and says so in export.json and REPORT.md."""
 
     def say(msg: str) -> None:
         if progress:
@@ -141,14 +145,14 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     try:
         return _export(checkpoint, device, out, backend, fmt=fmt, precision=precision, fold=fold,
                        lut_path=lut_path, resolution=resolution, samples=samples, seed=seed, measure=measure,
-                       say=say, mode=mode, bias_maps=bias_maps)
+                       say=say, mode=mode, bias_maps=bias_maps, gate_accuracy=gate_accuracy)
     finally:
         close_backend(backend)
 
 
 def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt: str, precision: str,
             fold: str | None, lut_path: str | None, resolution: int | None, samples: int, seed: int,
-            measure: bool, say: Any, mode: str, bias_maps: str) -> dict[str, Any]:
+            measure: bool, say: Any, mode: str, bias_maps: str, gate_accuracy: bool) -> dict[str, Any]:
     trt_backend = backend if fmt in ("engine", "all") else None
     say(f"loading {checkpoint}")
     loaded = load_checkpoint(checkpoint)
@@ -157,6 +161,7 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     lut = export_lut(lut_path, loaded[1], device, res)
     p = build_plan(checkpoint, loaded, fold=fold, lut=lut, res=res, mode=mode)
     task = checkpoint_task(p.meta, p.resolution)
+    require_accuracy_gate(p, task, gate_accuracy)     # before any work: the gate cannot be edited away
     x, inputs = gate_inputs(task, p.resolution, samples, seed)
     floor = noise_floor(p.folded, x)
     exact = defer_plan(p, bias_maps)  # p.folded becomes what is shipped
@@ -170,7 +175,7 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     result: dict[str, Any] = {"schema": EXPORT_SCHEMA, "checkpoint": str(checkpoint), "device": device.name,
                               "model": p.arch["model"], "resolution": p.resolution, "mode": p.mode,
                               "precision": precision, "folded": {str(k): v for k, v in p.plan.items()},
-                              "bias_maps": p.bias_maps, "notes": p.notes}
+                              "bias_maps": p.bias_maps, "notes": p.notes, "accuracy_gate": gate_accuracy}
     with atomic_dir(out) as tmp:
         for stale in EXPORT_FILES:    # an earlier export's files in --out never outlive this one (model.engine)
             (tmp / stale).unlink(missing_ok=True)

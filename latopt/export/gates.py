@@ -12,6 +12,7 @@ Public API::
     check_gates(gates)                            VerificationError naming every failed gate
     checkpoint_task(meta, resolution) -> Task | None;  gate_inputs(task, resolution, n, seed) -> (x, what)
     runner_accuracy(runner, task, batch) -> float;  accuracy_gate(plan, task, accs, precision, say)
+    require_accuracy_gate(plan, task, enabled)    refuse a checkpoint whose accuracy could not be gated
     torch_out(model, x), ort_out(onnx_path, x), run_samples(runner, x) -> np.ndarray (float64 for torch_out)
 """
 
@@ -216,6 +217,31 @@ def runner_accuracy(runner: Any, task: Any, batch: int) -> float:
     if total == 0:
         raise LatoptError(f"the test split of {task.name} is empty: cannot measure the exported accuracy")
     return correct / total
+
+
+MIN_GATE_SAMPLES = 30   # a test split smaller than this cannot gate anything (one sample = 1/n of tolerance)
+
+
+def require_accuracy_gate(p: Plan, task: Any | None, enabled: bool) -> None:
+    """Refuse (one line, before any work) a checkpoint whose exported accuracy could not be checked: one that
+    names no task, whose test split is smaller than :data:`MIN_GATE_SAMPLES` (``meta.max_samples`` edited to
+    1 gave a tolerance of 100 %), or that is shipped as it is and records no test accuracy. The gate must not
+    hinge on fields a forger can edit (the SHA-256 is recomputed with them). ``enabled=False``
+    (``--no-accuracy-gate``) exports it anyway, with a note saying why it was not gated."""
+    why = None
+    if task is None:
+        why = "it names no task (meta.task), so its exported accuracy cannot be measured"
+    elif len(task.test) < MIN_GATE_SAMPLES:
+        why = (f"its test split has {len(task.test)} sample(s) (meta.max_samples {p.meta.get('max_samples')}), "
+               f"too few to gate anything (at least {MIN_GATE_SAMPLES})")
+    elif p.asis and recorded_test_acc(p.meta) is None:
+        why = "it records no test accuracy to check the exported one against"
+    if why is None:
+        return
+    if enabled:
+        raise LatoptError(f"the checkpoint cannot be accuracy-gated: {why}; re-create it with latopt train / fold, "
+                          "or pass --no-accuracy-gate to export it unchecked (said in export.json and REPORT.md)")
+    p.notes.append(f"exported with --no-accuracy-gate: not gated, {why}")
 
 
 def accuracy_gate(p: Plan, task: Any | None, accs: dict[str, float], precision: str,
