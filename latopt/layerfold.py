@@ -90,7 +90,7 @@ from latopt.fold import (
 from latopt.latency.lut import costs as lut_costs
 from latopt.latency.lut import load_lut, predict, variant_times
 from latopt.layers import AlphaActivation
-from latopt.models import load_checkpoint, make_arch, model_cost, save_checkpoint
+from latopt.models import content_digest, load_checkpoint, make_arch, model_cost, save_checkpoint
 
 REPORT_SCHEMA = "latopt.fold_report/1"
 PREFOLD_CHECKPOINT = "prefold.pt"
@@ -442,11 +442,15 @@ def write_fold_outputs(out_dir: str | Path, cfg: RunConfig, report: dict[str, An
         return report
     with atomic_dir(out_dir) as tmp:
         # the σ_α network the fold was computed from: lets `latopt export` re-check the fold exactly
-        save_checkpoint(tmp / PREFOLD_CHECKPOINT, source, make_arch(source, arch["model"], arch["num_classes"]),
-                        {**data_meta(cfg), "seed": seed, "plan": report["folded"]})
+        source_arch = make_arch(source, arch["model"], arch["num_classes"])
+        source_meta = {**data_meta(cfg), "seed": seed, "plan": report["folded"]}
+        save_checkpoint(tmp / PREFOLD_CHECKPOINT, source, source_arch, source_meta)
+        # the pre-fold is bound by content: export re-checks against the file whose digest this is, wherever
+        # the directory was copied to (a path would point at another fold's prefold.pt after cp -r and a re-fold)
         save_checkpoint(tmp / FOLDED_CHECKPOINT, folded, folded_arch,
                         {**data_meta(cfg), "seed": seed, "acc": report["acc"], "val": report["val"],
                          "plan": report["folded"], "prefold_checkpoint": str((out_dir / PREFOLD_CHECKPOINT).resolve()),
+                         "prefold_sha256": content_digest(source, source_arch, source_meta),
                          "finetuned": info["finetuned"]})
         reloaded, _, _ = load_checkpoint(tmp / FOLDED_CHECKPOINT)
         x, _ = next(iter(test_loader))

@@ -35,7 +35,7 @@ values, so both ends also check them (:func:`check_weights`): a network with a N
 negative batch-norm variance is neither written nor loaded.
 
 Public API: ``SUPPORTED``, ``canonical_name``, ``build_model``, ``make_arch``, ``build_from_arch``,
-``save_checkpoint``, ``load_checkpoint``, ``check_weights``, ``checkpoint_digest``, ``recorded_test_acc``, ``count_flops`` (the
+``save_checkpoint``, ``load_checkpoint``, ``check_weights``, ``content_digest``, ``checkpoint_digest``, ``recorded_test_acc``, ``count_flops`` (the
 one FLOP counter), ``model_cost``.
 """
 
@@ -318,8 +318,7 @@ def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
         json.dumps(meta)
     except (TypeError, ValueError) as e:
         raise LatoptError(f"checkpoint meta is not JSON-able ({e})") from None
-    # CPU tensors in the default memory format, whatever device / channels_last the model trained with
-    state = {k: v.detach().to("cpu", memory_format=torch.contiguous_format).clone() for k, v in model.state_dict().items()}
+    state = _cpu_state(model)
     payload = {"schema": CHECKPOINT_SCHEMA, "arch": arch, "meta": meta, "state_dict": state,
                "sha256": checkpoint_digest(arch, meta, state)}
     if path.is_dir():
@@ -327,6 +326,17 @@ def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
     return path
+
+
+def _cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """CPU tensors in the default memory format, whatever device / channels_last the model trained with."""
+    return {k: v.detach().to("cpu", memory_format=torch.contiguous_format).clone() for k, v in model.state_dict().items()}
+
+
+def content_digest(model: nn.Module, arch: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The SHA-256 that :func:`save_checkpoint` records for ``model`` with ``arch`` and ``meta`` (and that a
+    loaded checkpoint reproduces): binds one checkpoint to another by content, not by path."""
+    return checkpoint_digest(arch, meta, _cpu_state(model))
 
 
 def _verify_digest(path: Path, data: dict[str, Any], arch: dict[str, Any], meta: dict[str, Any],

@@ -473,3 +473,23 @@ def test_metadata_edited_to_skip_the_accuracy_gate_is_refused(runs: dict, tmp_pa
     rec = json.loads((tmp_path / "out" / "export.json").read_text())
     assert rec["accuracy_gate"] is False and any("--no-accuracy-gate" in n and why in n for n in rec["notes"])
     assert "--no-accuracy-gate" in (tmp_path / "out" / "REPORT.md").read_text()
+
+
+def test_a_copied_fold_is_checked_against_its_own_prefold(runs: dict, tmp_path: Path) -> None:
+    # cp -r A B, then a re-fold into A: exporting B/folded.pt must check against B's pre-fold (the digest it
+    # records), not the path it records (A's, now another fold's)
+    import shutil
+
+    cfg = load_config(runs["root"] / "c.yaml").with_overrides({"fold.alpha_lr": 0.3})
+    a, b = tmp_path / "A", tmp_path / "B"
+    run_fold(cfg, runs["base"], a, lambda_c=5.0, tau=0.6, p=2.0, progress=False, seed=0)
+    shutil.copytree(a, b)
+    run_fold(cfg, runs["base"], a, lambda_c=5.0, tau=0.6, p=2.0, progress=False, seed=1)   # another σ_α network
+    assert _export(b / "folded.pt", tmp_path / "out") == 0
+    rec = json.loads((tmp_path / "out" / "export.json").read_text())
+    assert any(f"({b / 'prefold.pt'})" in n for n in rec["notes"]), rec["notes"]
+    assert any(g["name"].startswith("fold") for g in rec["gates"])
+    (b / "prefold.pt").unlink()                    # only A's, which is not this fold's: gates skipped, said so
+    assert _export(b / "folded.pt", tmp_path / "out2") == 0
+    rec = json.loads((tmp_path / "out2" / "export.json").read_text())
+    assert any("not the one this fold came from" in n for n in rec["notes"]), rec["notes"]

@@ -11,6 +11,7 @@ Public API::
     export_resolution(arch, meta, override) -> int
     export_lut(path, arch, device, resolution) -> LUT | None   ``--lut`` or the device's default LUT if present
     asis_network(arch) -> nn.Module               the unfolded network of the checkpoint's architecture
+    find_prefold(checkpoint, meta) -> (path, network, note)   the pre-fold a folded checkpoint came from, by digest
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from latopt.constants import FOLD_MODES
 from latopt.errors import LatoptError
 from latopt.fold import defer_bias_maps, fold_blocks, fold_spec, normalize_plan, plain_activations_
 from latopt.latency.lut import costs, default_lut_path, load_lut
-from latopt.models import build_model, load_checkpoint
+from latopt.models import build_model, content_digest, load_checkpoint
 
 
 @dataclass
@@ -44,6 +45,29 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     asis: bool = False         # export folded nothing: the checkpoint's own network is what is shipped
     bias_maps: dict[str, Any] | None = None   # exact mode: how the bias maps are shipped (``defer_plan``)
+
+
+def find_prefold(checkpoint: str | Path, meta: dict[str, Any]) -> tuple[str | None, nn.Module | None, str | None]:
+    """The σ_α network a folded checkpoint came from: ``prefold.pt`` beside it, else the path it records, and
+    only the one whose content digest is the one it records (``meta.prefold_sha256``; ``latopt fold`` writes
+    both), so a copied fold directory is checked against its own pre-fold, never another fold's. Returns
+    (path, network, note): (None, None, why) when none is found or none matches (fold gates skipped; the
+    ONNX and accuracy gates still apply). A checkpoint without a digest (older latopt) takes the first file."""
+    recorded = meta.get("prefold_checkpoint")
+    want = meta.get("prefold_sha256")
+    seen: list[str] = []
+    for c in (Path(checkpoint).parent / "prefold.pt", Path(recorded) if isinstance(recorded, str) else None):
+        if c is None or not c.is_file() or str(c.resolve()) in seen:
+            continue
+        seen.append(str(c.resolve()))
+        model, arch, pmeta = load_checkpoint(c)
+        if want is None or content_digest(model, arch, pmeta) == want:
+            return str(c), model.eval(), (None if want is not None else
+                                          f"the pre-fold checkpoint {c} is not bound by digest (an older latopt)")
+    if seen:
+        return None, None, (f"the pre-fold checkpoint(s) found ({', '.join(seen)}) are not the one this fold came "
+                            "from (their content digest differs): fold gates skipped (ONNX and accuracy gates apply)")
+    return None, None, "no pre-fold checkpoint recorded or found: fold gates skipped (ONNX gate still applies)"
 
 
 def asis_network(arch: dict[str, Any]) -> nn.Module:
@@ -132,18 +156,12 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
         if not plan:
             notes.append("the checkpoint's fold folded no block (its plan is empty): exported as it is")
             return Plan(model, None, arch, meta, {}, fspec["mode"], res, notes, asis=True)
-        source = None
-        # the σ_α network the fold came from: recorded by `latopt fold`, or beside the checkpoint
-        recorded = meta.get("prefold_checkpoint")
-        candidates = [recorded if isinstance(recorded, str) else None, Path(checkpoint).parent / "prefold.pt"]
-        prefold = next((str(c) for c in candidates if c and Path(c).is_file()), None)
-        if prefold:
-            source = load_checkpoint(prefold)[0].eval()
-            if meta.get("finetuned", True):
-                notes.append("the fold gates check the fold recomputed from the pre-fold checkpoint "
-                             f"({prefold}); the exported weights were fine-tuned after folding")
-        else:
-            notes.append("no pre-fold checkpoint recorded or found: fold gates skipped (ONNX gate still applies)")
+        prefold, source, note = find_prefold(checkpoint, meta)
+        if prefold and meta.get("finetuned", True):
+            notes.append("the fold gates check the fold recomputed from the pre-fold checkpoint "
+                         f"({prefold}); the exported weights were fine-tuned after folding")
+        if note:
+            notes.append(note)
         return Plan(model, source, arch, meta, plan, fspec["mode"], res, notes, asis=True)
     spec = parse_fold_spec("none" if fold is None else fold, lut)
     if spec == []:  # export the network as it is (no fold gate)
