@@ -549,3 +549,16 @@ def test_a_pipe_whose_reader_closes_early_is_a_failed_write(tmp_path: Path) -> N
 def test_an_os_error_without_errno_never_reads_success(tmp_path: Path) -> None:
     assert "Success" not in str(OutputError.from_os(tmp_path / "out", OSError(0, "")))
     assert "Success" not in str(OutputError.from_os(tmp_path / "out", OSError("short write")))
+
+
+@pytest.mark.slow   # latopt subprocesses
+def test_an_ascii_locale_and_a_full_stdout_are_handled(tmp_path: Path) -> None:
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"}
+    r = subprocess.run([sys.executable, "-m", "latopt", "inspect", "mobilenetv2_035", "--resolution", "32"],
+                       capture_output=True, env=env)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr and r.stdout, r.stderr[-500:]
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "latopt", "inspect", "mobilenetv2_035", "--resolution", "32"],
+                           stdout=full, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "latopt: error: cannot write the standard output: No space left on device"], r.stderr[-500:]

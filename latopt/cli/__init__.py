@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from latopt import __version__
 from latopt.cli import exact, export, inspect, profile, run, search, train
@@ -51,8 +52,23 @@ def entry() -> None:
     After Ctrl-C or SIGTERM the cleanup has run, but a library thread that was starting when the signal came
     can be left without anyone to stop it (e.g. Optuna's heartbeat thread, when the signal lands inside its
     ``__enter__``), and the interpreter would wait for it forever. Such threads get a few seconds to end;
-    then the process exits without waiting for them."""
+    then the process exits without waiting for them.
+
+    Standard output and error never fail on a character their encoding lacks (``×``, ``→`` under an ASCII or
+    Latin-1 locale: written as ``\\u00d7``), and results that cannot be written to standard output (``>
+    /dev/full``) are one error line and exit 2, not an interpreter traceback at exit."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     code = main()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:     # `latopt ... | head`: the reader wanted no more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError as e:        # what was printed last could not be written (> /dev/full)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"latopt: error: cannot write the standard output: {e.strerror or e}", file=sys.stderr)
+        code = code or 2
     if code in (130, EXIT_TERMINATED):
         deadline = time.monotonic() + STRAY_THREAD_GRACE_S
         for t in threading.enumerate():
@@ -95,7 +111,25 @@ def _main(argv: Sequence[str] | None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as e:
+        if not _printing(e):
+            raise
+        # standard output cannot be written (> /dev/full): pointed at /dev/null, so that the interpreter's own
+        # flush at exit does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"latopt: error: cannot write the standard output: {e.strerror or e}", file=sys.stderr)
+        return 2
     return int(rc or 0)
+
+
+def _printing(e: OSError) -> bool:
+    """Whether ``e`` was raised by a ``print`` of a command module: the commands (``latopt/cli/``) print their
+    results to standard output and write files only through the stages (whose errors are OutputError lines),
+    so an OSError raised in a command module's own frame is a failed write of standard output."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and Path(tb.tb_frame.f_code.co_filename).parent == Path(__file__).parent
 
 
 TORCHRUN_COMMANDS = ("train", "fold")  # the commands that run as one process of a torchrun job
