@@ -369,3 +369,24 @@ def test_an_in_memory_storage_with_workers_is_refused(tmp_path, capsys, url) -> 
     err = capsys.readouterr().err.strip()
     assert "in-memory database" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("url", "hint"), [("postgresql://u@127.0.0.1:1/db", "postgresql+psycopg2://"),
+                                           ("mysql://u@127.0.0.1:1/db", "mysql+pymysql://")])
+def test_a_missing_driver_names_the_module_and_the_url_that_works(url, hint, monkeypatch) -> None:
+    import builtins
+
+    from latopt.errors import LatoptError
+    from latopt.search._storage import open_storage
+
+    real_import = builtins.__import__
+
+    def no_driver(name, *a, **k):   # whatever is installed here: the driver SQLAlchemy picks is missing
+        if name.split(".")[0] in ("psycopg", "MySQLdb"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name.split(".")[0])
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_driver)
+    with pytest.raises(LatoptError, match="needs the database driver module") as e:
+        open_storage(url, heartbeat_interval=None)
+    assert hint in str(e.value) and "\n" not in str(e.value)

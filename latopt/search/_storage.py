@@ -46,6 +46,17 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
+# what to do when the driver SQLAlchemy picks for a URL is missing (SQLAlchemy 2.1 picks psycopg 3 for a plain
+# postgresql:// URL, and MySQLdb for mysql://)
+DRIVER_HINTS = {
+    "psycopg": "write postgresql+psycopg2://... to use psycopg2 (pip install 'latopt[postgres]'), or pip install "
+               "'psycopg[binary]'",
+    "psycopg2": "pip install 'latopt[postgres]' (psycopg2-binary)",
+    "MySQLdb": "write mysql+pymysql://... and pip install pymysql, or pip install mysqlclient",
+    "pymysql": "pip install pymysql",
+}
+
+
 def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT_S,
                  grace_period: int | None = DEFAULT_GRACE_S, max_retry: int | None = 3) -> RDBStorage:
     """An :class:`optuna.storages.RDBStorage` with heartbeats; dead workers' trials are failed and retried.
@@ -77,8 +88,9 @@ def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
         except sqlalchemy.exc.ArgumentError as e:
             raise LatoptError(f"storage URL {redact(url)!r} is not a valid SQLAlchemy URL ({first_line(e)})") from None
         except ImportError as e:
-            raise LatoptError(f"storage URL {redact(url)!r} needs a database driver that is not installed "
-                              f"({first_line(e.__cause__ or e)}); e.g. pip install psycopg2-binary") from None
+            module = getattr(e, "name", None) or getattr(e.__cause__, "name", None) or first_line(e)
+            raise LatoptError(f"storage URL {redact(url)!r} needs the database driver module {module!r}, which is "
+                              f"not installed; {DRIVER_HINTS.get(str(module), 'install it, or name an installed driver in the URL (dialect+driver://)')}") from None
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
             # Workers starting together on an empty database race to create Optuna's tables; the loser
             # retries and finds them there (SQLite says so with an OperationalError "table ... already
