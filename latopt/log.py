@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
+from pathlib import Path
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -72,8 +74,19 @@ def get_logger(stage: str) -> logging.Logger:
 
 def setup(verbosity: int = DEFAULT) -> None:
     """Set what latopt logs: ``QUIET`` (-1: warnings and errors), ``DEFAULT`` (0: progress too) or
-    ``VERBOSE`` (1: debug too). Called once by :func:`latopt.cli.main`; calling it again replaces the level."""
+    ``VERBOSE`` (1: debug too). Called once by :func:`latopt.cli.main`; calling it again replaces the level.
+
+    Python warnings (latopt issues none: its own go through the logger) come from the libraries it uses
+    (matplotlib, torch, ...) and mean nothing the user can act on: they become debug lines, shown with
+    ``-v`` only, instead of multi-line text on stderr that even ``-q`` printed."""
     _root.setLevel(_LEVELS[max(QUIET, min(VERBOSE, int(verbosity)))])
+    warnings.showwarning = _library_warning
+
+
+def _library_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                     file: Any = None, line: str | None = None) -> None:
+    _root.getChild("lib").debug(f"{category.__name__} from {Path(filename).name}:{lineno}: "
+                                f"{' '.join(str(message).split())}")
 
 
 def verbosity() -> int:

@@ -164,3 +164,21 @@ def test_plots_use_no_pyplot_and_are_written_atomically(tmp_path: Path) -> None:
     out = latency_chart(lut, {1: "full"}, tmp_path / "chart" / "latency_blocks.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in out.parent.iterdir()] == ["latency_blocks.png"]    # no temporary file left
+
+
+def test_library_warnings_are_debug_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    import warnings
+
+    from latopt.log import DEFAULT, QUIET, VERBOSE, setup
+
+    old = warnings.showwarning
+    try:
+        for level, shown in ((QUIET, False), (DEFAULT, False), (VERBOSE, True)):
+            setup(level)
+            warnings.warn_explicit("Glyph 8594 missing from font(s) DejaVu Sans.\n  more", UserWarning,
+                                   "matplotlib/backend_agg.py", 1)
+            err = capsys.readouterr().err
+            assert ("Glyph 8594 missing" in err) == shown and "\n  more" not in err
+    finally:
+        warnings.showwarning = old
+        setup(DEFAULT)
