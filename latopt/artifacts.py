@@ -43,7 +43,9 @@ import yaml
 
 from latopt.errors import LatoptError, first_line
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# at most 200 characters: the longest file name latopt builds from a name (a device's LUT being written,
+# ".lut-<name>.json.xxxxxxxx.tmp") adds 24, and a file name has at most 255 bytes
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 # Errors of the file system rather than of one file: whatever the writer was doing, the output failed.
 _EDQUOT = getattr(errno, "EDQUOT", errno.ENOSPC)  # disk quota exceeded (not on Windows)
@@ -76,10 +78,10 @@ class OutputError(LatoptError):
 def check_name(name: Any, what: str) -> str:
     """``name`` when it is an identifier that can be one path component (``runs/<name>/``,
     ``profiles/<name>/``): letters, digits, ``.``, ``_``, ``-``, starting with a letter or digit, at most
-    100 characters; else a LatoptError naming ``what``. Names are never paths: no ``/``, no ``..``."""
+    200 characters; else a LatoptError naming ``what``. Names are never paths: no ``/``, no ``..``."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise LatoptError(f"{what} {name!r} is not a valid name: use letters, digits, '.', '_' and '-' "
-                          "(starting with a letter or digit, at most 100 characters), not a path")
+                          "(starting with a letter or digit, at most 200 characters), not a path")
     return name
 
 

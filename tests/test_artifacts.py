@@ -280,12 +280,12 @@ def test_replaced_outputs_keep_their_mode(tmp_path: Path, umask_077: None) -> No
 
 
 # --------------------------------------------------------------------------------------- names
-@pytest.mark.parametrize("name", ["run", "mobilenetv2_100", "cpu-test", "v1.2", "A" * 100])
+@pytest.mark.parametrize("name", ["run", "mobilenetv2_100", "cpu-test", "v1.2", "A" * 200])
 def test_valid_names(name: str) -> None:
     assert check_name(name, "name") == name
 
 
-@pytest.mark.parametrize("name", ["../../x", "..", ".", ".hidden", "a/b", "/abs", "a\\b", "", "a b", "-x", "A" * 101,
+@pytest.mark.parametrize("name", ["../../x", "..", ".", ".hidden", "a/b", "/abs", "a\\b", "", "a b", "-x", "A" * 201,
                                   "x\n", 5, None])
 def test_names_are_not_paths(name: object) -> None:
     with pytest.raises(LatoptError, match="is not a valid name"):
@@ -562,3 +562,12 @@ def test_an_ascii_locale_and_a_full_stdout_are_handled(tmp_path: Path) -> None:
                            stdout=full, stderr=subprocess.PIPE, text=True)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "latopt: error: cannot write the standard output: No space left on device"], r.stderr[-500:]
+
+
+def test_the_longest_name_makes_every_file_name_latopt_builds(tmp_path: Path) -> None:
+    name = "n" * 200
+    check_name(name, "device")
+    write_json_atomic(tmp_path / f"lut-{name}.json", {})       # its temp entry is the longest file name
+    with atomic_dir(tmp_path / name) as tmp:
+        (tmp / "x").write_text("x")
+    assert (tmp_path / name / "x").is_file()
