@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import io
 import shutil
 import statistics
 import subprocess
@@ -734,18 +735,17 @@ def _main(args: argparse.Namespace) -> int:
         raise LatoptError(f"--threads must be >= 0 (0: ONNX Runtime's default), got {args.threads}")
     if args.gpu < 0:
         raise LatoptError(f"--gpu must be a CUDA device index >= 0, got {args.gpu}")
-    x = None
-    if args.input:
-        try:
-            x = np.load(_check_path(args.input, "input"), allow_pickle=False)
-        except ValueError as e:
-            raise LatoptError(f"input {args.input} is not a valid .npy file ({e})") from None
+    x = _load_input(args.input) if args.input else None
     with load(args.model, input_shape=None if x is None else x.shape, device_index=args.gpu,
               threads=args.threads, seed=args.seed) as runner:
         if x is None:
             spec_shape = runner.input.shape if isinstance(runner, TrtEngineRunner) else runner.input_shape
             x = np.random.default_rng(args.seed).standard_normal(spec_shape).astype(np.float32)
-        y = runner.run(x)
+        try:
+            y = runner.run(x)
+        except Exception as e:     # the runtime's own refusal of this input (shape, rank): one line
+            raise LatoptError(f"{Path(args.model).name} refused the input of shape {list(x.shape)} "
+                              f"({type(e).__name__}: {first_line(e, 160)})") from None
         flat = y.reshape(y.shape[0], -1) if y.ndim > 1 else y.reshape(1, -1)
         top = np.argsort(-flat[0])[:5].tolist()
         print(f"{Path(args.model).name}: input {list(x.shape)} -> output {list(y.shape)} {y.dtype}; "
@@ -759,14 +759,37 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_input(path: str) -> np.ndarray:
+    """The ``--input`` tensor: one numeric array of at least one sample, as float32; else one line."""
+    try:
+        x = np.load(_check_path(path, "input"), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise LatoptError(f"input {path} is not a valid .npy file ({first_line(e, 120)})") from None
+    if not isinstance(x, np.ndarray):
+        x.close()
+        raise LatoptError(f"input {path} is an .npz archive of several arrays; give one array as .npy (numpy.save)")
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)) or x.dtype == np.bool_:
+        raise LatoptError(f"input {path} holds {x.dtype} values; give numbers (float32 images, batch first)")
+    if x.ndim < 2 or x.shape[0] < 1 or x.size == 0:
+        raise LatoptError(f"input {path} has shape {list(x.shape)}; give a batch of at least one sample "
+                          "(batch, channels, height, width)")
+    if not np.isfinite(x).all():
+        raise LatoptError(f"input {path} holds NaN or infinite values")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
 def _check_path(path: str, what: str) -> str:
     _read_file(Path(path), what, read=False)
     return path
 
 
 def _save_npy(path: str, arr: np.ndarray) -> None:
+    """``arr`` as .npy at ``path``, which may be a FIFO or a pipe: numpy writes a file through its position
+    (which a pipe has not), so the bytes are made in memory and written in one stream."""
+    buf = io.BytesIO()
+    np.save(buf, arr)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.save(f, arr)
+        f.write(buf.getvalue())
 
 
 if __name__ == "__main__":

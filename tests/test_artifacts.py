@@ -4,6 +4,7 @@ line naming the path and why, with nothing left behind; modes honour the umask; 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import shutil
@@ -571,3 +572,31 @@ def test_the_longest_name_makes_every_file_name_latopt_builds(tmp_path: Path) ->
     with atomic_dir(tmp_path / name) as tmp:
         (tmp / "x").write_text("x")
     assert (tmp_path / name / "x").is_file()
+
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda p: np.savez(p.with_suffix(".npz"), a=np.zeros((1, 3, 8, 8))) or p.with_suffix(".npz"), "an .npz archive"),
+    (lambda p: np.save(p, np.zeros((0, 3, 8, 8), np.float32)) or p, "at least one sample"),
+    (lambda p: np.save(p, np.array(["a", "b"])) or p, "holds <U1 values"),
+    (lambda p: np.save(p, np.full((1, 3, 8, 8), np.nan, np.float32)) or p, "NaN or infinite"),
+    (lambda p: np.save(p, np.zeros((1, 5, 8, 8), np.float32)) or p, "does not fit the model's input"),
+    (lambda p: (p.write_bytes(b"\x93NUMPY junk"), p)[1], "not a valid .npy file"),
+])
+def test_runtime_inputs_are_one_line(tiny_onnx: Path, tmp_path: Path, make, match: str,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    path = make(tmp_path / "x.npy")
+    assert runtime.main([str(tiny_onnx), "--input", str(path), "--output", str(tmp_path / "y.npy")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "y.npy").exists()
+
+
+def test_runtime_writes_to_a_fifo(tiny_onnx: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "y.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    t = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    t.start()
+    assert runtime.main([str(tiny_onnx), "--output", str(fifo)]) == 0
+    t.join()
+    assert np.load(io.BytesIO(got[0])).shape == (1, 4, 6, 6)
