@@ -223,6 +223,15 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
         raise
 
 
+def make_dirs(path: str | Path) -> Path:
+    """``mkdir -p path``; a failure (a file where a directory must be, no permission, a full disk) is one
+    :class:`OutputError` line naming ``path`` and why."""
+    path = Path(path)
+    with _os_errors(path):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def through_link(path: Path) -> Path:
     """Where a write to ``path`` goes: ``path`` itself, or the path a symbolic link ``path`` leads to (as ``cp``
     and editors write through a link; latopt never replaces a link it did not create). A link to a character

@@ -47,6 +47,7 @@ from matplotlib.figure import Figure
 from latopt import __version__
 from latopt.artifacts import (
     file_sha256,
+    make_dirs,
     read_json,
     write_bytes_atomic,
     write_figure_atomic,
@@ -357,7 +358,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         _clear(root, [config, *([lut_path] if cfg.lut else []), *([Path(dev.path)] if dev.path else [])], lut_path)
     # the outermost directory this invocation creates (runs/ too, when it is new): removed on bad input below
     new_top = next((d for d in reversed([root, *root.parents]) if not d.exists()), None)
-    root.mkdir(parents=True, exist_ok=True)
+    make_dirs(root)
     try:
         state.invocation(plan)
         reused = [s for s in STAGES[:-1] if plan[s] is None]

@@ -600,3 +600,14 @@ def test_runtime_writes_to_a_fifo(tiny_onnx: Path, tmp_path: Path) -> None:
     assert runtime.main([str(tiny_onnx), "--output", str(fifo)]) == 0
     t.join()
     assert np.load(io.BytesIO(got[0])).shape == (1, 4, 6, 6)
+
+
+def test_a_file_where_a_directory_must_be_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("x")
+    from latopt.search._storage import open_storage
+
+    with pytest.raises(LatoptError, match=r"cannot create its directory \(Not a directory"):
+        open_storage(f"sqlite:///{tmp_path / 'file' / 'sub' / 'x.db'}", heartbeat_interval=None)
+    assert main(["run", "--runs-dir", str(tmp_path / "file"), "--trials", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("latopt: error: cannot write") and "file" in err[0], err

@@ -23,7 +23,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from latopt.artifacts import check_name, read_json, write_json_atomic
+from latopt.artifacts import check_name, make_dirs, read_json, write_json_atomic
 from latopt.config import load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.data import load_task
@@ -222,7 +222,7 @@ def check_study_dir(study_dir: Path, url: str, name: str, *, study_id: int | Non
                           "since): give another --study or --runs-dir, or remove that directory")
     if study_id is not None and (rec is None or rec.get("study_id") is None):   # recorded once the study exists
         rec = {**want, "study_id": study_id}
-        study_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(study_dir)
         write_json_atomic(path, rec)
     return rec or {}
 

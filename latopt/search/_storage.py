@@ -21,6 +21,7 @@ import optuna
 import sqlalchemy.exc
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
+from latopt.artifacts import OutputError, make_dirs
 from latopt.errors import LatoptError, first_line
 
 STUDY_SCHEMA = "latopt.study/1"
@@ -70,7 +71,11 @@ def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
         engine_kwargs["connect_args"] = {"timeout": 60}
         m = re.match(r"sqlite:///(.+)", url)
         if m and m.group(1) != ":memory:":
-            Path(m.group(1)).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                make_dirs(Path(m.group(1)).parent)
+            except OutputError as e:
+                raise LatoptError(f"storage URL {redact(url)!r}: cannot create its directory ({e.reason} at "
+                                  f"{e.path}); give another path") from None
     elif url.startswith("postgresql"):
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
     hb: dict[str, Any] = {}

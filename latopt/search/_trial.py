@@ -22,7 +22,7 @@ import torch.nn as nn
 from filelock import FileLock
 
 from latopt.accel import resolve
-from latopt.artifacts import read_json, write_json_atomic
+from latopt.artifacts import make_dirs, read_json, write_json_atomic
 from latopt.data import load_task, make_loaders
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
@@ -66,7 +66,7 @@ def ensure_base(cfg: Any, study_dir: Path, base: str | Path | None, *, seed: int
         return BaseModel(path.resolve(), _metric(meta, "val_acc"), _metric(meta, "test_acc"))
 
 
-    study_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(study_dir)
     base_dir = study_dir / "base"
     with FileLock(str(study_dir / ".base.lock")):
         if (base_dir / "metrics.json").is_file() and (base_dir / BASE_CHECKPOINT).is_file():
