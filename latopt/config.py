@@ -61,6 +61,7 @@ from pydantic import (
 
 from latopt.artifacts import check_name, read_yaml, write_text_atomic
 from latopt.constants import (
+    MAX_THREADS,
     RESOLUTION_RANGE,
     TRAIN_DEVICES,
     Amp,
@@ -330,7 +331,7 @@ class RunConfig(Section):
     search: SearchConfig = SearchConfig()
     device: str = "cpu"  # device profile name, or a path to one
     lut: str | None = None
-    threads: Annotated[int, Field(ge=1)] | None = None  # torch intra-op threads for train/fold; null = torch's default
+    threads: Annotated[int, Field(ge=1, le=MAX_THREADS)] | None = None  # torch intra-op threads for train/fold; null = torch's default
 
     @model_validator(mode="before")
     @classmethod

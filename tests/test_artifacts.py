@@ -611,3 +611,34 @@ def test_a_file_where_a_directory_must_be_is_one_line(tmp_path: Path, capsys: py
     assert main(["run", "--runs-dir", str(tmp_path / "file"), "--trials", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("latopt: error: cannot write") and "file" in err[0], err
+
+
+@pytest.mark.parametrize("exc", [MemoryError(), RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: "
+                                                             "can't allocate memory: you tried to allocate 1e12 bytes"),
+                                 OSError(errno.ENOMEM, "Cannot allocate memory")])
+def test_out_of_memory_is_one_line(exc: BaseException, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import latopt.cli.inspect as inspect_cli
+
+    def boom(args):
+        raise exc
+
+    monkeypatch.setattr(inspect_cli, "_cmd_inspect", boom)
+    from latopt.cli import build_parser
+
+    args = build_parser().parse_args(["inspect", "mobilenetv2_035"])
+    assert args.func is boom
+    assert main(["inspect", "mobilenetv2_035"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("latopt: error: out of memory"), err
+
+
+def test_absurd_thread_counts_and_batches_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--config", "quickstart", "--threads", "10000", "--out", str(tmp_path / "o")]) == 2
+    assert "'threads' must be in [1, 1024], got 10000" in capsys.readouterr().err
+    dev = tmp_path / "d.yaml"
+    dev.write_text("name: d\nbackend: onnxruntime\nbatch: 100000\n")
+    from latopt.latency.devices import load_device
+
+    with pytest.raises(LatoptError, match=r"'batch' must be in \[1, 4096\]"):
+        load_device(str(dev))

@@ -86,7 +86,7 @@ def test_overrides_are_validated_and_none_ignored() -> None:
         ("search: {granularity: []}\n", "'search.granularity' must not be empty"),
         ("search: {granularity: [layer]}\n", r"'search.granularity\[0\]' is 'layer'; choose one of block"),
         ("search: {sampler: grid}\n", "'search.sampler' is 'grid'; choose one of tpe, nsga2, random"),
-        ("threads: 0\n", "'threads' must be >= 1, got 0"),
+        ("threads: 0\n", r"'threads' must be in \[1, 1024\], got 0"),
         ("data: {task: ''}\n", "'data.task' must be a non-empty string"),
         ("lut: 3\n", "'lut' must be a string, got 3"),
         ("- a\n- b\n", "must be a YAML mapping"),

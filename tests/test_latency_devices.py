@@ -52,7 +52,7 @@ def test_profile_from_path_and_validation(tmp_path) -> None:
     bad = {
         "name: x\nbackend: openvino\n": "key 'backend' is 'openvino'; choose one of onnxruntime, tensorrt, torch",
         "name: x\nprecision: int8\n": "key 'precision' is 'int8'; choose one of fp32, fp16",
-        "name: x\nthreads: 0\n": "key 'threads' must be >= 1, got 0",
+        "name: x\nthreads: 0\n": r"key 'threads' must be in \[1, 1024\], got 0",
         "name: x\nthreads: true\n": "key 'threads' must be an integer, got True",
         "name: x\nwarmup: -1\n": "key 'warmup' must be >= 0, got -1",
         "name: x\nbudget_s: -1\n": "key 'budget_s' must be > 0, got -1",

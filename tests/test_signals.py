@@ -142,11 +142,13 @@ def test_workers_die_with_a_killed_search(base_ckpt: Path, tmp_path: Path) -> No
             parent.wait()
         if worker is not None and not gone(worker):
             os.kill(worker, signal.SIGKILL)
-    # The study stays consistent: both trials were left RUNNING; once stale they are failed and retried.
+    # The study stays consistent: the trials the kill interrupted were left RUNNING (both, unless one finished
+    # between the check above and the kill: a race of the machine's load, so one or two); once stale they are
+    # failed and retried.
     time.sleep(2.5)                                                        # > grace period
     study = optuna.load_study(study_name="w", storage=open_storage(url, heartbeat_interval=1, grace_period=2))
     running = [t.number for t in study.get_trials(states=(TrialState.RUNNING,))]
-    assert len(running) == 2
+    assert 1 <= len(running) <= 2
     optuna.storages.fail_stale_trials(study)
     trials = study.get_trials()
     assert not [t for t in trials if t.state == TrialState.RUNNING]

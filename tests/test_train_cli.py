@@ -97,7 +97,7 @@ def test_train_bad_input(env: dict, tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--data", f"cifar10:{empty}"], "lacks data_batch_1"),
         (["--data", "mnist"], "unknown data task"),
         (["--epochs", "-1"], "--epochs must be >= 0"),
-        (["--threads", "0"], "'threads' must be >= 1"),
+        (["--threads", "0"], "'threads' must be in [1, 1024]"),
         (["--checkpoint", str(tmp_path / "none.pt")], "does not exist"),
         (["--checkpoint", str(env["ckpt"]), "--pretrained"], "either --checkpoint or --pretrained"),
     ]

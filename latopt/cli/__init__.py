@@ -15,6 +15,7 @@ cleanup (:mod:`latopt.signals`): nothing half-written is left behind.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import threading
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from latopt import __version__
 from latopt.cli import exact, export, inspect, profile, run, search, train
-from latopt.errors import LatoptError, one_line
+from latopt.errors import LatoptError, first_line, one_line
 from latopt.log import DEFAULT, setup
 from latopt.signals import EXIT_TERMINATED, Terminated, die_with_parent_from_env, sigterm_raises
 
@@ -111,7 +112,13 @@ def _main(argv: Sequence[str] | None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except MemoryError:
+        print(f"latopt: error: {OUT_OF_MEMORY}", file=sys.stderr)
+        return 2
     except OSError as e:
+        if e.errno == errno.ENOMEM:
+            print(f"latopt: error: {OUT_OF_MEMORY}", file=sys.stderr)
+            return 2
         if not _printing(e):
             raise
         # standard output cannot be written (> /dev/full): pointed at /dev/null, so that the interpreter's own
@@ -119,7 +126,23 @@ def _main(argv: Sequence[str] | None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         print(f"latopt: error: cannot write the standard output: {e.strerror or e}", file=sys.stderr)
         return 2
+    except Exception as e:  # only an allocation failure becomes a line; anything else is re-raised as it is
+        if not _out_of_memory(e):
+            raise
+        print(f"latopt: error: {OUT_OF_MEMORY} ({first_line(e, 120)})", file=sys.stderr)
+        return 2
     return int(rc or 0)
+
+
+OUT_OF_MEMORY = ("out of memory: the model, --batch or --resolution is too large for this machine's memory; "
+                 "lower them")
+_OOM = ("out of memory", "can't allocate memory", "failed to allocate memory", "bad_alloc", "cannot allocate memory")
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """An allocation failure reported by a library as its own exception (torch's "DefaultCPUAllocator: can't
+    allocate memory" RuntimeError and OutOfMemoryError, ONNX Runtime's "Failed to allocate memory")."""
+    return any(m in str(e).lower() for m in _OOM)
 
 
 def _printing(e: OSError) -> bool:

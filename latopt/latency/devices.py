@@ -27,7 +27,7 @@ from pydantic import Field, model_validator
 
 from latopt.artifacts import read_yaml
 from latopt.config import Name, Positive, StrictModel, validated
-from latopt.constants import Backend, Clock, Precision
+from latopt.constants import MAX_BATCH, MAX_THREADS, Backend, Clock, Precision
 from latopt.errors import LatoptError
 from latopt.log import get_logger
 
@@ -53,8 +53,8 @@ class DeviceProfile(StrictModel):
     provider: str | None = None  # ONNX Runtime execution provider (default CPUExecutionProvider)
     cuda_device: Annotated[int, Field(ge=0)] | None = None  # CUDA device index for GPU backends
     precision: Precision = "fp32"
-    batch: Count = 1
-    threads: Count = 1  # intra-op threads (ONNX Runtime) / torch.set_num_threads on CPU
+    batch: Annotated[int, Field(ge=1, le=MAX_BATCH)] = 1
+    threads: Annotated[int, Field(ge=1, le=MAX_THREADS)] = 1  # intra-op threads (ONNX Runtime) / torch.set_num_threads on CPU
     warmup: Calls = 10
     min_repeats: Count = 30
     max_repeats: Count = 300
