@@ -493,3 +493,18 @@ def test_a_copied_fold_is_checked_against_its_own_prefold(runs: dict, tmp_path: 
     assert _export(b / "folded.pt", tmp_path / "out2") == 0
     rec = json.loads((tmp_path / "out2" / "export.json").read_text())
     assert any("not the one this fold came from" in n for n in rec["notes"]), rec["notes"]
+
+
+def test_a_lut_of_another_device_or_batch_is_refused_by_export(runs: dict, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from latopt.blocks import find_blocks
+    from latopt.latency.lut import LUT, BlockEntry, save_lut
+
+    blocks = find_blocks(build_model(MODEL, 10))
+    entries = [BlockEntry(b.index, b.path, b.kind, (1, b.cin, 8, 8), b.foldable, b.reason, {},
+                          {"none": 1.0, "full": 0.5}) for b in blocks]
+    for device, batch, what in (("gpu-torch", 1, "device 'gpu-torch', not 'cpu'"), ("cpu", 8, "batch 8, not 1")):
+        lut = save_lut(LUT(device, MODEL, RES, batch, entries, fixed_ms=0.25), tmp_path / f"{device}-{batch}.json")
+        assert _export(runs["base"], tmp_path / "o", "--fold", "auto", "--lut", str(lut)) == 2
+        assert f"was profiled for {what}" in _one_error_line(capsys)
+        assert not (tmp_path / "o").exists()

@@ -89,10 +89,12 @@ def export_resolution(arch: dict[str, Any], meta: dict[str, Any], override: int 
 
 
 def export_lut(path: str | None, arch: dict[str, Any], device: Any, resolution: int) -> Any | None:
-    """The LUT ``path`` (``--lut``), else the device's default LUT for this model when it exists, else None."""
+    """The LUT ``path`` (``--lut``), else the device's default LUT for this model when it exists, else None.
+    A given LUT must be of this model, resolution, device and batch: export compares its prediction with what
+    it measures on ``device``, and a LUT timed on another device or batch predicts something else."""
     model_name = arch["model"]
     if path:
-        return load_lut(path, model=model_name, resolution=resolution)
+        return load_lut(path, model=model_name, resolution=resolution, device=device.name, batch=device.batch)
     p = default_lut_path(device.name, model_name, resolution, device.batch)
     return load_lut(p, model=model_name, resolution=resolution) if Path(p).is_file() else None
 
