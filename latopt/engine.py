@@ -142,7 +142,8 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
         accel: Accel | None = None, scaler: torch.amp.GradScaler | None = None, start_epoch: int = 0,
         history: list[dict[str, float]] | None = None,
         on_epoch_end: Callable[[list[dict[str, float]]], None] | None = None,
-        clip_grad: float | None = None, best: BestWeights | None = None) -> list[dict[str, float]]:
+        clip_grad: float | None = None, best: BestWeights | None = None,
+        watch: tuple[str, ...] = ("loss", "val")) -> list[dict[str, float]]:
     """Train up to epoch ``epochs``; returns the per-epoch records {epoch, loss, train_acc, val_acc?, lr,
     seconds, ...extras}.
 
@@ -163,8 +164,9 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
     ``clip_grad``: the global gradient norm of each optimizer's parameters is clipped to it before the
     step (after unscaling under fp16). ``best`` (with ``val_loader``): the weights of the best-validation
     epoch are kept there and put back into ``model`` at the end (:class:`BestWeights`). A run going wrong
-    is one warning line each (not one per epoch): an epoch's mean loss :data:`SPIKE` times the lowest so
-    far, a validation accuracy :data:`COLLAPSE` below the best so far."""
+    is one warning line each (not one per epoch), for what ``watch`` names: ``loss``, an epoch's mean loss
+    :data:`SPIKE` times the lowest so far; ``val``, a validation accuracy :data:`COLLAPSE` below the best so
+    far (pre-fold watches the loss only: its accuracy falls by design while it removes non-linearity)."""
     accel = accel or Accel()
     scaler = scaler if scaler is not None else accel.grad_scaler()
     net = accel.wrap(model)
@@ -228,7 +230,7 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
         if val_loader is not None:
             row["val_acc"] = evaluate(model, val_loader, accel)
         row["seconds"] = time.perf_counter() - t0
-        _warn_if_going_wrong(history, row, desc)
+        _warn_if_going_wrong(history, row, desc, watch)
         history.append(row)
         if best is not None and "val_acc" in row:
             best.update(model, row["epoch"], row["val_acc"])
@@ -246,20 +248,21 @@ SPIKE = 1.5       # an epoch's mean loss this many times the lowest so far is a 
 COLLAPSE = 0.15   # a validation accuracy this far (absolute) below the best so far is a collapse
 
 
-def _warn_if_going_wrong(history: list[dict[str, float]], row: dict[str, float], desc: str) -> None:
+def _warn_if_going_wrong(history: list[dict[str, float]], row: dict[str, float], desc: str,
+                         watch: tuple[str, ...] = ("loss", "val")) -> None:
     """One warning line the first time in a run (a resumed run included) that the loss spikes or the
     validation accuracy collapses; the flag is kept in the epoch's record."""
     if not history:
         return
     low = min(r["loss"] for r in history)
-    if row["loss"] > SPIKE * low:
+    if "loss" in watch and row["loss"] > SPIKE * low:
         row["unstable_loss"] = 1.0
         if not any("unstable_loss" in r for r in history):
             _LOG.warning(f"{desc}: the training loss jumped to {row['loss']:.3g} in epoch {row['epoch']} (lowest "
                          f"so far {low:.3g}): training is unstable; a lower learning rate, a warm-up "
                          "(train.warmup_epochs) or gradient clipping (train.clip_grad) helps")
     vals = [r["val_acc"] for r in history if "val_acc" in r]
-    if vals and "val_acc" in row and row["val_acc"] < max(vals) - COLLAPSE:
+    if "val" in watch and vals and "val_acc" in row and row["val_acc"] < max(vals) - COLLAPSE:
         row["unstable_val"] = 1.0
         if not any("unstable_val" in r for r in history):
             _LOG.warning(f"{desc}: validation accuracy fell to {row['val_acc']:.3f} in epoch {row['epoch']} (best "

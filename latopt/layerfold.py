@@ -218,7 +218,7 @@ def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping
 
     history = fit(model, train_loader, f.epochs, optimizer, scheduler, step_loss, val_loader=val_loader,
                   progress=progress, desc="pre-fold", after_step=lambda: clamp_alphas_(model),
-                  extra_optimizers=extra, accel=accel, clip_grad=cfg.train.clip_grad)
+                  extra_optimizers=extra, accel=accel, clip_grad=cfg.train.clip_grad, watch=("loss",))
     model.latopt_prefold = {"history": history, "frozen": comp.frozen,  # type: ignore[attr-defined]
                             "variant_times": {str(i): t for i, t in times.items()}}
     return model

@@ -235,3 +235,31 @@ def test_set_threads() -> None:
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(old)
+
+
+def test_a_run_that_watches_the_loss_only_says_nothing_of_its_accuracy(caplog: pytest.LogCaptureFixture) -> None:
+    # pre-fold: validation accuracy falls by design while non-linearity is removed; only the loss is watched
+    torch.manual_seed(0)
+    x = torch.randn(64, 4)
+    y = (x[:, 0] > 0).long()
+    val = [[(x, y)]]
+
+    def worse_labels() -> None:          # the task the validation set measures drifts away (a stand-in)
+        val[0] = [(x, 1 - y)] if len(seen) >= 8 else val[0]
+        seen.append(1)
+
+    seen: list[int] = []
+
+    class Val:
+        def __iter__(self):
+            return iter(val[0])
+
+    for watch, warned in ((("loss",), False), (("loss", "val"), True)):
+        val[0], seen[:] = [(x, y)], []
+        net = nn.Linear(4, 2)
+        opt = make_optimizer(net, TrainConfig(optimizer="sgd", momentum=0.0, weight_decay=0.0), 0.5)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="latopt"):
+            fit(net, tensor_loader(x, y, 16, seed=0), 4, opt, None, cross_entropy_loss(), val_loader=Val(),
+                progress=False, after_step=worse_labels, watch=watch)
+        assert any("validation accuracy fell" in r.getMessage() for r in caplog.records) == warned, watch
