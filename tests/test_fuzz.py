@@ -32,6 +32,10 @@ CI: dict[str, list[tuple[str, ...]]] = {
         ("zip: data.pkl junk", "search --base", "base"),
         ("pickle: global in meta (marker)", "export", "folded"),
         ("file: not a checkpoint", "train --checkpoint", "base"),
+        # issue 18: well-formed but wrong, SHA-256 recomputed
+        ("tensor: NaN/inf, SHA recomputed", "export", "folded"),
+        ("tensor: NaN/inf, SHA recomputed", "train --checkpoint", "base"),
+        ("meta: accuracy-gate fields removed or cut, SHA recomputed", "export", "base"),
     ],
     "lut": [
         ("unchanged", "export --fold auto --lut"),
@@ -47,8 +51,10 @@ CI: dict[str, list[tuple[str, ...]]] = {
         ("data.task: CIFAR batches with a pickle global (marker)", "train"),
         ("data.task: image folder with a corrupt image", "search"),
         ("not a config", "train"),
+        ("yaml: a key given twice", "train"),                 # issue 18: last-wins hid it
     ],
-    "device": [("unchanged", "profile"), ("name: a path", "profile"), ("integer field: invalid", "export")],
+    "device": [("unchanged", "profile"), ("name: a path", "profile"), ("integer field: invalid", "export"),
+               ("yaml: a key given twice", "profile")],
     "study": [("unchanged", "search (resume)"), ("rows deleted / values corrupted", "search (resume)"),
               ("random bytes", "search --show"), ("table dropped", "search (resume)")],
     "mlp": [("unchanged", "compress"), ("pickle: global as the payload (marker)", "compress"),

@@ -863,6 +863,26 @@ def tensor_record_bytes(draw: Draw, data: bytes, ctx: dict) -> bytes:
 
 
 CKPTS = ("base", "folded", "folded_nothing")
+
+
+def gate_fields(draw: Draw, obj: Any, ctx: dict) -> Any:
+    """The metadata an accuracy gate could hinge on, edited away: a one-sample test split, no task, or no
+    recorded accuracy (issue 18: each exported random weights with exit 0)."""
+    meta = obj.get("meta") if isinstance(obj, dict) else None
+    if isinstance(meta, dict):
+        field = draw(st.sampled_from(["max_samples", "task", "test_acc"]))
+        if field == "max_samples":
+            meta["max_samples"] = 1
+        else:
+            meta.pop(field, None)
+    return obj
+
+
+def duplicate_key(draw: Draw, src: Path, dst: Path, ctx: dict) -> None:
+    """The file with one of its top-level keys given again at its end (YAML's last-wins hid it)."""
+    doc = yaml.safe_load(src.read_text())
+    key = draw(st.sampled_from(sorted(k for k in doc if k == "name" or isinstance(doc[k], dict))))
+    dst.write_text(src.read_text().rstrip("\n") + "\n" + yaml.safe_dump({key: doc[key]}))
 CHECKPOINT = [
     Mutation("unchanged", unchanged, False, CKPTS),
     Mutation("schema: other value", torch_payload(set_field(("schema",), st.sampled_from(
@@ -908,6 +928,10 @@ CHECKPOINT = [
     Mutation("tensor: values randomised", torch_payload(tensor_op("values"), sign=False), True, CKPTS),
     Mutation("tensor: one element moved by one ulp", torch_payload(tensor_op("nudge"), sign=False), True, CKPTS),
     Mutation("tensor: NaN/inf", torch_payload(tensor_op("nonfinite"), sign=False), True, CKPTS),
+    # issue 18: well-formed but wrong, the SHA-256 recomputed (a digest proves nothing about values or fields)
+    Mutation("tensor: NaN/inf, SHA recomputed", torch_payload(tensor_op("nonfinite")), True, CKPTS),
+    Mutation("meta: accuracy-gate fields removed or cut, SHA recomputed", torch_payload(gate_fields), ("export",),
+             ("base",)),
     Mutation("tensor: shape changed", torch_payload(tensor_op("shape"), sign=False), True, CKPTS),
     Mutation("tensor: dtype changed", torch_payload(tensor_op("dtype"), sign=False), True, CKPTS),
     Mutation("state_dict: key removed/renamed/added", torch_payload(state_dict_keys), True, CKPTS),
@@ -1038,6 +1062,7 @@ CONFIG = [
     Mutation("section not a mapping", yaml_doc(set_field((st.sampled_from(["train", "fold", "data", "search", "model"]),),
                                                          st.sampled_from([[1], "x", 1]))), True),
     Mutation("name: a path", yaml_doc(set_field(("name",), st.sampled_from(PATH_NAMES))), True),
+    Mutation("yaml: a key given twice", duplicate_key, True),
     Mutation("data.task: another dataset", yaml_doc(config_task), False),
     Mutation("data.task: CIFAR batches with a pickle global (marker)", yaml_doc(config_evil_cifar), True),
     Mutation("data.task: image folder with a corrupt image", yaml_doc(config_corrupt_images), True),
@@ -1096,6 +1121,7 @@ DEVICE = [
              True),
     Mutation("options: not a mapping", yaml_doc(set_field(("options",), st.sampled_from(["x", [1], 1]))), True),
     Mutation("unknown key", yaml_doc(device_unknown), True),
+    Mutation("yaml: a key given twice", duplicate_key, True),
     Mutation("not a profile", text(["", "name: [unclosed", "- a", "42", b"\xff\xfe",
                                     "name: !!python/object/apply:builtins.open ['{marker}', 'a']",
                                     deep_nesting("[", "]")]), True),
