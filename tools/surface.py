@@ -769,13 +769,15 @@ def deep_nesting(opener: str, closer: str) -> str:
 
 
 # --- checkpoint (torch zip) helpers
-def tensor_op(op: str) -> Callable[[Draw, Any, dict], Any]:
-    """Change one state_dict tensor: values, one element, NaN/inf, shape or dtype."""
+def tensor_op(op: str, floating: bool = False) -> Callable[[Draw, Any, dict], Any]:
+    """Change one state_dict tensor (``floating``: a floating-point one): values, one element, NaN/inf, shape
+    or dtype."""
     def fn(draw: Draw, obj: Any, ctx: dict) -> Any:
         import torch
 
         sd = obj["state_dict"]
-        key = draw(st.sampled_from(sorted(k for k, v in sd.items() if v.numel() > 0)))
+        key = draw(st.sampled_from(sorted(k for k, v in sd.items() if v.numel() > 0
+                                          and (v.is_floating_point() or not floating))))
         t = sd[key].clone()
         if op == "values":
             t = torch.randn(t.shape, generator=torch.Generator().manual_seed(draw(st.integers(0, 9)))).to(t.dtype) \
@@ -929,7 +931,9 @@ CHECKPOINT = [
     Mutation("tensor: one element moved by one ulp", torch_payload(tensor_op("nudge"), sign=False), True, CKPTS),
     Mutation("tensor: NaN/inf", torch_payload(tensor_op("nonfinite"), sign=False), True, CKPTS),
     # issue 18: well-formed but wrong, the SHA-256 recomputed (a digest proves nothing about values or fields)
-    Mutation("tensor: NaN/inf, SHA recomputed", torch_payload(tensor_op("nonfinite")), True, CKPTS),
+    # a weight or BN statistic (an integer buffer such as num_batches_tracked holds no NaN, and casting one
+    # in does not change what the network computes)
+    Mutation("tensor: NaN/inf, SHA recomputed", torch_payload(tensor_op("nonfinite", floating=True)), True, CKPTS),
     Mutation("meta: accuracy-gate fields removed or cut, SHA recomputed", torch_payload(gate_fields), ("export",),
              ("base",)),
     Mutation("tensor: shape changed", torch_payload(tensor_op("shape"), sign=False), True, CKPTS),
