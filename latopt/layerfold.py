@@ -337,12 +337,12 @@ def _cpu_copy(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).to("cpu", memory_format=torch.contiguous_format)
 
 
-def _load_lut(lut: Any, model_name: str, resolution: int) -> Any:
+def _load_lut(lut: Any, model_name: str, resolution: int, fold_mode: str | None = None) -> Any:
     if lut is None or not isinstance(lut, (str, Path)):
         return lut
     if not Path(lut).is_file():
         raise LatoptError(f"LUT {lut} does not exist; create it with `latopt profile` or omit --lut")
-    return load_lut(lut, model=model_name, resolution=resolution)
+    return load_lut(lut, model=model_name, resolution=resolution, fold_mode=fold_mode)
 
 
 def check_base(cfg: RunConfig, base_checkpoint: str | Path) -> tuple[nn.Module, dict, dict]:
@@ -373,7 +373,7 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     task = task or load_task(cfg)
     if int(arch["num_classes"]) != task.num_classes:
         raise LatoptError(f"base checkpoint has {arch['num_classes']} classes, task {task.name!r} has {task.num_classes}")
-    lut_obj = _load_lut(lut, arch["model"], cfg.data.resolution)
+    lut_obj = _load_lut(lut, arch["model"], cfg.data.resolution, cfg.fold.mode)
     costs = None
     if lut_obj is not None:
         costs = lut_costs(lut_obj)

@@ -97,6 +97,10 @@ def test_load_lut_errors(tmp_path) -> None:
         load_lut(path, resolution=160)
     with pytest.raises(LatoptError, match="batch 1, not 8"):
         load_lut(path, batch=8)
+    # issue 18: a LUT of exact folds (bias maps timed) used to fold in paper mode, or the reverse
+    with pytest.raises(LatoptError, match="fold_mode 'exact', not 'paper'.*--fold-mode paper"):
+        load_lut(path, fold_mode="paper")
+    assert load_lut(path, fold_mode="exact").fold_mode == "exact"
     with pytest.raises(LatoptError, match="does not exist"):
         load_lut(tmp_path / "none.json")
     (tmp_path / "bad.json").write_text("{not json")

@@ -97,7 +97,7 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
     if lut_path is not None:
         if not Path(lut_path).is_file():
             raise LatoptError(f"LUT {lut_path} does not exist; create it with `latopt profile --variants full,pw,drop`")
-        lut = load_lut(lut_path, model=arch["model"], resolution=cfg.data.resolution)
+        lut = load_lut(lut_path, model=arch["model"], resolution=cfg.data.resolution, fold_mode=cfg.fold.mode)
     cands = candidates(lut, variants)
     t0 = time.perf_counter()
     if losses is None:

@@ -294,21 +294,23 @@ def save_lut(lut: LUT, path: str | Path) -> Path:
 
 
 def load_lut(path: str | Path, *, model: str | None = None, resolution: int | None = None,
-             batch: int | None = None, device: str | None = None) -> LUT:
-    """Read a LUT; LatoptError when it is corrupt or was profiled for another model/resolution/batch/device."""
+             batch: int | None = None, device: str | None = None, fold_mode: str | None = None) -> LUT:
+    """Read a LUT; LatoptError when it is corrupt or was profiled for another model/resolution/batch/device/fold
+    mode (an exact fold ships bias maps a paper fold has not: their times, and so c_l, differ)."""
     data = read_json(path, schema=LUT_SCHEMA, what="latency LUT")
     try:
         lut = LUT.from_dict(data)
     except LatoptError as e:
         raise LatoptError(f"latency LUT {path} is corrupt: {e}; re-create it with latopt profile") from None
-    want = {"model": model, "resolution": resolution, "batch": batch, "device": device}
+    want = {"model": model, "resolution": resolution, "batch": batch, "device": device, "fold_mode": fold_mode}
     for key, expected in want.items():
         have = getattr(lut, key)
         if expected is not None and have != expected:
             raise LatoptError(
                 f"latency LUT {path} was profiled for {key} {have!r}, not {expected!r}; run "
                 f"latopt profile --device {device or lut.device} --model {model or lut.model} "
-                f"--resolution {resolution or lut.resolution} --batch {batch or lut.batch}")
+                f"--resolution {resolution or lut.resolution} --batch {batch or lut.batch} "
+                f"--fold-mode {fold_mode or lut.fold_mode}")
     if model is not None and len(lut.blocks) != count_blocks(model):
         raise LatoptError(f"latency LUT {path} has {len(lut.blocks)} blocks but {model} has {count_blocks(model)}; "
                           f"re-create it with latopt profile --model {model}")

@@ -115,7 +115,7 @@ def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tupl
         where = "given" if explicit else "expected"
         raise LatoptError(f"no latency LUT for device {cfg.device!r}, model {model}, resolution {res} ({where} at "
                           f"{path}); run: latopt profile --device {cfg.device} --model {model} --resolution {res}")
-    return load_lut(path, model=model, resolution=res), path
+    return load_lut(path, model=model, resolution=res, fold_mode=cfg.fold.mode), path
 
 
 def run_dp_search(o: SearchOptions) -> dict[str, Any]:
