@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,22 +62,21 @@ def test_module_map_matches_the_package() -> None:
     assert sorted(d for d in dirs if f"{d.split('/')[-1]}/" not in block) == [], "packages missing from the map"
 
 
-def test_readme_seed_table_is_generated_from_the_committed_results() -> None:
-    # README's robustness table is what tools/seed_sweep.py prints for results/seed-sweep.json
-    import sys
+def test_generated_blocks_are_up_to_date() -> None:
+    # every block between <!-- regenerate NAME --> markers in README.md and docs/ is what tools/regenerate.py
+    # makes from the committed results (docs/evaluation.md)
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "regenerate.py"), "--check"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = (ROOT / "README.md").read_text()
+    assert "<!-- regenerate seed-sweep -->" in text and "<!-- regenerate seed-sweep-before -->" in text
 
-    sys.path.insert(0, str(ROOT / "tools"))
+
+def test_the_seed_sweep_is_of_the_shipped_quickstart() -> None:
     import json
 
-    import seed_sweep
-
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"<!-- seed-sweep -->\n(.*?)\n<!-- /seed-sweep -->", text, re.S)
-    assert m, "README.md has no seed-sweep block"
-    record = json.loads((ROOT / "results" / "seed-sweep.json").read_text())
-    assert m.group(1).strip() == seed_sweep.summarize(record["runs"]).strip()
-    # the recorded runs are of the shipped quickstart config as it is now
     from latopt.config import dump_config, load_config
 
-    assert record["config"] == "quickstart" and not record["overrides"]
+    record = json.loads((ROOT / "results" / "seed-sweep.json").read_text())
+    assert record["config"] == "quickstart" and not record["overrides"] and record["complete"]
     assert record["resolved"] == dump_config(load_config("quickstart"))
