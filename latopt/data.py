@@ -55,6 +55,7 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset
 from torchvision import transforms as T
 from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
 from latopt.accel import Accel
 from latopt.config import RunConfig
@@ -403,12 +404,13 @@ def _imagefolder(spec: str, root: Path, resolution: int, augment: bool) -> Task:
         if s == "test" and not (root / s).is_dir():
             splits[s] = splits["val"]
             continue
-        _check_folder(root / s)
         try:
             splits[s] = ImageFolder(str(root / s), transform=train_tf if s == "train" else eval_tf,
-                                    loader=functools.partial(_load_image, str(root / s)))
+                                    loader=functools.partial(_load_image, str(root / s)),
+                                    is_valid_file=functools.partial(_image_file, str(root / s)))
         except (FileNotFoundError, OSError) as e:
             raise LatoptError(f"image folder {root / s} is empty or malformed: {_one_line(e)}") from None
+        _check_no_loop(root / s, splits[s].samples)
         if splits[s].classes != splits["train"].classes:
             raise LatoptError(f"image folder {root / s} has classes {splits[s].classes} but {root / 'train'} has "
                               f"{splits['train'].classes}; every split needs the same class folders")
@@ -428,26 +430,31 @@ def _check_image(where: Path, path: str) -> None:
         raise LatoptError(f"image folder {where}: {path} is not a readable image ({_one_line(e)})") from None
 
 
-def _check_folder(split: Path) -> None:
-    """What ImageFolder would read of ``split`` (it follows links), walked first: a link loop (the same images
-    counted again and again), a broken link, or an entry that is not a regular file (a FIFO would block the
-    first read for ever; a device) is one line naming it."""
-    seen: set[Path] = set()
-    for top, _dirs, files in os.walk(split, followlinks=True):
-        real = Path(top).resolve()
-        if real in seen:
-            raise LatoptError(f"image folder {split}: {top} leads back to {real} (a link loop); the same images "
+def _image_file(split: str, path: str) -> bool:
+    """ImageFolder's file filter (its own extensions), which also refuses in one line an image entry that is a
+    broken link or not a regular file (a FIFO would block the first read for ever; a device): checked in
+    ImageFolder's one scan of the folder, not in a second one."""
+    if not has_file_allowed_extension(path, IMG_EXTENSIONS):
+        return False
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        raise LatoptError(f"image folder {split}: {path} is a broken link or cannot be read; remove it") from None
+    if not stat.S_ISREG(mode):
+        raise LatoptError(f"image folder {split}: {path} is not a regular file (a FIFO, device or socket); remove it")
+    return True
+
+
+def _check_no_loop(split: Path, samples: list[tuple[str, int]]) -> None:
+    """ImageFolder follows links: a link back up the tree makes it read the same images again and again (until
+    the system's link depth stops it). Two of its directories that are one real directory are such a loop."""
+    real: dict[str, str] = {}
+    for d in sorted({os.path.dirname(p) for p, _ in samples}, key=len):
+        r = os.path.realpath(d)
+        if r in real:
+            raise LatoptError(f"image folder {split}: {d} leads back to {real[r]} (a link loop); the same images "
                               "would be read again and again: remove the link")
-        seen.add(real)
-        for name in files:
-            p = Path(top) / name
-            try:
-                st = p.stat()
-            except OSError:
-                raise LatoptError(f"image folder {split}: {p} is a broken link or cannot be read; remove it") from None
-            if not stat.S_ISREG(st.st_mode):
-                raise LatoptError(f"image folder {split}: {p} is not a regular file (a FIFO, device or socket); "
-                                  "remove it") from None
+        real[r] = d
 
 
 # CIFAR-10 on disk, in either of its two distributions (never downloaded):

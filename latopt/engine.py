@@ -249,25 +249,23 @@ COLLAPSE = 0.15   # a validation accuracy this far (absolute) below the best so 
 
 
 def _warn_if_going_wrong(history: list[dict[str, float]], row: dict[str, float], desc: str,
-                         watch: tuple[str, ...] = ("loss", "val")) -> None:
+                         watch: tuple[str, ...]) -> None:
     """One warning line the first time in a run (a resumed run included) that the loss spikes or the
     validation accuracy collapses; the flag is kept in the epoch's record."""
     if not history:
         return
+    found = {}
     low = min(r["loss"] for r in history)
     if "loss" in watch and row["loss"] > SPIKE * low:
-        row["unstable_loss"] = 1.0
-        if not any("unstable_loss" in r for r in history):
-            _LOG.warning(f"{desc}: the training loss jumped to {row['loss']:.3g} in epoch {row['epoch']} (lowest "
-                         f"so far {low:.3g}): training is unstable; a lower learning rate, a warm-up "
-                         "(train.warmup_epochs) or gradient clipping (train.clip_grad) helps")
+        found["unstable_loss"] = f"the training loss jumped to {row['loss']:.3g} (lowest so far {low:.3g})"
     vals = [r["val_acc"] for r in history if "val_acc" in r]
     if "val" in watch and vals and "val_acc" in row and row["val_acc"] < max(vals) - COLLAPSE:
-        row["unstable_val"] = 1.0
-        if not any("unstable_val" in r for r in history):
-            _LOG.warning(f"{desc}: validation accuracy fell to {row['val_acc']:.3f} in epoch {row['epoch']} (best "
-                         f"so far {max(vals):.3f}): training is unstable; a lower learning rate, a warm-up "
-                         "(train.warmup_epochs) or gradient clipping (train.clip_grad) helps")
+        found["unstable_val"] = f"validation accuracy fell to {row['val_acc']:.3f} (best so far {max(vals):.3f})"
+    for flag, what in found.items():
+        row[flag] = 1.0
+        if not any(flag in r for r in history):
+            _LOG.warning(f"{desc}: {what} in epoch {row['epoch']}: training is unstable; a lower learning rate, "
+                         "a warm-up (train.warmup_epochs) or gradient clipping (train.clip_grad) helps")
 
 
 def _clip(optimizers: Iterable[torch.optim.Optimizer], max_norm: float | None) -> None:

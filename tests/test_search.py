@@ -346,7 +346,8 @@ def test_a_search_directory_belongs_to_one_study_of_one_storage(tmp_path) -> Non
 
     d = tmp_path / "runs" / "s" / "search"
     url = default_storage_url(d)
-    assert check_study_dir(d, url, "s") == {} and not d.exists()          # nothing written before the study exists
+    check_study_dir(d, url, "s")
+    assert not d.exists()                                                  # nothing written before the study exists
     check_study_dir(d, url, "s", study_id=1)
     assert (d / "study.json").is_file()
     check_study_dir(d, url, "s", study_id=1)                              # the same study again: fine

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,7 +29,9 @@ from typing import Any
 
 import yaml
 
+from latopt.artifacts import write_json_atomic
 from latopt.config import dump_config, load_config
+from latopt.latency.timing import environment_info
 
 SCHEMA = "latopt.seed_sweep/1"
 
@@ -108,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         config = work / "config.yaml"
         config.write_text(yaml.safe_dump(dump_config(cfg), sort_keys=False))
         record = {"schema": SCHEMA, "config": args.config, "overrides": dict(args.overrides),
-                  "resolved": dump_config(cfg), "machine": {"cpu": _cpu(), "cores": os.cpu_count(),
-                                                            "python": platform.python_version()},
+                  "resolved": dump_config(cfg), "machine": environment_info(),
                   "jobs": args.jobs, "complete": False, "runs": _done(args.json, dump_config(cfg))}
         rows: list[dict[str, Any]] = record["runs"]
         have = {(r["seed"], r["threads"]) for r in rows}
@@ -125,12 +124,12 @@ def main(argv: list[str] | None = None) -> int:
                           file=sys.stderr)
                     rows.append(row)
                     if args.json:          # after every run: an interrupted sweep keeps what it measured
-                        _write(args.json, record)
+                        write_json_atomic(args.json, record, indent=1)
     rows.sort(key=lambda r: (r["threads"], r["seed"]))
     record["complete"] = True
     print(summarize(rows))
     if args.json:
-        _write(args.json, record)
+        write_json_atomic(args.json, record, indent=1)
         print(f"wrote {args.json}")
     return 0
 
@@ -143,23 +142,6 @@ def _done(path: Path | None, resolved: dict[str, Any]) -> list[dict[str, Any]]:
     if old.get("schema") != SCHEMA or old.get("resolved") != resolved:
         sys.exit(f"seed_sweep: {path} holds a sweep of another config; give another --json or remove it")
     return [r for r in old["runs"] if "test_acc" in r]
-
-
-def _write(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(path)
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -63,13 +63,11 @@ def entry() -> None:
             stream.reconfigure(errors="backslashreplace")
     code = main()
     try:
-        sys.stdout.flush()
+        sys.stdout.flush()      # what was printed last, still buffered
     except BrokenPipeError:     # `latopt ... | head`: the reader wanted no more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except OSError as e:        # what was printed last could not be written (> /dev/full)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        print(f"latopt: error: cannot write the standard output: {e.strerror or e}", file=sys.stderr)
-        code = code or 2
+        _drop_stdout()
+    except OSError as e:        # > /dev/full
+        code = code or _stdout_failed(e)
     if code in (130, EXIT_TERMINATED):
         deadline = time.monotonic() + STRAY_THREAD_GRACE_S
         for t in threading.enumerate():
@@ -109,28 +107,15 @@ def _main(argv: Sequence[str] | None) -> int:
         print("latopt: terminated", file=sys.stderr)
         return EXIT_TERMINATED
     except BrokenPipeError:  # e.g. `latopt inspect ... | head`
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _drop_stdout()
         return 0
-    except MemoryError:
-        print(f"latopt: error: {OUT_OF_MEMORY}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        if e.errno == errno.ENOMEM:
-            print(f"latopt: error: {OUT_OF_MEMORY}", file=sys.stderr)
+    except Exception as e:  # only what is named here becomes a line; anything else is re-raised as it is
+        if _out_of_memory(e):
+            print(f"latopt: error: {OUT_OF_MEMORY} ({first_line(e, 120)})", file=sys.stderr)
             return 2
-        if not _printing(e):
-            raise
-        # standard output cannot be written (> /dev/full): pointed at /dev/null, so that the interpreter's own
-        # flush at exit does not fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        print(f"latopt: error: cannot write the standard output: {e.strerror or e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # only an allocation failure becomes a line; anything else is re-raised as it is
-        if not _out_of_memory(e):
-            raise
-        print(f"latopt: error: {OUT_OF_MEMORY} ({first_line(e, 120)})", file=sys.stderr)
-        return 2
+        if isinstance(e, OSError) and _printing(e):
+            return _stdout_failed(e)
+        raise
     return int(rc or 0)
 
 
@@ -140,9 +125,23 @@ _OOM = ("out of memory", "can't allocate memory", "failed to allocate memory", "
 
 
 def _out_of_memory(e: BaseException) -> bool:
-    """An allocation failure reported by a library as its own exception (torch's "DefaultCPUAllocator: can't
-    allocate memory" RuntimeError and OutOfMemoryError, ONNX Runtime's "Failed to allocate memory")."""
-    return any(m in str(e).lower() for m in _OOM)
+    """An allocation failure: MemoryError, ENOMEM, or a library's own exception for it (torch's
+    "DefaultCPUAllocator: can't allocate memory" RuntimeError and OutOfMemoryError, ONNX Runtime's "Failed to
+    allocate memory")."""
+    return (isinstance(e, MemoryError) or getattr(e, "errno", None) == errno.ENOMEM
+            or any(m in str(e).lower() for m in _OOM))
+
+
+def _drop_stdout() -> None:
+    """Point standard output at /dev/null, so that the interpreter's own flush at exit cannot fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _stdout_failed(e: OSError) -> int:
+    """Results could not be written to standard output (> /dev/full): one line, exit 2."""
+    _drop_stdout()
+    print(f"latopt: error: cannot write the standard output: {e.strerror or e}", file=sys.stderr)
+    return 2
 
 
 def _printing(e: OSError) -> bool:

@@ -42,7 +42,7 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
         "speedup_range": [a.q1_ms / f.q3_ms, a.q3_ms / f.q1_ms],
         "repeats": {"as_is": a.n, "folded": f.n},
         "precision": device.precision,
-        "clock": getattr(device, "clock", "wall"),   # the device profile's clock: the LUT's too
+        "clock": device.clock,   # the device profile's clock: the LUT's too
     }
     if lut is not None:
         lat["lut_as_is_ms"] = predict(lut, {})
@@ -51,7 +51,7 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
         lat["lut_error_folded"] = lat["lut_folded_ms"] / f.median_ms - 1
         lat["lut_speedup"] = lat["lut_as_is_ms"] / lat["lut_folded_ms"]
         lat["lut_speedup_error"] = lat["lut_speedup"] / lat["speedup"] - 1
-        lat["lut_created"] = getattr(lut, "created", "") or None
+        lat["lut_created"] = lut.created or None
     say(f"as-is {a.median_ms:.3f} ms, folded {f.median_ms:.3f} ms → speed-up {lat['speedup']:.2f}×")
     return lat
 

@@ -39,6 +39,7 @@ from latopt.search._space import space_from_config
 from latopt.search._storage import (
     check_existing,
     default_storage_url,
+    in_memory,
     load_existing,
     open_storage,
     open_study,
@@ -87,8 +88,7 @@ def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
         raise LatoptError(f"--workers must be >= 1, got {o.workers}")
     if o.threads is not None and o.threads < 1:
         raise LatoptError(f"--threads must be >= 1, got {o.threads}")
-    if o.workers > 1 and (o.storage or "").split("?")[0].rstrip("/") in ("sqlite:", "sqlite:/", "sqlite://",
-                                                                         "sqlite:///:memory:"):
+    if o.workers > 1 and o.storage and in_memory(o.storage):
         raise LatoptError(f"--storage {o.storage} is an in-memory database, which each of the --workers would have "
                           "for itself: give a file (sqlite:///PATH) or a server URL, or use --workers 1")
     if o.measure and o.workers > 1:
@@ -203,16 +203,15 @@ def _counts(study: optuna.Study) -> dict[TrialState, int]:
 STUDY_DIR_RECORD = "study.json"   # which study's trials a search directory holds
 
 
-def check_study_dir(study_dir: Path, url: str, name: str, *, study_id: int | None = None,
-                    owner: dict[str, Any] | None = None) -> dict[str, Any]:
+def check_study_dir(study_dir: Path, url: str, name: str, *, study_id: int | None = None) -> None:
     """The trial directories under ``runs/<study>/search/`` belong to one study of one storage: the first
     search there records which (``study.json``: the storage, ``default`` for the directory's own SQLite file
     wherever it is moved, and the study's id once it exists); a search of a same-named study in another
     storage, or of a study deleted and created again, is refused in one line instead of overwriting the
-    other's ``trial-N`` directories. Returns the record."""
+    other's ``trial-N`` directories."""
     where = "default" if url == default_storage_url(study_dir) else redact(url)
     path = study_dir / STUDY_DIR_RECORD
-    rec = owner or (read_json(path, what="study record") if path.is_file() else None)
+    rec = read_json(path, what="study record") if path.is_file() else None
     want = {"storage": where, "study": name}
     if rec is not None and {k: rec.get(k) for k in want} != want:
         raise LatoptError(f"{study_dir} holds the trials of study {rec.get('study')!r} in storage "
@@ -221,10 +220,8 @@ def check_study_dir(study_dir: Path, url: str, name: str, *, study_id: int | Non
         raise LatoptError(f"{study_dir} holds the trials of an earlier study {name!r} (deleted and created again "
                           "since): give another --study or --runs-dir, or remove that directory")
     if study_id is not None and (rec is None or rec.get("study_id") is None):   # recorded once the study exists
-        rec = {**want, "study_id": study_id}
         make_dirs(study_dir)
-        write_json_atomic(path, rec)
-    return rec or {}
+        write_json_atomic(path, {**want, "study_id": study_id})
 
 
 def _base_trial_lost(study: optuna.Study) -> bool:
@@ -272,7 +269,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
     # a --base that is not the config's unfolded base fails before any storage is touched (it would leave
     # a FAILED base trial behind)
     url = o.storage or s.storage or default_storage_url(study_dir)
-    owner = check_study_dir(study_dir, url, name)        # before anything is written there
+    check_study_dir(study_dir, url, name)        # before anything is written there
     base = None if o.base is None else ensure_base(cfg, study_dir, o.base, task=task)
     storage = open_storage(url, heartbeat_interval=o.heartbeat_interval, grace_period=o.grace_period,
                            max_retry=o.max_retry)
@@ -283,7 +280,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
     if base is None:
         base = ensure_base(cfg, study_dir, None, seed=o.seed, progress=o.progress)
     opened = open_study(storage, name, objective_key, identity)
-    check_study_dir(study_dir, url, name, study_id=storage.get_study_id_from_name(name), owner=owner)
+    check_study_dir(study_dir, url, name, study_id=storage.get_study_id_from_name(name))
     study = optuna.load_study(study_name=name, storage=storage, sampler=TrialSeeded(sampler_name, o.seed, trials))
     if opened.created:
         study.set_user_attr("base_checkpoint", str(base.checkpoint))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.engine
 import sqlalchemy.exc
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
@@ -56,6 +57,15 @@ DRIVER_HINTS = {
     "MySQLdb": "write mysql+pymysql://... and pip install pymysql, or pip install mysqlclient",
     "pymysql": "pip install pymysql",
 }
+
+
+def in_memory(url: str) -> bool:
+    """The URL names an SQLite database in memory (each process that opens it has its own)."""
+    try:
+        u = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return False                      # open_storage says what is wrong with it
+    return u.get_backend_name() == "sqlite" and u.database in (None, "", ":memory:")
 
 
 def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT_S,
