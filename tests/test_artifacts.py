@@ -427,7 +427,7 @@ def test_a_temp_name_taken_by_another_writer_is_skipped_and_never_removed(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == [".a.json.aaaaaaaa.tmp", "a.json"]
 
 
-# ------------------------------------------------------------------------- links (issue 18)
+# ------------------------------------------------------------------------- links
 def test_a_link_in_an_output_directory_is_kept_as_a_link_never_followed(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -486,7 +486,7 @@ def test_output_to_a_link_to_a_device_writes_the_device(tmp_path: Path) -> None:
     assert link.is_symlink() and os.readlink(link) == "/dev/null"
 
 
-# --------------------------------------------------------------- YAML aliases, duplicate keys (issue 18)
+# --------------------------------------------------------------- YAML aliases, duplicate keys
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
 

@@ -1,4 +1,4 @@
-"""tools/bench_methods.py (the method table, issue 14 §3): the dominance rule, and a tiny end-to-end --smoke run
+"""tools/bench_methods.py (the method table): the dominance rule, and a tiny end-to-end --smoke run
 (one seed, 96 images, one epoch per stage, short timing budgets) checked for the structure the table rests on."""
 
 from __future__ import annotations

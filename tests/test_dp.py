@@ -1,4 +1,4 @@
-"""The DP method (issue 14 §2): the knapsack against brute force (discretisation included), the selection on
+"""The DP method: the knapsack against brute force (discretisation included), the selection on
 a LUT, the importance losses, and the whole stage on a tiny model down to ``latopt export``'s gates.
 Tiny: MobileNetV2-0.35 (torchvision) at 16 px on 96 digits per split, one epoch."""
 
@@ -50,7 +50,7 @@ def _all_sets(options: dict):
 
 @settings(max_examples=300, deadline=None)
 @given(inst=instances())
-# a fresh clone's run found this one (issue 17): loss 1e-9 at 0 units against loss 0 at 1 unit. The DP's rule
+# a fresh clone's run found this one: loss 1e-9 at 0 units against loss 0 at 1 unit. The DP's rule
 # is least loss first; sets tie only within float rounding (knapsack.TIE_RTOL), so the 1-unit set wins
 @example(inst=({0: {"o0": (0.0, 1e-09), "o1": (1.0, 0.0)}}, 1.0, 1))
 def test_knapsack_is_optimal_against_brute_force(inst) -> None:

@@ -409,7 +409,7 @@ def test_export_precision_the_device_cannot_time_fails_first(runs: dict, tmp_pat
     assert "\n" not in str(e.value) and not out.exists()
 
 
-# ------------------------------------------------------- non-finite weights never ship (issue 18)
+# ------------------------------------------------------- non-finite weights never ship
 @pytest.mark.parametrize(("what", "edit"), [
     ("Inf weight", lambda sd: sd["conv_stem.weight"].view(-1)[0].fill_(float("inf"))),
     ("NaN weight", lambda sd: sd["classifier.weight"].view(-1)[3].fill_(float("nan"))),
@@ -451,7 +451,7 @@ def test_a_gate_against_non_finite_outputs_never_passes() -> None:
     assert compare_outputs("fine", np.array([[1.0, 2.0]]), np.array([[1.0, 2.0]]), 1e-3, "x").passed
 
 
-# ------------------------------------------------ the accuracy gate cannot be edited away (issue 18)
+# ------------------------------------------------ the accuracy gate cannot be edited away
 @pytest.mark.parametrize(("edit", "why"), [
     (lambda m: m.update(max_samples=1), "its test split has 1 sample(s)"),
     (lambda m: m.pop("task"), "it names no task"),

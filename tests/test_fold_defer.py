@@ -1,4 +1,4 @@
-"""Deferred bias maps (issue 14 §1): one bias map per chain of exact-mode full folds, shipped by export.
+"""Deferred bias maps: one bias map per chain of exact-mode full folds, shipped by export.
 
 The rewrite (``latopt.fold.defer_bias_maps``), the export gate that compares it with the per-block network
 (and fails when D is wrong), the exported ONNX graph (one Add per chain), and what the profiler times.

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import surface  # noqa: E402
 
 # A fixed sample of the harness' slots: (mutation, command[, checkpoint]) per kind, each a known way in
-# (see issue 10) or a control that must stay clean; cheap commands only (`run` is left to the harness).
+# or a control that must stay clean; cheap commands only (`run` is left to the harness).
 CI: dict[str, list[tuple[str, ...]]] = {
     "checkpoint": [
         ("unchanged", "export", "folded"),
@@ -32,7 +32,7 @@ CI: dict[str, list[tuple[str, ...]]] = {
         ("zip: data.pkl junk", "search --base", "base"),
         ("pickle: global in meta (marker)", "export", "folded"),
         ("file: not a checkpoint", "train --checkpoint", "base"),
-        # issue 18: well-formed but wrong, SHA-256 recomputed
+        # well-formed but wrong, SHA-256 recomputed
         ("tensor: NaN/inf, SHA recomputed", "export", "folded"),
         ("tensor: NaN/inf, SHA recomputed", "train --checkpoint", "base"),
         ("meta: accuracy-gate fields removed or cut, SHA recomputed", "export", "base"),
@@ -51,7 +51,7 @@ CI: dict[str, list[tuple[str, ...]]] = {
         ("data.task: CIFAR batches with a pickle global (marker)", "train"),
         ("data.task: image folder with a corrupt image", "search"),
         ("not a config", "train"),
-        ("yaml: a key given twice", "train"),                 # issue 18: last-wins hid it
+        ("yaml: a key given twice", "train"),                 # YAML's last-wins hid it
     ],
     "device": [("unchanged", "profile"), ("name: a path", "profile"), ("integer field: invalid", "export"),
                ("yaml: a key given twice", "profile")],

@@ -57,7 +57,7 @@ def test_round_trip(tmp_path) -> None:
 @pytest.mark.parametrize("partial,variants", [(True, ("full", "expand_dw", "dw_project")), (False, ("full",)),
                                               (None, ("full",))])
 def test_lut_written_before_variants_loads(tmp_path, partial, variants) -> None:
-    """A LUT older than issue 14 has ``partial`` (or nothing) instead of ``variants``."""
+    """A LUT older than the fold variants has ``partial`` (or nothing) instead of ``variants``."""
     data = make_lut().to_dict()
     del data["variants"]
     if partial is not None:
@@ -97,7 +97,7 @@ def test_load_lut_errors(tmp_path) -> None:
         load_lut(path, resolution=160)
     with pytest.raises(LatoptError, match="batch 1, not 8"):
         load_lut(path, batch=8)
-    # issue 18: a LUT of exact folds (bias maps timed) used to fold in paper mode, or the reverse
+    # a LUT of exact folds (bias maps timed) used to fold in paper mode, or the reverse
     with pytest.raises(LatoptError, match="fold_mode 'exact', not 'paper'.*--fold-mode paper"):
         load_lut(path, fold_mode="paper")
     assert load_lut(path, fold_mode="exact").fold_mode == "exact"

@@ -117,7 +117,7 @@ def test_round_trip_alpha_model(tmp_path: Path) -> None:
     ("mobilenetv2_035", "exact", {0: "full", 1: "expand_dw", 2: "dw_project", 5: "full"}),
     ("torchvision/mobilenet_v2?width=0.5", "paper", "all"),
     ("tf_efficientnet_lite0", "exact", {1: "full", 3: "dw_project", 4: "expand_dw"}),
-    ("mobilenetv2_035", "exact", {0: "pw", 1: "pw", 2: "drop", 3: "full", 4: "drop", 6: "pw"}),  # issue 14 §2
+    ("mobilenetv2_035", "exact", {0: "pw", 1: "pw", 2: "drop", 3: "full", 4: "drop", 6: "pw"}),  # pw and drop variants
 ])
 def test_round_trip_folded_model(tmp_path: Path, name: str, mode: str, plan) -> None:
     m = randomize_bn_(build_model(name, 10), 1)

@@ -13,7 +13,7 @@ need non-trivial BN):
    accuracy proxy means nothing, so the fewest changed blocks that meet the budget, the fastest such set;
    the LUT needs the variants: ``--variants full,pw,drop``);
 3. each fold set in three forms: exact mode with a bias map per folded block (``per-block``, what export
-   shipped before issue 14), as export ships it now (``deferred``: one bias map per chain of consecutive
+   shipped before deferred maps), as export ships it now (``deferred``: one bias map per chain of consecutive
    folds, ``latopt.fold.defer_bias_maps``) and paper mode (constant bias, no map); export's numeric gates
    (fold in float64 and float32 against the linearised network, the deferred rewrite against the
    per-block network, ONNX Runtime against PyTorch on each exported file);

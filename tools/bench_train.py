@@ -1,4 +1,4 @@
-"""Benchmark: training throughput of latopt's loop (issue 12). Not a test.
+"""Benchmark: training throughput of latopt's loop. Not a test.
 
 Images/s of one training epoch of MobileNetV2-1.0 (timm ``mobilenetv2_100``, 1000 classes) at 224 px on
 synthetic data, through :func:`latopt.engine.fit` with an :class:`latopt.accel.Accel` per setting:

@@ -1,4 +1,4 @@
-"""GPU acceptance check (issues 12 and 13): train, fold, torchrun and time on one CUDA GPU; one table.
+"""GPU acceptance check: train, fold, torchrun and time on one CUDA GPU; one table.
 
     python tools/gpu_check.py [--out DIR] [--epochs 2]      on a machine with a CUDA GPU (< 8 min on one GPU)
     python tools/gpu_check.py --cpu-smoke                    the same steps on the CPU, tiny (a check of the script)
@@ -22,9 +22,9 @@ Checks, in order (each one row of the table; a step that cannot run here is ``ab
    torch backend (``gpu-torch``: CUDA events on the backend's stream, fp32 with TF32 off; ``--cpu-smoke``:
    ``cpu-torch``) with a short budget; passes when both medians are finite and positive and the TF32
    switches are restored after the backend closes.
-5. **profile** (issue 13): ``latopt profile --device gpu-torch`` of MobileNetV2-1.0 at 224: the LUT's prediction
+5. **profile**: ``latopt profile --device gpu-torch`` of MobileNetV2-1.0 at 224: the LUT's prediction
    error on the end-to-end networks held out of its calibration (``--cpu-smoke``: ``cpu-torch``, 0.35 at 32).
-6. **export** (issue 13): ``latopt export --device gpu-torch`` of step 2's folded checkpoint: its gates and
+6. **export**: ``latopt export --device gpu-torch`` of step 2's folded checkpoint: its gates and
    the measured speed-up over the unfolded network.
 7. **TensorRT** / **ORT CUDA**: whether ``tensorrt`` imports and whether onnxruntime offers the CUDA
    provider. Not exercised here: reported as ``absent`` (not installed) or ``skipped`` (present, not exercised), never as pass.
@@ -195,7 +195,7 @@ class Checks:
             f"[IQR {stats['folded'].iqr_ms:.3f}], speed-up x{b / f:.2f}; n {stats['base'].n}/{stats['folded'].n}"
             + ("" if tf32_flags() == before else "; TF32 switches NOT restored")))
 
-    # ------------------------------------------------------------------------- 5. profile, 6. export (issue 13)
+    # ------------------------------------------------------------------------- 5. profile, 6. export
     def _latopt(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
         return subprocess.run([sys.executable, "-m", "latopt", *argv, "-q"], capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""Experiment: is base training robust across seeds and thread counts? (issue 17). Not a test.
+"""Experiment: is base training robust across seeds and thread counts? Not a test.
 
 Trains a run config's base (``latopt train``, one subprocess per run, so each run has its own intra-op
 thread count and so its own float rounding) for every seed in ``--seeds`` at every thread count in

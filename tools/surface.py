@@ -869,7 +869,7 @@ CKPTS = ("base", "folded", "folded_nothing")
 
 def gate_fields(draw: Draw, obj: Any, ctx: dict) -> Any:
     """The metadata an accuracy gate could hinge on, edited away: a one-sample test split, no task, or no
-    recorded accuracy (issue 18: each exported random weights with exit 0)."""
+    recorded accuracy (each once exported random weights with exit 0)."""
     meta = obj.get("meta") if isinstance(obj, dict) else None
     if isinstance(meta, dict):
         field = draw(st.sampled_from(["max_samples", "task", "test_acc"]))
@@ -930,7 +930,7 @@ CHECKPOINT = [
     Mutation("tensor: values randomised", torch_payload(tensor_op("values"), sign=False), True, CKPTS),
     Mutation("tensor: one element moved by one ulp", torch_payload(tensor_op("nudge"), sign=False), True, CKPTS),
     Mutation("tensor: NaN/inf", torch_payload(tensor_op("nonfinite"), sign=False), True, CKPTS),
-    # issue 18: well-formed but wrong, the SHA-256 recomputed (a digest proves nothing about values or fields)
+    # well-formed but wrong, the SHA-256 recomputed (a digest proves nothing about values or fields)
     # a weight or BN statistic (an integer buffer such as num_batches_tracked holds no NaN, and casting one
     # in does not change what the network computes)
     Mutation("tensor: NaN/inf, SHA recomputed", torch_payload(tensor_op("nonfinite", floating=True)), True, CKPTS),

@@ -1,4 +1,4 @@
-"""Budgeted selection of block variants: an exact dynamic program over the device's LUT (issue 14 §2).
+"""Budgeted selection of block variants: an exact dynamic program over the device's LUT.
 
 Each block takes exactly one variant — ``none`` (as it is), ``full``, ``expand_dw``, ``dw_project``
 (Layer Folding's folds), ``pw`` (depthwise conv removed) or ``drop`` (a residual block removed;

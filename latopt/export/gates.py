@@ -44,7 +44,7 @@ TOL_ENGINE = {"fp32": 1e-3, "fp16": 2e-2}   # TensorRT engine vs ONNX Runtime
 # The ONNX, engine and float32 deferred-map gates use max(tolerance, NOISE_K × floor), floor = the
 # network's float32 noise (PyTorch float32 vs float64, relative, on the gate inputs): two correct float32
 # runs of one network differ by a few times the floor (measured: 1.0-2.6x on folded MobileNetV2s, and 5.4x
-# for ONNX Runtime's kernels on one fold set of issue 18, which 4 refused: a correct fold, exit 3), so 8; a
+# for ONNX Runtime's kernels on one correct fold set, which a factor of 4 refused with exit 3), so 8; a
 # wrong weight moves the output by orders of magnitude more than the rounding does (1e-2 and up).
 NOISE_K = 8.0
 ACC_TOL_FP16 = 0.005     # accuracy gate: an fp16 engine may differ by this much more than one sample

@@ -8,7 +8,7 @@ activations removed; the stride kept by sampling the input at (s·y, s·x)); ``d
 block by the identity. Every variant changes the function of the network; the *fold* of a plan does not
 change it any further: it computes the variant network with fewer, larger convolutions, exactly (float64
 algebra, checked by ``verify_fold``). ``full`` and the partial folds are Layer Folding's moves; ``pw`` and
-``drop`` are the depth-compression moves of issue 14 (DepthShrinker / LayerMerge).
+``drop`` are depth-compression moves (DepthShrinker / LayerMerge).
 
 - ``linearize(model, blocks)``: that deep copy; ``blocks`` as for ``fold_blocks``.
 - ``fold_blocks(model, blocks, mode="exact", input_size=(H, W))``: deep copy in which each planned

@@ -29,7 +29,7 @@ folds and, when more variants are profiled, one mixing them all.
 Variants. ``LUT.variants`` lists the fold variants timed besides as-is (``latopt profile --variants``;
 ``full`` always). ``drop`` (a residual block removed) is not timed: its time is 0 by definition (the block
 is gone; what that leaves out, e.g. a residual ``Add`` the network had fused, the mixed held-out network
-measures). A LUT written before ``variants`` existed (issue 14) has ``partial: true|false`` instead and
+measures). A LUT written before ``variants`` existed has ``partial: true|false`` instead and
 loads as ``full`` (+ ``expand_dw``, ``dw_project``).
 """
 
