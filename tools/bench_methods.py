@@ -52,6 +52,8 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/compare.py
+
 CONFIG = "digits_clutter"
 SMOKE = {"train.epochs": 1, "fold.epochs": 1, "fold.post_epochs": 1, "data.max_samples": 96}
 INT8_CALIB = 256           # training images for the INT8 calibration
@@ -98,6 +100,14 @@ def ft_epochs(cfg) -> int:
 
 
 # ------------------------------------------------------------------ the cells
+DP_ABLATIONS = {  # the DP with one part taken away (docs/evaluation.md, Q2), at --ablation-budget
+    "dp-full": {"variants": ("full",)},                 # its larger choice set: only Layer Folding's variant
+    "dp-nopw": {"variants": ("full", "drop")},
+    "dp-nodrop": {"variants": ("full", "pw")},
+    "dp-uniform": {"importance": "uniform"},             # its validation-based importance: none
+}
+
+
 def cell_names(args: argparse.Namespace) -> list[tuple[str, int, list[str]]]:
     """(cell, seed, dependencies) in the order they should run: the cells the table's verdict rests on first."""
     out: list[tuple[str, int, list[str]]] = []
@@ -110,11 +120,6 @@ def cell_names(args: argparse.Namespace) -> list[tuple[str, int, list[str]]]:
         first = [f"s{s}-asis", f"s{s}-lf-lut@{main_lam}", f"s{s}-lf-uniform@{main_lam}"]
         out += [(c, s, base) for c in first if c.split("-", 1)[1] in args.methods_expanded]
     for s in args.seeds:
-        for t in args.prune_targets:
-            c = f"s{s}-prune>{t}"
-            if "prune" in args.methods:
-                out.append((c, s, [f"s{s}-base", f"s{s}-{t}"]))
-    for s in args.seeds:
         base = [f"s{s}-base"]
         for m in ("lf-lut", "lf-uniform"):
             for x in lam:
@@ -124,6 +129,16 @@ def cell_names(args: argparse.Namespace) -> list[tuple[str, int, list[str]]]:
         if "dp" in args.methods:
             for b in args.budgets:
                 out.append((f"s{s}-dp@{b:g}", s, base))
+    for s in args.seeds:
+        for t in args.prune_targets:
+            c = f"s{s}-prune>{t}"
+            if "prune" in args.methods:
+                out.append((c, s, [f"s{s}-base", f"s{s}-{t}"]))
+    for s in args.seeds:
+        if "ablations" in args.methods:
+            for a in DP_ABLATIONS:
+                out.append((f"s{s}-{a}@{args.ablation_budget:g}", s, [f"s{s}-base"]))
+            out.append((f"s{s}-lf-direct@{main_lam}", s, [f"s{s}-base", f"s{s}-lf-lut@{main_lam}"]))
     seen: set[str] = set()
     uniq = []
     for c in out:
@@ -144,6 +159,15 @@ class Ctx:
         self.root = Path(args.runs_dir)
         self.cfg = cfg_for(args)
         self.lut_path = Path(args.lut) if args.lut else self.root / "lut" / f"cpu-r{self.cfg.data.resolution}.json"
+
+    @property
+    def task(self) -> Any:
+        """The task, built once per process (the clutter canvases are generated): the same test split for all."""
+        if getattr(self, "_task", None) is None:
+            from latopt.data import load_task
+
+            self._task = load_task(self.cfg)
+        return self._task
 
     def cell_file(self, cell: str) -> Path:
         return self.root / "cells" / f"{cell}.json"
@@ -172,14 +196,48 @@ def ensure_lut(ctx: Ctx) -> Path:
     return ctx.lut_path
 
 
-def export_cell(ckpt: Path, out: Path) -> dict[str, Any]:
+def onnx_correct(path: str | Path, task: Any) -> np.ndarray:
+    """Per test sample, whether the ONNX file (ONNX Runtime, CPU) predicts its label."""
+    from latopt.export import runner_correct
+    from latopt.runtime import OrtRunner
+
+    with OrtRunner(str(path)) as r:
+        return runner_correct(r, task, batch=256)
+
+
+def correctness(task: Any, path: str | Path, recorded: float | None = None) -> dict[str, Any]:
+    """The ONNX file's per-sample results packed for results/ (docs/evaluation.md: the paired bootstrap needs
+    them); checked against the accuracy export recorded for the same file."""
+    from compare import pack_bits
+
+    hits = onnx_correct(path, task)
+    if recorded is not None and abs(float(hits.mean()) - recorded) > 1e-9:
+        raise RuntimeError(f"{path}: {hits.mean()} correct now, export recorded {recorded}")
+    return {"onnx_acc": float(hits.mean()), "onnx_correct": pack_bits(hits), "test_samples": int(hits.size)}
+
+
+def export_cell(ckpt: Path, out: Path, task: Any) -> dict[str, Any]:
     """``latopt export`` of a checkpoint (gates + ONNX accuracy); no timing here (the measure stage times)."""
     from latopt.export import export
 
     r = export(ckpt, "cpu", out, measure=False, progress=False)
-    return {"onnx": str(out / "model.onnx"), "onnx_acc": r["accuracy"]["test_acc"],
+    onnx = out / "model.onnx"
+    return {"onnx": str(onnx),
             "gates": [{"name": g["name"], "passed": g["passed"], "rel": g.get("max_rel")} for g in r["gates"]],
-            "bias_maps": r.get("bias_maps"), "plan": r["folded"]}
+            "bias_maps": r.get("bias_maps"), "plan": r["folded"],
+            **correctness(task, onnx, r["accuracy"]["test_acc"])}
+
+
+PLATEAU_EPOCHS, PLATEAU_PT = 5, 1.0   # docs/evaluation.md §3: validation over the last 5 epochs within 1 point
+
+
+def plateau(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Did the base reach a validation plateau: its validation accuracy over the last :data:`PLATEAU_EPOCHS`
+    epochs spans less than :data:`PLATEAU_PT` points?"""
+    val = [h["val_acc"] for h in history if "val_acc" in h]
+    last = val[-PLATEAU_EPOCHS:]
+    span = 100 * (max(last) - min(last)) if last else float("nan")
+    return {"last_val": last, "span_pt": span, "plateau": len(last) == PLATEAU_EPOCHS and span < PLATEAU_PT}
 
 
 def cell_base(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
@@ -191,9 +249,12 @@ def cell_base(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
             raise RuntimeError(f"{out} holds another base (seed {m.get('seed')}, epochs {m.get('epochs')})")
     else:
         m = train_base(ctx.cfg, out, seed=seed, progress=True)
+    hist = m.get("history", [])
     return {"test_acc": m["test_acc"], "val_acc": m["val_acc"], "train_seconds": m["train_seconds"],
             "epochs": m["epochs"], "checkpoint": str(out / "base.pt"), "extra_epochs": 0,
-            "test_samples": m["sizes"]["test"]}
+            "test_samples": m["sizes"]["test"], "sizes": m["sizes"],
+            "curve": [{k: h[k] for k in ("epoch", "loss", "val_acc") if k in h} for h in hist],
+            "plateau": plateau(hist)}
 
 
 def cell_asis(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
@@ -205,7 +266,7 @@ def cell_asis(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
     m = train_base(cfg, out / "train", checkpoint=base, seed=seed, progress=True)
     r = {"test_acc": m["test_acc"], "val_acc": m["val_acc"], "train_seconds": m["train_seconds"],
          "extra_epochs": e, "structure": {"kind": "asis"}}
-    r |= export_cell(out / "train" / "base.pt", out / "export")
+    r |= export_cell(out / "train" / "base.pt", out / "export", ctx.task)
     return r
 
 
@@ -216,14 +277,14 @@ def cell_lf(ctx: Ctx, seed: int, out: Path, costs: str, lam: float) -> dict[str,
     lut = ensure_lut(ctx) if costs == "lut" else None
     f = ctx.cfg.fold
     rep = run_fold(ctx.cfg, base, out / "fold", lut=lut, lambda_c=lam, tau=f.tau, p=f.p, granularity="block",
-                   seed=seed, progress=True)
+                   seed=seed, progress=True, task=ctx.task)
     r = {"test_acc": rep["acc"]["finetuned"], "val_acc": rep["val"]["finetuned"],
          "acc_before_ft": rep["acc"]["folded"], "train_seconds": rep["seconds"]["total"],
          "extra_epochs": ft_epochs(ctx.cfg), "n_folded": rep["n_folded"], "n_foldable": rep["n_foldable"],
-         "alphas": rep["alphas"], "lut": None if lut is None else str(lut),
+         "alphas": rep["alphas"], "lut": None if lut is None else Path(lut).name,
          "lut_pred_ms": rep["latency_pred_ms"],
          "structure": {"kind": "fold", "plan": rep["folded"]}}
-    r |= export_cell(out / "fold" / "folded.pt", out / "export")
+    r |= export_cell(out / "fold" / "folded.pt", out / "export", ctx.task)
     return r
 
 
@@ -243,39 +304,75 @@ def ensure_variant_lut(ctx: Ctx) -> Path:
     return path
 
 
-def cell_dp(ctx: Ctx, seed: int, out: Path, budget: float) -> dict[str, Any]:
-    """Block variants (full, pw, drop) chosen by the DP under a latency budget (fraction of the
-    LUT-predicted as-is latency), importance ``proxy``, then fine-tuned directly (no σ_α pre-fold) for the
-    same budget as every method: ``fold.post_epochs`` is set to fold.epochs + fold.post_epochs, at ``fold.lr``
-    like every other method (``fold.post_lr`` is set to it)."""
+def plan_losses(plan: dict[str, str], blocks: list[int]) -> dict[int, dict[str, float]]:
+    """DP losses under which the least-loss plan is exactly ``plan`` (its blocks ``full``, the rest as they
+    are): how :func:`cell_lf_direct` hands Layer Folding's fold set to the DP's fine-tuning path."""
+    want = {int(k) for k, v in plan.items() if v == "full"}
+    if len(want) != len(plan):
+        raise ValueError(f"plan {plan} is not a set of full folds")
+    return {b: ({"none": 1.0, "full": 0.0} if b in want else {"none": 0.0, "full": 1.0}) for b in blocks}
+
+
+def cell_dp(ctx: Ctx, seed: int, out: Path, budget: float, *, variants: tuple[str, ...] = DP_VARIANTS,
+            importance: str = "proxy", losses: dict[int, dict[str, float]] | None = None) -> dict[str, Any]:
+    """Block variants chosen by the DP under a latency budget (fraction of the LUT-predicted as-is latency),
+    then fine-tuned directly (no σ_α pre-fold) for the same budget as every method: ``fold.post_epochs`` is
+    set to fold.epochs + fold.post_epochs, at ``fold.lr`` like every other method (``fold.post_lr`` is set
+    to it). ``variants`` / ``importance`` / ``losses``: the ablations' changes (:data:`DP_ABLATIONS`,
+    :func:`cell_lf_direct`)."""
     from latopt.dp import run_dp
 
     base = ctx.cell_dir(f"s{seed}-base") / "base.pt"
     e = ft_epochs(ctx.cfg)
     cfg = ctx.cfg.with_overrides({"fold.post_epochs": e, "fold.post_lr": ctx.cfg.fold.lr})
-    rep = run_dp(cfg, base, out / "fold", lut=ensure_variant_lut(ctx), budget=budget, importance="proxy",
-                 seed=seed, progress=True)
+    rep = run_dp(cfg, base, out / "fold", lut=ensure_variant_lut(ctx), budget=budget, importance=importance,
+                 variants=variants, losses=losses, seed=seed, progress=True, task=ctx.task)
     r = {"test_acc": rep["acc"]["finetuned"], "val_acc": rep["val"]["finetuned"],
          "acc_before_ft": rep["acc"].get("folded"), "train_seconds": rep["seconds"]["total"], "extra_epochs": e,
          "n_folded": rep["n_folded"], "selection": rep["selection"], "lut_pred_ms": rep["latency_pred_ms"],
+         "importance": rep["importance"], "variants": list(variants),
          "structure": {"kind": "fold", "plan": rep["folded"]}}
-    r |= export_cell(out / "fold" / "folded.pt", out / "export")
+    r |= export_cell(out / "fold" / "folded.pt", out / "export", ctx.task)
     return r
 
 
+def cell_lf_direct(ctx: Ctx, seed: int, out: Path, lam: str) -> dict[str, Any]:
+    """Layer Folding's fold set (the LUT-c_l cell at λ of the same seed) folded from the base and fine-tuned
+    directly like the DP: the same structure as that cell, without its σ_α pre-fold (docs/evaluation.md, Q2)."""
+    from latopt.latency.lut import load_lut
+
+    plan = ctx.done(f"s{seed}-lf-lut@{lam}")["structure"]["plan"]
+    blocks = [b.index for b in load_lut(ensure_variant_lut(ctx)).blocks]
+    r = cell_dp(ctx, seed, out, 1.0, variants=("full",), losses=plan_losses(plan, blocks))
+    if r["structure"]["plan"] != plan:
+        raise RuntimeError(f"the DP applied {r['structure']['plan']}, not Layer Folding's set {plan}")
+    return r | {"source": f"lf-lut@{lam}"}
+
+
 # -- channel pruning (torch-pruning) -------------------------------------------------------------
-def prune_model(model: Any, ratio: float, resolution: int, round_to: int | None) -> Any:
-    """A pruned copy: DepGraph groups, L2 magnitude importance, ``ratio`` of every group's channels removed
-    (not global: the structure depends on the ratio only, not on the weights), classifier output kept."""
+PRUNE_STEPS = 3          # iterative pruning: this many steps, each followed by an equal share of the fine-tuning
+PRUNE_MAX_LAYER = 0.9    # no layer group loses more than this fraction of its channels (no collapsed layers)
+
+
+def make_pruner(model: Any, ratio: float, resolution: int, round_to: int | None, steps: int) -> Any:
+    """torch-pruning's global pruning of ``model`` (in place): DepGraph groups, group L2 magnitude importance
+    (``GroupMagnitudeImportance(p=2)``, mean-normalised per group so groups compare across layers), channels
+    ranked across the whole network, ``ratio`` of them removed over ``steps`` steps (linear schedule), channel
+    counts rounded to ``round_to``, the classifier's outputs kept."""
     import torch
     import torch_pruning as tp
 
+    ignored = [mod for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
+    return tp.pruner.BasePruner(model, torch.randn(1, 3, resolution, resolution),
+                                importance=tp.importance.GroupMagnitudeImportance(p=2), pruning_ratio=ratio,
+                                ignored_layers=ignored, round_to=round_to, global_pruning=True,
+                                iterative_steps=steps, max_pruning_ratio=PRUNE_MAX_LAYER)
+
+
+def prune_model(model: Any, ratio: float, resolution: int, round_to: int | None) -> Any:
+    """A one-shot pruned copy (:func:`make_pruner` in one step): what the ratio search measures."""
     m = copy.deepcopy(model).eval()
-    ignored = [mod for mod in m.modules() if isinstance(mod, torch.nn.Linear)]
-    pruner = tp.pruner.BasePruner(m, torch.randn(1, 3, resolution, resolution),
-                                  importance=tp.importance.MagnitudeImportance(p=2), pruning_ratio=ratio,
-                                  ignored_layers=ignored, round_to=round_to, global_pruning=False)
-    pruner.step()
+    make_pruner(m, ratio, resolution, round_to, 1).step()
     return m
 
 
@@ -344,10 +441,14 @@ def match_prune_ratio(base_model: Any, target_onnx: str, res: int, round_to: int
     return {"ratio": best, "ratio_to_target": meas[best], "matched": False, "tried": tried, "rounds": rounds}
 
 
-def finetune(ctx: Ctx, model: Any, seed: int, epochs: int) -> dict[str, Any]:
-    """The same fine-tuning as the other methods: cfg.train's optimizer and schedule at fold.lr."""
-    from latopt.data import load_task, make_loaders
+def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int) -> dict[str, Any]:
+    """Iterative global pruning (:func:`make_pruner`, :data:`PRUNE_STEPS` steps) with the same fine-tuning
+    budget as the other methods: after each step, ``epochs / PRUNE_STEPS`` epochs of cfg.train's optimizer and
+    schedule at fold.lr (both restarted at each step: the parameters changed shape), best-validation weights
+    kept at the end like every other method."""
+    from latopt.data import make_loaders
     from latopt.engine import (
+        BestWeights,
         cross_entropy_loss,
         evaluate,
         fit,
@@ -356,27 +457,34 @@ def finetune(ctx: Ctx, model: Any, seed: int, epochs: int) -> dict[str, Any]:
         seed_everything,
     )
 
-    cfg = ctx.cfg
-    task = load_task(cfg)
+    cfg, res, task = ctx.cfg, ctx.cfg.data.resolution, ctx.task
     seed_everything(seed)
     train, val, test = make_loaders(task, cfg.data.batch_size, seed)  # one CPU process
-    opt = make_optimizer(model, cfg.train, cfg.fold.lr)
-    sched = make_scheduler(opt, cfg.train, epochs, len(train))
+    pruner = make_pruner(model, ratio, res, ctx.args.round_to, PRUNE_STEPS)
+    share = [epochs // PRUNE_STEPS + (1 if k < epochs % PRUNE_STEPS else 0) for k in range(PRUNE_STEPS)]
     t0 = time.perf_counter()
-    acc0 = evaluate(model, test)
-    hist = fit(model, train, epochs, opt, sched, cross_entropy_loss(cfg.train.label_smoothing), val_loader=val,
-               progress=True, desc="prune-ft")
-    return {"acc_before_ft": acc0, "test_acc": evaluate(model, test), "val_acc": evaluate(model, val),
-            "train_seconds": time.perf_counter() - t0, "history": hist, "task": task}
+    hist: list[dict[str, Any]] = []
+    for k, e in enumerate(share):
+        model.eval()
+        pruner.step()
+        # the final structure's epochs end on their best-validation weights (fit restores them)
+        best = BestWeights() if k == len(share) - 1 else None
+        opt = make_optimizer(model, cfg.train, cfg.fold.lr)
+        sched = make_scheduler(opt, cfg.train, e, len(train))
+        h = fit(model, train, e, opt, sched, cross_entropy_loss(cfg.train.label_smoothing), val_loader=val,
+                progress=True, desc=f"prune-ft step {k + 1}/{PRUNE_STEPS}", clip_grad=cfg.train.clip_grad, best=best)
+        hist += [{**r, "step": k + 1} for r in h]
+    model.eval()
+    return {"test_acc": evaluate(model, test), "val_acc": evaluate(model, val),
+            "train_seconds": time.perf_counter() - t0, "history": hist, "steps": share}
 
 
 def cell_prune(ctx: Ctx, seed: int, out: Path, target: str) -> dict[str, Any]:
     import torch
 
-    from latopt.export import gate_inputs, noise_floor, onnx_gate, runner_accuracy
+    from latopt.export import gate_inputs, noise_floor, onnx_gate
     from latopt.latency.onnx_io import export_onnx
     from latopt.models import load_checkpoint, model_cost
-    from latopt.runtime import OrtRunner
 
     a = ctx.args
     res = ctx.cfg.data.resolution
@@ -385,26 +493,25 @@ def cell_prune(ctx: Ctx, seed: int, out: Path, target: str) -> dict[str, Any]:
     match = match_prune_ratio(base, tgt["onnx"], res, a.round_to, a.match_tol,
                               PRUNE_GRID_SMOKE if a.smoke else PRUNE_GRID, log,
                               MATCH_POLICY_SMOKE if a.smoke else MATCH_POLICY)
-    log(f"s{seed} prune>{target}: ratio {match['ratio']} ({'matched' if match['matched'] else 'NOT matched'}, "
-        f"t/t_target {match['ratio_to_target']['median']:.3f})")
-    model = prune_model(base, match["ratio"], res, a.round_to)
-    ft = finetune(ctx, model, seed, ft_epochs(ctx.cfg))
-    model.eval()
+    log(f"s{seed} prune>{target}: ratio {match['ratio']} ({'matched' if match['matched'] else 'NOT matched'} "
+        f"one-shot, t/t_target {match['ratio_to_target']['median']:.3f}); now pruning iteratively")
+    model = copy.deepcopy(base)
+    ft = prune_iteratively(ctx, model, match["ratio"], seed, ft_epochs(ctx.cfg))
     out.mkdir(parents=True, exist_ok=True)
     onnx_path = export_onnx(model, (1, 3, res, res), out / "model.onnx", dynamic_batch=True)
-    x, inputs = gate_inputs(ft["task"], res, 32, seed)
+    x, inputs = gate_inputs(ctx.task, res, 32, seed)
     gate, _ = onnx_gate(model, onnx_path, x, inputs, noise_floor(model, x))
     if not gate.passed:
         raise RuntimeError(f"ONNX gate failed: {gate.line()}")
-    with OrtRunner(onnx_path) as runner:
-        onnx_acc = runner_accuracy(runner, ft["task"], batch=256)
     torch.save(model, out / "pruned-module.pt")  # the pruned nn.Module (pickled; a bench artefact only)
     cost = model_cost(model, res)
-    return {"test_acc": ft["test_acc"], "val_acc": ft["val_acc"], "acc_before_ft": ft["acc_before_ft"],
-            "train_seconds": ft["train_seconds"], "extra_epochs": ft_epochs(ctx.cfg), "target": target,
-            "match": match, "onnx": str(onnx_path), "onnx_acc": onnx_acc,
+    return {"test_acc": ft["test_acc"], "val_acc": ft["val_acc"], "train_seconds": ft["train_seconds"],
+            "extra_epochs": ft_epochs(ctx.cfg), "target": target, "match": match, "onnx": str(onnx_path),
             "gates": [{"name": gate.name, "passed": gate.passed}], "params": cost["params"], "flops": cost["flops"],
-            "structure": {"kind": "prune", "ratio": match["ratio"], "round_to": a.round_to}}
+            "prune_steps": ft["steps"], "conv_shapes": [list(k) for k in structure_key(model)],
+            "structure": {"kind": "prune", "ratio": match["ratio"], "round_to": a.round_to,
+                          "module": str(out / "pruned-module.pt")},
+            **correctness(ctx.task, onnx_path)}
 
 
 def run_cell(ctx: Ctx, cell: str, seed: int) -> dict[str, Any]:
@@ -414,11 +521,15 @@ def run_cell(ctx: Ctx, cell: str, seed: int) -> dict[str, Any]:
         return cell_base(ctx, seed, out)
     if method == "asis":
         return cell_asis(ctx, seed, out)
-    if method.startswith("lf-"):
-        kind, _, lam = method[3:].partition("@")
-        return cell_lf(ctx, seed, out, kind, float(lam))
-    if method.startswith("dp@"):
-        return cell_dp(ctx, seed, out, float(method[3:]))
+    kind, _, arg = method.partition("@")
+    if kind == "lf-direct":
+        return cell_lf_direct(ctx, seed, out, arg)
+    if kind in ("lf-lut", "lf-uniform"):
+        return cell_lf(ctx, seed, out, kind[3:], float(arg))
+    if kind == "dp":
+        return cell_dp(ctx, seed, out, float(arg))
+    if kind in DP_ABLATIONS:
+        return cell_dp(ctx, seed, out, float(arg), **DP_ABLATIONS[kind])
     if method.startswith("prune>"):
         return cell_prune(ctx, seed, out, method[len("prune>"):])
     raise ValueError(f"unknown cell {cell}")
@@ -548,14 +659,6 @@ def quantize_int8(fp32: Path, out: Path, calib: np.ndarray) -> Path:
     return out
 
 
-def int8_accuracy(task: Any, path: Path) -> float:
-    from latopt.export import runner_accuracy
-    from latopt.runtime import OrtRunner
-
-    with OrtRunner(path) as r:
-        return runner_accuracy(r, task, batch=256)
-
-
 # ------------------------------------------------------------------ measuring
 def structure_net(ctx: Ctx, st: dict[str, Any], res: int, seed: int = 0) -> Any:
     """The network of a cell's structure with random weights at ``res`` (what export would ship there)."""
@@ -572,8 +675,10 @@ def structure_net(ctx: Ctx, st: dict[str, Any], res: int, seed: int = 0) -> Any:
             return m
         f = fold_blocks(m, plan, mode="exact", input_size=(res, res)).eval()
         return defer_bias_maps(f, (res, res))[0].eval()
-    if st["kind"] == "prune":
-        return prune_model(m, st["ratio"], res, st["round_to"])
+    if st["kind"] == "prune":  # global pruning: the structure depends on the weights, so the trained module
+        import torch
+
+        return torch.load(st["module"], weights_only=False).eval()
     raise ValueError(f"no rebuild for structure {st['kind']!r}")
 
 
@@ -628,10 +733,11 @@ def measure(ctx: Ctx, res: int) -> dict[str, Any]:
                      for k, s in stats.items()},
            "random_weights": res != train_res}
     if res == train_res:
-        from latopt.data import load_task
+        from compare import pack_bits
 
-        task = load_task(ctx.cfg)  # built once (the clutter canvases are generated)
-        rec["int8_acc"] = {c: int8_accuracy(task, Path(nets[f"{c}|int8"])) for c in cells}
+        hits = {c: onnx_correct(nets[f"{c}|int8"], ctx.task) for c in cells}
+        rec["int8_acc"] = {c: float(h.mean()) for c, h in hits.items()}
+        rec["int8_correct"] = {c: pack_bits(h) for c, h in hits.items()}
     write_json(out_json, rec)
     log(f"measured in {rec['seconds']:.0f} s, {rec['rounds']} rounds → {out_json}")
     return rec
@@ -944,12 +1050,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=CONFIG)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     ap.add_argument("--smoke", action="store_true", help=f"tiny budgets ({SMOKE}): checks the pipeline only")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--methods", nargs="+", default=["asis", "lf-uniform", "lf-lut", "dp", "prune"])
-    ap.add_argument("--lambdas", type=float, nargs="+", default=[0.3, 1.0, 3.0])
-    ap.add_argument("--budgets", type=float, nargs="+", default=[0.6], help="DP latency budgets (fraction of as-is)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--methods", nargs="+", default=["asis", "lf-uniform", "lf-lut", "dp", "prune", "ablations"])
+    ap.add_argument("--lambdas", type=float, nargs="+", default=[1.0, 2.0, 3.0])
+    ap.add_argument("--budgets", type=float, nargs="+", default=[0.6, 0.75],
+                    help="DP latency budgets (fraction of as-is)")
+    ap.add_argument("--ablation-budget", type=float, default=0.6, help="the budget of the DP ablations")
     ap.add_argument("--prune-targets", nargs="+", default=None,
-                    help="cells whose measured latency pruning is matched to (default: lf-lut at the middle λ)")
+                    help="cells whose measured latency pruning is matched to, one pruning point each "
+                         "(default: lf-lut at every λ)")
     ap.add_argument("--round-to", type=int, default=8, help="pruned channel counts are multiples of this")
     ap.add_argument("--match-tol", type=float, default=0.03)
     ap.add_argument("--lut", default=None, help="the device LUT (default: RUNS/lut/cpu-r<res>.json, profiled once)")
@@ -962,7 +1071,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--doc", default="docs/method-table.md")
     args = ap.parse_args(argv)
     lam_mid = f"{args.lambdas[len(args.lambdas) // 2]:g}"
-    args.prune_targets = args.prune_targets or [f"lf-lut@{lam_mid}"]
+    args.prune_targets = args.prune_targets or [f"lf-lut@{x:g}" for x in args.lambdas]
     args.methods_expanded = {"asis"} | {f"{m}@{lam_mid}" for m in args.methods}
     ctx = Ctx(args)
     args.resolutions = args.resolutions or [ctx.cfg.data.resolution, 224]

@@ -82,6 +82,7 @@ from latopt.export.gates import (
     require_accuracy_gate,
     run_samples,
     runner_accuracy,
+    runner_correct,
     torch_out,
 )
 from latopt.export.graph import tag_block_nodes, write_onnx
@@ -216,4 +217,4 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
 __all__ = ["EXPORT_FILES", "EXPORT_SCHEMA", "NOISE_K", "TOL_ONNX", "Gate", "Plan", "accuracy_gate", "auto_plan", "build_plan",
            "check_fold_size", "checkpoint_task", "compare_outputs", "defer_plan", "deferred_gates", "export",
            "fold_gates", "gate_inputs", "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report",
-           "runner_accuracy", "tag_block_nodes", "torch_out"]
+           "runner_accuracy", "runner_correct", "tag_block_nodes", "torch_out"]

@@ -206,18 +206,19 @@ def gate_inputs(task: Any | None, resolution: int, n: int, seed: int) -> tuple[t
     return torch.randn(n, 3, resolution, resolution, generator=g), "random normal"
 
 
-def runner_accuracy(runner: Any, task: Any, batch: int) -> float:
-    """Top-1 accuracy of a ``latopt.runtime`` runner (ONNX Runtime / TensorRT) on the task's whole test
-    split, ``batch`` samples per call."""
+def runner_correct(runner: Any, task: Any, batch: int) -> np.ndarray:
+    """Per test sample of the task (in order), whether a ``latopt.runtime`` runner (ONNX Runtime / TensorRT)
+    predicts its label: a boolean vector, ``batch`` samples per call."""
     loader = torch.utils.data.DataLoader(task.test, batch_size=batch)
-    correct = total = 0
-    for xb, yb in loader:
-        pred = np.asarray(runner.run(xb.float().numpy())).argmax(1)
-        correct += int((pred == yb.numpy()).sum())
-        total += int(yb.numel())
-    if total == 0:
+    hits = [np.asarray(runner.run(xb.float().numpy())).argmax(1) == yb.numpy() for xb, yb in loader]
+    if not hits:
         raise LatoptError(f"the test split of {task.name} is empty: cannot measure the exported accuracy")
-    return correct / total
+    return np.concatenate(hits)
+
+
+def runner_accuracy(runner: Any, task: Any, batch: int) -> float:
+    """Top-1 accuracy of a runner on the task's whole test split (:func:`runner_correct`)."""
+    return float(runner_correct(runner, task, batch).mean())
 
 
 MIN_GATE_SAMPLES = 30   # a test split smaller than this cannot gate anything (one sample = 1/n of tolerance)

@@ -164,6 +164,24 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# the instruction-set flags that change which kernels (and so which float rounding and speed) a CPU gets
+KERNEL_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni",
+                "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "sve")
+
+
+def _cpu_flags() -> list[str]:
+    """Which of :data:`KERNEL_FLAGS` the CPU reports (Linux ``/proc/cpuinfo``; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("flags", "features")):
+                    have = set(line.split(":", 1)[1].split())
+                    return [x for x in KERNEL_FLAGS if x in have]
+    except OSError:
+        pass
+    return []
+
+
 def _version(dist: str) -> str | None:
 
     try:
@@ -179,6 +197,7 @@ def environment_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu": _cpu_model(),
+        "cpu_flags": _cpu_flags(),
         "cpu_count": os.cpu_count(),
     }
     try:
