@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 
@@ -28,48 +29,85 @@ def _load_tool() -> Any:
 bm = _load_tool()
 
 
-def _row(speedup: float, accs: list[float]) -> dict[str, Any]:
-    by_seed = dict(enumerate(accs))
-    return {"acc_by_seed": by_seed, "r32": {"fp32": {"speedup_vs_fp32_asis": (speedup, speedup, speedup)},
-                                             "int8": {"speedup_vs_fp32_asis": (speedup, speedup, speedup)},
-                                             "int8_acc_by_seed": by_seed}}
+def _results(tmp: Path, points: dict[str, tuple[float, float]], seeds: int = 5) -> Path:
+    """A results/method-table directory of synthetic cells: method -> (speed-up, accuracy); 360 source digits ×
+    3 canvases per seed, the same items right for every method up to its accuracy (paired)."""
+    from compare import pack_bits
+
+    root = tmp / "results"
+    (root / "cells").mkdir(parents=True)
+    env = {"cpu": "test CPU", "cpu_flags": ["avx2"], "cpu_count": 2}
+    run = {"schema": bm.RESULTS_SCHEMA, "commit": "0" * 40, "config": "digits_clutter", "overrides": [],
+           "smoke": False, "seeds": list(range(seeds)), "lambdas": [1.0, 2.0, 3.0], "budgets": [0.6],
+           "ablation_budget": 0.6, "prune_targets": [], "match_tol": 0.03, "round_to": 8, "prune_steps": 3,
+           "int8_calibration": 256, "started": "2026-01-01T00:00:00+0000", "model": "m", "task": "digits-clutter",
+           "resolution": 32, "device": "cpu",
+           "schedule": {"base_epochs": 60, "base_lr": 0.02, "schedule": "cosine", "ft_epochs": 6, "ft_lr": 0.005,
+                        "prefold_epochs": 4, "postfold_epochs": 2},
+           "sizes": {"train": 3234, "val": 1077, "test": 1080}, "test_group": 3, "luts": {},
+           "measure": {"32": {"rounds": 100, "seconds": 1.0, "loadavg_after": [0.0, 0.0, 0.0], "environment": env}}}
+    (root / "run.json").write_text(json.dumps(run))
+    rng = np.random.default_rng(0)
+    order = {s: rng.permutation(360) for s in range(seeds)}
+    for meth, (sp, acc) in {"asis": (1.0, 0.95), **points}.items():
+        for s in range(seeds):
+            digits = np.zeros(360, bool)
+            digits[order[s][: round(acc * 360)]] = True
+            hits = np.repeat(digits, 3)
+            rec = {"cell": f"s{s}-{meth}", "seed": s, "method": meth, "test_acc": float(hits.mean()),
+                   "onnx_acc": float(hits.mean()), "onnx_correct": pack_bits(hits), "test_samples": 1080,
+                   "int8_acc": float(hits.mean()), "int8_correct": pack_bits(hits),
+                   "speedup": {"32": {p: {"vs_fp32_asis": [sp, sp, sp], "vs_int8_asis": [sp, sp, sp], "median_ms": 1 / sp}
+                                      for p in ("fp32", "int8")}},
+                   "structure": {"kind": "fold", "plan": {}}, "n_folded": 3, "extra_epochs": 6}
+            (root / "cells" / f"s{s}-{meth}.json").write_text(json.dumps(rec))
+    return root
 
 
-@pytest.mark.parametrize(("ours", "dominated"), [
-    (_row(1.50, [0.81, 0.82, 0.80]), True),    # as fast, more accurate
-    (_row(1.47, [0.80, 0.81, 0.79]), True),    # 2 % slower (within the 3 % match), same accuracy
-    (_row(1.40, [0.90, 0.90, 0.90]), False),   # more accurate but slower
-    (_row(1.60, [0.75, 0.76, 0.74]), False),   # faster but 5 pt worse on every seed
-])
-def test_dominance_rule(ours: dict[str, Any], dominated: bool) -> None:
-    summ = {"rows": {"lf-lut@3": ours, "prune>lf-lut@3": _row(1.50, [0.80, 0.81, 0.79]),
-                     "asis": _row(1.0, [0.9, 0.9, 0.9])}}
-    dom = bm.dominance(summ, 32, 0.03)
-    assert [(v["precision"], v["rival"]) for v in dom] == [("fp32", "prune>lf-lut@3"), ("int8", "prune>lf-lut@3")]
-    assert all(v["dominated"] is dominated for v in dom)
-    assert all(v["by"]["ours"] == "lf-lut@3" for v in dom)
-    assert "does not dominate" in bm.render_verdict(summ, 32, 0.03) or dominated
+def test_dominance_both_ways(tmp_path: Path) -> None:
+    root = _results(tmp_path, {
+        "lf-uniform@1": (1.50, 0.90),
+        "lf-lut@1": (1.47, 0.90),   # 2 % slower, same accuracy: within the match, each dominates the other
+        "lf-lut@2": (1.80, 0.80),   # faster but 10 pt worse: dominates nothing
+        "lf-uniform@3": (1.70, 0.85),
+        "dp@0.6": (1.80, 0.88),     # as fast as lf-lut@2, 3 pt better than lf-uniform@3 and faster
+    })
+    R = bm.Results(root)
+    rows = {(r["side"], r["point"]): r for r in bm.dominance_rows(R, "fp32")}
+    # lf-uniform@1 is dominated by lf-lut@1 (2 % slower, same accuracy) and dominates it back
+    assert rows[("rival", "lf-uniform@1")]["dominated"] and rows[("ours", "lf-lut@1")]["dominated"]
+    # lf-uniform@3 is dominated by dp@0.6 (faster, 3 pt better), not by lf-lut@2 (as fast, 5 pt worse)
+    r = rows[("rival", "lf-uniform@3")]
+    assert r["dominated"] and r["best"]["by"] == "dp@0.6" and r["best"]["diff"].verdict() == "better"
+    # lf-lut@2 is dominated by no rival: none is as fast as 1.80x (lf-uniform@3 is 6 % slower: outside the match)
+    assert not rows[("ours", "lf-lut@2")]["dominated"] and rows[("ours", "lf-lut@2")]["best"] is None
+    # dp@0.6: no rival as fast
+    assert not rows[("ours", "dp@0.6")]["dominated"]
+    text = bm.render_doc(root)
+    assert "effective test size 360" in text
+    assert "paper Layer Folding (uniform c_l): 2 of its 2 points dominated by ours" in text
+    assert "1 of our 3 points dominated by it (lf-lut@1)" in text
 
 
 @pytest.mark.slow
 def test_smoke_end_to_end(tmp_path: Path) -> None:
-    """Layer Folding with uniform c_l stands for both fold cells (LUT c_l only changes run_fold's costs, tested
-    with the fold): no fold LUT is profiled, which keeps this near a minute on an idle machine. The DP cell
-    profiles its variant LUT."""
-    runs, doc = tmp_path / "runs", tmp_path / "doc" / "method-table.md"
+    """Every stage on a tiny run (one seed, 96 images, one epoch per stage, short timing budgets): the cells
+    the table rests on, the final runs, the published results (no machine paths) and the page made from them.
+    Layer Folding with uniform c_l stands in for the LUT arm where a fold cell is needed (no fold LUT is
+    profiled); the DP cells profile their variant LUT."""
+    runs, results = tmp_path / "runs", tmp_path / "results"
     common = ["--runs-dir", str(runs), "--smoke", "--seeds", "0", "--lambdas", "10",
               "--methods", "asis", "lf-uniform", "dp", "prune", "--prune-targets", "lf-uniform@10",
-              "--resolutions", "32", "48", "--budget-s", "1", "--min-rounds", "5", "--set", "fold.alpha_lr=2"]
-    assert bm.main(["all", *common, "--doc", str(doc)]) == 0
+              "--budgets", "0.6", "--resolutions", "32", "48", "--budget-s", "1", "--min-rounds", "5",
+              "--set", "fold.alpha_lr=2"]
+    assert bm.main(["all", *common, "--results", str(results)]) == 0
 
     cells = {p.stem: json.loads(p.read_text()) for p in (runs / "cells").glob("*.json")}
-    want = {"s0-base", "s0-asis", "s0-lf-uniform@10", "s0-prune>lf-uniform@10"}
-    assert set(cells) == want | {"s0-dp@0.6"}
+    assert set(cells) == {"s0-base", "s0-asis", "s0-lf-uniform@10", "s0-prune>lf-uniform@10", "s0-dp@0.6"}
     assert cells["s0-lf-uniform@10"]["lut"] is None and not (runs / "lut" / "cpu-r32.json").exists()
-    # the DP's variant LUT, its plan exported and rebuilt at the second resolution
     assert (runs / "lut" / "cpu-variants-r32.json").is_file()
-    assert cells["s0-dp@0.6"]["structure"]["kind"] == "fold" and cells["s0-dp@0.6"]["onnx"]
     assert cells["s0-lf-uniform@10"]["n_folded"] >= 1  # the fold cell differs from as-is
+    assert "plateau" in cells["s0-base"] and cells["s0-base"]["curve"]
 
     def channels(path: str) -> list[int]:
         g = onnx.load(path).graph
@@ -78,27 +116,36 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
 
     pruned, asis = channels(cells["s0-prune>lf-uniform@10"]["onnx"]), channels(cells["s0-asis"]["onnx"])
     assert sum(pruned) < sum(asis)  # pruning removed channels
-    assert cells["s0-prune>lf-uniform@10"]["structure"] == {"kind": "prune", "ratio": cells["s0-prune>lf-uniform@10"][
-        "match"]["ratio"], "round_to": 8}
+    assert cells["s0-prune>lf-uniform@10"]["prune_steps"] == [1, 1, 0]
 
     m32 = json.loads((runs / "measure-r32.json").read_text())
     done = sorted(c for c in cells if c != "s0-base")
     assert sorted(m32["stats"]) == sorted(f"{c}|{p}" for c in done for p in ("fp32", "int8"))
     assert len({len(s["samples_ms"]) for s in m32["stats"].values()}) == 1  # one interleaved run
-    assert set(m32["int8_acc"]) == set(done) and all(0 <= a <= 1 for a in m32["int8_acc"].values())
     q = onnx.load(str(runs / "int8-r32" / "s0-lf-uniform@10.onnx")).graph
     assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in q.node}
-
     m48 = json.loads((runs / "measure-r48.json").read_text())
     assert m48["random_weights"] and set(m48["members"]) == set(done)
-    assert m48["members"]["s0-asis"] != m48["members"]["s0-prune>lf-uniform@10"]
 
-    summ = json.loads((runs / "summary.json").read_text())
-    assert summ["rows"]["asis"]["r32"]["fp32"]["speedup_vs_fp32_asis"] == [1.0, 1.0, 1.0]  # rounds aligned
-    text = doc.read_text()
-    assert "| lf-uniform@10 |" in text and "| prune>lf-uniform@10 |" in text and "Dominance" in text
-    assert "(1 seed)" in text and "± 0.00" not in text  # one seed: no sd shown
-    assert doc.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # a rerun is resumable: every cell is skipped, the report is rewritten from the same JSON
-    assert bm.main(["report", *common, "--doc", str(doc)]) == 0
-    assert doc.read_text().count("<!-- table -->") == 1
+    # published: per-sample results that reproduce the accuracies, speed-ups, no machine paths
+    from compare import unpack_bits
+
+    pub = {p.stem: json.loads(p.read_text()) for p in (results / "cells").glob("*.json")}
+    assert set(pub) == set(cells)
+    for c in done:
+        r = pub[c]
+        assert unpack_bits(r["onnx_correct"], r["test_samples"]).mean() == pytest.approx(r["onnx_acc"])
+        assert unpack_bits(r["int8_correct"], r["test_samples"]).mean() == pytest.approx(r["int8_acc"])
+        assert set(r["speedup"]) == {"32", "48"}
+    assert pub["s0-asis"]["speedup"]["32"]["fp32"]["vs_fp32_asis"] == [1.0, 1.0, 1.0]  # rounds aligned
+    assert "vs_target" in pub["s0-prune>lf-uniform@10"]["speedup"]["32"]
+    blob = (results / "run.json").read_text() + "".join(p.read_text() for p in (results / "cells").glob("*.json"))
+    assert str(tmp_path) not in blob
+    text = bm.render_doc(results)
+    assert "**smoke**" in text and "| lf-uniform@10 |" in text and "| prune>lf-uniform@10 |" in text
+    assert "no interval" in text  # one seed: per-seed values, no interval
+    png = bm.pareto_figure(results, tmp_path / "plot.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # resumable: a rerun skips every cell and publishes the same cells
+    assert bm.main(["run", *common]) == 0
+    assert {p.stem for p in (runs / "cells").glob("*.json")} == set(cells)

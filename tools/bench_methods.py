@@ -727,7 +727,12 @@ def measure(ctx: Ctx, res: int) -> dict[str, Any]:
     log(f"measuring {len(nets)} networks at {res} px interleaved (load {os.getloadavg()})")
     t0 = time.perf_counter()
     stats = measure_networks(nets, device, (1, 3, res, res))
+    from latopt.latency.timing import environment_info
+
     rec = {"resolution": res, "seconds": time.perf_counter() - t0, "loadavg_after": os.getloadavg(),
+           "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "environment": environment_info(),
+           "policy": {k: getattr(device, k) for k in ("budget_s", "min_repeats", "max_repeats", "warmup")
+                      if hasattr(device, k)},
            "rounds": next(iter(stats.values())).n, "members": members,
            "stats": {k: {"median_ms": s.median_ms, "q1_ms": s.q1_ms, "q3_ms": s.q3_ms, "samples_ms": s.samples_ms}
                      for k, s in stats.items()},
@@ -743,309 +748,424 @@ def measure(ctx: Ctx, res: int) -> dict[str, Any]:
     return rec
 
 
-# ------------------------------------------------------------------ the report
+# ------------------------------------------------------------------ results/ (the raw data the docs are made from)
+RESULTS_SCHEMA = "latopt.method_table/1"
+MACHINE_KEYS = ("onnx", "checkpoint")   # paths on the machine that ran the cell: not part of the results
+
+
 def _per_round(stats: dict[str, Any], a: str, b: str) -> list[float]:
     return [x / y for x, y in zip(stats[a]["samples_ms"], stats[b]["samples_ms"], strict=True)]
 
 
-def _q(v: list[float]) -> tuple[float, float, float]:
-    q = np.quantile(np.asarray(v), [0.25, 0.5, 0.75])
-    return float(q[1]), float(q[0]), float(q[2])
+def _q(v: list[float]) -> list[float]:
+    """[median, q1, q3]."""
+    q = np.quantile(np.asarray(v), [0.5, 0.25, 0.75])
+    return [float(x) for x in q]
 
 
-def summarise(ctx: Ctx) -> dict[str, Any]:
-    """Per method: accuracy over seeds (fp32, ONNX, INT8) and speed-ups pooled over the seeds' per-round ratios."""
-    cells = {c: ctx.done(c) for c, _, _ in cell_names(ctx.args)}
+def git_commit(where: Path) -> str | None:
+    try:
+        return subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def run_meta(ctx: Ctx, commit: str | None = None, started: str | None = None) -> dict[str, Any]:
+    """What a run is (written by ``run`` before its first cell): the commit of the code, the config and the
+    protocol's settings."""
+    path = ctx.root / "run-meta.json"
+    if path.is_file():
+        return load_json(path)
+    a = ctx.args
+    meta = {"commit": commit or git_commit(Path(__file__).parent), "config": a.config, "overrides": list(a.set),
+            "smoke": bool(a.smoke), "seeds": list(a.seeds), "lambdas": list(a.lambdas), "budgets": list(a.budgets),
+            "ablation_budget": a.ablation_budget, "prune_targets": list(a.prune_targets), "match_tol": a.match_tol,
+            "round_to": a.round_to, "prune_steps": PRUNE_STEPS, "int8_calibration": INT8_CALIB,
+            "started": started or time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    write_json(path, meta)
+    return meta
+
+
+def publish(ctx: Ctx, dest: Path) -> Path:
+    """Write the run's raw results to ``dest`` (``results/method-table``): ``run.json`` (the run's settings,
+    schedule, splits, LUTs, measurement runs and machine) and ``cells/<cell>.json`` per finished cell (its
+    record without machine paths, its per-sample correctness fp32 and INT8, and its speed-ups from the final
+    runs: per-round t(as-is)/t(network) against the fp32 and INT8 as-is networks of its seed, [median, q1,
+    q3]; pruning also t(pruned)/t(target) per round)."""
+    cfg = ctx.cfg
     meas = {res: load_json(ctx.root / f"measure-r{res}.json") for res in ctx.args.resolutions
             if (ctx.root / f"measure-r{res}.json").is_file()}
-    methods: dict[str, dict[str, Any]] = {}
-    for c, r in cells.items():
+    if cfg.data.resolution not in meas:
+        raise SystemExit(f"no final run at {cfg.data.resolution} px in {ctx.root}: run the measure stage first")
+    done = {c: ctx.done(c) for c, _, _ in cell_names(ctx.args)}
+    cells_out = dest / "cells"
+    cells_out.mkdir(parents=True, exist_ok=True)
+    for old in cells_out.glob("*.json"):
+        old.unlink()
+    for c, r in done.items():
         if r is None:
             continue
-        m = methods.setdefault(method_of(c), {"cells": {}})
-        m["cells"][int(r["seed"])] = (c, r)
-    rows = {}
-    for meth, m in methods.items():
-        recs = [r for _, (_, r) in sorted(m["cells"].items())]
-        row: dict[str, Any] = {"method": meth, "seeds": sorted(m["cells"]), "n": len(recs),
-                               "extra_epochs": recs[0].get("extra_epochs", 0)}
-        accs = [r["test_acc"] for r in recs]
-        row["acc"] = (float(np.mean(accs)), float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0)
-        row["acc_seeds"] = accs
-        row["acc_by_seed"] = {s: r["test_acc"] for s, (_, r) in sorted(m["cells"].items())}
-        if all("onnx_acc" in r for r in recs):
-            row["onnx_acc"] = float(np.mean([r["onnx_acc"] for r in recs]))
-        if meth.startswith(("lf-", "dp@")):
-            row["folded"] = [r["n_folded"] for r in recs]
-        if meth.startswith("prune>"):
-            row["ratio"] = [r["match"]["ratio"] for r in recs]
-            row["matched"] = [r["match"]["matched"] for r in recs]
-            row["match_t"] = [r["match"]["ratio_to_target"]["median"] for r in recs]
-        for res, ms in meas.items():
-            cells_here = [(s, c) for s, (c, _) in sorted(m["cells"].items()) if c in ms["members"]]
-            if not cells_here:
-                continue
-            key = {}
-            for prec in ("fp32", "int8"):
-                vs_asis, vs_asis8 = [], []
-                med = []
-                for s, c in cells_here:
-                    asis_c = f"s{s}-asis"
-                    if asis_c not in ms["members"]:
-                        continue
-                    k, ka = ms["members"][c], ms["members"][asis_c]
-                    vs_asis += _per_round(ms["stats"], f"{ka}|fp32", f"{k}|{prec}")
-                    vs_asis8 += _per_round(ms["stats"], f"{ka}|int8", f"{k}|{prec}")
-                    med.append(ms["stats"][f"{k}|{prec}"]["median_ms"])
-                if vs_asis:
-                    key[prec] = {"speedup_vs_fp32_asis": _q(vs_asis), "speedup_vs_int8_asis": _q(vs_asis8),
-                                 "median_ms": float(np.median(med))}
-            if "int8_acc" in ms:
-                a8 = [ms["int8_acc"][c] for _, c in cells_here if c in ms["int8_acc"]]
-                if a8:
-                    key["int8_acc"] = (float(np.mean(a8)), float(np.std(a8, ddof=1)) if len(a8) > 1 else 0.0)
-                    key["int8_acc_by_seed"] = {s: ms["int8_acc"][c] for s, c in cells_here if c in ms["int8_acc"]}
-            row[f"r{res}"] = key
-        rows[meth] = row
-    not_run = {}
-    for c, _, _ in cell_names(ctx.args):
-        meth = method_of(c)
-        if meth not in rows and meth not in not_run:
-            not_run[meth] = "no cell finished (failed, skipped or not reached: see the run's log)"
-    return {"rows": rows, "not_run": not_run,
-            "measure": {res: {k: v for k, v in ms.items() if k not in ("stats",)} for res, ms in meas.items()}}
+        rec = {k: v for k, v in r.items() if k not in MACHINE_KEYS}
+        if "structure" in rec:
+            rec["structure"] = {k: v for k, v in rec["structure"].items() if k != "module"}
+            sp: dict[str, Any] = {}
+            seed = int(r["seed"])
+            for res, ms in meas.items():
+                mem = ms["members"]
+                if c not in mem or f"s{seed}-asis" not in mem:
+                    continue
+                k, ka = mem[c], mem[f"s{seed}-asis"]
+                sp[str(res)] = {prec: {"vs_fp32_asis": _q(_per_round(ms["stats"], f"{ka}|fp32", f"{k}|{prec}")),
+                                       "vs_int8_asis": _q(_per_round(ms["stats"], f"{ka}|int8", f"{k}|{prec}")),
+                                       "median_ms": ms["stats"][f"{k}|{prec}"]["median_ms"]}
+                                for prec in ("fp32", "int8")}
+                if "target" in r and f"s{seed}-{r['target']}" in mem:
+                    kt = mem[f"s{seed}-{r['target']}"]
+                    sp[str(res)]["vs_target"] = _q(_per_round(ms["stats"], f"{k}|fp32", f"{kt}|fp32"))
+            rec["speedup"] = sp
+            tr = meas[cfg.data.resolution]
+            if c in tr.get("int8_correct", {}):
+                rec["int8_acc"], rec["int8_correct"] = tr["int8_acc"][c], tr["int8_correct"][c]
+        write_json(cells_out / f"{c}.json", rec)
+    meta = run_meta(ctx)
+    luts = {}
+    for p in sorted((ctx.root / "lut").glob("*.json")):
+        lut = load_json(p)
+        luts[p.name] = {"created": lut.get("created"), "variants": lut.get("variants"),
+                        "profiling_s": lut.get("profiling_s"),
+                        "held_out_error": lut.get("end_to_end", {}).get("held-out", {}).get("error")}
+    base = next((r for c, r in done.items() if r and method_of(c) == "base"), None)
+    run = {"schema": RESULTS_SCHEMA, **meta, "model": cfg.model.name, "task": cfg.data.task,
+           "resolution": cfg.data.resolution, "device": "cpu",
+           "schedule": {"base_epochs": cfg.train.epochs, "base_lr": cfg.train.lr, "schedule": cfg.train.schedule,
+                        "ft_epochs": ft_epochs(cfg), "ft_lr": cfg.fold.lr, "prefold_epochs": cfg.fold.epochs,
+                        "postfold_epochs": cfg.fold.post_epochs},
+           "sizes": (base or {}).get("sizes"), "test_group": 3 if cfg.data.task == "digits-clutter" else 1,
+           "luts": luts,
+           "measure": {str(res): {k: v for k, v in ms.items()
+                                  if k not in ("stats", "members", "int8_acc", "int8_correct")}
+                       for res, ms in meas.items()}}
+    write_json(dest / "run.json", run)
+    log(f"wrote {dest}/run.json and {sum(r is not None for r in done.values())} cells")
+    return dest
 
 
+# ------------------------------------------------------------------ the report (from results/ only)
 OURS, RIVALS = ("lf-lut", "dp"), ("lf-uniform", "prune")
-DOMINANCE_RULE = (
-    "One of our points (LUT-c_l Layer Folding, DP) dominates a rival point (paper Layer Folding, pruning) when it "
-    "measures at least as fast (median speed-up vs fp32 as-is ≥ the rival's × (1 − {tol:g} %), the latency "
-    "match's tolerance) and its accuracy is within noise or better: the mean over seeds of the paired difference "
-    "(same base model per seed) ≥ −2 standard errors (with one seed: ≥ 0). Per precision; the most accurate "
-    "dominating point is named, else the nearest one (at least as fast, best paired difference).")
+ABLATIONS = (  # (question, A, B): what A − B measures
+    ("the DP's choice set: `pw` and `drop` on top of `full`", "dp@{b}", "dp-full@{b}"),
+    ("`pw` in the choice set", "dp@{b}", "dp-nopw@{b}"),
+    ("`drop` in the choice set", "dp@{b}", "dp-nodrop@{b}"),
+    ("the proxy importance (validation data) against uniform", "dp@{b}", "dp-uniform@{b}"),
+    ("direct fine-tuning against σ_α pre-fold + post-fold, same fold set", "lf-direct@{lam}", "lf-lut@{lam}"),
+    ("the DP's fold set against σ_α's, both `full` only and fine-tuned directly", "dp-full@{b}", "lf-direct@{lam}"),
+)
 
 
-def _point(row: dict[str, Any], res: int, prec: str) -> tuple[float, dict[int, float]] | None:
-    """(median speed-up vs fp32 as-is at ``res``, test accuracy per seed) of a row in one precision."""
-    m = row.get(f"r{res}", {})
-    sp = m.get(prec, {}).get("speedup_vs_fp32_asis")
-    accs = row["acc_by_seed"] if prec == "fp32" else m.get("int8_acc_by_seed")
-    if sp is None or not accs:
-        return None
-    return sp[0], {int(k): v for k, v in accs.items()}
-
-
-def dominance(summ: dict[str, Any], res: int, tol: float, ours: tuple[str, ...] = OURS) -> list[dict[str, Any]]:
-    """Per rival point and precision at ``res``: is it dominated by one of ours (:data:`DOMINANCE_RULE`)?"""
-    rows = summ["rows"]
-    kind = lambda m: m.split("@")[0].split(">")[0]  # noqa: E731
-    out = []
-    for prec in ("fp32", "int8"):
-        for b in sorted((m for m in rows if kind(m) in RIVALS), key=_order):
-            pb = _point(rows[b], res, prec)
-            if pb is None:
-                continue
-            cands = []
-            for a in (m for m in rows if kind(m) in ours):
-                pa = _point(rows[a], res, prec)
-                if pa is None:
-                    continue
-                common = sorted(set(pa[1]) & set(pb[1]))
-                if not common:
-                    continue
-                d = np.array([pa[1][s] - pb[1][s] for s in common])
-                se = float(np.std(d, ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
-                faster = pa[0] >= pb[0] * (1 - tol)
-                ok = bool(faster and d.mean() >= -2 * se)
-                cands.append({"ours": a, "speedup": pa[0], "faster": faster, "dominates": ok,
-                              "diff_mean": float(d.mean()), "diff_sd": float(np.std(d, ddof=1)) if len(d) > 1 else 0.0,
-                              "diff_se": se, "seeds": common})
-            win = [c for c in cands if c["dominates"]]
-            near = [c for c in cands if c["faster"]]
-            best = max(win or near or cands, key=lambda c: c["diff_mean"], default=None)
-            out.append({"precision": prec, "rival": b, "rival_speedup": pb[0], "dominated": bool(win), "by": best})
-    return out
-
-
-def render_verdict(summ: dict[str, Any], res: int, tol: float, ours: tuple[str, ...] = OURS) -> str:
-    dom = dominance(summ, res, tol, ours)
-    if not dom:
-        return "No rival point measured: no verdict."
-    head = (f"| precision | rival | its speed-up @{res} | dominated? | by / nearest of ours | its speed-up | "
-            "paired Δacc (ours − rival, pt), mean ± sd [seeds] |")
-    lines = [head, "|" + "---|" * 7]
-    for v in dom:
-        c = v["by"]
-        lines.append("| " + " | ".join([
-            v["precision"].upper(), v["rival"], f"{v['rival_speedup']:.2f}×", "**yes**" if v["dominated"] else "**no**",
-            c["ours"] if c else "–", f"{c['speedup']:.2f}×" if c else "–",
-            "–" if not c else f"{100 * c['diff_mean']:+.2f} ± {100 * c['diff_sd']:.2f} [{len(c['seeds'])}]"
-            if len(c["seeds"]) > 1 else f"{100 * c['diff_mean']:+.2f} (1 seed)"]) + " |")
-    verdict = []
-    for prec in ("fp32", "int8"):
-        vs = [v for v in dom if v["precision"] == prec]
-        for kind, name in (("lf-uniform", "paper Layer Folding (uniform c_l)"), ("prune", "channel pruning")):
-            k = [v for v in vs if v["rival"].startswith(kind)]
-            if k:
-                n_dom = sum(v["dominated"] for v in k)
-                verdict.append(f"- {prec.upper()}: {name}: {n_dom} of {len(k)} points dominated by ours"
-                               + (" — **ours dominates**." if n_dom == len(k) else " — **ours does not dominate**."))
-    return "\n".join(lines) + "\n\n" + "\n".join(verdict)
+def kind_of(meth: str) -> str:
+    return meth.split("@")[0].split(">")[0]
 
 
 def _order(meth: str) -> tuple:
-    kinds = ["base", "asis", "lf-uniform", "lf-lut", "dp", "prune"]
-    k = meth.split("@")[0].split(">")[0]
-    tail = meth.split("@")[-1] if "@" in meth else meth.split(">")[-1]
+    kinds = ["base", "asis", "lf-uniform", "lf-lut", "dp", "prune", "dp-full", "dp-nopw", "dp-nodrop",
+             "dp-uniform", "lf-direct"]
+    k = kind_of(meth)
     try:
-        num = float(tail)
+        num = float(meth.split("@")[-1]) if "@" in meth else 0.0
     except ValueError:
         num = 0.0
     return (kinds.index(k) if k in kinds else 99, num, meth)
 
 
-def _fmt_acc(v: tuple[float, float], n: int) -> str:
-    """Accuracy in %: mean ± sd over seeds; one seed has no sd."""
-    return f"{100 * v[0]:.2f} ± {100 * v[1]:.2f}" if n > 1 else f"{100 * v[0]:.2f} (1 seed)"
+class Results:
+    """results/method-table read back: per method, per seed, the cell records; correctness vectors unpacked."""
+
+    def __init__(self, root: Path) -> None:
+        from compare import unpack_bits
+
+        self.root = Path(root)
+        self.run = load_json(self.root / "run.json")
+        self.cells = [load_json(p) for p in sorted((self.root / "cells").glob("*.json"))]
+        self.by_method: dict[str, dict[int, dict[str, Any]]] = {}
+        for r in self.cells:
+            self.by_method.setdefault(r["method"], {})[int(r["seed"])] = r
+        self.group = int(self.run["test_group"])
+        self._unpack = unpack_bits
+        self.res = str(self.run["resolution"])
+
+    def methods(self) -> list[str]:
+        return sorted(self.by_method, key=_order)
+
+    def correct(self, meth: str, prec: str) -> dict[int, np.ndarray]:
+        key = "onnx_correct" if prec == "fp32" else "int8_correct"
+        return {s: self._unpack(r[key], r["test_samples"]) for s, r in self.by_method.get(meth, {}).items()
+                if key in r}
+
+    def acc(self, meth: str, prec: str) -> list[float]:
+        key = "onnx_acc" if prec == "fp32" else "int8_acc"
+        return [r[key] for _, r in sorted(self.by_method.get(meth, {}).items()) if key in r]
+
+    def speedups(self, meth: str, res: str, prec: str, ref: str = "vs_fp32_asis") -> list[float]:
+        """Per seed, the median per-round speed-up (as-is time / this network's) in the final run at ``res``."""
+        out = []
+        for _, r in sorted(self.by_method.get(meth, {}).items()):
+            q = r.get("speedup", {}).get(res, {}).get(prec, {}).get(ref)
+            if q is not None:
+                out.append(q[0])
+        return out
+
+    def speedup(self, meth: str, res: str | None = None, prec: str = "fp32", ref: str = "vs_fp32_asis") -> float | None:
+        v = self.speedups(meth, res or self.res, prec, ref)
+        return float(np.median(v)) if v else None
 
 
-def _fmt_sp(v: tuple[float, float, float] | None) -> str:
-    return "–" if v is None else f"{v[0]:.2f}× [{v[1]:.2f}, {v[2]:.2f}]"
+def _fmt_acc(v: list[float]) -> str:
+    if not v:
+        return "–"
+    if len(v) == 1:
+        return f"{100 * v[0]:.2f} (1 seed)"
+    return f"{100 * np.mean(v):.2f} ± {100 * np.std(v, ddof=1):.2f}"
 
 
-def render_table(ctx: Ctx, summ: dict[str, Any]) -> str:
-    rows = summ["rows"]
-    tr = ctx.cfg.data.resolution
-    hi = [r for r in ctx.args.resolutions if r != tr]
-    head = ["method", "extra epochs", "seeds", "folded / pruned", "test acc fp32 (%)", f"speed-up fp32 @{tr}",
-            "test acc INT8 (%)", f"INT8 speed-up @{tr} vs fp32 as-is", f"INT8 vs INT8 as-is @{tr}"]
+def _fmt_sp(v: list[float]) -> str:
+    if not v:
+        return "–"
+    return f"{np.median(v):.2f}× [{min(v):.2f}, {max(v):.2f}]"
+
+
+def render_table(R: Results) -> str:
+    hi = [r for r in R.run["measure"] if r != R.res]
+    head = ["method", "fine-tuning", "seeds", "blocks changed / pruning ratio", "test acc fp32 (%)",
+            f"speed-up fp32 @{R.res}", "test acc INT8 (%)", f"INT8 speed-up @{R.res} vs fp32 as-is",
+            f"INT8 vs INT8 as-is @{R.res}"]
     for r in hi:
         head += [f"speed-up fp32 @{r}", f"INT8 vs INT8 as-is @{r}"]
+    sch = R.run["schedule"]
+    spend = {"base": f"{sch['base_epochs']} epochs from scratch", "asis": f"{sch['ft_epochs']} more epochs",
+             "lf-uniform": f"{sch['prefold_epochs']} pre-fold + {sch['postfold_epochs']} post-fold",
+             "prune": f"{R.run['prune_steps']} steps × {sch['ft_epochs'] // R.run['prune_steps']} epochs"}
+    spend["lf-lut"] = spend["lf-uniform"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for meth in sorted(rows, key=_order):
-        row = rows[meth]
-        acc = _fmt_acc(row["acc"], row["n"])
+    for meth in R.methods():
+        recs = [r for _, r in sorted(R.by_method[meth].items())]
         what = ""
-        if "folded" in row:
-            what = "blocks " + ", ".join(map(str, row["folded"]))
-        if "ratio" in row:
-            what = "ratio " + ", ".join(f"{x:.2f}" for x in row["ratio"]) + " (t/t_target " + ", ".join(
-                f"{x:.2f}" for x in row["match_t"]) + ")"
-        m = row.get(f"r{tr}", {})
-        a8 = m.get("int8_acc")
-        cells = [meth, str(row["extra_epochs"]), str(row["n"]), what, acc,
-                 _fmt_sp(m.get("fp32", {}).get("speedup_vs_fp32_asis")),
-                 "–" if a8 is None else _fmt_acc(a8, len(m.get("int8_acc_by_seed", {}))),
-                 _fmt_sp(m.get("int8", {}).get("speedup_vs_fp32_asis")),
-                 _fmt_sp(m.get("int8", {}).get("speedup_vs_int8_asis"))]
-        for r in hi:
-            mr = row.get(f"r{r}", {})
-            cells += [_fmt_sp(mr.get("fp32", {}).get("speedup_vs_fp32_asis")),
-                      _fmt_sp(mr.get("int8", {}).get("speedup_vs_int8_asis"))]
+        if "n_folded" in recs[0]:
+            what = ", ".join(str(r["n_folded"]) for r in recs)
+        if "match" in recs[0]:
+            what = ", ".join(f"{r['match']['ratio']:.2f}" for r in recs)
+        acc = [r["test_acc"] for r in recs] if meth == "base" else R.acc(meth, "fp32")
+        cells = [meth, spend.get(kind_of(meth), f"{sch['ft_epochs']} direct"), str(len(recs)), what, _fmt_acc(acc)]
+        if meth == "base":
+            cells += ["–"] * (len(head) - len(cells))
+        else:
+            cells += [_fmt_sp(R.speedups(meth, R.res, "fp32")), _fmt_acc(R.acc(meth, "int8")),
+                      _fmt_sp(R.speedups(meth, R.res, "int8")), _fmt_sp(R.speedups(meth, R.res, "int8", "vs_int8_asis"))]
+            for r in hi:
+                cells += [_fmt_sp(R.speedups(meth, r, "fp32")), _fmt_sp(R.speedups(meth, r, "int8", "vs_int8_asis"))]
         lines.append("| " + " | ".join(cells) + " |")
-    for meth, why in sorted(summ.get("not_run", {}).items(), key=lambda kv: _order(kv[0])):
-        lines.append("| " + " | ".join([meth, "–", "0", why] + ["–"] * (len(head) - 4)) + " |")
     return "\n".join(lines)
 
 
-def pareto_figure(ctx: Ctx, summ: dict[str, Any], path: Path) -> Path:
-    """Accuracy (mean ± sd over seeds) against measured speed-up vs fp32 as-is; fp32 and INT8 panels."""
+def dominance_rows(R: Results, prec: str, ours: tuple[str, ...] = OURS, rivals: tuple[str, ...] = RIVALS
+                   ) -> list[dict[str, Any]]:
+    """Dominance both ways (tools/compare.py): for every point of either side, the points of the other side
+    that measure at least as fast (within the match); of those, the one whose paired interval
+    (challenger − point) has the highest lower end. ``dominated`` when it is non-inferior by the margin."""
+    from compare import at_least_as_fast, paired_bootstrap
+
+    mine = [m for m in R.methods() if kind_of(m) in ours]
+    theirs = [m for m in R.methods() if kind_of(m) in rivals]
+    cache: dict[tuple[str, str], Any] = {}
+    out = []
+    for side, points, challengers in (("rival", theirs, mine), ("ours", mine, theirs)):
+        for b in points:
+            sb = R.speedup(b, prec=prec)
+            cands = []
+            for a in challengers:
+                sa = R.speedup(a, prec=prec)
+                ca, cb = R.correct(a, prec), R.correct(b, prec)
+                if sa is None or sb is None or not at_least_as_fast(sa, sb) or not (set(ca) & set(cb)):
+                    continue
+                if (a, b) not in cache:
+                    cache[(a, b)] = paired_bootstrap(ca, cb, group=R.group)
+                cands.append({"by": a, "s_by": sa, "diff": cache[(a, b)]})
+            best = max(cands, key=lambda c: (c["diff"].lo if c["diff"].lo is not None else c["diff"].mean),
+                       default=None)
+            out.append({"side": side, "point": b, "speedup": sb, "best": best,
+                        "dominated": bool(best and best["diff"].non_inferior())})
+    return out
+
+
+def render_dominance(R: Results, prec: str, ours: tuple[str, ...] = OURS, rivals: tuple[str, ...] = RIVALS) -> str:
+    rows = dominance_rows(R, prec, ours, rivals)
+    lines = []
+    for side, title in (("rival", "Is a rival point dominated by one of ours?"),
+                        ("ours", "Is one of our points dominated by a rival?")):
+        lines += [f"{title}", "",
+                  "| point | its speed-up | best challenger at least as fast | its speed-up | "
+                  "Δacc challenger − point, pt [95 % CI] | label (±1 pt) | dominated |", "|" + "---|" * 7]
+        for r in (r for r in rows if r["side"] == side):
+            c = r["best"]
+            lines.append("| " + " | ".join([
+                r["point"], f"{r['speedup']:.2f}×", c["by"] if c else "none", f"{c['s_by']:.2f}×" if c else "–",
+                c["diff"].text() if c else "–", c["diff"].verdict() if c else "–",
+                "**yes**" if r["dominated"] else "no"]) + " |")
+        lines.append("")
+    verdict = []
+    for fam, name in ((f, n) for f, n in (("lf-uniform", "paper Layer Folding (uniform c_l)"),
+                                            ("prune", "channel pruning")) if f in rivals):
+        pts = [r for r in rows if r["side"] == "rival" and kind_of(r["point"]) == fam]
+        if not pts:
+            continue
+        dom = [r["point"] for r in pts if r["dominated"]]
+        back = [r["point"] for r in rows if r["side"] == "ours" and r["dominated"] and kind_of(r["best"]["by"]) == fam]
+        verdict.append(f"- {prec.upper()}, {name}: {len(dom)} of its {len(pts)} points dominated by ours"
+                       + (f" ({', '.join(dom)})" if dom else "") + f"; {len(back)} of our "
+                       f"{sum(1 for r in rows if r['side'] == 'ours')} points dominated by it"
+                       + (f" ({', '.join(back)})" if back else "") + ".")
+    return "\n".join(lines) + "\n" + "\n".join(verdict)
+
+
+def render_pruning(R: Results) -> str:
+    from compare import MATCH_TOL, paired_bootstrap
+
+    pts = [m for m in R.methods() if kind_of(m) == "prune"]
+    if not pts:
+        return "No pruning point ran."
+    lines = ["| point | target | ratio per seed | t(pruned)/t(target) in the final run, median over seeds "
+             "[range] | matched (±3 %) | Δacc target − pruned fp32, pt [95 % CI] | label |", "|" + "---|" * 7]
+    for m in pts:
+        recs = [r for _, r in sorted(R.by_method[m].items())]
+        tgt = recs[0]["target"]
+        vt = [r["speedup"][R.res]["vs_target"][0] for r in recs if "vs_target" in r.get("speedup", {}).get(R.res, {})]
+        med = float(np.median(vt)) if vt else float("nan")
+        d = paired_bootstrap(R.correct(tgt, "fp32"), R.correct(m, "fp32"), group=R.group)
+        ratios = ", ".join(f"{r['match']['ratio']:.2f}" for r in recs)
+        lines.append(f"| {m} | {tgt} | {ratios} | "
+                     f"{med:.3f} [{min(vt):.3f}, {max(vt):.3f}] | {'yes' if abs(med - 1) <= MATCH_TOL else '**no**'} | "
+                     f"{d.text()} | {d.verdict()} |")
+    return "\n".join(lines)
+
+
+def render_ablations(R: Results) -> str:
+    from compare import paired_bootstrap
+
+    b, lams = f"{R.run['ablation_budget']:g}", [f"{x:g}" for x in R.run["lambdas"]]
+    lam = lams[len(lams) // 2]
+    lines = ["| what A − B measures | A | speed-up A | B | speed-up B | Δacc A − B fp32, pt [95 % CI] | label |",
+             "|" + "---|" * 7]
+    for q, a, bb in ABLATIONS:
+        a, bb = a.format(b=b, lam=lam), bb.format(b=b, lam=lam)
+        ca, cb = R.correct(a, "fp32"), R.correct(bb, "fp32")
+        if not (set(ca) & set(cb)):
+            lines.append(f"| {q} | {a} | – | {bb} | – | not run | – |")
+            continue
+        d = paired_bootstrap(ca, cb, group=R.group)
+        lines.append(f"| {q} | {a} | {R.speedup(a):.2f}× | {bb} | {R.speedup(bb):.2f}× | {d.text()} | {d.verdict()} |")
+    return "\n".join(lines)
+
+
+def render_bases(R: Results) -> str:
+    recs = [r for _, r in sorted(R.by_method.get("base", {}).items())]
+    lines = ["| seed | test acc (%) | val acc over the last 5 epochs (%) | span (pt) | plateau (< 1 pt) |",
+             "|---|---|---|---|---|"]
+    for r in recs:
+        p = r["plateau"]
+        lines.append(f"| {r['seed']} | {100 * r['test_acc']:.2f} | "
+                     f"{', '.join(f'{100 * v:.2f}' for v in p['last_val'])} | {p['span_pt']:.2f} | "
+                     f"{'yes' if p['plateau'] else '**no**'} |")
+    return "\n".join(lines)
+
+
+def render_doc(root: Path) -> str:
+    """The generated block of docs/method-table.md, from results/method-table only."""
+    from compare import MARGIN, MATCH_TOL, MIN_SEEDS, N_BOOT
+
+    R = Results(root)
+    run, sch = R.run, R.run["schedule"]
+    sizes = run.get("sizes") or {}
+    env = run["measure"][R.res].get("environment", {})
+    meta = [f"Generated by `python tools/regenerate.py` from `results/method-table/` (run of commit "
+            f"`{(run.get('commit') or 'unknown')[:10]}`, started {run['started'][:16].replace('T', ' ')}"
+            + (", **smoke**: not a result" if run.get("smoke") else "") + ").",
+            "",
+            f"- `{run['model']}` on `{run['task']}` @{run['resolution']} px, config `{run['config']}` with "
+            f"{' '.join(f'`{kv}`' for kv in run['overrides']) or 'no overrides'}; seeds {run['seeds']}.",
+            f"- Bases: {sch['base_epochs']} epochs (lr {sch['base_lr']:g}, {sch['schedule']}). Every method then gets "
+            f"{sch['ft_epochs']} epochs of fine-tuning at lr {sch['ft_lr']:g} (the `fine-tuning` column says how).",
+            f"- Splits: {sizes.get('train')} training / {sizes.get('val')} validation / {sizes.get('test')} test "
+            f"canvases; the test split is {sizes.get('test', 0) // R.group} source digits × {R.group} canvases, the "
+            f"same for every seed: **effective test size {sizes.get('test', 0) // R.group}**, one source digit = "
+            f"{100 * R.group / max(1, sizes.get('test', 1)):.2f} pt.",
+            f"- Intervals: paired bootstrap over seeds and source digits, {N_BOOT} resamples, 95 % percentile; "
+            f"none with fewer than {MIN_SEEDS} seeds. Margin ±{100 * MARGIN:g} pt; equal latency within "
+            f"±{100 * MATCH_TOL:g} % (docs/evaluation.md).",
+            f"- Machine: {env.get('cpu', '?')}, flags {' '.join(env.get('cpu_flags', [])) or '?'}, "
+            f"{env.get('cpu_count', '?')} cores."]
+    for res, mm in sorted(run["measure"].items(), key=lambda kv: int(kv[0])):
+        meta.append(f"- Final run @{res} px: all networks fp32 and INT8 interleaved, {mm['rounds']} rounds, "
+                    f"{mm['seconds']:.0f} s, load average after {[round(x, 1) for x in mm['loadavg_after']]}"
+                    + ("; random weights (structures only)" if mm.get("random_weights") else "") + ".")
+    out = ["\n".join(meta), "### Bases", render_bases(R), "### All points", render_table(R),
+           "Speed-ups: per seed the median of per-round ratios against that seed's fp32 (or INT8) as-is network in "
+           "the final run; shown as the median over seeds [min, max over seeds]. Accuracy: the exported ONNX "
+           "file's (INT8: the quantised file's), mean ± sd over seeds.",
+           "### Q1: ours against the alternatives, both ways"]
+    for prec in ("fp32", "int8"):
+        out += [f"#### {prec.upper()}", render_dominance(R, prec)]
+    out += ["#### LUT-c_l Layer Folding alone against paper Layer Folding (FP32, without the DP)",
+            render_dominance(R, "fp32", ours=("lf-lut",), rivals=("lf-uniform",)),
+            "### The pruning front", render_pruning(R),
+            "### Q2: ablations of the DP (budget " + f"{run['ablation_budget']:g})", render_ablations(R)]
+    return "\n\n".join(out) + "\n"
+
+
+def pareto_figure(root: Path, path: Path) -> Path:
+    """Accuracy (mean ± sd over seeds) against the measured speed-up (median over seeds, range), fp32 and INT8."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    tr = ctx.cfg.data.resolution
+    R = Results(root)
     fig = Figure(figsize=(11, 4.6))
     FigureCanvasAgg(fig)
     styles = {"asis": ("k", "s"), "lf-uniform": ("tab:blue", "o"), "lf-lut": ("tab:red", "D"),
-              "dp": ("tab:green", "^"), "prune": ("tab:purple", "v"), "base": ("grey", "x")}
+              "dp": ("tab:green", "^"), "prune": ("tab:purple", "v")}
     for j, prec in enumerate(("fp32", "int8")):
         ax = fig.add_subplot(1, 2, j + 1)
-        groups: dict[str, list[tuple[float, float, float, float, float, str]]] = {}
-        for meth, row in summ["rows"].items():
-            m = row.get(f"r{tr}", {})
-            sp = m.get(prec, {}).get("speedup_vs_fp32_asis")
-            acc = row["acc"] if prec == "fp32" else m.get("int8_acc")
-            if sp is None or acc is None:
+        for kind, (c, mk) in styles.items():
+            pts = []
+            for meth in (m for m in R.methods() if kind_of(m) == kind):
+                sp, acc = R.speedups(meth, R.res, prec), R.acc(meth, prec)
+                if sp and acc:
+                    pts.append((float(np.median(sp)), min(sp), max(sp), 100 * np.mean(acc),
+                                100 * np.std(acc, ddof=1) if len(acc) > 1 else 0.0, meth))
+            if not pts:
                 continue
-            kind = meth.split("@")[0].split(">")[0]
-            groups.setdefault(kind, []).append((sp[0], sp[1], sp[2], 100 * acc[0], 100 * acc[1], meth))
-        for kind, pts in groups.items():
             pts.sort()
-            c, mk = styles.get(kind, ("grey", "o"))
-            xs = [p[0] for p in pts]
-            ax.errorbar(xs, [p[3] for p in pts], yerr=[p[4] for p in pts],
+            ax.errorbar([p[0] for p in pts], [p[3] for p in pts], yerr=[p[4] for p in pts],
                         xerr=[[p[0] - p[1] for p in pts], [p[2] - p[0] for p in pts]], color=c, marker=mk,
                         linestyle="-" if len(pts) > 1 else "none", capsize=3, label=kind)
             for p in pts:
-                tag = (f"λ{p[5].split('@')[-1]}" if kind.startswith("lf") else
-                       f"→{p[5].split('>', 1)[1]}" if ">" in p[5] else p[5].split("@")[-1] if "@" in p[5] else "")
+                tag = p[5].split("@")[-1] if "@" in p[5] else ("→" + p[5].split(">", 1)[1] if ">" in p[5] else "")
                 if tag:
                     ax.annotate(tag, (p[0], p[3]), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        ax.set_xlabel(f"speed-up vs fp32 as-is, measured @{tr} px (median, quartiles)")
+        ax.set_xlabel(f"speed-up vs fp32 as-is, final run @{R.res} px (median over seeds, range)")
         ax.set_ylabel(f"test accuracy {prec} (%), mean ± sd over seeds")
         ax.set_title(f"{prec.upper()}: ONNX Runtime CPU, 1 thread")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{ctx.cfg.model.name} on {ctx.cfg.data.task} @{tr} px: accuracy vs measured latency "
-                 "(up and right is better)", fontsize=10)
+    fig.suptitle(f"{R.run['model']} on {R.run['task']} @{R.res} px (up and right is better)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
 
 
-def report(ctx: Ctx) -> int:
-    summ = summarise(ctx)
-    write_json(ctx.root / "summary.json", summ)
-    table = render_table(ctx, summ)
-    print(table)
-    doc = Path(ctx.args.doc)
-    png = pareto_figure(ctx, summ, doc.with_suffix(".png"))
-    a, cfg = ctx.args, ctx.cfg
-    bases = [s for s in a.seeds if ctx.done(f"s{s}-base")]
-    sizes = {}
-    if bases and (ctx.cell_dir(f"s{bases[0]}-base") / "metrics.json").is_file():
-        sizes = load_json(ctx.cell_dir(f"s{bases[0]}-base") / "metrics.json").get("sizes", {})
-    meta = [f"Generated by `tools/bench_methods.py report` from the run directory `{ctx.root.name}` "
-            f"({time.strftime('%Y-%m-%d %H:%M')}); config `{a.config}`"
-            + (f" with overrides {' '.join(f'`{kv}`' for kv in a.set)}" if a.set else "")
-            + (" (**smoke**: tiny, not a result)" if a.smoke else "") + ".",
-            "",
-            f"- Schedule: `{cfg.model.name}` on `{cfg.data.task}` @{cfg.data.resolution} px; base training "
-            f"{cfg.train.epochs} epochs (lr {cfg.train.lr:g}, {cfg.train.schedule}); every method then gets "
-            f"{ft_epochs(cfg)} epochs of fine-tuning at lr {cfg.fold.lr:g} (Layer Folding: {cfg.fold.epochs} pre-fold "
-            f"+ {cfg.fold.post_epochs} post-fold); λ ∈ {{{', '.join(f'{x:g}' for x in a.lambdas)}}}; pruning matched "
-            f"to {', '.join(a.prune_targets)} within ±{100 * a.match_tol:g} %. Seeds requested "
-            f"{a.seeds}, base models trained for {bases} (the `seeds` column counts the finished cells per method)."]
-    if sizes:
-        meta.append(f"- Splits: {sizes.get('train')} training / {sizes.get('val')} validation / {sizes.get('test')} "
-                    f"test images (one test image = {100 / sizes['test']:.3f} pt of accuracy).")
-    for res, mm in summ["measure"].items():
-        meta.append(f"- Measured @{res} px: one interleaved run, {mm['rounds']} rounds, {mm['seconds']:.0f} s, "
-                    f"load average after {[round(x, 1) for x in mm['loadavg_after']]}"
-                    + ("; random weights (structure only)" if mm.get("random_weights") else "") + ".")
-    verdict = render_verdict(summ, cfg.data.resolution, a.match_tol)
-    if any(m.startswith("dp@") for m in summ["rows"]):  # LUT c_l alone against the paper (the method table's question)
-        verdict += ("\n\n#### The same rule with LUT-c_l Layer Folding alone as ours (without the DP)\n\n"
-                    + render_verdict(summ, cfg.data.resolution, a.match_tol, ours=("lf-lut",)))
-    block = ("\n".join(meta) + "\n\n" + table + "\n\n### Dominance at the training resolution\n\n"
-             + DOMINANCE_RULE.format(tol=100 * a.match_tol)
-             + "\n\n" + verdict + f"\n\n![Pareto plot]({png.name})\n")
-    start, end = "<!-- table -->", "<!-- /table -->"
-    text = doc.read_text() if doc.is_file() else f"# Method table\n\n{start}\n{end}\n"
-    if start not in text:
-        text += f"\n{start}\n{end}\n"
-    pre, _, rest = text.partition(start)
-    _, _, post = rest.partition(end)
-    doc.write_text(pre + start + "\n" + block + end + post)
-    log(f"wrote {doc} and {png}")
-    return 0
-
-
 # ------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=("run", "measure", "report", "all"))
+    ap.add_argument("stage", choices=("run", "measure", "publish", "plot", "all"))
     ap.add_argument("--runs-dir", required=True)
     ap.add_argument("--config", default=CONFIG)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
@@ -1068,7 +1188,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-rounds", type=int, default=100)
     ap.add_argument("--remeasure", action="store_true")
     ap.add_argument("--workers", type=int, default=1, help="processes sharing the queue (at most 2 on 2 cores)")
-    ap.add_argument("--doc", default="docs/method-table.md")
+    ap.add_argument("--results", default=None,
+                    help="publish: write the raw results here (results/method-table for the docs' run); plot: read them")
+    ap.add_argument("--plot", default=str(Path(__file__).resolve().parents[1] / "docs" / "method-table.png"))
     args = ap.parse_args(argv)
     lam_mid = f"{args.lambdas[len(args.lambdas) // 2]:g}"
     args.prune_targets = args.prune_targets or [f"lf-lut@{x:g}" for x in args.lambdas]
@@ -1077,6 +1199,7 @@ def main(argv: list[str] | None = None) -> int:
     args.resolutions = args.resolutions or [ctx.cfg.data.resolution, 224]
     ctx.root.mkdir(parents=True, exist_ok=True)
     if args.stage in ("run", "all"):
+        run_meta(ctx)
         if "lf-lut" in args.methods:
             ensure_lut(ctx)  # once, before any worker starts (workers would race to profile it)
         if "dp" in args.methods:
@@ -1096,8 +1219,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage in ("measure", "all"):
         for res in args.resolutions:
             measure(ctx, res)
-    if args.stage in ("report", "all"):
-        report(ctx)
+    if args.stage in ("publish", "all", "plot") and not args.results:
+        ap.error(f"{args.stage} needs --results DIR (the docs are made from results/method-table)")
+    if args.stage in ("publish", "all"):
+        publish(ctx, Path(args.results))
+    if args.stage == "plot":
+        pareto_figure(Path(args.results), Path(args.plot))
     return 0
 
 

@@ -30,9 +30,17 @@ def _seed_table(name: str) -> Callable[[], str]:
     return make
 
 
+def _method_table() -> str:
+    sys.path.insert(0, str(ROOT / "tools"))
+    import bench_methods
+
+    return bench_methods.render_doc(RESULTS / "method-table")
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "seed-sweep": _seed_table("seed-sweep.json"),
     "seed-sweep-before": _seed_table("seed-sweep-before.json"),
+    "method-table": _method_table,
 }
 
 

@@ -18,10 +18,9 @@ assumes they add up across blocks (as LayerMerge and DepthShrinker do). Methods 
 
 A measured loss below 0 (the variant did better than the base, within noise) is kept as 0, so that the DP
 does not trade latency for noise; ties go to the faster set (:mod:`latopt.dp.knapsack`).
-``tools/dp_importance.py`` measures how well ``proxy`` ranks the candidates against ``finetune``: Spearman's
-ρ = 0.74 over all 44 candidates (``full`` 0.85, ``pw`` 0.62, ``drop`` 0.70) on MobileNetV2-0.5, digits-clutter
-at 32 px, one seed, one-epoch fine-tunes; the proxy over-rates ``pw`` on late wide blocks, which fine-tuning
-recovers (docs/variants.md). It took 50 s against 688 s for the fine-tunes.
+``tools/dp_importance.py`` measures how well ``proxy`` ranks the candidates against ``finetune`` (Spearman's
+ρ over all candidates and per variant, and the time each method takes) on a trained base. The proxy cannot
+see what fine-tuning recovers, e.g. a ``pw`` on a late, wide block (docs/variants.md).
 
 Public API::
 

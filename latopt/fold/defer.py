@@ -2,8 +2,8 @@
 
 An exact-mode ``full`` fold is a k×k convolution plus a bias map (the border correction, one ``Add`` of a
 (1, C, H, W) constant). On ONNX Runtime's CPU provider that ``Add`` cannot stay in the blocked NCHWc
-layout, so every folded block pays a reorder pair and an ``Add``: ~8 % over paper mode on MobileNetV2-1.0
-@224 (docs/exact-folds.md). The shipped form adds the maps once per chain instead:
+layout, so every folded block pays a reorder pair and an ``Add`` that paper mode does not
+(``tools/bench_export.py`` measures the difference). The shipped form adds the maps once per chain instead:
 
 - a *chain* is a maximal run of consecutive exact-mode affine FoldedBlocks — ``full``, ``pw`` (a 1x1
   convolution, no map of its own) and ``drop`` (the identity) — in ``find_blocks`` order, in which each

@@ -29,14 +29,12 @@ their own maps (``expand_dw``) and are timed with them.
 
 Calibration (why, and how). A block timed in its own session pays costs the network pays once: the call
 itself and, on ONNX Runtime's CPU provider, the NCHWc layout reorders of its input and output (and a
-separate residual Add that the network fuses into the convolution). On the 2-vCPU development machine
-summing the isolated parts over-predicted MobileNetV2-1.0 by 18-27 % (35-45 % under load with wall-clock
-timing, ``docs/design.md``), and the excess differed between fold sets: as-is blocks lose a larger fraction
-than the folded convolutions (EfficientNet-lite0: +18 % as-is against +6 % all folded, where the folded
-5x5 convolutions are heavy). What was tried, on the same data: subtracting the 1-op call overhead
-(~0.015-0.05 ms per part) removed only a quarter of the excess; a constant offset fitted to the as-is
-network mispredicted the folded one by ~10 %; one factor fitted to the as-is and all-folded networks was
-within 2-4 % on MobileNetV2 but 7-9 % off on EfficientNet-lite0. Kept: one scale per variant
+separate residual Add that the network fuses into the convolution). Summing the isolated parts therefore
+over-predicts the network, more so under load with wall-clock timing, and the excess differs between fold
+sets: as-is blocks lose a larger fraction than folded convolutions (most visibly on EfficientNet-lite0,
+whose folded 5x5 convolutions are heavy). Subtracting the 1-op call overhead, a constant offset fitted to
+the as-is network, and one factor fitted to the as-is and all-folded networks each left errors that differed
+between models (``tools/bench_lut.py`` measures such alternatives). Kept: one scale per variant
 (:func:`latopt.latency.lut.calibrate`): ``scales["none"]`` makes the summed stem + head + classifier +
 as-is blocks equal the measured as-is network; ``scales["full"]`` then makes the all-folded network exact
 (likewise each other timed variant). The held-out fold sets, the benchmark's other fold sets
