@@ -122,3 +122,72 @@ def swap(diff: Interval) -> Interval:
     """The interval of b − a from that of a − b."""
     return Interval(-diff.mean, None if diff.hi is None else -diff.hi, None if diff.lo is None else -diff.lo,
                     diff.seeds, tuple(-v for v in diff.per_seed))
+
+
+def median_ci(samples: Sequence[float] | np.ndarray, n_boot: int = N_BOOT, seed: int = BOOT_SEED
+              ) -> tuple[float, float, float]:
+    """The median of ``samples`` (e.g. per-round time ratios of one interleaved run) and a 95 % percentile
+    bootstrap interval of it: (median, lo, hi)."""
+    x = np.asarray(samples, dtype=float)
+    if x.size == 0:
+        raise ValueError("no samples")
+    rng = np.random.default_rng(seed)
+    meds = np.empty(n_boot)
+    chunk = 1000
+    for i in range(0, n_boot, chunk):
+        k = min(chunk, n_boot - i)
+        meds[i:i + k] = np.median(x[rng.integers(0, x.size, size=(k, x.size))], axis=1)
+    lo, hi = np.quantile(meds, [0.025, 0.975])
+    return float(np.median(x)), float(lo), float(hi)
+
+
+def hypervolume(points: Sequence[tuple[float, float]], ref: tuple[float, float] = (1.0, 0.0)) -> float:
+    """The area dominated by ``points`` = (speed-up, accuracy), both to be maximised, above ``ref`` (the
+    protocol's reference: the as-is latency, speed-up 1, and accuracy 0). Points not beyond ``ref`` in both
+    coordinates add nothing."""
+    pts = sorted(((s, a) for s, a in points if s > ref[0] and a > ref[1]), key=lambda p: -p[0])
+    area, best_a = 0.0, ref[1]
+    for s, a in pts:                # sweep from the fastest point down: each adds its strip above the best so far
+        if a > best_a:
+            area += (s - ref[0]) * (a - best_a)
+            best_a = a
+    return area
+
+
+def paired_hv_bootstrap(a: Mapping[int, Mapping[str, tuple[float, np.ndarray]]],
+                        b: Mapping[int, Mapping[str, tuple[float, np.ndarray]]], group: int = 1,
+                        ref: tuple[float, float] = (1.0, 0.0), n_boot: int = N_BOOT, seed: int = BOOT_SEED,
+                        min_seeds: int = MIN_SEEDS) -> Interval:
+    """Hypervolume of front A minus that of front B, paired by seed, with the two-level bootstrap of
+    :func:`paired_bootstrap` (seeds, then test groups: one draw of groups re-scores every point of both
+    fronts of that seed). ``a[seed][point] = (speed-up, per-item correctness)``."""
+    seeds = tuple(sorted(set(a) & set(b)))
+    if not seeds:
+        raise ValueError("no seed has both fronts")
+
+    def grouped(front: Mapping[str, tuple[float, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        sp = np.array([s for s, _ in front.values()])
+        acc = np.stack([np.asarray(c, dtype=float).reshape(-1, group).mean(1) for _, c in front.values()])
+        return sp, acc                                       # points, points × groups
+
+    fa = {s: grouped(a[s]) for s in seeds}
+    fb = {s: grouped(b[s]) for s in seeds}
+
+    def hv_diff(s: int, idx: np.ndarray | None) -> float:
+        (spa, ga), (spb, gb) = fa[s], fb[s]
+        acc_a = ga.mean(1) if idx is None else ga[:, idx].mean(1)
+        acc_b = gb.mean(1) if idx is None else gb[:, idx].mean(1)
+        return hypervolume(list(zip(spa, acc_a, strict=True))) - hypervolume(list(zip(spb, acc_b, strict=True)))
+
+    per_seed = tuple(float(hv_diff(s, None)) for s in seeds)
+    mean = float(np.mean(per_seed))
+    if len(seeds) < min_seeds:
+        return Interval(mean, None, None, seeds, per_seed)
+    rng = np.random.default_rng(seed)
+    n_g = fa[seeds[0]][1].shape[1]
+    stats = np.empty(n_boot)
+    for i in range(n_boot):
+        drawn = rng.integers(0, len(seeds), size=len(seeds))
+        stats[i] = np.mean([hv_diff(seeds[j], rng.integers(0, n_g, size=n_g)) for j in drawn])
+    lo, hi = np.quantile(stats, [0.025, 0.975])
+    return Interval(mean, float(lo), float(hi), seeds, per_seed)

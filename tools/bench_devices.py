@@ -1,0 +1,332 @@
+#!/usr/bin/env python
+"""Does hardware-awareness pay? The cross-device matrix: plans made from one device's LUT, timed on every device.
+
+For each model (at ``--resolution``, random weights: latency depends on the structure only) and each device
+profile, latopt profiles a LUT with the variants ``full,pw,drop`` (``latopt.latency.profiler.profile_model``).
+From each device's LUT it makes two plans at the same budget fraction with the same importance for all
+(``uniform``: the DP changes as few blocks as the budget allows; no model or data is involved):
+
+- ``dp``: the DP over ``full``, ``pw`` and ``drop`` (``latopt.dp.select_plan``);
+- ``lf``: the DP restricted to ``full``: Layer Folding's move set (which blocks to fold).
+
+Every plan of a model is then timed on every device, with the as-is network, in one interleaved run per
+device (``latopt.latency.profiler.measure_networks`` at that device's batch, threads and precision),
+``--runs`` times. Hardware-aware means the *diagonal wins*: on device D, the plan made from D's LUT is at
+least as fast as the plans made from the other devices' LUTs. Per device and plan kind, the result is the
+per-round ratio t(plan from device S) / t(plan from D) on D: its median with a bootstrap 95 % interval
+(``tools/compare.median_ci``), pooled over the runs, with each run's median beside it.
+
+    python tools/bench_devices.py run --runs-dir DIR [--models mobilenetv2_100 efficientnet_lite0]
+                                      [--devices cpu cpu-b8t2 cpu-int8 cpu-torch] [--budget 0.7] [--runs 3]
+    python tools/bench_devices.py publish --runs-dir DIR --results results/hardware-awareness
+
+Resumable: LUTs (``DIR/lut/``), plans (``DIR/plans.json``) and measurement runs (``DIR/measure/``) are
+files; a rerun skips what exists. ``cpu-b8t2`` is ``cpu`` at batch 8 with 2 intra-op threads and the wall
+clock (the thread clock needs one thread), written to ``DIR/profiles/`` by this tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/compare.py
+
+MODELS = ("mobilenetv2_100", "efficientnet_lite0")
+DEVICES = ("cpu", "cpu-b8t2", "cpu-int8", "cpu-torch")
+VARIANTS = ("full", "pw", "drop")
+KINDS = {"dp": VARIANTS, "lf": ("full",)}
+DERIVED = {"cpu-b8t2": ("cpu", {"name": "cpu-b8t2", "batch": 8, "threads": 2, "clock": "wall",
+                                "description": "ONNX Runtime CPU, fp32, batch 8, two intra-op threads"})}
+RESULTS_SCHEMA = "latopt.hardware_awareness/1"
+
+
+def log(msg: str) -> None:
+    print(f"[bench_devices {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def load_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def write_json(path: Path, obj: Any) -> None:
+    from latopt.artifacts import write_json_atomic
+
+    write_json_atomic(path, obj)
+
+
+def device(root: Path, name: str) -> Any:
+    """A shipped profile, or a derived one (:data:`DERIVED`) written to ``root/profiles/<name>.yaml``."""
+    from latopt.latency.devices import load_device
+
+    if name not in DERIVED:
+        return load_device(name)
+    import yaml
+
+    path = root / "profiles" / f"{name}.yaml"
+    if not path.is_file():
+        src, update = DERIVED[name]
+        d = load_device(src).model_dump(exclude={"path"}) | update
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return load_device(str(path))
+
+
+def ensure_lut(root: Path, model: str, dev: str, res: int) -> Path:
+    from latopt.latency.lut import save_lut
+    from latopt.latency.profiler import profile_model
+
+    path = root / "lut" / f"{model}-{dev}-r{res}.json"
+    if not path.is_file():
+        d = device(root, dev)
+        log(f"profiling {model} @{res} on {dev} (batch {d.batch}, {d.threads} thread(s), {d.precision})")
+        lut = profile_model(model, d, res, d.batch, variants=VARIANTS, progress=False, num_classes=1000)
+        save_lut(lut, path)
+    return path
+
+
+def make_plans(root: Path, models: list[str], devices: list[str], res: int, budget: float) -> dict[str, Any]:
+    """Per model, per source device, per kind: the plan from that device's LUT (or why there is none)."""
+    from latopt.dp import select_plan
+    from latopt.dp.importance import candidates, variant_losses
+    from latopt.errors import LatoptError
+    from latopt.latency.lut import load_lut
+
+    path = root / "plans.json"
+    plans: dict[str, Any] = load_json(path) if path.is_file() else {}
+    for model in models:
+        for dev in devices:
+            lut = load_lut(ensure_lut(root, model, dev, res))
+            for kind, variants in KINDS.items():
+                key = f"{model}|{dev}|{kind}"
+                if key in plans:
+                    continue
+                cands = candidates(lut, variants)
+                losses = variant_losses(None, None, None, cands, method="uniform")
+                try:
+                    plan, info = select_plan(lut, losses, budget)
+                    plans[key] = {"plan": {str(k): v for k, v in plan.items()}, "predicted_ratio": info["ratio"],
+                                  "predicted_speedup": info["asis_ms"] / info["predicted_ms"],
+                                  "fastest_ratio": info["fastest_ms"] / info["asis_ms"]}
+                except LatoptError as e:
+                    plans[key] = {"plan": None, "why": str(e)}
+                log(f"{key}: {plans[key]}")
+                write_json(path, plans)
+    return plans
+
+
+def network(model: str, plan: dict[str, str] | None, res: int) -> Any:
+    """The model with random weights (BatchNorm statistics randomised, seed 0), the plan applied as export
+    ships it (exact folds, deferred bias maps)."""
+    from latopt.fold import defer_bias_maps, fold_blocks, randomize_bn_
+    from latopt.models import build_model
+
+    m = build_model(model, num_classes=1000).eval()
+    randomize_bn_(m, seed=0)
+    if not plan:
+        return m
+    f = fold_blocks(m, {int(k): v for k, v in plan.items()}, mode="exact", input_size=(res, res)).eval()
+    return defer_bias_maps(f, (res, res))[0].eval()
+
+
+def measure(root: Path, model: str, dev: str, plans: dict[str, Any], devices: list[str], res: int,
+            run: int) -> dict[str, Any]:
+    """One interleaved run on ``dev``: the as-is network and every distinct plan of ``model``."""
+    from latopt.latency.profiler import measure_networks
+    from latopt.latency.timing import environment_info
+
+    path = root / "measure" / f"{model}-{dev}-run{run}.json"
+    if path.is_file():
+        return load_json(path)
+    d = device(root, dev)
+    nets: dict[str, Any] = {"asis": network(model, None, res)}
+    members: dict[str, str] = {}
+    by_plan: dict[str, str] = {}
+    for src in devices:
+        for kind in KINDS:
+            p = plans[f"{model}|{src}|{kind}"]["plan"]
+            if p is None:
+                continue
+            sig = json.dumps(p, sort_keys=True)
+            if sig not in by_plan:  # two devices' LUTs can give the same plan: time it once
+                by_plan[sig] = f"{src}|{kind}"
+                nets[by_plan[sig]] = network(model, p, res)
+            members[f"{src}|{kind}"] = by_plan[sig]
+    log(f"{model} on {dev}, run {run}: timing {len(nets)} networks interleaved (load {os.getloadavg()})")
+    t0 = time.perf_counter()
+    stats = measure_networks(nets, d, (d.batch, 3, res, res))
+    rec = {"model": model, "device": dev, "run": run, "seconds": time.perf_counter() - t0,
+           "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "environment": environment_info(),
+           "profile": d.model_dump(exclude={"path"}), "members": members,
+           "samples_ms": {k: s.samples_ms for k, s in stats.items()}}
+    write_json(path, rec)
+    return rec
+
+
+def summarise(root: Path, models: list[str], devices: list[str], runs: int, plans: dict[str, Any]
+              ) -> dict[str, Any]:
+    """Per model, target device and kind: every source's speed-up over as-is and its ratio to the diagonal."""
+    from compare import median_ci
+
+    out: dict[str, Any] = {}
+    for model in models:
+        for dev in devices:
+            recs = [load_json(root / "measure" / f"{model}-{dev}-run{r}.json") for r in range(runs)
+                    if (root / "measure" / f"{model}-{dev}-run{r}.json").is_file()]
+            if not recs:
+                continue
+            for kind in KINDS:
+                own = f"{dev}|{kind}"
+                cell: dict[str, Any] = {"runs": len(recs), "sources": {}}
+                for src in devices:
+                    key = f"{src}|{kind}"
+                    if any(key not in r["members"] for r in recs):
+                        continue
+                    sp, vs_own, per_run = [], [], []
+                    for r in recs:
+                        s = r["samples_ms"]
+                        a = np.asarray(s["asis"]) / np.asarray(s[r["members"][key]])
+                        sp += a.tolist()
+                        if own in r["members"]:
+                            v = np.asarray(s[r["members"][key]]) / np.asarray(s[r["members"][own]])
+                            vs_own += v.tolist()
+                            per_run.append(float(np.median(v)))
+                    cell["sources"][src] = {
+                        "plan": plans[f"{model}|{src}|{kind}"]["plan"],
+                        "same_plan_as_own": own in recs[0]["members"] and recs[0]["members"][key] == recs[0]["members"][own],
+                        "speedup": median_ci(sp), "vs_own": median_ci(vs_own) if vs_own else None,
+                        "vs_own_per_run": per_run}
+                out[f"{model}|{dev}|{kind}"] = cell
+    return out
+
+
+def publish(root: Path, dest: Path, args: argparse.Namespace) -> None:
+    plans = load_json(root / "plans.json")
+    summ = summarise(root, args.models, args.devices, args.runs, plans)
+    luts = {}
+    for p in sorted((root / "lut").glob("*.json")):
+        lut = load_json(p)
+        luts[p.stem] = {"device": lut.get("device"), "batch": lut.get("batch"), "profiling_s": lut.get("profiling_s"),
+                        "held_out_error": lut.get("end_to_end", {}).get("held-out", {}).get("error"),
+                        "costs": lut.get("costs")}
+    env = None
+    for p in sorted((root / "measure").glob("*.json")):
+        env = load_json(p).get("environment")
+        break
+    dest.mkdir(parents=True, exist_ok=True)
+    write_json(dest / "matrix.json", {"schema": RESULTS_SCHEMA, "resolution": args.resolution, "budget": args.budget,
+                                      "models": args.models, "devices": args.devices, "runs": args.runs,
+                                      "kinds": {k: list(v) for k, v in KINDS.items()}, "importance": "uniform",
+                                      "plans": plans, "luts": luts, "cells": summ, "environment": env})
+    log(f"wrote {dest / 'matrix.json'}")
+
+
+def render(results: Path) -> str:
+    """The matrix tables of docs/hardware-awareness.md, from results/hardware-awareness/matrix.json only."""
+    from compare import MATCH_TOL
+
+    m = load_json(Path(results) / "matrix.json")
+    env = m.get("environment") or {}
+    out = [f"Generated by `python tools/regenerate.py` from `results/hardware-awareness/matrix.json`. Models at "
+           f"{m['resolution']} px with random weights; budget {m['budget']:g} of each device's LUT-predicted as-is "
+           f"latency; importance `{m['importance']}` for every plan; {m['runs']} interleaved runs per device. "
+           f"Machine: {env.get('cpu', '?')}, flags {' '.join(env.get('cpu_flags', [])) or '?'}, "
+           f"{env.get('cpu_count', '?')} cores."]
+    for model in m["models"]:
+        for kind, variants in m["kinds"].items():
+            devs = m["devices"]
+            out.append(f"#### {model}, plans `{kind}` (variants {', '.join(variants)})")
+            head = "| measured on ↓ / plan from → | " + " | ".join(devs) + " | diagonal wins? |"
+            lines = [head, "|" + "---|" * (len(devs) + 2)]
+            for dev in devs:
+                cell = m["cells"].get(f"{model}|{dev}|{kind}")
+                if cell is None:
+                    lines.append(f"| {dev} | " + " | ".join("not run" for _ in devs) + " | – |")
+                    continue
+                own = cell["sources"].get(dev)
+                k_own = len(own["plan"]) if own else None
+                row, beaten_by, beats = [], [], []
+                for src in devs:
+                    c = cell["sources"].get(src)
+                    if c is None:
+                        why = m["plans"].get(f"{model}|{src}|{kind}", {}).get("why", "no plan")
+                        row.append("no plan" if "below the fastest" in why else "–")
+                        continue
+                    s, k = c["speedup"], len(c["plan"])
+                    txt = f"{s[0]:.2f}× [{s[1]:.2f}, {s[2]:.2f}], {k} blocks"
+                    if src == dev:
+                        txt = f"**{txt}**"
+                    elif c["vs_own"] is not None and k_own is not None:
+                        v = c["vs_own"]
+                        txt += ("; same plan" if c["same_plan_as_own"] else
+                                f"; ÷ own {v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]")
+                        if not c["same_plan_as_own"]:
+                            if v[2] < 1 - MATCH_TOL and k <= k_own:    # faster on D, changing no more blocks
+                                beaten_by.append(src)
+                            elif (v[1] > 1 and k >= k_own) or (k > k_own and v[1] >= 1 - MATCH_TOL):
+                                beats.append(src)
+                    row.append(txt)
+                others = [s for s in devs if s != dev and s in cell["sources"]
+                          and not cell["sources"][s]["same_plan_as_own"]]
+                if own is None:
+                    verdict = "no own plan"
+                elif beaten_by:
+                    verdict = "**no**: beaten by " + ", ".join(beaten_by)
+                elif others and set(beats) == set(others):
+                    verdict = "yes"
+                elif beats:
+                    verdict = "partly: beats " + ", ".join(beats)
+                else:
+                    verdict = "tie" if others else "all plans equal"
+                lines.append(f"| {dev} | " + " | ".join(row) + f" | {verdict} |")
+            out.append("\n".join(lines))
+    out.append("Each cell: the plan's speed-up over the as-is network on that device (median of per-round ratios "
+               "pooled over the runs, bootstrap 95 % interval of the median) and the number of blocks it changes "
+               "(with the uniform importance, the accuracy cost every plan is charged). Off the diagonal, `÷ own` "
+               "is the per-round ratio t(this plan)/t(the device's own plan) on that device: above 1, the "
+               "device's own plan is faster. *Diagonal wins?* The device's own plan is beaten by another "
+               f"device's plan that is faster on it (interval below {1 - MATCH_TOL:g}) while changing no more "
+               "blocks: `no`. It beats another plan that is slower (interval above 1) changing at least as many "
+               f"blocks, or that changes more blocks without being faster (interval ≥ {1 - MATCH_TOL:g}): `yes` "
+               "when it beats every other distinct plan, `partly` when some; otherwise `tie`.")
+    return "\n\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stage", choices=("run", "publish"))
+    ap.add_argument("--runs-dir", required=True)
+    ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--devices", nargs="+", default=list(DEVICES))
+    ap.add_argument("--resolution", type=int, default=224)
+    ap.add_argument("--budget", type=float, default=0.7)
+    ap.add_argument("--runs", type=int, default=3, help="interleaved runs per (model, device)")
+    ap.add_argument("--results", default=None, help="publish: write matrix.json here")
+    args = ap.parse_args(argv)
+    root = Path(args.runs_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    from latopt.engine import set_threads
+
+    set_threads(1)
+    if args.stage == "run":
+        plans = make_plans(root, args.models, args.devices, args.resolution, args.budget)
+        for r in range(args.runs):
+            for model in args.models:
+                for dev in args.devices:
+                    measure(root, model, dev, plans, args.devices, args.resolution, r)
+    if args.stage == "publish":
+        if not args.results:
+            ap.error("publish needs --results DIR (results/hardware-awareness for the docs)")
+        publish(root, Path(args.results), args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
