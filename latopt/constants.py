@@ -33,7 +33,7 @@ Importance = Literal["proxy", "finetune", "uniform"]  # the DP's loss per (block
 
 # latency and export
 Backend = Literal["onnxruntime", "tensorrt", "torch"]
-Precision = Literal["fp32", "fp16"]
+Precision = Literal["fp32", "fp16", "int8"]    # int8: ONNX Runtime static INT8 on the CPU (latopt.latency.quantize)
 Clock = Literal["wall", "thread"]
 ExportFormat = Literal["onnx", "engine", "all"]
 BiasMaps = Literal["deferred", "per-block"]       # exact folds exported with one bias map per chain, or per block

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import onnx
@@ -136,6 +137,24 @@ def test_bad_inputs_are_one_line_exit_2(ckpt: Path, tmp_path: Path, capsys: pyte
         assert err.startswith("latopt: error:") and len(err.splitlines()) == 1, (extra, err)
         assert not out.exists(), extra
     assert a_file.read_text() == "x"
+
+
+def test_int8_is_onnx_runtime_on_the_cpu_only(ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--precision int8 is ONNX Runtime static INT8: no TensorRT engine, no GPU or torch device; one line, exit 2,
+    before any work (the default precision is the device's: --device cpu-int8 alone means int8)."""
+    cases = {
+        ("--format", "engine", "--precision", "int8"): "--format engine with --precision int8: TensorRT INT8 is not "
+                                                       "supported by latopt; use --format onnx",
+        ("--format", "all", "--device", "cpu-int8"): "--format all with --precision int8: TensorRT INT8 is not supported",
+        ("--precision", "int8", "--device", "gpu-torch"): r"needs an ONNX Runtime CPU device .*'gpu-torch' \(torch on a GPU\)",
+        ("--precision", "int8", "--device", "titanx"): r"needs an ONNX Runtime CPU device .*'titanx' \(tensorrt on a GPU\)",
+    }
+    for extra, msg in cases.items():
+        out = tmp_path / "o"
+        assert main(["export", "-q", "--no-accuracy-gate", "--checkpoint", str(ckpt), "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("latopt: error:") and len(err.splitlines()) == 1 and re.search(msg, err), (extra, err)
+        assert not out.exists(), extra
 
 
 def test_plain_activations_restore_sigma_where_alpha_is_zero() -> None:

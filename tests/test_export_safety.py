@@ -399,14 +399,95 @@ def test_export_measures_at_the_requested_precision_with_its_one_backend(runs: d
 
 
 def test_export_precision_the_device_cannot_time_fails_first(runs: dict, tmp_path: Path) -> None:
-    """ONNX Runtime times fp32 only: --precision fp16 on the cpu profile fails before any work (it used to
-    be measured at fp32 and reported as fp16)."""
+    """ONNX Runtime times fp32 and int8, not fp16: --precision fp16 on the cpu profile fails before any work (it
+    used to be measured at fp32 and reported as fp16)."""
     from latopt.export import export
 
     out = tmp_path / "x"
-    with pytest.raises(LatoptError, match="onnxruntime backend times fp32 models only") as e:
+    with pytest.raises(LatoptError, match=r"onnxruntime backend times fp32 \(any provider\) and int8 .*not fp16") as e:
         export(runs["some"], "cpu", out, precision="fp16", samples=4, progress=False)
     assert "\n" not in str(e.value) and not out.exists()
+
+
+# ------------------------------------------------------- --precision int8: ONNX Runtime static INT8
+def _qdq_nodes(path: Path) -> int:
+    return sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in onnx.load(str(path)).graph.node)
+
+
+def test_export_int8_ships_a_gated_int8_model_and_times_that_file(runs: dict, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   fast_cpu_device: str) -> None:
+    """--precision int8 on a cpu profile: model.onnx as at fp32, plus model.int8.onnx (QDQ) calibrated on the
+    task's training images, its accuracy gated against the ONNX file's; the folded network timed is the
+    shipped model.int8.onnx itself, byte for byte, and the as-is one is quantised by the backend."""
+    import latopt.export.report as report_mod
+    from latopt.export import ACC_TOL_INT8, export
+    from latopt.latency.quantize import is_quantized
+
+    timed: dict[str, object] = {}
+    real_measure = report_mod.measure_networks
+
+    def spy(nets, device, shape, *, backend=None, progress=False):  # type: ignore[no-untyped-def]
+        timed.update(precision=device.precision, backend=backend.precision, folded=nets["folded"],
+                     quantized=is_quantized(nets["folded"]), folded_bytes=Path(nets["folded"]).read_bytes(),
+                     asis=nets["as-is"])
+        return real_measure(nets, device, shape, backend=backend, progress=progress)
+
+    monkeypatch.setattr(report_mod, "measure_networks", spy)
+    out = tmp_path / "int8"
+    rec = export(runs["base"], fast_cpu_device, out, precision="int8", samples=4, progress=False)
+    assert rec["precision"] == "int8" and rec["files"] == ["model.onnx", "model.int8.onnx"]
+    assert _qdq_nodes(out / "model.int8.onnx") > 0 and _qdq_nodes(out / "model.onnx") == 0
+    q, acc = rec["int8"], rec["accuracy"]
+    assert q["file"] == "model.int8.onnx" and q["gated"] and acc["gated"]
+    assert q["onnx_test_acc"] == acc["test_acc"] and 0.0 <= q["test_acc"] <= 1.0
+    assert q["tolerance"] == pytest.approx(ACC_TOL_INT8 + 1 / acc["samples"]) and q["samples"] == acc["samples"]
+    assert q["onnx_test_acc"] - q["test_acc"] <= q["tolerance"]
+    assert q["calibration"]["count"] == 96 and "training images of digits" in q["calibration"]["source"]
+    assert (q["quantization"]["format"], q["quantization"]["per_channel"]) == ("QDQ", True)
+    assert timed["precision"] == timed["backend"] == "int8" and rec["latency"]["precision"] == "int8"
+    assert Path(timed["folded"]).name == "model.int8.onnx" and timed["quantized"]
+    assert timed["folded_bytes"] == (out / "model.int8.onnx").read_bytes()
+    assert isinstance(timed["asis"], nn.Module) and rec["latency"]["folded_file"] == "model.int8.onnx"
+    report = (out / "REPORT.md").read_text()
+    assert "## INT8" in report and f"INT8 {q['test_acc']:.4f}, ONNX fp32 {q['onnx_test_acc']:.4f}" in report
+    assert "## Latency (int8, measured end to end in one interleaved run; folded: the shipped `model.int8.onnx`)" in report
+    # an fp32 export into the same --out removes the stale INT8 file
+    assert _export(runs["base"], out) == 0 and not (out / "model.int8.onnx").exists()
+
+
+def test_a_failed_int8_gate_writes_nothing(runs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import latopt.export as export_mod
+    from latopt.runtime import OrtRunner
+
+    class Runner(OrtRunner):   # remembers which file it runs
+        def __init__(self, model, **kw) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(model, **kw)
+            self.path = Path(model)
+
+    real = export_mod.runner_accuracy
+
+    def accuracy(runner, task, batch):  # type: ignore[no-untyped-def]
+        acc = real(runner, task, batch)   # the INT8 model made far less accurate than it is
+        return acc - 0.5 if runner.path.name == "model.int8.onnx" else acc
+
+    monkeypatch.setattr(export_mod, "OrtRunner", Runner)
+    monkeypatch.setattr(export_mod, "runner_accuracy", accuracy)
+    out = tmp_path / "bad"
+    with pytest.raises(VerificationError, match=r"INT8 accuracy gate failed, nothing written: .* more than 0\.01 "
+                                                r"\+ one test sample \(1/96\)") as e:
+        export_mod.export(runs["base"], "cpu", out, precision="int8", samples=4, measure=False, progress=False)
+    assert "\n" not in str(e.value)
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".bad")]
+
+
+def test_int8_without_the_accuracy_gate_is_reported_not_gated(runs: dict, tmp_path: Path) -> None:
+    out = tmp_path / "ungated"
+    assert _export(runs["base"], out, "--precision", "int8", "--no-accuracy-gate") == 0
+    rec = json.loads((out / "export.json").read_text())
+    assert not rec["int8"]["gated"] and rec["int8"]["test_acc"] is not None and not rec["accuracy_gate"]
+    assert any("INT8 accuracy is reported beside the fp32 ONNX one, not gated" in n for n in rec["notes"])
+    assert "not gated (`--no-accuracy-gate`)" in (out / "REPORT.md").read_text()
 
 
 # ------------------------------------------------------- non-finite weights never ship

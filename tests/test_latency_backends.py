@@ -83,6 +83,57 @@ def test_onnxruntime_from_onnx_path_and_errors(tmp_path) -> None:
         get_backend(fast("cpu-torch")).prepare(path, SHAPE)
 
 
+def _qdq(path) -> int:
+    import onnx
+
+    return sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in onnx.load(str(path)).graph.node)
+
+
+def test_onnxruntime_int8_times_static_int8_models(tmp_path) -> None:
+    """cpu-int8: a module and an fp32 ONNX file are timed as their static INT8 (QDQ) models, made once; a file
+    quantised already is timed as it is; the environment says int8 and how the models were made."""
+    from latopt.latency.quantize import is_quantized, quantize_int8
+
+    model = tiny()
+    fp32 = export_onnx(model, SHAPE, tmp_path / "m.onnx")
+    shipped = quantize_int8(fp32, tmp_path / "m.int8.onnx", np.random.default_rng(0).standard_normal((4, *SHAPE[1:])))
+    assert _qdq(shipped) > 0 and _qdq(fp32) == 0 and not list(tmp_path.glob(".*"))  # no temp file left behind
+    backend = get_backend(fast("cpu-int8"))
+    try:
+        x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
+        for net in (model, fp32):
+            r = backend.prepare(net, SHAPE)
+            np.testing.assert_allclose(r.run(x), reference(model, x), atol=0.1)  # INT8: close, not equal
+            r.close()
+        made = sorted(backend.cache.dir.glob("*.int8.onnx"))   # the backend's temporary directory
+        assert len(made) == 2 and all(is_quantized(p) for p in made)
+        backend.prepare(model, SHAPE).close()
+        backend.prepare(shipped, SHAPE).close()                # quantised already: timed as it is
+        assert sorted(backend.cache.dir.glob("*.int8.onnx")) == made  # each network made once
+        env = backend.environment()
+        assert env["precision"] == "int8" and env["int8"]["format"] == "QDQ" and env["int8"]["per_channel"]
+        assert (env["int8"]["activation_type"], env["int8"]["weight_type"]) == ("QUInt8", "QInt8")
+    finally:
+        backend.close()
+    assert get_backend(fast("cpu")).environment()["precision"] == "fp32"
+
+
+def test_int8_is_refused_by_every_backend_but_onnxruntime_on_the_cpu() -> None:
+    cases = {
+        "titanx": "TensorRT precision must be fp32 or fp16, got 'int8'; TensorRT INT8 is not supported by latopt",
+        "gpu-trt-fp16": "TensorRT INT8 is not supported by latopt",
+        "cpu-torch": "int8 on the CPU is not supported by the torch backend; int8 is ONNX Runtime static INT8",
+        "gpu-torch": "int8 is not supported by the torch backend; int8 is ONNX Runtime static INT8",
+    }
+    for name, msg in cases.items():
+        with pytest.raises(LatoptError, match=msg) as e:
+            get_backend(load_device(name).model_copy(update={"precision": "int8"}))
+        assert "\n" not in str(e.value), name
+    with pytest.raises(LatoptError, match=r"times fp32 \(any provider\) and int8 \(CPUExecutionProvider\), not int8 "
+                                          "on CUDAExecutionProvider"):
+        get_backend(load_device("cpu-int8").model_copy(update={"provider": "CUDAExecutionProvider"}))
+
+
 def test_export_onnx_static_dynamic_and_cache(tmp_path) -> None:
     import onnx
 

@@ -11,7 +11,7 @@ from latopt.latency.devices import SHIPPED_PROFILES, DeviceProfile, list_devices
 from latopt.latency.lut import default_lut_path
 from latopt.latency.timing import TimingPolicy
 
-SHIPPED = ("cpu", "titanx", "gpu-trt-fp16", "gpu-torch", "cpu-torch")
+SHIPPED = ("cpu", "cpu-int8", "titanx", "gpu-trt-fp16", "gpu-torch", "cpu-torch")
 
 
 def test_shipped_profiles_load() -> None:
@@ -29,6 +29,10 @@ def test_shipped_profiles_load() -> None:
     assert load_device("gpu-torch").is_gpu and not cpu.is_gpu
     assert TimingPolicy.of(cpu).clock == "thread"
     assert cpu.budget_s == 25.0 and type(cpu.budget_s) is float  # `budget_s: 25`: a float key takes an integer
+    # cpu-int8: the cpu profile with every timed network ONNX Runtime static INT8
+    int8 = load_device("cpu-int8")
+    same = set(DeviceProfile.model_fields) - {"name", "description", "precision", "path"}
+    assert int8.precision == "int8" and {k: getattr(int8, k) for k in same} == {k: getattr(cpu, k) for k in same}
 
 
 def test_readme_documents_every_key() -> None:
@@ -51,7 +55,7 @@ def test_profile_from_path_and_validation(tmp_path) -> None:
 
     bad = {
         "name: x\nbackend: openvino\n": "key 'backend' is 'openvino'; choose one of onnxruntime, tensorrt, torch",
-        "name: x\nprecision: int8\n": "key 'precision' is 'int8'; choose one of fp32, fp16",
+        "name: x\nprecision: int4\n": "key 'precision' is 'int4'; choose one of fp32, fp16, int8",
         "name: x\nthreads: 0\n": r"key 'threads' must be in \[1, 1024\], got 0",
         "name: x\nthreads: true\n": "key 'threads' must be an integer, got True",
         "name: x\nwarmup: -1\n": "key 'warmup' must be >= 0, got -1",

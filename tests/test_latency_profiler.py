@@ -70,6 +70,34 @@ def test_profile_tiny_model(device: str, tmp_path) -> None:
     assert set(stats) == {"a", "b"} and stats["a"].n >= 5
 
 
+def test_profile_int8_times_every_network_as_static_int8(tmp_path, monkeypatch) -> None:
+    """cpu-int8: every part, variant and calibration network is timed as its ONNX Runtime static INT8 (QDQ)
+    model; the LUT says int8, and the device check of load_lut keeps it from standing for the fp32 cpu."""
+    import latopt.latency.backends.onnxruntime as ort_backend
+    from latopt.errors import LatoptError
+    from latopt.latency.lut import save_lut
+    from latopt.latency.quantize import is_quantized
+
+    timed: list[tuple[tuple[int, ...], bool]] = []
+
+    class Runner(ort_backend.OrtRunner):   # what each runner runs, read while the file exists
+        def __init__(self, path, **kw) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(path, **kw)
+            timed.append((tuple(kw["input_shape"]), is_quantized(path)))
+
+    monkeypatch.setattr(ort_backend, "OrtRunner", Runner)
+    lut = profile_model(tiny_effnet(), load_device("cpu-int8").model_copy(update=FAST), 32, progress=False, name="tiny")
+    assert lut.precision == "int8" and lut.device == "cpu-int8" and lut.environment["precision"] == "int8"
+    assert lut.environment["int8"]["format"] == "QDQ"
+    # the 1-op call-overhead model (a lone Relu) has nothing to quantise; everything else is QDQ
+    assert len(timed) == 3 + 3 + 2 + 3 + 1 and [q for shape, q in timed if shape != (1, 8)] == [True] * (len(timed) - 1)
+    assert set(lut.end_to_end) == {"asis", "full", HELD_OUT} and "cpu-int8 (onnxruntime, int8)" in format_lut(lut)
+    path = save_lut(lut, tmp_path / "lut.json")
+    assert load_lut(path).precision == "int8"
+    with pytest.raises(LatoptError, match="was profiled for device 'cpu-int8', not 'cpu'"):
+        load_lut(path, device="cpu")
+
+
 def _fast_yaml(tmp_path) -> str:
     p = tmp_path / "fastcpu.yaml"
     p.write_text("name: fastcpu\nbackend: onnxruntime\nthreads: 1\nclock: thread\nwarmup: 1\nmin_repeats: 5\n"

@@ -1,6 +1,6 @@
 """Export: a folded checkpoint → ONNX (+ TensorRT engine), numeric gates, measured latency, report.
 
-``latopt export --checkpoint CKPT --device DEVICE [--format onnx|engine|all] [--precision fp32|fp16]
+``latopt export --checkpoint CKPT --device DEVICE [--format onnx|engine|all] [--precision fp32|fp16|int8]
 [--fold PLAN] [--bias-maps deferred|per-block] [--lut FILE] [--resolution R] [--samples N] [--out DIR]``
 
 Python: ``from latopt.export import export``; ``export(checkpoint, device, out, ...)`` returns the
@@ -43,10 +43,17 @@ What it does, in order (nothing is written unless every gate passes):
    ``meta.acc.finetuned`` of a folded.pt, ``meta.test_acc`` of a base.pt) within one test sample, or
    export refuses (VerificationError; fp16 engines get ``ACC_TOL_FP16`` more). When export folds, the
    fold gates apply and the accuracy is reported beside the recorded one.
+   ``--precision int8`` (an ONNX Runtime CPU device: ``cpu``, ``cpu-int8``; no engine): the gated
+   ``model.onnx`` is quantised to ``model.int8.onnx`` (:func:`latopt.latency.quantize.quantize_int8`, ONNX
+   Runtime static INT8) on the first 256 training images of the checkpoint's task, without augmentation,
+   and its test accuracy may be at most ``ACC_TOL_INT8`` + one test sample below the ONNX file's
+   (:func:`.gates.int8_gate`; not gated without a task or with ``--no-accuracy-gate``, which the notes say).
 5. Latency: the as-is and the shipped folded network measured end to end on the device at
    ``--precision`` (default: the profile's) in one interleaved run; speed-up with spread; the LUT's
-   prediction beside the measurement when a LUT of that precision exists.
-6. ``export.json`` + ``REPORT.md`` (+ ``model.onnx``, ``model.engine``) in DIR, written atomically.
+   prediction beside the measurement when a LUT of that precision exists. At int8 the folded network
+   timed is the shipped ``model.int8.onnx`` itself.
+6. ``export.json`` + ``REPORT.md`` (+ ``model.onnx``, ``model.engine``, ``model.int8.onnx``) in DIR, written
+   atomically.
 
 One backend serves the whole export (:func:`.engine.open_backend`, opened before any work, so a device or
 precision this machine cannot drive fails first): it builds the engine and times the networks, and is
@@ -65,6 +72,7 @@ from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECIS
 from latopt.errors import LatoptError
 from latopt.export.engine import at_precision, open_backend, open_engine, write_engine
 from latopt.export.gates import (
+    ACC_TOL_INT8,
     NOISE_K,
     TOL_ENGINE,
     TOL_ONNX,
@@ -76,6 +84,7 @@ from latopt.export.gates import (
     deferred_gates,
     fold_gates,
     gate_inputs,
+    int8_gate,
     noise_floor,
     onnx_gate,
     ort_out,
@@ -99,12 +108,14 @@ from latopt.export.plan import (
 from latopt.export.report import measure_latency, render_report
 from latopt.latency.backends import close_backend
 from latopt.latency.devices import load_device
+from latopt.latency.quantize import CALIB_IMAGES, INT8_SETTINGS, calibration_images, quantize_int8
 from latopt.log import get_logger
 from latopt.models import load_checkpoint, recorded_test_acc
 from latopt.runtime import OrtRunner
 
 EXPORT_SCHEMA = "latopt.export/1"
-EXPORT_FILES = ("model.onnx", "model.engine", "export.json", "REPORT.md")   # what an export writes in --out
+INT8_FILE = "model.int8.onnx"
+EXPORT_FILES = ("model.onnx", "model.engine", INT8_FILE, "export.json", "REPORT.md")   # what an export writes in --out
 _LOG = get_logger("export")
 
 
@@ -136,7 +147,14 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     device = load_device(device_name)
     precision = precision or device.precision
     if precision not in PRECISIONS:
-        raise LatoptError(f"--precision {precision!r}: choose {' or '.join(PRECISIONS)}")
+        raise LatoptError(f"--precision {precision!r}: choose {', '.join(PRECISIONS)}")
+    if precision == "int8" and fmt != "onnx":
+        raise LatoptError(f"--format {fmt} with --precision int8: TensorRT INT8 is not supported by latopt; use "
+                          f"--format onnx (ONNX Runtime static INT8, {INT8_FILE})")
+    if precision == "int8" and (device.backend != "onnxruntime" or device.is_gpu):
+        raise LatoptError(f"--precision int8 is ONNX Runtime static INT8 on the CPU: it needs an ONNX Runtime CPU "
+                          f"device (--device cpu or --device cpu-int8), not {device.name!r} ({device.backend}"
+                          f"{' on a GPU' if device.is_gpu else ''})")
     if not Path(checkpoint).is_file():
         raise LatoptError(f"checkpoint {checkpoint} does not exist")
     # One backend for the whole export, at the requested precision: it builds the engine (--format
@@ -203,18 +221,50 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
             files.append("model.engine")
         result["gates"] = [asdict(g) | {"passed": g.passed} for g in gates]
         result["accuracy"] = accuracy_gate(p, task, accs, precision, say)
+        int8_path = None
+        if precision == "int8":
+            int8_path = _write_int8(p, onnx_path, tmp / INT8_FILE, task, x, accs.get("onnx"), gate_accuracy,
+                                    result, say)
+            files.append(INT8_FILE)
         if measure:
-            if lut is not None and precision != device.precision:
-                p.notes.append(f"latency measured at --precision {precision}; the LUT ({device.precision}, the "
-                               f"profile's precision) is not compared with it")
+            lut_precision = None if lut is None else (lut.precision or device.precision)  # older LUTs: the profile's
+            if lut is not None and precision != lut_precision:
+                p.notes.append(f"latency measured at --precision {precision}; the LUT (timed at {lut_precision}) is "
+                               f"not compared with it")
                 lut = None
-            result["latency"] = measure_latency(p, at_precision(device, precision), lut, say, backend=backend)
+            result["latency"] = measure_latency(p, at_precision(device, precision), lut, say, backend=backend,
+                                                folded=int8_path)
         result["files"] = files
         write_json_atomic(tmp / "export.json", result)
         write_text_atomic(tmp / "REPORT.md", render_report(result))
     return result
 
-__all__ = ["EXPORT_FILES", "EXPORT_SCHEMA", "NOISE_K", "TOL_ONNX", "Gate", "Plan", "accuracy_gate", "auto_plan", "build_plan",
-           "check_fold_size", "checkpoint_task", "compare_outputs", "defer_plan", "deferred_gates", "export",
-           "fold_gates", "gate_inputs", "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report",
-           "runner_accuracy", "runner_correct", "tag_block_nodes", "torch_out"]
+
+def _write_int8(p: Plan, onnx_path: Path, int8_path: Path, task: Any | None, x: Any, onnx_acc: float | None,
+                gate_accuracy: bool, result: dict[str, Any], say: Any) -> Path:
+    """``int8_path``: the gated fp32 ``onnx_path`` as ONNX Runtime static INT8, calibrated on the first
+    :data:`~latopt.latency.quantize.CALIB_IMAGES` training images of the task (without a task: the numeric
+    gates' random-normal inputs, and said so), its test accuracy gated against ``onnx_acc``
+    (:func:`.gates.int8_gate`); ``result["int8"]`` records it."""
+    if task is not None:
+        calib = calibration_images(task, CALIB_IMAGES)
+        source = f"training images of {task.name}, the first of the split, no augmentation"
+    else:
+        calib, source = x.numpy(), "random-normal inputs, the checkpoint names no task"
+    say(f"quantising to INT8 on {len(calib)} {source} → {INT8_FILE}")
+    quantize_int8(onnx_path, int8_path, calib)
+    acc = None
+    if task is not None:
+        with OrtRunner(int8_path) as runner:
+            acc = runner_accuracy(runner, task, batch=256)
+    result["int8"] = {"file": INT8_FILE, "quantization": INT8_SETTINGS,
+                      "calibration": {"count": len(calib), "source": source},
+                      **int8_gate(p, task, acc, onnx_acc, gate_accuracy, say)}
+    return int8_path
+
+
+__all__ = ["ACC_TOL_INT8", "EXPORT_FILES", "EXPORT_SCHEMA", "INT8_FILE", "NOISE_K", "TOL_ONNX", "Gate", "Plan",
+           "accuracy_gate", "auto_plan", "build_plan", "check_fold_size", "checkpoint_task", "compare_outputs",
+           "defer_plan", "deferred_gates", "export", "fold_gates", "gate_inputs", "int8_gate", "noise_floor",
+           "onnx_gate", "ort_out", "parse_fold_spec", "render_report", "runner_accuracy", "runner_correct",
+           "tag_block_nodes", "torch_out"]

@@ -12,6 +12,7 @@ Public API::
     check_gates(gates)                            VerificationError naming every failed gate
     checkpoint_task(meta, resolution) -> Task | None;  gate_inputs(task, resolution, n, seed) -> (x, what)
     runner_accuracy(runner, task, batch) -> float;  accuracy_gate(plan, task, accs, precision, say)
+    int8_gate(plan, task, int8_acc, onnx_acc, enabled, say) -> dict   the INT8 model against the fp32 ONNX file
     require_accuracy_gate(plan, task, enabled)    refuse a checkpoint whose accuracy could not be gated
     torch_out(model, x), ort_out(onnx_path, x), run_samples(runner, x) -> np.ndarray (float64 for torch_out)
 """
@@ -48,6 +49,13 @@ TOL_ENGINE = {"fp32": 1e-3, "fp16": 2e-2}   # TensorRT engine vs ONNX Runtime
 # wrong weight moves the output by orders of magnitude more than the rounding does (1e-2 and up).
 NOISE_K = 8.0
 ACC_TOL_FP16 = 0.005     # accuracy gate: an fp16 engine may differ by this much more than one sample
+# INT8 accuracy gate: the static INT8 model may lose this much test accuracy against the fp32 ONNX file, plus
+# one test sample. fp16 keeps 11 significant bits of every value; INT8 puts every weight and activation on 256
+# levels, which flips a few borderline samples, so it cannot be held to one sample as fp32 is. One point is
+# the margin within which docs/evaluation.md counts a network as accurate as another (non-inferiority,
+# lower end >= -1 point). What the gate is there to catch: a calibration that does not fit the data, a layer
+# outside the range it was calibrated for. Only a loss is gated: INT8 may be the more accurate by chance.
+ACC_TOL_INT8 = 0.01
 
 
 @dataclass
@@ -284,4 +292,33 @@ def accuracy_gate(p: Plan, task: Any | None, accs: dict[str, float], precision: 
         raise VerificationError(f"accuracy gate failed, nothing written: test accuracy {', '.join(bad)} on "
                                 f"{task.name} differs from the checkpoint's recorded {recorded:.4f} ({where}) by more "
                                 f"than one test sample (1/{n}); the weights are not the ones that were evaluated")
+    return record
+
+
+def int8_gate(p: Plan, task: Any | None, acc: float | None, onnx_acc: float | None, enabled: bool,
+              say: Callable[[str], None]) -> dict[str, Any]:
+    """The INT8 model's test accuracy against the fp32 ONNX file's (which :func:`accuracy_gate` ties to the
+    checkpoint's record): lower by more than :data:`ACC_TOL_INT8` + one test sample is a VerificationError.
+    Not gated, and said in the notes, when the checkpoint names no task (nothing to measure it on) or with
+    ``enabled=False`` (``--no-accuracy-gate``: measured and reported only)."""
+    if task is None or acc is None or onnx_acc is None:
+        p.notes.append("INT8 model not accuracy-gated: the checkpoint names no task (its calibration inputs were "
+                       "random, not data)")
+        return {"test_acc": None, "onnx_test_acc": None, "samples": None, "tolerance": None,
+                "tolerance_base": ACC_TOL_INT8, "gated": False}
+    n = len(task.test)
+    tol = ACC_TOL_INT8 + 1.0 / n
+    record = {"test_acc": acc, "onnx_test_acc": onnx_acc, "samples": n, "tolerance": tol,
+              "tolerance_base": ACC_TOL_INT8, "gated": enabled}
+    say(f"INT8 test accuracy on {task.name} ({n} samples): {acc:.4f} vs ONNX fp32 {onnx_acc:.4f}"
+        + ("" if enabled else "; not gated: --no-accuracy-gate"))
+    if not enabled:
+        p.notes.append("exported with --no-accuracy-gate: the INT8 accuracy is reported beside the fp32 ONNX one, "
+                       "not gated")
+        return record
+    if onnx_acc - acc > tol + 1e-12:
+        raise VerificationError(f"INT8 accuracy gate failed, nothing written: the INT8 model's test accuracy "
+                                f"{acc:.4f} on {task.name} is {onnx_acc - acc:.4f} below the fp32 ONNX model's "
+                                f"{onnx_acc:.4f}, more than {ACC_TOL_INT8:g} + one test sample (1/{n}); export at "
+                                "--precision fp32")
     return record

@@ -2,8 +2,8 @@
 
 Public API::
 
-    measure_latency(plan, device, lut, say, *, backend=None) -> dict   as-is vs folded in one interleaved run
-                                                      at the device's precision (+ LUT prediction)
+    measure_latency(plan, device, lut, say, *, backend=None, folded=None) -> dict   as-is vs folded in one
+                                                      interleaved run at the device's precision (+ LUT prediction)
     lut_prediction_line(latency) -> str               the LUT's speed-up against the measured one
     render_report(result) -> str                      REPORT.md from the export.json dict
 """
@@ -11,6 +11,7 @@ Public API::
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from latopt.export.gates import NOISE_K
@@ -20,10 +21,12 @@ from latopt.latency.profiler import measure_networks
 
 
 def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], None], *,
-                    backend: Any = None) -> dict[str, Any]:
+                    backend: Any = None, folded: Path | None = None) -> dict[str, Any]:
     """The as-is and the folded network measured end to end on ``device`` (at its precision; with ``backend``
     when given, else one opened and closed here) in one interleaved run; the speed-up with its quartile range;
-    the LUT's prediction beside it when ``lut`` is given.
+    the LUT's prediction beside it when ``lut`` is given. The folded network timed is ``p.folded``, or the
+    ONNX file ``folded`` when given: at int8 the shipped ``model.int8.onnx`` itself (the backend times a
+    quantised file as it is and quantises the as-is network the same way, :mod:`latopt.latency.quantize`).
 
     The LUT was timed at another moment (``lut.created``) than this run: on a shared machine absolute times
     from two moments differ with the load, so the prediction is judged by its *speed-up* (a ratio of times
@@ -32,7 +35,8 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
     ``lut_*_ms`` / ``lut_error_*`` (meaningful only where the load was the same)."""
     shape = (device.batch, 3, p.resolution, p.resolution)
     say(f"measuring as-is vs folded end to end on {device.name} ({device.precision}, interleaved)")
-    stats = measure_networks({"as-is": asis_network(p.arch), "folded": p.folded}, device, shape, backend=backend)
+    timed = p.folded if folded is None else str(folded)
+    stats = measure_networks({"as-is": asis_network(p.arch), "folded": timed}, device, shape, backend=backend)
     a, f = stats["as-is"], stats["folded"]
     lat: dict[str, Any] = {
         "as_is_ms": a.median_ms, "as_is_iqr_ms": a.iqr_ms,
@@ -44,6 +48,8 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
         "precision": device.precision,
         "clock": device.clock,   # the device profile's clock: the LUT's too
     }
+    if folded is not None:
+        lat["folded_file"] = Path(folded).name   # the shipped file that was timed
     if lut is not None:
         lat["lut_as_is_ms"] = predict(lut, {})
         lat["lut_folded_ms"] = predict(lut, p.plan)
@@ -76,6 +82,24 @@ def _bias_maps_lines(bm: dict[str, Any] | None) -> list[str]:
             f"{bm['adds_per_block']} bias-map Adds → {bm['adds_deferred']} ({bm['adds_saved']} saved)"]
 
 
+def _int8_lines(q: dict[str, Any] | None) -> list[str]:
+    """REPORT.md's INT8 section: how the shipped INT8 model was made, its accuracy and its gate."""
+    if not q:
+        return []
+    s, cal = q["quantization"], q["calibration"]
+    made = (f"`{q['file']}`: ONNX Runtime static INT8 ({s['format']}, {'per-channel' if s['per_channel'] else 'per-tensor'} "
+            f"weights, activations {s['activation_type']}, weights {s['weight_type']}, {s['calibrate_method']} "
+            f"calibration on {cal['count']} {cal['source']}).")
+    if q.get("test_acc") is None:
+        acc = "Test accuracy not measured (the checkpoint names no task): not gated."
+    else:
+        gate = (f"gate: at most {q['tolerance_base']:g} + one test sample (1/{q['samples']}) below ONNX fp32, ok"
+                if q["gated"] else "not gated (`--no-accuracy-gate`)")
+        acc = (f"Test accuracy ({q['samples']} samples): INT8 {q['test_acc']:.4f}, ONNX fp32 "
+               f"{q['onnx_test_acc']:.4f}; {gate}.")
+    return ["", "## INT8", "", made, "", acc]
+
+
 def render_report(r: dict[str, Any]) -> str:
     """REPORT.md: what was exported, the numeric gates, the accuracy, the latency, the notes."""
     lines = [f"# latopt export: {r['model']} on {r['device']}", "",
@@ -103,9 +127,12 @@ def render_report(r: dict[str, Any]) -> str:
                    + (f", gate: within one test sample (1/{acc['samples']}) ok" if acc["gated"] else ", not gated"))
         lines += ["", "## Accuracy", "", f"Test accuracy on `{acc['task']}` ({acc['samples']} samples): "
                   f"ONNX {acc['test_acc']:.4f}{engine}{rec}"]
+    lines += _int8_lines(r.get("int8"))
     lat = r.get("latency")
     if lat:
-        lines += ["", f"## Latency ({lat.get('precision', r['precision'])}, measured end to end in one interleaved run)", "",
+        timed = f"; folded: the shipped `{lat['folded_file']}`" if lat.get("folded_file") else ""
+        lines += ["", f"## Latency ({lat.get('precision', r['precision'])}, measured end to end in one interleaved run"
+                  f"{timed})", "",
                   "| network | median ms | IQR ms | LUT sum ms (timed when the LUT was made) |", "|---|---|---|---|",
                   f"| as-is | {lat['as_is_ms']:.3f} | {lat['as_is_iqr_ms']:.3f} | "
                   + (f"{lat['lut_as_is_ms']:.3f} |" if "lut_as_is_ms" in lat else "– |"),

@@ -31,6 +31,13 @@ Variants. ``LUT.variants`` lists the fold variants timed besides as-is (``latopt
 is gone; what that leaves out, e.g. a residual ``Add`` the network had fused, the mixed held-out network
 measures). A LUT written before ``variants`` existed has ``partial: true|false`` instead and
 loads as ``full`` (+ ``expand_dw``, ``dw_project``).
+
+Precision. ``LUT.precision`` is the device profile's precision the times were taken at (``int8``: every
+timed network an ONNX Runtime static INT8 model; the backend's settings are in ``environment``). A LUT
+written before it was recorded loads with ``None``. LUTs live under their device's name
+(``profiles/<device>/``), and ``cpu`` and ``cpu-int8`` are two devices, so where a caller names the device
+(export's ``--lut``), the ``device`` check of :func:`load_lut` already keeps an INT8 LUT from standing for the
+fp32 device and the reverse; export also compares no LUT timed at another precision than it measures.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from latopt.artifacts import read_json, write_json_atomic
-from latopt.constants import FOLD_VARIANTS, LUT_VARIANTS, PARTIAL_VARIANTS
+from latopt.constants import FOLD_VARIANTS, LUT_VARIANTS, PARTIAL_VARIANTS, PRECISIONS
 from latopt.errors import LatoptError
 from latopt.latency.devices import profiles_dir
 from latopt.latency.timing import TimingStats
@@ -109,6 +116,7 @@ class LUT:
     num_classes: int = 1000
     fold_mode: str = "exact"
     variants: tuple[str, ...] = ("full",)  # fold variants profiled besides "none" (check_variants)
+    precision: str | None = None  # the device profile's precision the times were taken at (None: an older LUT)
     profiling_s: float = 0.0
     call_overhead_ms: float | None = None
     created: str = ""
@@ -132,7 +140,8 @@ class LUT:
         return {
             "schema": LUT_SCHEMA, "device": self.device, "backend": self.backend, "model": self.model,
             "resolution": self.resolution, "batch": self.batch, "num_classes": self.num_classes,
-            "fold_mode": self.fold_mode, "variants": list(self.variants), "created": self.created,
+            "fold_mode": self.fold_mode, "variants": list(self.variants), "precision": self.precision,
+            "created": self.created,
             "profiling_s": self.profiling_s, "call_overhead_ms": self.call_overhead_ms,
             "calibration": self.calibration, "fixed_ms": self.fixed_ms,
             "fixed": {k: s.to_dict() for k, s in self.fixed.items()},
@@ -170,6 +179,7 @@ class LUT:
             calibration=dict(f.mapping("calibration")), backend=f.text("backend", ""),
             environment=dict(f.mapping("environment")), num_classes=f.integer("num_classes", 1000, lo=1),
             fold_mode=f.choice("fold_mode", ("exact", "paper"), "exact"), variants=f.variant_list(),
+            precision=None if f.get("precision", None) is None else f.choice("precision", PRECISIONS),
             profiling_s=_time(f.get("profiling_s", 0.0), "LUT profiling_s"),
             call_overhead_ms=None if overhead is None else _time(overhead, "LUT call_overhead_ms"),
             created=f.text("created", ""),

@@ -14,7 +14,9 @@ block as-is and in each of ``variants`` it allows (``full`` always; ``expand_dw`
 recorded for reference), and end-to-end networks: as-is, every foldable block folded (and every block in
 each other timed variant that applies to it), and held-out fold sets that are not used for the
 calibration and check it: the second half of the foldable blocks folded ``full`` and, with more than one
-variant, a network mixing them (:func:`calibration_plans`).
+variant, a network mixing them (:func:`calibration_plans`). On an ``int8`` device (``cpu-int8``) the
+onnxruntime backend times each of these modules as its ONNX Runtime static INT8 model
+(:mod:`latopt.latency.backends.onnxruntime`); the LUT records the precision.
 
 What is timed is what export ships. Export ships exact-mode folds with *deferred* bias maps
 (:func:`latopt.fold.defer_bias_maps`): one map per chain of consecutive ``full`` folds, added at the chain's
@@ -286,7 +288,7 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         device=device.name, model=model_name, resolution=R, batch=int(batch), blocks=entries,
         fixed_ms=scales["none"] * fixed_raw,
         fixed={k: stats[k] for k in fixed_keys}, backend=backend.name, environment=environment,
-        num_classes=int(num_classes), fold_mode=fold_mode, variants=variants,
+        num_classes=int(num_classes), fold_mode=fold_mode, variants=variants, precision=device.precision,
         call_overhead_ms=stats["overhead"].median_ms,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         calibration={"method": "per-variant scale", "scales": scales, "fit_on": sorted(fit), "notes": notes,
@@ -332,7 +334,8 @@ def format_lut(lut: LUT) -> str:
     variants = ["none", *lut.variants]
     head = f"{'idx':>3} {'block':<22} {'input':<16} " + " ".join(f"{v:>11}" for v in variants) + f" {'c_l':>7} {'IQR%':>5}"
     sc = ", ".join(f"{k} {v:.3f}" for k, v in lut.calibration.get("scales", {}).items())
-    lines = [f"LUT {lut.model} @{lut.resolution} batch {lut.batch} on {lut.device} ({lut.backend}); "
+    prec = f", {lut.precision}" if lut.precision else ""
+    lines = [f"LUT {lut.model} @{lut.resolution} batch {lut.batch} on {lut.device} ({lut.backend}{prec}); "
              f"calibrated ms (scales: {sc})", head]
     for b in lut.blocks:
         cells = [f"{b.ms[v]:11.4f}" if v in b.ms else f"{'-':>11}" for v in variants]

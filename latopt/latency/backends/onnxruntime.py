@@ -15,6 +15,15 @@ The runner is the deploy runner (:class:`latopt.runtime.OrtRunner`): it pre-bind
 pre-allocated outputs (IOBinding), so a timed call is one ``run_with_iobinding`` without Python-side
 copies. Modules are exported once per (module, shape) into the backend's temporary directory
 (:class:`latopt.latency.onnx_io.ExportCache`).
+
+Precision: ``fp32``, or ``int8`` on the CPU provider. At ``int8`` every network the backend prepares (an
+``nn.Module`` it exports, or an fp32 ONNX file) is timed as an ONNX Runtime static INT8 model made by
+:func:`latopt.latency.quantize.quantize_int8` (QDQ, per-channel weights, U8 activations / S8 weights, MinMax)
+into the same temporary directory; an ONNX file that is quantised already (a shipped ``model.int8.onnx``) is
+timed as it is. The calibration inputs are :data:`CALIB_BATCHES` batches of random-normal tensors of the
+network's input shape from a fixed seed: the calibration only sets the quantisation scales and zero points,
+and which operators run, and so the time, does not depend on their values (export calibrates the model it
+ships on real training images instead).
 """
 
 from __future__ import annotations
@@ -23,14 +32,18 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnxruntime as ort
 
 from latopt.errors import LatoptError
 from latopt.latency.onnx_io import ExportCache
+from latopt.latency.quantize import INT8_SETTINGS, is_quantized, quantize_int8
 from latopt.latency.timing import environment_info
 from latopt.runtime import GPU_PROVIDERS, OrtRunner, ort_install_hint
 
 LOG_ERRORS_ONLY = 3  # ONNX Runtime's log_severity_level for errors (0 verbose .. 4 fatal)
+CALIB_BATCHES = 2    # int8: random-normal calibration batches per network (their values do not change the time)
+CALIB_SEED = 0
 
 
 class OrtBackend:
@@ -39,19 +52,39 @@ class OrtBackend:
     def __init__(self, profile: Any, providers: list[Any]) -> None:
         self.profile = profile
         self.providers = providers
+        self.precision = str(getattr(profile, "precision", "fp32"))
         self.cache = ExportCache()
+        self._int8: dict[tuple[Path, tuple[int, ...]], Path] = {}
 
     def prepare(self, model: Any, input_shape: tuple[int, ...]) -> OrtRunner:
-        """A runner for ``model`` (nn.Module, exported here, or an ONNX path) at ``input_shape``."""
+        """A runner for ``model`` (nn.Module, exported here, or an ONNX path) at ``input_shape``; at ``int8``
+        the network's static INT8 model (module docstring)."""
         path = Path(model) if isinstance(model, (str, os.PathLike)) else self.cache.get(model, input_shape)
+        if self.precision == "int8":
+            path = self._quantized(path, tuple(int(d) for d in input_shape))
         return OrtRunner(path, input_shape=input_shape, providers=self.providers, threads=int(self.profile.threads),
                          log_severity=LOG_ERRORS_ONLY)
+
+    def _quantized(self, path: Path, shape: tuple[int, ...]) -> Path:
+        """The INT8 model timed for ``path``: itself when it is quantised already, else its static INT8 model
+        (made once per file and shape, calibrated on seeded random-normal inputs of ``shape``)."""
+        if not path.is_file() or is_quantized(path):  # a missing file: the runner says so
+            return path
+        key = (path.resolve(), shape)
+        if key not in self._int8:
+            calib = np.random.default_rng(CALIB_SEED).standard_normal((CALIB_BATCHES * shape[0], *shape[1:]))
+            self._int8[key] = quantize_int8(path, self.cache.dir / f"q{len(self._int8):04d}-{path.stem}.int8.onnx",
+                                            calib.astype(np.float32))
+        return self._int8[key]
 
     def environment(self) -> dict[str, Any]:
         env = environment_info()
         env.update({"backend": self.name, "onnxruntime": ort.__version__, "providers": [
             p if isinstance(p, str) else p[0] for p in self.providers], "intra_op_threads": int(self.profile.threads),
-            "graph_optimization": "ORT_ENABLE_ALL", "execution_mode": "sequential"})
+            "graph_optimization": "ORT_ENABLE_ALL", "execution_mode": "sequential", "precision": self.precision})
+        if self.precision == "int8":
+            env["int8"] = {**INT8_SETTINGS, "calibration": f"{CALIB_BATCHES} batches of random-normal inputs of each "
+                           f"network's input shape (seed {CALIB_SEED}); a file quantised already is timed as it is"}
         return env
 
     def close(self) -> None:
@@ -59,10 +92,11 @@ class OrtBackend:
 
 
 def create(profile: Any) -> OrtBackend:
-    if getattr(profile, "precision", "fp32") != "fp32":
-        raise LatoptError(f"device {profile.name!r}: the onnxruntime backend times fp32 models only; "
-                          f"set precision: fp32 or use a tensorrt device for fp16")
+    precision = getattr(profile, "precision", "fp32")
     provider = profile.provider or "CPUExecutionProvider"
+    if precision not in ("fp32", "int8") or (precision == "int8" and provider != "CPUExecutionProvider"):
+        raise LatoptError(f"device {profile.name!r}: the onnxruntime backend times fp32 (any provider) and int8 "
+                          f"(CPUExecutionProvider), not {precision} on {provider}; use a tensorrt device for fp16")
     available = ort.get_available_providers()
     if provider not in available:
         hint = (f"on a machine with an NVIDIA GPU: {ort_install_hint()}; or use --device cpu"

@@ -29,7 +29,8 @@ in github.com/NVIDIA/TensorRT:
   (``modelopt.onnx.autocast.convert_to_mixed_precision``, NVIDIA's documented route,
   .../tensorrt-10x-to-11x-python-api-patterns.html) when installed, else
   ``onnxconverter_common.float16.convert_float_to_float16``; neither installed → LatoptError saying so.
-  fp32 clears ``BuilderFlag.TF32`` (on by default) so "fp32" means fp32 on Ampere and newer.
+  fp32 clears ``BuilderFlag.TF32`` (on by default) so "fp32" means fp32 on Ampere and newer. int8 is refused
+  (:func:`check_precision`, before TensorRT is imported): latopt builds no INT8 engines.
 - timing cache per device profile and TensorRT version, ``~/.cache/latopt/trt/<device>-trt<version>.cache``
   (``$LATOPT_CACHE_DIR`` overrides ``~/.cache/latopt``; a timing cache is valid only for the TensorRT version
   that wrote it): ``config.create_timing_cache(blob)`` + ``config.set_timing_cache(cache, False)`` before,
@@ -94,10 +95,17 @@ def tensorrt_version(version: str) -> tuple[int, int]:
 SUPPORTED = "8.6, 10.x or 11.x"
 
 
+def check_precision(precision: str) -> None:
+    """A one-line LatoptError unless TensorRT builds ``precision`` in latopt: fp32 or fp16 (no INT8 engines)."""
+    if precision not in ("fp32", "fp16"):
+        hint = ("; TensorRT INT8 is not supported by latopt: INT8 is ONNX Runtime static INT8 on the CPU "
+                "(--device cpu-int8)") if precision == "int8" else ""
+        raise LatoptError(f"TensorRT precision must be fp32 or fp16, got {precision!r}{hint}")
+
+
 def precision_plan(version: str, precision: str) -> PrecisionPlan:
     """The builder settings for ``precision`` ("fp32" | "fp16") on TensorRT ``version`` (8.6, 10.x, 11.x)."""
-    if precision not in ("fp32", "fp16"):
-        raise LatoptError(f"TensorRT precision must be fp32 or fp16, got {precision!r}")
+    check_precision(precision)
     major, minor = tensorrt_version(version)
     if (major, minor) < (8, 6) or major == 9:
         raise LatoptError(f"TensorRT {version} is not supported: latopt needs TensorRT {SUPPORTED} "
@@ -374,8 +382,9 @@ class TensorRTBackend:
 
 def create(profile: Any) -> TensorRTBackend:
     """The TensorRT backend for ``profile``; LatoptError (one line) when it cannot run here."""
+    check_precision(str(getattr(profile, "precision", "fp32")))  # before the import: int8 is refused everywhere
     trt = _rt.import_tensorrt()
-    precision_plan(trt.__version__, str(getattr(profile, "precision", "fp32")))  # version and precision first
+    precision_plan(trt.__version__, str(getattr(profile, "precision", "fp32")))  # the version, before any GPU work
     try:
         cuda = _rt.cuda_api(_device_index(getattr(profile, "cuda_device", None)))
     except LatoptError as e:

@@ -10,8 +10,9 @@ An fp32 CUDA profile times true fp32: TF32 is switched off for cuDNN convolution
 the backend is open and restored by :meth:`TorchBackend.close` — the TensorRT backend clears TF32 for fp32
 too; the switches are recorded in the LUT's environment. ``create`` refuses a GPU that the installed torch
 has no kernels for (e.g. Pascal, compute capability 6.1, with a torch build for CUDA >= 12.8). Otherwise
-CPU eager with ``latopt.engine.set_threads(profile.threads)`` (process-wide). fp16 is CUDA-only. The runner
-works on a deep copy in eval mode under ``torch.inference_mode``; the caller's module is left untouched.
+CPU eager with ``latopt.engine.set_threads(profile.threads)`` (process-wide). fp16 is CUDA-only; int8 is
+refused (ONNX Runtime's static INT8: ``--device cpu-int8``). The runner works on a deep copy in eval mode
+under ``torch.inference_mode``; the caller's module is left untouched.
 """
 
 from __future__ import annotations
@@ -158,10 +159,13 @@ class TorchBackend:
 
 
 def create(profile: Any) -> TorchBackend:
-    if profile.cuda_device is None:
-        if profile.precision != "fp32":
-            raise LatoptError(f"device {profile.name!r}: fp16 on the CPU is not supported by the torch backend; "
-                              f"use precision: fp32")
+    on_cpu = profile.cuda_device is None
+    if profile.precision not in (("fp32",) if on_cpu else ("fp32", "fp16")):
+        hint = ("; int8 is ONNX Runtime static INT8: use --device cpu-int8" if profile.precision == "int8"
+                else "; use precision: fp32")
+        raise LatoptError(f"device {profile.name!r}: {profile.precision} {'on the CPU ' if on_cpu else ''}is not "
+                          f"supported by the torch backend{hint}")
+    if on_cpu:
         set_threads(profile.threads)
         return TorchBackend(profile, torch.device("cpu"), torch.float32)
     if not torch.cuda.is_available():
