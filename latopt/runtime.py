@@ -563,7 +563,9 @@ class OrtRunner:
     ``{"device_id": i}`` options) keeps the bound input and outputs on that GPU. Session options:
     ``intra_op_num_threads = threads`` (ONNX Runtime's default when ``threads`` is None or 0),
     ``inter_op_num_threads = 1``, sequential execution, ``ORT_ENABLE_ALL`` (ONNX Runtime's defaults, set
-    explicitly because the latency backend reports them), ``log_severity`` when given (3 = errors only).
+    explicitly because the latency backend reports them), ``log_severity`` when given (3 = errors only),
+    ``spin=False``: the intra-op worker threads sleep between runs instead of spin-waiting (ONNX Runtime's
+    ``session.intra_op.allow_spinning``; the latency backend's choice with more than one thread).
 
     A GPU provider first: ``onnxruntime.preload_dlls()`` runs before the session where it exists, ONNX
     Runtime's warnings stay visible (``log_severity`` is capped at 2) and the session must really use that
@@ -579,7 +581,7 @@ class OrtRunner:
 
     def __init__(self, model: str | Path, *, input_shape: Sequence[int] | None = None,
                  providers: Sequence[str | tuple[str, dict[str, Any]]] | None = None, threads: int | None = 1,
-                 seed: int = 0, log_severity: int | None = None) -> None:
+                 seed: int = 0, log_severity: int | None = None, spin: bool = True) -> None:
         try:
             import onnxruntime as ort
         except ImportError:
@@ -593,6 +595,8 @@ class OrtRunner:
         if threads:
             opts.intra_op_num_threads = int(threads)
         opts.inter_op_num_threads = 1
+        if not spin:  # intra-op worker threads sleep between runs instead of spin-waiting
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if log_severity is not None:  # a GPU provider's "Failed to create CUDAExecutionProvider" is a warning

@@ -422,3 +422,28 @@ def test_tensorrt_backend_builds_and_times() -> None:
     np.testing.assert_allclose(r.run(x), reference(model, x), rtol=2e-2, atol=2e-2)
     s = compare({"m": r}, TimingPolicy(2, 5, 5, 60))["m"]
     assert s.n == 5 and s.median_ms > 0
+
+
+def test_threaded_cpu_sessions_do_not_spin(tmp_path) -> None:
+    """With more than one intra-op thread, the backend's sessions sleep between runs: spinning pools of the other
+    interleaved sessions took the cores of the timed one (a LUT put more time on one block than on the network)."""
+    import torch
+
+    from latopt.latency.backends import onnxruntime as ort_backend
+    from latopt.latency.devices import load_device
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
+    for threads, spinning in ((1, True), (2, False)):
+        be = ort_backend.create(load_device("cpu").model_copy(update={"threads": threads, "clock": "wall"}))
+        try:
+            r = be.prepare(net, (1, 3, 8, 8))
+            opts = r.session.get_session_options()
+            try:
+                entry = opts.get_session_config_entry("session.intra_op.allow_spinning")
+            except RuntimeError:  # not set: ONNX Runtime's default (spinning)
+                entry = None
+            assert be.environment()["intra_op_spinning"] is spinning
+            assert (entry == "0") is not spinning
+            r.close()
+        finally:
+            be.close()

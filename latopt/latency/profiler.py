@@ -140,6 +140,7 @@ def _close(objs: Any) -> None:
 HELD_OUT = "held-out"
 HELD_OUT_MIXED = "held-out-mixed"
 HELD_OUT_NETS = (HELD_OUT, HELD_OUT_MIXED)
+HELD_OUT_WARN = 0.15   # a held-out network mispredicted by more than this: one warning line (the LUT is suspect)
 
 
 def fixed_modules(fp: Any, input_shape: tuple[int, ...],
@@ -305,6 +306,12 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
                              "error": pred / measured[k] - 1}
     lut.profiling_s = time.perf_counter() - t_start
     _log(progress, f"done in {lut.profiling_s:.1f} s")
+    bad = {k: e["error"] for k, e in lut.end_to_end.items() if k in HELD_OUT_NETS and abs(e["error"]) > HELD_OUT_WARN}
+    if bad:
+        _LOG.warning(f"{model_name} on {device.name}: the LUT mispredicts its held-out network(s) by "
+                     + ", ".join(f"{k} {100 * v:+.0f} %" for k, v in bad.items())
+                     + ": block times measured apart do not add up to the network's here (a loaded machine, or a "
+                     "threaded runtime disturbed by the other runners); check the load and profile again")
     return lut
 
 
