@@ -42,8 +42,8 @@ def _write(tmp: Path, cells: dict[str, Any]) -> Path:
 
 
 def _rows(text: str) -> dict[str, str]:
-    return {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in text.splitlines()
-            if line.startswith("| ") and not line.startswith("| measured")}
+    return {line.split("|")[1].strip(): (line.split("|")[-3].strip(), line.split("|")[-2].strip())
+            for line in text.splitlines() if line.startswith("| ") and not line.startswith("| measured")}
 
 
 def test_own_plan_verdicts(tmp_path: Path) -> None:
@@ -60,6 +60,12 @@ def test_own_plan_verdicts(tmp_path: Path) -> None:
                                           "c": _src(three, 1.5, None)}},
     }
     rows = _rows(bd.render(_write(tmp_path, cells)))
-    assert rows["a"] == "yes"
-    assert rows["b"].startswith("**no**: beaten by a")
-    assert rows["c"] == "tie"
+    assert rows["a"][0] == "yes"
+    assert rows["b"][0].startswith("**no**: beaten by a")
+    assert rows["c"][0] == "tie"
+    # the budget view (budget 0.7: a speed-up of 1/0.7 = 1.43x meets it)
+    assert rows["a"][1] == "own meets it, cheapest of 2"               # a 1.5x (2 blocks), c 1.5x (3 blocks)
+    assert rows["b"][1] == "own meets it, cheapest of 3"               # a 1.6x, b and c 1.45x, all 2 blocks
+    assert rows["c"][1] == "own meets it, cheapest of 2"
+    cells["m|c|dp"]["sources"]["c"]["speedup"] = [1.4, 1.37, 1.43]
+    assert _rows(bd.render(_write(tmp_path, cells)))["c"][1] == "**own plan misses it**; met by a"

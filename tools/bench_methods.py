@@ -1139,6 +1139,27 @@ def render_doc(root: Path) -> str:
     return "\n\n".join(out) + "\n"
 
 
+def render_summary(root: Path) -> str:
+    """README's short form of the method table: the verdict lines and the ablations, from results/ only."""
+    from compare import paired_hv_bootstrap  # noqa: F401  (render_fronts needs it; fail here if missing)
+
+    R = Results(root)
+    lines = [f"`{R.run['model']}` on `{R.run['task']}` @{R.res} px, ONNX Runtime CPU, {len(R.run['seeds'])} seeds, "
+             "95 % intervals, ±1 pt margin (`docs/method-table.md`):", ""]
+    for prec in ("fp32", "int8"):
+        lines += [ln for ln in render_dominance(R, prec).splitlines() if ln.startswith("- ")]
+    lines += ["- LUT-c_l Layer Folding alone, " + ln[2:] for ln in
+              render_dominance(R, "fp32", ours=("lf-lut",), rivals=("lf-uniform",)).splitlines() if ln.startswith("- ")]
+    fr = [ln for ln in render_fronts(R).splitlines()[2:]]
+    for ln in fr:
+        c = [x.strip() for x in ln.strip("|").split("|")]
+        lines.append(f"- {c[0]}: hypervolume of the LUT-c_l front − the uniform-c_l front: {c[3]} ({c[4]}).")
+    for ln in render_ablations(R).splitlines()[2:]:
+        c = [x.strip() for x in ln.strip("|").split("|")]
+        lines.append(f"- Ablation, {c[0]}: {c[1]} − {c[3]} = {c[5]} pt ({c[6]}).")
+    return "\n".join(lines) + "\n"
+
+
 def pareto_figure(root: Path, path: Path) -> Path:
     """Accuracy (mean ± sd over seeds) against the measured speed-up (median over seeds, range), fp32 and INT8."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

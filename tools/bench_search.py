@@ -9,6 +9,11 @@ feasible front (Optuna's hypervolume utility) in (error, latency / base latency)
 reference point (1 − (base_acc − max_acc_drop), 1.0) — so only candidates within the accuracy constraint
 and faster than the base count — and the best predicted latency within the accuracy constraint.
 
+Not a verdict on LUT against uniform c_l: both studies are scored with the LUT's *predicted* latency, which
+is what the LUT arm optimises, so the comparison favours it by construction. The measured comparison (final
+interleaved run, 5 seeds, hypervolume intervals) is the method table's Q4 (``tools/bench_methods.py``,
+``docs/method-table.md``); this tool shows how the two searches explore.
+
     python tools/bench_search.py --config digits_clutter --trials 12 [--task digits-clutter] [--workers 2]
 """
 

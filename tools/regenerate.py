@@ -30,17 +30,33 @@ def _seed_table(name: str) -> Callable[[], str]:
     return make
 
 
-def _method_table() -> str:
-    sys.path.insert(0, str(ROOT / "tools"))
-    import bench_methods
+def _method_table(summary: bool = False) -> Callable[[], str]:
+    def make() -> str:
+        sys.path.insert(0, str(ROOT / "tools"))
+        import bench_methods
 
-    return bench_methods.render_doc(RESULTS / "method-table")
+        render = bench_methods.render_summary if summary else bench_methods.render_doc
+        return render(RESULTS / "method-table")
+    return make
+
+
+def _matrix(summary: bool = False) -> Callable[[], str]:
+    def make() -> str:
+        sys.path.insert(0, str(ROOT / "tools"))
+        import bench_devices
+
+        render = bench_devices.render_summary if summary else bench_devices.render
+        return render(RESULTS / "hardware-awareness")
+    return make
 
 
 GENERATORS: dict[str, Callable[[], str]] = {
     "seed-sweep": _seed_table("seed-sweep.json"),
     "seed-sweep-before": _seed_table("seed-sweep-before.json"),
-    "method-table": _method_table,
+    "method-table": _method_table(),
+    "method-table-summary": _method_table(summary=True),
+    "hardware-awareness": _matrix(),
+    "hardware-awareness-summary": _matrix(summary=True),
 }
 
 
