@@ -10,6 +10,7 @@ its generator below, which reads only files under ``results/``. Nothing between 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
@@ -30,33 +31,21 @@ def _seed_table(name: str) -> Callable[[], str]:
     return make
 
 
-def _method_table(summary: bool = False) -> Callable[[], str]:
+def _tool(module: str, render: str, results: str) -> Callable[[], str]:
+    """A block made by ``tools/<module>.py``'s ``render`` function from ``results/<results>``."""
     def make() -> str:
         sys.path.insert(0, str(ROOT / "tools"))
-        import bench_methods
-
-        render = bench_methods.render_summary if summary else bench_methods.render_doc
-        return render(RESULTS / "method-table")
-    return make
-
-
-def _matrix(summary: bool = False) -> Callable[[], str]:
-    def make() -> str:
-        sys.path.insert(0, str(ROOT / "tools"))
-        import bench_devices
-
-        render = bench_devices.render_summary if summary else bench_devices.render
-        return render(RESULTS / "hardware-awareness")
+        return getattr(importlib.import_module(module), render)(RESULTS / results)
     return make
 
 
 GENERATORS: dict[str, Callable[[], str]] = {
     "seed-sweep": _seed_table("seed-sweep.json"),
     "seed-sweep-before": _seed_table("seed-sweep-before.json"),
-    "method-table": _method_table(),
-    "method-table-summary": _method_table(summary=True),
-    "hardware-awareness": _matrix(),
-    "hardware-awareness-summary": _matrix(summary=True),
+    "method-table": _tool("bench_methods", "render_doc", "method-table"),
+    "method-table-summary": _tool("bench_methods", "render_summary", "method-table"),
+    "hardware-awareness": _tool("bench_devices", "render", "hardware-awareness"),
+    "hardware-awareness-summary": _tool("bench_devices", "render_summary", "hardware-awareness"),
 }
 
 
