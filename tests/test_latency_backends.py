@@ -447,3 +447,33 @@ def test_threaded_cpu_sessions_do_not_spin(tmp_path) -> None:
             r.close()
         finally:
             be.close()
+
+
+def test_int8_quantisation_leaves_the_root_logger_alone(tmp_path, monkeypatch) -> None:
+    """ONNX Runtime's quantiser logs through logging.warning, which gives a handler-less root logger one
+    (logging.basicConfig): every later latopt line was then printed twice. quantize_int8 undoes it."""
+    import logging
+
+    import numpy as np
+    import onnxruntime.quantization as q
+    import torch
+
+    from latopt.latency.onnx_io import export_onnx
+    from latopt.latency.quantize import quantize_int8
+
+    real = q.quantize_static
+
+    def noisy(*a, **k):  # what ONNX Runtime does for some graphs
+        logging.warning("a quantiser warning")
+        return real(*a, **k)
+
+    monkeypatch.setattr(q, "quantize_static", noisy)
+    export_onnx(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval(), (1, 3, 8, 8), tmp_path / "m.onnx")
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers.clear()  # as in a plain `latopt` process (pytest gives the root its own handlers)
+    try:
+        quantize_int8(tmp_path / "m.onnx", tmp_path / "q.onnx", np.zeros((2, 3, 8, 8), np.float32))
+        assert root.handlers == []
+    finally:
+        root.handlers[:] = saved

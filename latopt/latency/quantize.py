@@ -19,8 +19,11 @@ the scales), and ``latopt export --precision int8`` quantises the shipped model 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +68,22 @@ def _input_batch(model: Any) -> tuple[str, int]:
     return inp.name, int(dims[0].dim_value) if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0 else 1
 
 
+@contextlib.contextmanager
+def _root_logging_kept() -> Iterator[None]:
+    """Undo what ONNX Runtime's quantisation does to the root logger: it logs through ``logging.info`` /
+    ``logging.warning``, which call ``logging.basicConfig`` when the root has no handler. The root would then
+    print every later latopt line a second time (latopt's lines also propagate to the root: :mod:`latopt.log`)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for h in root.handlers[:]:
+            if h not in handlers:
+                root.removeHandler(h)
+        root.setLevel(level)
+
+
 def quantize_int8(fp32_onnx: Path, out: Path, calib: np.ndarray) -> Path:
     """ONNX Runtime static INT8 of ``fp32_onnx`` (:data:`INT8_SETTINGS`), calibrated on ``calib`` (N samples,
     fed in batches of the model's static batch size, one at a time when its batch is dynamic), written to
@@ -97,7 +116,8 @@ def quantize_int8(fp32_onnx: Path, out: Path, calib: np.ndarray) -> Path:
             return next(self.batches, None)
 
     s = INT8_SETTINGS
-    with tempfile.TemporaryDirectory(prefix="latopt-int8-") as work, atomic_path(out, suffix=".onnx") as tmp:
+    with (tempfile.TemporaryDirectory(prefix="latopt-int8-") as work, atomic_path(out, suffix=".onnx") as tmp,
+          _root_logging_kept()):
         pre = Path(work) / "pre.onnx"   # the pre-processed model: removed with its directory
         try:
             quant_pre_process(str(fp32_onnx), str(pre), skip_symbolic_shape=True)
