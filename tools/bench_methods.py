@@ -1,38 +1,40 @@
 #!/usr/bin/env python
-"""The method table: latopt against what a user would pick instead, on one task and one device.
+"""The method table: latopt against what a user would pick instead, on one task and one device, under the
+protocol of docs/evaluation.md (§6 fixes this run's settings).
 
 One model (the shipped ``digits_clutter`` config: torchvision MobileNetV2 width 0.5 at 32 px on the
-digits-clutter task), several seeds, device ``cpu`` (ONNX Runtime, one thread). Per seed a base model is
-trained (``latopt.train.train_base``); every method then starts from that base checkpoint and gets **the same
-fine-tuning budget**: ``fold.epochs + fold.post_epochs`` epochs of training (10 with the shipped config), at
-``fold.lr`` with the config's optimizer and schedule:
+digits-clutter task), seeds 0-4, device ``cpu`` (ONNX Runtime, one thread). Per seed a base model is trained
+(``latopt.train.train_base``); every method then starts from that base checkpoint and gets **the same
+fine-tuning budget**: ``fold.epochs + fold.post_epochs`` epochs, at ``fold.lr`` with the config's optimizer and
+schedule, ending on its best-validation epoch:
 
-- ``asis``: the base trained for that many more epochs (``train_base`` from the base checkpoint);
-- ``lf-uniform@λ``: Layer Folding with c_l = 1 for every block (the paper): ``run_fold(lut=None)``,
-  ``fold.epochs`` of pre-fold + ``fold.post_epochs`` of post-fold;
-- ``lf-lut@λ``: the same with c_l from the device's LUT (latopt): ``run_fold(lut=...)``;
-- ``dp@b``: section 2's block variants chosen by the dynamic program under a latency budget b (``cell_dp``);
-- ``prune>TARGET``: channel pruning with torch-pruning (DepGraph, magnitude importance, the same ratio in
-  every layer group, channel counts rounded to ``--round-to``), the ratio iterated until the pruned network's
-  *measured* latency matches the TARGET cell's exported network (interleaved against it) within
-  ``--match-tol``; then the same fine-tuning budget (``latopt.engine.fit``).
+- ``asis``: the base trained for that many more epochs;
+- ``lf-uniform@λ`` / ``lf-lut@λ``: Layer Folding with c_l = 1 (the paper) / from the device LUT (latopt),
+  ``fold.epochs`` of pre-fold + ``fold.post_epochs`` of post-fold (``run_fold``);
+- ``dp@b``: block variants (full, pw, drop) chosen by the DP under a latency budget b, importance ``proxy``,
+  fine-tuned directly (``cell_dp``);
+- the ablations (:data:`DP_ABLATIONS`, at ``--ablation-budget``): ``dp-full``, ``dp-nopw``, ``dp-nodrop``,
+  ``dp-uniform``; ``lf-direct@λ``: ``lf-lut@λ``'s fold set of the same seed fine-tuned directly like the DP;
+- ``prune>TARGET``: torch-pruning's global pruning (group L2 magnitude, :func:`make_pruner`), the ratio found
+  by timing one-shot prunings of the base interleaved against the TARGET cell, then iterative pruning
+  (:data:`PRUNE_STEPS` steps, each followed by its share of the budget). Whether it matched is decided in the
+  final run.
 
-Every network is exported as ``latopt export`` ships it (``latopt.export.export``: ONNX, numeric gates,
-test accuracy of the ONNX file; pruned networks: ONNX + the ONNX-vs-PyTorch gate) and quantised to INT8
-with ONNX Runtime (static, QDQ, per-channel, U8 activations / S8 weights, calibrated on training images).
-Then all networks are measured end to end in ONE interleaved run at the training resolution (fp32 and INT8
-together), and the same structures with random weights in one run at 224 px (``--resolutions``).
+Every network is exported as ``latopt export`` ships it (gates, the ONNX file's accuracy and its per-image
+correctness) and quantised to INT8 as ``latopt export --precision int8`` does. ``measure`` times all networks,
+fp32 and INT8, in ONE interleaved run at the training resolution (the final run), and the same structures with
+random weights at 224 px. ``publish`` writes the raw results to ``results/method-table`` (no machine paths);
+``tools/regenerate.py`` makes docs/method-table.md's tables and README's summary from them (:func:`render_doc`,
+:func:`render_summary`: two-way dominance with paired bootstrap intervals, tools/compare.py).
 
-Resumable: a cell (seed, method) that finished has ``cells/<cell>.json`` and is skipped by a rerun; several
-processes (``--workers N``) share the queue through lock files (``locks/``; a lock whose process is gone is
-taken over). The measurement runs are ``measure-r<res>.json`` (``--remeasure`` redoes them). ``report``
-writes the table (methods with no finished cell as "not run"), the dominance verdict of our points over
-paper Layer Folding and pruning (:data:`DOMINANCE_RULE`), the schedule, and the Pareto plot.
+Resumable: a finished cell has ``cells/<cell>.json`` and is skipped by a rerun; several processes
+(``--workers N``) share the queue through lock files (``locks/``; a lock whose process is gone is taken over).
 
-    python tools/bench_methods.py run --runs-dir DIR [--seeds 0 1 2] [--lambdas 0.3 1 3] [--workers 2]
-    python tools/bench_methods.py measure --runs-dir DIR
-    python tools/bench_methods.py report --runs-dir DIR --doc docs/method-table.md
-    python tools/bench_methods.py all --runs-dir DIR --smoke        # tiny end-to-end check (minutes)
+    python tools/bench_methods.py run --runs-dir DIR [--set KEY=VALUE ...] [--workers 2]
+    python tools/bench_methods.py measure --runs-dir DIR [--resolutions 32] [--min-rounds 1000]
+    python tools/bench_methods.py publish --runs-dir DIR --results results/method-table
+    python tools/bench_methods.py plot --runs-dir DIR --results results/method-table
+    python tools/bench_methods.py all --runs-dir DIR --smoke --results TMP   # tiny end-to-end check
 """
 
 from __future__ import annotations
