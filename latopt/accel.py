@@ -32,8 +32,10 @@ trains the same under torchrun as in one process. The model is wrapped in Distri
 training (the α's are parameters of the wrapped model, so their gradients are averaged like the
 weights'; the compression loss is computed from them identically on every rank). ``train.sync_bn``
 (default on) normalises over the global batch (:func:`sync_batch_norm`); off, each process uses its own
-batch statistics (faster; fine for large per-GPU batches). Metrics are summed over the processes; only
-rank 0 writes files and prints; the other ranks log warnings and errors only.
+batch statistics (faster; fine for large per-GPU batches). Each process draws its own random numbers
+(augmentation, dropout; its loader's workers too): the stages seed ``seed + rank`` once the model is built,
+while the samplers' order is shared (:func:`latopt.data.make_loaders`). Metrics are summed over the
+processes; only rank 0 writes files and prints; the other ranks log warnings and errors only.
 
 Public API::
 
@@ -274,9 +276,15 @@ def is_main_process() -> bool:
 def process_group(train_cfg: TrainConfig) -> Iterator[None]:
     """Under torchrun: join the process group for the block (NCCL on CUDA, gloo on the CPU; every
     collective times out after ``train_cfg.dist_timeout_s``), quiet the progress of ranks > 0, destroy
-    the group when the block ends, however it ends. A collective that fails because another process died
-    (gloo: the connection closes at once) or timed out becomes one line (:class:`LatoptError`), so every
-    process of a job in which one failed exits non-zero. Outside torchrun: nothing."""
+    the group when the block ends, however it ends. A collective that raises because another process died
+    (gloo: the connection closes at once) or timed out (gloo) becomes one line (:class:`LatoptError`), as
+    does an NCCL error raised here, so every process of a job in which one failed exits non-zero.
+
+    NCCL raises nothing for a dead peer: the collective waits on the GPU, and the process blocks at its next
+    read of a result. torchrun stops it (every process of a job is stopped when one fails); otherwise
+    PyTorch's NCCL watchdog aborts the process once the collective has waited ``dist_timeout_s`` (its
+    default, ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` 3), with NCCL's own error output, not one line.
+    Outside torchrun: nothing."""
     if not launched_by_torchrun() or dist.is_initialized():
         yield
         return

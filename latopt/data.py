@@ -159,8 +159,10 @@ def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | N
     (:func:`latopt.engine.fit` calls ``set_epoch``), one permutation of which each process takes every
     W-th index — so step k of W processes sees the samples step k of one process sees (when W does not
     divide the training set, the sampler repeats up to W−1 samples per epoch to even the shards), and a
-    resumed run sees the order it would have seen. Evaluation: each process takes every W-th sample,
-    without padding (:class:`ShardSampler`); :func:`latopt.engine.evaluate` sums the counts."""
+    resumed run sees the order it would have seen. The loader's generator, which seeds the random numbers
+    of its worker processes (augmentation), is seeded with ``seed + rank``: each process draws its own.
+    Evaluation: each process takes every W-th sample, without padding (:class:`ShardSampler`);
+    :func:`latopt.engine.evaluate` sums the counts."""
     accel = accel or Accel()
     world, rank = accel.world_size, accel.rank
     if batch_size % world:
@@ -171,7 +173,7 @@ def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | N
               "persistent_workers": accel.persistent_workers and accel.workers > 0}
     train = DataLoader(task.train, batch_size=per_process,
                        sampler=DistributedSampler(task.train, num_replicas=world, rank=rank, shuffle=True, seed=seed),
-                       generator=torch.Generator().manual_seed(seed), **loader)  # the generator seeds workers
+                       generator=torch.Generator().manual_seed(seed + rank), **loader)  # it seeds the workers
     val, test = (DataLoader(ds, batch_size=max(per_process, 256), sampler=ShardSampler(len(ds), world, rank),  # type: ignore[arg-type]
                             **loader) for ds in (task.val, task.test))
     return train, val, test

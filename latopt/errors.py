@@ -11,6 +11,8 @@ corrupted artefact. One line too, exit code 3.
 
 from __future__ import annotations
 
+import errno
+
 EXIT_USAGE = 2         # the input is wrong: one line says what and how to fix it
 EXIT_VERIFICATION = 3  # a check failed: the fold, a numeric gate, a checkpoint's integrity
 
@@ -51,3 +53,14 @@ def first_line(e: BaseException | str, limit: int = 200) -> str:
         if line.strip():
             return line.strip()[:limit]
     return type(e).__name__ if isinstance(e, BaseException) else ""
+
+
+_OOM = ("out of memory", "can't allocate memory", "failed to allocate memory", "bad_alloc", "cannot allocate memory")
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """An allocation failure: MemoryError, ENOMEM, or a library's own exception for it (torch's
+    "DefaultCPUAllocator: can't allocate memory" RuntimeError and its CUDA OutOfMemoryError, ONNX Runtime's
+    "Failed to allocate memory")."""
+    return (isinstance(e, MemoryError) or getattr(e, "errno", None) == errno.ENOMEM
+            or any(m in str(e).lower() for m in _OOM))

@@ -204,7 +204,7 @@ def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping
             q.requires_grad_(False)
     trainable_alphas = [a for a in alpha_parameters(model) if a.requires_grad]
     f = cfg.fold
-    seed_everything(seed)
+    seed_everything(seed + accel.rank)  # each process its own random stream; the sampler's order is shared
     train_loader, val_loader, _ = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
     optimizer = make_optimizer(model, cfg.train, f.lr, exclude=alpha_parameters(model))
     scheduler = make_scheduler(optimizer, cfg.train, f.epochs, len(train_loader))
@@ -312,7 +312,7 @@ def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int,
     t1 = time.perf_counter()
     history: list[dict[str, float]] = []
     if f.post_epochs > 0 and f.post_lr > 0:
-        seed_everything(seed + 1)
+        seed_everything(seed + 1 + accel.rank)  # each process its own random stream
         optimizer = make_optimizer(folded, cfg.train, f.post_lr)  # the α's are frozen
         scheduler = make_scheduler(optimizer, cfg.train, f.post_epochs, len(train_loader))
         task_loss = _task_loss(cfg, teacher)

@@ -43,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,11 +125,26 @@ class CudaApi:
     """The few CUDA operations the GPU runners need: buffers, one stream, copies, events.
 
     Subclasses set ``stream`` and implement the buffer operations plus ``_event`` / ``_elapsed_ms``;
-    :meth:`time_ms` is the one CUDA-event timer of latopt (TensorRT engines and torch on CUDA)."""
+    :meth:`time_ms` is the one CUDA-event timer of latopt (TensorRT engines and torch on CUDA). A runner on
+    the API registers itself (:meth:`track`); ``close`` closes the runners still open before it lets go of
+    the GPU (:meth:`close_runners`), so their engines and buffers are freed while the context exists."""
 
     name = "none"
     device_index = 0
     stream: Any = None
+    _runners: weakref.WeakSet[Any] | None = None
+
+    def track(self, runner: Any) -> None:
+        """Have :meth:`close_runners` close ``runner`` (held weakly: a runner dropped earlier is freed as usual)."""
+        if self._runners is None:
+            self._runners = weakref.WeakSet()
+        self._runners.add(runner)
+
+    def close_runners(self) -> None:
+        """Close every tracked runner that is still open (its TensorRT objects, then its buffers)."""
+        runners, self._runners = list(self._runners or ()), None
+        for runner in runners:
+            runner.close()
 
     def device_name(self) -> str: ...
     def compute_capability(self) -> tuple[int, int]: ...
@@ -160,7 +176,9 @@ class PycudaApi(CudaApi):
 
     The context is pushed here and popped by :meth:`close`, which also runs at interpreter exit (``atexit``)
     when the owner never called it: pycuda aborts the interpreter ("context stack was not empty upon module
-    cleanup", exit code 134) when a pushed context is left behind. ``close`` is idempotent."""
+    cleanup", exit code 134) when a pushed context is left behind. ``close`` first closes the runners still
+    open on it: at exit they would otherwise be destroyed after the pop, TensorRT freeing its memory without
+    a context. ``close`` is idempotent."""
 
     name = "pycuda"
 
@@ -228,12 +246,14 @@ class PycudaApi(CudaApi):
         return driver_version(self.device_index) or f"CUDA driver API {self.cuda.get_driver_version()}"
 
     def close(self) -> None:
-        """Free the buffers, pop and release the context (idempotent; also registered with ``atexit``)."""
+        """Close the open runners, free the buffers, pop and release the context (idempotent; also registered
+        with ``atexit``)."""
         ctx, self.ctx = self.ctx, None
         if ctx is None:
             return
         atexit.unregister(self.close)
         try:
+            self.close_runners()  # while the context is current
             self.stream.synchronize()
             for buf in self._allocs:
                 buf.free()
@@ -244,7 +264,11 @@ class PycudaApi(CudaApi):
 
 
 class TorchCudaApi(CudaApi):
-    """torch CUDA tensors as buffers and a torch stream; used when pycuda is not installed."""
+    """torch CUDA tensors as buffers and a torch stream; used when pycuda is not installed.
+
+    GPU ``device_index`` is the current CUDA device while the API is open (TensorRT allocates on the current
+    device) and :meth:`close` makes the one current before it current again: a process that trains on
+    cuda:0 and timed on cuda:1 goes on asking cuda:0 (``is_bf16_supported``, NCCL's object collectives)."""
 
     name = "torch"
 
@@ -259,8 +283,13 @@ class TorchCudaApi(CudaApi):
         self.torch = torch
         self.device_index = device_index
         self.device = torch.device("cuda", device_index)
-        torch.cuda.set_device(self.device)
-        self.stream = torch.cuda.Stream(device=self.device)
+        self._current = contextlib.ExitStack()  # restores the previously current device on close()
+        self._current.enter_context(torch.cuda.device(self.device))
+        try:
+            self.stream = torch.cuda.Stream(device=self.device)
+        except BaseException:
+            self._current.close()
+            raise
 
     def device_name(self) -> str:
         return str(self.torch.cuda.get_device_name(self.device_index))
@@ -303,7 +332,13 @@ class TorchCudaApi(CudaApi):
         return driver_version(self.device_index)
 
     def close(self) -> None:
-        self.stream.synchronize()
+        """Close the open runners, wait for the stream, make the previously current device current again
+        (idempotent)."""
+        try:
+            self.close_runners()
+            self.stream.synchronize()
+        finally:
+            self._current.close()
 
 
 def cuda_api(device_index: int = 0) -> CudaApi:
@@ -386,6 +421,7 @@ class TrtEngineRunner:
                               "pycuda when installed, else torch), or run the .onnx model")
         self._own_cuda = cuda is None
         self.cuda = cuda or cuda_api(device_index)  # context first: TensorRT allocates on the current one
+        self.cuda.track(self)  # closed by the API's close() if still open then (pycuda: before the context pops)
         self.trt = trt
         self.buffers: dict[str, Any] = {}
         try:
@@ -485,17 +521,17 @@ class TrtEngineRunner:
 
     def close(self) -> None:
         """Release the context, engine and buffers (idempotent)."""
-        cuda = getattr(self, "cuda", None)
-        if cuda is not None:
-            cuda.synchronize()
+        cuda, self.cuda = self.cuda, None  # type: ignore[assignment]
+        if cuda is None:
+            return
+        cuda.synchronize()
         for attr in ("context", "engine", "runtime"):  # context before the engine it came from
             setattr(self, attr, None)
-        for buf in getattr(self, "buffers", {}).values():
+        for buf in self.buffers.values():
             cuda.free(buf)
         self.buffers = {}
-        if cuda is not None and self._own_cuda:
+        if self._own_cuda:
             cuda.close()
-        self.cuda = None  # type: ignore[assignment]
 
     def __enter__(self) -> TrtEngineRunner:
         return self

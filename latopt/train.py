@@ -63,6 +63,8 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
         model = build_model(cfg.model.name, task.num_classes, pretrained=pretrained)
     arch = make_arch(model, cfg.model.name, task.num_classes)
     accel = resolve(cfg)
+    if accel.rank:  # each process its own random stream (augmentation, dropout), seed + rank, once the model is
+        seed_everything(seed + accel.rank)  # built (DDP broadcasts rank 0's weights); rank 0 keeps one process's
     accel.prepare(model)
     train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
     t = cfg.train

@@ -139,3 +139,17 @@ def _default_log_level() -> None:
     from latopt import log
 
     log.setup(log.DEFAULT)
+
+
+@pytest.fixture
+def stand_in_torch_cuda(monkeypatch: pytest.MonkeyPatch) -> list:
+    """torch.cuda as on a machine with GPUs, on the CPU: returns the list of the calls made on it
+    (``current_device()`` is where torch would create a CUDA context on GPU 0)."""
+    import torch
+
+    calls: list = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: calls.append("is_available") or True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: calls.append("current_device") or 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: calls.append(("name", i)) or f"GPU {i}")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: calls.append(("capability", i)) or (8, 0))
+    return calls

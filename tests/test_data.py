@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from latopt.accel import Accel
-from latopt.data import CIFAR_MEAN, CIFAR_STD, get_task, limit_task, make_loaders
+from latopt.data import CIFAR_MEAN, CIFAR_STD, Task, get_task, limit_task, make_loaders
 from latopt.errors import LatoptError
 
 
@@ -90,6 +90,30 @@ def test_limit_task_and_loaders_are_reproducible() -> None:
     assert task.sizes() == {"train": 50, "val": 50, "test": 50}
     first = [next(iter(make_loaders(task, 16, seed=s)[0]))[1] for s in (0, 0, 1)]
     assert torch.equal(first[0], first[1]) and not torch.equal(first[0], first[2])
+
+
+class _Draws(torch.utils.data.Dataset):
+    """Each sample is a number from the torch generator of the process that loads it (augmentation's source)."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return torch.rand(()), i
+
+
+def test_the_loader_workers_of_each_process_draw_their_own_random_numbers() -> None:
+    """Under torchrun the loader workers of process r are seeded from ``seed + rank``: rank 1 does not draw rank
+    0's augmentation (each still a function of the seed)."""
+    ds = _Draws()
+    task = Task("draws", 2, ["a", "b"], 8, ds, ds, ds)
+
+    def draws(rank: int) -> torch.Tensor:
+        train = make_loaders(task, 4, seed=0, accel=Accel(rank=rank, world_size=2, workers=1))[0]
+        return torch.cat([x for x, _ in train])
+
+    first = draws(0)
+    assert not torch.equal(first, draws(1)) and torch.equal(first, draws(0))
 
 
 def _png(path: Path, value: int, size=(10, 12)) -> None:

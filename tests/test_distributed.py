@@ -197,6 +197,49 @@ def test_a_failing_process_ends_the_job(cfg_file: Path, tmp_path: Path, capfd: p
     assert not (tmp_path / "o").exists()
 
 
+def test_each_process_draws_its_own_random_numbers(cfg_file: Path, tmp_path: Path) -> None:
+    """Base training, pre-fold and post-fold under two processes: the digits' random shifts (augmentation,
+    drawn from the torch generator as dropout is) differ between the processes in every stage, while the
+    processes still hold the same weights (DDP) and split one shared sample order."""
+    cfg = load_config(cfg_file, {"data.augment": True, "train.epochs": 1})
+
+    def rank(r: int) -> None:
+        import latopt.data
+        import latopt.layerfold
+        import latopt.train
+
+        draws: dict[str, list[tuple[int, int]]] = {}
+        stage = [""]
+        translate, fits = latopt.data._translate, {m: m.fit for m in (latopt.train, latopt.layerfold)}
+
+        def recording_translate(x, dy, dx, fill):
+            draws.setdefault(stage[0], []).append((dy, dx))
+            return translate(x, dy, dx, fill)
+
+        def staged_fit(module):
+            def fit(*args, **kwargs):
+                stage[0] = kwargs["desc"]
+                return fits[module](*args, **kwargs)
+            return fit
+
+        latopt.data._translate = recording_translate  # this forked process only
+        for module in fits:
+            module.fit = staged_fit(module)
+        with process_group(cfg.train):
+            latopt.train.train_base(cfg, tmp_path / "base", progress=False)
+            torch.distributed.barrier()  # rank 0 has written base.pt
+            rep = run_fold(cfg, tmp_path / "base" / "base.pt", tmp_path / "fold", lambda_c=5.0, tau=0.6, p=2.0,
+                           progress=False)
+        (tmp_path / f"rank{r}.json").write_text(json.dumps({"draws": draws, "alphas": rep["alphas"]}))
+
+    assert _ranks(rank) == [0, 0]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["alphas"] == r1["alphas"]
+    assert sorted(r0["draws"]) == sorted(r1["draws"]) == ["base", "post-fold", "pre-fold"]
+    for stage, d in r0["draws"].items():
+        assert len(d) == len(r1["draws"][stage]) >= 8 and d != r1["draws"][stage], stage
+
+
 # --------------------------------------------------------------------------------------------------- resume
 def _kill_after_first_epoch(procs: list[mp.Process], state: Path) -> None:
     deadline = time.monotonic() + 120

@@ -22,7 +22,7 @@ from latopt.cli import main
 from latopt.config import load_config
 from latopt.engine import evaluate
 from latopt.errors import LatoptError, VerificationError
-from latopt.export import checkpoint_task, noise_floor, onnx_gate
+from latopt.export import checkpoint_task, noise_floor, onnx_gate, torch_out
 from latopt.latency.onnx_io import export_onnx
 from latopt.layerfold import run_fold
 from latopt.models import build_model, load_checkpoint, make_arch, recorded_test_acc, save_checkpoint
@@ -263,6 +263,51 @@ def test_noise_floor_of_an_ordinary_network_keeps_the_base_tolerance(tmp_path: P
     assert gate.passed and gate.tol == 1e-4 and np.isfinite(ort).all()
 
 
+def _deep_cancelling(s: float = 300.0, depth: int = 12) -> nn.Module:
+    """A correct deep network whose float32 noise floor is above 2.5e-6: ``depth`` seeded 3x3 convolutions with
+    ReLU6, then :class:`Cancelling` (its large terms cancel, as a deep folded network's bias maps can)."""
+    g = torch.Generator().manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        conv = nn.Conv2d(3, 3, 3, padding=1)
+        with torch.no_grad():
+            conv.weight.copy_(torch.randn(3, 3, 3, 3, generator=g) / 27 ** 0.5)
+            conv.bias.copy_(0.1 * torch.randn(3, generator=g))
+        layers += [conv, nn.ReLU6()]
+    return nn.Sequential(*layers, Cancelling(s)).eval()
+
+
+def test_fp16_engine_gate_scales_the_noise_floor_by_fp16_roundoff() -> None:
+    """fp16's unit roundoff is 2^13 times float32's, so a correct fp16 engine is about 2^13 × the float32 noise
+    floor away from ONNX Runtime: above a floor of ~2.5e-6 that exceeds the fixed 2e-2 (and 8 × the floor), which
+    refused it. The gate scales the floor by 2^13; a wrong network still fails."""
+    from latopt.export.gates import NOISE_K, ROUNDOFF_VS_FP32, TOL_ENGINE, compare_outputs, engine_gate
+
+    net = _deep_cancelling()
+    x = torch.randn(8, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    floor = noise_floor(net, x)
+    assert floor > TOL_ENGINE["fp16"] / 2 ** 13   # ~2.5e-6
+    ref = torch_out(net, x)   # stands for ONNX Runtime's float32 outputs
+    noise = np.random.default_rng(0).uniform(-1.0, 1.0, ref.shape)
+    fp16_like = ref + 2 ** 13 * floor * np.abs(ref).max() * noise / np.abs(noise).max()   # synthetic fp16 error
+    with torch.no_grad():
+        fp16_cpu = copy.deepcopy(net).half()(x.half()).double().numpy()   # the network run in fp16 here
+    for out in (fp16_like, fp16_cpu):
+        assert not compare_outputs("TensorRT (fp16) vs ONNX Runtime", out, ref, TOL_ENGINE["fp16"], "random normal",
+                                   floor).passed   # the tolerance before: max(2e-2, 8 × the floor)
+        gate = engine_gate("fp16", out, ref, "random normal", floor)
+        assert gate.passed and gate.rel > TOL_ENGINE["fp16"]
+    assert ROUNDOFF_VS_FP32["fp16"] == 2 ** 13 and gate.tol == pytest.approx(NOISE_K * 2 ** 13 * floor)
+    assert "× 8192 (unit roundoff vs float32)" in gate.line()
+    wrong = copy.deepcopy(net)
+    with torch.no_grad():
+        wrong[-1].head.weight.mul_(-1)   # wrong weights, with the same fp16 rounding on top
+    bad = engine_gate("fp16", torch_out(wrong, x) + (fp16_like - ref), ref, "random normal", floor)
+    assert not bad.passed
+    fp32 = engine_gate("fp32", fp16_like, ref, "random normal", floor)   # fp32 engines: unchanged
+    assert fp32.tol == max(TOL_ENGINE["fp32"], NOISE_K * floor) and not fp32.passed
+
+
 def test_recorded_accuracy_where_each_checkpoint_keeps_it(tmp_path: Path) -> None:
     assert recorded_test_acc({"test_acc": 0.5}) == (0.5, "meta.test_acc")
     assert recorded_test_acc({"test_acc": 0.4, "acc": {"base": 0.4, "finetuned": 0.6}}) == (0.6, "meta.acc.finetuned")
@@ -326,6 +371,7 @@ class _StandInTrtBackend:
 
     def __init__(self, profile) -> None:  # type: ignore[no-untyped-def]
         self.profile, self.precision, self.closed, self.built, self.prepared = profile, profile.precision, 0, [], []
+        self.timed: list = []   # what prepare() was given: a module, or a file with its bytes at that moment
         _StandInTrtBackend.opened.append(self)
 
     def build(self, onnx_path, input_shape) -> bytes:  # type: ignore[no-untyped-def]
@@ -335,6 +381,7 @@ class _StandInTrtBackend:
 
     def prepare(self, model, input_shape):  # type: ignore[no-untyped-def]
         self.prepared.append(tuple(input_shape))
+        self.timed.append((Path(model).name, Path(model).read_bytes()) if isinstance(model, (str, Path)) else model)
         return _StandInRunner(2.0 if len(self.prepared) == 1 else 1.0)
 
     def environment(self) -> dict:
@@ -395,7 +442,32 @@ def test_export_measures_at_the_requested_precision_with_its_one_backend(runs: d
     assert backend.prepared == [(1, 3, RES, RES)] * 2 and backend.closed == 1
     lat = rec["latency"]
     assert lat["precision"] == "fp16" and lat["speedup"] == pytest.approx(2.0) and rec["precision"] == "fp16"
-    assert "## Latency (fp16, measured end to end" in (out / "REPORT.md").read_text()
+    report = (out / "REPORT.md").read_text()
+    assert "## Latency (fp16, measured end to end" in report
+    engine_gate = next(g for g in rec["gates"] if g["name"] == "TensorRT (fp16) vs ONNX Runtime")
+    assert engine_gate["roundoff"] == 2 ** 13 and "the fp16 engine's floor is scaled by 2^13" in report
+
+
+def test_export_times_the_shipped_engine_file(runs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              stand_in_trt) -> None:
+    """--format engine: the folded network timed is the shipped model.engine file itself (the backend loads it:
+    no second engine is built for the measurement, whose kernels TensorRT could pick differently), at the
+    engine's static batch 1, with the as-is network at the same shape, even on a profile of batch 4 (noted)."""
+    export_mod = stand_in_trt
+    monkeypatch.setattr(export_mod.engine, "TrtEngineRunner", _StandInEngine)
+    profile = tmp_path / "trt-b4.yaml"
+    profile.write_text("name: trt-b4\nbackend: tensorrt\nprecision: fp32\nbatch: 4\n")
+    out = tmp_path / "engine-b4"
+    rec = export_mod.export(runs["some"], str(profile), out, fmt="engine", samples=4, progress=False)
+    (backend,) = _StandInTrtBackend.opened
+    assert backend.built == [(1, 3, RES, RES)]   # one engine: the shipped one
+    asis, folded = backend.timed
+    assert isinstance(asis, nn.Module) and folded == ("model.engine", b"engine")
+    assert backend.prepared == [(1, 3, RES, RES)] * 2
+    lat = rec["latency"]
+    assert lat["folded_file"] == "model.engine" and lat["batch"] == 1
+    assert any(n.startswith("latency measured at batch 1, the shipped engine's") for n in rec["notes"])
+    assert "folded: the shipped `model.engine`" in (out / "REPORT.md").read_text()
 
 
 def test_export_precision_the_device_cannot_time_fails_first(runs: dict, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ CUDA and TensorRT tests are marked and skip with a reason where unavailable.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 
 import numpy as np
@@ -239,8 +240,35 @@ def test_ort_gpu_provider_falling_back_to_cpu_is_refused(tmp_path, monkeypatch) 
     assert "\n" not in msg and "did not start CUDAExecutionProvider" in msg and "CPUExecutionProvider" in msg
     assert "onnxruntime-gpu" in msg
     assert preloads == [True] and seen["log_severity"] <= 2  # ORT's "Failed to create ..." warning stays visible
-    assert seen["providers"][0] == ("CUDAExecutionProvider", {"device_id": 0})
+    assert seen["providers"][0] == ("CUDAExecutionProvider", {"device_id": 0, "use_tf32": 0})
     backend.close()
+
+
+def test_ort_cuda_provider_runs_fp32_without_tf32_and_records_it(tmp_path, monkeypatch, stand_in_torch_cuda) -> None:
+    """ONNX Runtime's CUDA provider runs float32 convolutions and GEMMs as TF32 on Ampere and newer unless its
+    use_tf32 option is 0: the backend passes it (also to the CUDA provider behind the TensorRT one) and the
+    environment records every provider's options. The environment names the GPU the profile times (its
+    cuda_device), and a CPU profile's makes no CUDA call."""
+    import onnxruntime
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers",
+                        lambda: ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
+    calls = stand_in_torch_cuda
+    cpu = get_backend(fast("cpu"))
+    assert cpu.environment()["provider_options"] == {} and calls == []
+    cuda_fp32 = {"device_id": 1, "use_tf32": 0}
+    (tmp_path / "ort-cuda1.yaml").write_text("name: ort-cuda1\nprovider: CUDAExecutionProvider\ncuda_device: 1\n")
+    cuda = get_backend(load_device(tmp_path / "ort-cuda1.yaml"))
+    assert cuda.providers == [("CUDAExecutionProvider", cuda_fp32), "CPUExecutionProvider"]
+    env = cuda.environment()
+    assert env["provider_options"] == {"CUDAExecutionProvider": cuda_fp32}
+    assert env["gpu"] == "GPU 1" and "current_device" not in calls
+    trt = get_backend(_cuda_profile(tmp_path, "TensorrtExecutionProvider"))
+    assert trt.providers == [("TensorrtExecutionProvider", {"device_id": 0}),
+                             ("CUDAExecutionProvider", {"device_id": 0, "use_tf32": 0}), "CPUExecutionProvider"]
+    assert trt.environment()["provider_options"]["CUDAExecutionProvider"]["use_tf32"] == 0
+    for b in (cpu, cuda, trt):
+        b.close()
 
 
 def test_ort_cpu_provider_keeps_errors_only_logging(tmp_path, monkeypatch) -> None:
@@ -370,19 +398,66 @@ def test_gpu_torch_refuses_a_gpu_its_build_has_no_kernels_for(monkeypatch) -> No
     assert not arch_runs_on((6, 1), ["sm_75", "sm_80"]) and not arch_runs_on((10, 0), ["sm_90a"])
 
 
-def test_torch_cuda_api_makes_the_profile_device_current(monkeypatch) -> None:
+def test_torch_cuda_api_makes_the_profile_device_current_until_closed(monkeypatch) -> None:
     """TorchCudaApi(i) makes GPU i current and puts its stream (where the runner queues work and records the
-    CUDA events) on that GPU."""
+    CUDA events) on that GPU; close() makes the GPU current before it current again (a process training on
+    cuda:0 that timed on cuda:1 goes on using cuda:0). torch.cuda's current device is a stand-in here."""
     from latopt import runtime
 
-    calls: list[object] = []
+    current = [0]
+
+    class CurrentDevice:  # torch.cuda.device: the context manager that selects a device and restores the last
+        def __init__(self, device: torch.device) -> None:
+            self.index = device.index
+
+        def __enter__(self) -> None:
+            self.previous, current[0] = current[0], self.index
+
+        def __exit__(self, *exc: object) -> None:
+            current[0] = self.previous
+
+    class Stream:
+        def __init__(self, device: torch.device) -> None:
+            self.device, self.current = device, current[0]
+
+        def synchronize(self) -> None:
+            pass
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", d)))
-    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: calls.append(("stream", device)) or "s1")
+    monkeypatch.setattr(torch.cuda, "device", CurrentDevice)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: current.__setitem__(0, torch.device(d).index))
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
     api = runtime.TorchCudaApi(1)
-    assert calls == [("set_device", torch.device("cuda", 1)), ("stream", torch.device("cuda", 1))]
-    assert api.stream == "s1"
+    assert current == [1] and api.stream.device == torch.device("cuda", 1) and api.stream.current == 1
+    api.close()
+    assert current == [0]
+    current[0] = 1  # changed by someone else since: a second close() changes nothing
+    api.close()
+    assert current == [1]
+
+
+def test_torch_runner_out_of_memory_says_what_to_lower(monkeypatch, tf32_saved) -> None:
+    """CUDA out of memory at a runner's first call is one line saying so and what to lower, not "PyTorch cannot
+    run ... at input shape" (torch.cuda is a stand-in; the module's call raises what torch raises)."""
+    _fake_cuda_torch(monkeypatch)
+
+    def out_of_memory(self, x):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                                          "capacity of 79.14 GiB of which 1.02 GiB is free.\nmore details")
+
+    monkeypatch.setattr(nn.Sequential, "forward", out_of_memory)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    backend = get_backend(load_device("gpu-torch"))
+    try:
+        with pytest.raises(LatoptError) as e:
+            backend.prepare(tiny(), SHAPE)
+    finally:
+        backend.close()
+    msg = str(e.value)
+    assert msg.startswith("out of memory on ") and "input shape [1, 3, 16, 16]" in msg and "\n" not in msg
+    assert "lower the batch (--batch or the device profile's batch) or the resolution" in msg
+    assert "Tried to allocate 2.00 GiB" in msg and "cannot run" not in msg
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA; the no-GPU error path cannot occur")

@@ -96,3 +96,14 @@ def test_stats_round_trip_and_environment() -> None:
     assert TimingStats.from_samples([2.5]).iqr_ms == 0.0
     env = environment_info()
     assert env["cpu_count"] >= 1 and env["cpu"] and "onnxruntime" in env["versions"]
+
+
+def test_environment_probes_only_the_gpu_a_profile_names(stand_in_torch_cuda: list) -> None:
+    """A CPU profile's environment makes no CUDA call at all; a GPU profile's names the GPU it times (its
+    cuda_device), never the current device."""
+    calls = stand_in_torch_cuda
+    env = environment_info()
+    assert calls == [] and "gpu" not in env and env["cpu_count"] >= 1
+    env = environment_info(cuda_device=1)
+    assert env["gpu"] == "GPU 1" and env["gpu_capability"] == [8, 0]
+    assert "current_device" not in calls and ("name", 1) in calls and ("capability", 1) in calls

@@ -447,21 +447,61 @@ def test_v10_fp16_sets_builder_flag(onnx_model, cache_dir):
     assert "BuilderFlag.FP16" in info["mode"]
 
 
-def test_v11_fp16_parses_fp16_onnx(onnx_model, cache_dir):
-    """Stand-in module: on 11.x no FP16 flag is touched; the parser gets an FP16 copy with fp32 I/O."""
+def _stand_in_modelopt(monkeypatch) -> list:
+    """A ``modelopt.onnx.autocast`` stand-in (ModelOpt AutoCast installed): returns the list of its calls."""
+    calls: list = []
+    autocast = types.ModuleType("modelopt.onnx.autocast")
+    autocast.convert_to_mixed_precision = lambda **kw: calls.append(kw)
+    for name, mod in (("modelopt", types.ModuleType("modelopt")), ("modelopt.onnx", types.ModuleType("modelopt.onnx")),
+                      ("modelopt.onnx.autocast", autocast)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    return calls
+
+
+def test_v11_fp16_parses_fp16_onnx(onnx_model, cache_dir, monkeypatch, tmp_path):
+    """Stand-in module: on 11.x no FP16 flag is touched; the parser gets an FP16 copy of the whole graph with fp32
+    I/O, always from onnxconverter-common (one conversion: ModelOpt AutoCast, installed here, is not used), with
+    weights up to fp16's largest finite value kept."""
     pytest.importorskip("onnxconverter_common", reason="onnxconverter-common is not installed")
     import onnx
+    from onnx import numpy_helper
 
+    autocast_calls = _stand_in_modelopt(monkeypatch)
+    net = _small_net()
+    with torch.no_grad():
+        net[0].weight[0, 0, 0, 0] = 3e4   # fp16 holds it (largest finite 65504); the converter's default clamps at 1e4
+    path = tmp_path / "big.onnx"
+    torch.onnx.export(net, (torch.randn(2, 3, 16, 16),), str(path), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"])
     fake = FakeTRT("11.4.0.106")
-    _, info = trt_backend.build_serialized(fake, onnx_model[0], precision="fp16", cache_path=None)
+    _, info = trt_backend.build_serialized(fake, path, precision="fp16", cache_path=None)
+    assert autocast_calls == []
     assert fake.named("set_flag") == [] and fake.named("clear_flag") == []
     (_, parsed_path, model), = fake.named("parse_from_file")
-    assert Path(parsed_path) != onnx_model[0]
+    assert Path(parsed_path) != path
     assert onnx.TensorProto.FLOAT16 in _initializer_types(model)
     assert onnx.TensorProto.FLOAT not in _initializer_types(model)
     io = list(model.graph.input) + list(model.graph.output)
     assert {t.type.tensor_type.elem_type for t in io} == {onnx.TensorProto.FLOAT}
-    assert info["fp16_converter"] in ("onnxconverter_common.float16", "modelopt.onnx.autocast")
+    assert max(float(np.abs(numpy_helper.to_array(i)).max()) for i in model.graph.initializer) == 3e4
+    assert info["fp16_converter"] == trt_backend.FP16_CONVERTER == "onnxconverter_common.float16.convert_float_to_float16"
+
+
+def test_fp16_conversion_is_recorded_in_the_environment(monkeypatch, cache_dir):
+    """The LUT's environment (the backend's) names the fp16 conversion where one is made (TensorRT >= 11), with
+    the converter's version; TensorRT 10's BuilderFlag.FP16 and fp32 make none."""
+    from importlib import metadata
+
+    _stand_in_modelopt(monkeypatch)
+    monkeypatch.setattr(runtime, "cuda_api", lambda index=0: _FakeCuda())
+    monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("11.4.0.106"))
+    env = trt_backend.create(_profile(precision="fp16")).environment()
+    assert env["fp16_conversion"] == {**trt_backend.FP16_CONVERSION,
+                                      "onnxconverter_common": metadata.version("onnxconverter-common")}
+    assert env["fp16_conversion"]["converter"] == trt_backend.FP16_CONVERTER
+    assert "fp16_conversion" not in trt_backend.create(_profile(precision="fp32")).environment()
+    monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("10.13.3.9"))
+    assert "fp16_conversion" not in trt_backend.create(_profile(precision="fp16")).environment()
 
 
 def test_v11_fp32_clears_tf32_and_parses_original(onnx_model):
@@ -474,9 +514,7 @@ def test_v11_fp32_clears_tf32_and_parses_original(onnx_model):
 
 def test_v11_fp16_without_converter_explains(onnx_model, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxconverter_common", None)
-    monkeypatch.setitem(sys.modules, "modelopt", None)
-    monkeypatch.setitem(sys.modules, "modelopt.onnx", None)
-    monkeypatch.setitem(sys.modules, "modelopt.onnx.autocast", None)
+    _stand_in_modelopt(monkeypatch)   # installed, and still not the conversion used
     with pytest.raises(LatoptError, match="onnxconverter-common") as e:
         trt_backend.build_serialized(FakeTRT("11.1.0"), onnx_model[0], precision="fp16")
     assert "\n" not in str(e.value)
@@ -780,6 +818,61 @@ def test_unreadable_timing_cache_starts_afresh(onnx_model, cache_dir, bad_cache,
     assert path.read_bytes() == b"+entry"
 
 
+@pytest.mark.parametrize("why", ["parent is a file", "disk full"])
+def test_unwritable_timing_cache_keeps_the_engine(onnx_model, tmp_path, monkeypatch, capsys, why):
+    """A timing cache that cannot be written back after the build (a cache directory that cannot be made, as
+    under a read-only or missing home; a full disk) never loses the engine: the plan is returned, the build
+    info and a warning say the cache was not saved."""
+    from latopt.artifacts import OutputError
+
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("LATOPT_CACHE_DIR", str(blocker))
+    if why == "disk full":
+        monkeypatch.setenv("LATOPT_CACHE_DIR", str(tmp_path / "writable"))
+
+        def full(path, data):
+            raise OutputError(path, "[Errno 28] No space left on device")
+
+        monkeypatch.setattr(trt_backend, "write_bytes_atomic", full)
+    path = trt_backend.timing_cache_path("titanx", "10.3.0")
+    plan, info = trt_backend.build_serialized(FakeTRT("10.3.0"), onnx_model[0], precision="fp32", cache_path=path)
+    assert plan == b"PLAN"
+    cache = info["timing_cache"]
+    assert cache["saved_bytes"] == 0 and cache["loaded_bytes"] == 0
+    assert cache["note"].startswith(f"timing cache {path} not saved (") and "the engine is built" in cache["note"]
+    assert "latopt: warning: timing cache" in capsys.readouterr().err
+    assert not path.exists()
+
+
+def test_timing_cache_directory_follows_xdg(monkeypatch, tmp_path, onnx_model):
+    """$LATOPT_CACHE_DIR, else $XDG_CACHE_HOME/latopt (absolute only, as the XDG rule says), else ~/.cache/latopt;
+    no home directory at all: no timing cache, and the build goes on without one."""
+    monkeypatch.delenv("LATOPT_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    name = "titanx-trt10.3.0.cache"
+    assert trt_backend.timing_cache_path("titanx", "10.3.0") == tmp_path / "xdg" / "latopt" / "trt" / name
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    assert trt_backend.timing_cache_path("titanx", "10.3.0") == tmp_path / "home" / ".cache" / "latopt" / "trt" / name
+    monkeypatch.setenv("LATOPT_CACHE_DIR", str(tmp_path / "own"))
+    assert trt_backend.timing_cache_path("titanx", "10.3.0") == tmp_path / "own" / "trt" / name
+    monkeypatch.delenv("LATOPT_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+
+    def no_home(cls):
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", classmethod(no_home))
+    assert trt_backend.cache_dir() is None and trt_backend.timing_cache_path("titanx", "10.3.0") is None
+    monkeypatch.setattr(runtime, "cuda_api", lambda index=0: _FakeCuda())
+    monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("10.3.0"))
+    backend = trt_backend.create(_profile())
+    assert backend.cache_path is None and backend.environment()["timing_cache"] is None
+    assert backend.build(onnx_model[0], (2, 3, 16, 16)) == b"PLAN"
+    assert backend.last_build["timing_cache"]["saved_bytes"] == 0
+
+
 def test_timing_cache_is_per_tensorrt_version(cache_dir):
     assert trt_backend.timing_cache_path("titanx", "8.6.1") != trt_backend.timing_cache_path("titanx", "10.3.0")
     assert trt_backend.timing_cache_path("titanx", "8.6.1").name == "titanx-trt8.6.1.cache"
@@ -915,6 +1008,43 @@ def test_pycuda_context_popped_on_close_and_at_exit(monkeypatch):
     assert drv.log == ["push", "sync", "pop", "detach"] and registered == []
     api.close()
     assert drv.log.count("pop") == 1  # idempotent
+
+
+def test_pycuda_closes_the_runners_left_open_before_its_context_pops(monkeypatch):
+    """A TensorRT runner nobody closed: what atexit runs (PycudaApi.close) releases its execution context,
+    engine and buffers while the context is still pushed, then pops it; at exit they would otherwise be
+    destroyed after the pop, TensorRT freeing memory without a context. Stand-in pycuda and tensorrt."""
+    import atexit
+    import weakref
+
+    drv = _FakePycuda()
+
+    class Buffer(int):
+        def free(self):
+            drv.log.append("free")
+
+    addresses = iter(range(1, 100))
+    drv.mem_alloc = lambda nbytes: Buffer(next(addresses))
+    drv.memcpy_htod = lambda buf, host: None
+    engine: list[Any] = []
+    drv.Context.pop = staticmethod(lambda: drv.log.append(("pop", "engine alive" if engine[0]() else "engine freed")))
+    pkg = types.ModuleType("pycuda")
+    pkg.driver = drv
+    monkeypatch.setitem(sys.modules, "pycuda", pkg)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", drv)
+    monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("10.3.0"))
+    registered: list[Any] = []
+    monkeypatch.setattr(atexit, "register", lambda fn, *a, **k: registered.append(fn) or fn)
+    monkeypatch.setattr(atexit, "unregister", lambda fn: registered.remove(fn) if fn in registered else None)
+    api = runtime.PycudaApi(0)
+    runner = runtime.TrtEngineRunner(b"PLAN", cuda=api)  # the backend's shared API, as in a profile
+    engine.append(weakref.ref(runner.engine))
+    del drv.log[:]
+    registered[0]()  # the owner never closed either
+    assert drv.log[-2:] == [("pop", "engine freed"), "detach"] and drv.log.count("free") == 2
+    assert runner.engine is None and runner.buffers == {} and registered == []
+    runner.close()  # idempotent
+    assert drv.log.count("free") == 2
 
 
 def test_pycuda_context_popped_at_interpreter_exit(tmp_path):

@@ -15,7 +15,6 @@ cleanup (:mod:`latopt.signals`): nothing half-written is left behind.
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import sys
 import threading
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from latopt import __version__
 from latopt.cli import exact, export, inspect, profile, run, search, train
-from latopt.errors import LatoptError, first_line, one_line
+from latopt.errors import LatoptError, first_line, one_line, out_of_memory
 from latopt.log import DEFAULT, setup
 from latopt.signals import EXIT_TERMINATED, Terminated, die_with_parent_from_env, sigterm_raises
 
@@ -110,7 +109,7 @@ def _main(argv: Sequence[str] | None) -> int:
         _drop_stdout()
         return 0
     except Exception as e:  # only what is named here becomes a line; anything else is re-raised as it is
-        if _out_of_memory(e):
+        if out_of_memory(e):
             print(f"latopt: error: {OUT_OF_MEMORY} ({first_line(e, 120)})", file=sys.stderr)
             return 2
         if isinstance(e, OSError) and _printing(e):
@@ -121,15 +120,6 @@ def _main(argv: Sequence[str] | None) -> int:
 
 OUT_OF_MEMORY = ("out of memory: the model, --batch or --resolution is too large for this machine's memory; "
                  "lower them")
-_OOM = ("out of memory", "can't allocate memory", "failed to allocate memory", "bad_alloc", "cannot allocate memory")
-
-
-def _out_of_memory(e: BaseException) -> bool:
-    """An allocation failure: MemoryError, ENOMEM, or a library's own exception for it (torch's
-    "DefaultCPUAllocator: can't allocate memory" RuntimeError and OutOfMemoryError, ONNX Runtime's "Failed to
-    allocate memory")."""
-    return (isinstance(e, MemoryError) or getattr(e, "errno", None) == errno.ENOMEM
-            or any(m in str(e).lower() for m in _OOM))
 
 
 def _drop_stdout() -> None:

@@ -37,7 +37,9 @@ What it does, in order (nothing is written unless every gate passes):
    is built through the profiler's TensorRT backend (timing cache reused), loaded by the shipped runner
    and checked against ONNX Runtime (looser for fp16). Each of these tolerances is at least ``NOISE_K`` × the network's own
    float32 noise floor (PyTorch float32 vs the same network in float64 on the gate inputs): a deep
-   network whose float32 rounding alone exceeds the base tolerance is not refused for it.
+   network whose float32 rounding alone exceeds the base tolerance is not refused for it. An fp16 engine's
+   floor is scaled by 2^13, fp16's unit roundoff over float32's (:func:`.gates.engine_gate`); the accuracy
+   gate below stays the final word on it.
 4. Accuracy on the task's whole test split, as ONNX (and engine). A checkpoint exported as it is (export
    folded nothing) must reproduce the test accuracy it records (``latopt.models.recorded_test_acc``:
    ``meta.acc.finetuned`` of a folded.pt, ``meta.test_acc`` of a base.pt) within one test sample, or
@@ -50,8 +52,10 @@ What it does, in order (nothing is written unless every gate passes):
    (:func:`.gates.int8_gate`; not gated without a task or with ``--no-accuracy-gate``, which the notes say).
 5. Latency: the as-is and the shipped folded network measured end to end on the device at
    ``--precision`` (default: the profile's) in one interleaved run; speed-up with spread; the LUT's
-   prediction beside the measurement when a LUT of that precision exists. At int8 the folded network
-   timed is the shipped ``model.int8.onnx`` itself.
+   prediction beside the measurement when a LUT of that precision exists. Where export ships a file that
+   is not ``model.onnx``, the folded network timed is that file itself: ``model.engine`` (``--format
+   engine|all``; at the engine's static batch 1, so a profile of another batch is timed at batch 1 and its
+   LUT is not compared, which the notes say) or ``model.int8.onnx`` (``--precision int8``).
 6. ``export.json`` + ``REPORT.md`` (+ ``model.onnx``, ``model.engine``, ``model.int8.onnx``) in DIR, written
    atomically.
 
@@ -70,11 +74,17 @@ from latopt.artifacts import atomic_dir, check_output_dir, write_json_atomic, wr
 from latopt.config import check_resolution
 from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS
 from latopt.errors import LatoptError
-from latopt.export.engine import at_precision, open_backend, open_engine, write_engine
+from latopt.export.engine import (
+    ENGINE_BATCH,
+    at_precision,
+    engine_timing,
+    open_backend,
+    open_engine,
+    write_engine,
+)
 from latopt.export.gates import (
     ACC_TOL_INT8,
     NOISE_K,
-    TOL_ENGINE,
     TOL_ONNX,
     Gate,
     accuracy_gate,
@@ -82,6 +92,7 @@ from latopt.export.gates import (
     checkpoint_task,
     compare_outputs,
     deferred_gates,
+    engine_gate,
     fold_gates,
     gate_inputs,
     int8_gate,
@@ -205,6 +216,7 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
         say(gates[-1].line())
         check_gates(gates)
         files = ["model.onnx"]
+        shipped: Path | None = None   # the shipped file timed as the folded network (engine or INT8 model)
         accs: dict[str, float] = {}
         if task is not None:
             with OrtRunner(onnx_path) as runner:
@@ -212,19 +224,18 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
         if trt_backend is not None:
             engine_path = write_engine(trt_backend, p, tmp, say)
             with open_engine(trt_backend, engine_path, p.resolution) as engine:
-                gates.append(compare_outputs(f"TensorRT ({precision}) vs ONNX Runtime", run_samples(engine, x),
-                                             ort, TOL_ENGINE[precision], inputs, floor))
+                gates.append(engine_gate(precision, run_samples(engine, x), ort, inputs, floor))
                 say(gates[-1].line())
                 check_gates(gates)
                 if task is not None:
-                    accs["engine"] = runner_accuracy(engine, task, batch=1)
+                    accs["engine"] = runner_accuracy(engine, task, batch=ENGINE_BATCH)
             files.append("model.engine")
+            shipped = engine_path
         result["gates"] = [asdict(g) | {"passed": g.passed} for g in gates]
         result["accuracy"] = accuracy_gate(p, task, accs, precision, say)
-        int8_path = None
         if precision == "int8":
-            int8_path = _write_int8(p, onnx_path, tmp / INT8_FILE, task, x, accs.get("onnx"), gate_accuracy,
-                                    result, say)
+            shipped = _write_int8(p, onnx_path, tmp / INT8_FILE, task, x, accs.get("onnx"), gate_accuracy,
+                                  result, say)
             files.append(INT8_FILE)
         if measure:
             lut_precision = None if lut is None else (lut.precision or device.precision)  # older LUTs: the profile's
@@ -232,8 +243,10 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
                 p.notes.append(f"latency measured at --precision {precision}; the LUT (timed at {lut_precision}) is "
                                f"not compared with it")
                 lut = None
-            result["latency"] = measure_latency(p, at_precision(device, precision), lut, say, backend=backend,
-                                                folded=int8_path)
+            timed_on = at_precision(device, precision)
+            if trt_backend is not None:   # the shipped engine runs at its own batch
+                timed_on, lut = engine_timing(timed_on, lut, p.notes)
+            result["latency"] = measure_latency(p, timed_on, lut, say, backend=backend, folded=shipped)
         result["files"] = files
         write_json_atomic(tmp / "export.json", result)
         write_text_atomic(tmp / "REPORT.md", render_report(result))
@@ -265,6 +278,6 @@ def _write_int8(p: Plan, onnx_path: Path, int8_path: Path, task: Any | None, x: 
 
 __all__ = ["ACC_TOL_INT8", "EXPORT_FILES", "EXPORT_SCHEMA", "INT8_FILE", "NOISE_K", "TOL_ONNX", "Gate", "Plan",
            "accuracy_gate", "auto_plan", "build_plan", "check_fold_size", "checkpoint_task", "compare_outputs",
-           "defer_plan", "deferred_gates", "export", "fold_gates", "gate_inputs", "int8_gate", "noise_floor",
-           "onnx_gate", "ort_out", "parse_fold_spec", "render_report", "runner_accuracy", "runner_correct",
+           "defer_plan", "deferred_gates", "engine_gate", "export", "fold_gates", "gate_inputs", "int8_gate",
+           "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report", "runner_accuracy", "runner_correct",
            "tag_block_nodes", "torch_out"]

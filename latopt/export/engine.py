@@ -6,8 +6,10 @@ Public API::
     open_backend(device, precision, *, engine, measure) -> backend | None
                               the one backend of an export (LatoptError when the device is not a TensorRT one
                               and an engine is asked for, or when this machine cannot drive it)
-    write_engine(backend, plan, out_dir, say) -> Path        ``out_dir/model.engine`` (batch 1, static shape)
+    write_engine(backend, plan, out_dir, say) -> Path        ``out_dir/model.engine`` (batch ``ENGINE_BATCH``,
+                                                              static shape)
     open_engine(backend, engine_path, resolution) -> TrtEngineRunner   what a user runs, on the file as written
+    engine_timing(device, lut, notes) -> (device, lut)       the profile and LUT export times the shipped engine with
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from latopt.latency.backends.tensorrt import build_engine
 from latopt.latency.onnx_io import export_onnx
 from latopt.latency.profiler import torch_threads
 from latopt.runtime import TrtEngineRunner
+
+ENGINE_BATCH = 1   # the shipped engine's static batch: what the accuracy gate runs and what export times
 
 
 def at_precision(device: Any, precision: str) -> Any:
@@ -46,17 +50,30 @@ def open_backend(device: Any, precision: str, *, engine: bool, measure: bool) ->
 
 def write_engine(backend: Any, p: Plan, out_dir: Path, say: Callable[[str], None]) -> Path:
     """``out_dir/model.engine`` built by ``backend`` (already open: no second backend or CUDA context) from a
-    static-shape (batch 1) ONNX export of the network."""
+    static-shape (batch :data:`ENGINE_BATCH`) ONNX export of the network."""
     static = out_dir / ".static.onnx"
-    export_onnx(p.folded, (1, 3, p.resolution, p.resolution), static)
+    shape = (ENGINE_BATCH, 3, p.resolution, p.resolution)
+    export_onnx(p.folded, shape, static)
     say(f"building TensorRT engine ({backend.precision})")
     try:
-        return build_engine(static, backend.profile, out_dir / "model.engine",
-                            input_shape=(1, 3, p.resolution, p.resolution), backend=backend)
+        return build_engine(static, backend.profile, out_dir / "model.engine", input_shape=shape, backend=backend)
     finally:
         static.unlink()
 
 
 def open_engine(backend: Any, engine_path: Path, resolution: int) -> TrtEngineRunner:
     """The shipped runner (``latopt.runtime``) on the engine file as written, on the backend's CUDA context."""
-    return TrtEngineRunner(engine_path, input_shape=(1, 3, resolution, resolution), cuda=backend.cuda)
+    return TrtEngineRunner(engine_path, input_shape=(ENGINE_BATCH, 3, resolution, resolution), cuda=backend.cuda)
+
+
+def engine_timing(device: Any, lut: Any | None, notes: list[str]) -> tuple[Any, Any | None]:
+    """(profile, LUT) with which export times the shipped ``model.engine`` file itself against the as-is network:
+    the engine runs only at its static batch :data:`ENGINE_BATCH`, so a profile of another batch is timed at that
+    batch (both networks), and its LUT, timed at the profile's batch, is not compared; ``notes`` says so.
+    (Timing a second engine built from the network would time other kernels: TensorRT picks them by timing.)"""
+    if device.batch == ENGINE_BATCH:
+        return device, lut
+    notes.append(f"latency measured at batch {ENGINE_BATCH}, the shipped engine's static input shape, not at the "
+                 f"profile's batch {device.batch}" + ("; the LUT (timed at that batch) is not compared with it"
+                                                       if lut is not None else ""))
+    return device.model_copy(update={"batch": ENGINE_BATCH}), None

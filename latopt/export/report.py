@@ -25,8 +25,9 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
     """The as-is and the folded network measured end to end on ``device`` (at its precision; with ``backend``
     when given, else one opened and closed here) in one interleaved run; the speed-up with its quartile range;
     the LUT's prediction beside it when ``lut`` is given. The folded network timed is ``p.folded``, or the
-    ONNX file ``folded`` when given: at int8 the shipped ``model.int8.onnx`` itself (the backend times a
-    quantised file as it is and quantises the as-is network the same way, :mod:`latopt.latency.quantize`).
+    shipped file ``folded`` when given, as it is: ``model.engine`` (the TensorRT backend runs an engine file
+    without building another) or at int8 ``model.int8.onnx`` (the backend times a quantised file as it is and
+    quantises the as-is network the same way, :mod:`latopt.latency.quantize`).
 
     The LUT was timed at another moment (``lut.created``) than this run: on a shared machine absolute times
     from two moments differ with the load, so the prediction is judged by its *speed-up* (a ratio of times
@@ -46,6 +47,7 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
         "speedup_range": [a.q1_ms / f.q3_ms, a.q3_ms / f.q1_ms],
         "repeats": {"as_is": a.n, "folded": f.n},
         "precision": device.precision,
+        "batch": shape[0],
         "clock": device.clock,   # the device profile's clock: the LUT's too
     }
     if folded is not None:
@@ -115,8 +117,11 @@ def render_report(r: dict[str, Any]) -> str:
         lines.append(f"| {g['name']} | {g['max_abs']:.3g} | {g['scale']:.3g} | {g['rel']:.3g} | {g['tol']:.3g} | "
                      f"{floor} | {g['samples']} {g['inputs']} | {'ok' if g['passed'] else 'FAILED'} |")
     if any(g.get("floor") is not None for g in r.get("gates", [])):
+        fp16 = any(g.get("roundoff", 1.0) != 1.0 for g in r.get("gates", []))
         lines += ["", f"Tolerances marked with a noise floor are max(base tolerance, {NOISE_K:g} × the network's "
-                  "float32 noise floor: PyTorch float32 vs float64 on the same inputs)."]
+                  "float32 noise floor: PyTorch float32 vs float64 on the same inputs)"
+                  + ("; the fp16 engine's floor is scaled by 2^13, fp16's unit roundoff over float32's, and its "
+                     "accuracy gate is the final word." if fp16 else ".")]
     acc = r.get("accuracy")
     if acc:
         engine = "" if acc.get("engine_test_acc") is None else f", engine {acc['engine_test_acc']:.4f}"

@@ -7,7 +7,7 @@ Public API::
         (defined in :mod:`latopt.runtime`, the numpy-only deploy runner, whose ``--bench`` summarises
         its calls with it: one statistics routine, and a copy of runtime.py alone still has it)
     compare(runners: Mapping[str, Runner], policy) -> dict[str, TimingStats]
-    environment_info() -> dict                                            CPU/GPU, load, library versions
+    environment_info(cuda_device=None) -> dict        CPU, load, library versions; the GPU ``cuda_device`` if given
 
 Method: every runner is warmed up, then the runners are called in rounds,
 one call each per round (A B C, B C A, C A B, ...: the start rotates so no runner always follows the
@@ -190,8 +190,11 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def environment_info() -> dict[str, Any]:
-    """Where a measurement was taken: host, CPU model and cores, load, library versions, GPU if any."""
+def environment_info(cuda_device: int | None = None) -> dict[str, Any]:
+    """Where a measurement was taken: host, CPU model and cores, load, library versions and, for a GPU profile,
+    the GPU it names (``cuda_device``, its index). Without ``cuda_device`` no CUDA call is made: asking for
+    the current device would create a CUDA context on GPU 0 for a CPU profile, and record GPU 0's name for a
+    profile that times another GPU."""
     info: dict[str, Any] = {
         "host": platform.node(),
         "platform": platform.platform(),
@@ -207,9 +210,11 @@ def environment_info() -> dict[str, Any]:
     info["versions"] = {d: _version(d) for d in
                         ("latopt", "torch", "onnx", "onnxruntime", "onnxruntime-gpu", "timm", "numpy", "tensorrt")
                         if _version(d) is not None}
+    if cuda_device is None:
+        return info
     try:
         if torch.cuda.is_available():
-            i = torch.cuda.current_device()
+            i = int(cuda_device)
             info["gpu"] = torch.cuda.get_device_name(i)
             info["cuda"] = torch.version.cuda
             info["gpu_capability"] = list(torch.cuda.get_device_capability(i))

@@ -10,6 +10,11 @@ transform; ``ENABLE_EXTENDED`` ran MobileNetV2 at less than half the speed here)
 ``profile.cuda_device``. ONNX Runtime lists the CUDA provider even where CUDA or cuDNN cannot load and
 then runs on the CPU: the runner refuses a session whose first provider is not the one asked for
 (:class:`latopt.runtime.OrtRunner`), after ``onnxruntime.preload_dlls()`` where it exists.
+The CUDA provider runs float32 convolutions and GEMMs as TF32 on Ampere and newer unless its ``use_tf32``
+option (ONNX Runtime >= 1.18, default 1) is 0: latopt passes ``use_tf32: 0`` (:data:`CUDA_FP32_OPTIONS`), so
+"fp32" means fp32 as with TensorRT and ``gpu-torch``; the environment records every provider's options
+(``provider_options``). ONNX Runtime's TensorRT provider has no such option: its engines keep TensorRT's
+default, TF32 on; only the CUDA provider behind it gets ``use_tf32: 0``.
 
 The runner is the deploy runner (:class:`latopt.runtime.OrtRunner`): it pre-binds the input and
 pre-allocated outputs (IOBinding), so a timed call is one ``run_with_iobinding`` without Python-side
@@ -51,6 +56,7 @@ from latopt.runtime import GPU_PROVIDERS, OrtRunner, ort_install_hint
 LOG_ERRORS_ONLY = 3  # ONNX Runtime's log_severity_level for errors (0 verbose .. 4 fatal)
 CALIB_BATCHES = 2    # int8: random-normal calibration batches per network (their values do not change the time)
 CALIB_SEED = 0
+CUDA_FP32_OPTIONS = {"use_tf32": 0}   # the CUDA provider's float32 without TF32 (module docstring)
 
 
 class OrtBackend:
@@ -86,9 +92,12 @@ class OrtBackend:
         return self._int8[key]
 
     def environment(self) -> dict[str, Any]:
-        env = environment_info()
+        first = self.providers[0]   # a GPU provider comes with its options, device_id among them
+        env = environment_info(None if isinstance(first, str) else int(first[1]["device_id"]))
         env.update({"backend": self.name, "onnxruntime": ort.__version__, "providers": [
-            p if isinstance(p, str) else p[0] for p in self.providers], "intra_op_threads": int(self.profile.threads),
+            p if isinstance(p, str) else p[0] for p in self.providers],
+            "provider_options": {p[0]: dict(p[1]) for p in self.providers if not isinstance(p, str)},
+            "intra_op_threads": int(self.profile.threads),
             "graph_optimization": "ORT_ENABLE_ALL", "execution_mode": "sequential", "precision": self.precision,
             "intra_op_spinning": self.spin})
         if self.precision == "int8":
@@ -114,9 +123,8 @@ def create(profile: Any) -> OrtBackend:
                           f"available here (available: {', '.join(available)}); {hint}")
     device_id = int(profile.cuda_device or 0)
     if provider in GPU_PROVIDERS:
-        providers: list[Any] = [(provider, {"device_id": device_id})]
-        if provider == "TensorrtExecutionProvider":
-            providers.append(("CUDAExecutionProvider", {"device_id": device_id}))
+        cuda = ("CUDAExecutionProvider", {"device_id": device_id, **CUDA_FP32_OPTIONS})
+        providers: list[Any] = [cuda] if provider == cuda[0] else [(provider, {"device_id": device_id}), cuda]
         providers.append("CPUExecutionProvider")
         return OrtBackend(profile, providers)
     return OrtBackend(profile, [provider])

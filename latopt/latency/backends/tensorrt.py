@@ -25,18 +25,24 @@ in github.com/NVIDIA/TensorRT:
   (weak typing; deprecated in 10, still there). TensorRT 11 removed ``BuilderFlag.FP16`` ("Removed Python APIs
   and Replacements": docs.nvidia.com/deeplearning/tensorrt/latest/api/migration/tensorrt-10x-to-11x-python-api-reference.html,
   replacement "Strong typing with ModelOpt AutoCast"), so fp16 there parses an FP16 copy of the ONNX model with
-  fp32 inputs/outputs kept (``keep_io_types=True``): ModelOpt AutoCast
-  (``modelopt.onnx.autocast.convert_to_mixed_precision``, NVIDIA's documented route,
-  .../tensorrt-10x-to-11x-python-api-patterns.html) when installed, else
-  ``onnxconverter_common.float16.convert_float_to_float16``; neither installed → LatoptError saying so.
+  fp32 inputs/outputs kept, always made by one conversion (:data:`FP16_CONVERSION`, recorded in the backend's
+  environment and so in every LUT): ``onnxconverter_common.float16.convert_float_to_float16`` on the whole graph
+  (``keep_io_types=True``; initializers clamped to fp16's own largest finite value, not the converter's 1e4).
+  Not ModelOpt AutoCast, NVIDIA's documented route (.../tensorrt-10x-to-11x-python-api-patterns.html), even
+  where it is installed: it keeps in fp32 the nodes a rule picks on random inputs, separately for every model it
+  converts, so the parts of a LUT and its calibration networks could get different precision mixes.
+  onnxconverter-common not installed → LatoptError saying so (the ``trt`` extra installs it).
   fp32 clears ``BuilderFlag.TF32`` (on by default) so "fp32" means fp32 on Ampere and newer. int8 is refused
   (:func:`check_precision`, before TensorRT is imported): latopt builds no INT8 engines.
-- timing cache per device profile and TensorRT version, ``~/.cache/latopt/trt/<device>-trt<version>.cache``
-  (``$LATOPT_CACHE_DIR`` overrides ``~/.cache/latopt``; a timing cache is valid only for the TensorRT version
-  that wrote it): ``config.create_timing_cache(blob)`` + ``config.set_timing_cache(cache, False)`` before,
+- timing cache per device profile and TensorRT version, ``<cache>/trt/<device>-trt<version>.cache`` with
+  ``<cache>`` = ``$LATOPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/latopt``, else ``~/.cache/latopt`` (none without
+  a home directory; a timing cache is valid only for the TensorRT version that wrote it):
+  ``config.create_timing_cache(blob)`` + ``config.set_timing_cache(cache, False)`` before,
   ``config.get_timing_cache().serialize()`` written back atomically after the build. A cache file that cannot
   be read, that TensorRT cannot parse (``create_timing_cache`` returns None or raises) or that the builder
-  refuses (other GPU) is replaced by an empty one, with a note in the build info; it never stops a build.
+  refuses (other GPU) is replaced by an empty one, and one that cannot be written back (read-only or missing
+  home, full disk) is left unsaved, each with a note in the build info and a warning; neither stops a build
+  or loses its engine.
 - one TensorRT logger per process (:func:`latopt.runtime.trt_logger`), shared by builds and runners.
 - ``builder.build_serialized_network`` → bytes; the runner (:class:`latopt.runtime.TrtEngineRunner`)
   deserializes them, binds I/O tensors by name (``set_tensor_address``) and runs ``execute_async_v3``.
@@ -49,6 +55,7 @@ import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -176,33 +183,62 @@ def check_compute_capability(version: str, sm: tuple[int, int], gpu: str, precis
 
 
 # ---------------------------------------------------------------------------------- FP16 ONNX
-def to_fp16_onnx(src: str | Path, dst: str | Path) -> str:
-    """Write an FP16 copy of ``src`` (fp32 inputs/outputs kept) to ``dst``; returns the converter used."""
+FP16_CONVERTER = "onnxconverter_common.float16.convert_float_to_float16"
+# The one fp16 conversion of TensorRT >= 11 (module docstring): every float of the whole graph (the converter's
+# default op_block_list holds none of the operators latopt's networks use), fp32 inputs and outputs kept;
+# initializers beyond fp16's largest finite value 65504 are clamped to it (the converter's default, 1e4, would
+# also change weights that fp16 holds).
+FP16_CONVERSION: dict[str, Any] = {"converter": FP16_CONVERTER, "keep_io_types": True, "max_finite_val": 65504.0,
+                                   "op_block_list": "the converter's default"}
 
+
+def fp16_conversion() -> dict[str, Any]:
+    """:data:`FP16_CONVERSION` with the installed onnxconverter-common version (None when it is missing)."""
     try:
-        from modelopt.onnx.autocast import convert_to_mixed_precision
-    except ImportError:
-        convert_to_mixed_precision = None
-    if convert_to_mixed_precision is not None:
-        model = convert_to_mixed_precision(onnx_path=str(src), low_precision_type="fp16", keep_io_types=True)
-        onnx.save(model, str(dst))
-        return "modelopt.onnx.autocast"
+        version = metadata.version("onnxconverter-common")
+    except metadata.PackageNotFoundError:
+        version = None
+    return {**FP16_CONVERSION, "onnxconverter_common": version}
+
+
+def to_fp16_onnx(src: str | Path, dst: str | Path) -> str:
+    """Write an FP16 copy of ``src`` (fp32 inputs/outputs kept) to ``dst`` with :data:`FP16_CONVERSION`, whatever
+    else is installed; returns the converter's name."""
     try:
         from onnxconverter_common import float16
     except ImportError:
         raise LatoptError(
             "TensorRT >= 11 builds fp16 engines only from an FP16 ONNX model (BuilderFlag.FP16 was removed); "
-            "pip install onnxconverter-common (or nvidia-modelopt) to convert it, or use an fp32 device profile"
+            "pip install onnxconverter-common to convert it, or use an fp32 device profile"
         ) from None
-    model = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+    model = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=FP16_CONVERSION["keep_io_types"],
+                                             max_finite_val=FP16_CONVERSION["max_finite_val"])
     onnx.save(model, str(dst))
-    return "onnxconverter_common.float16"
+    return FP16_CONVERTER
 
 
 # ------------------------------------------------------------------------------- timing cache
-def timing_cache_path(device: str, version: str | None = None) -> Path:
-    """``<cache>/trt/<device>[-trt<version>].cache``: one timing cache per device profile and TensorRT version."""
-    base = Path(os.environ.get("LATOPT_CACHE_DIR") or Path.home() / ".cache" / "latopt")
+def cache_dir() -> Path | None:
+    """latopt's cache directory: ``$LATOPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/latopt`` (the XDG base directory
+    rule: only an absolute ``XDG_CACHE_HOME`` counts), else ``~/.cache/latopt``; None when there is no home
+    directory to put it in (no ``HOME`` and no password entry, as in some containers): then nothing is cached."""
+    if os.environ.get("LATOPT_CACHE_DIR"):
+        return Path(os.environ["LATOPT_CACHE_DIR"])
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "latopt"
+    try:
+        return Path.home() / ".cache" / "latopt"
+    except (RuntimeError, KeyError):   # Path.home(): "Could not determine home directory" (KeyError on 3.10)
+        return None
+
+
+def timing_cache_path(device: str, version: str | None = None) -> Path | None:
+    """``<cache>/trt/<device>[-trt<version>].cache`` (:func:`cache_dir`): one timing cache per device profile and
+    TensorRT version; None without a cache directory."""
+    base = cache_dir()
+    if base is None:
+        return None
     name = device if version is None else f"{device}-trt{version}"
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "default"
     return base / "trt" / f"{safe}.cache"
@@ -218,10 +254,12 @@ def _load_timing_cache(config: Any, path: Path | None) -> dict[str, Any]:
     TensorRT version or GPU) starts afresh with an empty cache and a note, never stops the build."""
     info: dict[str, Any] = {"path": None if path is None else str(path), "loaded_bytes": 0}
     blob, why = b"", None
-    if path is not None and path.is_file():
+    if path is not None:
         try:
             blob = path.read_bytes()
-        except OSError as e:
+        except (FileNotFoundError, NotADirectoryError):   # nothing cached there yet
+            pass
+        except OSError as e:        # a directory, no permission (also on a parent: is_file() would raise it)
             why = f"unreadable ({e.strerror or e})"
     if blob:
         try:
@@ -242,12 +280,22 @@ def _load_timing_cache(config: Any, path: Path | None) -> dict[str, Any]:
     return info
 
 
-def _save_timing_cache(config: Any, path: Path | None) -> int:
+def _save_timing_cache(config: Any, path: Path | None, info: dict[str, Any]) -> None:
+    """Write the builder's timing cache back to ``path`` (``info["saved_bytes"]``). Called after the build: a
+    cache that cannot be written (a read-only or missing home, a full disk) is a note and a warning, never the
+    loss of the engine just built (the next build times its kernels afresh)."""
+    info["saved_bytes"] = 0
     if path is None:
-        return 0
-    data = bytes(memoryview(config.get_timing_cache().serialize()))
-    write_bytes_atomic(path, data)
-    return len(data)
+        return
+    try:
+        data = bytes(memoryview(config.get_timing_cache().serialize()))
+        write_bytes_atomic(path, data)
+    except (OSError, LatoptError, *_CACHE_ERRORS) as e:   # write_bytes_atomic: OutputError, a LatoptError
+        note = f"timing cache {path} not saved ({type(e).__name__}: {first_line(e)}); the engine is built"
+        info["note"] = f"{info['note']}; {note}" if info.get("note") else note
+        _LOG.warning(note)
+        return
+    info["saved_bytes"] = len(data)
 
 
 
@@ -291,7 +339,7 @@ def build_serialized(trt: Any, onnx_path: str | Path, *, precision: str,
         serialized = builder.build_serialized_network(network, config)
         if serialized is None:
             raise LatoptError(f"TensorRT could not build an engine from {onnx_path} (see the TensorRT log above)")
-        info["timing_cache"]["saved_bytes"] = _save_timing_cache(config, cache_path)
+        _save_timing_cache(config, cache_path, info["timing_cache"])
     return bytes(memoryview(serialized)), info
 
 
@@ -363,7 +411,8 @@ class TensorRTBackend:
         return _rt.TrtEngineRunner(plan, input_shape=input_shape, cuda=self.cuda)
 
     def environment(self) -> dict[str, Any]:
-        return {
+        plan = precision_plan(self.trt.__version__, self.precision)
+        env = {
             "backend": self.name,
             "tensorrt": self.trt.__version__,
             "gpu": self.cuda.device_name(),
@@ -371,10 +420,13 @@ class TensorRTBackend:
             "driver": self.cuda.driver_version(),
             "cuda_buffers": self.cuda.name,
             "precision": self.precision,
-            "precision_mode": precision_plan(self.trt.__version__, self.precision).describe(),
+            "precision_mode": plan.describe(),
             "workspace_mib": self.workspace_mib,
-            "timing_cache": str(self.cache_path),
+            "timing_cache": None if self.cache_path is None else str(self.cache_path),
         }
+        if plan.fp16_onnx:
+            env["fp16_conversion"] = fp16_conversion()
+        return env
 
     def close(self) -> None:
         self.cuda.close()

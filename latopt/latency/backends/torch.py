@@ -12,7 +12,9 @@ too; the switches are recorded in the LUT's environment. ``create`` refuses a GP
 has no kernels for (e.g. Pascal, compute capability 6.1, with a torch build for CUDA >= 12.8). Otherwise
 CPU eager with ``latopt.engine.set_threads(profile.threads)`` (process-wide). fp16 is CUDA-only; int8 is
 refused (ONNX Runtime's static INT8: ``--device cpu-int8``). The runner works on a deep copy in eval mode
-under ``torch.inference_mode``; the caller's module is left untouched.
+under ``torch.inference_mode``; the caller's module is left untouched. Its first call is a check: an input
+the module cannot take, or memory the device has not (one line saying to lower the batch or the
+resolution), is a :class:`LatoptError`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch
 
 from latopt.accel import set_tf32_flags, tf32_flags
 from latopt.engine import set_threads
-from latopt.errors import LatoptError, first_line
+from latopt.errors import LatoptError, first_line, out_of_memory
 from latopt.latency.backends import require_gpu
 from latopt.latency.timing import environment_info
 from latopt.runtime import TorchCudaApi
@@ -45,11 +47,14 @@ class TorchRunner:
             self.module = copy.deepcopy(module).eval().to(device=device, dtype=dtype)
             g = torch.Generator().manual_seed(seed)
             self.x = torch.randn(tuple(int(s) for s in input_shape), generator=g).to(device=device, dtype=dtype)
+        what = f"{type(module).__name__} at input shape {list(input_shape)}"
         try:
             self()
-        except RuntimeError as e:  # what torch raises for an input the module cannot take
-            raise LatoptError(f"PyTorch cannot run {type(module).__name__} at input shape {list(input_shape)}: "
-                              f"{first_line(e)}") from None
+        except RuntimeError as e:  # what torch raises for an input the module cannot take, or memory it lacks
+            if out_of_memory(e):
+                raise LatoptError(f"out of memory on {device} running {what}: lower the batch (--batch or the device "
+                                  f"profile's batch) or the resolution ({first_line(e, 160)})") from None
+            raise LatoptError(f"PyTorch cannot run {what}: {first_line(e)}") from None
 
     def _stream(self) -> contextlib.AbstractContextManager[Any]:
         """Where the module's work is queued (the CUDA runner: its backend's stream)."""
