@@ -293,6 +293,12 @@ def write_json_atomic(path: str | Path, obj: Any, *, indent: int = 2) -> Path:
     return Path(path)
 
 
+def json_plain(obj: Any) -> Any:
+    """``obj`` as plain JSON types (dict with str keys, list, str, int, float, bool, None), converted as
+    :func:`write_json_atomic` converts it (paths, NumPy scalars and arrays, sets, dataclasses)."""
+    return json.loads(json.dumps(obj, default=_json_default))
+
+
 def write_text_atomic(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text)

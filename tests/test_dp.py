@@ -218,10 +218,132 @@ def test_cli_search_method_dp(tiny: dict, tmp_path: Path, capsys: pytest.Capture
 
     fails([*args, "--budget", "0.01", "-q"], "below the fastest network these variants allow")
     fails([*args, "--budget", "2", "-q"], "--budget 2.0: a fraction of the as-is latency in (0, 1]")
-    fails([*args, "-q"], "--method dp needs --budget B")
+    # without --budget: the DP's study over --budgets, refused before any training when a budget is out of reach
+    fails([*args, "--budgets", "0.01,0.7", "-q"], "below the fastest network these variants allow")
+    fails([*args, "--budgets", "0.5,x", "-q"], "--budgets '0.5,x': fractions separated by commas")
+    fails([*args, "--budget", "0.7", "--budgets", "0.5", "-q"], "--budgets is the DP's study (without --budget)")
     fails([*args, "--budget", "0.7", "--variants", "pw,nope", "-q"], "unknown variant 'nope'")
     fails([*args, "--budget", "0.7", "--variants", "expand_dw", "-q"], "variant 'expand_dw' is not in the LUT")
     fails(["search", "--config", str(tiny["root"] / "tiny.yaml"), "--budget", "0.5", "-q"],
           "--budget applies to --method dp")
     assert sorted(p.name for p in (tmp_path / "tinydp" / "search").iterdir() if p.name.startswith("dp-")) == [
         "dp-budget0.7"]
+
+
+# ------------------------------------------------------------------------------------ plans as files
+def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any training, fine-tuning or base creation raises: a plan-only run must not reach them."""
+    import latopt.dp.importance
+    import latopt.dp.stage
+    import latopt.layerfold
+    import latopt.search._run
+    import latopt.train
+
+    def trains(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a plan-only run trained or fine-tuned")
+
+    for mod, name in ((latopt.layerfold, "fold_plan_and_finetune"), (latopt.dp.stage, "fold_plan_and_finetune"),
+                      (latopt.dp.importance, "fold_plan_and_finetune"), (latopt.search._run, "ensure_base"),
+                      (latopt.train, "train_base"), (latopt.search._run, "run_dp")):
+        monkeypatch.setattr(mod, name, trains)
+
+
+def test_plan_only_writes_the_plan_without_training(tiny: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from latopt.artifacts import file_sha256
+    from latopt.dp import PLAN_SCHEMA, plan_variants
+
+    _no_training(monkeypatch)
+    args = ["search", "--config", str(tiny["root"] / "tiny.yaml"), "--method", "dp", "--plan-only", "--budget", "0.55",
+            "--lut", str(tiny["lut"]), "--runs-dir", str(tmp_path / "runs"), "-q"]
+    assert main([*args, "--importance", "uniform", "--out", str(tmp_path / "plan.json")]) == 0
+    assert "DP plan at budget 0.55 (uniform importance)" in capsys.readouterr().out
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    lut = _lut_for(MODEL, 16)
+    want, info = select_plan(lut, variant_losses(None, None, None, candidates(lut), method="uniform"), 0.55)
+    assert plan["schema"] == PLAN_SCHEMA == "latopt.plan/1" and plan["spans"] == []
+    assert (plan["model"], plan["resolution"], plan["num_classes"], plan["task"]) == (MODEL, 16, None, None)
+    assert plan["lut"] == {"file": str(tiny["lut"]), "sha256": file_sha256(tiny["lut"]), "device": "cpu",
+                           "backend": "", "precision": None, "batch": 1, "fold_mode": "exact"}
+    assert (plan["budget"], plan["importance"], plan["fold_mode"]) == (0.55, "uniform", "exact")
+    assert plan["variants"] == ["full", "pw", "drop"] and plan["base_checkpoint"] is None
+    assert sorted(map(int, plan["blocks"])) == list(range(17)) and plan_variants(plan) == want
+    p = plan["predicted"]
+    assert p["ms"] == pytest.approx(info["predicted_ms"]) and p["ms"] <= 0.55 * p["asis_ms"]
+    assert p["asis_ms"] == pytest.approx(20.0) and p["speedup"] == pytest.approx(p["asis_ms"] / p["ms"])
+    assert not (tmp_path / "runs").exists()   # no base trained, no run directory
+    # proxy scores the variants on the trained base (forward passes only); it needs one
+    assert main([*args, "--base", str(tiny["ckpt"])]) == 0
+    proxy = json.loads((tmp_path / "runs" / "tinydp" / "search" / "plan-budget0.55.json").read_text())
+    assert (proxy["importance"], proxy["num_classes"], proxy["task"]) == ("proxy", 10, "digits")
+    assert proxy["predicted"]["ms"] <= 0.55 * proxy["predicted"]["asis_ms"]
+    capsys.readouterr()
+    for extra, message in ((["--importance", "proxy"], "--plan-only --importance proxy scores the variants on a "
+                                                       "trained base: give --base CKPT"),
+                           (["--importance", "finetune"], "--plan-only --importance 'finetune': choose uniform or proxy")):
+        assert main([*args, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("latopt: error: ") and err.count("\n") == 1 and message in err, err
+    config = ["search", "--config", str(tiny["root"] / "tiny.yaml"), "-q"]
+    for argv, message in (([*config, "--plan-only"], "--plan-only applies to --method dp"),
+                          ([*config, "--method", "dp", "--budget", "0.55", "--out", "x.json"],
+                           "--out applies to --show or --plan-only")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("latopt: error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_export_plan_ships_the_plan_with_every_gate(tiny: dict, tmp_path: Path) -> None:
+    import onnx
+
+    from latopt.dp import plan_only, plan_variants, write_plan
+
+    plan = plan_only(tiny["cfg"], tiny["lut"], budget=0.55, importance="uniform", progress=False)
+    path = write_plan(tmp_path / "plan.json", plan)
+    want = plan_variants(plan)
+    assert want and set(want.values()) <= {"full", "pw", "drop"}
+    rc = main(["export", "--checkpoint", str(tiny["ckpt"]), "--plan", str(path), "--no-measure",
+               "--out", str(tmp_path / "e"), "-q"])
+    assert rc == 0
+    exp = json.loads((tmp_path / "e" / "export.json").read_text())
+    assert exp["folded"] == {str(k): v for k, v in want.items()} and exp["mode"] == "exact"
+    assert all(g["passed"] for g in exp["gates"])
+    assert {g["name"] for g in exp["gates"]} >= {"fold algebra (float64) vs linearised σ_α network",
+                                                 "shipped folded network vs linearised σ_α network"}
+    assert any(g["name"].startswith("ONNX Runtime") for g in exp["gates"]), [g["name"] for g in exp["gates"]]
+    assert exp["plan"]["file"] == str(path) and exp["plan"]["device"] == "cpu"
+    assert exp["accuracy"]["test_acc"] is not None
+    meta = {p.key: p.value for p in onnx.load(str(tmp_path / "e" / "model.onnx")).metadata_props}
+    blocks = json.loads(meta["latopt.blocks"])
+    assert {int(k): b["folded"] for k, b in blocks.items() if b["folded"]} == want
+    # a plan made for another device is measured on this one; its prediction is not compared
+    assert main(["export", "--checkpoint", str(tiny["ckpt"]), "--plan", str(path), "--device", "cpu-torch",
+                 "--no-measure", "--out", str(tmp_path / "t"), "-q"]) == 0
+    notes = json.loads((tmp_path / "t" / "export.json").read_text())["notes"]
+    assert any("made for device 'cpu', measured here on 'cpu-torch'" in n for n in notes), notes
+    assert "not compared here" in (tmp_path / "t" / "REPORT.md").read_text()
+
+
+def test_export_refuses_a_plan_of_another_network(tiny: dict, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from latopt.dp import plan_only, write_plan
+
+    plan = plan_only(tiny["cfg"], tiny["lut"], budget=0.7, importance="uniform", progress=False)
+    base = ["export", "--checkpoint", str(tiny["ckpt"]), "--no-measure", "--out", str(tmp_path / "e"), "-q"]
+    cases = [({"model": "mobilenetv2_100"}, "was made for model 'mobilenetv2_100', the checkpoint has"),
+             ({"resolution": 32}, "was made for resolution 32, the checkpoint has 16"),
+             ({"num_classes": 1000}, "was made for num_classes 1000, the checkpoint has 10"),
+             ({"schema": "latopt.plan/99"}, "has schema 'latopt.plan/99', expected 'latopt.plan/1'"),
+             ({"spans": [{"start": 0, "end": 3}]}, "it has 1 span(s)"),
+             ({"blocks": {"0": "sideways"}}, "blocks must map block indices to variants")]
+    for i, (change, message) in enumerate(cases):
+        path = write_plan(tmp_path / f"plan{i}.json", {**plan, **change})
+        assert main([*base, "--plan", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("latopt: error: ") and err.count("\n") == 1 and message in err, (change, err)
+    good = write_plan(tmp_path / "plan.json", plan)
+    for extra, message in ((["--fold", "all"], "give --plan or --fold, not both"),
+                           (["--mode", "paper"], "was made for exact-mode folds")):
+        assert main([*base, "--plan", str(good), *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "e").exists()

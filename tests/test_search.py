@@ -138,6 +138,42 @@ def test_measure_objective_is_a_same_run_ratio(tiny):
     assert cand.values[1] == pytest.approx(a["measured_ms"] / a["measured_base_ms"]) and a["measured_ms"] > 0
 
 
+def test_the_dp_front_is_a_study_beside_the_search(tiny):
+    """`latopt search --method dp` without --budget: the study tiny-dp, one fine-tuned trial per budget of
+    --budgets (and the base), in the search's format; --show of tiny draws both fronts."""
+    import math
+
+    from latopt.dp import candidates, select_plan
+
+    d, res = tiny
+    lut = load_lut(d / "lut.json")
+    _, info = select_plan(lut, {i: dict.fromkeys(c, 0.0) for i, c in candidates(lut).items()}, 1.0)
+    fastest = info["fastest_ms"] / info["asis_ms"]
+    budgets = [math.ceil((fastest + (1 - fastest) * f) * 1000) / 1000 for f in (0.3, 0.8)]
+    p = _cli(d, "--method", "dp", "--importance", "uniform", "--budgets", ",".join(map(str, budgets)))
+    out, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, out
+    assert "study 'tiny-dp'" in out and "RECOMMENDED" in out
+    study = optuna.load_study(study_name="tiny-dp", storage=f"sqlite:///{d / 'runs' / 'tiny-dp' / 'search' / 'study.db'}")
+    assert study.metric_names == ["val_acc", "latency_ms"] and study.user_attrs["method"] == "dp"
+    base, *trials = study.get_trials(states=(TrialState.COMPLETE,))
+    assert base.user_attrs["base"] and base.params["budget"] == 1.0
+    assert base.user_attrs["checkpoint"] == str(res.study_dir / "base" / "base.pt")    # the search's base
+    assert sorted(t.params["budget"] for t in trials) == budgets
+    for t in trials:
+        a = t.user_attrs
+        rep = json.loads(Path(a["report"]).read_text())
+        assert rep["method"] == "dp" and a["fold_set"] == rep["folded"] and t.values[0] == rep["val_acc_finetuned"]
+        assert t.values[1] == pytest.approx(a["latency_ms"]) == pytest.approx(rep["selection"]["predicted_ms"])
+        assert a["predicted_ratio"] <= t.params["budget"] + 1e-12
+    r = subprocess.run([sys.executable, "-m", "latopt", "search", "--show", "--study", "tiny", "--out", "both"],
+                       cwd=d, env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "study 'tiny'" in r.stdout and "study 'tiny-dp'" in r.stdout
+    front = json.loads((d / "both" / "pareto.json").read_text())
+    assert [o["study"] for o in front["others"]] == ["tiny-dp"] and front["others"][0]["base_trial"] == 0
+
+
 def _wait_running(storage: str, name: str, proc: subprocess.Popen, timeout: float = 300) -> int:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:

@@ -27,10 +27,12 @@ DISTS = {"lambda_c": FloatDistribution(0.05, 5.0, log=True), "tau": FloatDistrib
 
 
 def _add(study: optuna.Study, acc: float, ms: float, *, base: bool = False, base_acc: float = 0.90,
-         max_drop: float = 0.02, folded: int = 0) -> None:
+         max_drop: float = 0.02, folded: int = 0, budget: float | None = None) -> None:
     drop = 0.0 if base else base_acc - acc
+    params, dists = ({"lambda_c": 0.5, "tau": 0.9, "p": 2.0}, DISTS) if budget is None else \
+        ({"budget": budget}, {"budget": FloatDistribution(0.5, 1.0)})
     study.add_trial(optuna.create_trial(
-        values=[acc, ms], params={"lambda_c": 0.5, "tau": 0.9, "p": 2.0}, distributions=DISTS,
+        values=[acc, ms], params=params, distributions=dists,
         user_attrs={"base": base, "val_acc": acc, "fold_set": {str(i): "full" for i in range(folded)},
                     "checkpoint": f"/x/{acc}.pt"},
         system_attrs={"constraints:acc_drop": drop - max_drop}))
@@ -133,6 +135,7 @@ def test_space_suggest_and_base_params():
 def test_study_identity_is_checked(tmp_path):
     storage = open_storage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=None)
     assert open_study(storage, "t", "latency", {"model": "a"}).created
+    assert optuna.load_study(study_name="t", storage=storage).metric_names == ["val_acc", "latency_ms"]
     again = open_study(storage, "t", "latency", {"model": "a"})
     assert not again.created and again.attrs["objective"] == "latency"
     with pytest.raises(LatoptError, match="created with objective 'latency', not 'depth'"):
@@ -193,3 +196,115 @@ def test_worker_argv_round_trips_through_the_cli(tmp_path):
     from latopt.cli.search import _overrides
 
     assert _overrides(args.overrides) == {"fold.post_epochs": 2, "data.task": "digits"}
+
+
+def _wsgi_get(app, path: str) -> dict:
+    """One GET request to a WSGI application; its JSON body."""
+    import io
+
+    status = []
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "", "SERVER_NAME": "localhost",
+               "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http",
+               "wsgi.input": io.BytesIO(), "wsgi.errors": io.StringIO(), "wsgi.multithread": False,
+               "wsgi.multiprocess": False, "wsgi.run_once": False}
+    body = b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s)))
+    assert status and status[0].startswith("200"), (path, status, body[:300])
+    return json.loads(body)
+
+
+def test_a_study_opens_in_optuna_dashboard(tmp_path):
+    """A study as latopt search writes it (named objectives, the trials' records as user attributes) read
+    through optuna-dashboard's WSGI app, as `optuna-dashboard sqlite:///.../study.db` serves it."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from latopt.search._trial import record
+
+    dashboard = pytest.importorskip("optuna_dashboard")
+    url = f"sqlite:///{tmp_path}/study.db"
+    study = open_study(open_storage(url, heartbeat_interval=None), "t", "latency", {"model": "m"}).study
+    recs = [  # what a base trial and a fold trial record (NumPy scalars and paths as the code may hand them)
+        {"val_acc": 0.9, "base_acc": 0.9, "fold_set": {}, "latency_ms": np.float64(2.0), "base": True,
+         "nonlinear_layers": np.int64(17), "checkpoint": tmp_path / "base.pt", "acc_drop": 0.0},
+        {"val_acc": 0.89, "base_acc": 0.9, "fold_set": {"1": "full", "3": "pw"}, "latency_ms": np.float64(1.5),
+         "nonlinear_layers": np.int64(15), "checkpoint": tmp_path / "trial-1" / "folded.pt", "acc_drop": 0.01,
+         "measured_ms": 0.7, "measured_ratio": 0.8, "flops": None},
+    ]
+    for rec in recs:
+        trial = study.ask()
+        record(trial, {**rec, "constraint": rec["acc_drop"] - 0.02})
+        study.tell(trial, [rec["val_acc"], float(rec["latency_ms"])])
+
+    app = dashboard.wsgi(url)
+    listed = _wsgi_get(app, "/api/studies")["study_summaries"]
+    assert [(s["study_name"], s["directions"]) for s in listed] == [("t", ["maximize", "minimize"])]
+    detail = _wsgi_get(app, f"/api/studies/{listed[0]['study_id']}")
+    assert detail["objective_names"] == ["val_acc", "latency_ms"]
+    assert sorted(t["number"] for t in detail["best_trials"]) == [0, 1]
+    base, fold = ({a["key"]: a["value"] for a in t["user_attrs"]} for t in detail["trials"])
+    assert json.loads(fold["fold_set"]) == {"1": "full", "3": "pw"} and json.loads(base["fold_set"]) == {}
+    assert float(fold["latency_ms"]) == 1.5 and int(fold["nonlinear_layers"]) == 15
+    assert float(fold["measured_ms"]) == 0.7 and float(fold["measured_ratio"]) == 0.8 and "flops" not in fold
+    assert Path(fold["checkpoint"]) == tmp_path / "trial-1" / "folded.pt" and base["base"] == "True"
+    assert float(fold["constraint"]) == pytest.approx(-0.01)
+    # the values Optuna hands back are plain types too
+    attrs = optuna.load_study(study_name="t", storage=url).trials[1].user_attrs
+    assert type(attrs["nonlinear_layers"]) is int and type(attrs["checkpoint"]) is str
+
+
+def test_the_dp_study_samples_each_budget_once():
+    from latopt.search import BudgetSpace
+
+    space = BudgetSpace((0.8, 0.6, 0.7, 0.6))
+    assert space.grid() == [0.6, 0.7, 0.8]
+    with pytest.raises(LatoptError, match="--budget 1.5"):
+        BudgetSpace((0.5, 1.5))
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=space.sampler(0))
+    study.enqueue_trial(space.base_params(), user_attrs={"base": True})
+    for _ in range(4):
+        study.optimize(lambda t: (0.0, space.suggest(t)["budget"]), n_trials=1)
+    assert [t.params["budget"] for t in study.trials][0] == 1.0
+    assert sorted(t.params["budget"] for t in study.trials[1:]) == [0.6, 0.7, 0.8]
+
+
+def test_show_draws_the_dp_front_beside_the_layer_folding_front(tmp_path, capsys):
+    """`latopt search --show --study t` summarises and draws the DP's study t-dp with t, on one plot."""
+    from latopt.cli import main
+
+    runs = tmp_path / "runs"
+    studies = {}
+    for name, identity in (("t", {}), ("t-dp", {"method": "dp"})):
+        storage = open_storage(f"sqlite:///{runs / name / 'search' / 'study.db'}", heartbeat_interval=None)
+        studies[name] = open_study(storage, name, "latency", identity).study
+        studies[name].set_user_attr("max_acc_drop", 0.02)
+        _add(studies[name], 0.90, 10.0, base=True)
+    _add(studies["t"], 0.885, 6.0, folded=6)
+    _add(studies["t-dp"], 0.895, 7.0, folded=4, budget=0.7)     # the DP's front: 7 ms and 5 ms
+    _add(studies["t-dp"], 0.889, 5.0, folded=7, budget=0.5)     # -> recommended in t-dp
+    assert main(["search", "--show", "--study", "t", "--runs-dir", str(runs), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "study 't'" in out and "study 't-dp'" in out and "budget 0.5" in out
+    data = json.loads((runs / "t" / "search" / "pareto.json").read_text())
+    assert [o["study"] for o in data["others"]] == ["t-dp"]
+    dp = data["others"][0]
+    assert dp["recommended"] == 2 and [r["budget"] for r in dp["rows"] if r["on_front"] and not r["base"]] == [0.5, 0.7]
+    assert data["recommended"] == 1 and (runs / "t" / "search" / "pareto.png").stat().st_size > 1000
+    # the DP's study alone shows its own front
+    assert main(["search", "--show", "--study", "t-dp", "--runs-dir", str(runs), "-q"]) == 0
+    assert "study 't-dp'" in capsys.readouterr().out
+
+
+def test_a_worker_of_the_dp_study_runs_the_same_study(tmp_path):
+    from latopt.cli import build_parser
+    from latopt.cli.search import _budgets, _variants
+    from latopt.search._run import SearchOptions
+    from latopt.search._workers import worker_argv
+
+    o = SearchOptions(config=tmp_path / "c.yaml", method="dp", importance="uniform", variants=("full", "pw"),
+                      budgets=(0.55, 0.7))
+    argv = worker_argv(o, study="s", storage="sqlite:///x.db", trials=3, sampler="tpe", max_acc_drop=0.01,
+                       base=tmp_path / "b.pt", lut=None, timeout=None, threads=1)
+    args = build_parser().parse_args(argv[3:])
+    assert (args.method, args.study, args.importance, args.budget) == ("dp", "s", "uniform", None)
+    assert _variants(args.variants) == ("full", "pw") and _budgets(args.budgets) == (0.55, 0.7)

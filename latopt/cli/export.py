@@ -23,7 +23,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("runs") / "export" / Path(args.checkpoint).stem)
     r = export(args.checkpoint, args.device, out, fmt=args.format, precision=args.precision, fold=args.fold, lut_path=args.lut,
                resolution=args.resolution, samples=args.samples, seed=args.seed, measure=not args.no_measure,
-               mode=args.mode, bias_maps=args.bias_maps, gate_accuracy=not args.no_accuracy_gate)
+               mode=args.mode, bias_maps=args.bias_maps, gate_accuracy=not args.no_accuracy_gate, plan=args.plan)
     print(f"wrote {out}/export.json, REPORT.md and {', '.join(r['files'])}")
     lat = r.get("latency")
     if lat:
@@ -45,8 +45,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fold", default=None,
                    help="fold an unfolded checkpoint here: 'all', 'auto' (blocks whose fold pays on this device, "
                         "from the LUT) or 1,3,5; default (or 'none'): export the checkpoint as it is")
-    p.add_argument("--mode", choices=FOLD_MODES, default="exact",
-                   help="with --fold: exact (bias map, equal everywhere; default) or paper (constant bias, any input size)")
+    p.add_argument("--plan", default=None,
+                   help="apply a plan file (latopt search --method dp --plan-only) to an unfolded checkpoint: each "
+                        "block's variant folded exactly, not fine-tuned, with every gate; the plan may come from "
+                        "another device (it is then measured on this one)")
+    p.add_argument("--mode", choices=FOLD_MODES, default=None,
+                   help="with --fold: exact (bias map, equal everywhere; default) or paper (constant bias, any input "
+                        "size); with --plan: the plan's")
     p.add_argument("--bias-maps", choices=BIAS_MAPS, default="deferred",
                    help="exact-mode folds: one bias map per chain of consecutive full folds (deferred; default, "
                         "the same function with fewer Adds) or one per folded block (per-block)")

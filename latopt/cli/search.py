@@ -42,18 +42,28 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch threads per worker (default: all cores with --workers 1, else cores // workers)")
     p.add_argument("--method", choices=SEARCH_METHODS, default="optuna",
                    help="optuna (default): Layer Folding's study over (λ_c, τ, p); dp: one variant per block "
-                        "(full, pw, drop, ...) chosen by a dynamic program under --budget, then folded and fine-tuned")
+                        "(full, pw, drop, ...) chosen by a dynamic program under --budget, then folded and fine-tuned; "
+                        "without --budget, a study <study>-dp of one such trial per budget of --budgets "
+                        "(its Pareto front; --show <study> draws both methods' fronts)")
     p.add_argument("--budget", type=float,
-                   help="--method dp: predicted latency <= BUDGET x the as-is LUT latency (a fraction in (0, 1])")
+                   help="--method dp: predicted latency <= BUDGET x the as-is LUT latency (a fraction in (0, 1]); "
+                        "default: a study over --budgets")
+    p.add_argument("--budgets", help="--method dp without --budget: the budgets of the DP's study, one fine-tuned "
+                                     "trial each, comma-separated (default 0.5,0.6,0.7,0.8,0.9)")
     p.add_argument("--importance", choices=IMPORTANCE_METHODS, default="proxy",
                    help="--method dp: how each (block, variant) is scored: proxy (validation loss of the variant "
                         "alone, BN re-estimated; default), finetune (short fine-tune each; slow), uniform")
     p.add_argument("--variants", help="--method dp: variants the blocks may take, comma-separated (default: the LUT's)")
+    p.add_argument("--plan-only", action="store_true",
+                   help="--method dp: write the plan (a variant per block, predicted latency and speed-up) to --out "
+                        "and stop: nothing is trained or fine-tuned, seconds; --importance uniform needs no "
+                        "checkpoint, proxy needs --base. Apply it with latopt export --plan")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="config override, dotted key and a YAML value (e.g. --set fold.post_epochs=2); repeatable")
     p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--show", action="store_true", help="print the Pareto front and write pareto.{json,csv,png}")
-    p.add_argument("--out", help="--show: output directory (default: the study directory)")
+    p.add_argument("--out", help="--show: output directory (default: the study directory); --plan-only: the plan "
+                                 "file (default: runs/<study>/search/plan-budget<B>.json)")
     p.set_defaults(func=_main)
 
 
@@ -62,34 +72,57 @@ def _main(args: argparse.Namespace) -> int:
         return _show(args)
     if not args.config:
         raise LatoptError("latopt search needs --config FILE (or --show to print an existing study's front)")
-    dp_only = {"--budget": args.budget is not None, "--variants": args.variants is not None,
-               "--importance": args.importance != "proxy"}
+    dp_only = {"--budget": args.budget is not None, "--budgets": args.budgets is not None,
+               "--variants": args.variants is not None,
+               "--importance": args.importance != "proxy", "--plan-only": args.plan_only}
     if args.method != "dp" and any(dp_only.values()):
         raise LatoptError(f"{next(k for k, v in dp_only.items() if v)} applies to --method dp")
+    if args.budgets is not None and (args.budget is not None or args.plan_only):
+        raise LatoptError("--budgets is the DP's study (without --budget); --budget B is one plan")
     # start-up time: Optuna and the training stack load when a search runs, not for `latopt --help`
     from latopt.engine import seed_everything
     from latopt.search import SearchOptions, run_dp_search, run_search
 
     seed_everything(args.seed)
-    if args.method == "dp":
-        from latopt.dp import format_dp_summary
+    if args.method == "dp" and (args.budget is not None or args.plan_only):
+        from latopt.dp import format_dp_summary, format_plan_summary
+
+        if args.out is not None and not args.plan_only:
+            raise LatoptError("--out applies to --show or --plan-only (a DP run writes runs/<study>/search/dp-budget<B>/)")
 
         report = run_dp_search(SearchOptions(
             config=args.config, study=args.study, base=args.base, lut=args.lut, seed=args.seed,
             runs_dir=args.runs_dir, threads=args.threads, overrides=_overrides(args.overrides),
             method="dp", budget=args.budget, importance=args.importance,
-            variants=None if args.variants is None else tuple(v.strip() for v in args.variants.split(",") if v.strip())))
-        print(format_dp_summary(report))
+            variants=_variants(args.variants), plan_only=args.plan_only, plan_out=args.out))
+        print(format_plan_summary(report, report["path"]) if args.plan_only else format_dp_summary(report))
         return 0
     res = run_search(SearchOptions(
         config=args.config, trials=args.trials, storage=args.storage, study=args.study, sampler=args.sampler,
         objective=args.objective, max_acc_drop=args.max_acc_drop, measure=args.measure, timeout=args.timeout,
         base=args.base, lut=args.lut, costs=args.costs, seed=args.seed, runs_dir=args.runs_dir,
         heartbeat_interval=args.heartbeat_interval, grace_period=args.grace_period, workers=args.workers,
-        threads=args.threads, summary=not args.no_summary, overrides=_overrides(args.overrides)))
+        threads=args.threads, summary=not args.no_summary, overrides=_overrides(args.overrides),
+        method=args.method, importance=args.importance, variants=_variants(args.variants),
+        budgets=_budgets(args.budgets)))
     if not args.no_summary:
         _print_front(res.summary, res.files)
     return 0
+
+
+def _variants(text: str | None) -> tuple[str, ...] | None:
+    """``--variants a,b``: the variants, or None for the LUT's."""
+    return None if text is None else tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def _budgets(text: str | None) -> tuple[float, ...] | None:
+    """``--budgets 0.5,0.7``: the budgets, or None for the default."""
+    if text is None:
+        return None
+    try:
+        return tuple(float(b) for b in text.split(",") if b.strip())
+    except ValueError:
+        raise LatoptError(f"--budgets {text!r}: fractions separated by commas, e.g. 0.5,0.7,0.9") from None
 
 
 def _overrides(items: list[str]) -> dict:
@@ -125,4 +158,7 @@ def _print_front(summary: dict, files: dict) -> None:
     from latopt.search import format_table
 
     print(format_table(summary))
+    for other in summary.get("others", []):   # the DP's study beside it
+        print()
+        print(format_table(other))
     print("files: " + ", ".join(str(p) for p in files.values()))

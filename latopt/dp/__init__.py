@@ -25,16 +25,29 @@ API (what a caller such as a method-comparison tool uses)::
         # report["val_acc_finetuned"], report["acc"]["finetuned"], report["selection"]["predicted_ms"]
 
     solve(options, capacity, *, resolution=20000) -> Solution | None   the knapsack alone
-    check_budget(budget) -> float;  format_dp_report(report) / format_dp_summary(report) -> str
+    check_budget(budget) -> float;  check_importance(method) -> str;  format_dp_report / format_dp_summary -> str
     IMPORTANCE_METHODS, REPORT_SCHEMA
+
+    plan = plan_only(cfg, lut_path, budget=0.55, importance="uniform")   # no training: the plan file's content
+    write_plan("plan.json", plan);  read_plan(path);  check_plan(plan, path, model=..., resolution=..., num_classes=...)
+    plan_variants(plan) -> {block: variant}   (latopt.dp.planfile: the file's schema, PLAN_SCHEMA)
 
 Losses are per (block, variant) and assumed to add up over blocks; ``losses`` may be given (e.g. computed
 once and reused across budgets: ``variant_losses`` is the expensive part, ``select_plan`` takes
 milliseconds).
 """
 
-from latopt.dp.importance import IMPORTANCE_METHODS, candidates, val_loss, variant_losses
+from latopt.dp.importance import IMPORTANCE_METHODS, candidates, check_importance, val_loss, variant_losses
 from latopt.dp.knapsack import Solution, solve
+from latopt.dp.planfile import (
+    PLAN_SCHEMA,
+    check_plan,
+    format_plan_summary,
+    plan_only,
+    plan_variants,
+    read_plan,
+    write_plan,
+)
 from latopt.dp.stage import (
     REPORT_SCHEMA,
     check_budget,
@@ -46,15 +59,23 @@ from latopt.dp.stage import (
 
 __all__ = [
     "IMPORTANCE_METHODS",
+    "check_importance",
+    "PLAN_SCHEMA",
     "REPORT_SCHEMA",
     "Solution",
     "candidates",
     "check_budget",
+    "check_plan",
     "format_dp_report",
     "format_dp_summary",
+    "format_plan_summary",
+    "plan_only",
+    "plan_variants",
+    "read_plan",
     "run_dp",
     "select_plan",
     "solve",
     "val_loss",
     "variant_losses",
+    "write_plan",
 ]

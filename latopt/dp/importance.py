@@ -94,14 +94,20 @@ def _uniform(cands: Mapping[int, Iterable[str]]) -> dict[int, dict[str, float]]:
     return {b: {v: 0.0 if v == "none" else 1.0 for v in vs} for b, vs in cands.items()}
 
 
+def check_importance(method: str) -> str:
+    """``method`` when it is one of :data:`IMPORTANCE_METHODS`, else one error line (``--importance``)."""
+    if method not in IMPORTANCE_METHODS:
+        raise LatoptError(f"--importance {method!r}: choose one of {', '.join(IMPORTANCE_METHODS)}")
+    return method
+
+
 def variant_losses(cfg: Any, model: nn.Module | None, task: Task | None, cands: Mapping[int, Iterable[str]], *,
                    method: str = "proxy", seed: int = 0, progress: bool = True, bn_batches: int = 8,
                    epochs: int = 1, clip: bool = True) -> dict[int, dict[str, float]]:
     """The loss of every candidate (block, variant) of ``cands`` by ``method`` (module docstring); ``none``
     loses 0. ``model`` is the trained base network (not modified). ``clip=False`` keeps losses below 0
     (for measuring the proxy, ``tools/dp_importance.py``; the DP wants them clipped)."""
-    if method not in IMPORTANCE_METHODS:
-        raise LatoptError(f"importance method {method!r} is unknown; choose one of {', '.join(IMPORTANCE_METHODS)}")
+    check_importance(method)
     if method == "uniform":
         return _uniform(cands)
     if model is None or task is None:

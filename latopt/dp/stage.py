@@ -15,7 +15,7 @@ from latopt.blocks import find_blocks
 from latopt.config import RunConfig
 from latopt.constants import FOLD_MODES
 from latopt.data import Task, load_task, make_loaders
-from latopt.dp.importance import IMPORTANCE_METHODS, candidates, variant_losses
+from latopt.dp.importance import candidates, check_importance, variant_losses
 from latopt.dp.knapsack import DEFAULT_RESOLUTION, solve
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
@@ -85,8 +85,7 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
     mode = mode or cfg.fold.mode
     if mode not in FOLD_MODES:
         raise LatoptError(f"fold mode must be one of {', '.join(FOLD_MODES)}, not {mode!r}")
-    if importance not in IMPORTANCE_METHODS:
-        raise LatoptError(f"--importance {importance!r}: choose one of {', '.join(IMPORTANCE_METHODS)}")
+    check_importance(importance)
     check_budget(budget)
     lut_path = str(lut) if isinstance(lut, (str, Path)) else None
     cfg = cfg.with_overrides({"fold.mode": mode, "fold.distill": distill, "lut": lut_path})

@@ -1,7 +1,8 @@
 """Export: a folded checkpoint → ONNX (+ TensorRT engine), numeric gates, measured latency, report.
 
 ``latopt export --checkpoint CKPT --device DEVICE [--format onnx|engine|all] [--precision fp32|fp16|int8]
-[--fold PLAN] [--bias-maps deferred|per-block] [--lut FILE] [--resolution R] [--samples N] [--out DIR]``
+[--fold PLAN | --plan plan.json] [--bias-maps deferred|per-block] [--lut FILE] [--resolution R] [--samples N]
+[--out DIR]``
 
 Python: ``from latopt.export import export``; ``export(checkpoint, device, out, ...)`` returns the
 export.json dict. The job below calls one module per role:
@@ -18,7 +19,11 @@ What it does, in order (nothing is written unless every gate passes):
    plan possibly empty) is exported as it is; an exact-mode one only at the input size it was folded
    for (checked first). An unfolded one is exported as it is unless ``--fold`` asks for a fold (``all``,
    ``auto`` = every block whose fold lowers the latency on this device according to its LUT, or indices
-   ``1,3,5``), computed here in ``--mode`` (exact by default) at the export resolution.
+   ``1,3,5``), computed here in ``--mode`` (exact by default) at the export resolution. ``--plan FILE``
+   (a plan file, :mod:`latopt.dp.planfile`) folds each block of an unfolded checkpoint into the plan's
+   variant instead, in the plan's fold mode, without fine-tuning; a plan of another model, resolution or
+   number of classes, or of an unknown schema, is refused. It may come from another device: it is then
+   measured on this one, and its prediction (the other device's LUT) is not compared (the notes say so).
 2. Fold gate (only when export folds, or for a folded checkpoint's own plan): the folded network against
    the unfolded σ_α network it came from with the folded activations set to α = 1 (``linearize``), on real samples of the task when the checkpoint names one
    (random inputs otherwise; the report says which). For a folded checkpoint that was fine-tuned after
@@ -70,9 +75,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from latopt.artifacts import atomic_dir, check_output_dir, write_json_atomic, write_text_atomic
+from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_json_atomic, write_text_atomic
 from latopt.config import check_resolution
 from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS
+from latopt.dp.planfile import check_plan, plan_variants, read_plan
 from latopt.errors import LatoptError
 from latopt.export.engine import (
     ENGINE_BATCH,
@@ -133,11 +139,13 @@ _LOG = get_logger("export")
 def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: str = "onnx",
            precision: str | None = None, fold: str | None = None, lut_path: str | None = None,
            resolution: int | None = None, samples: int = 32, seed: int = 0, measure: bool = True,
-           progress: bool = True, mode: str = "exact", bias_maps: str = "deferred",
-           gate_accuracy: bool = True) -> dict[str, Any]:
+           progress: bool = True, mode: str | None = None, bias_maps: str = "deferred",
+           gate_accuracy: bool = True, plan: str | Path | None = None) -> dict[str, Any]:
     """The whole export; returns the export.json dict. Raises LatoptError / VerificationError.
 
-    ``fold`` None exports the checkpoint as it is (never folds it); see the module docstring.
+    ``fold`` None exports the checkpoint as it is (never folds it); see the module docstring. ``plan``: a plan
+    file (:mod:`latopt.dp.planfile`) applied to an unfolded checkpoint instead of ``fold``, in its fold mode
+    (``mode`` default: the plan's, else exact).
     ``gate_accuracy=False`` (``--no-accuracy-gate``) exports a checkpoint whose accuracy cannot be checked
     (:func:`latopt.export.gates.require_accuracy_gate`), and says so in export.json and REPORT.md."""
 
@@ -168,6 +176,16 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
                           f"{' on a GPU' if device.is_gpu else ''})")
     if not Path(checkpoint).is_file():
         raise LatoptError(f"checkpoint {checkpoint} does not exist")
+    plan_file = None
+    if plan is not None:
+        if fold is not None:
+            raise LatoptError("give --plan or --fold, not both: the plan file says what to fold")
+        plan_file = read_plan(plan)
+        if mode is not None and mode != plan_file["fold_mode"]:
+            raise LatoptError(f"--mode {mode}: the plan file {plan} was made for {plan_file['fold_mode']}-mode folds "
+                              "(its LUT's times are of those); drop --mode")
+        mode = plan_file["fold_mode"]
+    mode = mode or "exact"
     # One backend for the whole export, at the requested precision: it builds the engine (--format
     # engine|all) and times the networks; opened before any work (a device this machine cannot drive, or a
     # precision its backend cannot time, fails here) and closed on every path.
@@ -175,21 +193,28 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     try:
         return _export(checkpoint, device, out, backend, fmt=fmt, precision=precision, fold=fold,
                        lut_path=lut_path, resolution=resolution, samples=samples, seed=seed, measure=measure,
-                       say=say, mode=mode, bias_maps=bias_maps, gate_accuracy=gate_accuracy)
+                       say=say, mode=mode, bias_maps=bias_maps, gate_accuracy=gate_accuracy,
+                       plan=None if plan is None else (plan, plan_file))
     finally:
         close_backend(backend)
 
 
 def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt: str, precision: str,
             fold: str | None, lut_path: str | None, resolution: int | None, samples: int, seed: int,
-            measure: bool, say: Any, mode: str, bias_maps: str, gate_accuracy: bool) -> dict[str, Any]:
+            measure: bool, say: Any, mode: str, bias_maps: str, gate_accuracy: bool,
+            plan: tuple[str | Path, dict[str, Any]] | None) -> dict[str, Any]:
     trt_backend = backend if fmt in ("engine", "all") else None
     say(f"loading {checkpoint}")
     loaded = load_checkpoint(checkpoint)
     recorded_test_acc(loaded[2])  # a malformed record is refused before any work
     res = export_resolution(loaded[1], loaded[2], resolution)
     lut = export_lut(lut_path, loaded[1], device, res)
+    plan_record = None
+    if plan is not None:
+        fold, plan_record = _plan_fold(checkpoint, loaded[1], res, device, *plan)
     p = build_plan(checkpoint, loaded, fold=fold, lut=lut, res=res, mode=mode)
+    if plan_record is not None:
+        p.notes.extend(plan_record.pop("notes"))
     task = checkpoint_task(p.meta, p.resolution)
     require_accuracy_gate(p, task, gate_accuracy)     # before any work: the gate cannot be edited away
     x, inputs = gate_inputs(task, p.resolution, samples, seed)
@@ -206,6 +231,8 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
                               "model": p.arch["model"], "resolution": p.resolution, "mode": p.mode,
                               "precision": precision, "folded": {str(k): v for k, v in p.plan.items()},
                               "bias_maps": p.bias_maps, "notes": p.notes, "accuracy_gate": gate_accuracy}
+    if plan_record is not None:
+        result["plan"] = plan_record
     with atomic_dir(out) as tmp:
         for stale in EXPORT_FILES:    # an earlier export's files in --out never outlive this one (model.engine)
             (tmp / stale).unlink(missing_ok=True)
@@ -251,6 +278,26 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
         write_json_atomic(tmp / "export.json", result)
         write_text_atomic(tmp / "REPORT.md", render_report(result))
     return result
+
+
+def _plan_fold(checkpoint: str | Path, arch: dict[str, Any], res: int, device: Any, path: str | Path,
+               plan: dict[str, Any]) -> tuple[dict[int, str], dict[str, Any]]:
+    """A plan file's {block: variant} for this unfolded checkpoint (refused when the plan is for another
+    model, resolution or number of classes), and what export.json records of it: the file, its device and
+    prediction, and notes (a plan made for another device is measured here; its LUT is not compared)."""
+    if arch.get("fold") is not None:
+        raise LatoptError(f"{checkpoint} is already folded; --plan applies a plan to an unfolded (base) checkpoint")
+    check_plan(plan, path, model=arch["model"], resolution=res, num_classes=int(arch["num_classes"]))
+    lut = plan.get("lut") or {}
+    made_for = lut.get("device")
+    record = {"file": str(path), "sha256": file_sha256(path), "device": made_for, "lut_sha256": lut.get("sha256"),
+              "budget": plan.get("budget"), "importance": plan.get("importance"), "predicted": plan.get("predicted"),
+              "notes": [f"the plan file {path} (budget {plan.get('budget')}, {plan.get('importance')} importance) is "
+                        "applied through the fold algebra, not fine-tuned"]}
+    if made_for != device.name:
+        record["notes"].append(f"the plan was made for device {made_for!r}, measured here on {device.name!r}: its "
+                               "predicted speed-up (from the other device's LUT) is not compared")
+    return plan_variants(plan), record
 
 
 def _write_int8(p: Plan, onnx_path: Path, int8_path: Path, task: Any | None, x: Any, onnx_acc: float | None,

@@ -3,7 +3,7 @@
 Public API::
 
     Plan                                          what export ships and what the fold gates check it against
-    build_plan(checkpoint, loaded, *, fold, lut, res, mode="exact") -> Plan
+    build_plan(checkpoint, loaded, *, fold, lut, res, mode="exact") -> Plan   fold: --fold spec or {block: variant}
     defer_plan(plan, bias_maps) -> nn.Module | None   ship exact folds with one bias map per chain ("deferred")
     parse_fold_spec(spec, lut) -> list[int] | "all"     ``--fold``: none, all, auto (needs the LUT) or 1,3,5
     auto_plan(lut) -> list[int]                   blocks whose full fold lowers the latency (c_l > 0)
@@ -17,6 +17,7 @@ Public API::
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,10 +138,11 @@ def parse_fold_spec(spec: str, lut: Any | None) -> list[int] | str:
 
 
 def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], dict[str, Any]], *,
-               fold: str | None, lut: Any | None, res: int, mode: str = "exact") -> Plan:
+               fold: str | Mapping[int, str] | None, lut: Any | None, res: int, mode: str = "exact") -> Plan:
     """What to export from the ``loaded`` checkpoint (``load_checkpoint``'s result) at resolution ``res``.
 
-    ``fold`` None: the checkpoint as it is (folded or not); else a ``--fold`` spec for an unfolded one."""
+    ``fold`` None: the checkpoint as it is (folded or not); else a ``--fold`` spec for an unfolded one, or
+    {block: variant} (a plan file's, ``--plan``: any variant, folded as ``latopt.dp.run_dp`` folds it)."""
     model, arch, meta = loaded
     model.eval()
     fspec = arch.get("fold")
@@ -165,9 +167,11 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
         if note:
             notes.append(note)
         return Plan(model, source, arch, meta, plan, fspec["mode"], res, notes, asis=True)
-    spec = parse_fold_spec("none" if fold is None else fold, lut)
-    if spec == []:  # export the network as it is (no fold gate)
-        if fold is None:
+    spec = dict(fold) if isinstance(fold, Mapping) else parse_fold_spec("none" if fold is None else fold, lut)
+    if not spec:  # export the network as it is (no fold gate)
+        if isinstance(fold, Mapping):
+            notes.append("the plan changes no block: the network is exported as it is")
+        elif fold is None:
             notes.append("an unfolded checkpoint and no --fold: the network is exported as it is")
         elif fold.strip() == "auto":
             notes.append("--fold auto: no block's fold pays on this device per the LUT; exported as it is")

@@ -102,13 +102,23 @@ def _int8_lines(q: dict[str, Any] | None) -> list[str]:
     return ["", "## INT8", "", made, "", acc]
 
 
+def _plan_lines(plan: dict[str, Any] | None, device: str) -> list[str]:
+    if not plan:
+        return []
+    pred = (plan.get("predicted") or {}).get("speedup")
+    said = "" if pred is None else (f", predicted speed-up {pred:.2f}×" if plan.get("device") == device else
+                                    f", predicted {pred:.2f}× there, not compared here")
+    return [f"- plan: `{plan['file']}` (made for device {plan.get('device')}, budget {plan.get('budget')}, "
+            f"{plan.get('importance')} importance{said}; applied without fine-tuning)"]
+
+
 def render_report(r: dict[str, Any]) -> str:
     """REPORT.md: what was exported, the numeric gates, the accuracy, the latency, the notes."""
     lines = [f"# latopt export: {r['model']} on {r['device']}", "",
              f"- checkpoint: `{r['checkpoint']}`", f"- resolution: {r['resolution']}, fold mode: {r['mode']}, "
              f"precision: {r['precision']}",
              f"- folded blocks ({len(r['folded'])}): " + (", ".join(f"{k} ({v})" for k, v in r["folded"].items()) or "none"),
-             *_bias_maps_lines(r.get("bias_maps")),
+             *_bias_maps_lines(r.get("bias_maps")), *_plan_lines(r.get("plan"), r["device"]),
              f"- files: {', '.join(r.get('files', []))}", "", "## Numeric gates", "",
              "| check | max abs diff | scale | relative | tolerance | float32 noise floor | inputs | verdict |",
              "|---|---|---|---|---|---|---|---|"]

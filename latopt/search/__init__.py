@@ -10,9 +10,14 @@ Public API::
     best = recommend(study, max_acc_drop=0.01)   # FrozenTrial | None: fastest within the accuracy constraint
     best.user_attrs["checkpoint"]            # the folded checkpoint of that trial
 
-``run_dp_search(SearchOptions(config=..., method="dp", budget=0.6))`` (``latopt search --method dp``) is
-the other method: the DP of :mod:`latopt.dp` picks one variant per block under the budget and applies it
-(one fold directory ``runs/<study>/search/dp-budget<B>/``, no study).
+``run_dp_search(SearchOptions(config=..., method="dp", budget=0.6))`` (``latopt search --method dp
+--budget 0.6``) is the other method: the DP of :mod:`latopt.dp` picks one variant per block under the budget
+and applies it (one fold directory ``runs/<study>/search/dp-budget<B>/``, no study).
+``run_search(SearchOptions(config=..., method="dp"))`` (``latopt search --method dp`` without ``--budget``)
+runs the DP as a study, ``<study>-dp`` (:func:`dp_study_name`; ``runs/<study>-dp/search/``): one trial per
+budget of ``budgets`` (``--budgets``; :class:`BudgetSpace`, the parameter ``budget``), each the DP's plan folded and
+fine-tuned, with the same objectives, attributes, front and recommendation; the base model is the Layer
+Folding study's. ``show_front`` of ``<study>`` summarises and draws ``<study>-dp`` with it (``others``).
 
 Objectives: (validation accuracy ↑, LUT-predicted latency in ms ↓); ``objective="depth"``: remaining
 non-linear layers ↓; ``measure=True``: measured end-to-end latency relative to the base model timed in the
@@ -22,7 +27,8 @@ replacement for the samplers' deprecated ``constraints_func``); the value is als
 ``constraint`` (feasible when <= 0). Trial user attributes: ``val_acc``, ``base_acc``, ``acc_drop``,
 ``fold_set`` ({block index: variant}), ``latency_ms`` (LUT prediction), ``measured_ms`` /
 ``measured_base_ms`` / ``measured_ratio`` (with measure), ``nonlinear_layers``, ``checkpoint``, ``report``, ``base`` (the
-enqueued base trial). Layout: ``runs/<study>/search/{study.db, base/, trial-<n>/, pareto.*}``.
+enqueued base trial); they are plain JSON types and the objectives are named (``study.metric_names``), so a
+study opens in optuna-dashboard as it is. Layout: ``runs/<study>/search/{study.db, base/, trial-<n>/, pareto.*}``.
 """
 
 from __future__ import annotations
@@ -36,18 +42,28 @@ from latopt.search._pareto import (
     recommend,
     write_front,
 )
-from latopt.search._run import SearchResult, make_sampler, resolve_lut, run_dp_search, run_search, show_front
-from latopt.search._space import SearchSpace, space_from_config
+from latopt.search._run import (
+    SearchResult,
+    dp_study_name,
+    make_sampler,
+    resolve_lut,
+    run_dp_search,
+    run_search,
+    show_front,
+)
+from latopt.search._space import BudgetSpace, SearchSpace, space_from_config
 from latopt.search._storage import OBJECTIVES, open_storage, open_study
 from latopt.search._trial import count_nonlinear
 
 __all__ = [
     "OBJECTIVES",
+    "BudgetSpace",
     "SearchOptions",
     "SearchResult",
     "SearchSpace",
     "base_trial",
     "count_nonlinear",
+    "dp_study_name",
     "format_table",
     "front_summary",
     "make_sampler",

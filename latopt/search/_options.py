@@ -40,3 +40,6 @@ class SearchOptions:
     budget: float | None = None     # dp: the latency budget, a fraction of the as-is LUT latency
     importance: str = "proxy"       # dp: how each (block, variant) is scored (latopt.dp.IMPORTANCE_METHODS)
     variants: tuple[str, ...] | None = None   # dp: the variants the blocks may take (default: the LUT's)
+    budgets: tuple[float, ...] | None = None  # dp without budget: the DP's study, a trial per budget (default 0.5..0.9)
+    plan_only: bool = False         # dp: write the plan file only (latopt.dp.plan_only): no training
+    plan_out: str | Path | None = None   # dp plan-only: the plan file (default runs/<study>/search/plan-budget<B>.json)

@@ -3,7 +3,9 @@
 ``pareto_front(study)`` is Optuna's own non-dominated set (``study.best_trials``: COMPLETE trials that
 satisfy the accuracy-drop constraint). ``recommend(study, max_acc_drop)`` is the fastest trial whose
 accuracy is within ``max_acc_drop`` of the base model's. ``write_front`` writes pareto.json / .csv /
-.png (and .html through ``optuna.visualization`` when plotly is installed).
+.png (and .html through ``optuna.visualization`` when plotly is installed). ``others``: studies of the same
+objectives (the DP's study beside a Layer Folding study) whose fronts are summarised (``others`` in the
+summary) and drawn on the same plot.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from latopt.errors import LatoptError
 
 PARETO_SCHEMA = "latopt.pareto/1"
 _EPS = 1e-12
-COLUMNS = ("trial", "val_acc", "metric", "acc_drop", "feasible", "lambda_c", "tau", "p", "granularity",
+COLUMNS = ("trial", "val_acc", "metric", "acc_drop", "feasible", "lambda_c", "tau", "p", "granularity", "budget",
            "n_folded", "base", "on_front", "on_full_front", "recommended", "checkpoint")
 
 
@@ -98,6 +101,7 @@ def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_fron
         "tau": t.params.get("tau"),
         "p": t.params.get("p"),
         "granularity": t.params.get("granularity", t.user_attrs.get("granularity")),
+        "budget": t.params.get("budget"),
         "n_folded": len(fold),
         "fold_set": fold,
         "base": bool(t.user_attrs.get("base")),
@@ -112,8 +116,15 @@ def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_fron
     }
 
 
-def front_summary(study: optuna.Study, max_acc_drop: float | None = None) -> dict[str, Any]:
-    """Everything ``--show`` prints and writes: front rows (+ the base row, always), the recommendation."""
+def comparable(study: optuna.Study, others: Sequence[optuna.Study]) -> list[optuna.Study]:
+    """The studies of ``others`` that optimise what ``study`` does (their fronts can share its axes)."""
+    return [o for o in others if o.user_attrs.get("metric_names") == study.user_attrs.get("metric_names")]
+
+
+def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
+                  others: Sequence[optuna.Study] = ()) -> dict[str, Any]:
+    """Everything ``--show`` prints and writes: front rows (+ the base row, always), the recommendation;
+    ``others``: the same for each comparable study (:func:`comparable`)."""
     if max_acc_drop is None:
         max_acc_drop = study.user_attrs.get("max_acc_drop")
     names = study.user_attrs.get("metric_names") or ["objective0", "objective1"]
@@ -147,6 +158,7 @@ def front_summary(study: optuna.Study, max_acc_drop: float | None = None) -> dic
         "n_full_front": len(full),
         "trial_states": {k: v for k, v in counts.items() if v},
         "rows": rows,
+        "others": [front_summary(o, max_acc_drop) for o in comparable(study, others)],
     }
 
 
@@ -162,6 +174,8 @@ def format_table(summary: dict[str, Any]) -> str:
                                  ("front without constraint", r["on_full_front"] and not r["on_front"])) if on]
         if r["base"] and not r["on_front"]:
             notes.append("dominated")
+        if r["budget"] is not None and not r["base"]:
+            notes.append(f"budget {r['budget']:g}")
         drop = "" if r["acc_drop"] is None else f"{r['acc_drop']:+.4f}"
         gran = r["granularity"] or ""
         lines.append(f"{r['trial']:>5} {r['val_acc']:>8.4f} {r['metric']:>16.4f} {drop:>7} {_f(r['lambda_c'], '8.3g')} "
@@ -177,10 +191,12 @@ def _f(v: Any, spec: str) -> str:
     return format(v, spec)
 
 
-def write_front(study: optuna.Study, out_dir: str | Path, max_acc_drop: float | None = None) -> dict[str, Path]:
-    """Write pareto.json, pareto.csv, pareto.png (+ pareto.html when plotly is installed) into ``out_dir``."""
+def write_front(study: optuna.Study, out_dir: str | Path, max_acc_drop: float | None = None,
+                others: Sequence[optuna.Study] = ()) -> dict[str, Path]:
+    """Write pareto.json, pareto.csv, pareto.png (+ pareto.html when plotly is installed) into ``out_dir``;
+    the plot and the JSON hold the fronts of ``others`` too (the CSV holds ``study``'s rows)."""
     out = Path(out_dir)
-    summary = front_summary(study, max_acc_drop)
+    summary = front_summary(study, max_acc_drop, others)
     paths = {"json": write_json_atomic(out / "pareto.json", summary)}
     buf = io.StringIO()
     w = csv.writer(buf)
@@ -190,7 +206,7 @@ def write_front(study: optuna.Study, out_dir: str | Path, max_acc_drop: float | 
         fold = ";".join(f"{k}:{v}" for k, v in sorted(r["fold_set"].items(), key=lambda kv: int(kv[0])))
         w.writerow([r[c] for c in COLUMNS] + [fold])
     paths["csv"] = write_text_atomic(out / "pareto.csv", buf.getvalue())
-    paths["png"] = _plot_png(study, summary, out / "pareto.png")
+    paths["png"] = _plot_png(study, summary, out / "pareto.png", comparable(study, others))
     html = _plot_html(study, summary, out / "pareto.html")
     if html is not None:
         paths["html"] = html
@@ -201,9 +217,10 @@ def _targets(t: FrozenTrial) -> tuple[float, float]:
     return (t.values[1], t.values[0])
 
 
-def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path:
+def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path, others: Sequence[optuna.Study] = ()) -> Path:
     """Every COMPLETE trial (front, other feasible, infeasible), the front as a step line, the base model,
-    the recommended trial and the accuracy constraint."""
+    the recommended trial and the accuracy constraint; each of ``others``: its trials, front and
+    recommendation in a colour of its own."""
     names = summary["metric_names"]
     front = [r for r in summary["rows"] if r["on_front"]]
     on_front = {r["trial"] for r in front}
@@ -215,6 +232,7 @@ def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path:
             ("trial", [t for t in trials if _feasible(t) and t.number not in on_front], {"color": "tab:cyan"}),
             ("Pareto front", [t for t in trials if t.number in on_front], {"color": "tab:blue"})):
         if group:
+            label = f"{summary['study']}: {label}" if others else label
             ax.scatter([t.values[1] for t in group], [t.values[0] for t in group], s=36, label=label, zorder=3,
                        edgecolors="black", linewidths=0.3, **style)
     if front:
@@ -225,11 +243,26 @@ def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path:
             ax.scatter([r["metric"]], [r["val_acc"]], marker="*", s=260, color="black", zorder=5, label="base model")
         if r["recommended"]:
             ax.scatter([r["metric"]], [r["val_acc"]], marker="o", s=320, facecolors="none", edgecolors="red",
-                       linewidths=2.0, zorder=6, label=f"recommended (trial {r['trial']})")
+                       linewidths=2.0, zorder=6,
+                       label=f"{summary['study'] + ': ' if others else ''}recommended (trial {r['trial']})")
+    for other, osum, colour in zip(others, summary["others"], ("tab:orange", "tab:green", "tab:purple"), strict=False):
+        trials_o = [t for t in complete_trials(other) if not t.user_attrs.get("base")]
+        ofront = [r for r in osum["rows"] if r["on_front"]]
+        if trials_o:
+            ax.scatter([t.values[1] for t in trials_o], [t.values[0] for t in trials_o], s=36, marker="D", zorder=3,
+                       color=colour, alpha=0.5, edgecolors="black", linewidths=0.3, label=f"{osum['study']}: trial")
+        if ofront:
+            ax.step([r["metric"] for r in ofront], [r["val_acc"] for r in ofront], where="post", color=colour,
+                    lw=1.2, label=f"{osum['study']}: Pareto front")
+        for r in osum["rows"]:
+            if r["recommended"] and not r["base"]:
+                ax.scatter([r["metric"]], [r["val_acc"]], marker="D", s=200, facecolors="none", edgecolors=colour,
+                           linewidths=2.0, zorder=6, label=f"{osum['study']}: recommended (trial {r['trial']})")
     if summary["base_acc"] is not None and summary["max_acc_drop"] is not None:
         ax.axhline(summary["base_acc"] - summary["max_acc_drop"], color="grey", ls="--", lw=0.8,
                    label=f"accuracy constraint (−{summary['max_acc_drop']})")
-    ax.set_title(f"latopt search {summary['study']}: accuracy vs {names[1]}")
+    studies = " and ".join([summary["study"], *(o["study"] for o in summary["others"])])
+    ax.set_title(f"latopt search {studies}: accuracy vs {names[1]}")
     ax.set_xlabel(names[1])
     ax.set_ylabel(names[0])
     ax.grid(alpha=0.3)

@@ -27,7 +27,7 @@ from latopt.artifacts import check_name, make_dirs, read_json, write_json_atomic
 from latopt.config import load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.data import load_task
-from latopt.dp import IMPORTANCE_METHODS, candidates, check_budget, run_dp
+from latopt.dp import candidates, check_budget, check_importance, plan_only, run_dp, select_plan, write_plan
 from latopt.engine import set_threads
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
@@ -35,7 +35,7 @@ from latopt.latency.lut import default_lut_path, load_lut
 from latopt.log import get_logger
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import front_summary, write_front
-from latopt.search._space import space_from_config
+from latopt.search._space import DEFAULT_BUDGETS, BudgetSpace, space_from_config
 from latopt.search._storage import (
     check_existing,
     default_storage_url,
@@ -121,22 +121,45 @@ def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tupl
 def run_dp_search(o: SearchOptions) -> dict[str, Any]:
     """``latopt search --method dp --budget B``: the DP's plan at budget B, applied (:func:`latopt.dp.run_dp`)
     into ``runs/<study>/search/dp-budget<B>/`` (the study's base, as a search uses it: ``--base`` or trained
-    once per study; the LUT as the search finds it, required). Returns the report."""
+    once per study; the LUT as the search finds it, required). Returns the report. ``plan_only``: the plan
+    file alone (:func:`latopt.dp.plan_only`; no training) at ``plan_out``; returns its content and ``path``."""
     cfg = load_config(o.config, o.overrides or None)
     if o.budget is None:
         raise LatoptError("--method dp needs --budget B (a fraction of the as-is LUT latency, e.g. 0.6)")
     budget = check_budget(o.budget)
-    if o.importance not in IMPORTANCE_METHODS:
-        raise LatoptError(f"--importance {o.importance!r}: choose one of {', '.join(IMPORTANCE_METHODS)}")
+    check_importance(o.importance)
     set_threads(o.threads)
     name = check_name(o.study, "--study") if o.study is not None else cfg.name
     study_dir = Path(o.runs_dir) / name / "search"
     lut, lut_path = resolve_lut(cfg, o.lut, required=True)
+    if o.plan_only:   # the plan alone, as a file: no base trained, nothing fine-tuned
+        plan = plan_only(cfg, lut_path, budget=budget, importance=o.importance, base_checkpoint=o.base,
+                         variants=o.variants, seed=o.seed, progress=o.progress)
+        path = Path(o.plan_out) if o.plan_out else study_dir / f"plan-budget{budget:g}.json"
+        return {**plan, "path": str(write_plan(path, plan))}
     candidates(lut, o.variants)  # an unknown or unprofiled variant fails before any training
     task = load_task(cfg)
     base = ensure_base(cfg, study_dir, o.base, seed=o.seed, progress=o.progress, task=task)
     return run_dp(cfg, base.checkpoint, study_dir / f"dp-budget{budget:g}", lut=lut_path, budget=budget,
                   importance=o.importance, variants=o.variants, seed=o.seed, progress=o.progress, task=task)
+
+
+def dp_study_name(name: str) -> str:
+    """The DP's study beside the Layer Folding study ``name`` (``runs/<name>-dp/search/``; ``--show`` of
+    ``name`` draws both fronts)."""
+    return f"{name}-dp"
+
+
+def _check_budgets(o: SearchOptions, space: Any, lut: Any, trials: int) -> None:
+    """The DP's study: a known importance, variants the LUT timed, every budget reachable (one line each,
+    before any training), and no more trials than budgets (+ the base)."""
+    check_importance(o.importance)
+    cands = candidates(lut, o.variants)
+    if trials > len(space.grid()) + 1:
+        raise LatoptError(f"--trials {trials}: the DP's study has {len(space.grid())} budgets (--budgets) and the "
+                          f"base, {len(space.grid()) + 1} trials at most")
+    for b in space.grid():
+        select_plan(lut, {i: dict.fromkeys(c, 0.0) for i, c in cands.items()}, b)
 
 
 def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampler:
@@ -249,17 +272,21 @@ def _run_search(o: SearchOptions) -> SearchResult:
     optuna.logging.set_verbosity(optuna.logging.ERROR)   # latopt logs trial failures itself, on one line
     cfg = load_config(o.config, o.overrides or None)
     s = cfg.search
-    trials = int(o.trials if o.trials is not None else s.trials)
+    dp = o.method == "dp"
+    space = BudgetSpace(o.budgets or DEFAULT_BUDGETS) if dp else space_from_config(cfg)
+    trials = int(o.trials if o.trials is not None else (len(space.grid()) + 1 if dp else s.trials))
     sampler_name = o.sampler or s.sampler
     max_drop = float(o.max_acc_drop if o.max_acc_drop is not None else s.max_acc_drop)
     _check_options(o, trials, sampler_name)
     threads = o.threads if o.threads is not None else (default_threads(o.workers) if o.workers > 1 else None)
     set_threads(threads)
-    space = space_from_config(cfg)
     objective_key = "latency-measured" if o.measure else o.objective
-    name = check_name(o.study, "--study") if o.study is not None else cfg.name  # runs/<study>/
+    stem = check_name(o.study, "--study") if o.study is not None else cfg.name  # runs/<study>/
+    name = dp_study_name(stem) if dp else stem
     study_dir = Path(o.runs_dir) / name / "search"
-    lut, lut_path = resolve_lut(cfg, o.lut, required=o.objective == "latency" and not o.measure)
+    lut, lut_path = resolve_lut(cfg, o.lut, required=dp or (o.objective == "latency" and not o.measure))
+    if dp:
+        _check_budgets(o, space, lut, trials)
     if o.costs == "lut" and lut is None and o.progress:
         _LOG.info("no LUT found: c_l = 1 for every block (uniform costs, the paper's default)")
     device = None
@@ -274,14 +301,16 @@ def _run_search(o: SearchOptions) -> SearchResult:
     storage = open_storage(url, heartbeat_interval=o.heartbeat_interval, grace_period=o.grace_period,
                            max_retry=o.max_retry)
     identity = {"model": cfg.model.name, "task": cfg.data.task, "resolution": int(cfg.data.resolution),
-                "costs": o.costs if lut is not None else "uniform", "space": space.as_dict(),
-                "max_acc_drop": max_drop}
+                "space": space.as_dict(), "max_acc_drop": max_drop}
+    identity |= ({"method": "dp", "importance": o.importance, "variants": None if o.variants is None else list(o.variants)}
+                 if dp else {"costs": o.costs if lut is not None else "uniform"})
     check_existing(storage, name, objective_key, identity)     # before training a base for a wrong study
-    if base is None:
-        base = ensure_base(cfg, study_dir, None, seed=o.seed, progress=o.progress)
+    if base is None:   # the DP's study uses the base of the Layer Folding study of the same name
+        base = ensure_base(cfg, Path(o.runs_dir) / stem / "search", None, seed=o.seed, progress=o.progress)
     opened = open_study(storage, name, objective_key, identity)
     check_study_dir(study_dir, url, name, study_id=storage.get_study_id_from_name(name))
-    study = optuna.load_study(study_name=name, storage=storage, sampler=TrialSeeded(sampler_name, o.seed, trials))
+    sampler = space.sampler(o.seed) if dp else TrialSeeded(sampler_name, o.seed, trials)
+    study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     if opened.created:
         study.set_user_attr("base_checkpoint", str(base.checkpoint))
         study.set_user_attr("lut", None if lut_path is None else str(lut_path))
@@ -293,7 +322,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
         study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     ctx = TrialContext(cfg=cfg, space=space, base=base, study_dir=study_dir, objective=objective_key,
                        max_acc_drop=max_drop, lut=lut, lut_path=lut_path, costs=o.costs, device=device, seed=o.seed,
-                       progress=o.progress, _task=task)
+                       progress=o.progress, importance=o.importance if dp else None, variants=o.variants, _task=task)
     if o.progress:
         c = _counts(study)
         _LOG.info(f"study {name!r} at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "
@@ -302,7 +331,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
     t_start = time.monotonic()
     procs = []
     if o.workers > 1:
-        argv = worker_argv(o, study=name, storage=url, trials=trials, sampler=sampler_name, max_acc_drop=max_drop,
+        argv = worker_argv(o, study=stem, storage=url, trials=trials, sampler=sampler_name, max_acc_drop=max_drop,
                            base=base.checkpoint, lut=lut_path, threads=threads,
                            timeout=None if o.timeout is None else o.timeout - (time.monotonic() - t_start))
         procs = spawn([argv] * (o.workers - 1))
@@ -375,7 +404,9 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
 def show_front(name: str, *, storage: str | None = None, runs_dir: str | Path = "runs", out: str | Path | None = None,
                max_acc_drop: float | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
     """The front of an existing study (``runs/<name>/search/study.db`` unless ``storage`` is given): its
-    summary, and ``pareto.{json,csv,png}`` written to ``out`` (default: the study directory)."""
+    summary, and ``pareto.{json,csv,png}`` written to ``out`` (default: the study directory). The DP's study
+    beside it (``<name>-dp``, in ``storage`` or its own default file), when there is one, is summarised and
+    drawn with it."""
     with storage_errors(storage):
         return _show_front(name, storage=storage, runs_dir=runs_dir, out=out, max_acc_drop=max_acc_drop)
 
@@ -390,5 +421,20 @@ def _show_front(name: str, *, storage: str | None, runs_dir: str | Path, out: st
     study = load_existing(open_storage(url, heartbeat_interval=None), name)
     if study.user_attrs.get("schema") is None:
         raise LatoptError(f"study {name!r} was not created by latopt search")
-    files = write_front(study, Path(out) if out else study_dir, max_acc_drop)
-    return front_summary(study, max_acc_drop), files
+    others = [o for o in [_companion(name, storage=storage, runs_dir=runs_dir)] if o is not None]
+    files = write_front(study, Path(out) if out else study_dir, max_acc_drop, others)
+    return front_summary(study, max_acc_drop, others), files
+
+
+def _companion(name: str, *, storage: str | None, runs_dir: str | Path) -> optuna.Study | None:
+    """The DP's study of ``name``, when it exists."""
+    dp_name = dp_study_name(name)
+    url = storage or default_storage_url(Path(runs_dir) / dp_name / "search")
+    m = re.match(r"sqlite:///(.+)", url)
+    if m and not Path(m.group(1)).is_file():
+        return None
+    st = open_storage(url, heartbeat_interval=None)
+    if dp_name not in optuna.get_all_study_names(st):
+        return None
+    study = optuna.load_study(study_name=dp_name, storage=st)
+    return study if study.user_attrs.get("schema") is not None else None

@@ -4,6 +4,9 @@ The ranges are the run config's ``search`` section, sampled as they are: :class:
 validates them (each a list ``[lo, hi]`` with lo <= hi; λ_c > 0, τ in (0, 1], p > 1; granularities known,
 at least one), so a bad range is one :class:`~latopt.errors.LatoptError` line before a study is touched.
 The defaults are the config's too (τ in [0.7, 0.95]): there is one τ range, the config's.
+
+:class:`BudgetSpace` is the DP's (``latopt search --method dp`` without ``--budget``): the latency budget,
+one trial per value of ``--budgets`` (Optuna's grid sampler, :meth:`BudgetSpace.sampler`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any
 import optuna
 
 from latopt.config import RunConfig, SearchConfig
+from latopt.dp import check_budget
+from latopt.errors import LatoptError
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,39 @@ class SearchSpace:
         """The ranges as plain lists (part of a study's identity)."""
         s = self.search
         return {"lambda_c": list(s.lambda_c), "tau": list(s.tau), "p": list(s.p), "granularity": list(s.granularity)}
+
+
+DEFAULT_BUDGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+@dataclass(frozen=True)
+class BudgetSpace:
+    """The DP's search dimension: the budget (a fraction of the as-is LUT latency, each in (0, 1]), each of
+    ``budgets`` once; the base trial is budget 1 (the network as it is)."""
+
+    budgets: tuple[float, ...] = DEFAULT_BUDGETS
+
+    def __post_init__(self) -> None:
+        if not self.budgets:
+            raise LatoptError("--budgets: give at least one budget, e.g. 0.5,0.7,0.9")
+        for b in self.budgets:
+            check_budget(b)
+
+    def grid(self) -> list[float]:
+        return sorted({float(b) for b in self.budgets})
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        return {"budget": trial.suggest_float("budget", self.grid()[0], 1.0)}
+
+    def base_params(self) -> dict[str, Any]:
+        return {"budget": 1.0}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"budgets": self.grid()}
+
+    def sampler(self, seed: int) -> optuna.samplers.BaseSampler:
+        """Each budget of the grid once, in any order; a resumed or parallel study skips those run or running."""
+        return optuna.samplers.GridSampler({"budget": self.grid()}, seed=seed)
 
 
 def space_from_config(cfg: RunConfig) -> SearchSpace:

@@ -159,7 +159,8 @@ def open_study(storage: RDBStorage, name: str, objective: str, identity: dict[st
     """Create the study, or load it when it exists (``load_if_exists`` semantics, race-free).
 
     ``identity`` (model, task, resolution, ...) is stored on creation; a loaded study must match it and
-    ``objective``, otherwise :class:`LatoptError` says what differs.
+    ``objective``, otherwise :class:`LatoptError` says what differs. The objectives are named
+    (``study.set_metric_names``), so optuna-dashboard and ``study.trials_dataframe()`` label them.
     """
     names, directions = OBJECTIVES[objective]
     created = True
@@ -176,6 +177,10 @@ def open_study(storage: RDBStorage, name: str, objective: str, identity: dict[st
     else:
         attrs = _wait_attrs(study)
         check_compatible(study, name, objective, identity, attrs)
+    if study.metric_names is None:   # a study of an older latopt gets them when it is resumed
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(list(names))
     return OpenedStudy(study, created, attrs)
 
 

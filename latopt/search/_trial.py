@@ -1,5 +1,9 @@
 """One search trial: pre-fold → fold → post-fold through :func:`latopt.layerfold.run_fold`, then the objectives.
 
+A trial of the DP's study (``importance`` set in the context) applies the DP's plan at the trial's budget
+instead (:func:`latopt.dp.run_dp`, the importance losses computed once per worker); both record the same
+attributes.
+
 The base model is trained once per study (or given with ``--base``) and cached under
 ``<study dir>/base/``; concurrent workers serialise its creation with a file lock and the directory
 appears atomically. A trial flagged ``base`` in its user attributes (the enqueued first trial) evaluates
@@ -22,8 +26,9 @@ import torch.nn as nn
 from filelock import FileLock
 
 from latopt.accel import resolve
-from latopt.artifacts import make_dirs, read_json, write_json_atomic
+from latopt.artifacts import json_plain, make_dirs, read_json, write_json_atomic
 from latopt.data import load_task, make_loaders
+from latopt.dp import candidates, run_dp, variant_losses
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
 from latopt.fold import AlphaActivation, defer_bias_maps, plain_activations_
@@ -32,7 +37,7 @@ from latopt.latency.profiler import measure_networks
 from latopt.layerfold import check_base, run_fold
 from latopt.log import get_logger
 from latopt.models import load_checkpoint
-from latopt.search._space import SearchSpace
+from latopt.search._space import BudgetSpace, SearchSpace
 from latopt.train import BASE_CHECKPOINT, METRICS_SCHEMA, train_base
 
 TRIAL_SCHEMA = "latopt.search-trial/1"
@@ -108,7 +113,7 @@ class TrialContext:
     """Everything a trial needs; built once per worker process."""
 
     cfg: Any
-    space: SearchSpace
+    space: SearchSpace | BudgetSpace
     base: BaseModel
     study_dir: Path
     objective: str                    # "latency" | "latency-measured" | "depth"
@@ -119,8 +124,11 @@ class TrialContext:
     device: Any = None                # DeviceProfile for --measure
     seed: int = 0
     progress: bool = True
+    importance: str | None = None     # the DP's study: how (block, variant) is scored; None: Layer Folding's
+    variants: tuple[str, ...] | None = None   # the DP's study: the variants blocks may take (None: the LUT's)
     _task: Any = field(default=None, repr=False)
     _base_model: Any = field(default=None, repr=False)
+    _losses: Any = field(default=None, repr=False)
 
     def task(self) -> Any:
         if self._task is None:
@@ -132,6 +140,13 @@ class TrialContext:
             self._base_model, _, _ = load_checkpoint(self.base.checkpoint, expect_model=self.cfg.model.name)
             self._base_model.eval()
         return self._base_model
+
+    def losses(self) -> dict[int, dict[str, float]]:
+        """The DP's importance losses of the base model, computed once (every budget reuses them)."""
+        if self._losses is None:
+            self._losses = variant_losses(self.cfg, self.base_model(), self.task(), candidates(self.lut, self.variants),
+                                          method=str(self.importance), seed=self.seed, progress=False)
+        return self._losses
 
     def input_shape(self) -> tuple[int, int, int, int]:
         r = int(self.cfg.data.resolution)
@@ -171,6 +186,19 @@ def evaluate_fold(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) ->
     report = run_fold(ctx.cfg, ctx.base.checkpoint, trial_dir, lut=lut, lambda_c=params["lambda_c"],
                       tau=params["tau"], p=params["p"], granularity=params["granularity"], progress=False,
                       seed=ctx.seed, task=ctx.task())
+    return _candidate(ctx, report, trial_dir)
+
+
+def evaluate_plan(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
+    """One candidate of the DP's study: the DP's plan at the trial's budget, folded and fine-tuned
+    (``run_dp`` writes ``trial_dir`` as a fold)."""
+    report = run_dp(ctx.cfg, ctx.base.checkpoint, trial_dir, lut=ctx.lut_path, budget=params["budget"],
+                    losses=ctx.losses(), variants=ctx.variants, seed=ctx.seed, progress=False, task=ctx.task())
+    return {**_candidate(ctx, report, trial_dir), "predicted_ratio": report["selection"]["ratio"]}
+
+
+def _candidate(ctx: TrialContext, report: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
+    """The record of a folded candidate from its fold report."""
     plan = {int(k): str(v) for k, v in (report.get("folded") or {}).items()}
     ckpt = Path(report["checkpoint"])
     folded_model, _, _ = load_checkpoint(ckpt)
@@ -205,6 +233,16 @@ def _measure(ctx: TrialContext, folded: Any) -> dict[str, Any]:
             "measured_iqr_ms": float(stats[key].iqr_ms)}
 
 
+def record(trial: optuna.Trial, rec: dict[str, Any]) -> None:
+    """A trial's record as its user attributes, in plain JSON types (optuna-dashboard and
+    ``study.trials_dataframe()`` read them as they are; None is left out), and its accuracy-drop
+    constraint (``rec["constraint"]``, feasible when <= 0)."""
+    for k, v in rec.items():
+        if v is not None:
+            trial.set_user_attr(k, json_plain(v))
+    trial.set_constraint("acc_drop", rec["constraint"])
+
+
 _METRIC_KEY = {"latency": "latency_ms", "latency-measured": "measured_ratio", "depth": "nonlinear_layers"}
 
 
@@ -215,7 +253,8 @@ def objective(ctx: TrialContext, trial: optuna.Trial) -> tuple[float, float]:
     is_base = bool(trial.user_attrs.get("base"))
     trial_dir = ctx.study_dir / f"trial-{trial.number}"
     trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-    rec = evaluate_base(ctx, trial_dir) if is_base else evaluate_fold(ctx, params, trial_dir)
+    evaluate = evaluate_fold if ctx.importance is None else evaluate_plan
+    rec = evaluate_base(ctx, trial_dir) if is_base else evaluate(ctx, params, trial_dir)
     metric = rec.get(_METRIC_KEY[ctx.objective])
     if metric is None or not math.isfinite(float(metric)):
         raise LatoptError(f"trial {trial.number}: objective {ctx.objective} has no value")
@@ -223,14 +262,12 @@ def objective(ctx: TrialContext, trial: optuna.Trial) -> tuple[float, float]:
     drop = 0.0 if is_base or base_acc is None else float(base_acc) - float(rec["val_acc"])
     rec["acc_drop"] = drop
     rec["constraint"] = drop - ctx.max_acc_drop
-    rec["granularity"] = params["granularity"]
+    rec["granularity"] = params.get("granularity")
     rec["seconds"] = round(time.perf_counter() - t0, 3)
-    for k, v in rec.items():
-        if v is not None:
-            trial.set_user_attr(k, v)
-    trial.set_constraint("acc_drop", rec["constraint"])
+    record(trial, rec)
     if ctx.progress:
-        what = "base model" if is_base else f"λ_c={params['lambda_c']:.3g} τ={params['tau']:.3f} p={params['p']:.2f}"
+        what = "base model" if is_base else " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                                     for k, v in params.items())
         _LOG.info(f"trial {trial.number}: {what} → val acc {rec['val_acc']:.4f} (drop {drop:+.4f}), "
                   f"{_METRIC_KEY[ctx.objective]} {float(metric):.4g}, folded {len(rec['fold_set'])} "
                   f"[{rec['seconds']:.1f} s]")

@@ -40,6 +40,12 @@ def worker_argv(o: SearchOptions, *, study: str, storage: str, trials: int, samp
             "--grace-period", str(o.grace_period), "--threads", str(threads), "--no-summary"]
     if o.config is not None:
         argv += ["--config", str(Path(o.config).resolve())]
+    if o.method == "dp":   # the DP's study (``study`` is the Layer Folding study's name, as on the command line)
+        argv += ["--method", "dp", "--importance", o.importance]
+        if o.variants is not None:
+            argv += ["--variants", ",".join(o.variants)]
+        if o.budgets is not None:
+            argv += ["--budgets", ",".join(repr(float(b)) for b in o.budgets)]
     if lut is not None:
         argv += ["--lut", str(Path(lut).resolve())]
     if timeout is not None:
