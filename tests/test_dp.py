@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from latopt.blocks import find_blocks
 from latopt.cli import main
 from latopt.config import load_config, write_config
-from latopt.dp import candidates, run_dp, select_plan, solve, variant_losses
+from latopt.dp import candidates, run_dp, select_plan, solve, solve_chain, variant_losses
 from latopt.dp.knapsack import TIE_RTOL, discretise
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT, BlockEntry, predict, save_lut
@@ -112,6 +113,118 @@ def test_knapsack_bad_input() -> None:
         solve({0: {"a": (-1.0, 0.0)}}, 1.0)
     with pytest.raises(LatoptError, match="group 3 has no option"):
         solve({3: {}}, 1.0)
+
+
+# ------------------------------------------------------------------------------------ the knapsack with spans
+def _partitions(groups: list[int], spans: dict):
+    """Every split of ``groups`` (consecutive, in order) into single groups and the given spans."""
+    if not groups:
+        yield []
+        return
+    yield from ([groups[0]] + rest for rest in _partitions(groups[1:], spans))
+    for a, b in spans:
+        if a == groups[0]:
+            yield from ([(a, b)] + rest for rest in _partitions(groups[b - a + 1:], spans))
+
+
+def _all_chain_plans(options: dict, spans: dict):
+    """(choice, spans taken, cost, loss) for every partition × option choice: :func:`_all_sets` per partition."""
+    for part in _partitions(sorted(options), spans):
+        units = {i: (spans[u] if isinstance(u, tuple) else options[u]) for i, u in enumerate(part)}
+        for picked, cost, loss in _all_sets(units):
+            choice = {u: picked[i] for i, u in enumerate(part) if not isinstance(u, tuple)}
+            taken = {u: picked[i] for i, u in enumerate(part) if isinstance(u, tuple)}
+            yield choice, taken, cost, loss
+
+
+def _random_chain(rng: random.Random) -> tuple[dict, dict, float, int]:
+    """≤ 6 groups from a random first index, 1–3 options each, a few spans (some cheaper than their groups)."""
+    def opt() -> tuple[float, float]:
+        return (rng.choice([0.0, 1.0, 2.0, 5.0, rng.uniform(0, 10)]), rng.choice([0.0, 1.0, 2.0, rng.uniform(-1, 5)]))
+
+    first, n = rng.randint(0, 5), rng.randint(1, 6)
+    options = {g: {f"o{k}": opt() for k in range(rng.randint(1, 3))} for g in range(first, first + n)}
+    spans: dict = {}
+    for _ in range(rng.randint(0, 4) if n > 1 else 0):
+        a = rng.randint(first, first + n - 2)
+        spans[(a, rng.randint(a + 1, first + n - 1))] = {f"s{k}": opt() for k in range(rng.randint(1, 2))}
+    return options, spans, rng.choice([0.5, 1.0, 2.0, 4.0, 10.0, rng.uniform(0.5, 30.0)]), rng.choice([1, 3, 10, 100, 20_000])
+
+
+def _check_chain_against_brute_force(options: dict, spans: dict, capacity: float, resolution: int) -> bool:
+    """The same optimum as brute force over every partition × option choice (rounded-up costs), the cheapest
+    of the optimal plans in units, a real partition that really fits, the same answer twice. True: spans used."""
+    sol = solve_chain(options, spans, capacity, resolution=resolution)
+
+    def units(choice: dict, taken: dict) -> int:
+        return (sum(discretise(options[g][o][0], capacity, resolution) for g, o in choice.items())
+                + sum(discretise(spans[s][o][0], capacity, resolution) for s, o in taken.items()))
+
+    fits = [(loss, units(c, t)) for c, t, _, loss in _all_chain_plans(options, spans) if units(c, t) <= resolution]
+    if not fits:
+        assert sol is None
+        return False
+    assert sol is not None
+    best = min(loss for loss, _ in fits)
+    assert sol.loss == pytest.approx(best, abs=1e-9)
+    assert sol.units == min(u for loss, u in fits if loss <= best + TIE_RTOL * max(1.0, abs(best)))
+    assert sol.units == units(sol.choice, sol.spans) and sol.cost <= capacity
+    covered = sorted([*sol.choice, *(g for a, b in sol.spans for g in range(a, b + 1))])
+    assert covered == sorted(options)  # a partition: every group once, in a span or alone
+    assert all(sol.choice[g] in options[g] for g in sol.choice) and all(sol.spans[s] in spans[s] for s in sol.spans)
+    assert sol.cost == pytest.approx(math.fsum([*(options[g][o][0] for g, o in sol.choice.items()),
+                                                *(spans[s][o][0] for s, o in sol.spans.items())]))
+    assert solve_chain(options, spans, capacity, resolution=resolution) == sol  # deterministic
+    return bool(sol.spans)
+
+
+def test_chain_is_optimal_against_brute_force_with_spans() -> None:
+    """200 seeded random instances (≤ 6 groups, a few spans)."""
+    rng = random.Random(0)
+    used = sum(_check_chain_against_brute_force(*_random_chain(rng)) for _ in range(200))
+    assert used >= 20  # the instances do exercise spans
+
+
+@settings(max_examples=200, deadline=None)
+@given(inst=instances())
+def test_chain_without_spans_is_solve(inst) -> None:
+    options, capacity, resolution = inst
+    assert solve_chain(options, {}, capacity, resolution=resolution) == solve(options, capacity, resolution=resolution)
+
+
+def test_chain_takes_a_cheaper_span_when_the_budget_needs_it_and_breaks_ties_by_the_rule() -> None:
+    options = {0: {"none": (3.0, 0.0), "pw": (1.0, 1.0)}, 1: {"none": (3.0, 0.0), "pw": (1.0, 1.0)},
+               2: {"none": (3.0, 0.0)}}
+    spans = {(0, 1): {"merge": (2.5, 0.5)}}  # both blocks as one unit: cheaper than 3 + 3, a little loss
+    sol = solve_chain(options, spans, 12.0)  # room for everything as it is: no change, no span
+    assert sol.choice == {0: "none", 1: "none", 2: "none"} and sol.spans == {} and sol.loss == 0.0
+    sol = solve_chain(options, spans, 6.0)  # 9 does not fit; the span (2.5 + 3) does, at less loss than pw + pw
+    assert sol.choice == {2: "none"} and sol.spans == {(0, 1): "merge"} and sol.loss == 0.5 and sol.cost == 5.5
+    assert solve(options, 6.0).loss == 2.0  # without the span both blocks must change
+    sol = solve_chain(options, spans, 5.2)  # the span no longer fits: pw + pw + none (5.0)
+    assert sol.choice == {0: "pw", 1: "pw", 2: "none"} and sol.spans == {} and sol.loss == 2.0
+    assert solve_chain(options, spans, 4.9) is None  # below the fastest plan (5.0): None, like solve
+    # ties: equal loss goes to the cheapest in units; at equal loss and units a group's own options come first
+    sol = solve_chain(options, {(0, 1): {"merge": (2.0, 2.0)}}, 5.0)  # pw + pw + none = the span + none = 5.0
+    assert sol.choice == {0: "pw", 1: "pw", 2: "none"} and sol.spans == {}
+    sol = solve_chain(options, {(0, 1): {"merge": (1.5, 2.0)}}, 5.0)  # the same loss, cheaper: the span
+    assert sol.spans == {(0, 1): "merge"} and sol.choice == {2: "none"} and sol.cost == 4.5
+    # spans are met in sorted order, whatever the order of the mapping: the same input, the same plan
+    many = {(1, 2): {"m": (2.0, 1.0)}, (0, 1): {"m": (2.0, 1.0)}, (0, 2): {"m": (5.0, 1.0)}}
+    first = solve_chain(options, many, 6.0)
+    assert first == solve_chain(options, dict(reversed(many.items())), 6.0) == solve_chain(options, many, 6.0)
+    assert first.spans == {(0, 1): "m"} and first.choice == {2: "none"} and first.loss == 1.0
+
+
+def test_chain_bad_spans() -> None:
+    options = {0: {"a": (1.0, 0.0)}, 1: {"a": (1.0, 0.0)}, 3: {"a": (1.0, 0.0)}}
+    for bad in [(1, 1), (1, 0), (0, 3), (3, 4)]:
+        with pytest.raises(LatoptError, match=rf"span \({bad[0]}, {bad[1]}\): a span is a run of at least two"):
+            solve_chain(options, {bad: {"m": (1.0, 0.0)}}, 10.0)
+    with pytest.raises(LatoptError, match=r"span \(0, 1\) has no option"):
+        solve_chain(options, {(0, 1): {}}, 10.0)
+    with pytest.raises(LatoptError, match=r"span \(0, 1\) option 'm': cost must be finite >= 0"):
+        solve_chain(options, {(0, 1): {"m": (math.nan, 0.0)}}, 10.0)
 
 
 # ------------------------------------------------------------------------------------ selection on a LUT

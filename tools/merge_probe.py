@@ -27,12 +27,11 @@ from torch import nn
 from latopt.blocks import find_blocks
 from latopt.dp import candidates, select_plan, variant_losses
 from latopt.engine import seed_everything, set_threads
-from latopt.fold import defer_bias_maps, fold_blocks, randomize_bn_
+from latopt.fold import compose_span, defer_bias_maps, fold_blocks, randomize_bn_
 from latopt.latency.devices import load_device
 from latopt.latency.lut import load_lut
 from latopt.latency.onnx_io import export_onnx
 from latopt.latency.profiler import measure_networks
-from latopt.layers import FoldedBlock
 from latopt.models import build_model
 
 
@@ -51,20 +50,8 @@ def merge_runs(folded: nn.Module, plan: dict[int, str]) -> tuple[nn.Module, list
     runs = [r for r in runs if len(r) >= 2 and any(plan[i] == "pw" for i in r)]
     path = {b.index: b.path for b in blocks}
     for run in runs:
-        w = b = None
-        stride = 1
-        for i in run:
-            m = out.get_submodule(path[i])
-            assert isinstance(m, FoldedBlock)
-            if m.info.variant == "drop":
-                continue
-            wi, bi = m.conv.weight[:, :, 0, 0].double(), m.conv.bias.double()
-            w, b = (wi, bi) if w is None else (wi @ w, wi @ b + bi)
-            stride *= m.info.stride
-        conv = nn.Conv2d(w.shape[1], w.shape[0], 1, stride, bias=True)
-        with torch.no_grad():
-            conv.weight.copy_(w[:, :, None, None])
-            conv.bias.copy_(b)
+        mods = [out.get_submodule(path[i]) for i in run]
+        conv = compose_span(mods, mods[0].info.in_size)
         out.set_submodule(path[run[0]], conv)
         for i in run[1:]:
             out.set_submodule(path[i], nn.Identity())

@@ -25,6 +25,8 @@ API (what a caller such as a method-comparison tool uses)::
         # report["val_acc_finetuned"], report["acc"]["finetuned"], report["selection"]["predicted_ms"]
 
     solve(options, capacity, *, resolution=20000) -> Solution | None   the knapsack alone
+    solve_chain(options, spans, capacity, *, resolution=20000) -> Solution | None
+        # with spans {(start, end): {option: (cost, loss)}} replacing consecutive blocks (not profiled yet)
     check_budget(budget) -> float;  check_importance(method) -> str;  format_dp_report / format_dp_summary -> str
     IMPORTANCE_METHODS, REPORT_SCHEMA
 
@@ -38,7 +40,7 @@ milliseconds).
 """
 
 from latopt.dp.importance import IMPORTANCE_METHODS, candidates, check_importance, val_loss, variant_losses
-from latopt.dp.knapsack import Solution, solve
+from latopt.dp.knapsack import Solution, solve, solve_chain
 from latopt.dp.planfile import (
     PLAN_SCHEMA,
     check_plan,
@@ -75,6 +77,7 @@ __all__ = [
     "run_dp",
     "select_plan",
     "solve",
+    "solve_chain",
     "val_loss",
     "variant_losses",
     "write_plan",

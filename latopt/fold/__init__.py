@@ -11,6 +11,9 @@ Public API (see the submodules for details)::
     verify_fold(reference, folded, input_size, batch=2, seed=0) -> dict
     defer_bias_maps(model, input_size) -> (copy, info)   one bias map per chain of exact full folds (export)
     find_chains(model, input_size) -> list[list[int]]    those chains, as block indices
+    span_exact(variants, strides, *, kernel, padding, in_size) -> (bool, reason)   is a span one conv
+    span_exact_blocks(blocks, in_size) -> (bool, reason)   the same, read from FoldedBlocks
+    compose_span(blocks, input_size) -> SpanConv         consecutive affine folds as one convolution
     randomize_bn_(model, seed=0, *, plan="all") -> model   random BN statistics for fold checks
     fold_spec(model) -> dict | None          the checkpoint's arch["fold"] entry (plan {} when nothing folded)
     normalize_plan(model, blocks) -> {block index: variant}   "all", indices, "1,3" or a dict, checked
@@ -29,6 +32,7 @@ from latopt.fold.activation import (
     plain_activations_,
 )
 from latopt.fold.defer import defer_bias_maps, find_chains
+from latopt.fold.span import SpanConv, compose_span, span_exact, span_exact_blocks
 from latopt.fold.transform import (
     check_variant,
     fold_block_module,
@@ -48,10 +52,12 @@ __all__ = [
     "FoldInfo",
     "FoldedBlock",
     "PointwiseBlock",
+    "SpanConv",
     "alpha_parameters",
     "alpha_spec",
     "check_variant",
     "clamp_alphas_",
+    "compose_span",
     "defer_bias_maps",
     "find_chains",
     "fold_block_module",
@@ -63,5 +69,7 @@ __all__ = [
     "normalize_plan",
     "plain_activations_",
     "randomize_bn_",
+    "span_exact",
+    "span_exact_blocks",
     "verify_fold",
 ]
