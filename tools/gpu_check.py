@@ -13,7 +13,7 @@ break it), about 2.8 MB. ``--carry`` downloads exactly these (cp312, manylinux x
 --no-deps``; replacing the wheels in DIR) where pip can reach PyPI; ship ``.gpu-wheels/`` with the checkout and
 run, in the checkout's root there (:data:`DEVICE_LINE`)::
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu-wheels/*.whl && PYTHONPATH=/tmp/site python3 tools/gpu_check.py
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .gpu-site .gpu-wheels/*.whl && PYTHONPATH=.gpu-site python3 tools/gpu_check.py
 
 The script puts the checkout on ``sys.path`` itself (latopt need not be installed), and its subprocesses
 inherit ``PYTHONPATH``. Nothing of latopt's search stack (optuna, SQLAlchemy, highspy) is imported by the
@@ -116,11 +116,12 @@ CHECK_MODULES = ("latopt.config", "latopt.engine", "latopt.accel", "latopt.train
 CARRY_WHEELS = ("pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0", "typing-inspection==0.4.5",
                 "typing-extensions==4.16.0")
 CARRY_DIR = ".gpu-wheels"
+SITE_DIR = ".gpu-site"    # where the device line installs them, inside the checkout (git-ignored)
 CARRY_LIMIT_MIB = 16  # what travels to a GPU machine is limited (64 MiB with the checkout): keep far below
 CARRY_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
                    "manylinux2014_x86_64", "manylinux1_x86_64")
 DEVICE_LINE = (f"python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
-               f"/tmp/site {CARRY_DIR}/*.whl && PYTHONPATH=/tmp/site python3 tools/gpu_check.py")
+               f"{SITE_DIR} {CARRY_DIR}/*.whl && PYTHONPATH={SITE_DIR} python3 tools/gpu_check.py")
 
 # Seconds per row on a GPU (the module docstring says where they come from); the keys are run()'s step names.
 GPU_BUDGET_S: dict[str, float] = {
