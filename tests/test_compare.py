@@ -40,12 +40,13 @@ def test_identical_results_are_as_accurate_and_deterministic() -> None:
     (0.80, 0.95, "worse"),
 ])
 def test_clear_differences_are_resolved(pa: float, pb: float, label: str) -> None:
-    d = compare.paired_bootstrap(_seeds(pa), _seeds(pb, rng_seed=7), group=3)
+    a, b = _seeds(pa), _seeds(pb, rng_seed=7)
+    d = compare.paired_bootstrap(a, b, group=3)
     assert d.verdict() == label
     assert d.lo is not None and d.hi is not None and d.lo < d.mean < d.hi
-    s = compare.swap(d)
-    assert (s.mean, s.lo, s.hi) == (-d.mean, -d.hi, -d.lo)
-    assert s.verdict() == {"better": "worse", "worse": "better"}[label]
+    r = compare.paired_bootstrap(b, a, group=3)  # the other direction: the same resamples, negated
+    assert (r.mean, r.lo, r.hi) == pytest.approx((-d.mean, -d.hi, -d.lo))
+    assert r.verdict() == {"better": "worse", "worse": "better"}[label]
 
 
 def test_labels_of_the_margin_rule() -> None:
@@ -80,13 +81,14 @@ def test_groups_are_resampled_together() -> None:
 
 
 def test_dominance_is_checked_both_ways() -> None:
-    same = compare.Interval(0.0, -0.004, 0.004, (0,) * 5, (0.0,) * 5)
-    # equal speed and equal accuracy: each dominates the other
-    assert compare.dominates(1.50, 1.50, same) and compare.dominates(1.50, 1.50, compare.swap(same))
+    iv = lambda lo, hi: compare.Interval((lo + hi) / 2, lo, hi, (0,) * 5, (0.0,) * 5)  # noqa: E731
+    same = iv(-0.004, 0.004)
+    # equal speed and equal accuracy: each dominates the other (the interval of B − A is the same here)
+    assert compare.dominates(1.50, 1.50, same) and compare.dominates(1.50, 1.50, iv(-0.004, 0.004))
     # 2 % slower is within the 3 % match; 5 % slower is not
     assert compare.dominates(1.47, 1.50, same) and not compare.dominates(1.42, 1.50, same)
     # faster but its interval reaches below -1 pt: not shown as accurate, so no dominance
-    loose = compare.Interval(0.0, -0.02, 0.02, (0,) * 5, (0.0,) * 5)
-    assert not compare.dominates(2.0, 1.5, loose) and not compare.dominates(1.5, 2.0, compare.swap(loose))
+    loose = iv(-0.02, 0.02)
+    assert not compare.dominates(2.0, 1.5, loose) and not compare.dominates(1.5, 2.0, iv(-0.02, 0.02))
     # a positive mean alone is not a win
     assert not compare.dominates(2.0, 1.5, compare.Interval(0.01, -0.015, 0.035, (0,) * 5, (0.0,) * 5))

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import os
 import socket
@@ -58,7 +59,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/compare.py
 
 CONFIG = "digits_clutter"
 SMOKE = {"train.epochs": 1, "fold.epochs": 1, "fold.post_epochs": 1, "data.max_samples": 96}
-INT8_CALIB = 256           # training images for the INT8 calibration
 PRUNE_GRID = [round(0.05 * k, 2) for k in range(1, 19)]   # 0.05 .. 0.90
 # the latency matching of pruning: many rounds (two networks of one structure measured up to ~6 % apart in one
 # run at 32 px, 0.4 ms a call); --smoke checks the pipeline only
@@ -669,7 +669,9 @@ def measure(ctx: Ctx, res: int) -> dict[str, Any]:
         return load_json(out_json)
     cells = {c: ctx.done(c) for c, _, _ in cell_names(ctx.args)}
     cells = {c: r for c, r in cells.items() if r is not None and "structure" in r}
-    calib = calibration_images(ctx, INT8_CALIB)
+    from latopt.latency.quantize import CALIB_IMAGES
+
+    calib = calibration_images(ctx, CALIB_IMAGES)
     train_res = ctx.cfg.data.resolution
     nets: dict[str, str] = {}
     members: dict[str, str] = {}  # cell -> network key (224: structures shared between cells)
@@ -753,11 +755,13 @@ def run_meta(ctx: Ctx, commit: str | None = None, started: str | None = None) ->
     path = ctx.root / "run-meta.json"
     if path.is_file():
         return load_json(path)
+    from latopt.latency.quantize import CALIB_IMAGES
+
     a = ctx.args
     meta = {"commit": commit or git_commit(Path(__file__).parent), "config": a.config, "overrides": list(a.set),
             "smoke": bool(a.smoke), "seeds": list(a.seeds), "lambdas": list(a.lambdas), "budgets": list(a.budgets),
             "ablation_budget": a.ablation_budget, "prune_targets": list(a.prune_targets), "match_tol": a.match_tol,
-            "round_to": a.round_to, "prune_steps": PRUNE_STEPS, "int8_calibration": INT8_CALIB,
+            "round_to": a.round_to, "prune_steps": PRUNE_STEPS, "int8_calibration": CALIB_IMAGES,
             "started": started or time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     write_json(path, meta)
     return meta
@@ -839,6 +843,12 @@ ABLATIONS = (  # (question, A, B): what A − B measures
 )
 
 
+@functools.lru_cache(maxsize=4)
+def load_results(root: Path) -> Results:
+    """:class:`Results` of ``root``, read once per process: the page and README's summary share its intervals."""
+    return Results(Path(root))
+
+
 def kind_of(meth: str) -> str:
     return meth.split("@")[0].split(">")[0]
 
@@ -869,6 +879,16 @@ class Results:
         self.group = int(self.run["test_group"])
         self._unpack = unpack_bits
         self.res = str(self.run["resolution"])
+        self._diffs: dict[tuple[str, str, str], Any] = {}
+
+    def diff(self, a: str, b: str, prec: str = "fp32") -> Any:
+        """The paired interval of acc(a) − acc(b) (tools/compare.py), computed once per (a, b, precision)."""
+        from compare import paired_bootstrap
+
+        key = (a, b, prec)
+        if key not in self._diffs:
+            self._diffs[key] = paired_bootstrap(self.correct(a, prec), self.correct(b, prec), group=self.group)
+        return self._diffs[key]
 
     def methods(self) -> list[str]:
         return sorted(self.by_method, key=_order)
@@ -948,11 +968,10 @@ def dominance_rows(R: Results, prec: str, ours: tuple[str, ...] = OURS, rivals: 
     """Dominance both ways (tools/compare.py): for every point of either side, the points of the other side
     that measure at least as fast (within the match); of those, the one whose paired interval
     (challenger − point) has the highest lower end. ``dominated`` when it is non-inferior by the margin."""
-    from compare import at_least_as_fast, paired_bootstrap
+    from compare import at_least_as_fast, dominates
 
     mine = [m for m in R.methods() if kind_of(m) in ours]
     theirs = [m for m in R.methods() if kind_of(m) in rivals]
-    cache: dict[tuple[str, str], Any] = {}
     out = []
     for side, points, challengers in (("rival", theirs, mine), ("ours", mine, theirs)):
         for b in points:
@@ -963,13 +982,11 @@ def dominance_rows(R: Results, prec: str, ours: tuple[str, ...] = OURS, rivals: 
                 ca, cb = R.correct(a, prec), R.correct(b, prec)
                 if sa is None or sb is None or not at_least_as_fast(sa, sb) or not (set(ca) & set(cb)):
                     continue
-                if (a, b) not in cache:
-                    cache[(a, b)] = paired_bootstrap(ca, cb, group=R.group)
-                cands.append({"by": a, "s_by": sa, "diff": cache[(a, b)]})
+                cands.append({"by": a, "s_by": sa, "diff": R.diff(a, b, prec)})
             best = max(cands, key=lambda c: (c["diff"].lo if c["diff"].lo is not None else c["diff"].mean),
                        default=None)
             out.append({"side": side, "point": b, "speedup": sb, "best": best,
-                        "dominated": bool(best and best["diff"].non_inferior())})
+                        "dominated": bool(best and dominates(best["s_by"], sb, best["diff"]))})
     return out
 
 
@@ -1004,7 +1021,7 @@ def render_dominance(R: Results, prec: str, ours: tuple[str, ...] = OURS, rivals
 
 
 def render_pruning(R: Results) -> str:
-    from compare import MATCH_TOL, paired_bootstrap
+    from compare import MATCH_TOL
 
     pts = [m for m in R.methods() if kind_of(m) == "prune"]
     if not pts:
@@ -1016,7 +1033,7 @@ def render_pruning(R: Results) -> str:
         tgt = recs[0]["target"]
         vt = [r["speedup"][R.res]["vs_target"][0] for r in recs if "vs_target" in r.get("speedup", {}).get(R.res, {})]
         med = float(np.median(vt)) if vt else float("nan")
-        d = paired_bootstrap(R.correct(tgt, "fp32"), R.correct(m, "fp32"), group=R.group)
+        d = R.diff(tgt, m)
         ratios = ", ".join(f"{r['match']['ratio']:.2f}" for r in recs)
         matched = abs(med - 1) <= MATCH_TOL
         lines.append(f"| {m} | {tgt} | {ratios} | "
@@ -1026,7 +1043,7 @@ def render_pruning(R: Results) -> str:
 
 
 def render_ablations(R: Results) -> str:
-    from compare import MATCH_TOL, paired_bootstrap
+    from compare import MATCH_TOL
 
     b, lams = f"{R.run['ablation_budget']:g}", [f"{x:g}" for x in R.run["lambdas"]]
     lam = lams[len(lams) // 2]
@@ -1038,7 +1055,7 @@ def render_ablations(R: Results) -> str:
         if not (set(ca) & set(cb)):
             lines.append(f"| {q} | {a} | – | {bb} | – | not run | – |")
             continue
-        d = paired_bootstrap(ca, cb, group=R.group)
+        d = R.diff(a, bb)
         sa, sb = R.speedup(a), R.speedup(bb)
         label = d.verdict() if abs(sa / sb - 1) <= MATCH_TOL else "latency differs: a trade-off, not a verdict"
         lines.append(f"| {q} | {a} | {sa:.2f}× | {bb} | {sb:.2f}× | {d.text()} | {label} |")
@@ -1092,7 +1109,7 @@ def render_doc(root: Path) -> str:
     """The generated block of docs/method-table.md, from results/method-table only."""
     from compare import MARGIN, MATCH_TOL, MIN_SEEDS, N_BOOT
 
-    R = Results(root)
+    R = load_results(root)
     run, sch = R.run, R.run["schedule"]
     sizes = run.get("sizes") or {}
     env = run["measure"][R.res].get("environment", {})
@@ -1143,9 +1160,7 @@ def render_doc(root: Path) -> str:
 
 def render_summary(root: Path) -> str:
     """README's short form of the method table: the verdict lines and the ablations, from results/ only."""
-    from compare import paired_hv_bootstrap  # noqa: F401  (render_fronts needs it; fail here if missing)
-
-    R = Results(root)
+    R = load_results(root)
     lines = [f"`{R.run['model']}` on `{R.run['task']}` @{R.res} px, ONNX Runtime CPU, {len(R.run['seeds'])} seeds, "
              "95 % intervals, ±1 pt margin (`docs/method-table.md`):", ""]
     for prec in ("fp32", "int8"):
@@ -1167,7 +1182,7 @@ def pareto_figure(root: Path, path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    R = Results(root)
+    R = load_results(root)
     fig = Figure(figsize=(11, 4.6))
     FigureCanvasAgg(fig)
     styles = {"asis": ("k", "s"), "lf-uniform": ("tab:blue", "o"), "lf-lut": ("tab:red", "D"),

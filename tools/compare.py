@@ -114,14 +114,9 @@ def at_least_as_fast(speedup_a: float, speedup_b: float, tol: float = MATCH_TOL)
 def dominates(speedup_a: float, speedup_b: float, diff: Interval, margin: float = MARGIN,
               tol: float = MATCH_TOL) -> bool:
     """A dominates B: at least as fast (within ``tol``) and as accurate or better (``diff`` = A − B is
-    non-inferior by ``margin``). Apply it both ways; both or neither can hold."""
+    non-inferior by ``margin``). Apply it both ways (the other way is B against A with B − A's interval);
+    both or neither can hold."""
     return at_least_as_fast(speedup_a, speedup_b, tol) and diff.non_inferior(margin)
-
-
-def swap(diff: Interval) -> Interval:
-    """The interval of b − a from that of a − b."""
-    return Interval(-diff.mean, None if diff.hi is None else -diff.hi, None if diff.lo is None else -diff.lo,
-                    diff.seeds, tuple(-v for v in diff.per_seed))
 
 
 def median_ci(samples: Sequence[float] | np.ndarray, n_boot: int = N_BOOT, seed: int = BOOT_SEED
