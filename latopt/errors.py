@@ -17,11 +17,20 @@ EXIT_USAGE = 2         # the input is wrong: one line says what and how to fix i
 EXIT_VERIFICATION = 3  # a check failed: the fold, a numeric gate, a checkpoint's integrity
 
 
-
 class LatoptError(Exception):
-    """A mistake the user can fix; printed as one line by the CLI, exit code 2."""
+    """A mistake the user can fix; printed as one line by the CLI, exit code 2.
+
+    A library error names the *parameter* it is about (``param``: the keyword of the function that was
+    called, e.g. ``"tau"``), never a command-line flag: the CLI knows which of its flags sets that parameter
+    and adds it to the line (:func:`latopt.cli.flag_for`), so the same error reads right from Python and
+    from the command line.
+    """
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, message: str = "", *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class VerificationError(LatoptError):

@@ -114,3 +114,37 @@ def test_train_bad_input(env: dict, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "exists and is a file" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "empty", "noval"] and a_file.read_text() == "x"
     assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_library_errors_name_parameters_and_the_cli_adds_its_flag(monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    """A library error names the parameter (``param``); the CLI adds the flag that sets it, found by its dest
+    (nested sub-commands included); a parameter the command has no flag for reads as it is."""
+    from latopt import cli
+    from latopt.errors import LatoptError
+
+    parser = cli.build_parser()
+    assert cli.flag_for(parser, "search", "max_acc_drop") == "--max-acc-drop"
+    assert cli.flag_for(parser, "train-mlp", "l1") == "--l1"
+    assert cli.flag_for(parser, "export", "no_such_parameter") is None
+    assert cli.flag_for(parser, None, "tau") is None
+
+    def fails(param: str):
+        def run(args):  # noqa: ANN001, ANN202 - the command's func
+            raise LatoptError(f"{param} = 7 is out of range", param=param)
+        return run
+
+    for param, line in [("tau", "latopt: error: tau = 7 is out of range (option --tau)\n"),
+                        ("no_such_parameter", "latopt: error: no_such_parameter = 7 is out of range\n")]:
+        real = cli.build_parser
+
+        def patched(real=real, param=param):  # noqa: ANN001, ANN202
+            p = real()
+            for a in p._actions:
+                if hasattr(a, "choices") and isinstance(a.choices, dict) and "fold" in a.choices:
+                    a.choices["fold"].set_defaults(func=fails(param))
+            return p
+
+        monkeypatch.setattr(cli, "build_parser", patched)
+        assert cli.main(["fold", "--config", "c.yaml", "--checkpoint", "x.pt"]) == 2
+        assert capsys.readouterr().err == line

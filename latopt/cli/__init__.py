@@ -46,6 +46,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# A library parameter that one of the commands sets under a flag of another name (the flag's ``dest`` differs
+# from the function keyword). Everything else maps by ``dest``.
+PARAM_FLAGS: dict[str, str] = {}
+
+
+def flag_for(parser: argparse.ArgumentParser, command: str | None, param: str | None) -> str | None:
+    """The flag of ``latopt COMMAND`` that sets the library parameter ``param`` (``"lambda_c"`` ->
+    ``"--lambda-c"``), or None when the command has no such flag (the error then reads as it is)."""
+    if not param or not command:
+        return None
+    dest = PARAM_FLAGS.get(param, param)
+    for action in _actions(parser, command):
+        if action.dest == dest and action.option_strings:
+            return max(action.option_strings, key=len)
+    return None
+
+
+def _actions(parser: argparse.ArgumentParser, command: str) -> list[argparse.Action]:
+    """Every option of ``latopt COMMAND``, its sub-commands' included (``latopt exact compress``)."""
+    out: list[argparse.Action] = []
+    todo = [c for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+            for name, c in a.choices.items() if name == command]
+    while todo:
+        p = todo.pop()
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                todo.extend(a.choices.values())
+            else:
+                out.append(a)
+    return out
+
+
 def entry() -> None:
     """The ``latopt`` program (console script and ``python -m latopt``): :func:`main`, then exit with its code.
 
@@ -100,7 +132,9 @@ def _main(argv: Sequence[str] | None) -> int:
         with sigterm_raises():
             rc = args.func(args)
     except LatoptError as e:
-        print(f"latopt: error: {one_line(str(e))}", file=sys.stderr)
+        flag = flag_for(parser, args.command, e.param)
+        where = f" (option {flag})" if flag else ""
+        print(f"latopt: error: {one_line(str(e) + where)}", file=sys.stderr)
         return e.exit_code
     except Terminated:
         print("latopt: terminated", file=sys.stderr)
