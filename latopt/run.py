@@ -65,8 +65,7 @@ from latopt.latency.lut import load_lut, save_lut
 from latopt.latency.profiler import format_lut, profile_model
 from latopt.layerfold import undertrained_warning
 from latopt.log import get_logger
-from latopt.search import SearchOptions, format_table, run_search
-from latopt.search._storage import open_storage, redact
+from latopt.search import SearchOptions, format_table, open_storage, redact, run_search
 from latopt.train import train_base
 
 RUN_SCHEMA = "latopt.run/2"

@@ -52,7 +52,7 @@ from latopt.search._run import (
     show_front,
 )
 from latopt.search._space import BudgetSpace, SearchSpace, space_from_config
-from latopt.search._storage import OBJECTIVES, open_storage, open_study
+from latopt.search._storage import OBJECTIVES, open_storage, open_study, redact
 from latopt.search._trial import count_nonlinear
 
 __all__ = [
@@ -71,6 +71,7 @@ __all__ = [
     "open_study",
     "pareto_front",
     "recommend",
+    "redact",
     "resolve_lut",
     "run_dp_search",
     "run_search",
