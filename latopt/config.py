@@ -416,16 +416,16 @@ def _merge(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_resolution(value: Any, what: str) -> int:
+def check_resolution(value: Any, what: str, *, param: str | None = None) -> int:
     """``value`` as an input resolution in ``RESOLUTION_RANGE``; a one-line LatoptError naming ``what``
-    (e.g. ``"--resolution"``) otherwise."""
+    (e.g. ``"resolution"``, or where a recorded value came from) and the parameter ``param`` otherwise."""
     lo, hi = RESOLUTION_RANGE
     if isinstance(value, bool) or not isinstance(value, int):
-        raise LatoptError(f"{what} must be an integer in [{lo}, {hi}], got {value!r}")
+        raise LatoptError(f"{what} must be an integer in [{lo}, {hi}], got {value!r}", param=param)
     if value < lo:
-        raise LatoptError(f"{what} {value} is too small; use {lo} .. {hi} (e.g. 224)")
+        raise LatoptError(f"{what} {value} is too small; use {lo} .. {hi} (e.g. 224)", param=param)
     if value > hi:
-        raise LatoptError(f"{what} {value} is too large; use {lo} .. {hi} (e.g. 224)")
+        raise LatoptError(f"{what} {value} is too large; use {lo} .. {hi} (e.g. 224)", param=param)
     return value
 
 

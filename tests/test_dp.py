@@ -455,7 +455,7 @@ def test_export_refuses_a_plan_of_another_network(tiny: dict, tmp_path: Path,
         err = capsys.readouterr().err
         assert err.startswith("latopt: error: ") and err.count("\n") == 1 and message in err, (change, err)
     good = write_plan(tmp_path / "plan.json", plan)
-    for extra, message in ((["--fold", "all"], "give --plan or --fold, not both"),
+    for extra, message in ((["--fold", "all"], "give a plan or a fold, not both"),
                            (["--mode", "paper"], "was made for exact-mode folds")):
         assert main([*base, "--plan", str(good), *extra]) == 2
         assert message in capsys.readouterr().err

@@ -143,10 +143,11 @@ def test_int8_is_onnx_runtime_on_the_cpu_only(ckpt: Path, tmp_path: Path, capsys
     """--precision int8 is ONNX Runtime static INT8: no TensorRT engine, no GPU or torch device; one line, exit 2,
     before any work (the default precision is the device's: --device cpu-int8 alone means int8)."""
     cases = {
-        ("--format", "engine", "--precision", "int8"): "--format engine with --precision int8: TensorRT INT8 is not "
-                                                       "supported by latopt; use --format onnx",
-        ("--format", "all", "--device", "cpu-int8"): "--format all with --precision int8: TensorRT INT8 is not supported",
-        ("--precision", "int8", "--device", "gpu-torch"): r"needs an ONNX Runtime CPU device .*'gpu-torch' \(torch on a GPU\)",
+        ("--format", "engine", "--precision", "int8"): "fmt 'engine' with precision int8: TensorRT INT8 is not "
+                                                       r"supported by latopt; use fmt 'onnx' .*\(option --format\)$",
+        ("--format", "all", "--device", "cpu-int8"): "fmt 'all' with precision int8: TensorRT INT8 is not supported",
+        ("--precision", "int8", "--device", "gpu-torch"): r"needs an ONNX Runtime CPU device .*'gpu-torch' \(torch on a GPU\) "
+                                                          r"\(option --device\)$",
         ("--precision", "int8", "--device", "titanx"): r"needs an ONNX Runtime CPU device .*'titanx' \(tensorrt on a GPU\)",
     }
     for extra, msg in cases.items():

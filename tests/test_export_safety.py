@@ -163,7 +163,7 @@ def test_exact_checkpoint_at_another_resolution_is_refused_first(runs: dict, tmp
 
 @pytest.mark.parametrize("args,what", [
     (["--samples", "0"], "--samples"), (["--samples", "-3"], "--samples"), (["--samples", "100000"], "--samples"),
-    (["--resolution", "100000"], "--resolution 100000 is too large"), (["--resolution", "4"], "too small"),
+    (["--resolution", "100000"], "resolution 100000 is too large; use 8 .. 1024 (e.g. 224) (option --resolution)"), (["--resolution", "4"], "too small"),
     (["--resolution", "0"], "too small"),
 ])
 def test_export_counts_and_sizes_are_bounded(runs: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -248,3 +248,24 @@ def test_profiler_times_what_export_ships(monkeypatch: pytest.MonkeyPatch) -> No
                           if b.index in folded):
             maps[len(folded)] = [i for i, t in folded.items() if t is not None]
     assert maps == {17: [16], 9: [16]}  # all folded, and the held-out half: one chain each, its map at block 16
+
+
+def test_as_shipped_is_the_deferred_fold_with_plain_activations(model: nn.Module) -> None:
+    """``as_shipped`` folds (when given a plan), defers the bias maps and gives σ back where α = 0: the same
+    function as the per-block fold, one map per chain, no σ_α left, eval mode, the input unchanged."""
+    from latopt.fold import AlphaActivation, as_shipped, install_alpha
+
+    with_alpha = copy.deepcopy(model)
+    install_alpha(with_alpha)  # σ_α at α = 0 everywhere: the plain activation it equals must be shipped
+    assert any(isinstance(m, AlphaActivation) for m in with_alpha.modules())
+    shipped, info = as_shipped(with_alpha, PLAN, input_size=(RES, RES))
+    assert not shipped.training
+    assert not any(isinstance(m, AlphaActivation) for m in shipped.modules())
+    assert any(isinstance(m, AlphaActivation) for m in with_alpha.modules())  # the input is unchanged
+    assert info["chains"] == [[1, 2], [4, 5], [8, 9], [11]] and info["adds_saved"] > 0
+    per_block = fold_blocks(model, PLAN, "exact", (RES, RES)).eval()
+    x = torch.randn(2, 3, RES, RES, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert _rel(shipped(x), per_block(x)) < 1e-5
+    again, _ = as_shipped(per_block, input_size=(RES, RES))  # already folded: no plan
+    assert _maps(again).keys() == _maps(shipped).keys()

@@ -125,15 +125,14 @@ def make_plans(root: Path, models: list[str], devices: list[str], res: int, budg
 def network(model: str, plan: dict[str, str] | None, res: int) -> Any:
     """The model with random weights (BatchNorm statistics randomised, seed 0), the plan applied as export
     ships it (exact folds, deferred bias maps)."""
-    from latopt.fold import defer_bias_maps, fold_blocks, randomize_bn_
+    from latopt.fold import as_shipped, randomize_bn_
     from latopt.models import build_model
 
     m = build_model(model, num_classes=1000).eval()
     randomize_bn_(m, seed=0)
     if not plan:
         return m
-    f = fold_blocks(m, {int(k): v for k, v in plan.items()}, mode="exact", input_size=(res, res)).eval()
-    return defer_bias_maps(f, (res, res))[0].eval()
+    return as_shipped(m, {int(k): v for k, v in plan.items()}, input_size=(res, res))[0]
 
 
 def measure(root: Path, model: str, dev: str, plans: dict[str, Any], devices: list[str], res: int,

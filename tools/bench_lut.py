@@ -30,7 +30,7 @@ from typing import Any
 
 from latopt.artifacts import write_json_atomic
 from latopt.engine import seed_everything
-from latopt.fold import defer_bias_maps, fold_blocks
+from latopt.fold import as_shipped
 from latopt.latency.devices import load_device
 from latopt.latency.lut import LUT, predict
 from latopt.latency.profiler import format_lut, measure_networks, profile_model
@@ -90,7 +90,7 @@ def bench_model(name: str, resolution: int, device_name: str, seed: int) -> dict
     print(format_lut(lut), flush=True)
     sets = fold_sets(lut)
     size = (resolution, resolution)  # each network as export ships it: exact-mode bias maps deferred
-    nets = {k: (model if not v else defer_bias_maps(fold_blocks(model, v, lut.fold_mode, size), size)[0])
+    nets = {k: (model if not v else as_shipped(model, v, mode=lut.fold_mode, input_size=size)[0])
             for k, v in sets.items()}
     out["load"]["measure_start"] = _load()
     stats = measure_networks(nets, device, (device.batch, 3, resolution, resolution))

@@ -637,7 +637,7 @@ def quantize_int8(fp32: Path, out: Path, calib: np.ndarray) -> Path:
 # ------------------------------------------------------------------ measuring
 def structure_net(ctx: Ctx, st: dict[str, Any], res: int, seed: int = 0) -> Any:
     """The network of a cell's structure with random weights at ``res`` (what export would ship there)."""
-    from latopt.fold import defer_bias_maps, fold_blocks, randomize_bn_
+    from latopt.fold import as_shipped, randomize_bn_
     from latopt.models import build_model
 
     m = build_model(ctx.cfg.model.name, num_classes=10).eval()
@@ -648,8 +648,7 @@ def structure_net(ctx: Ctx, st: dict[str, Any], res: int, seed: int = 0) -> Any:
         plan = {int(k): v for k, v in st["plan"].items()}
         if not plan:
             return m
-        f = fold_blocks(m, plan, mode="exact", input_size=(res, res)).eval()
-        return defer_bias_maps(f, (res, res))[0].eval()
+        return as_shipped(m, plan, input_size=(res, res))[0]
     if st["kind"] == "prune":  # global pruning: the structure depends on the weights, so the trained module
         import torch
 

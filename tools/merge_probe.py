@@ -27,7 +27,7 @@ from torch import nn
 from latopt.blocks import find_blocks
 from latopt.dp import candidates, select_plan, variant_losses
 from latopt.engine import seed_everything, set_threads
-from latopt.fold import compose_span, defer_bias_maps, fold_blocks, randomize_bn_
+from latopt.fold import as_shipped, compose_span, randomize_bn_
 from latopt.latency.devices import load_device
 from latopt.latency.lut import load_lut
 from latopt.latency.onnx_io import export_onnx
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     plan, sel = select_plan(lut, variant_losses(None, None, None, candidates(lut), method="uniform"), args.budget)
     model = build_model(lut.model, num_classes=lut.num_classes).eval()
     randomize_bn_(model, seed=args.seed)
-    folded = defer_bias_maps(fold_blocks(model, plan, "exact", (res, res)), (res, res))[0].eval()
+    folded = as_shipped(model, plan, input_size=(res, res))[0]
     merged, runs = merge_runs(folded, plan)
     print(f"DP plan at {args.budget}: {plan} (LUT ratio {sel['ratio']:.3f}); merged runs {runs}")
     x = torch.randn(4, 3, res, res, dtype=torch.float64)

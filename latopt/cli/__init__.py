@@ -48,7 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 # A library parameter that one of the commands sets under a flag of another name (the flag's ``dest`` differs
 # from the function keyword). Everything else maps by ``dest``.
-PARAM_FLAGS: dict[str, str] = {}
+PARAM_FLAGS: dict[str, str] = {
+    "fmt": "format",            # latopt.export.export(fmt=...)
+    "lut_path": "lut",          # export(lut_path=...)
+    "device_name": "device",    # export(device_name=...)
+    "gate_accuracy": "no_accuracy_gate",
+}
 
 
 def flag_for(parser: argparse.ArgumentParser, command: str | None, param: str | None) -> str | None:

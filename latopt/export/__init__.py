@@ -154,36 +154,37 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
             _LOG.info(msg)
 
     if fmt not in EXPORT_FORMATS:
-        raise LatoptError(f"--format {fmt!r}: choose {', '.join(EXPORT_FORMATS)}")
+        raise LatoptError(f"fmt {fmt!r}: choose {', '.join(EXPORT_FORMATS)}", param="fmt")
     if bias_maps not in BIAS_MAPS:
-        raise LatoptError(f"--bias-maps {bias_maps!r}: choose {' or '.join(BIAS_MAPS)}")
+        raise LatoptError(f"bias_maps {bias_maps!r}: choose {' or '.join(BIAS_MAPS)}", param="bias_maps")
     if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_GATE_SAMPLES:
-        raise LatoptError(f"--samples {samples}: the numeric gates need 1 .. {MAX_GATE_SAMPLES} inputs (default 32)")
+        raise LatoptError(f"samples {samples}: the numeric gates need 1 .. {MAX_GATE_SAMPLES} inputs (default 32)",
+                          param="samples")
     if resolution is not None:
-        check_resolution(resolution, "--resolution")
+        check_resolution(resolution, "resolution", param="resolution")
     out = Path(out)
     check_output_dir(out)
     device = load_device(device_name)
     precision = precision or device.precision
     if precision not in PRECISIONS:
-        raise LatoptError(f"--precision {precision!r}: choose {', '.join(PRECISIONS)}")
+        raise LatoptError(f"precision {precision!r}: choose {', '.join(PRECISIONS)}", param="precision")
     if precision == "int8" and fmt != "onnx":
-        raise LatoptError(f"--format {fmt} with --precision int8: TensorRT INT8 is not supported by latopt; use "
-                          f"--format onnx (ONNX Runtime static INT8, {INT8_FILE})")
+        raise LatoptError(f"fmt {fmt!r} with precision int8: TensorRT INT8 is not supported by latopt; use "
+                          f"fmt 'onnx' (ONNX Runtime static INT8, {INT8_FILE})", param="fmt")
     if precision == "int8" and (device.backend != "onnxruntime" or device.is_gpu):
-        raise LatoptError(f"--precision int8 is ONNX Runtime static INT8 on the CPU: it needs an ONNX Runtime CPU "
-                          f"device (--device cpu or --device cpu-int8), not {device.name!r} ({device.backend}"
-                          f"{' on a GPU' if device.is_gpu else ''})")
+        raise LatoptError(f"precision int8 is ONNX Runtime static INT8 on the CPU: it needs an ONNX Runtime CPU "
+                          f"device (cpu or cpu-int8), not {device.name!r} ({device.backend}"
+                          f"{' on a GPU' if device.is_gpu else ''})", param="device_name")
     if not Path(checkpoint).is_file():
         raise LatoptError(f"checkpoint {checkpoint} does not exist")
     plan_file = None
     if plan is not None:
         if fold is not None:
-            raise LatoptError("give --plan or --fold, not both: the plan file says what to fold")
+            raise LatoptError("give a plan or a fold, not both: the plan file says what to fold", param="plan")
         plan_file = read_plan(plan)
         if mode is not None and mode != plan_file["fold_mode"]:
-            raise LatoptError(f"--mode {mode}: the plan file {plan} was made for {plan_file['fold_mode']}-mode folds "
-                              "(its LUT's times are of those); drop --mode")
+            raise LatoptError(f"mode {mode!r}: the plan file {plan} was made for {plan_file['fold_mode']}-mode folds "
+                              "(its LUT's times are of those); give no mode", param="mode")
         mode = plan_file["fold_mode"]
     mode = mode or "exact"
     # One backend for the whole export, at the requested precision: it builds the engine (--format
@@ -286,7 +287,8 @@ def _plan_fold(checkpoint: str | Path, arch: dict[str, Any], res: int, device: A
     model, resolution or number of classes), and what export.json records of it: the file, its device and
     prediction, and notes (a plan made for another device is measured here; its LUT is not compared)."""
     if arch.get("fold") is not None:
-        raise LatoptError(f"{checkpoint} is already folded; --plan applies a plan to an unfolded (base) checkpoint")
+        raise LatoptError(f"{checkpoint} is already folded; a plan applies to an unfolded (base) checkpoint",
+                          param="checkpoint")
     check_plan(plan, path, model=arch["model"], resolution=res, num_classes=int(arch["num_classes"]))
     lut = plan.get("lut") or {}
     made_for = lut.get("device")

@@ -27,7 +27,7 @@ from torch import nn
 from latopt.config import check_resolution
 from latopt.constants import FOLD_MODES
 from latopt.errors import LatoptError
-from latopt.fold import defer_bias_maps, fold_blocks, fold_spec, normalize_plan, plain_activations_
+from latopt.fold import as_shipped, fold_blocks, fold_spec, normalize_plan, plain_activations_
 from latopt.latency.lut import costs, default_lut_path, load_lut
 from latopt.models import build_model, content_digest, load_checkpoint
 
@@ -80,13 +80,13 @@ def export_resolution(arch: dict[str, Any], meta: dict[str, Any], override: int 
     """``--resolution`` when given, else the fold's input size, else the resolution the checkpoint records
     (``meta["resolution"]``, written by ``latopt train`` / ``latopt fold`` through ``latopt.data.data_meta``)."""
     if override is not None:
-        return check_resolution(override, "--resolution")
+        return check_resolution(override, "resolution", param="resolution")
     fold = arch.get("fold") or {}
     if fold.get("input_size"):
         return check_resolution(fold["input_size"][0], "the checkpoint's fold input size")
     if meta.get("resolution") is not None:
         return check_resolution(meta["resolution"], "the checkpoint's meta resolution")
-    raise LatoptError("the checkpoint does not record its input resolution; pass --resolution R")
+    raise LatoptError("the checkpoint does not record its input resolution; give the resolution", param="resolution")
 
 
 def export_lut(path: str | None, arch: dict[str, Any], device: Any, resolution: int) -> Any | None:
@@ -107,9 +107,9 @@ def check_fold_size(checkpoint: str | Path, fspec: dict[str, Any], res: int) -> 
         return
     h, w = size
     raise LatoptError(f"{checkpoint} was folded in exact mode for {h}x{w} inputs (its bias maps hold for that "
-                      f"size only), so it cannot be exported at --resolution {res}: export it at {h}, or fold again "
+                      f"size only), so it cannot be exported at resolution {res}: export it at {h}, or fold again "
                       f"at {res} (latopt fold with data.resolution: {res}) or in paper mode (fold.mode: paper), "
-                      "which works at any input size")
+                      "which works at any input size", param="resolution")
 
 
 def auto_plan(lut: Any) -> list[int]:
@@ -126,14 +126,15 @@ def parse_fold_spec(spec: str, lut: Any | None) -> list[int] | str:
         return "all"
     if spec == "auto":
         if lut is None:
-            raise LatoptError("--fold auto needs the device's LUT: run `latopt profile` first or pass --lut FILE")
+            raise LatoptError("fold 'auto' needs the device's LUT: run `latopt profile` first or give a LUT file",
+                              param="lut_path")
         return auto_plan(lut)
     try:
         blocks = [int(s) for s in spec.split(",")]
     except ValueError:        # also an empty item: "1,,3", "3,", ","
         blocks = []
     if not blocks or len(set(blocks)) != len(blocks):
-        raise LatoptError(f"--fold {spec!r}: give 'all', 'none', 'auto' or distinct block indices like 1,3,5")
+        raise LatoptError(f"fold {spec!r}: give 'all', 'none', 'auto' or distinct block indices like 1,3,5", param="fold")
     return blocks
 
 
@@ -148,7 +149,8 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
     fspec = arch.get("fold")
     if fspec is not None:
         if fold is not None:
-            raise LatoptError(f"{checkpoint} is already folded; drop --fold (it applies to unfolded checkpoints)")
+            raise LatoptError(f"{checkpoint} is already folded; give no fold (it applies to unfolded checkpoints)",
+                              param="fold")
         check_fold_size(checkpoint, fspec, res)
     source_model = copy.deepcopy(model) if fspec is None else None
     n_plain = plain_activations_(model)  # σ_α with α = 0 is σ: export the plain activation
@@ -180,9 +182,9 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
         return Plan(model, None, arch, meta, {}, "none", res, notes, asis=True)
     plan = normalize_plan(model, spec)
     if not plan:
-        raise LatoptError("the fold plan is empty: nothing to fold (check --fold and the LUT's c_l)")
+        raise LatoptError("the fold plan is empty: nothing to fold (check the fold and the LUT's c_l)", param="fold")
     if mode not in FOLD_MODES:
-        raise LatoptError(f"--mode {mode!r}: choose {' or '.join(FOLD_MODES)}")
+        raise LatoptError(f"mode {mode!r}: choose {' or '.join(FOLD_MODES)}", param="mode")
     folded = fold_blocks(model, plan, mode=mode, input_size=(res, res)).eval()
     if mode == "paper":
         notes.append("paper mode: a constant bias per folded block, wrong on the border ring by design "
@@ -194,7 +196,7 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
 
 def defer_plan(p: Plan, bias_maps: str) -> nn.Module | None:
     """Exact-mode folds are shipped with one bias map per chain of ``full`` folds
-    (:func:`latopt.fold.defer_bias_maps`; ``bias_maps`` "deferred") or with one per block ("per-block").
+    (:func:`latopt.fold.as_shipped`; ``bias_maps`` "deferred") or with one per block ("per-block").
     Deferred: ``p.folded`` becomes the rewritten copy and the per-block network it came from is returned
     (the gate compares the two); ``p.bias_maps`` records the form and the chains. None otherwise."""
     if p.mode != "exact" or not p.plan:
@@ -203,6 +205,6 @@ def defer_plan(p: Plan, bias_maps: str) -> nn.Module | None:
         p.bias_maps = {"form": "per-block"}
         return None
     exact = p.folded
-    p.folded, info = defer_bias_maps(exact, (p.resolution, p.resolution))
+    p.folded, info = as_shipped(exact, input_size=(p.resolution, p.resolution))
     p.bias_maps = {"form": "deferred", **info}
     return exact

@@ -10,6 +10,7 @@ Public API (see the submodules for details)::
     fold_block_module(model, block, variant="full", mode="exact", input_size=None) -> FoldedBlock
     verify_fold(reference, folded, input_size, batch=2, seed=0) -> dict
     defer_bias_maps(model, input_size) -> (copy, info)   one bias map per chain of exact full folds (export)
+    as_shipped(model, plan=None, *, mode, input_size) -> (net, info)   the folded network as export ships it
     find_chains(model, input_size) -> list[list[int]]    those chains, as block indices
     span_exact(variants, strides, *, kernel, padding, in_size) -> (bool, reason)   is a span one conv
     span_exact_blocks(blocks, in_size) -> (bool, reason)   the same, read from FoldedBlocks
@@ -32,6 +33,7 @@ from latopt.fold.activation import (
     plain_activations_,
 )
 from latopt.fold.defer import defer_bias_maps, find_chains
+from latopt.fold.ship import as_shipped
 from latopt.fold.span import SpanConv, compose_span, span_exact, span_exact_blocks
 from latopt.fold.transform import (
     check_variant,
@@ -55,6 +57,7 @@ __all__ = [
     "SpanConv",
     "alpha_parameters",
     "alpha_spec",
+    "as_shipped",
     "check_variant",
     "clamp_alphas_",
     "compose_span",

@@ -60,7 +60,7 @@ from latopt.blocks import block_input_shapes, find_blocks, fixed_parts
 from latopt.config import check_resolution
 from latopt.engine import set_threads
 from latopt.errors import LatoptError
-from latopt.fold import defer_bias_maps, fold_block_module, fold_blocks
+from latopt.fold import as_shipped, fold_block_module
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import DeviceProfile
 from latopt.latency.lut import LUT, BlockEntry, calibrate, check_variants, predict
@@ -244,8 +244,8 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
                     fb.bias_map = None  # shipped: its map is deferred to its chain's end (module docstring)
                 parts[f"{b.index}:{v}"] = (fb, shape)
         plans = calibration_plans(blocks, variants)
-        nets = {k: (model if not plan else defer_bias_maps(fold_blocks(model, plan, fold_mode, (R, R)), (R, R))[0],
-                    plan) for k, plan in plans.items()}
+        nets = {k: (model if not plan else as_shipped(model, plan, mode=fold_mode, input_size=(R, R))[0], plan)
+                for k, plan in plans.items()}
         foldable = [b.index for b in blocks if b.foldable]
         n_mod = len(parts) + len(nets) + 1
         _log(progress, f"{model_name} @{R} batch {batch} on {device.name} ({backend.name}): {len(blocks)} blocks "

@@ -31,7 +31,7 @@ from latopt.data import load_task, make_loaders
 from latopt.dp import candidates, run_dp, variant_losses
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
-from latopt.fold import AlphaActivation, defer_bias_maps, plain_activations_
+from latopt.fold import AlphaActivation, as_shipped
 from latopt.latency.lut import predict
 from latopt.latency.profiler import measure_networks
 from latopt.layerfold import check_base, run_fold
@@ -222,10 +222,7 @@ def _measure(ctx: TrialContext, folded: Any) -> dict[str, Any]:
 
     nets = {"base": ctx.base_model()}
     if folded is not None:
-        # as export deploys it: exact-mode bias maps deferred to the end of each chain of folds, and σ_α
-        # with α = 0 as the plain activation (no extra element-wise ops)
-        nets["candidate"] = defer_bias_maps(folded, ctx.input_shape()[-2:])[0].eval()
-        plain_activations_(nets["candidate"])
+        nets["candidate"] = as_shipped(folded, input_size=ctx.input_shape()[-2:])[0]
     stats = measure_networks(nets, ctx.device, ctx.input_shape())
     key = "candidate" if folded is not None else "base"
     base_ms, ms = float(stats["base"].median_ms), float(stats[key].median_ms)

@@ -1,0 +1,32 @@
+"""The folded network as export ships it, in one function: every place that times or exports a folded
+network builds it here, so what is timed is what is shipped.
+
+    as_shipped(model, plan=None, *, mode="exact", input_size) -> (nn.Module, info)
+
+``plan`` given: ``model`` is an unfolded network and is folded first (:func:`latopt.fold.fold_blocks`);
+``plan`` None: ``model`` is already folded. Then exact-mode bias maps are deferred to the end of each chain
+of ``full`` folds (:func:`latopt.fold.defer_bias_maps`, whose ``info`` is returned), σ_α with α = 0 becomes
+the plain activation it equals (:func:`latopt.fold.plain_activations_`: no extra element-wise ops in the
+graph), and the result is in eval mode. ``model`` is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from latopt.fold.activation import plain_activations_
+from latopt.fold.defer import defer_bias_maps
+from latopt.fold.transform import fold_blocks
+
+
+def as_shipped(model: nn.Module, plan: Mapping[int, str] | None = None, *, mode: str = "exact",
+               input_size: tuple[int, int]) -> tuple[nn.Module, dict[str, Any]]:
+    """``model`` (folded by ``plan`` first when given) as export ships it; see the module docstring."""
+    size = (int(input_size[0]), int(input_size[1]))
+    folded = fold_blocks(model, dict(plan), mode=mode, input_size=size) if plan is not None else model
+    out, info = defer_bias_maps(folded, size)
+    plain_activations_(out)
+    return out.eval(), info
