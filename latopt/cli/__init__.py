@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # A library parameter that one of the commands sets under a flag of another name (the flag's ``dest`` differs
 # from the function keyword). Everything else maps by ``dest``.
-PARAM_FLAGS: dict[str, str] = {}
+PARAM_FLAGS: dict[str, str] = {"spec": "data"}  # latopt.data.get_task(spec): --data
 
 
 def flag_for(parser: argparse.ArgumentParser, command: str | None, param: str | None) -> str | None:
