@@ -70,7 +70,7 @@ def test_digits_clutter_augment_draws_fresh_canvases_reproducibly() -> None:
 
 
 def test_clutter_canvases_are_deterministic_in_the_seed() -> None:
-    from latopt.data import CLUTTER_CANVAS, _clutter_canvases, _load_digits
+    from latopt.data.digits import CLUTTER_CANVAS, _clutter_canvases, _load_digits
 
     src = torch.from_numpy(_load_digits()[0])[:40, None]
     idx = np.arange(40)
@@ -314,10 +314,57 @@ def test_cifar10_errors(tmp_path: Path) -> None:
         get_task(f"cifar10:{d}", 32, 0)
 
 
-@pytest.mark.parametrize("spec", ["mnist", "imagefolder:", "cifar100:/x", ""])
+@pytest.mark.parametrize("spec", ["mnist", "imagefolder:", "cifar100:/x", "", "digits:x", "cifar10"])
 def test_unknown_specs(spec: str) -> None:
-    with pytest.raises(LatoptError):
+    with pytest.raises(LatoptError) as e:
         get_task(spec, 32, 0)
+    assert e.value.param == "spec"
+
+
+def test_the_unknown_task_error_lists_the_registered_tasks() -> None:
+    with pytest.raises(LatoptError) as e:
+        get_task("mnist", 32, 0)
+    assert str(e.value) == ("unknown data task 'mnist'; choose one of digits, digits-clutter, imagefolder:PATH, "
+                            "cifar10:PATH")
+
+
+def test_a_registered_task_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task registered with ``register_task`` is built by ``get_task`` (a directory task with its PATH), listed
+    by the unknown-task error, and fingerprinted by its listing; a name is registered once."""
+    from latopt.data import registry
+    from latopt.data.fingerprint import data_fingerprint
+
+    monkeypatch.setattr(registry, "TASKS", dict(registry.TASKS))   # the registry as it was, after the test
+    calls = []
+
+    @registry.register_task("toy", directory=True)
+    def toy(spec: str, root: Path | None, resolution: int, seed: int, augment: bool) -> Task:
+        calls.append((spec, root, resolution, seed, augment))
+        ds = torch.utils.data.TensorDataset(torch.zeros(3, 3, resolution, resolution), torch.tensor([0, 1, 0]))
+        return Task(spec, 2, ["a", "b"], resolution, ds, ds, ds)
+
+    task = get_task(f"toy:{tmp_path}", 8, 5, augment=True)
+    assert calls == [(f"toy:{tmp_path}", tmp_path, 8, 5, True)]
+    assert task.name == f"toy:{tmp_path}" and task.sizes() == {"train": 3, "val": 3, "test": 3}
+    with pytest.raises(LatoptError, match="choose one of digits, .*, cifar10:PATH, toy:PATH$"):
+        get_task("toys", 8, 0)
+    with pytest.raises(LatoptError, match="needs a directory: toy:PATH"):
+        get_task("toy:", 8, 0)
+    before = data_fingerprint(f"toy:{tmp_path}")
+    (tmp_path / "new.png").write_bytes(b"x")
+    assert data_fingerprint(f"toy:{tmp_path}") != before != f"toy:{tmp_path}"
+    for name in ("toy", "digits", "a:b", ""):
+        with pytest.raises(ValueError, match="registered already"):
+            registry.register_task(name)
+
+
+def test_the_cli_names_the_flag_of_a_bad_task_spec(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The library error names the parameter (``spec``); ``latopt train`` adds the flag that sets it."""
+    from latopt.cli import main
+
+    assert main(["train", "--config", "quickstart", "--data", "mnist", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.endswith("cifar10:PATH (option --data)\n")
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize(("make", "match"), [

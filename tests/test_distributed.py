@@ -204,13 +204,13 @@ def test_each_process_draws_its_own_random_numbers(cfg_file: Path, tmp_path: Pat
     cfg = load_config(cfg_file, {"data.augment": True, "train.epochs": 1})
 
     def rank(r: int) -> None:
-        import latopt.data
+        import latopt.data.digits
         import latopt.layerfold
         import latopt.train
 
         draws: dict[str, list[tuple[int, int]]] = {}
         stage = [""]
-        translate, fits = latopt.data._translate, {m: m.fit for m in (latopt.train, latopt.layerfold)}
+        translate, fits = latopt.data.digits._translate, {m: m.fit for m in (latopt.train, latopt.layerfold)}
 
         def recording_translate(x, dy, dx, fill):
             draws.setdefault(stage[0], []).append((dy, dx))
@@ -222,7 +222,7 @@ def test_each_process_draws_its_own_random_numbers(cfg_file: Path, tmp_path: Pat
                 return fits[module](*args, **kwargs)
             return fit
 
-        latopt.data._translate = recording_translate  # this forked process only
+        latopt.data.digits._translate = recording_translate  # this forked process only
         for module in fits:
             module.fit = staged_fit(module)
         with process_group(cfg.train):

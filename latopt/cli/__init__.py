@@ -53,6 +53,7 @@ PARAM_FLAGS: dict[str, str] = {
     "lut_path": "lut",          # export(lut_path=...)
     "device_name": "device",    # export(device_name=...)
     "gate_accuracy": "no_accuracy_gate",
+    "spec": "data",             # latopt.data.get_task(spec)
 }
 
 

@@ -1,0 +1,56 @@
+"""The data loaders of one process: :func:`make_loaders` (the training sampler shared by all processes of a
+torchrun job, seeded per epoch) and :class:`ShardSampler` (evaluation: each process its every W-th sample)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
+
+from latopt.accel import Accel
+from latopt.data.task import Task
+from latopt.errors import LatoptError
+
+
+def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | None = None
+                 ) -> tuple[DataLoader, DataLoader, DataLoader]:
+    """(train, val, test) loaders of this process (``accel``: its rank, world size and loader settings;
+    default one CPU process, no workers).
+
+    Training: ``batch_size`` is the global batch, ``batch_size / world_size`` per process (it must
+    divide); a :class:`DistributedSampler` shuffles every epoch with the seed ``seed + epoch``
+    (:func:`latopt.engine.fit` calls ``set_epoch``), one permutation of which each process takes every
+    W-th index — so step k of W processes sees the samples step k of one process sees (when W does not
+    divide the training set, the sampler repeats up to W−1 samples per epoch to even the shards), and a
+    resumed run sees the order it would have seen. The loader's generator, which seeds the random numbers
+    of its worker processes (augmentation), is seeded with ``seed + rank``: each process draws its own.
+    Evaluation: each process takes every W-th sample, without padding (:class:`ShardSampler`);
+    :func:`latopt.engine.evaluate` sums the counts."""
+    accel = accel or Accel()
+    world, rank = accel.world_size, accel.rank
+    if batch_size % world:
+        raise LatoptError(f"data.batch_size {batch_size} does not split over {world} processes; "
+                          f"use a multiple of {world} (it is the global batch)", param="batch_size")
+    per_process = batch_size // world
+    loader = {"num_workers": accel.workers, "pin_memory": accel.pin_memory,
+              "persistent_workers": accel.persistent_workers and accel.workers > 0}
+    train = DataLoader(task.train, batch_size=per_process,
+                       sampler=DistributedSampler(task.train, num_replicas=world, rank=rank, shuffle=True, seed=seed),
+                       generator=torch.Generator().manual_seed(seed + rank), **loader)  # it seeds the workers
+    val, test = (DataLoader(ds, batch_size=max(per_process, 256), sampler=ShardSampler(len(ds), world, rank),  # type: ignore[arg-type]
+                            **loader) for ds in (task.val, task.test))
+    return train, val, test
+
+
+class ShardSampler(Sampler[int]):
+    """Indices ``rank, rank + world, ...`` of ``range(n)``: every sample once over all processes, no padding."""
+
+    def __init__(self, n: int, world: int = 1, rank: int = 0) -> None:
+        self.n, self.world, self.rank = int(n), int(world), int(rank)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.rank, self.n, self.world))
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.n, self.world))
