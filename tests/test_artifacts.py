@@ -22,7 +22,6 @@ import pytest
 import torch
 
 import latopt.artifacts as artifacts
-from latopt import runtime
 from latopt.artifacts import (
     OutputError,
     atomic_dir,
@@ -35,6 +34,7 @@ from latopt.cli import main
 from latopt.errors import LatoptError
 from latopt.latency.onnx_io import export_onnx
 from latopt.models import build_model, make_arch, save_checkpoint
+from latopt.runtime import cli as runtime_cli
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 INSPECT = ["inspect", "mobilenetv2_035", "--resolution", "32", "--num-classes", "10"]
@@ -103,14 +103,14 @@ def test_inspect_json_to_devices(devices: dict[str, Path], capsys: pytest.Captur
 
 def test_runtime_output_to_devices(tiny_onnx: Path, devices: dict[str, Path],
                                    capsys: pytest.CaptureFixture[str]) -> None:
-    assert runtime.main([str(tiny_onnx), "--output", str(devices["full"])]) == 2
+    assert runtime_cli.main([str(tiny_onnx), "--output", str(devices["full"])]) == 2
     line = one_line_error(capsys.readouterr().err)
     assert line.startswith(f"latopt.runtime: error: cannot write {devices['full']}: No space left on device"), line
     assert is_device_without_leftovers(devices["full"])
-    assert runtime.main([str(tiny_onnx), "--output", str(devices["null"])]) == 0
+    assert runtime_cli.main([str(tiny_onnx), "--output", str(devices["null"])]) == 0
     assert is_device_without_leftovers(devices["null"])
     out = tiny_onnx.parent / "y.npy"                       # a regular file still goes through atomic_path
-    assert runtime.main([str(tiny_onnx), "--output", str(out)]) == 0
+    assert runtime_cli.main([str(tiny_onnx), "--output", str(out)]) == 0
     assert np.load(out).shape == (1, 4, 6, 6) and not hidden(tiny_onnx.parent)
 
 
@@ -365,7 +365,7 @@ def test_a_signal_right_after_the_temp_is_created_leaves_nothing(tmp_path: Path,
                                          (["--gpu", "-2"], "--gpu must be a CUDA device index")])
 def test_runtime_refuses_negative_counts(tiny_onnx: Path, args: list[str], match: str,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    assert runtime.main([str(tiny_onnx), *args]) == 2
+    assert runtime_cli.main([str(tiny_onnx), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert match in err and len(err.splitlines()) == 1
 
@@ -585,7 +585,7 @@ def test_the_longest_name_makes_every_file_name_latopt_builds(tmp_path: Path) ->
 def test_runtime_inputs_are_one_line(tiny_onnx: Path, tmp_path: Path, make, match: str,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     path = make(tmp_path / "x.npy")
-    assert runtime.main([str(tiny_onnx), "--input", str(path), "--output", str(tmp_path / "y.npy")]) == 2
+    assert runtime_cli.main([str(tiny_onnx), "--input", str(path), "--output", str(tmp_path / "y.npy")]) == 2
     err = capsys.readouterr().err.strip()
     assert match in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "y.npy").exists()
@@ -597,7 +597,7 @@ def test_runtime_writes_to_a_fifo(tiny_onnx: Path, tmp_path: Path) -> None:
     got: list[bytes] = []
     t = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
     t.start()
-    assert runtime.main([str(tiny_onnx), "--output", str(fifo)]) == 0
+    assert runtime_cli.main([str(tiny_onnx), "--output", str(fifo)]) == 0
     t.join()
     assert np.load(io.BytesIO(got[0])).shape == (1, 4, 6, 6)
 

@@ -229,7 +229,7 @@ def test_ort_gpu_provider_falling_back_to_cpu_is_refused(tmp_path, monkeypatch) 
     preloads: list[bool] = []
     monkeypatch.setattr(onnxruntime, "InferenceSession", session)
     monkeypatch.setattr(onnxruntime, "preload_dlls", lambda **kw: preloads.append(True), raising=False)
-    monkeypatch.setattr(runtime, "_ORT_DLLS_PRELOADED", False, raising=False)
+    monkeypatch.setattr(runtime.ort, "_ORT_DLLS_PRELOADED", False)
     monkeypatch.setattr(onnxruntime, "get_available_providers",
                         lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])  # what a broken GPU install lists
     backend = get_backend(_cuda_profile(tmp_path))

@@ -1,4 +1,4 @@
-"""TensorRT backend and the standalone runtime.
+"""TensorRT backend and the deploy runtime (latopt.runtime).
 
 Three kinds of tests:
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import os
 import subprocess
 import sys
@@ -562,7 +563,8 @@ def test_missing_tensorrt_is_one_line(monkeypatch):
     with pytest.raises(LatoptError) as e:
         get_backend(load_device("gpu-trt-fp16"))  # the real dispatch from the profile
     assert str(e.value) == ("TensorRT is not installed: pip install 'latopt[trt]' on a machine with an "
-                            "NVIDIA GPU, or use --device cpu")
+                            "NVIDIA GPU, or time on the CPU with the device profile 'cpu'")
+    assert e.value.param == "device"  # the CLI adds the flag that chose the profile
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
@@ -574,7 +576,7 @@ def test_no_gpu_is_one_line(monkeypatch):
     with pytest.raises(LatoptError) as e:
         trt_backend.create(_profile())
     msg = str(e.value)
-    assert msg.startswith("TensorRT 10.3.0 is installed but no CUDA GPU") and "--device cpu" in msg
+    assert msg.startswith("TensorRT 10.3.0 is installed but no CUDA GPU") and "device profile 'cpu'" in msg
     assert "\n" not in msg
 
 
@@ -882,7 +884,7 @@ def test_one_tensorrt_logger_for_builds_and_runners(onnx_model, monkeypatch):
     fake_cuda = _FakeCuda()
     fake = FakeTRT("10.3.0", cuda=fake_cuda)
     monkeypatch.setitem(sys.modules, "tensorrt", fake)
-    monkeypatch.setattr(runtime, "_TRT_LOGGER", None, raising=False)
+    monkeypatch.setattr(runtime.trt, "_TRT_LOGGER", None)
     for _ in range(2):
         trt_backend.build_serialized(fake, onnx_model[0], precision="fp32")
     runtime.TrtEngineRunner(b"PLAN", cuda=fake_cuda).close()
@@ -1075,12 +1077,25 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=120, cwd=REPO, env=env)
 
 
-def test_runtime_import_is_light():
-    code = ("import sys, latopt.runtime; "
-            "print(sorted(m for m in ('torch', 'onnxruntime', 'onnx', 'tensorrt') if m in sys.modules))")
+RUNTIME_FLOOR = ("latopt", "latopt.errors", "latopt.artifacts")  # the latopt modules the runtime may import
+HEAVY = ("torch", "torchvision", "timm", "optuna", "onnx", "onnxruntime", "tensorrt", "pycuda", "pydantic", "scipy")
+
+
+@pytest.mark.parametrize("module", ["latopt.runtime", "latopt.runtime.cli"])
+def test_runtime_import_is_light(module):
+    """The deploy runner (its library and its command line) imports none of the training stack nor a runtime
+    library (those come when a model is loaded), and of latopt only its floor modules and itself."""
+    code = ("import json, sys\n"
+            f"import {module}\n"
+            f"heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+            "mine = sorted(m for m in sys.modules if m.split('.')[0] == 'latopt')\n"
+            "print(json.dumps([heavy, mine]))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    heavy, mine = json.loads(out.stdout)
+    assert heavy == []
+    assert "latopt.runtime.runner" in mine  # the check sees latopt's modules
+    assert [m for m in mine if m not in RUNTIME_FLOOR and not m.startswith("latopt.runtime")] == []
 
 
 def test_runtime_cli_runs_onnx(tmp_path):

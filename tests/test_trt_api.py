@@ -52,9 +52,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The files whose TensorRT use is checked (globs relative to the repository root). Keep this the one list:
-# test_every_tensorrt_user_is_scanned fails when another latopt module starts using TensorRT.
-TRT_SOURCES: tuple[str, ...] = ("latopt/latency/backends/tensorrt.py", "latopt/runtime.py")
+# The files whose TensorRT use is checked (paths relative to the repository root): the runtime package and the
+# TensorRT backend, a module or a package. Keep this the one list: test_every_tensorrt_user_is_scanned fails when
+# another latopt module starts using TensorRT.
+TRT_SOURCES: tuple[str, ...] = tuple(sorted(
+    str(p.relative_to(REPO)) for pattern in ("latopt/runtime/**/*.py", "latopt/latency/backends/tensorrt.py",
+                                             "latopt/latency/backends/tensorrt/**/*.py")
+    for p in REPO.glob(pattern)))
 PACKAGE_GLOB = "latopt/**/*.py"
 
 # Classes of parameters by name (used only for unannotated / ``Any`` parameters).

@@ -162,7 +162,7 @@ def latopt(argv: list[str], cwd: Path, *, env: dict[str, str] | None = None, in_
 
 def _in_process(argv: list[str], cwd: Path, env: dict[str, str]) -> Run:
     from latopt.cli import main as latopt_main
-    from latopt.runtime import main as runtime_main
+    from latopt.runtime.cli import main as runtime_main
 
     main, argv = (runtime_main, argv[1:]) if argv[:1] == [RUNTIME] else (latopt_main, argv)
     out, err = io.StringIO(), io.StringIO()

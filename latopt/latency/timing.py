@@ -4,8 +4,8 @@ Public API::
 
     TimingPolicy(warmup, min_repeats, max_repeats, budget_s, stable_rel, clock, warm_calls)  (or a DeviceProfile)
     TimingStats(median_ms, q1_ms, q3_ms, iqr_ms, n)                        .samples_ms: one per round
-        (defined in :mod:`latopt.runtime`, the numpy-only deploy runner, whose ``--bench`` summarises
-        its calls with it: one statistics routine, and a copy of runtime.py alone still has it)
+        (defined in :mod:`latopt.runtime.stats`, part of the deploy runner, whose ``--bench`` summarises
+        its calls with it: one statistics routine for both)
     compare(runners: Mapping[str, Runner], policy) -> dict[str, TimingStats]
     environment_info(cuda_device=None) -> dict        CPU, load, library versions; the GPU ``cuda_device`` if given
 
