@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import json
 import os
+import pwd
 import subprocess
 import sys
 import types
@@ -30,7 +31,10 @@ import torch
 from latopt import runtime
 from latopt.errors import LatoptError
 from latopt.latency.backends import get_backend
-from latopt.latency.backends import tensorrt as trt_backend
+from latopt.latency.backends.tensorrt import backend as trt_backend
+from latopt.latency.backends.tensorrt import build as trt_build
+from latopt.latency.backends.tensorrt import fp16 as trt_fp16
+from latopt.latency.backends.tensorrt import precision as trt_precision
 from latopt.latency.devices import DeviceProfile, load_device
 
 REPO = Path(__file__).resolve().parents[1]
@@ -414,30 +418,30 @@ def _initializer_types(model) -> set[int]:
 def test_precision_plan_per_version():
     """Pure dispatch table: 8.6 an explicit-batch network, 8.6 and 10.x BuilderFlag.FP16, 11.x an FP16 ONNX
     model; fp32 clears TF32."""
-    p8 = trt_backend.precision_plan("8.6.1", "fp16")
+    p8 = trt_precision.precision_plan("8.6.1", "fp16")
     assert p8.network_flags == ("EXPLICIT_BATCH",) and p8.set_flags == ("FP16",) and not p8.fp16_onnx
-    p8 = trt_backend.precision_plan("8.6.1.post1", "fp32")
+    p8 = trt_precision.precision_plan("8.6.1.post1", "fp32")
     assert p8.network_flags == ("EXPLICIT_BATCH",) and p8.set_flags == () and p8.clear_flags == ("TF32",)
-    p10 = trt_backend.precision_plan("10.13.3.9", "fp16")
+    p10 = trt_precision.precision_plan("10.13.3.9", "fp16")
     assert p10.set_flags == ("FP16",) and not p10.fp16_onnx and p10.clear_flags == ()
-    p11 = trt_backend.precision_plan("11.4.0.106", "fp16")
+    p11 = trt_precision.precision_plan("11.4.0.106", "fp16")
     assert p11.set_flags == () and p11.fp16_onnx
     for v in ("10.0.1", "11.0.0"):
-        p = trt_backend.precision_plan(v, "fp32")
+        p = trt_precision.precision_plan(v, "fp32")
         assert p.set_flags == () and p.clear_flags == ("TF32",) and not p.fp16_onnx
         assert p.network_flags == ()
     for old in ("8.5.3", "7.2.3", "9.2.0"):  # 9.x: an LLM-only release line, not supported
         with pytest.raises(LatoptError, match=r"not supported: latopt needs TensorRT 8\.6, 10\.x or 11\.x"):
-            trt_backend.precision_plan(old, "fp32")
+            trt_precision.precision_plan(old, "fp32")
     with pytest.raises(LatoptError, match="fp32 or fp16"):
-        trt_backend.precision_plan("10.3.0", "int8")
+        trt_precision.precision_plan("10.3.0", "int8")
 
 
 def test_v10_fp16_sets_builder_flag(onnx_model, cache_dir):
     """Stand-in module: on 10.x, fp16 = BuilderFlag.FP16 on the original fp32 ONNX file."""
     fake = FakeTRT("10.13.3.9")
-    plan, info = trt_backend.build_serialized(fake, onnx_model[0], precision="fp16",
-                                              cache_path=trt_backend.timing_cache_path("dev"))
+    plan, info = trt_build.build_serialized(fake, onnx_model[0], precision="fp16",
+                                              cache_path=trt_build.timing_cache_path("dev"))
     assert plan == b"PLAN"
     assert fake.named("set_flag") == [("set_flag", "FP16")]
     assert fake.named("clear_flag") == []
@@ -475,7 +479,7 @@ def test_v11_fp16_parses_fp16_onnx(onnx_model, cache_dir, monkeypatch, tmp_path)
     torch.onnx.export(net, (torch.randn(2, 3, 16, 16),), str(path), dynamo=False, opset_version=17,
                       input_names=["x"], output_names=["y"])
     fake = FakeTRT("11.4.0.106")
-    _, info = trt_backend.build_serialized(fake, path, precision="fp16", cache_path=None)
+    _, info = trt_build.build_serialized(fake, path, precision="fp16", cache_path=None)
     assert autocast_calls == []
     assert fake.named("set_flag") == [] and fake.named("clear_flag") == []
     (_, parsed_path, model), = fake.named("parse_from_file")
@@ -485,7 +489,7 @@ def test_v11_fp16_parses_fp16_onnx(onnx_model, cache_dir, monkeypatch, tmp_path)
     io = list(model.graph.input) + list(model.graph.output)
     assert {t.type.tensor_type.elem_type for t in io} == {onnx.TensorProto.FLOAT}
     assert max(float(np.abs(numpy_helper.to_array(i)).max()) for i in model.graph.initializer) == 3e4
-    assert info["fp16_converter"] == trt_backend.FP16_CONVERTER == "onnxconverter_common.float16.convert_float_to_float16"
+    assert info["fp16_converter"] == trt_fp16.FP16_CONVERTER == "onnxconverter_common.float16.convert_float_to_float16"
 
 
 def test_fp16_conversion_is_recorded_in_the_environment(monkeypatch, cache_dir):
@@ -497,9 +501,9 @@ def test_fp16_conversion_is_recorded_in_the_environment(monkeypatch, cache_dir):
     monkeypatch.setattr(runtime, "cuda_api", lambda index=0: _FakeCuda())
     monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("11.4.0.106"))
     env = trt_backend.create(_profile(precision="fp16")).environment()
-    assert env["fp16_conversion"] == {**trt_backend.FP16_CONVERSION,
+    assert env["fp16_conversion"] == {**trt_fp16.FP16_CONVERSION,
                                       "onnxconverter_common": metadata.version("onnxconverter-common")}
-    assert env["fp16_conversion"]["converter"] == trt_backend.FP16_CONVERTER
+    assert env["fp16_conversion"]["converter"] == trt_fp16.FP16_CONVERTER
     assert "fp16_conversion" not in trt_backend.create(_profile(precision="fp32")).environment()
     monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("10.13.3.9"))
     assert "fp16_conversion" not in trt_backend.create(_profile(precision="fp16")).environment()
@@ -507,7 +511,7 @@ def test_fp16_conversion_is_recorded_in_the_environment(monkeypatch, cache_dir):
 
 def test_v11_fp32_clears_tf32_and_parses_original(onnx_model):
     fake = FakeTRT("11.0.0")
-    trt_backend.build_serialized(fake, onnx_model[0], precision="fp32", workspace_mib=64)
+    trt_build.build_serialized(fake, onnx_model[0], precision="fp32", workspace_mib=64)
     assert fake.named("clear_flag") == [("clear_flag", "TF32")] and fake.named("set_flag") == []
     assert Path(fake.named("parse_from_file")[0][1]) == onnx_model[0]
     assert fake.named("set_memory_pool_limit")[0][2] == 64 << 20
@@ -517,45 +521,45 @@ def test_v11_fp16_without_converter_explains(onnx_model, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxconverter_common", None)
     _stand_in_modelopt(monkeypatch)   # installed, and still not the conversion used
     with pytest.raises(LatoptError, match="onnxconverter-common") as e:
-        trt_backend.build_serialized(FakeTRT("11.1.0"), onnx_model[0], precision="fp16")
+        trt_build.build_serialized(FakeTRT("11.1.0"), onnx_model[0], precision="fp16")
     assert "\n" not in str(e.value)
 
 
 def test_timing_cache_loaded_and_saved(onnx_model, cache_dir):
     """Stand-in module: the cache file is created, then fed back to create_timing_cache next build."""
-    path = trt_backend.timing_cache_path("titanx")
+    path = trt_build.timing_cache_path("titanx")
     assert path == cache_dir / "trt" / "titanx.cache"
     fake = FakeTRT("10.3.0")
-    _, info = trt_backend.build_serialized(fake, onnx_model[0], precision="fp32", cache_path=path)
+    _, info = trt_build.build_serialized(fake, onnx_model[0], precision="fp32", cache_path=path)
     assert path.read_bytes() == b"+entry" and info["timing_cache"]["loaded_bytes"] == 0
     fake2 = FakeTRT("10.3.0")
-    _, info2 = trt_backend.build_serialized(fake2, onnx_model[0], precision="fp32", cache_path=path)
+    _, info2 = trt_build.build_serialized(fake2, onnx_model[0], precision="fp32", cache_path=path)
     assert fake2.named("create_timing_cache")[0] == ("create_timing_cache", b"+entry")
     assert fake2.named("set_timing_cache")[0] == ("set_timing_cache", b"+entry", False)
     assert path.read_bytes() == b"+entry+entry" and info2["timing_cache"]["loaded_bytes"] == len(b"+entry")
     # a cache the builder refuses (other GPU / version) is replaced by an empty one
     fake3 = FakeTRT("10.3.0", accept_cache=False)
-    _, info3 = trt_backend.build_serialized(fake3, onnx_model[0], precision="fp32", cache_path=path)
+    _, info3 = trt_build.build_serialized(fake3, onnx_model[0], precision="fp32", cache_path=path)
     assert [c[1] for c in fake3.named("set_timing_cache")] == [b"+entry+entry", b""]
     assert info3["timing_cache"]["loaded_bytes"] == 0 and path.read_bytes() == b"+entry"
 
 
 def test_parser_errors_listed_on_one_line(onnx_model):
     with pytest.raises(LatoptError) as e:
-        trt_backend.build_serialized(FakeTRT("10.3.0", parse_ok=False), onnx_model[0], precision="fp32")
+        trt_build.build_serialized(FakeTRT("10.3.0", parse_ok=False), onnx_model[0], precision="fp32")
     msg = str(e.value)
     assert "\n" not in msg and "node Conv_0: unsupported" in msg and "node Conv_1" in msg
 
 
 def test_dynamic_input_needs_shape_and_gets_profile(onnx_model):
     with pytest.raises(LatoptError, match="dynamic shape"):
-        trt_backend.build_serialized(FakeTRT("10.3.0", dynamic_input=True), onnx_model[0], precision="fp32")
+        trt_build.build_serialized(FakeTRT("10.3.0", dynamic_input=True), onnx_model[0], precision="fp32")
     fake = FakeTRT("10.3.0", dynamic_input=True)
-    trt_backend.build_serialized(fake, onnx_model[0], precision="fp32", input_shape=(4, 3, 16, 16))
+    trt_build.build_serialized(fake, onnx_model[0], precision="fp32", input_shape=(4, 3, 16, 16))
     shape = (4, 3, 16, 16)
     assert fake.named("add_optimization_profile") == [("add_optimization_profile", ("x", shape, shape, shape))]
     with pytest.raises(LatoptError, match="does not fit"):
-        trt_backend.build_serialized(FakeTRT("10.3.0"), onnx_model[0], precision="fp32", input_shape=(2, 3, 8, 8))
+        trt_build.build_serialized(FakeTRT("10.3.0"), onnx_model[0], precision="fp32", input_shape=(2, 3, 8, 8))
 
 
 def test_missing_tensorrt_is_one_line(monkeypatch):
@@ -740,12 +744,12 @@ def test_v86_builds_explicit_batch_network(onnx_model, cache_dir):
     BuilderFlag.FP16 on the fp32 ONNX file; fp32 clears TF32."""
     fake = FakeTRT("8.6.1")
     explicit = int(fake.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
-    _, info = trt_backend.build_serialized(fake, onnx_model[0], precision="fp16")
+    _, info = trt_build.build_serialized(fake, onnx_model[0], precision="fp16")
     assert fake.named("create_network") == [("create_network", 1 << explicit)]
     assert fake.named("set_flag") == [("set_flag", "FP16")] and fake.named("clear_flag") == []
     assert Path(fake.named("parse_from_file")[0][1]) == onnx_model[0] and "BuilderFlag.FP16" in info["mode"]
     fake = FakeTRT("8.6.1")
-    trt_backend.build_serialized(fake, onnx_model[0], precision="fp32")
+    trt_build.build_serialized(fake, onnx_model[0], precision="fp32")
     assert fake.named("create_network") == [("create_network", 1 << explicit)]
     assert fake.named("clear_flag") == [("clear_flag", "TF32")] and fake.named("set_flag") == []
 
@@ -762,26 +766,29 @@ def test_v86_builds_explicit_batch_network(onnx_model, cache_dir):
     ("10.13.3.9", (12, 0), True, None),
     ("11.4.0.106", (7, 5), True, None),
     ("11.4.0.106", (6, 1), False, "tensorrt==8.6.1"),
-    ("11.4.0.106", (3, 7), False, "--device gpu-torch"),
+    ("11.4.0.106", (3, 7), False, "use the device profile gpu-torch or cpu"),
 ])
 def test_compute_capability_table(version, sm, ok, fix):
-    if ok:
-        trt_backend.check_compute_capability(version, sm, "GPU")
+    if ok:   # runs: no error, and the release's row of SM_SUPPORT holds the GPU
+        assert trt_precision.check_compute_capability(version, sm, "GPU") is None
+        lo, hi = trt_precision.sm_range(version)
+        assert lo <= sm and (hi is None or sm <= hi)
         return
     with pytest.raises(LatoptError) as e:
-        trt_backend.check_compute_capability(version, sm, "NVIDIA TITAN X (Pascal)")
+        trt_precision.check_compute_capability(version, sm, "NVIDIA TITAN X (Pascal)")
     msg = str(e.value)
     assert "\n" not in msg and fix in msg and f"compute capability {sm[0]}.{sm[1]}" in msg
     assert msg.startswith(f"TensorRT {version} does not run on NVIDIA TITAN X (Pascal)")
 
 
 def test_no_fp16_where_tensorrt_lists_none():
-    trt_backend.check_compute_capability("8.6.1", (6, 0), "Tesla P100", "fp16")  # P100: full-rate FP16
+    trt_precision.check_compute_capability("8.6.1", (6, 0), "Tesla P100", "fp16")  # P100: full-rate FP16
     for sm in ((6, 1), (5, 2)):
         with pytest.raises(LatoptError, match=f"no fp16 on GPU .compute capability {sm[0]}.{sm[1]}") as e:
-            trt_backend.check_compute_capability("8.6.1", sm, "GPU", "fp16")
-        assert "\n" not in str(e.value) and "--device titanx" in str(e.value)
-        trt_backend.check_compute_capability("8.6.1", sm, "GPU", "fp32")
+            trt_precision.check_compute_capability("8.6.1", sm, "GPU", "fp16")
+        assert "\n" not in str(e.value) and "use precision fp32 (the device profile titanx)" in str(e.value)
+        assert e.value.param == "precision"
+        trt_precision.check_compute_capability("8.6.1", sm, "GPU", "fp32")
 
 
 def test_create_refuses_a_gpu_the_installed_tensorrt_cannot_run(monkeypatch, cache_dir):
@@ -808,11 +815,11 @@ def test_unreadable_timing_cache_starts_afresh(onnx_model, cache_dir, bad_cache,
     """A cache TensorRT cannot parse (create_timing_cache gives None or raises: corrupt, or written by
     another TensorRT version) never stops a build: an empty cache is used, a note says so, and the cache
     written after the build replaces the bad one."""
-    path = trt_backend.timing_cache_path("titanx", "10.3.0")
+    path = trt_build.timing_cache_path("titanx", "10.3.0")
     path.parent.mkdir(parents=True)
     path.write_bytes(b"garbage")
     fake = FakeTRT("10.3.0", bad_cache=bad_cache)
-    plan, info = trt_backend.build_serialized(fake, onnx_model[0], precision="fp32", cache_path=path)
+    plan, info = trt_build.build_serialized(fake, onnx_model[0], precision="fp32", cache_path=path)
     assert plan == b"PLAN"
     assert [c[1] for c in fake.named("set_timing_cache")] == [b""]
     assert info["timing_cache"]["loaded_bytes"] == 0 and "started afresh" in info["timing_cache"]["note"]
@@ -836,9 +843,9 @@ def test_unwritable_timing_cache_keeps_the_engine(onnx_model, tmp_path, monkeypa
         def full(path, data):
             raise OutputError(path, "[Errno 28] No space left on device")
 
-        monkeypatch.setattr(trt_backend, "write_bytes_atomic", full)
-    path = trt_backend.timing_cache_path("titanx", "10.3.0")
-    plan, info = trt_backend.build_serialized(FakeTRT("10.3.0"), onnx_model[0], precision="fp32", cache_path=path)
+        monkeypatch.setattr(trt_build, "write_bytes_atomic", full)
+    path = trt_build.timing_cache_path("titanx", "10.3.0")
+    plan, info = trt_build.build_serialized(FakeTRT("10.3.0"), onnx_model[0], precision="fp32", cache_path=path)
     assert plan == b"PLAN"
     cache = info["timing_cache"]
     assert cache["saved_bytes"] == 0 and cache["loaded_bytes"] == 0
@@ -848,25 +855,27 @@ def test_unwritable_timing_cache_keeps_the_engine(onnx_model, tmp_path, monkeypa
 
 
 def test_timing_cache_directory_follows_xdg(monkeypatch, tmp_path, onnx_model):
-    """$LATOPT_CACHE_DIR, else $XDG_CACHE_HOME/latopt (absolute only, as the XDG rule says), else ~/.cache/latopt;
-    no home directory at all: no timing cache, and the build goes on without one."""
+    """$LATOPT_CACHE_DIR, else platformdirs' user cache directory: on Linux $XDG_CACHE_HOME/latopt (absolute only,
+    as the XDG rule says), else ~/.cache/latopt; no home directory at all (no HOME, no password entry): no timing
+    cache, and the build goes on without one."""
     monkeypatch.delenv("LATOPT_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     name = "titanx-trt10.3.0.cache"
-    assert trt_backend.timing_cache_path("titanx", "10.3.0") == tmp_path / "xdg" / "latopt" / "trt" / name
+    assert trt_build.timing_cache_path("titanx", "10.3.0") == tmp_path / "xdg" / "latopt" / "trt" / name
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
-    assert trt_backend.timing_cache_path("titanx", "10.3.0") == tmp_path / "home" / ".cache" / "latopt" / "trt" / name
+    assert trt_build.timing_cache_path("titanx", "10.3.0") == tmp_path / "home" / ".cache" / "latopt" / "trt" / name
     monkeypatch.setenv("LATOPT_CACHE_DIR", str(tmp_path / "own"))
-    assert trt_backend.timing_cache_path("titanx", "10.3.0") == tmp_path / "own" / "trt" / name
+    assert trt_build.timing_cache_path("titanx", "10.3.0") == tmp_path / "own" / "trt" / name
     monkeypatch.delenv("LATOPT_CACHE_DIR")
     monkeypatch.delenv("XDG_CACHE_HOME")
 
-    def no_home(cls):
-        raise RuntimeError("Could not determine home directory.")
+    def no_passwd_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
 
-    monkeypatch.setattr(Path, "home", classmethod(no_home))
-    assert trt_backend.cache_dir() is None and trt_backend.timing_cache_path("titanx", "10.3.0") is None
+    monkeypatch.delenv("HOME")
+    monkeypatch.setattr(pwd, "getpwuid", no_passwd_entry)
+    assert trt_build.cache_dir() is None and trt_build.timing_cache_path("titanx", "10.3.0") is None
     monkeypatch.setattr(runtime, "cuda_api", lambda index=0: _FakeCuda())
     monkeypatch.setitem(sys.modules, "tensorrt", FakeTRT("10.3.0"))
     backend = trt_backend.create(_profile())
@@ -876,8 +885,8 @@ def test_timing_cache_directory_follows_xdg(monkeypatch, tmp_path, onnx_model):
 
 
 def test_timing_cache_is_per_tensorrt_version(cache_dir):
-    assert trt_backend.timing_cache_path("titanx", "8.6.1") != trt_backend.timing_cache_path("titanx", "10.3.0")
-    assert trt_backend.timing_cache_path("titanx", "8.6.1").name == "titanx-trt8.6.1.cache"
+    assert trt_build.timing_cache_path("titanx", "8.6.1") != trt_build.timing_cache_path("titanx", "10.3.0")
+    assert trt_build.timing_cache_path("titanx", "8.6.1").name == "titanx-trt8.6.1.cache"
 
 
 def test_one_tensorrt_logger_for_builds_and_runners(onnx_model, monkeypatch):
@@ -886,11 +895,11 @@ def test_one_tensorrt_logger_for_builds_and_runners(onnx_model, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", fake)
     monkeypatch.setattr(runtime.trt, "_TRT_LOGGER", None)
     for _ in range(2):
-        trt_backend.build_serialized(fake, onnx_model[0], precision="fp32")
+        trt_build.build_serialized(fake, onnx_model[0], precision="fp32")
     runtime.TrtEngineRunner(b"PLAN", cuda=fake_cuda).close()
     assert fake.named("Logger") == [("Logger", "WARNING")]
     other = FakeTRT("11.4.0.106")  # another tensorrt module (a test's stand-in): its own logger
-    trt_backend.build_serialized(other, onnx_model[0], precision="fp32")
+    trt_build.build_serialized(other, onnx_model[0], precision="fp32")
     assert other.named("Logger") == [("Logger", "WARNING")]
 
 
@@ -951,6 +960,19 @@ def test_export_builds_the_engine_with_the_open_backend(monkeypatch, tmp_path, c
     assert path == out / "model.engine" and path.read_bytes() == b"PLAN"
     assert len(opened) == 1 and not opened[0].closed
     assert sorted(p.name for p in out.iterdir()) == ["model.engine"]  # the static ONNX is removed
+
+
+def test_engine_on_another_backend_names_the_device_parameter():
+    """Export's engine on a device that is not TensorRT: the library error names the parameter ``device``; the
+    command line adds the flag that sets it."""
+    from latopt.cli import build_parser, flag_for
+    from latopt.export.engine import open_backend
+
+    with pytest.raises(LatoptError) as e:
+        open_backend(load_device("cpu"), "fp32", engine=True, measure=False)
+    assert str(e.value) == ("an engine needs a TensorRT device profile, but device 'cpu' uses onnxruntime; use "
+                            "device titanx or gpu-trt-fp16")
+    assert e.value.param == "device" and flag_for(build_parser(), "export", e.value.param) == "--device"
 
 
 class _FakePycuda(types.ModuleType):
@@ -1158,7 +1180,7 @@ def test_fp16_onnx_conversion_matches_fp32(onnx_model, tmp_path):
     pytest.importorskip("onnxconverter_common", reason="onnxconverter-common is not installed")
     path, _ = onnx_model
     dst = tmp_path / "fp16.onnx"
-    trt_backend.to_fp16_onnx(path, dst)
+    trt_fp16.to_fp16_onnx(path, dst)
     x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
     with runtime.load(path) as r32, runtime.load(dst) as r16:
         a, b = r32.run(x), r16.run(x)
@@ -1187,7 +1209,7 @@ def test_trt_engine_matches_onnxruntime(onnx_model, cache_dir, precision, rel_to
         assert got.shape == ref.shape and err <= rel_tol, f"{precision}: relative error {err:.3g}"
         for _ in range(5):
             runner()  # synchronised inference on the fixed input
-        times = trt_backend.event_times_ms(runner, 10) + [runner.time_ms()]
+        times = runner.time_events_ms(10) + [runner.time_ms()]
         assert len(times) == 11 and all(np.isfinite(t) and t > 0 for t in times)
         runner.close()
         assert backend.cache_path.stat().st_size > 0
@@ -1208,10 +1230,10 @@ def test_trt_module_input_and_engine_file_runtime(tmp_path, cache_dir):
             ref = net(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(runner.run(x), ref, rtol=1e-3, atol=1e-4 * float(np.abs(ref).max()))
         runner.close()
+        onnx_path, net = _export(tmp_path / "net.onnx")
+        engine = trt_build.build_engine(backend, onnx_path, tmp_path / "net.engine")
     finally:
         backend.close()
-    onnx_path, net = _export(tmp_path / "net.onnx")
-    engine = trt_backend.build_engine(onnx_path, _profile(), tmp_path / "net.engine")
     with runtime.load(engine) as r:
         np.testing.assert_allclose(r.run(x), _ort_reference(onnx_path, x), rtol=1e-3, atol=1e-4)
     res = _run_cli(str(engine), "--bench", "5")

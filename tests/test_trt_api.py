@@ -76,7 +76,7 @@ PARAM_TYPES: dict[str, str] = {
 }
 
 # The version dispatch: callable(version, precision) -> object with network_flags/set_flags/clear_flags.
-DISPATCH = "latopt.latency.backends.tensorrt:precision_plan"
+DISPATCH = "latopt.latency.backends.tensorrt.precision:precision_plan"
 PRECISIONS = ("fp32", "fp16")
 # owner of a dynamic getattr(...) → the check that covers the names it is fed
 DYNAMIC_COVERED = {

@@ -23,7 +23,7 @@ import torch
 from latopt.errors import LatoptError
 from latopt.export.plan import Plan
 from latopt.latency.backends import get_backend
-from latopt.latency.backends.tensorrt import build_engine
+from latopt.latency.backends.tensorrt.build import build_engine
 from latopt.latency.onnx_io import export_onnx
 from latopt.latency.profiler import torch_threads
 from latopt.runtime import TrtEngineRunner
@@ -40,8 +40,8 @@ def open_backend(device: Any, precision: str, *, engine: bool, measure: bool) ->
     """The one backend of an export at ``precision``: it builds the engine (``engine``) and times the networks
     (``measure``); None when neither is asked for. The caller closes it (``close_backend``) on every path."""
     if engine and device.backend != "tensorrt":
-        raise LatoptError(f"--format engine needs a TensorRT device profile, but {device.name!r} uses "
-                          f"{device.backend}; use --device titanx or --device gpu-trt-fp16")
+        raise LatoptError(f"an engine needs a TensorRT device profile, but device {device.name!r} uses "
+                          f"{device.backend}; use device titanx or gpu-trt-fp16", param="device")
     if not (engine or measure):
         return None
     with torch_threads(torch.get_num_threads()):  # the torch backend sets its thread count: not for the gates
@@ -56,7 +56,7 @@ def write_engine(backend: Any, p: Plan, out_dir: Path, say: Callable[[str], None
     export_onnx(p.folded, shape, static)
     say(f"building TensorRT engine ({backend.precision})")
     try:
-        return build_engine(static, backend.profile, out_dir / "model.engine", input_shape=shape, backend=backend)
+        return build_engine(backend, static, out_dir / "model.engine", input_shape=shape)
     finally:
         static.unlink()
 

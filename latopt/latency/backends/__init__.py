@@ -11,9 +11,10 @@ Public API::
     gpu_matches(live, expected) -> bool       the one rule for a profile's ``expected_gpu``
     require_gpu(profile, live, alternative)   LatoptError when the live GPU does not match it
 
-``get_backend`` imports ``latopt.latency.backends.<profile.backend>`` lazily and calls its
-``create(profile)``, so that importing latopt never needs onnxruntime-gpu, tensorrt or CUDA (the
-tensorrt backend imports ``tensorrt`` inside ``create``). ``create`` raises a one-line LatoptError when
+``get_backend`` imports the backend's module (:data:`BACKEND_MODULES`: ``latopt.latency.backends.<module>``)
+lazily and calls its ``create(profile)``, so that importing latopt never needs onnxruntime-gpu, tensorrt or
+CUDA (the tensorrt backend, ``tensorrt/backend.py`` in the package of its build steps, imports ``tensorrt``
+inside ``create``). ``create`` raises a one-line LatoptError when
 the library, the GPU or the GPU model is missing or wrong; the torch and TensorRT backends check the GPU
 model (``expected_gpu``) with :func:`require_gpu`. ONNX Runtime's CUDA provider names no GPU model, so
 ``expected_gpu`` is not checked there (its provider is: a CPU fallback is refused).
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from latopt.latency.devices import DeviceProfile
 
-BACKEND_MODULES = {"onnxruntime": "onnxruntime", "tensorrt": "tensorrt", "torch": "torch"}
+BACKEND_MODULES = {"onnxruntime": "onnxruntime", "tensorrt": "tensorrt.backend", "torch": "torch"}
 
 
 @runtime_checkable
