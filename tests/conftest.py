@@ -86,6 +86,16 @@ def fast_cpu_device(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
+def harness_fixtures(tmp_path_factory: pytest.TempPathFactory):
+    """The fuzz and fault harness' inputs (``tests.harness.fixtures.Fixtures``: a tiny trained, folded,
+    profiled, searched and exported network, an MLP, data folders), built once per session by the checkout's
+    own commands, in-process; ``test_fuzz.py`` and ``test_faults.py`` share them."""
+    from tests.harness.fixtures import Fixtures
+
+    return Fixtures(tmp_path_factory.getbasetemp() / "harness-fixtures", in_process=True).build(log=print)
+
+
+@pytest.fixture(scope="session")
 def edit_checkpoint():
     """``edit_checkpoint(src, dst, edit, digest=True)``: the latopt checkpoint ``src`` with ``edit(data)``
     applied to its loaded dict, saved to ``dst``. ``digest=True`` recomputes the SHA-256 (a file that is

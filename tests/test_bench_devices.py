@@ -3,26 +3,11 @@ table made from results/ only."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load_tool() -> Any:
-    name = "bench_devices"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "bench_devices.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-bd = _load_tool()
+from tools import bench_devices as bd
 
 
 def _src(plan: dict[str, str], speedup: float, vs_own: tuple[float, float, float] | None, same: bool = False

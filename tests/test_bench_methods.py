@@ -3,36 +3,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load_tool() -> Any:
-    name = "bench_methods"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "bench_methods.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-bm = _load_tool()
+from tools import bench_methods as bm
 
 
 def _results(tmp: Path, points: dict[str, tuple[float, float]], seeds: int = 5) -> Path:
     """A results/method-table directory of synthetic cells: method -> (speed-up, accuracy); 360 source digits ×
     3 canvases per seed, the same items right for every method up to its accuracy (paired)."""
-    from compare import pack_bits
+    from tools.compare import pack_bits
 
     root = tmp / "results"
     (root / "cells").mkdir(parents=True)
@@ -128,7 +112,7 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
     assert m48["random_weights"] and set(m48["members"]) == set(done)
 
     # published: per-sample results that reproduce the accuracies, speed-ups, no machine paths
-    from compare import unpack_bits
+    from tools.compare import unpack_bits
 
     pub = {p.stem: json.loads(p.read_text()) for p in (results / "cells").glob("*.json")}
     assert set(pub) == set(cells)

@@ -16,6 +16,8 @@ from latopt.errors import LatoptError
 from latopt.fold import fold_blocks
 from latopt.models import build_model
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 
 def test_timm_mobilenetv2_blocks() -> None:
     m = build_model("mobilenetv2_100")

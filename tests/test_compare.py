@@ -3,14 +3,10 @@ margin's labels, dominance both ways)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import compare  # noqa: E402
+from tools import compare
 
 
 def _seeds(p: float, n: int = 1080, seeds: int = 5, rng_seed: int = 0) -> dict[int, np.ndarray]:

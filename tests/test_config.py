@@ -18,6 +18,8 @@ from latopt.config import (
 )
 from latopt.errors import LatoptError
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -17,6 +17,8 @@ from latopt.accel import Accel
 from latopt.data import CIFAR_MEAN, CIFAR_STD, Task, get_task, limit_task, make_loaders
 from latopt.errors import LatoptError
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 
 def _all(ds) -> tuple[torch.Tensor, torch.Tensor]:
     xs, ys = zip(*(ds[i] for i in range(len(ds))), strict=True)

@@ -11,6 +11,8 @@ from latopt.errors import LatoptError
 from latopt.exact.mlp import build_mlp, load_mlp, save_mlp
 from latopt.exact.network import Box, from_module
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 
 def test_from_module_matches_torch_forward():
     torch.manual_seed(0)

@@ -20,6 +20,8 @@ from latopt.exact.regions import (
 from latopt.exact.shallow import IndicatorNet, collect_hyperplanes, eps_network, region_margin, widths
 from latopt.exact.verify import verify_equal
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 
 def random_net(sizes, seed) -> ReluMLP:
     torch.manual_seed(seed)

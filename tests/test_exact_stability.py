@@ -15,6 +15,8 @@ from latopt.exact.regions import enumerate_regions
 from latopt.exact.stability import compress, stability_compression
 from latopt.exact.verify import verify_equal
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 
 def sparse_digits_like(seed: int = 0) -> ReluMLP:
     """64 -> 12 -> 12 -> 10 with a deliberately sparse first layer: 3 dead units, 3 always-on units,

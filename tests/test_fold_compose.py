@@ -20,7 +20,7 @@ from latopt.errors import LatoptError
 from latopt.fold import FoldedBlock, fold_blocks, linearize
 from latopt.fold import compose as C
 
-TOL = 1e-4  # the bar: max |diff| <= 1e-4 * max |reference|
+TOL = 1e-4  # exact: max |diff| <= 1e-4 * max |reference| (the bar of `latopt inspect --check-fold`)
 
 
 def random_bn_(model: nn.Module, seed: int) -> nn.Module:

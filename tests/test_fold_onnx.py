@@ -14,6 +14,8 @@ from latopt.latency.onnx_io import export_onnx
 from latopt.models import build_model
 from latopt.runtime import OrtRunner
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 
 @pytest.mark.parametrize("mode", ["exact", "paper"])
 def test_folded_model_exports_to_onnx(tmp_path: Path, mode: str) -> None:

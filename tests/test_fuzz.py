@@ -1,5 +1,5 @@
 """The fuzz suite's CI subset: hostile checkpoints, LUTs, configs, device profiles, study databases, MLPs,
-option values and outputs (``tools/surface.py fuzz`` runs every mutation against every command).
+option values and outputs (``python -m tests.harness fuzz`` runs every mutation against every command).
 
 Each case must end with exit 0 and a correct result, or with one ``latopt: error:`` line and exit 2/3;
 no traceback, nothing left behind, no device replaced by a file, no pickled code run. A test runs a
@@ -10,14 +10,14 @@ reports every failing case at once.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import surface  # noqa: E402
+from tests.harness import fuzz, judge
+from tests.harness.files import listing
+from tests.harness.fixtures import Fixtures, RunsOnUnpickle
+from tests.harness.process import Run, exception_line
 
 # A fixed sample of the harness' slots: (mutation, command[, checkpoint]) per kind, each a known way in
 # or a control that must stay clean; cheap commands only (`run` is left to the harness).
@@ -64,12 +64,7 @@ CI: dict[str, list[tuple[str, ...]]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def fx(tmp_path_factory: pytest.TempPathFactory) -> surface.Fixtures:
-    return surface.Fixtures(tmp_path_factory.getbasetemp() / "surface-fixtures", in_process=True).build(log=print)
-
-
-def assert_clean(outcomes: list[surface.Outcome]) -> None:
+def assert_clean(outcomes: list[judge.Outcome]) -> None:
     assert outcomes
     bad = [o for o in outcomes if not o.clean]
     assert not bad, f"{len(bad)} of {len(outcomes)} cases failed:\n" + "\n".join(o.describe() for o in bad)
@@ -77,22 +72,25 @@ def assert_clean(outcomes: list[surface.Outcome]) -> None:
 
 @pytest.mark.slow   # the shared fixture trains, folds and exports a network
 @pytest.mark.parametrize("kind", list(CI))
-def test_hostile_input_is_one_line_or_a_correct_result(fx: surface.Fixtures, tmp_path: Path, kind: str) -> None:
+def test_hostile_input_is_one_line_or_a_correct_result(harness_fixtures: Fixtures, tmp_path: Path, kind: str) -> None:
     order = [(kind, *slot) for slot in CI[kind]]
-    assert_clean(surface.fuzz(fx, tmp_path, None, 0, in_process=True, order=order, derandomize=True, log=print))
+    assert_clean(fuzz.run(harness_fixtures, tmp_path, None, 0, in_process=True, order=order, derandomize=True,
+                          log=print))
 
 
 @pytest.mark.slow
-def test_outputs_that_are_devices_and_a_full_disk(fx: surface.Fixtures, tmp_path: Path) -> None:
+@pytest.mark.parametrize("slot", [("env", "full disk", "inspect", "256"), ("env", "device output", "inspect", "--json")],
+                         ids=["full disk", "device output"])
+def test_outputs_that_are_devices_and_a_full_disk(harness_fixtures: Fixtures, tmp_path: Path,
+                                                  slot: tuple[str, ...]) -> None:
     # subprocesses: a file-size limit (the full disk) must not apply to the test process
-    order = [("env", "full disk", "inspect", "256")]
-    if surface.can_mknod():   # a node like /dev/full in the test's own directory (root only)
-        order.append(("env", "device output", "inspect", "--json"))
-    assert_clean(surface.fuzz(fx, tmp_path, None, 0, order=order, derandomize=True, log=print))
+    if slot[1] == "device output" and not fuzz.can_mknod():
+        pytest.skip("an output that is a device node (like /dev/full, made in the test's own directory) needs root")
+    assert_clean(fuzz.run(harness_fixtures, tmp_path, None, 0, order=[slot], derandomize=True, log=print))
 
 
 def test_every_ci_slot_is_in_the_harness_tables() -> None:
-    known = set(surface.slots())
+    known = set(fuzz.slots())
     for kind, entries in CI.items():
         for slot in entries:
             assert (kind, *slot[:2]) in known, (kind, slot)
@@ -106,11 +104,11 @@ def test_a_pickle_global_would_be_caught(tmp_path: Path) -> None:
     import torch
 
     marker = tmp_path / "ran"
-    payload = pickle.dumps({"x": surface.RunsOnUnpickle(marker)}, protocol=2)
+    payload = pickle.dumps({"x": RunsOnUnpickle(marker)}, protocol=2)
     pickle.loads(payload)
     assert marker.exists()
     marker.unlink()
-    torch.save({"x": surface.RunsOnUnpickle(marker)}, tmp_path / "evil.pt")
+    torch.save({"x": RunsOnUnpickle(marker)}, tmp_path / "evil.pt")
     with pytest.raises(pickle.UnpicklingError):
         torch.load(tmp_path / "evil.pt", weights_only=True)
     assert not marker.exists()
@@ -124,10 +122,10 @@ def test_the_judge_flags_each_failure_kind(tmp_path: Path) -> None:
 
     def kinds(rc: int | None, err: str = "", *, refuse: bool = False, new: dict[str, str] | None = None,
               old: dict[str, str] | None = None) -> set[str]:
-        case = surface.Case("t", "m", "c", [], cwd, jail, refuse)
-        before = {**surface.listing(jail), **(old or {})}
+        case = judge.Case("t", "m", "c", [], cwd, jail, refuse)
+        before = {**listing(jail), **(old or {})}
         after = {**before, **(new or {})}
-        return {k for k, _ in surface.judge(case, surface.Run(rc, "", err, 0.0), before, after)}
+        return {k for k, _ in judge.judge(case, Run(rc, "", err, 0.0), before, after)}
 
     assert kinds(2, "latopt: error: bad\n") == set()
     assert kinds(2, "usage: latopt x\nlatopt x: error: argument --n: invalid int value\n") == set()
@@ -135,7 +133,7 @@ def test_the_judge_flags_each_failure_kind(tmp_path: Path) -> None:
     assert kinds(0, new={"j1/j2/out/x.json": "f"}) == set()
     assert kinds(1, "Traceback (most recent call last):\n  File x\nValueError: y\n") == {"traceback"}
     tb = "x\nTraceback (most recent call last):\n  File x\n    f()\nValueError: y\nz"
-    assert surface.exception_line(tb) == "ValueError: y"
+    assert exception_line(tb) == "ValueError: y"
     assert kinds(-11) == {"wrong exit code"}                                       # a crash
     assert kinds(0, refuse=True) == {"wrong exit code"}
     assert kinds(2, "UserWarning: x\nlatopt: error: bad\n") == {"multi-line error"}
@@ -146,7 +144,7 @@ def test_the_judge_flags_each_failure_kind(tmp_path: Path) -> None:
     assert kinds(0, old={"j1/j2/out/dev": "c"}, new={"j1/j2/out/dev": "f"}) == {"device replaced"}
     assert kinds(None) == {"timeout"}
     (jail / "PICKLE_RAN").touch()   # as a pickle payload run by the command would
-    case = surface.Case("t", "m", "c", [], cwd, jail, False)
+    case = judge.Case("t", "m", "c", [], cwd, jail, False)
     for rc in (0, 2):
-        fails = surface.judge(case, surface.Run(rc, "", "latopt: error: x\n", 0.0), {}, {"PICKLE_RAN": "f"})
+        fails = judge.judge(case, Run(rc, "", "latopt: error: x\n", 0.0), {}, {"PICKLE_RAN": "f"})
         assert {k for k, _ in fails} == {"pickle executed"}

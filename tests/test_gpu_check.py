@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tools import gpu_check
+from tools.gpu_check import NOT_EXERCISED, Row
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import gpu_check  # noqa: E402
-from gpu_check import NOT_EXERCISED, Row  # noqa: E402
 
 # The Python packages of the GPU image that --carry serves (Python 3.12, torch 2.11 for CUDA 13; the image's
 # list as its machine's documentation gave it, read 2026-11): no pydantic, optuna, SQLAlchemy or highspy.

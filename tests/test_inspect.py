@@ -12,6 +12,8 @@ import latopt.fold.compose as compose
 from latopt.cli import main
 from latopt.models import build_model, count_flops
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 
 def test_inspect_table_and_check_fold(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out_json = tmp_path / "inspect.json"

@@ -19,6 +19,8 @@ from latopt.latency.devices import load_device
 from latopt.latency.onnx_io import OPSET, ExportCache, export_onnx
 from latopt.latency.timing import TimingPolicy, compare
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 SHAPE = (1, 3, 16, 16)
 
 

@@ -11,6 +11,8 @@ from latopt.latency.devices import SHIPPED_PROFILES, DeviceProfile, list_devices
 from latopt.latency.lut import default_lut_path
 from latopt.latency.timing import TimingPolicy
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 SHIPPED = ("cpu", "cpu-int8", "titanx", "gpu-trt-fp16", "gpu-torch", "cpu-torch")
 
 

@@ -15,6 +15,8 @@ from latopt.latency.lut import LUT_SCHEMA, costs, load_lut, predict
 from latopt.latency.profiler import HELD_OUT, HELD_OUT_MIXED, format_lut, measure_networks, profile_model
 from latopt.models import build_model
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 6, "budget_s": 5.0}
 
 

@@ -23,6 +23,8 @@ from latopt.models import (
     save_checkpoint,
 )
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 
 @pytest.mark.parametrize("name", SUPPORTED + ["torchvision/mobilenet_v2?width=0.5", "timm/mobilenetv2_050"])
 def test_build_every_supported_name(name: str) -> None:

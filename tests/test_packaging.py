@@ -18,6 +18,8 @@ from latopt.errors import LatoptError
 from latopt.latency import onnx_io
 from latopt.latency.devices import SHIPPED_PROFILES
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -45,21 +45,69 @@ def test_readme_names_the_shipped_files_that_exist() -> None:
     assert all(f"`{n}`" in text for n in names), names
 
 
+# a name in the module map: a folder (``name/``, with ``(`` right after it when its files follow in
+# parentheses), a file (``name.py``, possibly with folders before it), or a parenthesis
+_MAP_TOKEN = re.compile(r"(?<![\w./-])(?:(?P<open>(?:\w+/)+)\s*\(|(?P<dir>(?:\w+/)+)(?=[\s),;:]|$)"
+                        r"|(?P<file>(?:\w+/)*\w+\.py)\b)|(?P<paren>[()])")
+
+
+def module_map_paths(block: str) -> tuple[set[str], set[str]]:
+    """(files, folders) README's module map names, as paths relative to the repository.
+
+    The map is a list of entries: an entry starts with a path at the start of a line (``latopt/x.py`` or
+    ``latopt/sub/``) and goes on over the indented lines below it. Other names in an entry are relative to
+    the entry's folder (for a file entry, the folder it is in); ``sub/ (a.py, b.py)`` names a sub-folder
+    and, in the parentheses right after it, its files. Other parentheses are descriptions."""
+    files: set[str] = set()
+    dirs: set[str] = set()
+    for entry in re.split(r"\n(?=\S)", block.strip("\n")):
+        head = re.match(r"latopt/(?:\w+/)*", entry)
+        assert head, f"a module map entry does not start with a latopt/ path: {entry.splitlines()[0]!r}"
+        folders = [head.group(0).rstrip("/")]
+        for m in _MAP_TOKEN.finditer(entry):
+            if m["paren"] == "(":
+                folders.append(folders[-1])
+            elif m["paren"] == ")":
+                if len(folders) > 1:
+                    folders.pop()
+            else:
+                name = m["open"] or m["dir"] or m["file"]
+                path = (name if name.startswith("latopt/") else f"{folders[-1]}/{name}").rstrip("/")
+                (files if m["file"] else dirs).add(path)
+                if m["open"]:
+                    folders.append(path)
+    return files, dirs
+
+
+def test_module_map_parser_reads_full_paths() -> None:
+    block = ("latopt/cli/        the commands: run.py (all stages), __init__.py\n"
+             "latopt/engine.py   the loop; data.py (tasks, -v/-q), fold/ (compose.py: algebra,\n"
+             "                   span.py), layers.py; profiles/ ships the device profiles\n"
+             "latopt/export/     graph.py (ONNX), engine.py (TensorRT engine)")
+    files, dirs = module_map_paths(block)
+    assert files == {"latopt/cli/run.py", "latopt/cli/__init__.py", "latopt/engine.py", "latopt/data.py",
+                     "latopt/fold/compose.py", "latopt/fold/span.py", "latopt/layers.py", "latopt/export/graph.py",
+                     "latopt/export/engine.py"}
+    assert dirs == {"latopt/cli", "latopt/fold", "latopt/profiles", "latopt/export"}
+
+
 def test_module_map_matches_the_package() -> None:
-    # README's "How it works" names every module of latopt/ and every sub-package, and no file that is gone
+    # README's "How it works" names every module of latopt/ and every sub-package (by its path in the
+    # repository), and no file or folder that is gone
     text = (ROOT / "README.md").read_text()
     m = re.search(r"<!-- module-map -->\s*```\n(.*?)\n```\s*<!-- /module-map -->", text, re.S)
     assert m, "README.md has no module-map block"
-    block = m.group(1)
+    named_files, named_dirs = module_map_paths(m.group(1))
     pkg = ROOT / "latopt"
-    files = [p.relative_to(pkg) for p in pkg.rglob("*.py") if "__pycache__" not in p.parts]
-    named = set(re.findall(r"\b(\w+\.py)\b", block))
-    modules = {f.name for f in files if f.name not in ("__init__.py", "__main__.py")}
-    assert sorted(modules - named) == [], "modules missing from README's module map"
-    assert sorted(named - {f.name for f in files}) == [], "README's module map names files that do not exist"
-    dirs = {f.parent.as_posix() for f in files if f.parent.as_posix() != "."}
-    dirs |= {d.name for d in pkg.iterdir() if d.is_dir() and d.name != "__pycache__"}
-    assert sorted(d for d in dirs if f"{d.split('/')[-1]}/" not in block) == [], "packages missing from the map"
+    files = {p.relative_to(ROOT).as_posix() for p in pkg.rglob("*.py") if "__pycache__" not in p.parts}
+    modules = {f for f in files if Path(f).name not in ("__init__.py", "__main__.py")}
+    # the sub-packages, and every folder of latopt/ itself (the shipped data: configs/, profiles/)
+    dirs = {Path(f).parent.as_posix() for f in files} - {"latopt"}
+    dirs |= {d.relative_to(ROOT).as_posix() for d in pkg.iterdir() if d.is_dir() and d.name != "__pycache__"}
+    missing = sorted(modules - named_files) + sorted(f"{d}/" for d in dirs - named_dirs)
+    extra = sorted(named_files - files) + sorted(f"{d}/" for d in named_dirs - dirs - {"latopt"})
+    assert not missing and not extra, (f"README's module map does not match latopt/:\n  missing from the map: "
+                                       f"{missing}\n  named in the map but not in latopt/: {extra}")
 
 
 def test_generated_blocks_are_up_to_date() -> None:

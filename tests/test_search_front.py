@@ -22,6 +22,8 @@ from latopt.search import (
     write_front,
 )
 
+pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
+
 DISTS = {"lambda_c": FloatDistribution(0.05, 5.0, log=True), "tau": FloatDistribution(0.7, 0.95),
          "p": FloatDistribution(1.5, 4.0)}
 

@@ -36,6 +36,9 @@ from latopt.latency.backends.tensorrt import build as trt_build
 from latopt.latency.backends.tensorrt import fp16 as trt_fp16
 from latopt.latency.backends.tensorrt import precision as trt_precision
 from latopt.latency.devices import DeviceProfile, load_device
+from tools import trt_api_names as names_tool
+
+pytestmark = pytest.mark.floor
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -79,20 +82,6 @@ def _profile(**kw: Any) -> DeviceProfile:
 
 
 # ------------------------------------------------------------------- stand-in tensorrt module
-def _load_names_tool() -> Any:
-    """tools/trt_api_names.py: the real API's names per TensorRT version (tests/data/tensorrt-*.names)."""
-    name = "trt_api_names"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "trt_api_names.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-names_tool = _load_names_tool()
-
-
 class _Member(int):
     """An enum member of the stand-in module: the real member's int value and name (from the lists)."""
 

@@ -42,13 +42,14 @@ import ast
 import functools
 import importlib
 import importlib.util
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tools import trt_api_names as names_tool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,19 +89,6 @@ DYNAMIC_COVERED = {
 # that unrelated edits do not disturb the list. Empty an entry when its defects are fixed. (8.6.1 had
 # "dispatch: precision_plan('8.6.1', 'fp32'|'fp16') refuses" until latopt gained its TensorRT 8.6 path.)
 KNOWN_MISSES: dict[str, frozenset[str]] = {}
-
-
-def _load_tool() -> Any:
-    name = "trt_api_names"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "trt_api_names.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-names_tool = _load_tool()
 
 
 @functools.cache

@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/compare.py
+if __package__ in (None, ""):   # run as a script: the checkout's root, for tools.compare
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MODELS = ("mobilenetv2_100", "efficientnet_lite0")
 DEVICES = ("cpu", "cpu-b8t2", "cpu-int8", "cpu-torch")
@@ -172,7 +173,7 @@ def measure(root: Path, model: str, dev: str, plans: dict[str, Any], devices: li
 def summarise(root: Path, models: list[str], devices: list[str], runs: int, plans: dict[str, Any]
               ) -> dict[str, Any]:
     """Per model, target device and kind: every source's speed-up over as-is and its ratio to the diagonal."""
-    from compare import median_ci
+    from tools.compare import median_ci
 
     out: dict[str, Any] = {}
     for model in models:
@@ -243,7 +244,7 @@ def budget_verdict(cell: dict[str, Any], dev: str, budget: float) -> str:
 
 def render(results: Path) -> str:
     """The matrix tables of docs/hardware-awareness.md, from results/hardware-awareness/matrix.json only."""
-    from compare import MATCH_TOL
+    from tools.compare import MATCH_TOL
 
     m = load_json(Path(results) / "matrix.json")
     env = m.get("environment") or {}

@@ -55,7 +55,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/compare.py
+if __package__ in (None, ""):   # run as a script: the checkout's root, for tools.compare
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CONFIG = "digits_clutter"
 SMOKE = {"train.epochs": 1, "fold.epochs": 1, "fold.post_epochs": 1, "data.max_samples": 96}
@@ -210,7 +211,7 @@ def onnx_correct(path: str | Path, task: Any) -> np.ndarray:
 def correctness(task: Any, path: str | Path, recorded: float | None = None) -> dict[str, Any]:
     """The ONNX file's per-sample results packed for results/ (docs/evaluation.md: the paired bootstrap needs
     them); checked against the accuracy export recorded for the same file."""
-    from compare import pack_bits
+    from tools.compare import pack_bits
 
     hits = onnx_correct(path, task)
     if recorded is not None and abs(float(hits.mean()) - recorded) > 1e-9:
@@ -715,7 +716,7 @@ def measure(ctx: Ctx, res: int) -> dict[str, Any]:
                      for k, s in stats.items()},
            "random_weights": res != train_res}
     if res == train_res:
-        from compare import pack_bits
+        from tools.compare import pack_bits
 
         hits = {c: onnx_correct(nets[f"{c}|int8"], ctx.task) for c in cells}
         rec["int8_acc"] = {c: float(h.mean()) for c, h in hits.items()}
@@ -867,7 +868,7 @@ class Results:
     """results/method-table read back: per method, per seed, the cell records; correctness vectors unpacked."""
 
     def __init__(self, root: Path) -> None:
-        from compare import unpack_bits
+        from tools.compare import unpack_bits
 
         self.root = Path(root)
         self.run = load_json(self.root / "run.json")
@@ -882,7 +883,7 @@ class Results:
 
     def diff(self, a: str, b: str, prec: str = "fp32") -> Any:
         """The paired interval of acc(a) − acc(b) (tools/compare.py), computed once per (a, b, precision)."""
-        from compare import paired_bootstrap
+        from tools.compare import paired_bootstrap
 
         key = (a, b, prec)
         if key not in self._diffs:
@@ -967,7 +968,7 @@ def dominance_rows(R: Results, prec: str, ours: tuple[str, ...] = OURS, rivals: 
     """Dominance both ways (tools/compare.py): for every point of either side, the points of the other side
     that measure at least as fast (within the match); of those, the one whose paired interval
     (challenger − point) has the highest lower end. ``dominated`` when it is non-inferior by the margin."""
-    from compare import at_least_as_fast, dominates
+    from tools.compare import at_least_as_fast, dominates
 
     mine = [m for m in R.methods() if kind_of(m) in ours]
     theirs = [m for m in R.methods() if kind_of(m) in rivals]
@@ -1020,7 +1021,7 @@ def render_dominance(R: Results, prec: str, ours: tuple[str, ...] = OURS, rivals
 
 
 def render_pruning(R: Results) -> str:
-    from compare import MATCH_TOL
+    from tools.compare import MATCH_TOL
 
     pts = [m for m in R.methods() if kind_of(m) == "prune"]
     if not pts:
@@ -1042,7 +1043,7 @@ def render_pruning(R: Results) -> str:
 
 
 def render_ablations(R: Results) -> str:
-    from compare import MATCH_TOL
+    from tools.compare import MATCH_TOL
 
     b, lams = f"{R.run['ablation_budget']:g}", [f"{x:g}" for x in R.run["lambdas"]]
     lam = lams[len(lams) // 2]
@@ -1064,7 +1065,7 @@ def render_ablations(R: Results) -> str:
 def render_fronts(R: Results) -> str:
     """Q4: the hypervolume of LUT-c_l Layer Folding's front against paper Layer Folding's, per seed (speed-ups
     of that seed's networks in the final run, accuracies of its exported files), paired over seeds."""
-    from compare import hypervolume, paired_hv_bootstrap
+    from tools.compare import hypervolume, paired_hv_bootstrap
 
     lines = ["| precision | HV lf-lut, mean over seeds | HV lf-uniform | Δ HV lf-lut − lf-uniform [95 % CI] | "
              "label |", "|---|---|---|---|---|"]
@@ -1106,7 +1107,7 @@ def render_bases(R: Results) -> str:
 
 def render_doc(root: Path) -> str:
     """The generated block of docs/method-table.md, from results/method-table only."""
-    from compare import MARGIN, MATCH_TOL, MIN_SEEDS, N_BOOT
+    from tools.compare import MARGIN, MATCH_TOL, MIN_SEEDS, N_BOOT
 
     R = load_results(root)
     run, sch = R.run, R.run["schedule"]

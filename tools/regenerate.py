@@ -18,14 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):   # run as a script: the checkout's root, for tools.<module>
+    sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "results"
 BLOCK = re.compile(r"(<!-- regenerate (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /regenerate -->)", re.S)
 
 
 def _seed_table(name: str) -> Callable[[], str]:
     def make() -> str:
-        sys.path.insert(0, str(ROOT / "tools"))
-        import seed_sweep
+        from tools import seed_sweep
 
         return seed_sweep.summarize(json.loads((RESULTS / name).read_text())["runs"])
     return make
@@ -34,8 +35,7 @@ def _seed_table(name: str) -> Callable[[], str]:
 def _tool(module: str, render: str, results: str) -> Callable[[], str]:
     """A block made by ``tools/<module>.py``'s ``render`` function from ``results/<results>``."""
     def make() -> str:
-        sys.path.insert(0, str(ROOT / "tools"))
-        return getattr(importlib.import_module(module), render)(RESULTS / results)
+        return getattr(importlib.import_module(f"tools.{module}"), render)(RESULTS / results)
     return make
 
 
