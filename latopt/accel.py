@@ -13,9 +13,9 @@ any device; the fold algebra and its checks run on CPU copies in float64/float32
 
 **Mixed precision** (``train.amp``): ``none``, ``bf16`` (``torch.autocast``; CPU and Ampere-or-newer
 GPUs) or ``fp16`` (autocast + ``torch.amp.GradScaler``; CUDA only: refused on the CPU with one line).
-Master weights, optimizer state and every *recorded* accuracy stay float32: :func:`strict_fp32` (no
-autocast, TF32 off) is what :func:`latopt.engine.evaluate` runs under, so the accuracy a checkpoint
-records is the one ``latopt export`` re-measures in float32 on the CPU.
+Master weights, optimizer state and every *recorded* accuracy stay float32:
+:func:`latopt.torch_settings.strict_fp32` (no autocast, TF32 off) is what :func:`latopt.engine.evaluate` runs
+under, so the accuracy a checkpoint records is the one ``latopt export`` re-measures in float32 on the CPU.
 
 **Throughput**: ``train.channels_last`` (NHWC weights and batches; helps convolutions on tensor-core
 GPUs), DataLoader workers / pinned memory / persistent workers from ``data.workers`` /
@@ -44,8 +44,6 @@ Public API::
     resolve_device(spec, local_rank=0, local_world=1) -> torch.device
     process_group(train_cfg) -> context manager      torchrun: init / destroy the process group
     launched_by_torchrun() -> bool;  is_main_process() -> bool
-    strict_fp32() -> context manager                 no autocast, TF32 off (CUDA)
-    tf32_flags() / set_tf32_flags(flags)             torch's TF32 switches (also used by the torch latency backend)
     sync_batch_norm() -> context manager             batch norm over the global batch (any BatchNorm module)
 """
 
@@ -74,29 +72,6 @@ _LOG = get_logger("train")
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 MAX_AUTO_WORKERS = 8
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def tf32_flags() -> dict[str, bool]:
-    """torch's TF32 switches for fp32 work on CUDA (process-wide)."""
-    return {"cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-            "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32)}
-
-
-def set_tf32_flags(flags: dict[str, bool]) -> None:
-    torch.backends.cudnn.allow_tf32 = bool(flags["cudnn.allow_tf32"])
-    torch.backends.cuda.matmul.allow_tf32 = bool(flags["cuda.matmul.allow_tf32"])
-
-
-@contextlib.contextmanager
-def strict_fp32() -> Iterator[None]:
-    """float32 as float32 on CUDA: TF32 off for convolutions and matmuls while the block runs (restored after).
-    Autocast is never active where this is used (evaluation runs outside the training step)."""
-    old = tf32_flags()
-    set_tf32_flags({"cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False})
-    try:
-        yield
-    finally:
-        set_tf32_flags(old)
 
 
 # ------------------------------------------------------------------------------------------------ device
@@ -385,4 +360,4 @@ def sync_batch_norm() -> contextlib.AbstractContextManager[Any]:
 
 
 __all__ = ["Accel", "default_workers", "is_main_process", "launched_by_torchrun", "process_group", "resolve",
-           "resolve_device", "set_tf32_flags", "strict_fp32", "sync_batch_norm", "tf32_flags"]
+           "resolve_device", "sync_batch_norm"]

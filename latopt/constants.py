@@ -56,7 +56,6 @@ SEARCH_METHODS: tuple[str, ...] = get_args(SearchMethod)
 IMPORTANCE_METHODS: tuple[str, ...] = get_args(Importance)
 BACKENDS: tuple[str, ...] = get_args(Backend)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
-CLOCKS: tuple[str, ...] = get_args(Clock)
 EXPORT_FORMATS: tuple[str, ...] = get_args(ExportFormat)
 BIAS_MAPS: tuple[str, ...] = get_args(BiasMaps)
 

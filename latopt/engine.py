@@ -1,4 +1,4 @@
-"""The training engine: one epoch loop, evaluation, optimizers and schedules, thread settings.
+"""The training engine: one epoch loop, evaluation, optimizers and schedules.
 
 Base training (:mod:`latopt.train`), pre-fold and post-fold (:mod:`latopt.layerfold`, also in every search
 trial), ``tools/ednl.py`` and the MLP trainer (:func:`latopt.exact.mlp.train_mlp`) train through :func:`fit`. A training step is
@@ -19,7 +19,6 @@ Public API::
     make_optimizer(model, train_cfg, lr, *, exclude=(), nesterov=True)   timm's create_optimizer_v2
     make_scheduler(optimizer, train_cfg, epochs, steps_per_epoch)        timm's create_scheduler_v2, per update
     tensor_loader(x, y, batch_size, seed) -> DataLoader  shuffled mini-batches of in-memory tensors
-    set_threads(n)                                       torch intra-op threads (None: leave torch's choice)
     seed_everything(seed)                                python, numpy and torch RNGs
 
 **Optimizer** (timm's ``create_optimizer_v2``): ``sgd`` is SGD with Nesterov momentum (timm's ``sgd``;
@@ -55,10 +54,11 @@ from timm.scheduler.scheduler import Scheduler
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
-from latopt.accel import Accel, strict_fp32
+from latopt.accel import Accel
 from latopt.config import TrainConfig
 from latopt.errors import LatoptError
 from latopt.log import get_logger, progress_bar
+from latopt.torch_settings import strict_fp32
 
 _LOG = get_logger("train")
 CHECK_EVERY = 50  # steps between checks that the loss is finite (each check waits for the device once)
@@ -70,8 +70,8 @@ def evaluate(model: nn.Module, loader: Iterable, accel: Accel | None = None) -> 
     """Top-1 accuracy of ``model`` on ``loader`` (the model's train/eval mode is restored).
 
     The model must be on ``accel``'s device (default: the CPU); batches are moved there. Always float32
-    (:func:`latopt.accel.strict_fp32`: no autocast, no TF32), so the accuracy a run records is the one
-    ``latopt export`` re-measures on the CPU. Under torchrun the counts of every process are summed (each
+    (:func:`latopt.torch_settings.strict_fp32`: no autocast, no TF32), so the accuracy a run records is the
+    one ``latopt export`` re-measures on the CPU. Under torchrun the counts of every process are summed (each
     evaluates its shard: :func:`latopt.data.make_loaders`); one read of the device per call."""
     accel = accel or Accel()
     was_training = model.training
@@ -327,12 +327,5 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def set_threads(threads: int | None) -> None:
-    """torch's intra-op threads for this process (None leaves torch's default). On a machine shared with
-    other jobs one thread per process was many times faster than two."""
-    if threads is not None:
-        torch.set_num_threads(int(threads))
-
-
 __all__ = ["BestWeights", "StepLoss", "cross_entropy_loss", "evaluate", "fit", "make_optimizer", "make_scheduler", "seed_everything",
-           "set_threads", "tensor_loader"]
+           "tensor_loader"]

@@ -87,8 +87,8 @@ from latopt.fold import (
     plain_activations_,
     verify_fold,
 )
+from latopt.latency.lut import check_blocks, load_lut, predict, variant_times
 from latopt.latency.lut import costs as lut_costs
-from latopt.latency.lut import load_lut, predict, variant_times
 from latopt.layers import AlphaActivation
 from latopt.models import content_digest, load_checkpoint, make_arch, model_cost, save_checkpoint
 
@@ -376,6 +376,7 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     lut_obj = _load_lut(lut, arch["model"], cfg.data.resolution, cfg.fold.mode)
     costs = None
     if lut_obj is not None:
+        check_blocks(lut_obj, find_blocks(base), lut if isinstance(lut, (str, Path)) else "the LUT")
         costs = lut_costs(lut_obj)
     t_start = time.perf_counter()
     accel = resolve(cfg)

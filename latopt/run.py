@@ -54,18 +54,21 @@ from latopt.artifacts import (
     write_json_atomic,
     write_text_atomic,
 )
+from latopt.blocks import find_blocks
 from latopt.config import config_path, dump_config, load_config, write_config
 from latopt.data import load_task
-from latopt.engine import seed_everything, set_threads
+from latopt.engine import seed_everything
 from latopt.errors import LatoptError
 from latopt.export import export
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import load_device
-from latopt.latency.lut import load_lut, save_lut
+from latopt.latency.lut import check_blocks, load_lut, save_lut
 from latopt.latency.profiler import format_lut, profile_model
 from latopt.layerfold import undertrained_warning
 from latopt.log import get_logger
+from latopt.models import build_model
 from latopt.search import SearchOptions, format_table, open_storage, redact, run_search
+from latopt.torch_settings import set_threads
 from latopt.train import train_base
 
 RUN_SCHEMA = "latopt.run/2"
@@ -344,6 +347,8 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
                           "the lut key (the run then profiles the device itself)")
     # a given LUT, and the task's data, are checked before anything is written
     given_lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution) if cfg.lut else None
+    if given_lut is not None:
+        check_blocks(given_lut, find_blocks(build_model(cfg.model.name, num_classes=10)), lut_path)
     num_classes = int(load_task(cfg).num_classes)
     fps = _Fingerprints(cfg, dev, seed, lut_path)
     state = _State(root, config.resolve(), fresh)

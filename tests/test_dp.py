@@ -236,8 +236,9 @@ def _lut_for(model_name: str, resolution: int, num_classes: int = 10) -> LUT:
     blocks = []
     for b in find_blocks(build_model(model_name, num_classes)):
         ms = {"none": 1.0, "full": 0.6, "pw": 0.2} | ({"drop": 0.0} if b.residual else {})
-        blocks.append(BlockEntry(b.index, b.path, b.kind, (1, b.cin, 8, 8), True, "",
-                                 {v: st_(t) for v, t in ms.items() if v != "drop"}, ms))
+        blocks.append(BlockEntry(index=b.index, path=b.path, kind=b.kind, input_shape=(1, b.cin, 8, 8),
+                                 foldable=True, reason="",
+                                 raw={v: st_(t) for v, t in ms.items() if v != "drop"}, ms=ms))
     return LUT(device="cpu", model=model_name, resolution=resolution, batch=1, blocks=blocks, fixed_ms=3.0,
                variants=("full", "pw", "drop"), num_classes=num_classes)
 

@@ -15,7 +15,6 @@ from latopt.engine import (
     fit,
     make_optimizer,
     make_scheduler,
-    set_threads,
     tensor_loader,
 )
 from latopt.errors import LatoptError
@@ -224,17 +223,6 @@ def test_tensor_loader_covers_each_sample_once_per_epoch_reproducibly() -> None:
     for ep in a:
         assert [len(batch) for batch in ep] == [4, 4, 2] and sorted(sum(ep, [])) == list(range(10))
     assert epochs(tensor_loader(x, y, 4, seed=2)) != a
-
-
-def test_set_threads() -> None:
-    old = torch.get_num_threads()
-    try:
-        set_threads(None)
-        assert torch.get_num_threads() == old
-        set_threads(1)
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(old)
 
 
 def test_a_run_that_watches_the_loss_only_says_nothing_of_its_accuracy(caplog: pytest.LogCaptureFixture) -> None:

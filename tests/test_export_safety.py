@@ -199,9 +199,11 @@ def test_fold_auto_that_folds_nothing_says_why(runs: dict, tmp_path: Path) -> No
     from latopt.latency.lut import LUT, BlockEntry, save_lut
 
     blocks = find_blocks(build_model(MODEL, 10))
-    entries = [BlockEntry(b.index, b.path, b.kind, (1, b.cin, 8, 8), b.foldable, b.reason, {},
-                          {"none": 1.0, "full": 1.5}) for b in blocks]  # no fold pays on this "device"
-    lut = save_lut(LUT("cpu", MODEL, RES, 1, entries, fixed_ms=0.25), tmp_path / "lut.json")
+    entries = [BlockEntry(index=b.index, path=b.path, kind=b.kind, input_shape=(1, b.cin, 8, 8),
+                          foldable=b.foldable, reason=b.reason, raw={},
+                          ms={"none": 1.0, "full": 1.5}) for b in blocks]  # no fold pays on this "device"
+    lut = save_lut(LUT(device="cpu", model=MODEL, resolution=RES, batch=1, blocks=entries, fixed_ms=0.25),
+                   tmp_path / "lut.json")
     assert _export(runs["base"], tmp_path / "o", "--fold", "auto", "--lut", str(lut)) == 0
     notes = json.loads((tmp_path / "o" / "export.json").read_text())["notes"]
     assert "--fold auto: no block's fold pays on this device per the LUT; exported as it is" in notes
@@ -654,10 +656,12 @@ def test_a_lut_of_another_device_or_batch_is_refused_by_export(runs: dict, tmp_p
     from latopt.latency.lut import LUT, BlockEntry, save_lut
 
     blocks = find_blocks(build_model(MODEL, 10))
-    entries = [BlockEntry(b.index, b.path, b.kind, (1, b.cin, 8, 8), b.foldable, b.reason, {},
-                          {"none": 1.0, "full": 0.5}) for b in blocks]
+    entries = [BlockEntry(index=b.index, path=b.path, kind=b.kind, input_shape=(1, b.cin, 8, 8),
+                          foldable=b.foldable, reason=b.reason, raw={},
+                          ms={"none": 1.0, "full": 0.5}) for b in blocks]
     for device, batch, what in (("gpu-torch", 1, "device 'gpu-torch', not 'cpu'"), ("cpu", 8, "batch 8, not 1")):
-        lut = save_lut(LUT(device, MODEL, RES, batch, entries, fixed_ms=0.25), tmp_path / f"{device}-{batch}.json")
+        lut = save_lut(LUT(device=device, model=MODEL, resolution=RES, batch=batch, blocks=entries,
+                           fixed_ms=0.25), tmp_path / f"{device}-{batch}.json")
         assert _export(runs["base"], tmp_path / "o", "--fold", "auto", "--lut", str(lut)) == 2
         assert f"was profiled for {what}" in _one_error_line(capsys)
         assert not (tmp_path / "o").exists()

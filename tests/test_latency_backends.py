@@ -458,13 +458,13 @@ def test_torch_runner_out_of_memory_says_what_to_lower(monkeypatch, tf32_saved) 
         backend.close()
     msg = str(e.value)
     assert msg.startswith("out of memory on ") and "input shape [1, 3, 16, 16]" in msg and "\n" not in msg
-    assert "lower the batch (--batch or the device profile's batch) or the resolution" in msg
+    assert "lower the batch (or the device profile's batch) or the resolution" in msg and e.value.param == "batch"
     assert "Tried to allocate 2.00 GiB" in msg and "cannot run" not in msg
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA; the no-GPU error path cannot occur")
 def test_gpu_torch_without_cuda_is_one_clear_error() -> None:
-    with pytest.raises(LatoptError, match=r"needs a CUDA GPU .* use --device cpu") as e:
+    with pytest.raises(LatoptError, match=r"needs a CUDA GPU .* use the device cpu") as e:
         get_backend(load_device("gpu-torch"))
     assert "\n" not in str(e.value)
 
@@ -485,7 +485,7 @@ def test_gpu_torch_runs_with_cuda_events() -> None:
     assert callable(getattr(r, "time_ms", None))
     x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
     np.testing.assert_allclose(r.run(x), reference(model, x), rtol=1e-3, atol=1e-4)
-    s = compare({"m": r}, TimingPolicy(2, 5, 5, 60))["m"]
+    s = compare({"m": r}, TimingPolicy(warmup=2, min_repeats=5, max_repeats=5, budget_s=60))["m"]
     assert s.n == 5 and s.median_ms > 0
     assert "gpu" in backend.environment()
 
@@ -497,7 +497,7 @@ def test_tensorrt_backend_builds_and_times() -> None:
     r = backend.prepare(model, SHAPE)
     x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
     np.testing.assert_allclose(r.run(x), reference(model, x), rtol=2e-2, atol=2e-2)
-    s = compare({"m": r}, TimingPolicy(2, 5, 5, 60))["m"]
+    s = compare({"m": r}, TimingPolicy(warmup=2, min_repeats=5, max_repeats=5, budget_s=60))["m"]
     assert s.n == 5 and s.median_ms > 0
 
 

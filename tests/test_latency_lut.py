@@ -1,17 +1,24 @@
-"""LUT: schema round trip, predict, c_l, variant times, calibration, load_lut mismatch errors."""
+"""LUT: schema round trip, predict, c_l, variant times, calibration, load_lut mismatch errors, the LUT as data
+(validated alone, no model built; check_blocks against a model's block list)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
+from latopt.blocks import find_blocks
+from latopt.config import validated
 from latopt.errors import LatoptError
 from latopt.latency.lut import (
     LUT,
     LUT_SCHEMA,
     BlockEntry,
     calibrate,
+    check_blocks,
     costs,
     default_lut_path,
     load_lut,
@@ -20,6 +27,7 @@ from latopt.latency.lut import (
     variant_times,
 )
 from latopt.latency.timing import TimingStats
+from latopt.models import build_model
 
 
 def st(ms: float) -> TimingStats:
@@ -28,13 +36,15 @@ def st(ms: float) -> TimingStats:
 
 def make_lut() -> LUT:
     blocks = [
-        BlockEntry(0, "blocks.0.0", "timm.DepthwiseSeparableConv", (1, 32, 112, 112), True, "",
-                   {"none": st(0.4), "full": st(0.8)}, {"none": 0.4, "full": 0.8}),
-        BlockEntry(1, "blocks.1.0", "timm.InvertedResidual", (1, 16, 112, 112), True, "",
-                   {v: st(t) for v, t in {"none": 0.7, "full": 0.3, "expand_dw": 0.5, "dw_project": 0.6}.items()},
-                   {"none": 0.7, "full": 0.3, "expand_dw": 0.5, "dw_project": 0.6}),
-        BlockEntry(2, "blocks.2.0", "timm.InvertedResidual", (1, 24, 56, 56), False, "squeeze-excitation",
-                   {"none": st(0.25)}, {"none": 0.25}),
+        BlockEntry(index=0, path="blocks.0.0", kind="timm.DepthwiseSeparableConv", input_shape=(1, 32, 112, 112),
+                   foldable=True, raw={"none": st(0.4), "full": st(0.8)}, ms={"none": 0.4, "full": 0.8}),
+        BlockEntry(index=1, path="blocks.1.0", kind="timm.InvertedResidual", input_shape=(1, 16, 112, 112),
+                   foldable=True,
+                   raw={v: st(t) for v, t in {"none": 0.7, "full": 0.3, "expand_dw": 0.5, "dw_project": 0.6}.items()},
+                   ms={"none": 0.7, "full": 0.3, "expand_dw": 0.5, "dw_project": 0.6}),
+        BlockEntry(index=2, path="blocks.2.0", kind="timm.InvertedResidual", input_shape=(1, 24, 56, 56),
+                   foldable=False, reason="squeeze-excitation",
+                   raw={"none": st(0.25)}, ms={"none": 0.25}),
     ]
     return LUT(device="cpu", model="mobilenetv2_100", resolution=224, batch=1, blocks=blocks, fixed_ms=1.0,
                fixed={"stem": st(0.3), "head": st(0.7)}, backend="onnxruntime", variants=("full", "expand_dw", "dw_project"),
@@ -54,17 +64,35 @@ def test_round_trip(tmp_path) -> None:
     assert back.blocks[1].raw["expand_dw"] == lut.blocks[1].raw["expand_dw"]
 
 
-@pytest.mark.parametrize("partial,variants", [(True, ("full", "expand_dw", "dw_project")), (False, ("full",)),
-                                              (None, ("full",))])
-def test_lut_written_before_variants_loads(tmp_path, partial, variants) -> None:
-    """A LUT older than the fold variants has ``partial`` (or nothing) instead of ``variants``."""
+def test_lut_without_variants_times_full_and_one_with_partial_is_refused(tmp_path) -> None:
+    """``variants`` defaults to ("full",); a LUT recording the older ``partial`` flag instead is refused: re-profile."""
     data = make_lut().to_dict()
     del data["variants"]
-    if partial is not None:
-        data["partial"] = partial
-    (tmp_path / "old.json").write_text(json.dumps(data))
-    lut = load_lut(tmp_path / "old.json")
-    assert lut.variants == variants and lut.partial == bool(partial)
+    (tmp_path / "full.json").write_text(json.dumps(data))
+    lut = load_lut(tmp_path / "full.json")
+    assert lut.variants == ("full",) and not lut.partial
+    for partial in (True, False):
+        (tmp_path / "old.json").write_text(json.dumps({**data, "partial": partial}))
+        with pytest.raises(LatoptError, match=r"old\.json is corrupt: it records 'partial' instead of 'variants' "
+                                              r"\(an older LUT format\): profile the model again") as e:
+            load_lut(tmp_path / "old.json")
+        assert "\n" not in str(e.value)
+
+
+def test_loading_a_lut_needs_no_model_stack(tmp_path) -> None:
+    """A LUT is data: loading it builds no model, so it loads where timm cannot even be imported."""
+    path = save_lut(make_lut(), tmp_path / "lut.json")
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["timm"] = None   # any import of timm now fails
+        from latopt.latency.lut import load_lut, predict
+        lut = load_lut({str(path)!r}, model="mobilenetv2_100", resolution=224)
+        assert "timm" not in [m.split(".")[0] for m in sys.modules if sys.modules[m] is not None]
+        print(len(lut.blocks), round(predict(lut, "all"), 6))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["3", str(round(predict(make_lut(), "all"), 6))]
 
 
 def test_predict_costs_and_variants() -> None:
@@ -83,7 +111,7 @@ def test_predict_costs_and_variants() -> None:
         predict(lut, [2])
     with pytest.raises(LatoptError, match="block 7 is not in the LUT"):
         predict(lut, [7])
-    with pytest.raises(LatoptError, match="no time for block 0 in variant 'expand_dw'.*--variants full,expand_dw"):
+    with pytest.raises(LatoptError, match="no time for block 0 in variant 'expand_dw' \\(profile the variants full,expand_dw\\)"):
         predict(lut, {0: "expand_dw"})
     with pytest.raises(LatoptError, match="fold set 'some'"):
         predict(lut, "some")
@@ -93,12 +121,12 @@ def test_load_lut_errors(tmp_path) -> None:
     path = save_lut(make_lut(), tmp_path / "lut.json")
     with pytest.raises(LatoptError, match="profiled for model 'mobilenetv2_100', not 'efficientnet_lite0'"):
         load_lut(path, model="efficientnet_lite0")
-    with pytest.raises(LatoptError, match="resolution 224, not 160.*latopt profile .*--resolution 160"):
+    with pytest.raises(LatoptError, match="resolution 224, not 160; profile .*latopt profile.*resolution 160, batch 1"):
         load_lut(path, resolution=160)
     with pytest.raises(LatoptError, match="batch 1, not 8"):
         load_lut(path, batch=8)
     # a LUT of exact folds (bias maps timed) used to fold in paper mode, or the reverse
-    with pytest.raises(LatoptError, match="fold_mode 'exact', not 'paper'.*--fold-mode paper"):
+    with pytest.raises(LatoptError, match="fold_mode 'exact', not 'paper'.*fold mode paper"):
         load_lut(path, fold_mode="paper")
     assert load_lut(path, fold_mode="exact").fold_mode == "exact"
     with pytest.raises(LatoptError, match="does not exist"):
@@ -153,36 +181,41 @@ def _set(d: dict, path: tuple, value) -> dict:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("path,value,match", [
-    (("blocks", 1, "ms", "full"), -0.3, r"block 1 variant 'full' ms is -0.3; times must be finite numbers >= 0"),
-    (("blocks", 0, "ms", "none"), float("nan"), r"block 0 variant 'none' ms is nan"),
-    (("blocks", 1, "raw", "expand_dw", "median_ms"), float("inf"), r"block 1 variant 'expand_dw' raw median_ms is inf"),
-    (("blocks", 2, "raw", "none", "q1_ms"), -1, r"block 2 variant 'none' raw q1_ms is -1"),
-    (("fixed_ms",), float("-inf"), r"LUT fixed_ms is -inf"),
-    (("fixed", "stem", "iqr_ms"), float("nan"), r"LUT fixed\['stem'\] iqr_ms is nan"),
-    (("call_overhead_ms",), -0.01, r"LUT call_overhead_ms is -0.01"),
-    (("profiling_s",), "1.0", r"LUT profiling_s is '1.0'"),
-    (("blocks", 1, "ms", "none"), 10**400, r"block 1 variant 'none' ms is 1000"),  # too large for a float
-    (("blocks",), [], r"LUT: blocks must be a non-empty list, not \[\]"),
-    (("blocks",), {"0": {}}, r"LUT: blocks must be a non-empty list"),
-    (("blocks", 2, "index"), 1, r"LUT: block index 1 appears twice \(blocks\[2\]\)"),
-    (("blocks", 1, "index"), "1", r"blocks\[1\]: index must be an integer >= 0, not '1'"),
-    (("blocks", 1, "index"), -1, r"blocks\[1\]: index must be an integer >= 0, not -1"),
-    (("blocks", 0), "block", r"blocks\[0\] must be a mapping, not 'block'"),
-    (("blocks", 0, "input_shape"), [1, -3, 4], r"block 0: input_shape must be a non-empty list of positive integers"),
-    (("blocks", 0, "foldable"), "yes", r"block 0: foldable must be true or false, not 'yes'"),
-    (("blocks", 2, "foldable"), True, r"block 2: foldable but ms has no time for variant 'full'"),
-    (("blocks", 0, "path"), None, r"block 0: path must be a string, not None"),
-    (("blocks", 0, "ms"), [0.4], r"block 0 ms must be a mapping, not \[0.4\]"),
-    (("blocks", 0, "ms", "half"), 0.1, r"block 0: ms has unknown variant 'half'"),
-    (("blocks", 1, "raw", "full", "n"), 0, r"block 1 variant 'full' raw: n must be an integer >= 1, not 0"),
-    (("resolution",), "224", r"LUT: resolution must be an integer >= 1, not '224'"),
-    (("batch",), 0, r"LUT: batch must be an integer >= 1, not 0"),
-    (("device",), 5, r"LUT: device must be a non-empty string, not 5"),
-    (("fold_mode",), "fast", r"LUT: fold_mode must be one of exact, paper, not 'fast'"),
-    (("variants",), "full", r"LUT: variants must be a list of variant names, not 'full'"),
-    (("variants",), ["full", "half"], r"LUT: variants: unknown variant 'half'"),
-    (("fixed",), [1], r"LUT fixed must be a mapping"),
-    (("end_to_end", "asis"), 3, r"LUT end_to_end\['asis'\] must be a mapping, not 3"),
+    (("blocks", 1, "ms", "full"), -0.3, r"field 'blocks\[1\].ms.full' must be >= 0, got -0.3"),
+    (("blocks", 0, "ms", "none"), float("nan"), r"field 'blocks\[0\].ms.none' must be a finite number, got nan"),
+    (("blocks", 1, "raw", "expand_dw", "median_ms"), float("inf"),
+     r"field 'blocks\[1\].raw.expand_dw.median_ms' must be a finite number, got inf"),
+    (("blocks", 2, "raw", "none", "q1_ms"), -1, r"field 'blocks\[2\].raw.none.q1_ms' must be >= 0(.0)?, got -1"),
+    (("fixed_ms",), float("-inf"), r"field 'fixed_ms' must be a finite number, got -inf"),
+    (("fixed", "stem", "iqr_ms"), float("nan"), r"field 'fixed.stem.iqr_ms' must be a finite number, got nan"),
+    (("call_overhead_ms",), -0.01, r"field 'call_overhead_ms' must be >= 0, got -0.01"),
+    (("profiling_s",), "1.0", r"field 'profiling_s' must be a number, got '1.0'"),
+    (("blocks", 1, "ms", "none"), 10**400, r"field 'blocks\[1\].ms.none' must be a number, got 1000"),  # too large
+    (("blocks",), [], r"field 'blocks' must not be empty"),
+    (("blocks",), {"0": {}}, r"field 'blocks' must be a list"),
+    (("blocks", 2, "index"), 1, r"block index 1 appears twice \(blocks\[1\] and blocks\[2\]\)"),
+    (("blocks", 2, "path"), "blocks.1.0", r"block path 'blocks.1.0' appears twice"),
+    (("blocks", 1, "index"), "1", r"field 'blocks\[1\].index' must be an integer, got '1'"),
+    (("blocks", 1, "index"), -1, r"field 'blocks\[1\].index' must be >= 0, got -1"),
+    (("blocks", 0), "block", r"field 'blocks\[0\]' must be a mapping, got 'block'"),
+    (("blocks", 0, "input_shape"), [1, -3, 4], r"field 'blocks\[0\].input_shape\[1\]' must be >= 1, got -3"),
+    (("blocks", 0, "input_shape"), [], r"field 'blocks\[0\].input_shape' must not be empty"),
+    (("blocks", 0, "foldable"), "yes", r"field 'blocks\[0\].foldable' must be true or false, got 'yes'"),
+    (("blocks", 2, "foldable"), True, r"field 'blocks\[2\]' is foldable but has no ms time for variant 'full'"),
+    (("blocks", 0, "path"), None, r"field 'blocks\[0\].path' must be a string, got None"),
+    (("blocks", 0, "ms"), [0.4], r"field 'blocks\[0\].ms' must be a mapping, got \[0.4\]"),
+    (("blocks", 0, "ms", "half"), 0.1, r"field 'blocks\[0\].ms' has a key that is 'half'; choose one of none, full"),
+    (("blocks", 1, "raw", "full", "n"), 0, r"field 'blocks\[1\].raw.full.n' must be >= 1, got 0"),
+    (("blocks", 0, "speed"), 1, r"unknown field 'blocks\[0\].speed'"),
+    (("resolution",), "224", r"field 'resolution' must be an integer, got '224'"),
+    (("batch",), 0, r"field 'batch' must be >= 1, got 0"),
+    (("device",), 5, r"field 'device' must be a string, got 5"),
+    (("device",), "", r"field 'device' must be a non-empty string"),
+    (("fold_mode",), "fast", r"field 'fold_mode' is 'fast'; choose one of exact, paper"),
+    (("variants",), "full", r"field 'variants' must be a list, got 'full'"),
+    (("variants",), ["full", "half"], r"field 'variants\[1\]' is 'half'; choose one of full, expand_dw"),
+    (("fixed",), [1], r"field 'fixed' must be a mapping"),
+    (("end_to_end", "asis"), 3, r"field 'end_to_end.asis' must be a mapping, got 3"),
 ])
 def test_malformed_lut_is_one_line_naming_the_field(tmp_path, path, value, match) -> None:
     data = _set(make_lut().to_dict(), path, value)
@@ -195,14 +228,17 @@ def test_malformed_lut_is_one_line_naming_the_field(tmp_path, path, value, match
 def test_lut_without_as_is_time_or_required_field(tmp_path) -> None:
     data = make_lut().to_dict()
     del data["blocks"][1]["ms"]["none"]
-    with pytest.raises(LatoptError, match=r"block 1: ms has no time for variant 'none'"):
-        LUT.from_dict(data)
+    with pytest.raises(LatoptError, match=r"field 'blocks\[1\]' has no ms time for variant 'none'"):
+        validated(LUT, data, key="field")
     data = make_lut().to_dict()
     del data["blocks"][0]["raw"]["none"]["median_ms"]
-    with pytest.raises(LatoptError, match=r"block 0 variant 'none' raw: missing field 'median_ms'"):
-        LUT.from_dict(data)
-    with pytest.raises(LatoptError, match=r"LUT must be a mapping"):
-        LUT.from_dict([])
+    with pytest.raises(LatoptError, match=r"field 'blocks\[0\].raw.none.median_ms' is missing"):
+        validated(LUT, data, key="field")
+    with pytest.raises(LatoptError, match=r"expected a mapping of fields, got \[\]"):
+        validated(LUT, [], key="field")
+    (tmp_path / "list.json").write_text(json.dumps([]))
+    with pytest.raises(LatoptError, match=r"list\.json is not a JSON object"):
+        load_lut(tmp_path / "list.json")
 
 
 def _leaves(d, path=()):  # type: ignore[no-untyped-def]
@@ -230,7 +266,7 @@ def test_fuzzed_lut_never_raises_anything_but_a_one_line_error() -> None:
                 _set(data, path, value)
             cases += 1
             try:
-                lut = LUT.from_dict(data)
+                lut = validated(LUT, data, key="field")
             except LatoptError as e:
                 assert "\n" not in str(e)
                 refused += 1
@@ -246,24 +282,32 @@ def test_fuzzed_lut_never_raises_anything_but_a_one_line_error() -> None:
     assert cases > 1000 and 0 < refused < cases
 
 
-@pytest.mark.parametrize("edit", ["drop-middle", "drop-last", "index-999", "no-raw"])
+@pytest.mark.parametrize("edit", ["drop-middle", "drop-last", "index-999", "no-raw", "other-path"])
 def test_a_lut_must_time_every_block_of_its_model(tmp_path, edit) -> None:
     # a LUT with a block missing (or renumbered out of range, or without its measured times) was accepted:
-    # export --fold auto / fold / search then silently treated the missing blocks as free to keep
-    data = make_lut().to_dict()
+    # export --fold auto / fold / search then silently treated the missing blocks as free to keep. The LUT
+    # alone refuses what it can tell (indices 0..n-1, raw times); the model's block list tells the rest.
+    lut = make_lut()
+    model_blocks = find_blocks(build_model("mobilenetv2_035", num_classes=10))
+    entries = [BlockEntry(index=b.index, path=b.path, kind=b.kind, input_shape=(1, b.cin, 8, 8), foldable=False,
+                          raw={}, ms={"none": 1.0}) for b in model_blocks]
+    check_blocks(lut.model_copy(update={"blocks": entries}), model_blocks)   # every block, same paths: fine
+    data = lut.model_copy(update={"blocks": entries}).to_dict()
     if edit == "drop-middle":
         del data["blocks"][1]
     elif edit == "drop-last":
         del data["blocks"][-1]
     elif edit == "index-999":
         data["blocks"][-1]["index"] = 999
+    elif edit == "other-path":
+        data["blocks"][3]["path"] = "blocks.9.9"
     else:
         del data["blocks"][0]["raw"]
     (tmp_path / "lut.json").write_text(json.dumps(data))
-    if edit == "drop-last":   # indices still 0..n-1: only the model says a block is missing
-        load_lut(tmp_path / "lut.json")
-        data["model"] = "mobilenetv2_035"
-        (tmp_path / "lut.json").write_text(json.dumps(data))
     with pytest.raises(LatoptError) as e:
-        load_lut(tmp_path / "lut.json", model="mobilenetv2_035" if edit == "drop-last" else None)
+        check_blocks(load_lut(tmp_path / "lut.json"), model_blocks, tmp_path / "lut.json")
     assert "\n" not in str(e.value)
+    if edit == "drop-last":   # indices still 0..n-1: only the model says a block is missing
+        assert f"times {len(model_blocks) - 1} blocks but the model mobilenetv2_100 has {len(model_blocks)}" in str(e.value)
+    if edit == "other-path":
+        assert "times block 3 at 'blocks.9.9' but the model mobilenetv2_100 has it at" in str(e.value)

@@ -6,6 +6,7 @@ import statistics
 
 import pytest
 
+from latopt.config import validated
 from latopt.errors import LatoptError
 from latopt.latency.timing import TimingPolicy, TimingStats, compare, environment_info
 
@@ -59,7 +60,8 @@ def test_warm_calls_precede_each_timed_call() -> None:
 def test_device_timer_is_used_and_statistics_exact() -> None:
     log: list[str] = []
     vals = [1.0, 2.0, 3.0, 4.0, 5.0]
-    stats = compare({"gpu": DeviceTimed("gpu", log, vals)}, TimingPolicy(0, 10, 10, 60))
+    stats = compare({"gpu": DeviceTimed("gpu", log, vals)}, TimingPolicy(warmup=0, min_repeats=10,
+                                                                         max_repeats=10, budget_s=60))
     s = stats["gpu"]
     assert s.n == 10 and s.median_ms == pytest.approx(3.0)
     assert (s.q1_ms, s.q3_ms) == pytest.approx(tuple(statistics.quantiles(vals * 2, n=4, method="inclusive"))[::2])
@@ -82,10 +84,12 @@ def test_thread_clock_and_policy_validation() -> None:
     def work() -> None:
         sum(i * i for i in range(2000))
 
-    s = compare({"w": work}, TimingPolicy(1, 5, 5, 60, clock="thread"))["w"]
+    s = compare({"w": work}, TimingPolicy(warmup=1, min_repeats=5, max_repeats=5, budget_s=60, clock="thread"))["w"]
     assert s.n == 5 and s.median_ms > 0 and s.wall_median_ms is not None
-    with pytest.raises(LatoptError, match="clock must be one of"):
-        TimingPolicy(clock="tsc")
+    with pytest.raises(LatoptError, match="key 'clock' is 'tsc'; choose one of wall, thread"):
+        validated(TimingPolicy, {"clock": "tsc"}, key="key")
+    with pytest.raises(LatoptError, match=r"min_repeats > max_repeats \(6 > 5\)"):
+        validated(TimingPolicy, {"min_repeats": 6, "max_repeats": 5})
     with pytest.raises(LatoptError, match="nothing to time"):
         compare({}, TimingPolicy())
 

@@ -210,9 +210,11 @@ def test_prefold_with_lut_freezes_unprofitable_blocks(tiny: dict, tmp_path: Path
 
     base, _, _ = load_checkpoint(tiny["ckpt"])
     blocks = find_blocks(base)
-    entries = [BlockEntry(b.index, b.path, b.kind, (1, b.cin, 8, 8), b.foldable, b.reason, {},
-                          {"none": 1.0, "full": 0.5 if b.index % 2 else 1.5}) for b in blocks]
-    lut_path = save_lut(LUT("cpu", MODEL, 16, 1, entries, fixed_ms=0.25), tmp_path / "lut.json")
+    entries = [BlockEntry(index=b.index, path=b.path, kind=b.kind, input_shape=(1, b.cin, 8, 8),
+                          foldable=b.foldable, reason=b.reason, raw={},
+                          ms={"none": 1.0, "full": 0.5 if b.index % 2 else 1.5}) for b in blocks]
+    lut_path = save_lut(LUT(device="cpu", model=MODEL, resolution=16, batch=1, blocks=entries,
+                            fixed_ms=0.25), tmp_path / "lut.json")
     lut = load_lut(lut_path)
     c = costs(lut)
     assert c[0] == 0.0 and c[1] == 0.5
@@ -237,7 +239,8 @@ def test_prefold_with_lut_freezes_unprofitable_blocks(tiny: dict, tmp_path: Path
     with pytest.raises(LatoptError, match="partial fold variants"):  # this LUT has no partial-variant times
         run_fold(tiny["cfg"], tiny["ckpt"], tmp_path / "g", lut=lut_path, lambda_c=1.0, tau=0.9, p=2.0,
                  granularity="activation")
-    other = save_lut(LUT("cpu", "mobilenetv2_100", 16, 1, entries, fixed_ms=0.25), tmp_path / "other.json")
+    other = save_lut(LUT(device="cpu", model="mobilenetv2_100", resolution=16, batch=1, blocks=entries,
+                         fixed_ms=0.25), tmp_path / "other.json")
     with pytest.raises(LatoptError, match="profiled for model 'mobilenetv2_100'"):
         run_fold(tiny["cfg"], tiny["ckpt"], tmp_path / "g", lut=other, lambda_c=1.0, tau=0.9, p=2.0)
     with pytest.raises(LatoptError, match="trained with data"):

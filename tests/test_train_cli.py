@@ -52,8 +52,10 @@ def test_train_and_fold_commands(env: dict, capsys: pytest.CaptureFixture) -> No
 def _lut(path: Path, model: str, resolution: int) -> Path:
     from latopt.latency.lut import LUT, BlockEntry, save_lut
 
-    block = BlockEntry(0, "blocks.0.0", "k", (1, 3, 8, 8), False, "", {}, {"none": 1.0})  # a LUT has blocks
-    return save_lut(LUT("cpu", model, resolution, 1, [block], fixed_ms=1.0), path)
+    block = BlockEntry(index=0, path="blocks.0.0", kind="k", input_shape=(1, 3, 8, 8), foldable=False,
+                       reason="", raw={}, ms={"none": 1.0})  # a LUT has blocks
+    return save_lut(LUT(device="cpu", model=model, resolution=resolution, batch=1, blocks=[block],
+                        fixed_ms=1.0), path)
 
 
 @pytest.mark.parametrize(

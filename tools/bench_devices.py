@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     root = Path(args.runs_dir)
     root.mkdir(parents=True, exist_ok=True)
-    from latopt.engine import set_threads
+    from latopt.torch_settings import set_threads
 
     set_threads(1)
     if args.stage == "run":

@@ -42,7 +42,7 @@ from typing import Any
 
 from latopt.artifacts import write_json_atomic
 from latopt.dp import candidates, select_plan, variant_losses
-from latopt.engine import seed_everything, set_threads
+from latopt.engine import seed_everything
 from latopt.export import (
     Plan,
     auto_plan,
@@ -60,6 +60,7 @@ from latopt.latency.lut import costs, default_lut_path, load_lut, predict, save_
 from latopt.latency.onnx_io import export_onnx
 from latopt.latency.profiler import measure_networks, profile_model
 from latopt.models import build_model
+from latopt.torch_settings import set_threads
 
 
 def _load() -> str:

@@ -570,7 +570,7 @@ def try_lock(path: Path) -> bool:
 
 
 def run_queue(ctx: Ctx) -> int:
-    from latopt.engine import set_threads
+    from latopt.torch_settings import set_threads
 
     set_threads(1)
     cells = cell_names(ctx.args)

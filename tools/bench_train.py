@@ -31,8 +31,9 @@ import torch
 
 from latopt.accel import Accel
 from latopt.config import TrainConfig
-from latopt.engine import cross_entropy_loss, fit, make_optimizer, set_threads
+from latopt.engine import cross_entropy_loss, fit, make_optimizer
 from latopt.models import build_model
+from latopt.torch_settings import set_threads
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "cpu": {"device": "cpu"},

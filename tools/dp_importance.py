@@ -26,8 +26,8 @@ from latopt.blocks import find_blocks
 from latopt.config import load_config
 from latopt.data import load_task
 from latopt.dp import variant_losses
-from latopt.engine import set_threads
 from latopt.layerfold import check_base
+from latopt.torch_settings import set_threads
 
 
 def _rho(a: list[float], b: list[float]) -> float:

@@ -35,9 +35,10 @@ from torch import nn
 from latopt.artifacts import write_figure_atomic, write_json_atomic
 from latopt.config import TrainConfig
 from latopt.data import get_task
-from latopt.engine import evaluate, fit, make_optimizer, seed_everything, set_threads, tensor_loader
+from latopt.engine import evaluate, fit, make_optimizer, seed_everything, tensor_loader
 from latopt.fold import AlphaActivation, alpha_parameters, clamp_alphas_
 from latopt.layerfold import CompressionLoss
+from latopt.torch_settings import set_threads
 
 
 def flat_data(spec: str, resolution: int, seed: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

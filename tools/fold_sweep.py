@@ -22,8 +22,8 @@ from pathlib import Path
 from latopt.artifacts import write_json_atomic
 from latopt.config import load_config
 from latopt.data import load_task
-from latopt.engine import set_threads
 from latopt.layerfold import run_fold
+from latopt.torch_settings import set_threads
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -191,7 +191,7 @@ def _tail(text: str, n: int = 3) -> str:
 class Checks:
     def __init__(self, args: argparse.Namespace) -> None:
         from latopt.config import load_config
-        from latopt.engine import set_threads
+        from latopt.torch_settings import set_threads
 
         self.args = args
         self.smoke = args.cpu_smoke
@@ -345,9 +345,9 @@ class Checks:
 
     # ----------------------------------------------------------------------------------------- 5. latency
     def latency(self, precision: str) -> Row:
-        from latopt.accel import tf32_flags
         from latopt.latency.profiler import measure_networks
         from latopt.models import load_checkpoint
+        from latopt.torch_settings import tf32_flags
 
         prof = self._device_profile()
         name = f"latency {'gpu-torch' if self.smoke else prof.name} {precision}"

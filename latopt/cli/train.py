@@ -62,7 +62,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
     from latopt.accel import is_main_process, process_group
     from latopt.config import load_config
-    from latopt.engine import set_threads
+    from latopt.torch_settings import set_threads
     from latopt.train import train_base
 
     if args.epochs is not None and args.epochs < 0:
@@ -88,8 +88,8 @@ def _cmd_fold(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
     from latopt.accel import is_main_process, process_group
     from latopt.config import load_config
-    from latopt.engine import set_threads
     from latopt.layerfold import format_summary, run_fold
+    from latopt.torch_settings import set_threads
 
     cfg = load_config(args.config, {"fold.lambda_c": args.lambda_c, "fold.tau": args.tau, "fold.p": args.p,
                                     "fold.granularity": args.granularity, "fold.distill": args.distill,

@@ -19,7 +19,7 @@ from latopt.dp.importance import candidates, check_importance, variant_losses
 from latopt.dp.knapsack import DEFAULT_RESOLUTION, solve
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
-from latopt.latency.lut import LUT, load_lut, predict
+from latopt.latency.lut import LUT, check_blocks, load_lut, predict
 from latopt.layerfold import check_base, fold_plan_and_finetune, report_tail, write_fold_outputs
 from latopt.log import get_logger
 from latopt.models import model_cost
@@ -97,6 +97,7 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
         if not Path(lut_path).is_file():
             raise LatoptError(f"LUT {lut_path} does not exist; create it with `latopt profile --variants full,pw,drop`")
         lut = load_lut(lut_path, model=arch["model"], resolution=cfg.data.resolution, fold_mode=cfg.fold.mode)
+    check_blocks(lut, find_blocks(base), lut_path or "the LUT")
     cands = candidates(lut, variants)
     t0 = time.perf_counter()
     if losses is None:

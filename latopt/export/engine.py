@@ -25,8 +25,8 @@ from latopt.export.plan import Plan
 from latopt.latency.backends import get_backend
 from latopt.latency.backends.tensorrt.build import build_engine
 from latopt.latency.onnx_io import export_onnx
-from latopt.latency.profiler import torch_threads
 from latopt.runtime import TrtEngineRunner
+from latopt.torch_settings import torch_threads
 
 ENGINE_BATCH = 1   # the shipped engine's static batch: what the accuracy gate runs and what export times
 

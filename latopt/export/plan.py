@@ -24,11 +24,12 @@ from typing import Any
 
 from torch import nn
 
+from latopt.blocks import find_blocks
 from latopt.config import check_resolution
 from latopt.constants import FOLD_MODES
 from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_blocks, fold_spec, normalize_plan, plain_activations_
-from latopt.latency.lut import costs, default_lut_path, load_lut
+from latopt.latency.lut import check_blocks, costs, default_lut_path, load_lut
 from latopt.models import build_model, content_digest, load_checkpoint
 
 
@@ -95,9 +96,13 @@ def export_lut(path: str | None, arch: dict[str, Any], device: Any, resolution: 
     it measures on ``device``, and a LUT timed on another device or batch predicts something else."""
     model_name = arch["model"]
     if path:
-        return load_lut(path, model=model_name, resolution=resolution, device=device.name, batch=device.batch)
-    p = default_lut_path(device.name, model_name, resolution, device.batch)
-    return load_lut(p, model=model_name, resolution=resolution) if Path(p).is_file() else None
+        lut = load_lut(path, model=model_name, resolution=resolution, device=device.name, batch=device.batch)
+    else:
+        path = str(default_lut_path(device.name, model_name, resolution, device.batch))
+        lut = load_lut(path, model=model_name, resolution=resolution) if Path(path).is_file() else None
+    if lut is not None:
+        check_blocks(lut, find_blocks(asis_network(arch)), path)
+    return lut
 
 
 def check_fold_size(checkpoint: str | Path, fspec: dict[str, Any], res: int) -> None:

@@ -2,7 +2,8 @@
 
 Public API::
 
-    DeviceProfile                     frozen, validated record, one field per YAML key
+    DeviceProfile                     frozen, validated record, one field per YAML key: the device's, and the
+                                      timing keys of :class:`latopt.latency.timing.TimingPolicy`, which it extends
     load_device(name_or_path) -> DeviceProfile   "cpu" → profiles/cpu.yaml, else the shipped cpu.yaml;
                                       or a path to a .yaml file
     list_devices() -> list[str]       names of the added and the shipped profiles
@@ -26,25 +27,25 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, model_validator
 
 from latopt.artifacts import read_yaml
-from latopt.config import Name, Positive, StrictModel, validated
-from latopt.constants import MAX_BATCH, MAX_THREADS, Backend, Clock, Precision
+from latopt.config import Name, validated
+from latopt.constants import MAX_BATCH, MAX_THREADS, Backend, Precision
 from latopt.errors import LatoptError
+from latopt.latency.timing import Count, TimingPolicy
 from latopt.log import get_logger
 
 if TYPE_CHECKING:  # annotations only (importlib.resources.abc is Python >= 3.11)
     from importlib.resources.abc import Traversable
 
 _LOG = get_logger("profile")
-Count = Annotated[int, Field(ge=1)]
-Calls = Annotated[int, Field(ge=0)]
 
 
-class DeviceProfile(StrictModel):
+class DeviceProfile(TimingPolicy):
     """One latency target. Times are measured with ``backend`` at ``precision`` and ``batch``.
 
-    Repeat policy (see :mod:`latopt.latency.timing`): ``warmup`` calls per runner, then interleaved rounds
-    until at least ``min_repeats`` rounds are done and every median moved less than ``stable_rel``
-    between two checks, or ``max_repeats`` rounds or ``budget_s`` seconds are reached.
+    Repeat policy: the fields of :class:`~latopt.latency.timing.TimingPolicy` (``warmup`` calls per runner,
+    then interleaved rounds until at least ``min_repeats`` rounds are done and every median moved less than
+    ``stable_rel`` between two checks, or ``max_repeats`` rounds or ``budget_s`` seconds are reached; the
+    ``clock`` and ``warm_calls``), flat keys of the same YAML file with the same defaults.
     """
 
     name: Name  # names profiles/<name>/ (the device's LUTs) and runs/<run>/lut-<name>.json
@@ -55,13 +56,6 @@ class DeviceProfile(StrictModel):
     precision: Precision = "fp32"
     batch: Annotated[int, Field(ge=1, le=MAX_BATCH)] = 1
     threads: Annotated[int, Field(ge=1, le=MAX_THREADS)] = 1  # intra-op threads (ONNX Runtime) / torch.set_num_threads on CPU
-    warmup: Calls = 10
-    min_repeats: Count = 30
-    max_repeats: Count = 300
-    budget_s: Positive = 30.0
-    stable_rel: Positive = 0.01
-    warm_calls: Calls = 1  # untimed calls of a runner right before each of its timed calls (0 = cold)
-    clock: Clock = "wall"  # "wall" (host clock) or "thread" (CPU time of the one inference thread; see timing.py)
     expected_gpu: str | None = None  # GPU name the live device must match (substring or glob)
     workspace_mib: Count | None = None  # TensorRT builder workspace limit
     options: dict[str, Any] = {}  # backend-specific extras
@@ -69,8 +63,6 @@ class DeviceProfile(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> DeviceProfile:
-        if self.min_repeats > self.max_repeats:
-            raise ValueError(f"min_repeats > max_repeats ({self.min_repeats} > {self.max_repeats})")
         if self.clock == "thread" and (self.threads != 1 or self.is_gpu):
             raise ValueError("clock: thread measures the calling thread's CPU time, so it needs threads: 1 on a "
                              "CPU backend")

@@ -3,10 +3,13 @@
 Public API::
 
     LUT_SCHEMA = "latopt.lut/1"
-    BlockEntry, LUT                          dataclasses (fields below)
+    BlockEntry, LUT                          frozen pydantic records (fields below); lut.to_dict() is the JSON
     save_lut(lut, path) -> Path              atomic JSON write
-    load_lut(path, *, model=None, resolution=None, batch=None, device=None) -> LUT   LatoptError on mismatch
-                                             or on a malformed LUT (one line naming the field)
+    load_lut(path, *, model=None, resolution=None, batch=None, device=None, fold_mode=None) -> LUT
+                                             LatoptError on a mismatch or a malformed LUT (one line naming
+                                             the file and the field)
+    check_blocks(lut, blocks, path="the LUT")   LatoptError unless the LUT times exactly the model's blocks
+                                             (``latopt.blocks.find_blocks``: one entry per block, same paths)
     predict(lut, folded) -> float            ms of the network with ``folded`` blocks folded
     costs(lut) -> dict[int, float]           c_l = max(0, t_asis − t_full) per foldable block
     variant_times(lut, index) -> dict[str, float]   {"none", "full", and the other profiled variants it allows}
@@ -29,12 +32,18 @@ folds and, when more variants are profiled, one mixing them all.
 Variants. ``LUT.variants`` lists the fold variants timed besides as-is (``latopt profile --variants``;
 ``full`` always). ``drop`` (a residual block removed) is not timed: its time is 0 by definition (the block
 is gone; what that leaves out, e.g. a residual ``Add`` the network had fused, the mixed held-out network
-measures). A LUT written before ``variants`` existed has ``partial: true|false`` instead and
-loads as ``full`` (+ ``expand_dw``, ``dw_project``).
+measures). A LUT that records ``partial`` instead of ``variants`` (an older format) is refused: re-profile.
+
+Validation. Loading a LUT reads data only (no model is built, timm is not imported): the file is validated
+as the pydantic records below (no unknown field, types, finite times >= 0, known variant names, block
+indices 0..n-1 once each, block paths distinct, "none" timed for every block and "full" for a foldable one);
+``schema``, ``costs`` and each block's ``c`` are written for readers and recomputed, never read. That it
+times the blocks of a given *model* is the check of the caller that has the model (the search, ``latopt
+run``, the fold, the DP and export): :func:`check_blocks` with the model's block list.
 
 Precision. ``LUT.precision`` is the device profile's precision the times were taken at (``int8``: every
-timed network an ONNX Runtime static INT8 model; the backend's settings are in ``environment``). A LUT
-written before it was recorded loads with ``None``. LUTs live under their device's name
+timed network an ONNX Runtime static INT8 model; the backend's settings are in ``environment``); ``None``
+when the LUT does not say. LUTs live under their device's name
 (``profiles/<device>/``), and ``cpu`` and ``cpu-int8`` are two devices, so where a caller names the device
 (export's ``--lut``), the ``device`` check of :func:`load_lut` already keeps an INT8 LUT from standing for the
 fp32 device and the reverse; export also compares no LUT timed at another precision than it measures.
@@ -42,35 +51,78 @@ fp32 device and the reverse; export also compares no LUT timed at another precis
 
 from __future__ import annotations
 
-import functools
 import math
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, PlainSerializer, computed_field, model_validator
 
 from latopt.artifacts import read_json, write_json_atomic
-from latopt.constants import FOLD_VARIANTS, LUT_VARIANTS, PARTIAL_VARIANTS, PRECISIONS
+from latopt.config import StrictModel, validated
+from latopt.constants import FOLD_VARIANTS, LUT_VARIANTS, PARTIAL_VARIANTS, FoldMode, FoldVariant, Precision
 from latopt.errors import LatoptError
 from latopt.latency.devices import profiles_dir
-from latopt.latency.timing import TimingStats
+from latopt.runtime import TimingStats
 
 LUT_SCHEMA = "latopt.lut/1"
 VARIANTS = LUT_VARIANTS  # "none" (as-is) and the fold variants
+Variant = Literal[LUT_VARIANTS]
+Ms = Annotated[float, Field(ge=0)]  # a time: finite (StrictModel) and >= 0
 
 
-@dataclass
-class BlockEntry:
-    index: int
+class _Stats(StrictModel):
+    """The JSON form of a :class:`~latopt.runtime.TimingStats` (its ``to_dict``), validated."""
+
+    median_ms: Ms
+    q1_ms: Ms
+    q3_ms: Ms
+    iqr_ms: Ms
+    n: Annotated[int, Field(ge=1)]
+    wall_median_ms: Ms | None = None
+
+
+def _stats(v: Any) -> Any:
+    return v if isinstance(v, TimingStats) else TimingStats(**_Stats.model_validate(v).model_dump())
+
+
+Stats = Annotated[TimingStats, BeforeValidator(_stats), PlainSerializer(lambda s: s.to_dict())]
+
+
+def _as_tuple(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v  # JSON has lists; the records hold tuples
+
+
+def _without(d: Any, keys: tuple[str, ...]) -> Any:
+    """``d`` less the keys ``to_dict`` derives (they are recomputed, never read)."""
+    return {k: v for k, v in d.items() if k not in keys} if isinstance(d, Mapping) else d
+
+
+class BlockEntry(StrictModel):
+    index: Annotated[int, Field(ge=0)]
     path: str
     kind: str
-    input_shape: tuple[int, ...]
+    input_shape: Annotated[tuple[Annotated[int, Field(ge=1)], ...], Field(min_length=1), BeforeValidator(_as_tuple)]
     foldable: bool
-    reason: str
-    raw: dict[str, TimingStats]  # measured, per variant ("none" = as-is)
-    ms: dict[str, float]  # calibrated ms per variant (what predict sums)
+    reason: str = ""
+    raw: dict[Variant, Stats]  # measured, per variant ("none" = as-is)
+    ms: dict[Variant, Ms]  # calibrated ms per variant (what predict sums)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derived(cls, d: Any) -> Any:
+        return _without(d, ("c",))
+
+    @model_validator(mode="after")
+    def _timed(self) -> BlockEntry:
+        if "none" not in self.ms:
+            raise ValueError("has no ms time for variant 'none' (the block as it is)")
+        if self.foldable and "full" not in self.ms:
+            raise ValueError("is foldable but has no ms time for variant 'full'")
+        return self
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def c(self) -> float:
         """c_l = max(0, t_asis − t_full); 0 for a block that cannot be folded."""
@@ -78,48 +130,56 @@ class BlockEntry:
             return 0.0
         return max(0.0, self.ms["none"] - self.ms["full"])
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "path": self.path, "kind": self.kind, "input_shape": list(self.input_shape),
-                "foldable": self.foldable, "reason": self.reason,
-                "raw": {v: s.to_dict() for v, s in self.raw.items()}, "ms": dict(self.ms), "c": self.c}
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "block") -> BlockEntry:
-        """Parse and check one block of a LUT; LatoptError naming the field when it is malformed."""
-        f = _Fields(d, where)
-        index = f.integer("index", lo=0)
-        f.where = where = f"block {index}"
-        shape = f.get("input_shape")
-        if not isinstance(shape, list) or not shape or not all(_is_int(s) and s >= 1 for s in shape):
-            raise LatoptError(f"{where}: input_shape must be a non-empty list of positive integers, not {_short(shape)}")
-        raw = {v: _timing(s, f"{where} variant {v!r} raw") for v, s in f.variants("raw", as_is=False).items()}
-        ms = {v: _time(t, f"{where} variant {v!r} ms") for v, t in f.variants("ms", as_is=True).items()}
-        foldable = f.flag("foldable")
-        if foldable and "full" not in ms:
-            raise LatoptError(f"{where}: foldable but ms has no time for variant 'full'")
-        return cls(index, f.text("path"), f.text("kind"), tuple(shape), foldable, f.text("reason", ""), raw, ms)
+def _variant_list(v: Any) -> Any:
+    """Known variant names in FOLD_VARIANTS order, "full" among them (anything else: refused by the type)."""
+    v = _as_tuple(v)
+    return check_variants(v) if isinstance(v, tuple) and all(x in FOLD_VARIANTS for x in v) else v
 
 
-@dataclass
-class LUT:
-    device: str
-    model: str
-    resolution: int
-    batch: int
-    blocks: list[BlockEntry]
-    fixed_ms: float  # calibrated stem + head (+ classifier)
-    fixed: dict[str, TimingStats] = field(default_factory=dict)  # measured "stem", "head"
-    end_to_end: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {plan, measured, predicted_ms, error}
-    calibration: dict[str, Any] = field(default_factory=dict)
+class LUT(StrictModel):
+    device: Annotated[str, Field(min_length=1)]
+    model: Annotated[str, Field(min_length=1)]
+    resolution: Annotated[int, Field(ge=1)]
+    batch: Annotated[int, Field(ge=1)]
+    blocks: Annotated[list[BlockEntry], Field(min_length=1)]
+    fixed_ms: Ms  # calibrated stem + head (+ classifier)
+    fixed: dict[str, Stats] = {}  # measured "stem", "head"
+    end_to_end: dict[str, dict[str, Any]] = {}  # name -> {plan, measured, predicted_ms, error}
+    calibration: dict[str, Any] = {}
     backend: str = ""
-    environment: dict[str, Any] = field(default_factory=dict)
-    num_classes: int = 1000
-    fold_mode: str = "exact"
-    variants: tuple[str, ...] = ("full",)  # fold variants profiled besides "none" (check_variants)
-    precision: str | None = None  # the device profile's precision the times were taken at (None: an older LUT)
-    profiling_s: float = 0.0
-    call_overhead_ms: float | None = None
+    environment: dict[str, Any] = {}
+    num_classes: Annotated[int, Field(ge=1)] = 1000
+    fold_mode: FoldMode = "exact"
+    # fold variants profiled besides "none" (check_variants: FOLD_VARIANTS order, "full" always)
+    variants: Annotated[tuple[FoldVariant, ...], BeforeValidator(_variant_list)] = ("full",)
+    precision: Precision | None = None  # the device profile's precision the times were taken at (None: unknown)
+    profiling_s: Ms = 0.0
+    call_overhead_ms: Ms | None = None
     created: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _format(cls, d: Any) -> Any:
+        if isinstance(d, Mapping) and "partial" in d and "variants" not in d:
+            raise ValueError("it records 'partial' instead of 'variants' (an older LUT format): profile the model again")
+        return _without(d, ("schema", "costs"))
+
+    @model_validator(mode="after")
+    def _one_entry_per_block(self) -> LUT:
+        seen: dict[int, int] = {}
+        for i, b in enumerate(self.blocks):
+            if b.index in seen:
+                raise ValueError(f"block index {b.index} appears twice (blocks[{seen[b.index]}] and blocks[{i}])")
+            seen[b.index] = i
+        missing = [i for i in range(len(self.blocks)) if i not in seen][:5]
+        if missing:
+            raise ValueError(f"block indices must be 0..{len(self.blocks) - 1}, one per block; missing {missing}")
+        paths = [b.path for b in self.blocks]
+        twice = next((p for p in paths if paths.count(p) > 1), None)
+        if twice is not None:
+            raise ValueError(f"block path {twice!r} appears twice")
+        return self
 
     def block(self, index: int) -> BlockEntry:
         for b in self.blocks:
@@ -137,166 +197,9 @@ class LUT:
         return set(PARTIAL_VARIANTS) <= set(self.variants)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": LUT_SCHEMA, "device": self.device, "backend": self.backend, "model": self.model,
-            "resolution": self.resolution, "batch": self.batch, "num_classes": self.num_classes,
-            "fold_mode": self.fold_mode, "variants": list(self.variants), "precision": self.precision,
-            "created": self.created,
-            "profiling_s": self.profiling_s, "call_overhead_ms": self.call_overhead_ms,
-            "calibration": self.calibration, "fixed_ms": self.fixed_ms,
-            "fixed": {k: s.to_dict() for k, s in self.fixed.items()},
-            "blocks": [b.to_dict() for b in self.blocks],
-            "costs": {str(k): v for k, v in costs(self).items()},
-            "end_to_end": self.end_to_end, "environment": self.environment,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Any) -> LUT:
-        """Parse and check a LUT (as JSON gives it); LatoptError naming the field when it is malformed:
-        a missing field or one of the wrong type, a negative, NaN or infinite time, no blocks, a block
-        index given twice."""
-        f = _Fields(d, "LUT")
-        blocks_raw = f.get("blocks")
-        if not isinstance(blocks_raw, list) or not blocks_raw:
-            raise LatoptError(f"LUT: blocks must be a non-empty list, not {_short(blocks_raw)}")
-        blocks: list[BlockEntry] = []
-        for i, b in enumerate(blocks_raw):
-            entry = BlockEntry.from_dict(b, f"blocks[{i}]")
-            if any(e.index == entry.index for e in blocks):
-                raise LatoptError(f"LUT: block index {entry.index} appears twice (blocks[{i}])")
-            blocks.append(entry)
-        if sorted(e.index for e in blocks) != list(range(len(blocks))):
-            have = {e.index for e in blocks}
-            missing = [i for i in range(len(blocks)) if i not in have][:5]
-            raise LatoptError(f"LUT: block indices must be 0..{len(blocks) - 1}, one per block; missing {missing}")
-        overhead = f.get("call_overhead_ms", None)
-        return cls(
-            device=f.text("device", nonempty=True), model=f.text("model", nonempty=True),
-            resolution=f.integer("resolution", lo=1), batch=f.integer("batch", lo=1), blocks=blocks,
-            fixed_ms=_time(f.get("fixed_ms"), "LUT fixed_ms"),
-            fixed={k: _timing(s, f"LUT fixed[{k!r}]") for k, s in f.mapping("fixed").items()},
-            end_to_end={k: dict(_mapping(e, f"LUT end_to_end[{k!r}]")) for k, e in f.mapping("end_to_end").items()},
-            calibration=dict(f.mapping("calibration")), backend=f.text("backend", ""),
-            environment=dict(f.mapping("environment")), num_classes=f.integer("num_classes", 1000, lo=1),
-            fold_mode=f.choice("fold_mode", ("exact", "paper"), "exact"), variants=f.variant_list(),
-            precision=None if f.get("precision", None) is None else f.choice("precision", PRECISIONS),
-            profiling_s=_time(f.get("profiling_s", 0.0), "LUT profiling_s"),
-            call_overhead_ms=None if overhead is None else _time(overhead, "LUT call_overhead_ms"),
-            created=f.text("created", ""),
-        )
-
-
-# ------------------------------------------------------------------------------------ LUT parsing
-_REQUIRED = object()
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _short(v: Any) -> str:
-    r = repr(v)
-    return r if len(r) <= 60 else r[:57] + "..."
-
-
-def _mapping(v: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(v, Mapping):
-        raise LatoptError(f"{where} must be a mapping, not {_short(v)}")
-    return v
-
-
-def _time(v: Any, where: str) -> float:
-    """A time in ms: a finite number >= 0."""
-    try:
-        t = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
-    except OverflowError:  # an integer too large for a float
-        t = math.inf
-    if not math.isfinite(t) or t < 0:
-        raise LatoptError(f"{where} is {_short(v)}; times must be finite numbers >= 0")
-    return t
-
-
-def _timing(d: Any, where: str) -> TimingStats:
-    f = _Fields(d, where)
-    w = f.get("wall_median_ms", None)
-    return TimingStats(*(_time(f.get(k), f"{where} {k}") for k in ("median_ms", "q1_ms", "q3_ms", "iqr_ms")),
-                       f.integer("n", lo=1), None if w is None else _time(w, f"{where} wall_median_ms"))
-
-
-class _Fields:
-    """Typed fields of one JSON object of a LUT; each problem is a LatoptError naming ``where`` and the key."""
-
-    def __init__(self, d: Any, where: str) -> None:
-        self.d, self.where = _mapping(d, where), where
-
-    def get(self, key: str, default: Any = _REQUIRED) -> Any:
-        if key in self.d:
-            return self.d[key]
-        if default is _REQUIRED:
-            raise LatoptError(f"{self.where}: missing field {key!r}")
-        return default
-
-    def _bad(self, key: str, want: str) -> LatoptError:
-        return LatoptError(f"{self.where}: {key} must be {want}, not {_short(self.d[key])}")
-
-    def text(self, key: str, default: Any = _REQUIRED, *, nonempty: bool = False) -> str:
-        v = self.get(key, default)
-        if not isinstance(v, str) or (nonempty and not v):
-            raise self._bad(key, "a non-empty string" if nonempty else "a string")
-        return v
-
-    def integer(self, key: str, default: Any = _REQUIRED, *, lo: int) -> int:
-        v = self.get(key, default)
-        if not _is_int(v) or v < lo:
-            raise self._bad(key, f"an integer >= {lo}")
-        return int(v)
-
-    def flag(self, key: str, default: Any = _REQUIRED) -> bool:
-        v = self.get(key, default)
-        if not isinstance(v, bool):
-            raise self._bad(key, "true or false")
-        return v
-
-    def choice(self, key: str, choices: tuple[str, ...], default: Any = _REQUIRED) -> str:
-        v = self.get(key, default)
-        if v not in choices:
-            raise self._bad(key, f"one of {', '.join(choices)}")
-        return v
-
-    def variant_list(self) -> tuple[str, ...]:
-        """``variants`` (a list of fold variants, "full" among them), or for a LUT older than it the
-        ``partial`` flag: true = full + the partial folds."""
-        if "variants" not in self.d:
-            return ("full", *PARTIAL_VARIANTS) if self.flag("partial", False) else ("full",)
-        v = self.d["variants"]
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise self._bad("variants", "a list of variant names")
-        try:
-            return check_variants(v)
-        except LatoptError as e:
-            raise LatoptError(f"{self.where}: variants: {e}") from None
-
-    def mapping(self, key: str) -> Mapping[str, Any]:
-        return _mapping(self.get(key, {}), f"{self.where} {key}")
-
-    def variants(self, key: str, *, as_is: bool) -> Mapping[str, Any]:
-        """A {variant: value} field of known variant names; with ``as_is``, "none" must be among them."""
-        m = _mapping(self.get(key), f"{self.where} {key}")     # required: every block has its times
-        unknown = [v for v in m if v not in VARIANTS]
-        if unknown:
-            raise LatoptError(f"{self.where}: {key} has unknown variant {unknown[0]!r}; variants are {', '.join(VARIANTS)}")
-        if as_is and "none" not in m:
-            raise LatoptError(f"{self.where}: {key} has no time for variant 'none' (the block as it is)")
-        return m
-
-
-@functools.lru_cache(maxsize=16)
-def count_blocks(model: str) -> int:
-    """How many blocks (MBConv / inverted residual) the model ``model`` has: one LUT entry each."""
-    from latopt.blocks import find_blocks  # noqa: PLC0415 - the model stack only when a LUT is checked
-    from latopt.models import build_model  # noqa: PLC0415
-
-    return len(find_blocks(build_model(model, num_classes=10)))
+        """The LUT as JSON data (what :func:`save_lut` writes): the schema, the fields, the derived c_l."""
+        return {"schema": LUT_SCHEMA, **self.model_dump(mode="json"),
+                "costs": {str(k): v for k, v in costs(self).items()}}
 
 
 def save_lut(lut: LUT, path: str | Path) -> Path:
@@ -305,26 +208,39 @@ def save_lut(lut: LUT, path: str | Path) -> Path:
 
 def load_lut(path: str | Path, *, model: str | None = None, resolution: int | None = None,
              batch: int | None = None, device: str | None = None, fold_mode: str | None = None) -> LUT:
-    """Read a LUT; LatoptError when it is corrupt or was profiled for another model/resolution/batch/device/fold
-    mode (an exact fold ships bias maps a paper fold has not: their times, and so c_l, differ)."""
+    """Read a LUT; LatoptError when it is corrupt (one line naming the file and the field) or was profiled for
+    another model/resolution/batch/device/fold mode (an exact fold ships bias maps a paper fold has not: their
+    times, and so c_l, differ). The data alone: that it times a model's blocks is :func:`check_blocks`."""
     data = read_json(path, schema=LUT_SCHEMA, what="latency LUT")
     try:
-        lut = LUT.from_dict(data)
+        lut = validated(LUT, data, prefix=f"latency LUT {path} is corrupt: ", key="field")
     except LatoptError as e:
-        raise LatoptError(f"latency LUT {path} is corrupt: {e}; re-create it with latopt profile") from None
+        raise LatoptError(f"{e}; re-create it with latopt profile") from None
     want = {"model": model, "resolution": resolution, "batch": batch, "device": device, "fold_mode": fold_mode}
     for key, expected in want.items():
         have = getattr(lut, key)
         if expected is not None and have != expected:
             raise LatoptError(
-                f"latency LUT {path} was profiled for {key} {have!r}, not {expected!r}; run "
-                f"latopt profile --device {device or lut.device} --model {model or lut.model} "
-                f"--resolution {resolution or lut.resolution} --batch {batch or lut.batch} "
-                f"--fold-mode {fold_mode or lut.fold_mode}")
-    if model is not None and len(lut.blocks) != count_blocks(model):
-        raise LatoptError(f"latency LUT {path} has {len(lut.blocks)} blocks but {model} has {count_blocks(model)}; "
-                          f"re-create it with latopt profile --model {model}")
+                f"latency LUT {path} was profiled for {key} {have!r}, not {expected!r}; profile (latopt profile) "
+                f"device {device or lut.device}, model {model or lut.model}, resolution {resolution or lut.resolution}, "
+                f"batch {batch or lut.batch}, fold mode {fold_mode or lut.fold_mode}", param=key)
     return lut
+
+
+def check_blocks(lut: LUT, blocks: Sequence[Any], path: str | Path = "the LUT") -> None:
+    """LatoptError unless ``lut`` times exactly ``blocks``, the block list of the model it is used with
+    (:func:`latopt.blocks.find_blocks`): one entry per block, at the same module path. A LUT missing a block
+    would let the search treat that block as free to keep."""
+    have = [b.path for b in sorted(lut.blocks, key=lambda b: b.index)]
+    want = [b.path for b in blocks]
+    if len(have) != len(want):
+        problem = f"times {len(have)} blocks but the model {lut.model} has {len(want)}"
+    elif have != want:
+        i = next(i for i, (h, w) in enumerate(zip(have, want, strict=True)) if h != w)
+        problem = f"times block {i} at {have[i]!r} but the model {lut.model} has it at {want[i]!r}"
+    else:
+        return
+    raise LatoptError(f"latency LUT {path} {problem}; re-create it with latopt profile for model {lut.model}")
 
 
 def _plan(lut: LUT, folded: Iterable[int] | Mapping[int, str]) -> dict[int, str]:
@@ -341,7 +257,7 @@ def _plan(lut: LUT, folded: Iterable[int] | Mapping[int, str]) -> dict[int, str]
         if not b.foldable:
             raise LatoptError(f"block {i} ({b.path}) cannot be folded: {b.reason}")
         if v not in b.ms:
-            hint = f" (profile with --variants {','.join(('full', v))})" if v in VARIANTS else ""
+            hint = f" (profile the variants {','.join(('full', v))})" if v in VARIANTS else ""
             raise LatoptError(f"the LUT has no time for block {i} in variant {v!r}{hint}; "
                               f"it has {sorted(b.ms)}")
     return plan

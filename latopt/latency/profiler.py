@@ -46,11 +46,10 @@ measured figure.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -58,7 +57,6 @@ from torch import nn
 
 from latopt.blocks import block_input_shapes, find_blocks, fixed_parts
 from latopt.config import check_resolution
-from latopt.engine import set_threads
 from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_block_module
 from latopt.latency.backends import close_backend, get_backend
@@ -67,6 +65,7 @@ from latopt.latency.lut import LUT, BlockEntry, calibrate, check_variants, predi
 from latopt.latency.timing import TimingStats, compare
 from latopt.log import get_logger
 from latopt.models import build_model
+from latopt.torch_settings import torch_threads
 
 _LOG = get_logger("profile")
 
@@ -105,22 +104,6 @@ def _head_input_shape(model: Any, last_path: str, input_shape: tuple[int, ...]) 
     finally:
         h.remove()
     return out["s"], int(logits.shape[-1])
-
-
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run torch (tracing, shape inference, folding) on ``n`` intra-op threads, restored afterwards.
-
-    On the shared 2-vCPU machine one eager MobileNetV2 forward took 2.5-5.6 s with torch's default 2
-    threads at load ~10 and 0.06-0.08 s with one thread: spinning worker threads starve each other.
-    """
-
-    old = torch.get_num_threads()
-    set_threads(n)
-    try:
-        yield
-    finally:
-        set_threads(old)
 
 
 def _loadavg() -> list[float] | None:
@@ -216,7 +199,7 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
 
     check_resolution(resolution, "resolution")
     if int(batch) < 1:
-        raise LatoptError(f"batch must be >= 1 (got {batch})")
+        raise LatoptError(f"batch must be >= 1 (got {batch})", param="batch")
     t_start = time.perf_counter()
     backend = get_backend(device)  # fail fast when the device is unusable here
     runners: dict[str, Any] = {}
@@ -284,7 +267,8 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         ms = {v: scales[v] * s.median_ms for v, s in st.items()}
         if "drop" in variants and "drop" in b.variants:
             ms["drop"] = 0.0  # not timed: the block is gone (lut.py)
-        entries.append(BlockEntry(b.index, b.path, b.kind, tuple(shapes[b.index]), b.foldable, b.reason, st, ms))
+        entries.append(BlockEntry(index=b.index, path=b.path, kind=b.kind, input_shape=tuple(shapes[b.index]),
+                                  foldable=b.foldable, reason=b.reason, raw=st, ms=ms))
     lut = LUT(
         device=device.name, model=model_name, resolution=R, batch=int(batch), blocks=entries,
         fixed_ms=scales["none"] * fixed_raw,
@@ -304,7 +288,7 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
                              "measured": stats[f"net:{k}"].to_dict(), "raw_sum_ms": raw_sum,
                              "raw_error": raw_sum / measured[k] - 1, "predicted_ms": pred,
                              "error": pred / measured[k] - 1}
-    lut.profiling_s = time.perf_counter() - t_start
+    lut = lut.model_copy(update={"profiling_s": time.perf_counter() - t_start})
     _log(progress, f"done in {lut.profiling_s:.1f} s")
     bad = {k: e["error"] for k, e in lut.end_to_end.items() if k in HELD_OUT_NETS and abs(e["error"]) > HELD_OUT_WARN}
     if bad:

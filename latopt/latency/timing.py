@@ -2,7 +2,8 @@
 
 Public API::
 
-    TimingPolicy(warmup, min_repeats, max_repeats, budget_s, stable_rel, clock, warm_calls)  (or a DeviceProfile)
+    TimingPolicy(warmup=10, min_repeats=30, max_repeats=300, budget_s=30.0, stable_rel=0.01, clock="wall",
+                 warm_calls=1)        the repeat policy; a DeviceProfile is one (its YAML's timing keys)
     TimingStats(median_ms, q1_ms, q3_ms, iqr_ms, n)                        .samples_ms: one per round
         (defined in :mod:`latopt.runtime.stats`, part of the deploy runner, whose ``--bench`` summarises
         its calls with it: one statistics routine for both)
@@ -41,40 +42,39 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import Field, model_validator
 
-from latopt.constants import CLOCKS
+from latopt.config import Positive, StrictModel
+from latopt.constants import Clock
 from latopt.errors import LatoptError
 from latopt.runtime import TimingStats
 
+Calls = Annotated[int, Field(ge=0)]
+Count = Annotated[int, Field(ge=1)]
 
-@dataclass(frozen=True)
-class TimingPolicy:
-    warmup: int = 10
-    min_repeats: int = 30
-    max_repeats: int = 300
-    budget_s: float = 30.0
-    stable_rel: float = 0.01
-    clock: str = "wall"
-    warm_calls: int = 1
 
-    def __post_init__(self) -> None:
-        if self.clock not in CLOCKS:
-            raise LatoptError(f"clock must be one of {CLOCKS}, not {self.clock!r}")
+class TimingPolicy(StrictModel):
+    """How :func:`compare` times (the module docstring); the one definition of these keys and their defaults.
+    A device profile (:class:`latopt.latency.devices.DeviceProfile`) extends it: its YAML's timing keys are
+    these fields, and a profile is passed to :func:`compare` as it is."""
 
-    @classmethod
-    def of(cls, p: Any) -> TimingPolicy:
-        if isinstance(p, TimingPolicy):
-            return p
-        if p is None:
-            return cls()
-        return cls(warmup=int(p.warmup), min_repeats=int(p.min_repeats), max_repeats=int(p.max_repeats),
-                   budget_s=float(p.budget_s), stable_rel=float(getattr(p, "stable_rel", 0.01)),
-                   clock=str(getattr(p, "clock", "wall")), warm_calls=int(getattr(p, "warm_calls", 1)))
+    warmup: Calls = 10  # untimed calls per runner before timing
+    min_repeats: Count = 30
+    max_repeats: Count = 300
+    budget_s: Positive = 30.0
+    stable_rel: Positive = 0.01
+    clock: Clock = "wall"  # "wall" (host clock) or "thread" (CPU time of the one inference thread)
+    warm_calls: Calls = 1  # untimed calls of a runner right before each of its timed calls (0 = cold)
+
+    @model_validator(mode="after")
+    def _repeats(self) -> TimingPolicy:
+        if self.min_repeats > self.max_repeats:
+            raise ValueError(f"min_repeats > max_repeats ({self.min_repeats} > {self.max_repeats})")
+        return self
 
 
 def _timer(runner: Any, clock: str) -> Callable[[], tuple[float, float]]:
@@ -112,12 +112,12 @@ def _timer(runner: Any, clock: str) -> Callable[[], tuple[float, float]]:
     return host
 
 
-def compare(runners: Mapping[str, Any], policy: Any = None, *,
+def compare(runners: Mapping[str, Any], policy: TimingPolicy | None = None, *,
             progress: Callable[[int, float], None] | None = None) -> dict[str, TimingStats]:
     """Time ``runners`` against each other in one interleaved run (see the module docstring)."""
     if not runners:
         raise LatoptError("nothing to time: no runners given")
-    pol = TimingPolicy.of(policy)
+    pol = policy or TimingPolicy()
     names = list(runners)
     timers = [_timer(runners[n], pol.clock) for n in names]
     for _ in range(pol.warmup):

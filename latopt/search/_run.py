@@ -24,15 +24,16 @@ import optuna
 from optuna.trial import TrialState
 
 from latopt.artifacts import check_name, make_dirs, read_json, write_json_atomic
+from latopt.blocks import find_blocks
 from latopt.config import load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.data import load_task
 from latopt.dp import candidates, check_budget, check_importance, plan_only, run_dp, select_plan, write_plan
-from latopt.engine import set_threads
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
-from latopt.latency.lut import default_lut_path, load_lut
+from latopt.latency.lut import check_blocks, default_lut_path, load_lut
 from latopt.log import get_logger
+from latopt.models import build_model
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import front_summary, write_front
 from latopt.search._space import DEFAULT_BUDGETS, BudgetSpace, space_from_config
@@ -54,6 +55,7 @@ from latopt.search._workers import (
     terminate_on_sigterm,
     worker_argv,
 )
+from latopt.torch_settings import set_threads
 
 _LOG = get_logger("search")
 
@@ -115,7 +117,9 @@ def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tupl
         where = "given" if explicit else "expected"
         raise LatoptError(f"no latency LUT for device {cfg.device!r}, model {model}, resolution {res} ({where} at "
                           f"{path}); run: latopt profile --device {cfg.device} --model {model} --resolution {res}")
-    return load_lut(path, model=model, resolution=res, fold_mode=cfg.fold.mode), path
+    lut = load_lut(path, model=model, resolution=res, fold_mode=cfg.fold.mode)
+    check_blocks(lut, find_blocks(build_model(model, num_classes=10)), path)  # before any training
+    return lut, path
 
 
 def run_dp_search(o: SearchOptions) -> dict[str, Any]:

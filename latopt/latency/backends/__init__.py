@@ -95,5 +95,5 @@ def require_gpu(profile: Any, live: str, *, alternative: str) -> None:
     expected = getattr(profile, "expected_gpu", None)
     if not gpu_matches(live, expected):
         raise LatoptError(f"device profile {getattr(profile, 'name', '?')!r} expects GPU {expected!r} but this "
-                          f"machine has {live!r}; use --device {alternative} (any NVIDIA GPU) or add a profile "
-                          f"with expected_gpu: {live!r}")
+                          f"machine has {live!r}; use the device {alternative} (any NVIDIA GPU) or add a "
+                          f"profile with expected_gpu: {live!r}", param="device")

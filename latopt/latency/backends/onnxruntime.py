@@ -117,10 +117,10 @@ def create(profile: Any) -> OrtBackend:
                           f"(CPUExecutionProvider), not {precision} on {provider}; use a tensorrt device for fp16")
     available = ort.get_available_providers()
     if provider not in available:
-        hint = (f"on a machine with an NVIDIA GPU: {ort_install_hint()}; or use --device cpu"
+        hint = (f"on a machine with an NVIDIA GPU: {ort_install_hint()}; or use the device cpu"
                 if provider in GPU_PROVIDERS else "check the provider name in the device profile")
         raise LatoptError(f"device {profile.name!r} asks for ONNX Runtime provider {provider!r}, which is not "
-                          f"available here (available: {', '.join(available)}); {hint}")
+                          f"available here (available: {', '.join(available)}); {hint}", param="device")
     device_id = int(profile.cuda_device or 0)
     if provider in GPU_PROVIDERS:
         cuda = ("CUDAExecutionProvider", {"device_id": device_id, **CUDA_FP32_OPTIONS})

@@ -10,10 +10,10 @@ An fp32 CUDA profile times true fp32: TF32 is switched off for cuDNN convolution
 the backend is open and restored by :meth:`TorchBackend.close` — the TensorRT backend clears TF32 for fp32
 too; the switches are recorded in the LUT's environment. ``create`` refuses a GPU that the installed torch
 has no kernels for (e.g. Pascal, compute capability 6.1, with a torch build for CUDA >= 12.8). Otherwise
-CPU eager with ``latopt.engine.set_threads(profile.threads)`` (process-wide). fp16 is CUDA-only; int8 is
-refused (ONNX Runtime's static INT8: ``--device cpu-int8``). The runner works on a deep copy in eval mode
-under ``torch.inference_mode``; the caller's module is left untouched. Its first call is a check: an input
-the module cannot take, or memory the device has not (one line saying to lower the batch or the
+CPU eager with ``latopt.torch_settings.set_threads(profile.threads)`` (process-wide). fp16 is CUDA-only;
+int8 is refused (ONNX Runtime's static INT8: the ``cpu-int8`` device). The runner works on a deep copy in
+eval mode under ``torch.inference_mode``; the caller's module is left untouched. Its first call is a check:
+an input the module cannot take, or memory the device has not (one line saying to lower the batch or the
 resolution), is a :class:`LatoptError`.
 """
 
@@ -29,12 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from latopt.accel import set_tf32_flags, tf32_flags
-from latopt.engine import set_threads
 from latopt.errors import LatoptError, first_line, out_of_memory
 from latopt.latency.backends import require_gpu
 from latopt.latency.timing import environment_info
 from latopt.runtime import TorchCudaApi
+from latopt.torch_settings import TF32_OFF, set_tf32_flags, set_threads, tf32_flags
 
 
 class TorchRunner:
@@ -52,8 +51,8 @@ class TorchRunner:
             self()
         except RuntimeError as e:  # what torch raises for an input the module cannot take, or memory it lacks
             if out_of_memory(e):
-                raise LatoptError(f"out of memory on {device} running {what}: lower the batch (--batch or the device "
-                                  f"profile's batch) or the resolution ({first_line(e, 160)})") from None
+                raise LatoptError(f"out of memory on {device} running {what}: lower the batch (or the device profile's "
+                                  f"batch) or the resolution ({first_line(e, 160)})", param="batch") from None
             raise LatoptError(f"PyTorch cannot run {what}: {first_line(e)}") from None
 
     def _stream(self) -> contextlib.AbstractContextManager[Any]:
@@ -125,7 +124,7 @@ class TorchBackend:
         self._tf32_restore: dict[str, bool] | None = None
         if cuda is not None and dtype == torch.float32:  # "fp32" means fp32, not TF32 (restored by close())
             self._tf32_restore = tf32_flags()
-            set_tf32_flags({"cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False})
+            set_tf32_flags(TF32_OFF)
 
     def prepare(self, model: Any, input_shape: tuple[int, ...]) -> TorchRunner:
         if isinstance(model, (str, os.PathLike)):
@@ -166,17 +165,17 @@ class TorchBackend:
 def create(profile: Any) -> TorchBackend:
     on_cpu = profile.cuda_device is None
     if profile.precision not in (("fp32",) if on_cpu else ("fp32", "fp16")):
-        hint = ("; int8 is ONNX Runtime static INT8: use --device cpu-int8" if profile.precision == "int8"
+        hint = ("; int8 is ONNX Runtime static INT8: use the device cpu-int8" if profile.precision == "int8"
                 else "; use precision: fp32")
         raise LatoptError(f"device {profile.name!r}: {profile.precision} {'on the CPU ' if on_cpu else ''}is not "
-                          f"supported by the torch backend{hint}")
+                          f"supported by the torch backend{hint}", param="device")
     if on_cpu:
         set_threads(profile.threads)
         return TorchBackend(profile, torch.device("cpu"), torch.float32)
     if not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
         raise LatoptError(f"device {profile.name!r} needs a CUDA GPU but torch {torch.__version__} ({build}) sees "
-                          f"none; use --device cpu (ONNX Runtime) or --device cpu-torch on this machine")
+                          f"none; use the device cpu (ONNX Runtime) or cpu-torch on this machine", param="device")
     idx = int(profile.cuda_device)
     if idx >= torch.cuda.device_count():
         raise LatoptError(f"device {profile.name!r} asks for CUDA device {idx} but only "
