@@ -351,11 +351,11 @@ class Fixtures:
         self.device.write_text(yaml.safe_dump(device))
         self.config.write_text(yaml.safe_dump({**TINY_CONFIG, "device": str(self.device)}))
         steps = [
-            ("train", ["train", "--config", str(self.config), "--out", str(self.root / "base"), "--no-progress"]),
+            ("train", ["train", "--config", str(self.config), "--out", str(self.root / "base"), "--quiet"]),
             ("fold", ["fold", "--config", str(self.config), "--checkpoint", str(self.base), "--out",
-                      str(self.root / "fold"), "--no-progress", *FOLD_SOME]),
+                      str(self.root / "fold"), "--quiet", *FOLD_SOME]),
             ("fold (nothing)", ["fold", "--config", str(self.config), "--checkpoint", str(self.base), "--out",
-                                str(self.root / "fold0"), "--no-progress", *FOLD_NONE]),
+                                str(self.root / "fold0"), "--quiet", *FOLD_NONE]),
             ("profile", ["profile", "--device", str(self.device), "--model", MODEL, "--resolution", str(RES),
                          "--num-classes", "10", "--out", str(self.lut), "--quiet"]),
             ("search", ["search", "--config", str(self.config), "--base", str(self.base), "--lut", str(self.lut),
@@ -683,7 +683,7 @@ def re_sign(obj: Any) -> Any:
     rewrites checkpoints would), when it has one and the payload's parts are of types the digest takes;
     otherwise as it is (the stale digest stays)."""
     try:
-        from latopt.models import checkpoint_digest
+        from latopt.checkpoint import checkpoint_digest
     except ImportError:       # a checkout without digests
         return obj
     if isinstance(obj, dict) and "sha256" in obj:
@@ -1204,24 +1204,24 @@ CONSUMERS: dict[str, list[Consumer]] = {
     "checkpoint": [
         Consumer("export", (*EXPORT, "--checkpoint", "{A}"), "export", as_is=True),
         Consumer("export --fold all", (*EXPORT, "--checkpoint", "{A}", "--fold", "all"), "export"),
-        Consumer("fold", ("fold", "--config", "{config}", "--checkpoint", "{A}", "--out", "{out}/fold", "--no-progress"),
+        Consumer("fold", ("fold", "--config", "{config}", "--checkpoint", "{A}", "--out", "{out}/fold", "--quiet"),
                  "fold"),
         Consumer("train --checkpoint", ("train", "--config", "{config}", "--checkpoint", "{A}", "--out", "{out}/base",
-                                        "--no-progress"), "train"),
+                                        "--quiet"), "train"),
         Consumer("search --base", ("search", "--config", "{config}", "--base", "{A}", "--lut", "{lut}", "--trials", "1",
                                    "--runs-dir", "{runs}", *SEARCH_FAST), "search"),
     ],
     "lut": [
         Consumer("export --fold auto --lut", (*EXPORT, "--checkpoint", "{base}", "--fold", "auto", "--lut", "{A}"), "export"),
         Consumer("fold --lut", ("fold", "--config", "{config}", "--checkpoint", "{base}", "--lut", "{A}", "--out",
-                                "{out}/fold", "--no-progress"), "fold"),
+                                "{out}/fold", "--quiet"), "fold"),
         Consumer("search --lut", ("search", "--config", "{config}", "--base", "{base}", "--lut", "{A}", "--trials", "1",
                                   "--runs-dir", "{runs}", *SEARCH_FAST), "search"),
         Consumer("run (config lut)", ("run", "{config_lut}", "--trials", "1", "--runs-dir", "{runs}"), "run"),
     ],
     "config": [
-        Consumer("train", ("train", "--config", "{A}", "--no-progress"), "train"),
-        Consumer("fold", ("fold", "--config", "{A}", "--checkpoint", "{base}", "--no-progress"), "fold"),
+        Consumer("train", ("train", "--config", "{A}", "--quiet"), "train"),
+        Consumer("fold", ("fold", "--config", "{A}", "--checkpoint", "{base}", "--quiet"), "fold"),
         Consumer("search", ("search", "--config", "{A}", "--base", "{base}", "--lut", "{lut}", "--trials", "1",
                             *SEARCH_FAST), "search"),
         Consumer("run", ("run", "{A}", "--trials", "1"), "run"),
@@ -1263,8 +1263,8 @@ BASE_ARGV: dict[str, tuple[str, ...]] = {
                "--out", "{out}/export"),
     "export-base": ("export", "--checkpoint", "{base}", "--device", "{device}", "--samples", "4", "--no-measure",
                     "--fold", "all", "--out", "{out}/export"),
-    "train": ("train", "--config", "{config}", "--out", "{out}/base", "--no-progress"),
-    "fold": ("fold", "--config", "{config}", "--checkpoint", "{base}", "--out", "{out}/fold", "--no-progress"),
+    "train": ("train", "--config", "{config}", "--out", "{out}/base", "--quiet"),
+    "fold": ("fold", "--config", "{config}", "--checkpoint", "{base}", "--out", "{out}/fold", "--quiet"),
     "search": ("search", "--config", "{config}", "--base", "{base}", "--lut", "{lut}", "--trials", "1",
                "--runs-dir", "{runs}", *SEARCH_FAST),
     "run": ("run", "{config}", "--trials", "1", "--runs-dir", "{runs}"),
@@ -1533,9 +1533,9 @@ class FaultCommand:
 
 FAULT_COMMANDS = {c.name: c for c in [
     # train, fold and export write what the fixtures hold (same arguments): Fixtures.reference() reuses them
-    FaultCommand("train", ("train", "--config", "{config}", "--out", "{run}/base", "--no-progress"), "base"),
+    FaultCommand("train", ("train", "--config", "{config}", "--out", "{run}/base", "--quiet"), "base"),
     FaultCommand("fold", ("fold", "--config", "{config}", "--checkpoint", "{base}", "--out", "{run}/fold",
-                          "--no-progress", *FOLD_SOME), "fold"),
+                          "--quiet", *FOLD_SOME), "fold"),
     FaultCommand("export", ("export", "--checkpoint", "{folded}", "--device", "{device}", "--samples", "4",
                             "--no-measure", "--out", "{run}/export"), "export"),
     FaultCommand("search", ("search", "--config", "{config}", "--base", "{base}", "--lut", "{lut}", "--trials", "3",

@@ -24,12 +24,13 @@ from typing import Any
 
 from torch import nn
 
+from latopt.checkpoint import content_digest, load_checkpoint
 from latopt.config import check_resolution
 from latopt.constants import FOLD_MODES
 from latopt.errors import LatoptError
 from latopt.fold import defer_bias_maps, fold_blocks, fold_spec, normalize_plan, plain_activations_
 from latopt.latency.lut import costs, default_lut_path, load_lut
-from latopt.models import build_model, content_digest, load_checkpoint
+from latopt.models import build_model
 
 
 @dataclass

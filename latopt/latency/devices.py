@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, model_validator
 
-from latopt.artifacts import read_yaml
-from latopt.config import Name, Positive, StrictModel, validated
 from latopt.constants import MAX_BATCH, MAX_THREADS, Backend, Clock, Precision
 from latopt.errors import LatoptError
 from latopt.log import get_logger
+from latopt.readers import read_yaml
+from latopt.records import Name, Positive, StrictModel, validated
 
 if TYPE_CHECKING:  # annotations only (importlib.resources.abc is Python >= 3.11)
     from importlib.resources.abc import Traversable

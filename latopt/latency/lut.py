@@ -50,11 +50,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from latopt.artifacts import read_json, write_json_atomic
+from latopt.artifacts import write_json_atomic
 from latopt.constants import FOLD_VARIANTS, LUT_VARIANTS, PARTIAL_VARIANTS, PRECISIONS
 from latopt.errors import LatoptError
 from latopt.latency.devices import profiles_dir
 from latopt.latency.timing import TimingStats
+from latopt.readers import read_json
 
 LUT_SCHEMA = "latopt.lut/1"
 VARIANTS = LUT_VARIANTS  # "none" (as-is) and the fold variants

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+from packaging.version import InvalidVersion, Version
 
 from latopt import runtime as _rt
 from latopt.artifacts import write_bytes_atomic
@@ -92,11 +93,12 @@ class PrecisionPlan:
 
 
 def tensorrt_version(version: str) -> tuple[int, int]:
-    """(major, minor) of a TensorRT version string ("8.6.1" → (8, 6))."""
-    m = re.match(r"\s*(\d+)\.(\d+)", str(version))
-    if not m:
-        raise LatoptError(f"cannot read the TensorRT version {version!r}")
-    return int(m.group(1)), int(m.group(2))
+    """(major, minor) of a TensorRT version string ("8.6.1.post1" → (8, 6)), read by ``packaging.version``."""
+    try:
+        release = Version(str(version)).release
+    except InvalidVersion:
+        raise LatoptError(f"cannot read the TensorRT version {version!r}") from None
+    return release[0], (release + (0,))[1]
 
 
 SUPPORTED = "8.6, 10.x or 11.x"
