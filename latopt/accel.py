@@ -8,7 +8,7 @@ else the CPU), ``cpu``, ``cuda``, ``cuda:N``. Under torchrun ``auto`` and ``cuda
 ``cuda:LOCAL_RANK`` (one GPU per process); ``cuda:N`` is refused there when a machine runs several
 processes (they would share GPU N). ``cuda`` without a GPU is refused with one line. The model, the σ_α
 parameters, the distillation teacher, the batches and the compression loss live on this device;
-checkpoints are always written from CPU tensors (:func:`latopt.models.save_checkpoint`) and load on
+checkpoints are always written from CPU tensors (:func:`latopt.checkpoint.save_checkpoint`) and load on
 any device; the fold algebra and its checks run on CPU copies in float64/float32 (:mod:`latopt.layerfold`).
 
 **Mixed precision** (``train.amp``): ``none``, ``bf16`` (``torch.autocast``; CPU and Ampere-or-newer
@@ -95,7 +95,8 @@ def _local() -> tuple[int, int]:
 
 
 def resolve_device(spec: str, local_rank: int = 0, local_world: int = 1) -> torch.device:
-    """The torch device ``train.device = spec`` names for the process of ``local_rank`` (see module doc)."""
+    """The torch device ``train.device = spec`` names for the process of ``local_rank`` (see module doc). Its errors
+    carry ``param="train_device"``, the keyword that sets ``train.device`` (:func:`latopt.cli.flag_for`)."""
     if spec == "cpu":
         return torch.device("cpu")
     has_cuda = torch.cuda.is_available()
@@ -104,20 +105,21 @@ def resolve_device(spec: str, local_rank: int = 0, local_world: int = 1) -> torc
     if not has_cuda:
         raise LatoptError(f"train.device {spec}: torch sees no CUDA GPU (torch.cuda.is_available() is False"
                           f"{'' if torch.version.cuda else '; this torch is a CPU-only build'}); "
-                          "use train.device auto or cpu (--train-device)")
+                          "use train.device auto or cpu", param="train_device")
     count = torch.cuda.device_count()
     m = re.fullmatch(r"cuda:(\d+)", spec)
     if m:
         index = int(m.group(1))
         if local_world > 1:
             raise LatoptError(f"train.device {spec} would put all {local_world} processes of this machine on GPU "
-                              f"{index}; under torchrun use train.device cuda or auto (GPU = LOCAL_RANK)")
+                              f"{index}; under torchrun use train.device cuda or auto (GPU = LOCAL_RANK)",
+                              param="train_device")
     else:
         index = local_rank
     if index >= count:
         what = f"LOCAL_RANK {local_rank} needs GPU {index}" if not m else f"train.device {spec}"
         raise LatoptError(f"{what} but torch sees {count} GPU(s) (cuda:0 .. cuda:{count - 1}); "
-                          "start fewer processes per machine or pick another GPU")
+                          "start fewer processes per machine or pick another GPU", param="train_device")
     return torch.device("cuda", index)
 
 
@@ -218,11 +220,11 @@ class Accel:
 def _check_amp(amp: str, device: torch.device) -> None:
     if amp == "fp16" and device.type != "cuda":
         raise LatoptError(f"train.amp fp16 needs a CUDA GPU (the training device is {device}); "
-                          "use train.amp bf16 or none on the CPU")
+                          "use train.amp bf16 or none on the CPU", param="amp")
     if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
         name = torch.cuda.get_device_name(device)
         raise LatoptError(f"train.amp bf16: the GPU {name} has no bfloat16 arithmetic (Ampere or newer has); "
-                          "use train.amp fp16 or none")
+                          "use train.amp fp16 or none", param="amp")
 
 
 def resolve(cfg: RunConfig) -> Accel:

@@ -1,19 +1,20 @@
-"""JSON artifacts, atomic file output, and the names that become path components.
+"""Atomic file output, JSON artifacts, and the names that become path components.
 
 Every artifact is JSON with a ``schema`` field, written atomically (temp file in the same directory +
 ``os.replace``), so an interrupted run never leaves a half-written file. Whole output directories are
-built in a temporary sibling and renamed into place by :func:`atomic_dir`.
+built in a temporary sibling and renamed into place by :func:`atomic_dir`. Reading them back is
+:mod:`latopt.readers`; torch files are :mod:`latopt.torchfile`.
 
 What this layer guarantees for every output (:func:`atomic_path`, :func:`atomic_dir` and the
 ``write_*`` helpers built on them):
 
-- Modes honour the umask: a new file is ``0o666 & ~umask``, a new directory ``0o777 & ~umask``; a file
-  or directory that replaces an existing one keeps the old one's permission bits (as ``open(path, "w")``
-  would), not ``mkstemp``'s 0600 / ``mkdtemp``'s 0700.
-- An output that cannot be written (permission denied, read-only or full file system, quota, ...) is an
-  :class:`OutputError`, a :class:`~latopt.errors.LatoptError` whose one line names the final path and
-  why (``cannot write runs/x/base.pt: No space left on device; ...``); the temporary file or directory
-  is removed.
+- Modes honour the umask: the temporary file or directory is created with ``0o666`` / ``0o777``, which the
+  kernel reduces by the umask (as ``open(path, "w")`` and ``mkdir`` do; not ``mkstemp``'s 0600 / ``mkdtemp``'s
+  0700); a file or directory that replaces an existing one keeps the old one's permission bits.
+- An output that cannot be written (permission denied, read-only or full file system, quota, file size
+  limit, ...) is an :class:`OutputError`, a :class:`~latopt.errors.LatoptError` whose one line names the
+  final path and why (``cannot write runs/x/base.pt: No space left on device; ...``); the temporary file or
+  directory is removed. Writers report such a failure as Python's OSError (see :func:`_writer_errors`).
 - An output path that is a character device or a FIFO (``/dev/null``, a terminal, a named pipe)
   is written straight to, never replaced by a regular file; any other non-regular file is refused.
 """
@@ -27,19 +28,15 @@ import hashlib
 import io
 import json
 import os
-import pickle
 import re
 import secrets
 import shutil
 import stat
-import struct
-import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from latopt.errors import LatoptError, first_line
 
@@ -52,7 +49,9 @@ _EDQUOT = getattr(errno, "EDQUOT", errno.ENOSPC)  # disk quota exceeded (not on 
 _FS_ERRNOS = frozenset({errno.ENOSPC, _EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
 _HINTS = {errno.ENOSPC: "free some space or write elsewhere", _EDQUOT: "free some space or write elsewhere",
           errno.EROFS: "choose a writable location", errno.EACCES: "choose a writable location",
-          errno.EPERM: "choose a writable location"}
+          errno.EPERM: "choose a writable location",
+          errno.EFBIG: "the file size limit of this process (ulimit -f) or of the file system was reached: raise "
+                       "it or write elsewhere"}
 
 
 class OutputError(LatoptError):
@@ -85,18 +84,6 @@ def check_name(name: Any, what: str) -> str:
     return name
 
 
-def umask() -> int:
-    """The process umask (read from /proc on Linux, so no other thread sees a changed one)."""
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 @contextlib.contextmanager
 def _os_errors(final: Path, *also: Path) -> Iterator[None]:
     """An OSError of the block (creating, renaming the output) becomes an OutputError naming ``final``."""
@@ -107,13 +94,13 @@ def _os_errors(final: Path, *also: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _writer_errors(final: Path, tmp: Path, *, probe_full: bool = True) -> Iterator[None]:
+def _writer_errors(final: Path, tmp: Path) -> Iterator[None]:
     """An exception of the block that writes ``tmp`` becomes an OutputError when it is a failure to write.
 
-    That is: an OSError of the file system (full, read-only, quota, I/O) or about ``tmp``; an OutputError
-    of a file inside ``tmp`` (renamed to the file under ``final``); or, with ``probe_full``, any other
-    Exception raised while the file system of ``tmp`` is full (C++ writers such as ``torch.save`` to a
-    path report ENOSPC as a RuntimeError of their own). Anything else is re-raised as it is.
+    That is: an OSError of the file system (full, read-only, quota, file size limit, I/O) or about ``tmp``; or an
+    OutputError of a file inside ``tmp`` (renamed to the file under ``final``). Anything else is re-raised as it
+    is. Writers must report a failed write as the OSError it is: Python's own file writes do; a C++ writer that
+    words it otherwise (``torch.save`` to a path) writes through memory (:func:`latopt.torchfile.write_torch_atomic`).
     """
     try:
         yield
@@ -130,17 +117,6 @@ def _writer_errors(final: Path, tmp: Path, *, probe_full: bool = True) -> Iterat
         if e.errno in _FS_ERRNOS or name == str(tmp) or name.startswith(str(tmp) + os.sep):
             raise OutputError.from_os(final, e, also=(tmp,)) from None
         raise
-    except Exception as e:
-        if probe_full and _full(tmp.parent):
-            raise OutputError(final, os.strerror(errno.ENOSPC), _HINTS[errno.ENOSPC]) from None
-        limit = _size_limit_reached(tmp)
-        if limit is not None:
-            raise OutputError(final, f"the file size limit of this process ({limit} bytes, ulimit -f) was reached",
-                              "raise the limit or write a smaller file") from None
-        if not probe_full and isinstance(e, RuntimeError):   # a C++ writer (torch.save) straight to a device
-            raise OutputError(final, f"the device refused the write ({first_line(e, 80)})",
-                              "write to a regular file") from None
-        raise
 
 
 def _stat(path: Path) -> os.stat_result | None:
@@ -149,31 +125,6 @@ def _stat(path: Path) -> os.stat_result | None:
             return path.stat()
         except FileNotFoundError:
             return None
-
-
-def _size_limit_reached(tmp: Path) -> int | None:
-    """RLIMIT_FSIZE (``ulimit -f``) when it is finite and the file being written is at (or near: a writer's
-    last buffer) that size; C++ writers such as ``torch.save`` then fail with their own RuntimeError."""
-    try:
-        import resource  # noqa: PLC0415 - POSIX only
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    except (ImportError, OSError, ValueError):
-        return None
-    if soft == resource.RLIM_INFINITY:
-        return None
-    size = tmp.stat().st_size if tmp.is_file() else 0
-    return int(soft) if size + (1 << 16) >= soft else None
-
-
-def _full(directory: Path) -> bool:
-    """No free block left for this process on the file system of ``directory``."""
-    try:
-        st = os.statvfs(directory)
-    except (OSError, AttributeError):
-        return False
-    root = hasattr(os, "geteuid") and os.geteuid() == 0  # root may use the blocks reserved on ext4
-    return (st.f_bfree if root else st.f_bavail) == 0
 
 
 @contextlib.contextmanager
@@ -194,7 +145,7 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
         raise LatoptError(f"output path {path} is a directory; give a file name")
     if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
         try:
-            with _writer_errors(path, path, probe_full=False):
+            with _writer_errors(path, path):
                 yield path
         except BrokenPipeError:     # not a broken stdout (exit 0): a short write to this output
             raise OutputError(path, "its reader closed it before everything was written",
@@ -208,10 +159,11 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
     tmp = path
     try:
         with _os_errors(path):
-            tmp = _claim(path, suffix, lambda t: os.close(os.open(t, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)),
+            tmp = _claim(path, suffix, lambda t: os.close(os.open(t, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)),
                          claimed)
-        with _os_errors(path, tmp):
-            os.chmod(tmp, st.st_mode & 0o777 if st is not None else 0o666 & ~umask())
+        if st is not None:               # new: 0o666 less the umask (the kernel's); replacing: the old mode
+            with _os_errors(path, tmp):
+                os.chmod(tmp, st.st_mode & 0o777)
         with _writer_errors(path, tmp):
             yield tmp
         with _os_errors(path, tmp):
@@ -256,7 +208,7 @@ def _copy_existing(final: Path, tmp: Path) -> None:
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
                 raise LatoptError(f"output directory {final} holds {p}, which is not a regular file, directory or "
                                   "link (a FIFO, device or socket); latopt keeps what it finds in an output directory "
-                                  "and cannot copy it: remove it or choose another --out")
+                                  "and cannot copy it: remove it or choose another output directory", param="out")
     shutil.copytree(final, tmp, symlinks=True, dirs_exist_ok=True)  # copies final's mode onto tmp too
 
 
@@ -320,75 +272,6 @@ def write_figure_atomic(path: str | Path, fig: Any, **savefig: Any) -> Path:
     return write_bytes_atomic(path, buf.getvalue())
 
 
-# What torch.load(weights_only=True) raises on a file that is not a readable torch file (truncated, bytes
-# flipped, not a zip, a hostile pickle stream): its unpickler and zip reader fail with any of these.
-TORCH_LOAD_ERRORS: tuple[type[BaseException], ...] = (
-    RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, AttributeError, UnicodeDecodeError,
-    IndexError, KeyError, TypeError, struct.error, OverflowError, pickle.UnpicklingError)
-
-
-class _StrictYamlLoader(yaml.SafeLoader):
-    """YAML's safe loader without aliases (``*name``: a 250-byte file could expand to gigabytes, the "billion
-    laughs") and without duplicate keys (YAML's last-wins would hide a typo): both are errors at their line."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
-            raise yaml.composer.ComposerError(None, None, "an alias (*name); latopt files allow none, write the "
-                                              "value out", mark)
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, (str, int, float, bool)) or key is None:
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"the key {str(key)[:40]!r} is given twice",
-                                                            key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def read_yaml(path: str | Path, *, what: str = "file") -> Any:
-    """Parse a YAML file (``None`` for an empty one) with plain YAML only: no aliases, no duplicate keys
-    (:class:`_StrictYamlLoader`). A syntax error, an alias, a duplicate key, binary content or absurd nesting
-    is one :class:`LatoptError` line naming ``what``, the line and the problem."""
-    path = Path(path)
-    try:
-        return yaml.load(path.read_text(), Loader=_StrictYamlLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        problem = getattr(e, "problem", None)
-        detail = f" ({problem[:100]})" if isinstance(problem, str) and problem else ""
-        raise LatoptError(f"{what} {path} is not valid YAML{at}{detail}; fix it") from None
-    except UnicodeDecodeError:
-        raise LatoptError(f"{what} {path} is not a text file") from None
-    except RecursionError:
-        raise LatoptError(f"{what} {path} is nested too deeply; fix its syntax") from None
-
-
-def read_json(path: str | Path, *, schema: str | None = None, what: str = "file") -> dict[str, Any]:
-    """Read a JSON artifact; check its ``schema`` field when ``schema`` is given."""
-    path = Path(path)
-    if not path.is_file():
-        raise LatoptError(f"{what} {path} does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LatoptError(f"{what} {path} is not valid JSON ({e}); re-create it") from None
-    except RecursionError:
-        raise LatoptError(f"{what} {path} is nested too deeply to be a latopt file; re-create it") from None
-    if not isinstance(data, dict):
-        raise LatoptError(f"{what} {path} is not a JSON object")
-    if schema is not None and data.get("schema") != schema:
-        raise LatoptError(
-            f"{what} {path} has schema {data.get('schema')!r}, expected {schema!r}; is it the right kind of file?"
-        )
-    return data
-
-
 @contextlib.contextmanager
 def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
     """Yield a temporary directory that is renamed to ``final`` only if the block succeeds.
@@ -408,12 +291,10 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
     tmp = final
     try:
         with _os_errors(final):
-            tmp = _claim(final, "", lambda t: t.mkdir(mode=0o700), claimed)
-        with _os_errors(final, tmp):
-            if st is not None:
+            tmp = _claim(final, "", lambda t: t.mkdir(mode=0o777), claimed)   # less the umask
+        if st is not None:
+            with _os_errors(final, tmp):
                 _copy_existing(final, tmp)
-            else:
-                os.chmod(tmp, 0o777 & ~umask())
         with _writer_errors(final, tmp):
             yield tmp
         with _os_errors(final, tmp):
@@ -426,17 +307,19 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
 
 def check_output_dir(final: str | Path, *, overwrite: bool = True) -> os.stat_result | None:
     """Refuse an output directory :func:`atomic_dir` could not replace (a file there; an existing one without
-    ``overwrite``), before any work; returns its ``lstat`` (None when it does not exist)."""
+    ``overwrite``), before any work; returns its ``lstat`` (None when it does not exist). Its errors name the
+    parameter ``out`` (every stage's output directory)."""
     final = Path(final)
     if final.name in ("", ".", "..") or final.resolve() in Path.cwd().resolve().parents or \
             final.resolve() == Path.cwd().resolve():
         raise LatoptError(f"output directory {final} is the current directory or one above it, which latopt would "
-                          "have to replace; give a directory of its own (e.g. --out export)")
+                          "have to replace; give a directory of its own (e.g. export)", param="out")
     st = _stat(final)
     if st is not None and not stat.S_ISDIR(st.st_mode):
-        raise LatoptError(f"output directory {final} exists and is a file; choose another --out")
+        raise LatoptError(f"output directory {final} exists and is a file; choose another output directory",
+                          param="out")
     if st is not None and not overwrite:
-        raise LatoptError(f"output directory {final} already exists")
+        raise LatoptError(f"output directory {final} already exists", param="out")
     return st
 
 

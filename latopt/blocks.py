@@ -14,10 +14,13 @@ Public API::
 
     Block                                    frozen dataclass (see fields below)
     find_blocks(model) -> list[Block]        forward order; Block.index is the position in that list
+    block_kind(module) -> str | None         "timm" / "torchvision" / "latopt" for a block module
     resolve_blocks(model, spec) -> list[Block]   spec: "all" (every foldable block) or indices
     block_input_shapes(model, input_shape) -> dict[int, tuple[int, ...]]
     block_io(model, input_shape) -> {index: (input tensor, output tensor)}   one zero input, hooks
-    fixed_parts(model) -> FixedParts         stem / head modules around the blocks (for the profiler)
+    conv_output_size(size, kernel, stride, padding) -> int   one axis of a convolution's output
+
+The modules around the blocks (stem, head) are :mod:`latopt.stemhead`.
 
 A block that cannot be folded (squeeze-excitation, non-ReLU activation, anti-aliasing, dilation, an
 activation after the projection, ...) is listed with ``foldable=False`` and the reason.
@@ -220,7 +223,8 @@ def _tv_block(index: int, path: str, m: nn.Module) -> Block:
     return _make(index, path, "torchvision.InvertedResidual", mods, names, bool(m.use_res_connect), reason)
 
 
-def _block_kind(m: nn.Module) -> str | None:
+def block_kind(m: nn.Module) -> str | None:
+    """"timm" / "torchvision" / "latopt" when ``m`` is an MBConv block of that library, else None."""
     cls = type(m)
     mod = cls.__module__
     if mod.startswith("timm.") and cls.__name__ in ("InvertedResidual", "DepthwiseSeparableConv"):
@@ -266,7 +270,7 @@ def find_blocks(model: nn.Module) -> list[Block]:
     for path, m in model.named_modules():
         if any(path.startswith(p) for p in skip_prefixes):
             continue
-        kind = _block_kind(m)
+        kind = block_kind(m)
         if kind is None:
             continue
         skip_prefixes.append(path + ".")
@@ -345,57 +349,6 @@ def block_io(model: nn.Module, input_shape: tuple[int, int, int, int]) -> dict[i
 def block_input_shapes(model: nn.Module, input_shape: tuple[int, int, int, int]) -> dict[int, tuple[int, ...]]:
     """The real input shape (N, C, H, W) of every block for a network input of ``input_shape``."""
     return {i: tuple(x.shape) for i, (x, _) in block_io(model, input_shape).items()}
-
-
-# ----------------------------------------------------------------------------------------- fixed parts
-class _Head(nn.Module):
-    """conv head (+BN/act) → global average pool → flatten → classifier (dropout is identity in eval)."""
-
-    def __init__(self, features: nn.Module, pool: nn.Module, classifier: nn.Module) -> None:
-        super().__init__()
-        self.features = features
-        self.pool = pool
-        self.classifier = classifier
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
-
-
-@dataclass
-class FixedParts:
-    """Everything outside the blocks: ``stem`` maps the network input to the first block's input and
-    ``head`` maps the last block's output to the logits. The modules are the model's own (shared, not
-    copied). ``stem_paths``/``head_paths`` name them in the model. ``head`` always has the children
-    ``features`` (conv head + BN/act), ``pool`` (global average pool) and ``classifier``, so it can be
-    timed in parts: ``classifier(flatten(pool(features(x)), 1))``."""
-
-    stem: nn.Module
-    head: nn.Module
-    stem_paths: tuple[str, ...]
-    head_paths: tuple[str, ...]
-
-
-def fixed_parts(model: nn.Module) -> FixedParts:
-    """Stem and head of a timm EfficientNet/MobileNetV2 or a torchvision MobileNetV2.
-
-    ``head(blocks(stem(x)))`` equals ``model(x)`` in eval mode (checked in tests/test_blocks.py)."""
-    cls = type(model)
-    if cls.__module__.startswith("timm.") and all(hasattr(model, a) for a in ("conv_stem", "bn1", "blocks")):
-        stem = nn.Sequential(model.conv_stem, model.bn1)
-        head = _Head(nn.Sequential(model.conv_head, model.bn2), model.global_pool, model.classifier)
-        return FixedParts(stem, head, ("conv_stem", "bn1"), ("conv_head", "bn2", "global_pool", "classifier"))
-    if cls.__module__.startswith("torchvision.") and hasattr(model, "features") and hasattr(model, "classifier"):
-        feats = model.features
-        kinds = [_block_kind(m) for m in feats]
-        idx = [i for i, k in enumerate(kinds) if k is not None]
-        if not idx or idx != list(range(idx[0], idx[-1] + 1)):
-            raise LatoptError("torchvision model: blocks are not one contiguous run inside .features")
-        stem = nn.Sequential(*[feats[i] for i in range(idx[0])])
-        tail = nn.Sequential(*[feats[i] for i in range(idx[-1] + 1, len(feats))])
-        head = _Head(tail, nn.AdaptiveAvgPool2d(1), model.classifier)
-        return FixedParts(stem, head, tuple(f"features.{i}" for i in range(idx[0])),
-                          (*(f"features.{i}" for i in range(idx[-1] + 1, len(feats))), "classifier"))
-    raise LatoptError(f"do not know the stem/head layout of {cls.__module__}.{cls.__name__}")
 
 
 def conv_output_size(size: int, kernel: int, stride: int, padding: int | str) -> int:

@@ -28,38 +28,23 @@ A config is given by path, or by the name of one shipped inside the package (``l
 
 Public API: :class:`RunConfig` (+ section classes), :func:`load_config`, :func:`config_path`, :func:`config_from_dict`,
 :func:`dump_config`, :func:`write_config`, :func:`validate_fold_params`, :func:`check_resolution` (the
-input resolution bound, ``RESOLUTION_RANGE``, shared by every command that takes ``--resolution``).
+input resolution bound, ``RESOLUTION_RANGE``, shared by every stage that takes a ``resolution``).
 
-**The validated records of latopt.** The run config here, device profiles
-(:class:`latopt.latency.devices.DeviceProfile`) and checkpoint architectures (``latopt.models``) are
-pydantic models on :class:`StrictModel`: unknown keys refused, frozen, no coercion (an integer is not a
-boolean, a string is not a number; a float key takes an integer), finite numbers only, bounds as ``Field``
-constraints, choices as the ``Literal`` types of :mod:`latopt.constants`. :func:`validated` is the one
-place that turns a ``pydantic.ValidationError`` into a one-line :class:`LatoptError` naming the key path,
-the bad value and what is allowed (``config key 'fold.tau' must be in (0, 1], got 1.5``).
+The config's sections are :class:`~latopt.records.StrictModel` records, validated by
+:func:`latopt.records.validated` (one line naming the key: ``config key 'fold.tau' must be in (0, 1], got 1.5``).
 """
 
 from __future__ import annotations
 
 import re
-import types
-import typing
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    model_validator,
-)
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_validator
 
-from latopt.artifacts import check_name, read_yaml, write_text_atomic
+from latopt.artifacts import check_name, write_text_atomic
 from latopt.constants import (
     MAX_THREADS,
     RESOLUTION_RANGE,
@@ -74,6 +59,8 @@ from latopt.constants import (
 )
 from latopt.errors import LatoptError
 from latopt.log import get_logger
+from latopt.readers import read_yaml
+from latopt.records import Name, Positive, Resolution, StrictModel, validated
 
 _LOG = get_logger("config")
 
@@ -81,127 +68,8 @@ _LOG = get_logger("config")
 # its config's path
 SHIPPED_CONFIGS = Path(str(resources.files("latopt") / "configs"))
 
-# ------------------------------------------------------------------------------ validated records
-class StrictModel(BaseModel):
-    """Base of latopt's validated records (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def validated(cls: type[M], data: Any, *, prefix: str = "", key: str = "config key") -> M:
-    """``cls`` validated from plain data (as YAML or JSON gives it); a one-line LatoptError otherwise:
-    ``{prefix}{key} 'a.b[1]' must be ..., got ...`` / ``{prefix}unknown {key} 'a.x'; known: ...``."""
-    try:
-        return cls.model_validate(data)
-    except ValidationError as e:
-        raise LatoptError(_error_line(e, cls, prefix, key)) from None
-
-
-_WANT = {  # pydantic error type -> what the value must be
-    "int_type": "an integer", "int_from_float": "an integer", "bool_type": "true or false",
-    "float_type": "a number", "finite_number": "a finite number", "string_type": "a string",
-    "string_too_short": "a non-empty string", "model_type": "a mapping", "dict_type": "a mapping",
-    "list_type": "a list", "tuple_type": "a list",
-}
-
-
-def _error_line(e: ValidationError, cls: type[BaseModel], prefix: str, key: str) -> str:
-    # an unknown key first: a misspelt key is the likeliest cause of the other errors (a missing key)
-    err = sorted(e.errors(), key=lambda x: x["type"] != "extra_forbidden")[0]
-    loc, kind, ctx = err["loc"], err["type"], err.get("ctx") or {}
-    shown = loc[:-2] if loc[-1:] == ("[key]",) else loc  # a bad mapping key: name the mapping (the message has the key)
-    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in shown).lstrip(".")
-    got = repr(err["input"])
-    got = got if len(got) <= 80 else got[:77] + "..."
-    if kind == "extra_forbidden":
-        parent, _ = _field_at(cls, loc[:-1])
-        known = list(parent.model_fields) if isinstance(parent, type) and issubclass(parent, BaseModel) else []
-        return f"{prefix}unknown {key} {path!r}; known: {', '.join(known)}"
-    if kind == "value_error":  # our validators word the whole clause
-        detail = str(ctx["error"])
-    elif kind == "missing":
-        detail = "is missing"
-    elif kind == "literal_error":
-        tp, _ = _field_at(cls, loc)
-        choices = typing.get_args(tp) if typing.get_origin(tp) is Literal else re.findall(r"'([^']*)'", ctx["expected"])
-        detail = f"is {got}; choose one of {', '.join(map(str, choices))}"
-    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        detail = f"must be {_bounds(_field_at(cls, loc)[1], ctx)}, got {got}"
-    elif kind == "too_short" and ctx.get("min_length") == 1:
-        detail = "must not be empty"
-    elif kind in ("too_short", "too_long"):
-        least = kind == "too_short"
-        detail = f"must have {'at least' if least else 'at most'} {ctx['min_length' if least else 'max_length']} " \
-                 f"items, got {got}"
-    elif kind in _WANT:
-        detail = f"must be {_WANT[kind]}, got {got}"
-    else:
-        detail = f"is invalid ({err['msg']}), got {got}"
-    if shown is not loc and kind != "value_error":
-        detail = f"has a key that {detail}"
-    if path:
-        return f"{prefix}{key} {path!r} {detail}"
-    return f"{prefix}{detail}" if kind == "value_error" else f"{prefix}expected a mapping of {key}s, got {got}"
-
-
-def _field_at(cls: Any, loc: tuple[Any, ...]) -> tuple[Any, list[Any]]:
-    """(type, constraint metadata) of the value at ``loc`` inside model ``cls``; (None, []) if not found."""
-    tp, meta = _unwrap(cls, [])
-    for part in loc:
-        origin, args = typing.get_origin(tp), typing.get_args(tp)
-        if isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
-            f = tp.model_fields[part]
-            tp, meta = f.annotation, list(f.metadata)
-        elif origin is tuple and isinstance(part, int):
-            tp, meta = (args[0] if args[-1] is Ellipsis else args[part]), []
-        elif origin is list and isinstance(part, int):
-            tp, meta = args[0], []
-        elif origin is dict and part != "[key]":
-            tp, meta = args[1], []
-        else:
-            return None, []
-        tp, meta = _unwrap(tp, meta)
-    return tp, meta
-
-
-def _unwrap(tp: Any, meta: list[Any]) -> tuple[Any, list[Any]]:
-    """Strip ``Annotated`` (collecting its constraints) and ``X | None`` from a type."""
-    while True:
-        if typing.get_origin(tp) is Annotated:
-            meta = [*meta, *tp.__metadata__]
-            tp = typing.get_args(tp)[0]
-        elif typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp):
-            (tp,) = [a for a in typing.get_args(tp) if a is not type(None)]
-        else:
-            flat = [*meta, *(m for x in meta for m in getattr(x, "metadata", ()))]  # Field() inside Annotated
-            return tp, flat
-
-
-def _bounds(meta: list[Any], ctx: dict[str, Any]) -> str:
-    """The allowed range as text: ``in (0, 1]``, ``>= 1``; from the field's constraints (``ctx``: the bound
-    that failed, when the field is not found)."""
-    b = {n: getattr(m, n) for m in meta for n in ("gt", "ge", "lt", "le") if getattr(m, n, None) is not None} or ctx
-    lo = ("(", b["gt"]) if "gt" in b else ("[", b["ge"]) if "ge" in b else None
-    hi = (")", b["lt"]) if "lt" in b else ("]", b["le"]) if "le" in b else None
-    if lo and hi:
-        return f"in {lo[0]}{lo[1]}, {hi[1]}{hi[0]}"
-    if lo:
-        return f"{'>' if lo[0] == '(' else '>='} {lo[1]}"
-    assert hi is not None
-    return f"{'<' if hi[0] == ')' else '<='} {hi[1]}"
-
-
-# ---------------------------------------------------------------------------- shared field types
-def _valid_name(v: Any) -> Any:  # names are identifiers (runs/<name>/, profiles/<name>/), see check_name
-    try:
-        return check_name(v, "=")
-    except LatoptError as e:
-        raise ValueError(str(e)) from None
-
-
+# ------------------------------------------------------------------------- the run config's field types
 def _list_to_tuple(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v  # YAML gives lists; the frozen records hold tuples
 
@@ -229,13 +97,10 @@ def _train_device(v: str) -> str:
     return v
 
 
-Name = Annotated[str, BeforeValidator(_valid_name)]
 TrainDevice = Annotated[str, AfterValidator(_train_device)]
-Resolution = Annotated[int, Field(ge=RESOLUTION_RANGE[0], le=RESOLUTION_RANGE[1])]
 LambdaC = Annotated[float, Field(ge=0)]           # weight of the compression loss
 Tau = Annotated[float, Field(gt=0, le=1)]         # fold an activation when alpha >= tau
 Power = Annotated[float, Field(gt=1)]             # q = alpha ** p
-Positive = Annotated[float, Field(gt=0)]
 LogRange = _interval(Positive)
 TauRange = _interval(Tau)
 PowerRange = _interval(Power)
@@ -417,8 +282,9 @@ def _merge(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_resolution(value: Any, what: str, *, param: str | None = None) -> int:
-    """``value`` as an input resolution in ``RESOLUTION_RANGE``; a one-line LatoptError naming ``what``
-    (e.g. ``"resolution"``, or where a recorded value came from) and the parameter ``param`` otherwise."""
+    """``value`` as an input resolution in ``RESOLUTION_RANGE``; a one-line LatoptError naming ``what`` (the
+    parameter, e.g. ``"resolution"``, or where the value came from) otherwise, carrying ``param`` (the parameter
+    the caller took it as, for the CLI to name its flag)."""
     lo, hi = RESOLUTION_RANGE
     if isinstance(value, bool) or not isinstance(value, int):
         raise LatoptError(f"{what} must be an integer in [{lo}, {hi}], got {value!r}", param=param)
@@ -437,7 +303,6 @@ def validate_fold_params(lambda_c: float, tau: float, p: float) -> None:
 
 __all__ = [
     "RESOLUTION_RANGE",
-    "StrictModel",
     "DataConfig",
     "FoldConfig",
     "ModelConfig",
@@ -450,6 +315,5 @@ __all__ = [
     "dump_config",
     "load_config",
     "validate_fold_params",
-    "validated",
     "write_config",
 ]

@@ -40,17 +40,16 @@ otherwise end the phase at the peak rate, never decaying.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from timm.scheduler.scheduler import Scheduler
+from timm.utils import random_seed
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
@@ -320,11 +319,9 @@ def _check_finite(accel: Accel, loss_sum: torch.Tensor, desc: str, epoch: int, s
 
 
 def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (CPU results are then deterministic for the same inputs)."""
-
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
+    """Seed python, numpy and torch (timm's ``random_seed``; CPU results are then deterministic for the same
+    inputs). NumPy takes seeds in [0, 2**32), so every generator gets ``seed`` modulo 2**32."""
+    random_seed(seed % 2**32)
 
 
 __all__ = ["BestWeights", "StepLoss", "cross_entropy_loss", "evaluate", "fit", "make_optimizer", "make_scheduler", "seed_everything",

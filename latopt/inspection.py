@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from latopt.blocks import block_input_shapes, find_blocks, fixed_parts
+from latopt.blocks import block_input_shapes, find_blocks
 from latopt.constants import FOLD_CHECK_TOLERANCE
 from latopt.fold import fold_block_module, fold_blocks, linearize, randomize_bn_, verify_fold
 from latopt.models import count_flops
+from latopt.stemhead import fixed_parts
 
 
 @dataclass

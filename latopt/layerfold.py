@@ -72,6 +72,7 @@ from torch import nn
 from latopt.accel import Accel, resolve
 from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
 from latopt.blocks import find_blocks
+from latopt.checkpoint import content_digest, load_checkpoint, make_arch, save_checkpoint
 from latopt.config import RunConfig, validate_fold_params, write_config
 from latopt.constants import GRANULARITIES
 from latopt.data import Task, data_meta, load_task, make_loaders
@@ -90,7 +91,7 @@ from latopt.fold import (
 from latopt.latency.lut import check_blocks, load_lut, predict, variant_times
 from latopt.latency.lut import costs as lut_costs
 from latopt.layers import AlphaActivation
-from latopt.models import content_digest, load_checkpoint, make_arch, model_cost, save_checkpoint
+from latopt.models import model_cost
 
 REPORT_SCHEMA = "latopt.fold_report/1"
 PREFOLD_CHECKPOINT = "prefold.pt"

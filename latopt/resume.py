@@ -45,10 +45,10 @@ from timm.scheduler.scheduler import Scheduler
 from torch import nn
 
 from latopt.accel import Accel
-from latopt.artifacts import TORCH_LOAD_ERRORS, atomic_path
 from latopt.engine import BestWeights
 from latopt.errors import first_line
 from latopt.log import get_logger
+from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 RESUME_SCHEMA = "latopt.train_resume/1"
 _LOG = get_logger("train")
@@ -148,8 +148,7 @@ class EpochCheckpoint:
                  "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
                  "scaler": self.scaler.state_dict() if self.scaler is not None else None,
                  "best": self.best.state_dict() if self.best is not None else None}
-        with atomic_path(self.path) as tmp:
-            torch.save(state, tmp)
+        write_torch_atomic(self.path, state)
 
     def remove(self) -> None:
         if self.accel.is_main:

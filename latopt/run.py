@@ -48,7 +48,6 @@ from latopt import __version__
 from latopt.artifacts import (
     file_sha256,
     make_dirs,
-    read_json,
     write_bytes_atomic,
     write_figure_atomic,
     write_json_atomic,
@@ -67,6 +66,7 @@ from latopt.latency.profiler import format_lut, profile_model
 from latopt.layerfold import undertrained_warning
 from latopt.log import get_logger
 from latopt.models import build_model
+from latopt.readers import read_json
 from latopt.search import SearchOptions, format_table, open_storage, redact, run_search
 from latopt.torch_settings import set_threads
 from latopt.train import train_base

@@ -22,6 +22,7 @@ from typing import Any
 
 from latopt.accel import resolve
 from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_json_atomic
+from latopt.checkpoint import load_checkpoint, make_arch, save_checkpoint
 from latopt.config import RunConfig, dump_config, write_config
 from latopt.data import data_fingerprint, data_meta, load_task, make_loaders
 from latopt.engine import (
@@ -34,7 +35,7 @@ from latopt.engine import (
     seed_everything,
 )
 from latopt.errors import LatoptError
-from latopt.models import build_model, load_checkpoint, make_arch, model_cost, save_checkpoint
+from latopt.models import build_model, model_cost
 from latopt.resume import EpochCheckpoint, fingerprint, resume_path
 
 METRICS_SCHEMA = "latopt.train_metrics/1"

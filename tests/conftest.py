@@ -102,7 +102,7 @@ def edit_checkpoint():
     consistent but wrong), ``False`` keeps the recorded one (a corrupted file)."""
     from pathlib import Path
 
-    from latopt.models import checkpoint_digest
+    from latopt.checkpoint import checkpoint_digest
 
     def edit_(src: Path, dst: Path, edit, *, digest: bool = True) -> Path:
         data = torch.load(src, weights_only=True)

@@ -16,12 +16,13 @@ from torch import nn
 
 from latopt import accel as A
 from latopt.accel import Accel, default_workers, resolve, resolve_device
+from latopt.checkpoint import checkpoint_digest, load_checkpoint, make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.config import TrainConfig, load_config
 from latopt.data import Task, make_loaders
 from latopt.engine import fit, make_optimizer
 from latopt.errors import LatoptError
-from latopt.models import build_model, checkpoint_digest, load_checkpoint, make_arch, save_checkpoint
+from latopt.models import build_model
 
 CONFIG = """
 name: acc

@@ -30,10 +30,12 @@ from latopt.artifacts import (
     write_json_atomic,
     write_text_atomic,
 )
+from latopt.checkpoint import make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import LatoptError
 from latopt.latency.onnx_io import export_onnx
-from latopt.models import build_model, make_arch, save_checkpoint
+from latopt.models import build_model
+from latopt.readers import read_json, read_yaml
 from latopt.runtime import cli as runtime_cli
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -182,7 +184,8 @@ def test_full_disk_is_one_line(tmp_path: Path) -> None:
 import sys, torch
 from latopt.cli import main
 from latopt.errors import LatoptError
-from latopt.models import build_model, make_arch, save_checkpoint
+from latopt.models import build_model
+from latopt.checkpoint import make_arch, save_checkpoint
 m = build_model("mobilenetv2_035", num_classes=10)
 try:
     save_checkpoint("{full}/base.pt", m, make_arch(m, "mobilenetv2_035", 10))
@@ -222,18 +225,16 @@ def test_unwritable_paths_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyP
                 write_text_atomic(d / "c.txt", "x")
     assert not (tmp_path / "out").exists()
 
-    class Statvfs:
-        f_bavail = f_bfree = 0
-
-    def torch_full(*a, **k):  # what torch.save(obj, path) raises on a full disk
+    def torch_fails(*a, **k):  # torch.save failing on its own (not a write: it serialises into memory)
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
 
     m_ = build_model("mobilenetv2_035", num_classes=10)
     with monkeypatch.context() as m:
-        m.setattr(torch, "save", torch_full)
-        with pytest.raises(RuntimeError, match="unexpected pos"):  # a disk with room: not a write error
+        m.setattr(torch, "save", torch_fails)
+        with pytest.raises(RuntimeError, match="unexpected pos"):  # not a write error: passes through as it is
             save_checkpoint(tmp_path / "c.pt", m_, make_arch(m_, "mobilenetv2_035", 10))
-        m.setattr(artifacts.os, "statvfs", lambda p: Statvfs())
+    with monkeypatch.context() as m:  # a checkpoint's bytes are written by Python: a full disk is its OSError
+        m.setattr(Path, "write_bytes", full)
         with pytest.raises(OutputError, match=r"cannot write .*d\.pt: No space left on device"):
             save_checkpoint(tmp_path / "d.pt", m_, make_arch(m_, "mobilenetv2_035", 10))
     assert not hidden(tmp_path) and sorted(p.name for p in tmp_path.iterdir()) == []
@@ -322,7 +323,7 @@ def test_unreadable_json_and_yaml_are_one_line(tmp_path: Path, suffix: str, text
     path = tmp_path / f"f{suffix}"
     path.write_bytes(text.encode("utf-8", "surrogateescape"))
     with pytest.raises(LatoptError) as e:
-        artifacts.read_json(path, what="LUT") if suffix == ".json" else artifacts.read_yaml(path, what="config file")
+        read_json(path, what="LUT") if suffix == ".json" else read_yaml(path, what="config file")
     assert str(path) in str(e.value) and "\n" not in str(e.value)
 
 
@@ -374,7 +375,7 @@ def test_a_checkpoint_with_damaged_pickle_bytes_is_one_line(tmp_path: Path) -> N
     # torch's weights_only unpickler fails on damaged data.pkl bytes with KeyError / IndexError (tracebacks before)
     import zipfile
 
-    from latopt.models import load_checkpoint
+    from latopt.checkpoint import load_checkpoint
 
     m = build_model("mobilenetv2_035", num_classes=10)
     good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10))
@@ -396,7 +397,8 @@ def test_a_file_size_limit_is_one_line(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import resource, sys, torch
         from latopt.cli import main
-        from latopt.models import build_model, make_arch, save_checkpoint
+        from latopt.models import build_model
+        from latopt.checkpoint import make_arch, save_checkpoint
         m = build_model("mobilenetv2_035", num_classes=10)
         resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
         from latopt.artifacts import OutputError
@@ -502,7 +504,7 @@ def test_yaml_aliases_and_duplicate_keys_are_one_line(tmp_path: Path, capsys: py
     cfg = tmp_path / "c.yaml"
     cfg.write_text(text)
     with pytest.raises(LatoptError) as e:
-        artifacts.read_yaml(cfg, what="config file")
+        read_yaml(cfg, what="config file")
     assert problem in str(e.value) and "at line" in str(e.value) and len(str(e.value)) < 300
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()

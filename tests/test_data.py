@@ -191,7 +191,7 @@ def test_imagefolder_corrupt_image_read_during_training(tmp_path: Path, capsys) 
     cfg = {"name": "bad", "model": {"name": "mobilenetv2_035"},
            "data": {"task": f"imagefolder:{root}", "resolution": 16, "batch_size": 2}, "train": {"epochs": 1}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    assert main(["train", "--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert main(["train", "--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(bad) in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()

@@ -15,6 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from latopt.blocks import find_blocks
+from latopt.checkpoint import load_checkpoint
 from latopt.cli import main
 from latopt.config import load_config, write_config
 from latopt.dp import candidates, run_dp, select_plan, solve, solve_chain, variant_losses
@@ -22,7 +23,7 @@ from latopt.dp.knapsack import TIE_RTOL, discretise
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT, BlockEntry, predict, save_lut
 from latopt.latency.timing import TimingStats
-from latopt.models import build_model, load_checkpoint
+from latopt.models import build_model
 from latopt.train import train_base
 
 # ------------------------------------------------------------------------------------ the knapsack

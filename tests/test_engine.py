@@ -15,6 +15,7 @@ from latopt.engine import (
     fit,
     make_optimizer,
     make_scheduler,
+    seed_everything,
     tensor_loader,
 )
 from latopt.errors import LatoptError
@@ -251,3 +252,21 @@ def test_a_run_that_watches_the_loss_only_says_nothing_of_its_accuracy(caplog: p
             fit(net, tensor_loader(x, y, 16, seed=0), 4, opt, None, cross_entropy_loss(), val_loader=Val(),
                 progress=False, after_step=worse_labels, watch=watch)
         assert any("validation accuracy fell" in r.getMessage() for r in caplog.records) == warned, watch
+
+
+def test_seed_everything_seeds_python_numpy_and_torch() -> None:
+    import random
+
+    import numpy as np
+
+    def draws() -> tuple[float, float, float]:
+        return random.random(), float(np.random.rand()), float(torch.rand(()))
+
+    seed_everything(7)
+    first = draws()
+    seed_everything(7)
+    assert draws() == first
+    seed_everything(8)
+    assert all(a != b for a, b in zip(draws(), first, strict=True))
+    seed_everything(2**40 + 7)   # numpy takes seeds below 2**32: the seed is taken modulo 2**32
+    assert draws() == first

@@ -10,9 +10,10 @@ import onnx
 import pytest
 import torch
 
+from latopt.checkpoint import make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import VerificationError
-from latopt.models import build_model, make_arch, save_checkpoint
+from latopt.models import build_model
 
 MODEL = "mobilenetv2_035"
 RES = 32

@@ -18,6 +18,7 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
+from latopt.checkpoint import load_checkpoint, make_arch, recorded_test_acc, save_checkpoint
 from latopt.cli import main
 from latopt.config import load_config
 from latopt.engine import evaluate
@@ -25,7 +26,7 @@ from latopt.errors import LatoptError, VerificationError
 from latopt.export import checkpoint_task, noise_floor, onnx_gate, torch_out
 from latopt.latency.onnx_io import export_onnx
 from latopt.layerfold import run_fold
-from latopt.models import build_model, load_checkpoint, make_arch, recorded_test_acc, save_checkpoint
+from latopt.models import build_model
 from latopt.train import train_base
 
 MODEL = "mobilenetv2_035"

@@ -16,10 +16,11 @@ import torch
 from torch import nn
 
 from latopt.blocks import find_blocks
+from latopt.checkpoint import make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import VerificationError
 from latopt.fold import FoldedBlock, defer_bias_maps, find_chains, fold_blocks, randomize_bn_
-from latopt.models import build_model, make_arch, save_checkpoint
+from latopt.models import build_model
 
 MODEL = "mobilenetv2_035"
 RES = 32

@@ -11,7 +11,6 @@ import textwrap
 import pytest
 
 from latopt.blocks import find_blocks
-from latopt.config import validated
 from latopt.errors import LatoptError
 from latopt.latency.lut import (
     LUT,
@@ -28,6 +27,7 @@ from latopt.latency.lut import (
 )
 from latopt.latency.timing import TimingStats
 from latopt.models import build_model
+from latopt.records import validated
 
 
 def st(ms: float) -> TimingStats:

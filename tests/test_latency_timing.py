@@ -6,9 +6,9 @@ import statistics
 
 import pytest
 
-from latopt.config import validated
 from latopt.errors import LatoptError
 from latopt.latency.timing import TimingPolicy, TimingStats, compare, environment_info
+from latopt.records import validated
 
 
 class Recorder:

@@ -15,10 +15,11 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from latopt import log
+from latopt.checkpoint import make_arch, save_checkpoint
 from latopt.cli import build_parser, main
 from latopt.engine import cross_entropy_loss, fit
 from latopt.latency.devices import load_device
-from latopt.models import build_model, make_arch, save_checkpoint
+from latopt.models import build_model
 from latopt.run import latency_chart
 from latopt.search._options import SearchOptions
 from latopt.search._workers import worker_argv
@@ -59,7 +60,7 @@ def test_cli_results_on_stdout_progress_on_stderr_and_quiet(capsys: pytest.Captu
     out, err = capsys.readouterr()
     assert "blocks.0.0" in out and "[" not in "".join(s[:1] for s in out.splitlines())   # the table, no log line
     assert re.fullmatch(r"\[inspect\] done in \d+\.\d s\n", err), err
-    for quiet in ("-q", "--quiet", "--no-progress"):
+    for quiet in ("-q", "--quiet"):
         assert main([*argv, quiet]) == 0
         q_out, q_err = capsys.readouterr()
         assert q_out == out and q_err == "", quiet

@@ -10,18 +10,11 @@ import pytest
 import torch
 from torch import nn
 
+from latopt.checkpoint import checkpoint_digest, load_checkpoint, make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import LatoptError, VerificationError
 from latopt.fold import alpha_parameters, fold_blocks, get_alphas, install_alpha, randomize_bn_
-from latopt.models import (
-    SUPPORTED,
-    build_model,
-    canonical_name,
-    checkpoint_digest,
-    load_checkpoint,
-    make_arch,
-    save_checkpoint,
-)
+from latopt.models import SUPPORTED, build_model, canonical_name
 
 pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
 
@@ -72,12 +65,13 @@ def test_pretrained_offline_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, t
         build_model("mobilenetv2_100", pretrained=True)  # timm has weights for it: not in the cache
     msg = str(e.value)
     assert msg.startswith("could not get pretrained weights for mobilenetv2_100 (LocalEntryNotFoundError: "), msg
-    assert "needs internet access once" in msg and "HF_HUB_OFFLINE=1" in msg and "drop --pretrained" in msg
+    assert "needs internet access once" in msg and "HF_HUB_OFFLINE=1" in msg and "leave pretrained off" in msg
     assert "\n" not in msg and lookups == []
     with pytest.raises(LatoptError) as e:  # timm's own error: there are no pretrained weights for this one
         build_model("mobilenetv2_035", pretrained=True)
     assert str(e.value) == ("could not get pretrained weights for mobilenetv2_035 (RuntimeError: No pretrained "
-                            "weights exist for mobilenetv2_035) — drop --pretrained to start from random weights")
+                            "weights exist for mobilenetv2_035) — leave pretrained off to start from random weights")
+    assert e.value.param == "pretrained"
 
     def no_net(*a, **k):
         raise urllib.error.URLError("offline (test)")
@@ -85,7 +79,7 @@ def test_pretrained_offline_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, t
     monkeypatch.setattr(torch.hub, "urlopen", no_net)
     monkeypatch.setattr(torch.hub, "_hub_dir", str(tmp_path / "torch"))
     with pytest.raises(LatoptError, match=r"could not get pretrained weights for torchvision/mobilenet_v2 "
-                                          r"\(URLError: .*offline \(test\).*the torch hub cache — drop --pretrained"):
+                                          r"\(URLError: .*offline \(test\).*the torch hub cache — leave pretrained off"):
         build_model("torchvision/mobilenet_v2", pretrained=True)
     with pytest.raises(LatoptError, match="only for width 1.0"):
         build_model("torchvision/mobilenet_v2?width=0.75", pretrained=True)
@@ -216,21 +210,24 @@ def test_digest_detects_a_corrupted_checkpoint(tmp_path: Path, capsys: pytest.Ca
     assert not torch.equal(m2.state_dict()[name], m.state_dict()[name])
 
 
-def test_legacy_checkpoint_without_digest_loads_with_one_warning_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                      edit_checkpoint) -> None:
+def test_a_checkpoint_of_another_schema_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               edit_checkpoint) -> None:
     m = build_model("mobilenetv2_035", 10)
     good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10))
-    capsys.readouterr()
 
-    def legacy(d: dict) -> None:
+    def old_schema(d: dict) -> None:  # the unreleased first schema: no digest
         d["schema"] = "latopt.checkpoint/1"
         d.pop("sha256")
 
-    old = edit_checkpoint(good, tmp_path / "old.pt", legacy, digest=False)
-    m2, _, _ = load_checkpoint(old)
-    _same_outputs(m, m2, 32)
+    old = edit_checkpoint(good, tmp_path / "old.pt", old_schema, digest=False)
+    with pytest.raises(LatoptError, match=r"has schema 'latopt\.checkpoint/1'; this latopt reads only "
+                                          r"'latopt\.checkpoint/2': re-create it") as e:
+        load_checkpoint(old)
+    assert not isinstance(e.value, VerificationError) and "\n" not in str(e.value)
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(old), "--no-measure", "--out", str(tmp_path / "o"), "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("latopt: warning:") and str(old) in err[0] and "SHA-256" in err[0]
+    assert len(err) == 1 and err[0].startswith("latopt: error:") and "re-create it" in err[0]
 
 
 BAD_ARCH = [  # (field edit, what the one-line error names)

@@ -250,8 +250,9 @@ def _junk_base(d: Path) -> dict[str, Path]:
     """Files that are not the tiny config's base checkpoint."""
     import torch
 
+    from latopt.checkpoint import make_arch, save_checkpoint
     from latopt.fold import install_alpha
-    from latopt.models import build_model, make_arch, save_checkpoint
+    from latopt.models import build_model
 
     junk = d / "junk.pt"
     junk.write_bytes(b"not a checkpoint")

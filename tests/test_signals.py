@@ -18,7 +18,8 @@ import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from latopt.models import build_model, make_arch, save_checkpoint
+from latopt.checkpoint import make_arch, save_checkpoint
+from latopt.models import build_model
 from latopt.search._storage import open_storage
 
 MODEL = "mobilenetv2_035"

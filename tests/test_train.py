@@ -92,7 +92,7 @@ def test_plan_from_alphas() -> None:
 
 # ----------------------------------------------------------------------------- train -> fold -> reload
 def test_train_base_writes_checkpoint_metrics_config(tiny: dict) -> None:
-    from latopt.models import load_checkpoint
+    from latopt.checkpoint import load_checkpoint
 
     base, m = tiny["root"] / "base", tiny["metrics"]
     assert sorted(p.name for p in base.iterdir()) == ["base.pt", "config.yaml", "metrics.json"]
@@ -108,7 +108,7 @@ def test_train_base_writes_checkpoint_metrics_config(tiny: dict) -> None:
 
 
 def _conv_weights(path: Path) -> dict[str, torch.Tensor]:
-    from latopt.models import load_checkpoint
+    from latopt.checkpoint import load_checkpoint
 
     return {k: v for k, v in load_checkpoint(path)[0].state_dict().items() if k.endswith("weight") and v.dim() == 4}
 
@@ -141,7 +141,7 @@ def test_train_is_reproducible_and_resumes_from_checkpoint(tiny: dict) -> None:
 
 
 def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
-    from latopt.models import load_checkpoint
+    from latopt.checkpoint import load_checkpoint
 
     cfg, out = tiny["cfg"], tiny["root"] / "fold"
     r = run_fold(cfg, tiny["ckpt"], out, lambda_c=5.0, tau=0.6, p=2.0, progress=False, seed=0)
@@ -184,8 +184,8 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
 def test_activation_granularity_partial_folds(tiny: dict) -> None:
     """Set α by hand: full / expand_dw / dw_project / none; the fold check and snapping follow."""
     from latopt.blocks import find_blocks
+    from latopt.checkpoint import load_checkpoint
     from latopt.fold import install_alpha
-    from latopt.models import load_checkpoint
 
     cfg = tiny["cfg"].with_overrides({"fold.post_epochs": 0, "fold.granularity": "activation"})
     model, _, _ = load_checkpoint(tiny["ckpt"])
@@ -205,8 +205,8 @@ def test_activation_granularity_partial_folds(tiny: dict) -> None:
 
 def test_prefold_with_lut_freezes_unprofitable_blocks(tiny: dict, tmp_path: Path) -> None:
     from latopt.blocks import find_blocks
+    from latopt.checkpoint import load_checkpoint
     from latopt.latency.lut import LUT, BlockEntry, costs, load_lut, save_lut
-    from latopt.models import load_checkpoint
 
     base, _, _ = load_checkpoint(tiny["ckpt"])
     blocks = find_blocks(base)
@@ -285,7 +285,7 @@ def _class_shares(model: nn.Module, loader) -> torch.Tensor:  # type: ignore[no-
 def test_distillation_pulls_the_student_towards_the_teacher(tiny: dict) -> None:
     """distill_weight 1: the task loss is the KL to the teacher alone. A teacher that always names the class
     the student names least makes the student name it, in pre-fold and in post-fold."""
-    from latopt.models import load_checkpoint
+    from latopt.checkpoint import load_checkpoint
 
     cfg = tiny["cfg"].with_overrides({"fold.distill_weight": 1.0})
     task = load_task(cfg)

@@ -27,7 +27,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict:
     cfg = root / "c.yaml"
     cfg.write_text(CONFIG)
     base = root / "base"
-    assert main(["train", "--config", str(cfg), "--out", str(base), "--no-progress", "--seed", "1"]) == 0
+    assert main(["train", "--config", str(cfg), "--out", str(base), "--quiet", "--seed", "1"]) == 0
     return {"root": root, "cfg": cfg, "ckpt": base / "base.pt"}
 
 
@@ -37,7 +37,7 @@ def test_train_and_fold_commands(env: dict, capsys: pytest.CaptureFixture) -> No
     assert metrics["model"] == "mobilenetv2_035" and metrics["seed"] == 1 and metrics["epochs"] == 1
     out = env["root"] / "fold"
     rc = main(["fold", "--config", str(env["cfg"]), "--checkpoint", str(env["ckpt"]), "--out", str(out),
-               "--tau", "0.6", "--p", "3", "--mode", "paper", "--granularity", "block", "--no-progress"])
+               "--tau", "0.6", "--p", "3", "--mode", "paper", "--granularity", "block", "--quiet"])
     assert rc == 0
     summary = capsys.readouterr().out
     assert "test acc base" in summary and str(out / "folded.pt") in summary
@@ -78,7 +78,7 @@ def test_fold_bad_input(env: dict, capsys: pytest.CaptureFixture, args: list[str
     _lut(root / "other_model.json", "mobilenetv2_100", 16)
     _lut(root / "other_res.json", "mobilenetv2_035", 224)
     out = root / "bad-fold"
-    argv = ["fold", "--config", str(env["cfg"]), "--checkpoint", str(env["ckpt"]), "--out", str(out), "--no-progress"]
+    argv = ["fold", "--config", str(env["cfg"]), "--checkpoint", str(env["ckpt"]), "--out", str(out), "--quiet"]
     argv += [a.format(root=root) for a in args]
     capsys.readouterr()
     assert main(argv) == 2
@@ -112,7 +112,7 @@ def test_train_bad_input(env: dict, tmp_path: Path, capsys: pytest.CaptureFixtur
         assert not out.exists()
     a_file = tmp_path / "a-file"    # an --out that is a file: refused before the resume state beside it is written
     a_file.write_text("x")
-    assert main(["train", "--config", str(env["cfg"]), "--out", str(a_file), "--no-progress"]) == 2
+    assert main(["train", "--config", str(env["cfg"]), "--out", str(a_file), "--quiet"]) == 2
     assert "exists and is a file" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "empty", "noval"] and a_file.read_text() == "x"
     assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2

@@ -485,9 +485,10 @@ def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int
 def cell_prune(ctx: Ctx, seed: int, out: Path, target: str) -> dict[str, Any]:
     import torch
 
+    from latopt.checkpoint import load_checkpoint
     from latopt.export import gate_inputs, noise_floor, onnx_gate
     from latopt.latency.onnx_io import export_onnx
-    from latopt.models import load_checkpoint, model_cost
+    from latopt.models import model_cost
 
     a = ctx.args
     res = ctx.cfg.data.resolution

@@ -106,7 +106,7 @@ NEEDED = ("torch", "timm", "numpy", "pydantic", "yaml", "sklearn", "scipy")
 # latopt's modules that the check's rows and its `latopt train / profile / export` subprocesses run: imported
 # before the first row, so that a package missing on a bare image stops the check at once, in one line
 CHECK_MODULES = ("latopt.config", "latopt.engine", "latopt.accel", "latopt.train", "latopt.resume",
-                 "latopt.layerfold", "latopt.models", "latopt.latency.devices", "latopt.latency.profiler",
+                 "latopt.layerfold", "latopt.models", "latopt.checkpoint", "latopt.latency.devices", "latopt.latency.profiler",
                  "latopt.latency.backends.torch", "latopt.latency.backends.onnxruntime", "latopt.latency.onnx_io",
                  "latopt.export", "latopt.cli", "latopt.cli.train", "latopt.cli.profile", "latopt.cli.export")
 
@@ -345,8 +345,8 @@ class Checks:
 
     # ----------------------------------------------------------------------------------------- 5. latency
     def latency(self, precision: str) -> Row:
+        from latopt.checkpoint import load_checkpoint
         from latopt.latency.profiler import measure_networks
-        from latopt.models import load_checkpoint
         from latopt.torch_settings import tf32_flags
 
         prof = self._device_profile()

@@ -16,6 +16,4 @@ def common_parser() -> argparse.ArgumentParser:
                    help="also debug lines on stderr")
     g.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=QUIET, default=DEFAULT,
                    help="no progress on stderr (warnings and errors only); results still go to stdout")
-    g.add_argument("--no-progress", dest="verbosity", action="store_const", const=QUIET, default=DEFAULT,
-                   help=argparse.SUPPRESS)  # the older spelling of --quiet (train, fold)
     return p

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from latopt import __version__
-from latopt.artifacts import file_sha256, read_json, write_json_atomic
+from latopt.artifacts import file_sha256, write_json_atomic
 from latopt.config import RunConfig
 from latopt.constants import LUT_VARIANTS
 from latopt.dp.importance import candidates, variant_losses
@@ -52,6 +52,7 @@ from latopt.dp.stage import check_budget, select_plan
 from latopt.errors import LatoptError
 from latopt.latency.lut import load_lut
 from latopt.log import get_logger
+from latopt.readers import read_json
 
 PLAN_SCHEMA = "latopt.plan/1"
 PLAN_IMPORTANCE = ("uniform", "proxy")   # what a plan without training may be scored by

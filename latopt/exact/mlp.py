@@ -32,12 +32,12 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
-from latopt.artifacts import TORCH_LOAD_ERRORS, atomic_path
 from latopt.config import TrainConfig
 from latopt.data import split_indices
 from latopt.engine import fit, make_optimizer, make_scheduler, seed_everything, tensor_loader
 from latopt.errors import LatoptError, first_line
 from latopt.exact.network import from_module
+from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 SCHEMA = "latopt.mlp/1"
 DATASETS = ("digits",)
@@ -120,15 +120,15 @@ def train_mlp(
 
 
     if l1 < 0 or not math.isfinite(l1):
-        raise LatoptError(f"--l1 {l1} must be a finite number >= 0")
+        raise LatoptError(f"l1 {l1} must be a finite number >= 0", param="l1")
     if not (math.isfinite(lr) and lr > 0):
-        raise LatoptError(f"--lr {lr} must be a finite number > 0, e.g. 0.01")
+        raise LatoptError(f"lr {lr} must be a finite number > 0, e.g. 0.01", param="lr")
     if not (math.isfinite(momentum) and 0 <= momentum < 1):
-        raise LatoptError(f"momentum {momentum} must be in [0, 1)")
+        raise LatoptError(f"momentum {momentum} must be in [0, 1)", param="momentum")
     if epochs < 1 or batch < 1:
         raise LatoptError(f"invalid training settings: epochs={epochs}, batch={batch} (both must be >= 1)")
     if not hidden or any(h < 1 for h in hidden):
-        raise LatoptError(f"--hidden {hidden} must be a comma list of positive widths, e.g. 100,100")
+        raise LatoptError(f"hidden {hidden} must be a list of positive widths, e.g. [100, 100]", param="hidden")
     split = load_split(data, seed)
     seed_everything(seed)
     n_in, n_out = split.x_train.shape[1], int(split.y_train.max()) + 1
@@ -181,8 +181,7 @@ def save_mlp(path: str | Path, model, meta: dict | None = None) -> Path:
     obj = {"schema": SCHEMA, "layers": list(net.sizes), "activation": "relu", "state_dict": sd, "meta": dict(meta or {})}
 
     path = Path(path)
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+    write_torch_atomic(path, obj)
     return path
 
 

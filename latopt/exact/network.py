@@ -31,14 +31,16 @@ class Box:
         lo = np.asarray(self.lo, dtype=np.float64).reshape(-1)
         hi = np.asarray(self.hi, dtype=np.float64).reshape(-1)
         if lo.size == 0 or lo.shape != hi.shape:
-            raise LatoptError(f"box is empty: lo has {lo.size} and hi has {hi.size} coordinates; give LO,HI such as --box 0,1")
+            raise LatoptError(f"box is empty: lo has {lo.size} and hi has {hi.size} coordinates; give LO,HI such as 0,1",
+                              param="box")
         if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
-            raise LatoptError("box bounds must be finite numbers; give LO,HI such as --box 0,1")
+            raise LatoptError("box bounds must be finite numbers; give LO,HI such as 0,1", param="box")
         bad = np.flatnonzero(lo >= hi)
         if bad.size:
             i = int(bad[0])
             kind = "inverted" if lo[i] > hi[i] else "empty (zero width)"
-            raise LatoptError(f"box is {kind} in coordinate {i}: lo={lo[i]:g} must be < hi={hi[i]:g}; give LO,HI with LO < HI")
+            raise LatoptError(f"box is {kind} in coordinate {i}: lo={lo[i]:g} must be < hi={hi[i]:g}; give LO,HI with "
+                              "LO < HI", param="box")
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
 
@@ -63,11 +65,11 @@ class Box:
         """``"LO,HI"`` -> the box ``[LO, HI]^dim``."""
         parts = [p.strip() for p in str(spec).split(",")]
         if not spec or not spec.strip() or len(parts) != 2 or not all(parts):
-            raise LatoptError(f"--box {spec!r} is not LO,HI (two numbers, e.g. --box 0,1)")
+            raise LatoptError(f"box {spec!r} is not LO,HI (two numbers, e.g. 0,1)", param="box")
         try:
             lo, hi = float(parts[0]), float(parts[1])
         except ValueError:
-            raise LatoptError(f"--box {spec!r} is not LO,HI (two numbers, e.g. --box 0,1)") from None
+            raise LatoptError(f"box {spec!r} is not LO,HI (two numbers, e.g. 0,1)", param="box") from None
         return cls.uniform(dim, lo, hi)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:

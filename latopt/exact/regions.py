@@ -40,12 +40,12 @@ class RegionLimits:
         if net.sizes[0] > self.max_inputs:
             raise LatoptError(
                 f"network too large for region enumeration: {net.sizes[0]} inputs > input limit {self.max_inputs} "
-                "(--max-inputs); regions grow exponentially with the input dimension"
+                "(max_inputs); regions grow exponentially with the input dimension", param="max_inputs"
             )
         if sum(net.hidden) > self.max_units:
             raise LatoptError(
                 f"network too large for region enumeration: {sum(net.hidden)} hidden units > unit limit "
-                f"{self.max_units} (--max-units)"
+                f"{self.max_units} (max_units)", param="max_units"
             )
 
 
@@ -144,8 +144,8 @@ def enumerate_regions(
                 regions.append(Region(full, p, r, rows, rhs, (a_next, c_next)))
                 if len(regions) > limits.max_regions:
                     raise LatoptError(
-                        f"region limit hit: more than {limits.max_regions} linear regions (--max-regions); "
-                        "use a smaller network or raise the limit"
+                        f"region limit hit: more than {limits.max_regions} linear regions (max_regions); "
+                        "use a smaller network or raise the limit", param="max_regions"
                     )
             else:
                 stack.append((k + 1, 0, a_next, c_next, rows, rhs, p, r, pat))

@@ -145,7 +145,7 @@ def _layer2(enum: RegionEnumeration, feat_cols: int, region_terms) -> tuple:
 def eps_network(enum: RegionEnumeration, hp: Hyperplanes, eps: float) -> ReluMLP:
     """The rewrite (a): a plain 2-hidden-layer ReLU network (see the module docstring)."""
     if not (eps > 0 and np.isfinite(eps)):
-        raise LatoptError(f"--epsilon {eps} must be a positive number")
+        raise LatoptError(f"eps = {eps}: the ε-network's epsilon must be a positive number", param="eps")
     box = enum.box
     n0, H = box.dim, hp.count
     # layer 1: pass-through, then per hyperplane (u0, u1, u2) = relu(G/eps + 1), relu(G/eps), relu(G/eps - 1)

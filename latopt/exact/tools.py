@@ -52,10 +52,11 @@ def make_mlp(hidden: list[int], *, data: str = "digits", l1: float, epochs: int,
              inputs: int = 2, outputs: int = 1, seed: int = 0, out: str | Path | None = None) -> tuple[Path, dict]:
     """Train a Linear/ReLU classifier on digits (or make a random one with ``data="random"``) and save it."""
     if not hidden or any(v < 1 for v in hidden):
-        raise LatoptError(f"hidden widths must be positive integers, got {hidden}")
+        raise LatoptError(f"hidden widths must be positive integers, got {hidden}", param="hidden")
     if data == "random":
-        if inputs < 1 or outputs < 1:
-            raise LatoptError("--inputs and --outputs must be >= 1")
+        for name, value in (("inputs", inputs), ("outputs", outputs)):
+            if value < 1:
+                raise LatoptError(f"{name} must be >= 1, got {value}", param=name)
         seed_everything(seed)
         model = build_mlp([inputs, *hidden, outputs]).eval()
         meta: dict[str, Any] = {"data": "random", "seed": seed, "box": [-1.0, 1.0]}
@@ -83,8 +84,12 @@ def compress_checkpoint(checkpoint: str | Path, out: str | Path | None = None, *
     """Lossless StabilityCompression of an MLP checkpoint; writes compressed.pt, report.json,
     certificates.json and report.txt into ``out`` (default runs/compress-<name>). ``log`` receives the
     per-layer progress lines (default: the ``latopt.exact`` logger)."""
-    if not time_limit > 0 or samples < 0 or verify_points < 100_000:   # not > 0: NaN too
-        raise LatoptError("--time-limit must be > 0, --samples >= 0 and --verify-points >= 100000")
+    if not time_limit > 0:   # not > 0: NaN too
+        raise LatoptError(f"time_limit must be > 0 seconds, got {time_limit}", param="time_limit")
+    if samples < 0:
+        raise LatoptError(f"samples must be >= 0, got {samples}", param="samples")
+    if verify_points < 100_000:
+        raise LatoptError(f"verify_points must be >= 100000, got {verify_points}", param="verify_points")
     model, meta, net, b = load_network(checkpoint, box)
     log = log or _LOG.info
     digits = meta.get("data") == "digits"
@@ -144,8 +149,9 @@ def compress_text(report: dict) -> str:
 
 
 def region_limits(max_regions: int, max_inputs: int, max_units: int) -> RegionLimits:
-    if min(max_regions, max_inputs, max_units) < 1:
-        raise LatoptError("--max-regions, --max-inputs and --max-units must be >= 1")
+    for name, value in (("max_regions", max_regions), ("max_inputs", max_inputs), ("max_units", max_units)):
+        if value < 1:
+            raise LatoptError(f"{name} must be >= 1, got {value}", param=name)
     return RegionLimits(max_inputs=max_inputs, max_units=max_units, max_regions=max_regions)
 
 
@@ -158,14 +164,16 @@ def regions_of(checkpoint: str | Path, out: str | Path | None = None, *, box: st
     grid of ``grid``^d points when d <= 3 (None: 1000 per dimension, fewer for 3 inputs, so that at most
     :data:`MAX_GRID_POINTS`); writes report.json (+ regions.png) into ``out``."""
     if grid is not None and (isinstance(grid, bool) or not isinstance(grid, int) or grid < 0):
-        raise LatoptError(f"--grid {grid!r}: give a whole number of points per input dimension, >= 0 (0 = off)")
+        raise LatoptError(f"grid {grid!r}: give a whole number of points per input dimension, >= 0 (0 = off)",
+                          param="grid")
     _, _meta, net, b = load_network(checkpoint, box)
     if grid is None:
         grid = min(1000, int(MAX_GRID_POINTS ** (1 / b.dim) + 1e-9))
     if b.dim <= 3 and grid**b.dim > MAX_GRID_POINTS:
         most = int(MAX_GRID_POINTS ** (1 / b.dim) + 1e-9)
-        raise LatoptError(f"--grid {grid} means {grid}^{b.dim} = {grid**b.dim:.3g} points for this {b.dim}-input "
-                          f"network; at most {MAX_GRID_POINTS:.0e} are checked: give --grid {most} or less (0 = off)")
+        raise LatoptError(f"grid {grid} means {grid}^{b.dim} = {grid**b.dim:.3g} points for this {b.dim}-input "
+                          f"network; at most {MAX_GRID_POINTS:.0e} are checked: give {most} or less (0 = off)",
+                          param="grid")
     enum = enumerate_regions(net, b, limits=limits)
     report: dict[str, Any] = {"schema": "latopt.regions/1", "checkpoint": str(checkpoint), "sizes": list(net.sizes),
                               "box": b.to_json(), **enum.summary()}
@@ -199,9 +207,9 @@ def shallow_of(checkpoint: str | Path, out: str | Path | None = None, *, box: st
     """Rewrite a small MLP as two 2-hidden-layer networks from its linear regions (an ε-network and the
     exact indicator network), both verified; writes eps_network.pt, exact_network.pt, report.json."""
     if not (epsilon > 0 and np.isfinite(epsilon)):
-        raise LatoptError(f"--epsilon {epsilon} must be a positive number")
+        raise LatoptError(f"epsilon {epsilon} must be a positive number", param="epsilon")
     if samples < 1000:
-        raise LatoptError("--samples must be >= 1000")
+        raise LatoptError(f"samples must be >= 1000, got {samples}", param="samples")
     _model, _meta, net, b = load_network(checkpoint, box)
     t0 = time.perf_counter()
     enum = enumerate_regions(net, b, limits=limits)

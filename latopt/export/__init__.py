@@ -46,7 +46,7 @@ What it does, in order (nothing is written unless every gate passes):
    floor is scaled by 2^13, fp16's unit roundoff over float32's (:func:`.gates.engine_gate`); the accuracy
    gate below stays the final word on it.
 4. Accuracy on the task's whole test split, as ONNX (and engine). A checkpoint exported as it is (export
-   folded nothing) must reproduce the test accuracy it records (``latopt.models.recorded_test_acc``:
+   folded nothing) must reproduce the test accuracy it records (``latopt.checkpoint.recorded_test_acc``:
    ``meta.acc.finetuned`` of a folded.pt, ``meta.test_acc`` of a base.pt) within one test sample, or
    export refuses (VerificationError; fp16 engines get ``ACC_TOL_FP16`` more). When export folds, the
    fold gates apply and the accuracy is reported beside the recorded one.
@@ -76,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_json_atomic, write_text_atomic
+from latopt.checkpoint import load_checkpoint, recorded_test_acc
 from latopt.config import check_resolution
 from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS
 from latopt.dp.planfile import check_plan, plan_variants, read_plan
@@ -127,7 +128,6 @@ from latopt.latency.backends import close_backend
 from latopt.latency.devices import load_device
 from latopt.latency.quantize import CALIB_IMAGES, INT8_SETTINGS, calibration_images, quantize_int8
 from latopt.log import get_logger
-from latopt.models import load_checkpoint, recorded_test_acc
 from latopt.runtime import OrtRunner
 
 EXPORT_SCHEMA = "latopt.export/1"

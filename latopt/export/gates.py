@@ -30,11 +30,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from latopt.checkpoint import recorded_test_acc
 from latopt.data import get_task, limit_task
 from latopt.errors import LatoptError, VerificationError
 from latopt.export.plan import Plan
 from latopt.fold import defer_bias_maps, fold_blocks, linearize, verify_fold
-from latopt.models import recorded_test_acc
 from latopt.runtime import OrtRunner
 
 # Tolerances of the numeric gates, relative to the reference output's scale (max |reference|).

@@ -25,12 +25,13 @@ from typing import Any
 from torch import nn
 
 from latopt.blocks import find_blocks
+from latopt.checkpoint import content_digest, load_checkpoint
 from latopt.config import check_resolution
 from latopt.constants import FOLD_MODES
 from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_blocks, fold_spec, normalize_plan, plain_activations_
 from latopt.latency.lut import check_blocks, costs, default_lut_path, load_lut
-from latopt.models import build_model, content_digest, load_checkpoint
+from latopt.models import build_model
 
 
 @dataclass

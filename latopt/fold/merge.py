@@ -66,7 +66,7 @@ def merge_spans(folded: nn.Module, spans: Iterable[tuple[int, int]], input_size:
     out = copy.deepcopy(folded)
     if not spans:
         return out
-    for (a0, b0), (a1, _) in zip(spans, spans[1:]):
+    for (a0, b0), (a1, _) in zip(spans, spans[1:], strict=False):
         if a1 <= b0:
             raise LatoptError(f"spans {a0}-{b0} and {a1}-… overlap; a block belongs to at most one span")
     blocks = {b.index: b for b in find_blocks(out)}

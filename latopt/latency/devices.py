@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, model_validator
 
-from latopt.artifacts import read_yaml
-from latopt.config import Name, validated
 from latopt.constants import MAX_BATCH, MAX_THREADS, Backend, Precision
 from latopt.errors import LatoptError
 from latopt.latency.timing import Count, TimingPolicy
 from latopt.log import get_logger
+from latopt.readers import read_yaml
+from latopt.records import Name, validated
 
 if TYPE_CHECKING:  # annotations only (importlib.resources.abc is Python >= 3.11)
     from importlib.resources.abc import Traversable

@@ -59,11 +59,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PlainSerializer, computed_field, model_validator
 
-from latopt.artifacts import read_json, write_json_atomic
-from latopt.config import StrictModel, validated
+from latopt.artifacts import write_json_atomic
 from latopt.constants import FOLD_VARIANTS, LUT_VARIANTS, PARTIAL_VARIANTS, FoldMode, FoldVariant, Precision
 from latopt.errors import LatoptError
 from latopt.latency.devices import profiles_dir
+from latopt.readers import read_json
+from latopt.records import StrictModel, validated
 from latopt.runtime import TimingStats
 
 LUT_SCHEMA = "latopt.lut/1"

@@ -55,7 +55,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from latopt.blocks import block_input_shapes, find_blocks, fixed_parts
+from latopt.blocks import block_input_shapes, find_blocks
 from latopt.config import check_resolution
 from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_block_module
@@ -65,6 +65,7 @@ from latopt.latency.lut import LUT, BlockEntry, calibrate, check_variants, predi
 from latopt.latency.timing import TimingStats, compare
 from latopt.log import get_logger
 from latopt.models import build_model
+from latopt.stemhead import fixed_parts
 from latopt.torch_settings import torch_threads
 
 _LOG = get_logger("profile")
@@ -130,7 +131,7 @@ def fixed_modules(fp: Any, input_shape: tuple[int, ...],
                   head_shape: tuple[int, ...]) -> dict[str, tuple[Any, tuple[int, ...]]]:
     """The parts outside the blocks as (module, input shape): stem, head (conv head + pool), classifier.
 
-    The head is split when it has ``features``/``pool``/``classifier`` (latopt.blocks' head module);
+    The head is split when it has ``features``/``pool``/``classifier`` (latopt.stemhead's head module);
     otherwise it is timed as one part.
     """
 

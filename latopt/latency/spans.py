@@ -26,9 +26,9 @@ from typing import Annotated, Any
 import torch
 from pydantic import Field
 
-from latopt.config import StrictModel
 from latopt.fold import SpanConv, span_exact
 from latopt.layers import make_kxk
+from latopt.records import StrictModel
 
 MAX_SPAN = 6
 SPAN_INNER = ("pw", "drop")  # what the other blocks of a span may be (1x1 or the identity)

@@ -48,9 +48,9 @@ from typing import Annotated, Any
 import torch
 from pydantic import Field, model_validator
 
-from latopt.config import Positive, StrictModel
 from latopt.constants import Clock
 from latopt.errors import LatoptError
+from latopt.records import Positive, StrictModel
 from latopt.runtime import TimingStats
 
 Calls = Annotated[int, Field(ge=0)]

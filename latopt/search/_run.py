@@ -23,7 +23,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from latopt.artifacts import check_name, make_dirs, read_json, write_json_atomic
+from latopt.artifacts import check_name, make_dirs, write_json_atomic
 from latopt.blocks import find_blocks
 from latopt.config import load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
@@ -34,6 +34,7 @@ from latopt.latency.devices import load_device
 from latopt.latency.lut import check_blocks, default_lut_path, load_lut
 from latopt.log import get_logger
 from latopt.models import build_model
+from latopt.readers import read_json
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import front_summary, write_front
 from latopt.search._space import DEFAULT_BUDGETS, BudgetSpace, space_from_config

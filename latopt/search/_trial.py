@@ -26,7 +26,8 @@ import torch.nn as nn
 from filelock import FileLock
 
 from latopt.accel import resolve
-from latopt.artifacts import json_plain, make_dirs, read_json, write_json_atomic
+from latopt.artifacts import json_plain, make_dirs, write_json_atomic
+from latopt.checkpoint import load_checkpoint
 from latopt.data import load_task, make_loaders
 from latopt.dp import candidates, run_dp, variant_losses
 from latopt.engine import evaluate
@@ -36,7 +37,7 @@ from latopt.latency.lut import predict
 from latopt.latency.profiler import measure_networks
 from latopt.layerfold import check_base, run_fold
 from latopt.log import get_logger
-from latopt.models import load_checkpoint
+from latopt.readers import read_json
 from latopt.search._space import BudgetSpace, SearchSpace
 from latopt.train import BASE_CHECKPOINT, METRICS_SCHEMA, train_base
 

@@ -59,9 +59,9 @@ class FaultCommand:
 
 FAULT_COMMANDS = {c.name: c for c in [
     # train, fold and export write what the fixtures hold (same arguments): fixture_reference() reuses them
-    FaultCommand("train", ("train", "--config", "{config}", "--out", "{run}/base", "--no-progress"), "base"),
+    FaultCommand("train", ("train", "--config", "{config}", "--out", "{run}/base", "--quiet"), "base"),
     FaultCommand("fold", ("fold", "--config", "{config}", "--checkpoint", "{base}", "--out", "{run}/fold",
-                          "--no-progress", *FOLD_SOME), "fold"),
+                          "--quiet", *FOLD_SOME), "fold"),
     FaultCommand("export", ("export", "--checkpoint", "{folded}", "--device", "{device}", "--samples", "4",
                             "--no-measure", "--out", "{run}/export"), "export"),
     FaultCommand("search", ("search", "--config", "{config}", "--base", "{base}", "--lut", "{lut}", "--trials", "3",

@@ -54,11 +54,11 @@ class Fixtures:
         self.device.write_text(yaml.safe_dump(device))
         self.config.write_text(yaml.safe_dump({**TINY_CONFIG, "device": str(self.device)}))
         steps = [
-            ("train", ["train", "--config", str(self.config), "--out", str(self.root / "base"), "--no-progress"]),
+            ("train", ["train", "--config", str(self.config), "--out", str(self.root / "base"), "--quiet"]),
             ("fold", ["fold", "--config", str(self.config), "--checkpoint", str(self.base), "--out",
-                      str(self.root / "fold"), "--no-progress", *FOLD_SOME]),
+                      str(self.root / "fold"), "--quiet", *FOLD_SOME]),
             ("fold (nothing)", ["fold", "--config", str(self.config), "--checkpoint", str(self.base), "--out",
-                                str(self.root / "fold0"), "--no-progress", *FOLD_NONE]),
+                                str(self.root / "fold0"), "--quiet", *FOLD_NONE]),
             ("profile", ["profile", "--device", str(self.device), "--model", MODEL, "--resolution", str(RES),
                          "--num-classes", "10", "--out", str(self.lut), "--quiet"]),
             ("search", ["search", "--config", str(self.config), "--base", str(self.base), "--lut", str(self.lut),

@@ -23,8 +23,9 @@ line naming the TensorRT version to install.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
 
 from latopt.errors import LatoptError
 
@@ -51,11 +52,12 @@ class PrecisionPlan:
 
 
 def tensorrt_version(version: str) -> tuple[int, int]:
-    """(major, minor) of a TensorRT version string ("8.6.1" → (8, 6))."""
-    m = re.match(r"\s*(\d+)\.(\d+)", str(version))
-    if not m:
-        raise LatoptError(f"cannot read the TensorRT version {version!r}")
-    return int(m.group(1)), int(m.group(2))
+    """(major, minor) of a TensorRT version string ("8.6.1.post1" → (8, 6)), read by ``packaging.version``."""
+    try:
+        release = Version(str(version)).release
+    except InvalidVersion:
+        raise LatoptError(f"cannot read the TensorRT version {version!r}") from None
+    return release[0], (release + (0,))[1]
 
 
 def check_precision(precision: str) -> None:
