@@ -663,7 +663,7 @@ def test_gpu_mismatch_names_live_gpu(monkeypatch):
     with pytest.raises(LatoptError) as e:
         get_backend(load_device("titanx"))
     msg = str(e.value)
-    assert "'NVIDIA H200'" in msg and "--device gpu-trt-fp16" in msg and "\n" not in msg
+    assert "'NVIDIA H200'" in msg and "device gpu-trt-fp16" in msg and "\n" not in msg
     assert fake_cuda.closed
     backend = trt_backend.create(_profile(expected_gpu="H200"))
     env = backend.environment()
