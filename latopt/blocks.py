@@ -233,12 +233,15 @@ def block_kind(m: nn.Module) -> str | None:
         return "torchvision"
     if isinstance(m, (FoldedBlock, PointwiseBlock)):
         return "latopt"
+    info = getattr(m, "info", None)  # a merged span's convolution or a block merged into it (latopt.fold.merge)
+    if isinstance(info, FoldInfo) and info.variant in ("span", "merged"):
+        return "latopt"
     return None
 
 
 _LATOPT_PARTS = {  # variant -> (convs, bns) of latopt's block modules
     "full": (("conv",), ()), "expand_dw": (("conv", "project"), ()), "dw_project": (("expand", "conv"), ()),
-    "pw": (("conv",), ()), "drop": ((), ()),
+    "pw": (("conv",), ()), "drop": ((), ()), "span": (("conv.conv",), ()), "merged": ((), ()),
 }
 
 
@@ -254,7 +257,9 @@ def _latopt_block(index: int, path: str, m: FoldedBlock | PointwiseBlock) -> Blo
         names = _LATOPT_PARTS[i.variant]
         act = getattr(m, "act", None)
         acts = () if act is None or isinstance(act, nn.Identity) else (f"{path}.act",)
-        kind, reason = "latopt.FoldedBlock", f"already folded ({i.variant}, {i.mode} mode; was {i.kind})"
+        what = "merged" if i.variant in ("span", "merged") else "folded"
+        kind = {"span": "latopt.SpanConv", "merged": "latopt.MergedBlock"}.get(i.variant, "latopt.FoldedBlock")
+        reason = f"already {what} ({i.variant}, {i.mode} mode; was {i.kind})"
     return Block(
         index=index, path=path, kind=kind, cin=i.cin, cout=i.cout, hidden=i.hidden,
         expansion=i.hidden / i.cin, kernel=i.kernel, stride=i.stride, residual=i.residual,
