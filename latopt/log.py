@@ -96,11 +96,6 @@ def verbosity() -> int:
     return DEFAULT if _root.isEnabledFor(logging.INFO) else QUIET
 
 
-def verbosity_flags() -> list[str]:
-    """The command-line flags that give a ``latopt`` sub-process this process's verbosity."""
-    return {QUIET: ["--quiet"], DEFAULT: [], VERBOSE: ["--verbose"]}[verbosity()]
-
-
 def progress_bar(iterable: Iterable[T], *, desc: str, enabled: bool = True, **kwargs: Any) -> tqdm[T]:
     """``iterable`` with a tqdm bar on stderr, drawn only when ``enabled``, progress is logged (not
     ``-q``) and stderr is a terminal; otherwise tqdm passes the items through without drawing anything."""

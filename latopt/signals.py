@@ -8,8 +8,8 @@ files, ``latopt search`` terminates its local workers), and ``latopt`` prints ``
 and exits 143. A second SIGTERM while the first is being handled is ignored, so it cannot cut that
 cleanup short (SIGKILL still stops the process at once).
 
-Parent death. A local search worker (started by ``latopt search --workers N``) is told its parent's pid
-in the environment variable :data:`PARENT_ENV`; :func:`die_with_parent` makes it receive SIGTERM when
+Parent death. A local search worker (a process started by ``latopt search --workers N``,
+:mod:`latopt.search._workers`) is handed its parent's pid; :func:`die_with_parent` makes it receive SIGTERM when
 that parent dies, even by SIGKILL: on Linux with ``prctl(PR_SET_PDEATHSIG, SIGTERM)``, elsewhere with a
 daemon thread that polls ``os.getppid()``. The worker then stops like any terminated latopt process; the
 trial it was running stays RUNNING in the study, goes stale (no heartbeat) and is failed and retried by
@@ -29,7 +29,8 @@ from collections.abc import Iterator
 from typing import Any
 
 EXIT_TERMINATED = 128 + int(signal.SIGTERM)  # 143, the shell's code for "killed by SIGTERM"
-PARENT_ENV = "LATOPT_PARENT_PID"             # set by the process that starts a local worker
+EXIT_INTERRUPTED = 130                        # Ctrl-C
+STRAY_THREAD_GRACE_S = 5.0   # after an interruption: how long non-daemon threads may take to end (threads_ended)
 PR_SET_PDEATHSIG = 1                          # <linux/prctl.h>
 
 _terminating = False
@@ -66,6 +67,18 @@ def sigterm_raises(active: bool = True) -> Iterator[None]:
             _terminating = False
 
 
+def threads_ended(grace_s: float = STRAY_THREAD_GRACE_S) -> bool:
+    """After Ctrl-C or SIGTERM the cleanup has run, but a library thread that was starting when the signal came
+    can be left without anyone to stop it (e.g. Optuna's heartbeat thread, when the signal lands inside its
+    ``__enter__``), and the interpreter would wait for it forever at exit. Gives the non-daemon threads
+    ``grace_s`` seconds to end; False when one is left (the process must then end with ``os._exit``)."""
+    deadline = time.monotonic() + grace_s
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    for t in others:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return not any(t.is_alive() for t in others)
+
+
 def die_with_parent(parent: int, *, poll_s: float = 0.5) -> str:
     """Receive SIGTERM when process ``parent`` (this process's parent) dies; returns the mechanism used.
 
@@ -81,13 +94,6 @@ def die_with_parent(parent: int, *, poll_s: float = 0.5) -> str:
     if os.getppid() != parent:  # it died before the death signal was armed
         os.kill(os.getpid(), signal.SIGTERM)
     return mechanism
-
-
-def die_with_parent_from_env() -> None:
-    """:func:`die_with_parent` for the pid in :data:`PARENT_ENV` (removed, so it is not passed on)."""
-    value = os.environ.pop(PARENT_ENV, "")
-    if value.isdigit():
-        die_with_parent(int(value))
 
 
 def _set_pdeathsig(sig: int) -> bool:

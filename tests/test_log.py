@@ -21,8 +21,6 @@ from latopt.engine import cross_entropy_loss, fit
 from latopt.latency.devices import load_device
 from latopt.models import build_model
 from latopt.run import latency_chart
-from latopt.search._options import SearchOptions
-from latopt.search._workers import worker_argv
 
 LATOPT = Path(__file__).resolve().parents[1] / "latopt"
 
@@ -113,22 +111,6 @@ def test_logger_records_and_format(caplog: pytest.LogCaptureFixture, capsys: pyt
         ("latopt.profile", logging.DEBUG), ("latopt.run", logging.INFO), ("latopt.models", logging.WARNING)]
     err = capsys.readouterr().err.splitlines()
     assert err[1:] == ["[run] two", "[run] lines", "latopt: warning: checkpoint x is old"]
-
-
-def test_local_workers_log_as_their_parent() -> None:
-    parser = build_parser()
-
-    def verbosity(progress: bool) -> int:
-        argv = worker_argv(SearchOptions(config=None, progress=progress), study="s", storage="sqlite:///x.db",
-                           trials=2, sampler="tpe", max_acc_drop=0.05, base=Path("b.pt"), lut=None, timeout=None,
-                           threads=1)
-        return parser.parse_args(argv[3:]).verbosity   # after `python -m latopt`
-
-    assert verbosity(True) == log.DEFAULT and verbosity(False) == log.QUIET
-    log.setup(log.VERBOSE)
-    assert verbosity(True) == log.VERBOSE and verbosity(False) == log.QUIET
-    log.setup(log.QUIET)
-    assert verbosity(True) == log.QUIET
 
 
 class _Stream(io.StringIO):

@@ -313,7 +313,7 @@ def test_a_failed_base_trial_is_enqueued_again(tiny, tmp_path, monkeypatch):
 def test_a_resumed_search_proposes_what_an_uninterrupted_one_would(sampler: str) -> None:
     # A sampler seeded once per process made a resumed study (a new process, a fresh sampler) propose other
     # candidates than the uninterrupted one: the rerun of an interrupted `latopt search` did not reproduce it.
-    from latopt.search._run import TrialSeeded
+    from latopt.search._sampler import TrialSeeded
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
@@ -341,7 +341,7 @@ def test_a_resumed_search_proposes_what_an_uninterrupted_one_would(sampler: str)
 
 
 def test_a_trial_that_failed_its_check_is_not_drawn_again() -> None:
-    from latopt.search._run import FAILED_CHECK, TrialSeeded
+    from latopt.search._sampler import FAILED_CHECK, TrialSeeded
 
     study = optuna.create_study(sampler=TrialSeeded("random", 3, 10))
     first = study.ask()
@@ -378,8 +378,7 @@ def test_a_search_directory_belongs_to_one_study_of_one_storage(tmp_path) -> Non
     import shutil
 
     from latopt.errors import LatoptError
-    from latopt.search._run import check_study_dir
-    from latopt.search._storage import default_storage_url
+    from latopt.search._storage import check_study_dir, default_storage_url
 
     d = tmp_path / "runs" / "s" / "search"
     url = default_storage_url(d)

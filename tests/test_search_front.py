@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from pathlib import Path
 
 import optuna
 import pytest
@@ -164,7 +165,7 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, monkeypatch, capsys):
         (["--config", "ok.yaml", "--objective", "depth", "--storage", "postgresql+psycopg2://u:pw@127.0.0.1:1/db"],
          "cannot reach storage postgresql+psycopg2://u:***@127.0.0.1:1/db"),
         (["--config", "bad.yaml"], "search.tau"),
-        (["--config", "ok.yaml", "--objective", "depth", "--trials", "0"], "--trials must be >= 1"),
+        (["--config", "ok.yaml", "--objective", "depth", "--trials", "0"], "trials must be >= 1, got 0 (option --trials)"),
         (["--show", "--study", "nope"], "no study database"),
         (["--config", "nolut.yaml"], "run: latopt profile --device cpu --model mobilenetv2_035 --resolution 40"),
         (["--config", "ok.yaml", "--objective", "depth", "--base", "missing.pt"],
@@ -180,24 +181,63 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "runs").exists()      # nothing written for bad input
 
 
-def test_worker_argv_round_trips_through_the_cli(tmp_path):
-    """--workers N starts N-1 copies of the command; they must parse to the same study settings."""
-    from latopt.cli import build_parser
-    from latopt.search._run import SearchOptions
-    from latopt.search._workers import worker_argv
+def test_a_local_worker_runs_the_study_this_process_resolved(tmp_path):
+    """workers=N starts N-1 processes, each running the search with what this process resolved."""
+    from latopt.search import SearchOptions
+    from latopt.search._workers import worker_options
 
     o = SearchOptions(config=tmp_path / "c.yaml", objective="depth", costs="uniform", seed=7, runs_dir=tmp_path,
-                      heartbeat_interval=5, grace_period=20, overrides={"fold.post_epochs": 2, "data.task": "digits"})
-    argv = worker_argv(o, study="s", storage="sqlite:///x.db", trials=9, sampler="nsga2", max_acc_drop=0.015,
+                      heartbeat_interval=5, grace_period=20, overrides={"fold.post_epochs": 2}, workers=3)
+    w = worker_options(o, study="s", storage="sqlite:///x.db", trials=9, sampler="nsga2", max_acc_drop=0.015,
+                       base=tmp_path / "b.pt", lut=None, timeout=0.2, threads=1)
+    assert (w.study, w.storage, w.trials, w.sampler, w.max_acc_drop, w.base, w.lut, w.threads) == \
+        ("s", "sqlite:///x.db", 9, "nsga2", 0.015, tmp_path / "b.pt", None, 1)
+    assert (w.workers, w.summary, w.timeout) == (1, False, 1.0)        # one process each, at least a second
+    assert (w.config, w.objective, w.costs, w.seed, w.runs_dir, w.heartbeat_interval, w.grace_period, w.overrides) \
+        == (o.config, "depth", "uniform", 7, tmp_path, 5, 20, {"fold.post_epochs": 2})
+    # a worker of the DP's study runs the same study (``study`` is the Layer Folding study's name)
+    dp = SearchOptions(config=tmp_path / "c.yaml", method="dp", importance="uniform", variants=("full", "pw"),
+                       budgets=(0.55, 0.7), workers=2)
+    w = worker_options(dp, study="s", storage="sqlite:///x.db", trials=3, sampler="tpe", max_acc_drop=0.01,
                        base=tmp_path / "b.pt", lut=None, timeout=None, threads=1)
-    args = build_parser().parse_args(argv[3:])
-    assert (args.study, args.storage, args.trials, args.sampler, args.objective, args.costs, args.seed) == \
-        ("s", "sqlite:///x.db", 9, "nsga2", "depth", "uniform", 7)
-    assert args.max_acc_drop == 0.015 and args.threads == 1 and args.no_summary and args.base == str(tmp_path / "b.pt")
-    assert (args.heartbeat_interval, args.grace_period) == (5, 20)
-    from latopt.cli.search import _overrides
+    assert (w.method, w.study, w.importance, w.budget, w.variants, w.budgets, w.timeout) == \
+        ("dp", "s", "uniform", None, ("full", "pw"), (0.55, 0.7), None)
 
-    assert _overrides(args.overrides) == {"fold.post_epochs": 2, "data.task": "digits"}
+
+def _report(o) -> None:
+    """A stand-in for run_search in a worker process: what it was given and how it logs."""
+    import os
+
+    from latopt import log
+
+    (Path(o.runs_dir) / "seen.json").write_text(json.dumps({"study": o.study, "verbosity": log.verbosity(),
+                                                            "parent": os.getppid()}))
+    if o.study == "refused":
+        raise LatoptError("study 'refused' is refused")
+
+
+def test_local_workers_are_processes_that_log_as_their_parent(tmp_path, capfd):
+    import os
+
+    from latopt import log
+    from latopt.search import SearchOptions
+    from latopt.search._workers import join, start
+
+    for d in ("ok", "bad"):
+        (tmp_path / d).mkdir()
+    log.setup(log.VERBOSE)
+    try:
+        ok = start(_report, SearchOptions(config=None, study="s", runs_dir=tmp_path / "ok"), 1)
+        bad = start(_report, SearchOptions(config=None, study="refused", runs_dir=tmp_path / "bad", progress=False), 1)
+    finally:
+        log.setup(log.DEFAULT)
+    join(ok, ok=True)
+    with pytest.raises(LatoptError, match=r"1 extra worker\(s\) failed \(pid, exit code\): \[\(\d+, 2\)\]"):
+        join(bad, ok=True)
+    seen = json.loads((tmp_path / "ok" / "seen.json").read_text())
+    assert seen == {"study": "s", "verbosity": log.VERBOSE, "parent": os.getpid()}
+    assert json.loads((tmp_path / "bad" / "seen.json").read_text())["verbosity"] == log.QUIET   # progress off
+    assert "latopt: error: study 'refused' is refused" in capfd.readouterr().err
 
 
 def _wsgi_get(app, path: str) -> dict:
@@ -217,8 +257,6 @@ def _wsgi_get(app, path: str) -> dict:
 def test_a_study_opens_in_optuna_dashboard(tmp_path):
     """A study as latopt search writes it (named objectives, the trials' records as user attributes) read
     through optuna-dashboard's WSGI app, as `optuna-dashboard sqlite:///.../study.db` serves it."""
-    from pathlib import Path
-
     import numpy as np
 
     from latopt.search._trial import record
@@ -260,7 +298,7 @@ def test_the_dp_study_samples_each_budget_once():
 
     space = BudgetSpace((0.8, 0.6, 0.7, 0.6))
     assert space.grid() == [0.6, 0.7, 0.8]
-    with pytest.raises(LatoptError, match="--budget 1.5"):
+    with pytest.raises(LatoptError, match=r"budget 1\.5"):
         BudgetSpace((0.5, 1.5))
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=space.sampler(0))
     study.enqueue_trial(space.base_params(), user_attrs={"base": True})
@@ -295,18 +333,3 @@ def test_show_draws_the_dp_front_beside_the_layer_folding_front(tmp_path, capsys
     # the DP's study alone shows its own front
     assert main(["search", "--show", "--study", "t-dp", "--runs-dir", str(runs), "-q"]) == 0
     assert "study 't-dp'" in capsys.readouterr().out
-
-
-def test_a_worker_of_the_dp_study_runs_the_same_study(tmp_path):
-    from latopt.cli import build_parser
-    from latopt.cli.search import _budgets, _variants
-    from latopt.search._run import SearchOptions
-    from latopt.search._workers import worker_argv
-
-    o = SearchOptions(config=tmp_path / "c.yaml", method="dp", importance="uniform", variants=("full", "pw"),
-                      budgets=(0.55, 0.7))
-    argv = worker_argv(o, study="s", storage="sqlite:///x.db", trials=3, sampler="tpe", max_acc_drop=0.01,
-                       base=tmp_path / "b.pt", lut=None, timeout=None, threads=1)
-    args = build_parser().parse_args(argv[3:])
-    assert (args.method, args.study, args.importance, args.budget) == ("dp", "s", "uniform", None)
-    assert _variants(args.variants) == ("full", "pw") and _budgets(args.budgets) == (0.55, 0.7)

@@ -53,7 +53,7 @@ def test_sigterm_raises_once_and_restores_the_handler() -> None:
         cleaned = False
         try:
             with sigterm_raises():
-                with sigterm_raises():  # nested, as search's terminate_on_sigterm inside cli.main
+                with sigterm_raises():  # nested, as run_search's inside cli.main
                     try:
                         os.kill(os.getpid(), signal.SIGTERM)
                         time.sleep(30)
@@ -122,10 +122,8 @@ def test_workers_die_with_a_killed_search(base_ckpt: Path, tmp_path: Path) -> No
                                "--trials", "4", "--base", str(base_ckpt), "--workers", "2", "--runs-dir", "runs",
                                "--heartbeat-interval", "1", "--grace-period", "2", "--quiet"],
                               cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    worker = None
+    kids: list[int] = []
     try:
-        worker = int(wait_for(lambda: children(parent.pid), parent, 120, "the local worker")[0])
-
         def both_running() -> bool:
             try:
                 study = optuna.load_study(study_name="w", storage=url)
@@ -134,15 +132,18 @@ def test_workers_die_with_a_killed_search(base_ckpt: Path, tmp_path: Path) -> No
             return len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))) >= 2
 
         wait_for(both_running, parent, 180, "a trial running in each process")
+        kids = children(parent.pid)             # the worker (and multiprocessing's resource tracker)
+        assert kids
         parent.kill()                                                      # SIGKILL: no cleanup in the parent
         parent.wait(timeout=30)
-        wait_for(lambda: gone(worker), None, 20, f"worker {worker} to die with its parent")
+        wait_for(lambda: all(gone(k) for k in kids), None, 20, f"processes {kids} to die with their parent")
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
-        if worker is not None and not gone(worker):
-            os.kill(worker, signal.SIGKILL)
+        for k in kids:
+            if not gone(k):
+                os.kill(k, signal.SIGKILL)
     # The study stays consistent: the trials the kill interrupted were left RUNNING (both, unless one finished
     # between the check above and the kill: a race of the machine's load, so one or two); once stale they are
     # failed and retried.

@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,9 +24,7 @@ from latopt import __version__
 from latopt.cli import exact, export, inspect, profile, run, search, train
 from latopt.errors import LatoptError, first_line, one_line, out_of_memory
 from latopt.log import DEFAULT, setup
-from latopt.signals import EXIT_TERMINATED, Terminated, die_with_parent_from_env, sigterm_raises
-
-STRAY_THREAD_GRACE_S = 5.0   # after an interruption: how long non-daemon threads may take to end (see entry)
+from latopt.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_raises, threads_ended
 
 # The command modules, in the order their sub-commands appear in ``latopt --help``.
 COMMANDS = (inspect, profile, train, search, export, run, exact)
@@ -87,10 +83,8 @@ def _actions(parser: argparse.ArgumentParser, command: str) -> list[argparse.Act
 def entry() -> None:
     """The ``latopt`` program (console script and ``python -m latopt``): :func:`main`, then exit with its code.
 
-    After Ctrl-C or SIGTERM the cleanup has run, but a library thread that was starting when the signal came
-    can be left without anyone to stop it (e.g. Optuna's heartbeat thread, when the signal lands inside its
-    ``__enter__``), and the interpreter would wait for it forever. Such threads get a few seconds to end;
-    then the process exits without waiting for them.
+    After Ctrl-C or SIGTERM, threads a library left running get a few seconds to end
+    (:func:`latopt.signals.threads_ended`); then the process exits without waiting for them.
 
     Standard output and error never fail on a character their encoding lacks (``×``, ``→`` under an ASCII or
     Latin-1 locale: written as ``\\u00d7``), and results that cannot be written to standard output (``>
@@ -105,15 +99,10 @@ def entry() -> None:
         _drop_stdout()
     except OSError as e:        # > /dev/full
         code = code or _stdout_failed(e)
-    if code in (130, EXIT_TERMINATED):
-        deadline = time.monotonic() + STRAY_THREAD_GRACE_S
-        for t in threading.enumerate():
-            if t is not threading.main_thread() and not t.daemon:
-                t.join(max(0.0, deadline - time.monotonic()))
-        if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) and not threads_ended():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(code)
 
 
@@ -122,11 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
     except KeyboardInterrupt:   # also while the parser is built or a stage's modules are imported
         print("latopt: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    die_with_parent_from_env()  # a local search worker stops when the search that started it dies
     parser = build_parser()
     args = parser.parse_args(argv)
     setup(getattr(args, "verbosity", DEFAULT))  # -v / -q (every sub-command takes them)

@@ -45,12 +45,12 @@ from latopt.search._pareto import (
 from latopt.search._run import (
     SearchResult,
     dp_study_name,
-    make_sampler,
     resolve_lut,
     run_dp_search,
     run_search,
     show_front,
 )
+from latopt.search._sampler import make_sampler
 from latopt.search._space import BudgetSpace, SearchSpace, space_from_config
 from latopt.search._storage import OBJECTIVES, open_storage, open_study, redact
 from latopt.search._trial import count_nonlinear

@@ -1,4 +1,5 @@
-"""What one ``latopt search`` worker is asked to do (the command line's flags as a dataclass)."""
+"""What one ``latopt search`` worker is asked to do (the command line's flags as a dataclass; a local worker
+process is handed one, :mod:`latopt.search._workers`)."""
 
 from __future__ import annotations
 

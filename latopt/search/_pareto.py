@@ -74,7 +74,7 @@ def recommend(study: optuna.Study, max_acc_drop: float | None = None) -> FrozenT
     if max_acc_drop is None:
         max_acc_drop = study.user_attrs.get("max_acc_drop")
     if max_acc_drop is None:
-        raise LatoptError("no --max-acc-drop given and the study does not record one")
+        raise LatoptError("no max_acc_drop given and the study does not record one", param="max_acc_drop")
     base_acc = base_accuracy(study)
     if base_acc is None:
         return None

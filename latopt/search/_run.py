@@ -4,26 +4,28 @@ The loop counts COMPLETE trials across all workers. Before each trial it fails t
 stopped sending heartbeats (Optuna's ``fail_stale_trials``; ``RetryHeartbeatStaleTrialCallback``
 enqueues a retry); when the remaining budget is taken by trials other workers are running, it waits
 for them to complete or go stale. So a rerun after ``kill -9`` finishes the study, and any number of
-workers pointed at one storage URL stop together without losing or duplicating a trial. A given
-``--base`` (and ``--lut``) is checked before the storage is opened; a study whose base trial ended
+workers pointed at one storage URL stop together without losing or duplicating a trial (Optuna's
+``MaxTrialsCallback`` only stops a worker once the count is reached: it neither waits for the other workers'
+running trials nor prunes a trial started past the budget, so the count here is latopt's own). A given
+``base`` (and ``lut``) is checked before the storage is opened; a study whose base trial ended
 without completing (and has no retry of it waiting) gets it enqueued again, so it can still recommend.
+Local workers (``workers``, :mod:`latopt.search._workers`) are started once this process has created the
+study and enqueued its base trial.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from latopt.artifacts import check_name, make_dirs, write_json_atomic
+from latopt.artifacts import check_name
 from latopt.blocks import find_blocks
 from latopt.config import load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
@@ -34,28 +36,25 @@ from latopt.latency.devices import load_device
 from latopt.latency.lut import check_blocks, default_lut_path, load_lut
 from latopt.log import get_logger
 from latopt.models import build_model
-from latopt.readers import read_json
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import front_summary, write_front
+from latopt.search._sampler import FAILED_CHECK, TrialSeeded
 from latopt.search._space import DEFAULT_BUDGETS, BudgetSpace, space_from_config
 from latopt.search._storage import (
     check_existing,
+    check_study_dir,
     default_storage_url,
     in_memory,
     load_existing,
     open_storage,
     open_study,
     redact,
+    sqlite_file,
     storage_errors,
 )
 from latopt.search._trial import TrialContext, ensure_base, objective
-from latopt.search._workers import (
-    default_threads,
-    join,
-    spawn,
-    terminate_on_sigterm,
-    worker_argv,
-)
+from latopt.search._workers import default_threads, join, start, worker_options
+from latopt.signals import sigterm_raises
 from latopt.torch_settings import set_threads
 
 _LOG = get_logger("search")
@@ -76,34 +75,36 @@ class SearchResult:
 
 def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
     if trials < 1:
-        raise LatoptError(f"--trials must be >= 1, got {trials}")
+        raise LatoptError(f"trials must be >= 1, got {trials}", param="trials")
     if sampler not in SAMPLERS:
-        raise LatoptError(f"--sampler {sampler!r} is unknown; choose one of {', '.join(SAMPLERS)}")
+        raise LatoptError(f"sampler {sampler!r} is unknown; choose one of {', '.join(SAMPLERS)}", param="sampler")
     if o.objective not in OBJECTIVES:
-        raise LatoptError(f"--objective {o.objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
+        raise LatoptError(f"objective {o.objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}",
+                          param="objective")
     if o.costs not in COSTS:
-        raise LatoptError(f"costs {o.costs!r} is unknown; choose one of {', '.join(COSTS)}")
+        raise LatoptError(f"costs {o.costs!r} is unknown; choose one of {', '.join(COSTS)}", param="costs")
     if o.max_acc_drop is not None and not (0 <= o.max_acc_drop <= 1):
-        raise LatoptError(f"--max-acc-drop must be in [0, 1] (a fraction of accuracy), got {o.max_acc_drop}")
+        raise LatoptError(f"max_acc_drop must be in [0, 1] (a fraction of accuracy), got {o.max_acc_drop}",
+                          param="max_acc_drop")
     if o.timeout is not None and not o.timeout > 0:
-        raise LatoptError(f"--timeout must be > 0 seconds, got {o.timeout}")
+        raise LatoptError(f"timeout must be > 0 seconds, got {o.timeout}", param="timeout")
     if o.workers < 1:
-        raise LatoptError(f"--workers must be >= 1, got {o.workers}")
+        raise LatoptError(f"workers must be >= 1, got {o.workers}", param="workers")
     if o.threads is not None and o.threads < 1:
-        raise LatoptError(f"--threads must be >= 1, got {o.threads}")
+        raise LatoptError(f"threads must be >= 1, got {o.threads}", param="threads")
     if o.workers > 1 and o.storage and in_memory(o.storage):
-        raise LatoptError(f"--storage {o.storage} is an in-memory database, which each of the --workers would have "
-                          "for itself: give a file (sqlite:///PATH) or a server URL, or use --workers 1")
+        raise LatoptError(f"storage {o.storage} is an in-memory database, which each of the workers would have "
+                          "for itself: give a file (sqlite:///PATH) or a server URL, or use workers=1", param="storage")
     if o.measure and o.workers > 1:
-        raise LatoptError("--measure times candidates on this machine; with --workers > 1 the other workers' "
-                          "training would distort it: use --workers 1 (or workers on other machines)")
+        raise LatoptError("measure times candidates on this machine; with workers > 1 the other workers' "
+                          "training would distort it: use workers=1 (or workers on other machines)", param="workers")
     if o.heartbeat_interval < 1 or o.grace_period <= o.heartbeat_interval:
-        raise LatoptError(f"heartbeat interval ({o.heartbeat_interval} s) must be >= 1 and below the grace period "
-                          f"({o.grace_period} s)")
+        raise LatoptError(f"heartbeat_interval ({o.heartbeat_interval} s) must be >= 1 and below grace_period "
+                          f"({o.grace_period} s)", param="heartbeat_interval")
 
 
 def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tuple[Any, Path | None]:
-    """The LUT for the config's device/model/resolution (``--lut`` > ``cfg.lut`` > the default path)."""
+    """The LUT for the config's device/model/resolution (``lut_arg`` > ``cfg.lut`` > the default path)."""
 
     model, res = cfg.model.name, int(cfg.data.resolution)
     explicit = lut_arg or cfg.lut
@@ -117,7 +118,8 @@ def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tupl
             return None, None
         where = "given" if explicit else "expected"
         raise LatoptError(f"no latency LUT for device {cfg.device!r}, model {model}, resolution {res} ({where} at "
-                          f"{path}); run: latopt profile --device {cfg.device} --model {model} --resolution {res}")
+                          f"{path}); run: latopt profile --device {cfg.device} --model {model} --resolution {res}",
+                          param="lut")
     lut = load_lut(path, model=model, resolution=res, fold_mode=cfg.fold.mode)
     check_blocks(lut, find_blocks(build_model(model, num_classes=10)), path)  # before any training
     return lut, path
@@ -130,11 +132,11 @@ def run_dp_search(o: SearchOptions) -> dict[str, Any]:
     file alone (:func:`latopt.dp.plan_only`; no training) at ``plan_out``; returns its content and ``path``."""
     cfg = load_config(o.config, o.overrides or None)
     if o.budget is None:
-        raise LatoptError("--method dp needs --budget B (a fraction of the as-is LUT latency, e.g. 0.6)")
+        raise LatoptError("method dp needs a budget (a fraction of the as-is LUT latency, e.g. 0.6)", param="budget")
     budget = check_budget(o.budget)
     check_importance(o.importance)
     set_threads(o.threads)
-    name = check_name(o.study, "--study") if o.study is not None else cfg.name
+    name = check_name(o.study, "study") if o.study is not None else cfg.name
     study_dir = Path(o.runs_dir) / name / "search"
     lut, lut_path = resolve_lut(cfg, o.lut, required=True)
     if o.plan_only:   # the plan alone, as a file: no base trained, nothing fine-tuned
@@ -161,64 +163,10 @@ def _check_budgets(o: SearchOptions, space: Any, lut: Any, trials: int) -> None:
     check_importance(o.importance)
     cands = candidates(lut, o.variants)
     if trials > len(space.grid()) + 1:
-        raise LatoptError(f"--trials {trials}: the DP's study has {len(space.grid())} budgets (--budgets) and the "
-                          f"base, {len(space.grid()) + 1} trials at most")
+        raise LatoptError(f"trials={trials}: the DP's study has {len(space.grid())} budgets and the "
+                          f"base, {len(space.grid()) + 1} trials at most", param="trials")
     for b in space.grid():
         select_plan(lut, {i: dict.fromkeys(c, 0.0) for i, c in cands.items()}, b)
-
-
-def make_sampler(name: str, seed: int, trials: int) -> optuna.samplers.BaseSampler:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        if name == "tpe":
-            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, min(10, trials // 3)),
-                                              multivariate=True, constant_liar=True)
-        if name == "nsga2":
-            return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, trials // 3)))
-        return optuna.samplers.RandomSampler(seed=seed)
-
-
-FAILED_CHECK = "failed_check"   # user attr of a trial whose fold failed its numeric check (VerificationError)
-
-
-class TrialSeeded(optuna.samplers.BaseSampler):
-    """The sampler ``name`` made afresh for every trial, seeded from ``seed`` and the trial's place in the study.
-
-    The place is (the number of earlier trials that completed or are running, the number of earlier trials
-    that failed their numeric check): a trial killed with its process (it goes stale and is failed) does not
-    count, so the trial that replaces it draws what it would have drawn; a trial that failed its check does,
-    so the next one draws anew. A candidate thus depends only on the study's history, not on which process
-    samples it or what that process sampled before: a search interrupted (even by SIGKILL) and resumed proposes
-    what an uninterrupted one would have, and parallel workers (one of them running when the other asks) do
-    not propose the same candidates."""
-
-    def __init__(self, name: str, seed: int, trials: int) -> None:
-        self._make = functools.partial(make_sampler, name, trials=trials)
-        self._seed = seed
-        self._inner = self._make(seed=seed)
-
-    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
-        live = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING) for t in earlier)
-        checked = sum(t.state == TrialState.FAIL and FAILED_CHECK in t.user_attrs for t in earlier)
-        derived = int(np.random.SeedSequence([self._seed, live, checked]).generate_state(1)[0] >> 1)
-        self._inner = self._make(seed=derived)
-        self._inner.before_trial(study, trial)
-
-    def infer_relative_search_space(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
-        return self._inner.infer_relative_search_space(study, trial)
-
-    def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
-                        search_space: dict[str, Any]) -> dict[str, Any]:
-        return self._inner.sample_relative(study, trial, search_space)
-
-    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str,
-                           param_distribution: Any) -> Any:
-        return self._inner.sample_independent(study, trial, param_name, param_distribution)
-
-    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: TrialState,
-                    values: Any) -> None:
-        self._inner.after_trial(study, trial, state, values)
 
 
 def _counts(study: optuna.Study) -> dict[TrialState, int]:
@@ -226,30 +174,6 @@ def _counts(study: optuna.Study) -> dict[TrialState, int]:
     for t in study.get_trials(deepcopy=False):
         c[t.state] += 1
     return c
-
-
-STUDY_DIR_RECORD = "study.json"   # which study's trials a search directory holds
-
-
-def check_study_dir(study_dir: Path, url: str, name: str, *, study_id: int | None = None) -> None:
-    """The trial directories under ``runs/<study>/search/`` belong to one study of one storage: the first
-    search there records which (``study.json``: the storage, ``default`` for the directory's own SQLite file
-    wherever it is moved, and the study's id once it exists); a search of a same-named study in another
-    storage, or of a study deleted and created again, is refused in one line instead of overwriting the
-    other's ``trial-N`` directories."""
-    where = "default" if url == default_storage_url(study_dir) else redact(url)
-    path = study_dir / STUDY_DIR_RECORD
-    rec = read_json(path, what="study record") if path.is_file() else None
-    want = {"storage": where, "study": name}
-    if rec is not None and {k: rec.get(k) for k in want} != want:
-        raise LatoptError(f"{study_dir} holds the trials of study {rec.get('study')!r} in storage "
-                          f"{rec.get('storage')}, not of this study in {where}: give another --study or --runs-dir")
-    if rec is not None and study_id is not None and rec.get("study_id") not in (None, study_id):
-        raise LatoptError(f"{study_dir} holds the trials of an earlier study {name!r} (deleted and created again "
-                          "since): give another --study or --runs-dir, or remove that directory")
-    if study_id is not None and (rec is None or rec.get("study_id") is None):   # recorded once the study exists
-        make_dirs(study_dir)
-        write_json_atomic(path, {**want, "study_id": study_id})
 
 
 def _base_trial_lost(study: optuna.Study) -> bool:
@@ -286,7 +210,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
     threads = o.threads if o.threads is not None else (default_threads(o.workers) if o.workers > 1 else None)
     set_threads(threads)
     objective_key = "latency-measured" if o.measure else o.objective
-    stem = check_name(o.study, "--study") if o.study is not None else cfg.name  # runs/<study>/
+    stem = check_name(o.study, "study") if o.study is not None else cfg.name  # runs/<study>/
     name = dp_study_name(stem) if dp else stem
     study_dir = Path(o.runs_dir) / name / "search"
     lut, lut_path = resolve_lut(cfg, o.lut, required=dp or (o.objective == "latency" and not o.measure))
@@ -298,7 +222,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
     if o.measure:
         device = load_device(cfg.device)
     task = load_task(cfg)
-    # a --base that is not the config's unfolded base fails before any storage is touched (it would leave
+    # a base that is not the config's unfolded base fails before any storage is touched (it would leave
     # a FAILED base trial behind)
     url = o.storage or s.storage or default_storage_url(study_dir)
     check_study_dir(study_dir, url, name)        # before anything is written there
@@ -333,17 +257,15 @@ def _run_search(o: SearchOptions) -> SearchResult:
         _LOG.info(f"study {name!r} at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "
                   f"{c[TrialState.RUNNING]} running, {c[TrialState.FAIL]} failed; sampler {sampler_name}, "
                   f"objective {objective_key}")
-    t_start = time.monotonic()
     procs = []
-    if o.workers > 1:
-        argv = worker_argv(o, study=stem, storage=url, trials=trials, sampler=sampler_name, max_acc_drop=max_drop,
-                           base=base.checkpoint, lut=lut_path, threads=threads,
-                           timeout=None if o.timeout is None else o.timeout - (time.monotonic() - t_start))
-        procs = spawn([argv] * (o.workers - 1))
+    if o.workers > 1:   # the tables, the study and its base trial exist: the workers load them
+        procs = start(run_search, worker_options(
+            o, study=stem, storage=url, trials=trials, sampler=sampler_name, max_acc_drop=max_drop,
+            base=base.checkpoint, lut=lut_path, threads=threads, timeout=o.timeout), o.workers - 1)
         _LOG.debug(f"started {len(procs)} local worker(s), pids {[p.pid for p in procs]}, {threads} torch thread(s) each")
     ok = False
     try:
-        with terminate_on_sigterm(bool(procs)):
+        with sigterm_raises(bool(procs)):   # as the CLI does: a library caller's SIGTERM also ends the workers
             finished = _loop(study, functools.partial(objective, ctx), trials, o)
         ok = True
     finally:
@@ -384,8 +306,8 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             return True
         if deadline is not None and time.monotonic() >= deadline:
             if o.progress:
-                _LOG.info(f"--timeout reached with {c[TrialState.COMPLETE]}/{trials} complete; "
-                          "rerun the same command to continue")
+                _LOG.info(f"timeout reached with {c[TrialState.COMPLETE]}/{trials} complete; "
+                          "rerun the same search to continue")
             return False
         if c[TrialState.COMPLETE] + c[TrialState.RUNNING] >= trials:
             # The rest of the budget is being run by other workers (or by a dead one, until it goes stale).
@@ -418,11 +340,11 @@ def show_front(name: str, *, storage: str | None = None, runs_dir: str | Path = 
 
 def _show_front(name: str, *, storage: str | None, runs_dir: str | Path, out: str | Path | None,
                 max_acc_drop: float | None) -> tuple[dict[str, Any], dict[str, Path]]:
-    study_dir = Path(runs_dir) / check_name(name, "--study") / "search"
+    study_dir = Path(runs_dir) / check_name(name, "study") / "search"
     url = storage or default_storage_url(study_dir)
-    m = re.match(r"sqlite:///(.+)", url)
-    if m and m.group(1) != ":memory:" and not Path(m.group(1)).is_file():
-        raise LatoptError(f"no study database at {m.group(1)}; run latopt search first or give --storage URL")
+    db = sqlite_file(url)
+    if db is not None and not db.is_file():
+        raise LatoptError(f"no study database at {db}; run the search first or give its storage URL", param="storage")
     study = load_existing(open_storage(url, heartbeat_interval=None), name)
     if study.user_attrs.get("schema") is None:
         raise LatoptError(f"study {name!r} was not created by latopt search")
@@ -435,8 +357,8 @@ def _companion(name: str, *, storage: str | None, runs_dir: str | Path) -> optun
     """The DP's study of ``name``, when it exists."""
     dp_name = dp_study_name(name)
     url = storage or default_storage_url(Path(runs_dir) / dp_name / "search")
-    m = re.match(r"sqlite:///(.+)", url)
-    if m and not Path(m.group(1)).is_file():
+    db = sqlite_file(url)
+    if db is not None and not db.is_file():
         return None
     st = open_storage(url, heartbeat_interval=None)
     if dp_name not in optuna.get_all_study_names(st):

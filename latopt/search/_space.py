@@ -67,7 +67,7 @@ class BudgetSpace:
 
     def __post_init__(self) -> None:
         if not self.budgets:
-            raise LatoptError("--budgets: give at least one budget, e.g. 0.5,0.7,0.9")
+            raise LatoptError("budgets: give at least one budget, e.g. (0.5, 0.7, 0.9)", param="budgets")
         for b in self.budgets:
             check_budget(b)
 

@@ -3,12 +3,13 @@
 A worker is just ``latopt search`` pointed at the same storage URL and study name. The study is
 created once (the creator stores what it optimises in the study's user attributes and enqueues the
 base trial); every later worker or rerun loads it and checks that it optimises the same objectives.
+A search directory records which study of which storage its trial directories belong to
+(:func:`check_study_dir`). URLs are parsed and redacted by SQLAlchemy (:func:`sqlalchemy.engine.make_url`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 import traceback
 import warnings
@@ -18,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import sqlalchemy.engine
 import sqlalchemy.exc
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from sqlalchemy.engine import URL, make_url
 
-from latopt.artifacts import OutputError, make_dirs
+from latopt.artifacts import OutputError, make_dirs, read_json, write_json_atomic
 from latopt.errors import LatoptError, first_line
 
 STUDY_SCHEMA = "latopt.study/1"
@@ -43,9 +44,33 @@ def default_storage_url(study_dir: Path) -> str:
     return f"sqlite:///{(Path(study_dir) / 'study.db').resolve()}"
 
 
+def _parse(url: str) -> URL | None:
+    """The URL as SQLAlchemy reads it; None when it is not one (:func:`open_storage` says what is wrong)."""
+    try:
+        return make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return None
+
+
 def redact(url: str) -> str:
-    """The URL without its password (for messages)."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+    """The URL without its password (for messages); one without a password (or that SQLAlchemy cannot read,
+    so has no password it would use) as it was given."""
+    u = _parse(url)
+    return url if u is None or u.password is None else u.render_as_string(hide_password=True)
+
+
+def in_memory(url: str) -> bool:
+    """The URL names an SQLite database in memory (each process that opens it has its own)."""
+    u = _parse(url)
+    return u is not None and u.get_backend_name() == "sqlite" and u.database in (None, "", ":memory:")
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of an SQLite URL; None for another database, one in memory or a malformed URL."""
+    u = _parse(url)
+    if u is None or u.get_backend_name() != "sqlite" or in_memory(url):
+        return None
+    return Path(str(u.database))
 
 
 # what to do when the driver SQLAlchemy picks for a URL is missing (SQLAlchemy 2.1 picks psycopg 3 for a plain
@@ -59,15 +84,6 @@ DRIVER_HINTS = {
 }
 
 
-def in_memory(url: str) -> bool:
-    """The URL names an SQLite database in memory (each process that opens it has its own)."""
-    try:
-        u = sqlalchemy.engine.make_url(url)
-    except sqlalchemy.exc.ArgumentError:
-        return False                      # open_storage says what is wrong with it
-    return u.get_backend_name() == "sqlite" and u.database in (None, "", ":memory:")
-
-
 def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT_S,
                  grace_period: int | None = DEFAULT_GRACE_S, max_retry: int | None = 3) -> RDBStorage:
     """An :class:`optuna.storages.RDBStorage` with heartbeats; dead workers' trials are failed and retried.
@@ -77,16 +93,18 @@ def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
     """
 
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
-    if url.startswith("sqlite"):
+    u = _parse(url)
+    backend = None if u is None else u.get_backend_name()
+    if backend == "sqlite":
         engine_kwargs["connect_args"] = {"timeout": 60}
-        m = re.match(r"sqlite:///(.+)", url)
-        if m and m.group(1) != ":memory:":
+        db = sqlite_file(url)
+        if db is not None:
             try:
-                make_dirs(Path(m.group(1)).parent)
+                make_dirs(db.parent)
             except OutputError as e:
                 raise LatoptError(f"storage URL {redact(url)!r}: cannot create its directory ({e.reason} at "
-                                  f"{e.path}); give another path") from None
-    elif url.startswith("postgresql"):
+                                  f"{e.path}); give another path", param="storage") from None
+    elif backend == "postgresql":
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
     hb: dict[str, Any] = {}
     with warnings.catch_warnings():
@@ -101,25 +119,31 @@ def open_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return RDBStorage(url, engine_kwargs=engine_kwargs, **hb)
         except sqlalchemy.exc.ArgumentError as e:
-            raise LatoptError(f"storage URL {redact(url)!r} is not a valid SQLAlchemy URL ({first_line(e)})") from None
+            raise LatoptError(f"storage URL {redact(url)!r} is not a valid SQLAlchemy URL ({first_line(e)})",
+                              param="storage") from None
         except ImportError as e:
             module = getattr(e, "name", None) or getattr(e.__cause__, "name", None) or first_line(e)
             raise LatoptError(f"storage URL {redact(url)!r} needs the database driver module {module!r}, which is "
-                              f"not installed; {DRIVER_HINTS.get(str(module), 'install it, or name an installed driver in the URL (dialect+driver://)')}") from None
+                              f"not installed; {DRIVER_HINTS.get(str(module), 'install it, or name an installed driver in the URL (dialect+driver://)')}",
+                              param="storage") from None
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
-            # Workers starting together on an empty database race to create Optuna's tables; the loser
-            # retries and finds them there (SQLite says so with an OperationalError "table ... already
-            # exists" or "database is locked"; any other OperationalError means the server is unreachable).
+            # Workers started together on other machines (or as separate commands) against an empty database
+            # race to create Optuna's tables; the loser retries and finds them there (SQLite says so with an
+            # OperationalError "table ... already exists" or "database is locked"; any other OperationalError
+            # means the server is unreachable). Local workers (``workers``) start after the tables exist.
             if isinstance(e, sqlalchemy.exc.OperationalError) and not _creation_race(e):
-                raise LatoptError(f"cannot reach storage {redact(url)}: {first_line(getattr(e, 'orig', None) or e)}") from None
+                raise LatoptError(f"cannot reach storage {redact(url)}: {first_line(getattr(e, 'orig', None) or e)}",
+                                  param="storage") from None
             if attempt == 5:
                 raise LatoptError(f"storage {redact(url)} could not be initialised: "
-                                  f"{first_line(getattr(e, 'orig', None) or e)}") from None
+                                  f"{first_line(getattr(e, 'orig', None) or e)}", param="storage") from None
             time.sleep(0.5 + attempt)
         except sqlalchemy.exc.InterfaceError as e:
-            raise LatoptError(f"cannot reach storage {redact(url)}: {first_line(getattr(e, 'orig', None) or e)}") from None
+            raise LatoptError(f"cannot reach storage {redact(url)}: {first_line(getattr(e, 'orig', None) or e)}",
+                              param="storage") from None
         except sqlalchemy.exc.DatabaseError as e:
-            raise LatoptError(f"storage {redact(url)} failed: {first_line(getattr(e, 'orig', None) or e)}") from None
+            raise LatoptError(f"storage {redact(url)} failed: {first_line(getattr(e, 'orig', None) or e)}",
+                              param="storage") from None
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -133,13 +157,13 @@ def storage_errors(url: str | None) -> Iterator[None]:
         cause = getattr(e, "orig", None) or e.__cause__ or e
         where = "the study database" if url is None else f"study storage {redact(url)}"
         raise LatoptError(f"{where} failed: {first_line(cause)}; is the database damaged? "
-                          "(delete the study or use another --study / --storage)") from None
+                          "(delete the study or use another study name or storage)", param="storage") from None
     except LookupError as e:   # SQLAlchemy reading a value its Enum column does not define
         if not any("sqlalchemy" in f.filename for f in traceback.extract_tb(e.__traceback__)):
             raise
         where = "the study database" if url is None else f"study storage {redact(url)}"
-        raise LatoptError(f"{where} holds a value Optuna does not know ({first_line(e)}); "
-                          "is the database damaged? (delete the study or use another --study / --storage)") from None
+        raise LatoptError(f"{where} holds a value Optuna does not know ({first_line(e)}); is the database damaged? "
+                          "(delete the study or use another study name or storage)", param="storage") from None
 
 
 def _creation_race(e: BaseException) -> bool:
@@ -207,22 +231,48 @@ def check_compatible(study: optuna.Study, name: str, objective: str, identity: d
     names, directions = OBJECTIVES[objective]
     if attrs.get("schema") != STUDY_SCHEMA:
         raise LatoptError(f"study {name!r} was not created by latopt search (no {STUDY_SCHEMA} attributes); "
-                          "use another --study name")
+                          "use another study name", param="study")
     want = [optuna.study.StudyDirection[d.upper()] for d in directions]
     if attrs.get("objective") != objective or list(study.directions) != want:
         raise LatoptError(f"study {name!r} was created with objective {attrs.get('objective')!r}, not {objective!r}; "
-                          f"rerun with the same --objective/--measure or choose another --study name")
+                          "rerun with the same objective (and measure) or choose another study name",
+                          param="objective")
     for key, value in identity.items():
         if key in attrs and attrs[key] != value:
             raise LatoptError(f"study {name!r} was created with {key}={attrs[key]!r}, this run has {value!r}; "
-                              "use the same config or another --study name")
+                              "use the same config or another study name", param="study")
 
 
 def load_existing(storage: RDBStorage, name: str) -> optuna.Study:
-    """Load a study for --show; one clear line when it does not exist."""
+    """Load a study to show its front; one clear line when it does not exist."""
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         known = optuna.get_all_study_names(storage)
         hint = f"; studies there: {', '.join(known)}" if known else "; the storage holds no study"
-        raise LatoptError(f"study {name!r} does not exist in this storage{hint}") from None
+        raise LatoptError(f"study {name!r} does not exist in this storage{hint}", param="study") from None
+
+
+STUDY_DIR_RECORD = "study.json"   # which study's trials a search directory holds
+
+
+def check_study_dir(study_dir: Path, url: str, name: str, *, study_id: int | None = None) -> None:
+    """The trial directories under ``runs/<study>/search/`` belong to one study of one storage: the first
+    search there records which (``study.json``: the storage, ``default`` for the directory's own SQLite file
+    wherever it is moved, and the study's id once it exists); a search of a same-named study in another
+    storage, or of a study deleted and created again, is refused in one line instead of overwriting the
+    other's ``trial-N`` directories."""
+    where = "default" if url == default_storage_url(study_dir) else redact(url)
+    path = study_dir / STUDY_DIR_RECORD
+    rec = read_json(path, what="study record") if path.is_file() else None
+    want = {"storage": where, "study": name}
+    if rec is not None and {k: rec.get(k) for k in want} != want:
+        raise LatoptError(f"{study_dir} holds the trials of study {rec.get('study')!r} in storage "
+                          f"{rec.get('storage')}, not of this study in {where}: give another study name or runs_dir",
+                          param="study")
+    if rec is not None and study_id is not None and rec.get("study_id") not in (None, study_id):
+        raise LatoptError(f"{study_dir} holds the trials of an earlier study {name!r} (deleted and created again "
+                          "since): give another study name or runs_dir, or remove that directory", param="study")
+    if study_id is not None and (rec is None or rec.get("study_id") is None):   # recorded once the study exists
+        make_dirs(study_dir)
+        write_json_atomic(path, {**want, "study_id": study_id})

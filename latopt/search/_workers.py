@@ -1,81 +1,108 @@
-"""Local worker processes: ``--workers N`` starts N − 1 more ``latopt search`` processes on this machine.
+"""Local worker processes: ``workers=N`` (``--workers N``) starts N − 1 more processes on this machine.
 
-They are ordinary workers (the same command pointed at the same storage URL and study), so they share
-trials through the storage exactly like workers on other machines. Each process gets
+Each is a :mod:`multiprocessing` process (the ``spawn`` context: a fresh interpreter, no forked torch or
+database state) that runs the search function with this process's options (:func:`worker_options`: the
+study, storage, base checkpoint and LUT this process resolved, one worker, no summary). It is started after
+this process has created the storage's tables and the study, and loads that study like a worker on another
+machine would, so they share trials through the storage exactly as such workers do. Each process gets
 ``cpu_count // N`` intra-op threads: on a 2-core machine, two 1-thread workers train far faster than
 one process whose two OpenMP threads fight the other for the cores.
 
-A worker dies with the process that started it, even when that one is killed with SIGKILL: ``spawn``
-passes its pid in ``LATOPT_PARENT_PID`` and the worker's ``latopt.cli.main`` arms a parent-death SIGTERM
-(:func:`latopt.signals.die_with_parent`). Its running trial then goes stale and is retried on the next run.
+A worker logs at this process's verbosity (quiet when ``progress`` is off); its error is one
+``latopt: error:`` line and its exit code (2, or 3 for a failed check), which :func:`join` reports.
+SIGTERM and Ctrl-C stop it as they stop any latopt process (:mod:`latopt.signals`; exit 143 and 130).
+A worker dies with the process that started it, even when that one is killed with SIGKILL: it is handed
+its parent's pid and arms a parent-death SIGTERM (:func:`latopt.signals.die_with_parent`) before anything
+else. Its running trial then goes stale and is retried on the next run.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import dataclasses
+import multiprocessing
 import os
-import subprocess
 import sys
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from latopt.errors import LatoptError
-from latopt.log import verbosity_flags
+from latopt import log
+from latopt.engine import seed_everything
+from latopt.errors import LatoptError, first_line, one_line, out_of_memory
 from latopt.search._options import SearchOptions
-from latopt.signals import PARENT_ENV, sigterm_raises
+from latopt.signals import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    Terminated,
+    die_with_parent,
+    sigterm_raises,
+    threads_ended,
+)
+
+_LOG = log.get_logger("search")
 
 
 def default_threads(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
-def worker_argv(o: SearchOptions, *, study: str, storage: str, trials: int, sampler: str, max_acc_drop: float,
-                base: Path, lut: Path | None, timeout: float | None, threads: int) -> list[str]:
-    """The command line of one extra worker (absolute paths; the base is already trained)."""
-    argv = [sys.executable, "-m", "latopt", "search", "--seed", str(o.seed), "--trials", str(trials),
-            "--study", study, "--storage", storage, "--sampler", sampler, "--objective", o.objective,
-            "--max-acc-drop", repr(max_acc_drop), "--base", str(base), "--costs", o.costs,
-            "--runs-dir", str(Path(o.runs_dir).resolve()), "--heartbeat-interval", str(o.heartbeat_interval),
-            "--grace-period", str(o.grace_period), "--threads", str(threads), "--no-summary"]
-    if o.config is not None:
-        argv += ["--config", str(Path(o.config).resolve())]
-    if o.method == "dp":   # the DP's study (``study`` is the Layer Folding study's name, as on the command line)
-        argv += ["--method", "dp", "--importance", o.importance]
-        if o.variants is not None:
-            argv += ["--variants", ",".join(o.variants)]
-        if o.budgets is not None:
-            argv += ["--budgets", ",".join(repr(float(b)) for b in o.budgets)]
-    if lut is not None:
-        argv += ["--lut", str(Path(lut).resolve())]
-    if timeout is not None:
-        argv += ["--timeout", repr(max(1.0, timeout))]
-    for k, v in (o.overrides or {}).items():
-        argv += ["--set", f"{k}={json.dumps(v)}"]
-    return argv + (verbosity_flags() if o.progress else ["--quiet"])   # a worker logs as this process does
+def worker_options(o: SearchOptions, *, study: str, storage: str, trials: int, sampler: str, max_acc_drop: float,
+                   base: Path, lut: Path | None, timeout: float | None, threads: int) -> SearchOptions:
+    """The options of one extra worker: ``o`` with what this process resolved (the study's name as given,
+    i.e. the Layer Folding study's for the DP's study; the base is already trained), one worker, no summary."""
+    return dataclasses.replace(o, study=study, storage=storage, trials=trials, sampler=sampler,
+                               max_acc_drop=max_acc_drop, base=base, lut=lut, threads=threads, workers=1,
+                               summary=False, timeout=None if timeout is None else max(1.0, timeout))
 
 
-def spawn(argvs: list[list[str]]) -> list[subprocess.Popen]:
-    env = {**os.environ, PARENT_ENV: str(os.getpid())}
-    return [subprocess.Popen(a, env=env) for a in argvs]
+def start(search: Callable[[SearchOptions], Any], o: SearchOptions, n: int) -> list[BaseProcess]:
+    """Start ``n`` worker processes, each running ``search(o)`` (a module-level function: it is pickled by name)."""
+    ctx = multiprocessing.get_context("spawn")
+    verbosity = log.verbosity() if o.progress else log.QUIET
+    procs = [ctx.Process(target=_work, args=(search, o, os.getpid(), verbosity), name=f"latopt-search-worker-{i + 1}")
+             for i in range(n)]
+    for p in procs:
+        p.start()
+    return procs
 
 
-def join(procs: list[subprocess.Popen], *, ok: bool) -> None:
+def _work(search: Callable[[SearchOptions], Any], o: SearchOptions, parent: int, verbosity: int) -> None:
+    """A worker process's body: die with ``parent``, log and seed as it does, run ``search(o)``, exit with
+    latopt's codes."""
+    die_with_parent(parent)
+    log.setup(verbosity)
+    try:
+        with sigterm_raises():
+            seed_everything(o.seed)
+            search(o)
+    except LatoptError as e:
+        _LOG.error(one_line(str(e)))
+        sys.exit(e.exit_code)
+    except (Terminated, KeyboardInterrupt) as e:   # the cleanup has run while unwinding
+        code = EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
+        if not threads_ended():   # a library thread left running would keep the process alive
+            sys.stderr.flush()
+            os._exit(code)
+        sys.exit(code)
+    except Exception as e:
+        if not out_of_memory(e):
+            raise
+        _LOG.error(f"out of memory in a search worker ({first_line(e, 120)}); lower the workers or the batch")
+        sys.exit(2)
+
+
+def join(procs: list[BaseProcess], *, ok: bool) -> None:
     """Wait for the extra workers (terminate them when this process failed); LatoptError if one failed."""
     if not ok:
         for p in procs:
-            if p.poll() is None:
+            if p.is_alive():
                 p.terminate()
     bad: list[Any] = []
     for p in procs:
-        rc = p.wait()
-        if rc != 0:
-            bad.append((p.pid, rc))
+        p.join()
+        if p.exitcode != 0:
+            bad.append((p.pid, p.exitcode))
     if ok and bad:
-        raise LatoptError(f"{len(bad)} extra worker(s) failed (pid, exit code): {bad}; rerun the same command to resume")
+        raise LatoptError(f"{len(bad)} extra worker(s) failed (pid, exit code): {bad}; rerun the same search to resume")
 
-
-def terminate_on_sigterm(active: bool) -> contextlib.AbstractContextManager[None]:
-    """While local workers run, SIGTERM raises :class:`latopt.signals.Terminated` here (the CLI already
-    does so; this covers ``run_search`` called as a library), so ``join`` terminates them too."""
-    return sigterm_raises(active)
