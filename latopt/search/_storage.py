@@ -23,8 +23,9 @@ import sqlalchemy.exc
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from sqlalchemy.engine import URL, make_url
 
-from latopt.artifacts import OutputError, make_dirs, read_json, write_json_atomic
+from latopt.artifacts import OutputError, make_dirs, write_json_atomic
 from latopt.errors import LatoptError, first_line
+from latopt.readers import read_json
 
 STUDY_SCHEMA = "latopt.study/1"
 DEFAULT_HEARTBEAT_S = 30
