@@ -95,9 +95,9 @@ def _uniform(cands: Mapping[int, Iterable[str]]) -> dict[int, dict[str, float]]:
 
 
 def check_importance(method: str) -> str:
-    """``method`` when it is one of :data:`IMPORTANCE_METHODS`, else one error line (``--importance``)."""
+    """``method`` when it is one of :data:`IMPORTANCE_METHODS`, else one error line (``param="importance"``)."""
     if method not in IMPORTANCE_METHODS:
-        raise LatoptError(f"--importance {method!r}: choose one of {', '.join(IMPORTANCE_METHODS)}")
+        raise LatoptError(f"importance {method!r}: choose one of {', '.join(IMPORTANCE_METHODS)}", param="importance")
     return method
 
 
