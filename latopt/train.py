@@ -2,10 +2,12 @@
 
 Public API::
 
-    train_base(cfg, out_dir, *, checkpoint=None, pretrained=False, progress=True, seed=0) -> dict
+    train_base(cfg, out_dir, *, checkpoint=None, pretrained=False, progress=True, seed=0) -> TrainResult
         trains cfg.model on cfg.data from scratch (default; offline), from a latopt checkpoint (fine-tune)
         or from the library's pretrained weights; writes ``base.pt`` (latopt checkpoint), ``metrics.json``
-        and the resolved ``config.yaml`` into ``out_dir`` (built atomically); returns the metrics dict.
+        and the resolved ``config.yaml`` into ``out_dir`` (built atomically)
+    TrainResult(model, metrics, paths)   the trained network, metrics.json's content, the files written
+                                         (``checkpoint``, ``metrics``, ``config``)
 
 The loop itself is :mod:`latopt.engine`'s, on the device, precision and processes of ``cfg.train``
 (:mod:`latopt.accel`; under torchrun only rank 0 writes). After every epoch the run's state is saved
@@ -17,8 +19,11 @@ Layer Folding of the result is :mod:`latopt.layerfold`.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from torch import nn
 
 from latopt.accel import resolve
 from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_json_atomic
@@ -42,12 +47,23 @@ METRICS_SCHEMA = "latopt.train_metrics/1"
 BASE_CHECKPOINT = "base.pt"
 
 
+@dataclass
+class TrainResult:
+    """A trained base: the network (on the training device, in eval mode),
+    ``metrics.json``'s content and the files written, by role: ``checkpoint``, ``metrics``, ``config``."""
+
+    model: nn.Module
+    metrics: dict[str, Any]
+    paths: dict[str, Path]
+
+
 def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | None = None,
-               pretrained: bool = False, progress: bool = True, seed: int = 0) -> dict[str, Any]:
-    """Train the base model; write base.pt + metrics.json + config.yaml into ``out_dir``; return metrics."""
+               pretrained: bool = False, progress: bool = True, seed: int = 0) -> TrainResult:
+    """Train the base model; write base.pt + metrics.json + config.yaml into ``out_dir``; return the model,
+    its metrics and the paths (:class:`TrainResult`)."""
     pretrained = pretrained or cfg.model.pretrained
     if checkpoint is not None and pretrained:
-        raise LatoptError("give either --checkpoint or --pretrained, not both")
+        raise LatoptError("give either checkpoint or pretrained, not both", param="checkpoint")
     check_output_dir(out_dir)   # before the resume state beside it is written
     task = load_task(cfg)
     seed_everything(seed)
@@ -99,7 +115,8 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
             write_json_atomic(tmp / "metrics.json", metrics)
             write_config(cfg, tmp / "config.yaml")
         state.remove()
-    return metrics
+    return TrainResult(model.eval(), metrics, {"checkpoint": out_dir / BASE_CHECKPOINT, "metrics": out_dir / "metrics.json",
+                                        "config": out_dir / "config.yaml"})
 
 
 # settings that change where and how fast a run trains, not what it learns: a state written under other
@@ -116,4 +133,4 @@ def _fingerprint(cfg: RunConfig, seed: int, init: str, checkpoint: str | Path | 
                         "checkpoint": None if checkpoint is None else file_sha256(checkpoint)})
 
 
-__all__ = ["BASE_CHECKPOINT", "METRICS_SCHEMA", "train_base"]
+__all__ = ["BASE_CHECKPOINT", "METRICS_SCHEMA", "TrainResult", "train_base"]

@@ -202,15 +202,16 @@ def test_each_process_draws_its_own_random_numbers(cfg_file: Path, tmp_path: Pat
     drawn from the torch generator as dropout is) differ between the processes in every stage, while the
     processes still hold the same weights (DDP) and split one shared sample order."""
     cfg = load_config(cfg_file, {"data.augment": True, "train.epochs": 1})
+    fold_cfg = cfg.with_overrides({"fold.lambda_c": 5.0, "fold.tau": 0.6, "fold.p": 2.0})
 
     def rank(r: int) -> None:
         import latopt.data.digits
-        import latopt.layerfold
+        import latopt.layerfold.phases
         import latopt.train
 
         draws: dict[str, list[tuple[int, int]]] = {}
         stage = [""]
-        translate, fits = latopt.data.digits._translate, {m: m.fit for m in (latopt.train, latopt.layerfold)}
+        translate, fits = latopt.data.digits._translate, {m: m.fit for m in (latopt.train, latopt.layerfold.phases)}
 
         def recording_translate(x, dy, dx, fill):
             draws.setdefault(stage[0], []).append((dy, dx))
@@ -228,8 +229,7 @@ def test_each_process_draws_its_own_random_numbers(cfg_file: Path, tmp_path: Pat
         with process_group(cfg.train):
             latopt.train.train_base(cfg, tmp_path / "base", progress=False)
             torch.distributed.barrier()  # rank 0 has written base.pt
-            rep = run_fold(cfg, tmp_path / "base" / "base.pt", tmp_path / "fold", lambda_c=5.0, tau=0.6, p=2.0,
-                           progress=False)
+            rep = run_fold(fold_cfg, tmp_path / "base" / "base.pt", tmp_path / "fold", progress=False).report
         (tmp_path / f"rank{r}.json").write_text(json.dumps({"draws": draws, "alphas": rep["alphas"]}))
 
     assert _ranks(rank) == [0, 0]
@@ -296,11 +296,11 @@ def test_fold_under_two_processes(cfg_file: Path, tmp_path: Path) -> None:
     output written by rank 0, a fold check that passed."""
     assert main(["train", "--config", str(cfg_file), "--out", str(tmp_path / "base"), "--epochs", "1", "-q"]) == 0
     cfg = load_config(cfg_file)
+    fold_cfg = cfg.with_overrides({"fold.lambda_c": 5.0, "fold.tau": 0.6, "fold.p": 2.0})
 
     def rank(r: int) -> None:
         with process_group(cfg.train):
-            rep = run_fold(cfg, tmp_path / "base" / "base.pt", tmp_path / "fold", lambda_c=5.0, tau=0.6, p=2.0,
-                           progress=False)
+            rep = run_fold(fold_cfg, tmp_path / "base" / "base.pt", tmp_path / "fold", progress=False).report
         (tmp_path / f"rank{r}.json").write_text(json.dumps({k: rep[k] for k in ("alphas", "folded", "acc", "val")}))
 
     assert _ranks(rank) == [0, 0]

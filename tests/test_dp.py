@@ -263,7 +263,7 @@ def test_select_plan_meets_the_budget_and_is_least_loss() -> None:
     with pytest.raises(LatoptError, match=r"budget 0.6 .* is below the fastest network these variants allow "
                                           r"\(13.200 ms = 0.660 of as-is\)"):
         select_plan(lut, variant_losses(None, None, None, only_full, method="uniform"), 0.6)
-    with pytest.raises(LatoptError, match=r"--budget 1.5: a fraction of the as-is latency in \(0, 1\]"):
+    with pytest.raises(LatoptError, match=r"budget 1.5: a fraction of the as-is latency in \(0, 1\]"):
         select_plan(lut, uniform, 1.5)
     with pytest.raises(LatoptError, match="variant 'expand_dw' is not in the LUT"):
         candidates(lut, ["expand_dw"])
@@ -303,7 +303,8 @@ def test_proxy_losses_are_finite_and_zero_for_none(tiny: dict) -> None:
 
 def test_run_dp_writes_a_fold_that_export_ships(tiny: dict, tmp_path: Path) -> None:
     out = tmp_path / "dp"
-    r = run_dp(tiny["cfg"], tiny["ckpt"], out, lut=tiny["lut"], budget=0.55, importance="uniform", progress=False)
+    result = run_dp(tiny["cfg"], tiny["ckpt"], out, lut=tiny["lut"], budget=0.55, importance="uniform", progress=False)
+    r = result.report
     plan = {int(k): v for k, v in r["folded"].items()}
     assert r["selection"]["predicted_ms"] <= 0.55 * r["selection"]["asis_ms"] and plan
     assert r["fold_check"]["passed"] and r["fold_check"]["max_rel"] <= 1e-4
@@ -332,7 +333,7 @@ def test_cli_search_method_dp(tiny: dict, tmp_path: Path, capsys: pytest.Capture
         assert err.startswith("latopt: error: ") and err.count("\n") == 1 and message in err, err
 
     fails([*args, "--budget", "0.01", "-q"], "below the fastest network these variants allow")
-    fails([*args, "--budget", "2", "-q"], "--budget 2.0: a fraction of the as-is latency in (0, 1]")
+    fails([*args, "--budget", "2", "-q"], "budget 2.0: a fraction of the as-is latency in (0, 1], e.g. 0.6 (option --budget)")
     # without --budget: the DP's study over --budgets, refused before any training when a budget is out of reach
     fails([*args, "--budgets", "0.01,0.7", "-q"], "below the fastest network these variants allow")
     fails([*args, "--budgets", "0.5,x", "-q"], "--budgets '0.5,x': fractions separated by commas")
@@ -350,14 +351,14 @@ def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any training, fine-tuning or base creation raises: a plan-only run must not reach them."""
     import latopt.dp.importance
     import latopt.dp.stage
-    import latopt.layerfold
+    import latopt.layerfold.phases
     import latopt.search._run
     import latopt.train
 
     def trains(*args: object, **kwargs: object) -> None:
         raise AssertionError("a plan-only run trained or fine-tuned")
 
-    for mod, name in ((latopt.layerfold, "fold_plan_and_finetune"), (latopt.dp.stage, "fold_plan_and_finetune"),
+    for mod, name in ((latopt.layerfold.phases, "fold_plan_and_finetune"), (latopt.dp.stage, "fold_plan_and_finetune"),
                       (latopt.dp.importance, "fold_plan_and_finetune"), (latopt.search._run, "ensure_base"),
                       (latopt.train, "train_base"), (latopt.search._run, "run_dp")):
         monkeypatch.setattr(mod, name, trains)
@@ -393,9 +394,11 @@ def test_plan_only_writes_the_plan_without_training(tiny: dict, tmp_path: Path, 
     assert (proxy["importance"], proxy["num_classes"], proxy["task"]) == ("proxy", 10, "digits")
     assert proxy["predicted"]["ms"] <= 0.55 * proxy["predicted"]["asis_ms"]
     capsys.readouterr()
-    for extra, message in ((["--importance", "proxy"], "--plan-only --importance proxy scores the variants on a "
-                                                       "trained base: give --base CKPT"),
-                           (["--importance", "finetune"], "--plan-only --importance 'finetune': choose uniform or proxy")):
+    for extra, message in ((["--importance", "proxy"], "importance 'proxy' scores the variants on a trained base: "
+                                                       "give base_checkpoint"),
+                           (["--importance", "finetune"], "importance 'finetune': a plan made without training is "
+                                                          "scored by uniform or proxy (finetune fine-tunes every "
+                                                          "candidate) (option --importance)")):
         assert main([*args, *extra]) == 2
         err = capsys.readouterr().err
         assert err.startswith("latopt: error: ") and err.count("\n") == 1 and message in err, err

@@ -48,11 +48,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     train_base(cfg, root / "base", progress=False, seed=0)
     base = root / "base" / "base.pt"
     # λ_c = 0 and τ = 1 with a slow α: nothing can be folded
-    nothing = run_fold(cfg, base, root / "nothing", lambda_c=0.0, tau=1.0, p=2.0, progress=False, seed=0)
-    assert nothing["n_folded"] == 0
-    some = run_fold(cfg.with_overrides({"fold.alpha_lr": 0.3}), base, root / "some", lambda_c=5.0, tau=0.6,
-                    p=2.0, progress=False, seed=0)
-    assert some["n_folded"] >= 1
+    nothing = run_fold(cfg.with_overrides({"fold.lambda_c": 0.0, "fold.tau": 1.0, "fold.p": 2.0}), base,
+                       root / "nothing", progress=False, seed=0)
+    assert nothing.report["n_folded"] == 0
+    some = run_fold(cfg.with_overrides({"fold.alpha_lr": 0.3, "fold.lambda_c": 5.0, "fold.tau": 0.6, "fold.p": 2.0}),
+                    base, root / "some", progress=False, seed=0)
+    assert some.report["n_folded"] >= 1
     return {"root": root, "base": base, "nothing": root / "nothing" / "folded.pt", "some": root / "some" / "folded.pt"}
 
 
@@ -636,11 +637,12 @@ def test_a_copied_fold_is_checked_against_its_own_prefold(runs: dict, tmp_path: 
     # records), not the path it records (A's, now another fold's)
     import shutil
 
-    cfg = load_config(runs["root"] / "c.yaml").with_overrides({"fold.alpha_lr": 0.3})
+    cfg = load_config(runs["root"] / "c.yaml").with_overrides({"fold.alpha_lr": 0.3, "fold.lambda_c": 5.0,
+                                                               "fold.tau": 0.6, "fold.p": 2.0})
     a, b = tmp_path / "A", tmp_path / "B"
-    run_fold(cfg, runs["base"], a, lambda_c=5.0, tau=0.6, p=2.0, progress=False, seed=0)
+    run_fold(cfg, runs["base"], a, progress=False, seed=0)
     shutil.copytree(a, b)
-    run_fold(cfg, runs["base"], a, lambda_c=5.0, tau=0.6, p=2.0, progress=False, seed=1)   # another σ_α network
+    run_fold(cfg, runs["base"], a, progress=False, seed=1)   # another σ_α network
     assert _export(b / "folded.pt", tmp_path / "out") == 0
     rec = json.loads((tmp_path / "out" / "export.json").read_text())
     assert any(f"({b / 'prefold.pt'})" in n for n in rec["notes"]), rec["notes"]

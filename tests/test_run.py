@@ -62,8 +62,8 @@ def _config(tiny_config: Path, tmp_path: Path, **sections: dict) -> Path:
 
 def _forbid(monkeypatch: pytest.MonkeyPatch, *stages: str) -> None:
     """Make the given stages' work functions fail the test if the run calls them."""
-    targets = {"base": "latopt.run.train_base", "profile": "latopt.run.profile_model",
-               "search": "latopt.run.run_search", "export": "latopt.run.export"}
+    targets = {"base": "latopt.run.stages.train_base", "profile": "latopt.run.stages.profile_model",
+               "search": "latopt.run.stages.run_search", "export": "latopt.run.stages.export"}
 
     for stage in stages:
         def called(*a, _stage=stage, **k):
@@ -183,7 +183,7 @@ def test_a_changed_base_input_reruns_every_stage(first_run: tuple[Path, str], ti
     def train_base(*a, **k):
         raise _Stop
 
-    monkeypatch.setattr("latopt.run.train_base", train_base)
+    monkeypatch.setattr("latopt.run.stages.train_base", train_base)
     with pytest.raises(_Stop):
         main(["run", str(config), "--runs-dir", str(runs), *args])
     err = capsys.readouterr().err
@@ -233,7 +233,7 @@ def test_a_configured_storage_study_is_never_deleted(first_run: tuple[Path, str]
 def test_run_refuses_zero_trials(tiny_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(tiny_config), "--runs-dir", str(tmp_path / "runs"), "--trials", "0"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "latopt: error: --trials must be >= 1, got 0"
+    assert err == "latopt: error: trials must be >= 1, got 0 (option --trials)"
     assert not (tmp_path / "runs").exists()
 
 
@@ -291,12 +291,13 @@ def test_run_removes_the_directory_it_created_when_its_data_turns_out_bad(tiny_c
 
 
 def test_the_summary_names_what_each_stage_did() -> None:
-    from latopt.run import NOT_RUN_YET, _action
+    from latopt.run.report import action
+    from latopt.run.state import NOT_RUN_YET
 
-    assert _action(None) == "reused"
-    assert _action(NOT_RUN_YET) == "ran (new)"
-    assert _action("--fresh") == "ran (new: --fresh)"
-    assert _action("config section fold changed") == "re-run: config section fold changed"
+    assert action(None) == "reused"
+    assert action(NOT_RUN_YET) == "ran (new)"
+    assert action("--fresh") == "ran (new: --fresh)"
+    assert action("config section fold changed") == "re-run: config section fold changed"
 
 
 def test_a_fold_that_beats_its_base_by_more_than_the_noise_says_the_base_looks_under_trained() -> None:
@@ -331,7 +332,7 @@ def test_the_lut_prediction_is_a_speed_up_not_two_absolute_times() -> None:
 
 
 def test_fresh_deletes_only_what_latopt_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from latopt.run import _clear
+    from latopt.run.state import clear
 
     root = tmp_path / "runs" / "r"
     (root / "base").mkdir(parents=True)
@@ -343,9 +344,9 @@ def test_fresh_deletes_only_what_latopt_wrote(tmp_path: Path, capsys: pytest.Cap
     (tmp_path / "precious" / "data.txt").write_text("keep")
     (root / "notes.txt").write_text("mine")
     with pytest.raises(LatoptError, match=r"holds entries latopt did not write \(link, notes.txt\)"):
-        _clear(root, [root / "my.yaml"], root / "lut-cpu.json")
+        clear(root, [root / "my.yaml"], root / "lut-cpu.json")
     assert (root / "run.json").exists() and (tmp_path / "precious" / "data.txt").exists()   # nothing removed
     (root / "link").unlink()
     (root / "notes.txt").unlink()
-    _clear(root, [root / "my.yaml"], root / "lut-cpu.json")
+    clear(root, [root / "my.yaml"], root / "lut-cpu.json")
     assert sorted(p.name for p in root.iterdir()) == ["my.yaml"]

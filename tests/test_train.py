@@ -33,8 +33,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("tiny")
     (root / "tiny.yaml").write_text(TINY)
     cfg = load_config(root / "tiny.yaml")
-    metrics = train_base(cfg, root / "base", progress=False, seed=0)
-    return {"root": root, "cfg": cfg, "metrics": metrics, "ckpt": root / "base" / "base.pt"}
+    result = train_base(cfg, root / "base", progress=False, seed=0)
+    return {"root": root, "cfg": cfg, "result": result, "metrics": result.metrics, "ckpt": root / "base" / "base.pt"}
 
 
 # ----------------------------------------------------------------------------- compression loss
@@ -105,6 +105,11 @@ def test_train_base_writes_checkpoint_metrics_config(tiny: dict) -> None:
     _, _, test = make_loaders(load_task(tiny["cfg"]), 32)
     assert evaluate(model, test) == pytest.approx(m["test_acc"])
     assert load_config(base / "config.yaml") == tiny["cfg"]
+    # the result hands the trained network itself (the one the checkpoint holds) and names the files
+    result = tiny["result"]
+    assert not result.model.training and evaluate(result.model, test) == pytest.approx(m["test_acc"])
+    assert result.paths == {"checkpoint": base / "base.pt", "metrics": base / "metrics.json",
+                            "config": base / "config.yaml"}
 
 
 def _conv_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -122,13 +127,13 @@ def test_train_is_reproducible_and_resumes_from_checkpoint(tiny: dict) -> None:
     from latopt.models import build_model
 
     root, cfg = tiny["root"], tiny["cfg"]
-    again = train_base(cfg, root / "again", progress=False, seed=0)
+    again = train_base(cfg, root / "again", progress=False, seed=0).metrics
     assert again["test_acc"] == tiny["metrics"]["test_acc"]
     assert again["history"][0]["loss"] == pytest.approx(tiny["metrics"]["history"][0]["loss"], rel=1e-6)
     base = _conv_weights(tiny["ckpt"])
     # 0 epochs from the checkpoint reproduce it: its weights, its accuracy
     zero = train_base(cfg.with_overrides({"train.epochs": 0}), root / "zero", checkpoint=tiny["ckpt"],
-                      progress=False, seed=1)
+                      progress=False, seed=1).metrics
     assert zero["init"] == "checkpoint" and zero["history"] == [] and zero["test_acc"] == tiny["metrics"]["test_acc"]
     assert _distance(_conv_weights(root / "zero" / "base.pt"), base) == 0.0
     # 1 epoch from the checkpoint starts there: it moves off the checkpoint's weights by far less than the
@@ -144,7 +149,9 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
     from latopt.checkpoint import load_checkpoint
 
     cfg, out = tiny["cfg"], tiny["root"] / "fold"
-    r = run_fold(cfg, tiny["ckpt"], out, lambda_c=5.0, tau=0.6, p=2.0, progress=False, seed=0)
+    result = run_fold(cfg.with_overrides({"fold.lambda_c": 5.0, "fold.tau": 0.6, "fold.p": 2.0}), tiny["ckpt"], out,
+                      progress=False, seed=0)
+    r = result.report
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "folded.pt", "prefold.pt", "report.json", "report.txt"]
     assert json.loads((out / "report.json").read_text())["acc"] == r["acc"]
     assert set(r["acc"]) >= {"base", "prefold", "folded", "finetuned", "linearized"}
@@ -163,6 +170,12 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
     _, val, test = make_loaders(load_task(cfg), 32)
     assert evaluate(model, test) == pytest.approx(r["acc"]["finetuned"])
     assert evaluate(model, val) == pytest.approx(r["val_acc_finetuned"])
+    # the result hands the folded network itself: what the saved checkpoint reloads to
+    assert result.paths["folded"] == out / "folded.pt" and result.paths["prefold"] == out / "prefold.pt"
+    assert not result.model.training and evaluate(result.model, test) == pytest.approx(r["acc"]["finetuned"])
+    x = next(iter(test))[0]
+    with torch.no_grad():
+        assert torch.allclose(result.model(x), model.eval()(x), atol=1e-6)
     # unfolded blocks are back to their plain activation (alpha = 0) and stay there
     from latopt.fold import get_alphas
 
@@ -218,34 +231,31 @@ def test_prefold_with_lut_freezes_unprofitable_blocks(tiny: dict, tmp_path: Path
     lut = load_lut(lut_path)
     c = costs(lut)
     assert c[0] == 0.0 and c[1] == 0.5
-    pre = prefold(tiny["cfg"], base, load_task(tiny["cfg"]), costs=c, lambda_c=5.0, p=2.0,
-                  granularity="block", distill=True, progress=False, lut=lut)
+    fold = {"fold.lambda_c": 5.0, "fold.tau": 0.6, "fold.p": 2.0, "fold.distill": True}
+    pre = prefold(tiny["cfg"].with_overrides(fold), base, load_task(tiny["cfg"]), costs=c, progress=False, lut=lut)
     from latopt.fold import get_alphas
 
-    got = get_alphas(pre)
-    assert pre.latopt_prefold["frozen"] == [i for i in c if c[i] == 0.0]
+    got = get_alphas(pre.model)
+    assert pre.frozen == [i for i in c if c[i] == 0.0] and len(pre.history) == 2
     assert all(got[i] == [0.0] for i in c if c[i] == 0.0)
     assert any(got[i][0] > 0.0 for i in c if c[i] > 0.0)
-    r = run_fold(tiny["cfg"], tiny["ckpt"], tmp_path / "f", lut=lut_path, lambda_c=5.0, tau=0.6, p=2.0,
-                 distill=True, progress=False)
+    with_lut = tiny["cfg"].with_overrides({**fold, "lut": str(lut_path)})
+    r = run_fold(with_lut, tiny["ckpt"], tmp_path / "f", progress=False).report
     plan = {int(k): v for k, v in r["folded"].items()}
     assert all(c[i] > 0 for i in plan)
     assert r["latency_pred_ms"]["asis"] == pytest.approx(0.25 + len(blocks))
     assert r["latency_pred_ms"]["folded"] == pytest.approx(0.25 + len(blocks) - 0.5 * len(plan))
     with pytest.raises(LatoptError, match="profiled for resolution 16, not 32"):
-        run_fold(tiny["cfg"].with_overrides({"data.resolution": 32}), tiny["ckpt"], tmp_path / "g",
-                 lut=lut_path, lambda_c=1.0, tau=0.9, p=2.0)
+        run_fold(with_lut.with_overrides({"data.resolution": 32}), tiny["ckpt"], tmp_path / "g")
     assert not (tmp_path / "g").exists()
     with pytest.raises(LatoptError, match="partial fold variants"):  # this LUT has no partial-variant times
-        run_fold(tiny["cfg"], tiny["ckpt"], tmp_path / "g", lut=lut_path, lambda_c=1.0, tau=0.9, p=2.0,
-                 granularity="activation")
+        run_fold(with_lut.with_overrides({"fold.granularity": "activation"}), tiny["ckpt"], tmp_path / "g")
     other = save_lut(LUT(device="cpu", model="mobilenetv2_100", resolution=16, batch=1, blocks=entries,
                          fixed_ms=0.25), tmp_path / "other.json")
     with pytest.raises(LatoptError, match="profiled for model 'mobilenetv2_100'"):
-        run_fold(tiny["cfg"], tiny["ckpt"], tmp_path / "g", lut=other, lambda_c=1.0, tau=0.9, p=2.0)
+        run_fold(with_lut.with_overrides({"lut": str(other)}), tiny["ckpt"], tmp_path / "g")
     with pytest.raises(LatoptError, match="trained with data"):
-        run_fold(tiny["cfg"].with_overrides({"data.split_seed": 1}), tiny["ckpt"], tmp_path / "g",
-                 lambda_c=1.0, tau=0.9, p=2.0)
+        run_fold(tiny["cfg"].with_overrides({"data.split_seed": 1}), tiny["ckpt"], tmp_path / "g")
     assert not (tmp_path / "g").exists()
 
 
@@ -291,12 +301,12 @@ def test_distillation_pulls_the_student_towards_the_teacher(tiny: dict) -> None:
     task = load_task(cfg)
     _, _, test = make_loaders(task, 256)
     base, _, _ = load_checkpoint(tiny["ckpt"])
-    kw = {"costs": None, "lambda_c": 0.0, "p": 2.0, "granularity": "block", "progress": False}
-    plain = prefold(cfg, base, task, distill=False, **kw)
+    cfg = cfg.with_overrides({"fold.lambda_c": 0.0, "fold.p": 2.0, "fold.granularity": "block"})
+    plain = prefold(cfg.with_overrides({"fold.distill": False}), base, task, progress=False).model
     shares = _class_shares(plain, test)
     k = int(shares.argmin())
     assert shares[k] <= 0.1
-    pulled = prefold(cfg, _SaysWhenEval(base, k), task, distill=True, **kw)
+    pulled = prefold(cfg.with_overrides({"fold.distill": True}), _SaysWhenEval(base, k), task, progress=False).model
     assert _class_shares(pulled.net, test)[k] >= 0.9
     folded, info = fold_and_finetune(cfg, plain, task, tau=0.9, mode="exact", progress=False, teacher=_Says(k))
     assert info["finetuned"] and _class_shares(folded, test)[k] >= 0.9

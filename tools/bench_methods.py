@@ -251,7 +251,7 @@ def cell_base(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
         if m.get("seed") != seed or m.get("epochs") != ctx.cfg.train.epochs:
             raise RuntimeError(f"{out} holds another base (seed {m.get('seed')}, epochs {m.get('epochs')})")
     else:
-        m = train_base(ctx.cfg, out, seed=seed, progress=True)
+        m = train_base(ctx.cfg, out, seed=seed, progress=True).metrics
     hist = m.get("history", [])
     return {"test_acc": m["test_acc"], "val_acc": m["val_acc"], "train_seconds": m["train_seconds"],
             "epochs": m["epochs"], "checkpoint": str(out / "base.pt"), "extra_epochs": 0,
@@ -266,7 +266,7 @@ def cell_asis(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
     base = ctx.cell_dir(f"s{seed}-base") / "base.pt"
     e = ft_epochs(ctx.cfg)
     cfg = ctx.cfg.with_overrides({"train.epochs": e, "train.lr": ctx.cfg.fold.lr})
-    m = train_base(cfg, out / "train", checkpoint=base, seed=seed, progress=True)
+    m = train_base(cfg, out / "train", checkpoint=base, seed=seed, progress=True).metrics
     r = {"test_acc": m["test_acc"], "val_acc": m["val_acc"], "train_seconds": m["train_seconds"],
          "extra_epochs": e, "structure": {"kind": "asis"}}
     r |= export_cell(out / "train" / "base.pt", out / "export", ctx.task)
@@ -278,9 +278,9 @@ def cell_lf(ctx: Ctx, seed: int, out: Path, costs: str, lam: float) -> dict[str,
 
     base = ctx.cell_dir(f"s{seed}-base") / "base.pt"
     lut = ensure_lut(ctx) if costs == "lut" else None
-    f = ctx.cfg.fold
-    rep = run_fold(ctx.cfg, base, out / "fold", lut=lut, lambda_c=lam, tau=f.tau, p=f.p, granularity="block",
-                   seed=seed, progress=True, task=ctx.task)
+    cfg = ctx.cfg.with_overrides({"fold.lambda_c": lam, "fold.granularity": "block"}).model_copy(
+        update={"lut": None if lut is None else str(lut)})   # no LUT: uniform c_l, whatever the config names
+    rep = run_fold(cfg, base, out / "fold", seed=seed, progress=True, task=ctx.task).report
     r = {"test_acc": rep["acc"]["finetuned"], "val_acc": rep["val"]["finetuned"],
          "acc_before_ft": rep["acc"]["folded"], "train_seconds": rep["seconds"]["total"],
          "extra_epochs": ft_epochs(ctx.cfg), "n_folded": rep["n_folded"], "n_foldable": rep["n_foldable"],
@@ -329,7 +329,7 @@ def cell_dp(ctx: Ctx, seed: int, out: Path, budget: float, *, variants: tuple[st
     e = ft_epochs(ctx.cfg)
     cfg = ctx.cfg.with_overrides({"fold.post_epochs": e, "fold.post_lr": ctx.cfg.fold.lr})
     rep = run_dp(cfg, base, out / "fold", lut=ensure_variant_lut(ctx), budget=budget, importance=importance,
-                 variants=variants, losses=losses, seed=seed, progress=True, task=ctx.task)
+                 variants=variants, losses=losses, seed=seed, progress=True, task=ctx.task).report
     r = {"test_acc": rep["acc"]["finetuned"], "val_acc": rep["val"]["finetuned"],
          "acc_before_ft": rep["acc"].get("folded"), "train_seconds": rep["seconds"]["total"], "extra_epochs": e,
          "n_folded": rep["n_folded"], "selection": rep["selection"], "lut_pred_ms": rep["latency_pred_ms"],

@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="default runs/<name>/sweep")
     args = ap.parse_args(argv)
     set_threads(args.threads)
-    cfg = load_config(args.config, {"fold.tau": args.tau, "fold.p": args.p, "fold.granularity": args.granularity})
+    cfg = load_config(args.config, {"fold.tau": args.tau, "fold.p": args.p, "fold.granularity": args.granularity,
+                                    "lut": args.lut})
     out = Path(args.out or Path("runs") / cfg.name / "sweep")
     task = load_task(cfg)
     rows = []
@@ -49,9 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for lam in args.lambdas:
         t0 = time.perf_counter()
-        f = cfg.fold
-        r = run_fold(cfg, args.checkpoint, out / f"lc{lam:g}", lut=args.lut or cfg.lut, lambda_c=lam, tau=f.tau,
-                     p=f.p, granularity=f.granularity, distill=f.distill, progress=False, seed=args.seed, task=task)
+        r = run_fold(cfg.with_overrides({"fold.lambda_c": lam}), args.checkpoint, out / f"lc{lam:g}", progress=False,
+                     seed=args.seed, task=task).report
         a, lat = r["acc"], r["latency_pred_ms"]
         row = {"lambda_c": lam, "n_folded": r["n_folded"], "n_foldable": r["n_foldable"], "plan": r["folded"],
                "alpha_mid_fraction": r["alpha_mid_fraction"], "acc": a, "flops": r["flops"],

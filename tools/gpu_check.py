@@ -242,7 +242,7 @@ class Checks:
                 return Row(f"{name} (refused)", "pass" if ok else "FAIL", detail=str(e)[:120])
             return Row(f"{name} (refused)", "FAIL", detail="fp16 on the CPU was not refused")
         out = self.out / f"base-{amp}"
-        m = train_base(cfg, out, progress=False)
+        m = train_base(cfg, out, progress=False).metrics
         secs = [float(h["seconds"]) for h in m["history"]]
         finite = all(math.isfinite(h["loss"]) for h in m["history"])
         bar = 0.0 if self.smoke else 3.0 / 10  # digits: 10 classes
@@ -307,9 +307,7 @@ class Checks:
 
         if "none" not in self.bases:
             return Row("fold", "skipped", detail="no fp32 base (its training failed)")
-        f = self.cfg.fold
-        rep = run_fold(self.cfg, self.bases["none"], self.fold_dir, lambda_c=f.lambda_c, tau=f.tau, p=f.p,
-                       progress=False)
+        rep = run_fold(self.cfg, self.bases["none"], self.fold_dir, progress=False).report
         fc, acc = rep["fold_check"], rep["acc"]
         n_test = json.loads((self.bases["none"].parent / "metrics.json").read_text())["sizes"]["test"]
         gap = abs(acc["linearized"] - acc["folded"]) * n_test

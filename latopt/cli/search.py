@@ -90,12 +90,13 @@ def _main(args: argparse.Namespace) -> int:
         if args.out is not None and not args.plan_only:
             raise LatoptError("--out applies to --show or --plan-only (a DP run writes runs/<study>/search/dp-budget<B>/)")
 
-        report = run_dp_search(SearchOptions(
+        done = run_dp_search(SearchOptions(
             config=args.config, study=args.study, base=args.base, lut=args.lut, seed=args.seed,
             runs_dir=args.runs_dir, threads=args.threads, overrides=_overrides(args.overrides),
             method="dp", budget=args.budget, importance=args.importance,
             variants=_variants(args.variants), plan_only=args.plan_only, plan_out=args.out))
-        print(format_plan_summary(report, report["path"]) if args.plan_only else format_dp_summary(report))
+        # --plan-only: the plan file's content; else the applied plan (a FoldResult)
+        print(format_plan_summary(done, done["path"]) if args.plan_only else format_dp_summary(done.report))
         return 0
     res = run_search(SearchOptions(
         config=args.config, trials=args.trials, storage=args.storage, study=args.study, sampler=args.sampler,

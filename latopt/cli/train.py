@@ -72,7 +72,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     set_threads(cfg.threads)
     out = Path(args.out) if args.out else default_out(cfg, "base")
     with process_group(cfg.train):  # torchrun: one process of a DistributedDataParallel job
-        m = train_base(cfg, out, checkpoint=args.checkpoint, pretrained=args.pretrained, seed=args.seed)
+        m = train_base(cfg, out, checkpoint=args.checkpoint, pretrained=args.pretrained, seed=args.seed).metrics
         if is_main_process():
             resumed = f", resumed after epoch {m['resumed_after_epoch']}" if m["resumed_after_epoch"] else ""
             print(f"base {cfg.model.name} on {m['task']}: val {m['val_acc']:.4f}, test {m['test_acc']:.4f} "
@@ -93,14 +93,12 @@ def _cmd_fold(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, {"fold.lambda_c": args.lambda_c, "fold.tau": args.tau, "fold.p": args.p,
                                     "fold.granularity": args.granularity, "fold.distill": args.distill,
-                                    "fold.mode": args.mode, "data.task": args.data, "threads": args.threads,
-                                    **_placement(args)})
+                                    "fold.mode": args.mode, "data.task": args.data, "lut": args.lut,
+                                    "threads": args.threads, **_placement(args)})
     set_threads(cfg.threads)
     out = Path(args.out) if args.out else default_out(cfg, "fold")
-    f = cfg.fold
     with process_group(cfg.train):  # torchrun: one process of a DistributedDataParallel job
-        report = run_fold(cfg, args.checkpoint, out, lut=args.lut or cfg.lut, lambda_c=f.lambda_c, tau=f.tau,
-                          p=f.p, granularity=f.granularity, distill=f.distill, mode=f.mode, seed=args.seed)
+        result = run_fold(cfg, args.checkpoint, out, seed=args.seed)
         if is_main_process():
-            print(format_summary(report))
+            print(format_summary(result.report))
     return 0

@@ -19,10 +19,12 @@ API (what a caller such as a method-comparison tool uses)::
     losses = variant_losses(cfg, base_model, task, cands, method="proxy")   # {block: {variant: loss}}
                                               # methods: proxy (cheap), finetune (expensive), uniform
     plan, info = select_plan(lut, losses, budget=0.55)   # {block: variant}; info: predicted_ms, ratio, ...
-    report = run_dp(cfg, base_checkpoint, out_dir, lut=lut_path, budget=0.55, importance="proxy",
-                    losses=None, variants=None, mode=None, seed=0, progress=True, task=None, distill=False)
-        # select + fold + check + fine-tune + write out_dir; report["checkpoint"] is the folded.pt to export;
-        # report["val_acc_finetuned"], report["acc"]["finetuned"], report["selection"]["predicted_ms"]
+    result = run_dp(cfg, base_checkpoint, out_dir, lut=lut_path, budget=0.55, importance="proxy",
+                    losses=None, variants=None, seed=0, progress=True, task=None)
+        # select + fold + check + fine-tune + write out_dir, in cfg.fold.mode, distilled when cfg.fold.distill;
+        # a latopt.layerfold.FoldResult: result.model (the folded network), result.report (report["checkpoint"]
+        # is the folded.pt to export; report["val_acc_finetuned"], report["acc"]["finetuned"],
+        # report["selection"]["predicted_ms"]) and result.paths
 
     solve(options, capacity, *, resolution=20000) -> Solution | None   the knapsack alone
     solve_chain(options, spans, capacity, *, resolution=20000) -> Solution | None

@@ -60,11 +60,12 @@ def candidates(lut: LUT, variants: Iterable[str] | None = None) -> dict[int, tup
     allowed = tuple(lut.variants) if variants is None else tuple(variants)
     bad = [v for v in allowed if v not in LUT_VARIANTS]
     if bad:
-        raise LatoptError(f"unknown variant {bad[0]!r}; variants are {', '.join(LUT_VARIANTS)}")
+        raise LatoptError(f"unknown variant {bad[0]!r}; variants are {', '.join(LUT_VARIANTS)}", param="variants")
     unknown = [v for v in allowed if v not in ("none", *lut.variants)]
     if unknown:
         raise LatoptError(f"variant {unknown[0]!r} is not in the LUT (it has {', '.join(lut.variants)}); "
-                          f"profile it: latopt profile --variants {','.join((*lut.variants, unknown[0]))}")
+                          f"profile it (latopt profile, variants {','.join((*lut.variants, unknown[0]))})",
+                          param="variants")
     out: dict[int, tuple[str, ...]] = {}
     for b in lut.blocks:
         out[b.index] = ("none", *(v for v in allowed if v != "none" and b.foldable and v in b.ms))
@@ -95,9 +96,9 @@ def _uniform(cands: Mapping[int, Iterable[str]]) -> dict[int, dict[str, float]]:
 
 
 def check_importance(method: str) -> str:
-    """``method`` when it is one of :data:`IMPORTANCE_METHODS`, else one error line (``--importance``)."""
+    """``method`` when it is one of :data:`IMPORTANCE_METHODS`, else one error line (``param="importance"``)."""
     if method not in IMPORTANCE_METHODS:
-        raise LatoptError(f"--importance {method!r}: choose one of {', '.join(IMPORTANCE_METHODS)}")
+        raise LatoptError(f"importance {method!r}: choose one of {', '.join(IMPORTANCE_METHODS)}", param="importance")
     return method
 
 

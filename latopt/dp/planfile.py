@@ -69,11 +69,11 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
     t0 = time.perf_counter()
     budget = check_budget(budget)
     if importance not in PLAN_IMPORTANCE:
-        raise LatoptError(f"--plan-only --importance {importance!r}: choose {' or '.join(PLAN_IMPORTANCE)} "
-                          "(finetune fine-tunes every candidate; run latopt search --method dp without --plan-only)")
+        raise LatoptError(f"importance {importance!r}: a plan made without training is scored by "
+                          f"{' or '.join(PLAN_IMPORTANCE)} (finetune fine-tunes every candidate)", param="importance")
     if importance == "proxy" and base_checkpoint is None:
-        raise LatoptError("--plan-only --importance proxy scores the variants on a trained base: give --base CKPT "
-                          "(latopt train), or use --importance uniform, which needs no checkpoint")
+        raise LatoptError("importance 'proxy' scores the variants on a trained base: give base_checkpoint (latopt "
+                          "train makes one), or use importance 'uniform', which needs no checkpoint", param="importance")
     lut = load_lut(lut_path, model=cfg.model.name, resolution=int(cfg.data.resolution), fold_mode=cfg.fold.mode)
     cands = candidates(lut, variants)
     num_classes = task_name = None
@@ -122,7 +122,7 @@ def read_plan(path: str | Path) -> dict[str, Any]:
     plan = read_json(path, schema=PLAN_SCHEMA, what="plan file")
 
     def bad(what: str) -> LatoptError:
-        return LatoptError(f"plan file {path}: {what}; re-create it with latopt search --method dp --plan-only")
+        return LatoptError(f"plan file {path}: {what}; re-create it (latopt search's DP, plan only)", param="plan")
 
     for key in ("model", "fold_mode"):
         if not isinstance(plan.get(key), str) or not plan[key]:
@@ -155,7 +155,7 @@ def check_plan(plan: Mapping[str, Any], path: str | Path, *, model: str, resolut
         want = plan.get(key)
         if want is not None and want != value:
             raise LatoptError(f"plan file {path} was made for {key} {want!r}, the checkpoint has {value!r}: make a "
-                              "plan for this network (latopt search --method dp --plan-only)")
+                              "plan for this network (latopt search's DP, plan only)", param="plan")
 
 
 def format_plan_summary(plan: Mapping[str, Any], path: str | Path) -> str:

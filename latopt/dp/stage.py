@@ -13,14 +13,13 @@ import torch
 from latopt.accel import resolve
 from latopt.blocks import find_blocks
 from latopt.config import RunConfig
-from latopt.constants import FOLD_MODES
 from latopt.data import Task, load_task, make_loaders
 from latopt.dp.importance import candidates, check_importance, variant_losses
 from latopt.dp.knapsack import DEFAULT_RESOLUTION, solve
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT, check_blocks, load_lut, predict
-from latopt.layerfold import check_base, fold_plan_and_finetune, report_tail, write_fold_outputs
+from latopt.layerfold import FoldResult, check_base, fold_plan_and_finetune, report_tail, write_fold_outputs
 from latopt.log import get_logger
 from latopt.models import model_cost
 
@@ -31,7 +30,7 @@ _LOG = get_logger("dp")
 def check_budget(budget: float) -> float:
     b = float(budget)
     if not 0 < b <= 1:
-        raise LatoptError(f"--budget {budget!r}: a fraction of the as-is latency in (0, 1], e.g. 0.6")
+        raise LatoptError(f"budget {budget!r}: a fraction of the as-is latency in (0, 1], e.g. 0.6", param="budget")
     return b
 
 
@@ -61,7 +60,7 @@ def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
     if sol is None:
         raise LatoptError(f"budget {budget} ({target:.3f} ms of the as-is {asis:.3f} ms) is below the fastest "
                           f"network these variants allow ({fastest:.3f} ms = {fastest / asis:.3f} of as-is); raise "
-                          "--budget or allow more variants (latopt profile --variants full,pw,drop)")
+                          "the budget or allow more variants (profile the device with the variants full, pw and drop)")
     plan = {i: v for i, v in sol.choice.items() if v != "none"}
     pred = predict(lut, plan)
     if pred > target * (1 + 1e-12):  # the final check, on the undiscretised prediction
@@ -74,28 +73,28 @@ def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
 
 def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, lut: LUT | str | Path,
            budget: float, importance: str = "proxy", losses: Mapping[int, Mapping[str, float]] | None = None,
-           variants: Iterable[str] | None = None, mode: str | None = None, seed: int = 0, progress: bool = True,
-           task: Task | None = None, distill: bool = False) -> dict[str, Any]:
+           variants: Iterable[str] | None = None, seed: int = 0, progress: bool = True,
+           task: Task | None = None) -> FoldResult:
     """Select a plan with the DP (:func:`select_plan`) and apply it: fold exactly (checked against the variant
     network), fine-tune, write ``out_dir`` as ``latopt fold`` does (folded.pt, prefold.pt = the base network
     the fold is recomputed from, report.json, report.txt, config.yaml) so ``latopt export`` ships it with all
-    its gates. ``losses`` (else computed by ``importance``) may hold a subset of the variants; ``variants``
-    limits the candidates (default: every variant of the LUT). Returns the report."""
+    its gates. The fold mode and distillation are ``cfg.fold``'s (``mode``, ``distill``). ``losses`` (else
+    computed by ``importance``) may hold a subset of the variants; ``variants`` limits the candidates (default:
+    every variant of the LUT). Returns the folded network, the report and the paths (:class:`FoldResult`)."""
     t_start = time.perf_counter()
-    mode = mode or cfg.fold.mode
-    if mode not in FOLD_MODES:
-        raise LatoptError(f"fold mode must be one of {', '.join(FOLD_MODES)}, not {mode!r}")
+    mode, distill = cfg.fold.mode, cfg.fold.distill
     check_importance(importance)
     check_budget(budget)
     lut_path = str(lut) if isinstance(lut, (str, Path)) else None
-    cfg = cfg.with_overrides({"fold.mode": mode, "fold.distill": distill, "lut": lut_path})
+    cfg = cfg.with_overrides({"lut": lut_path})
     base, arch, _ = check_base(cfg, base_checkpoint)
     task = task or load_task(cfg)
     if int(arch["num_classes"]) != task.num_classes:
         raise LatoptError(f"base checkpoint has {arch['num_classes']} classes, task {task.name!r} has {task.num_classes}")
     if lut_path is not None:
         if not Path(lut_path).is_file():
-            raise LatoptError(f"LUT {lut_path} does not exist; create it with `latopt profile --variants full,pw,drop`")
+            raise LatoptError(f"LUT {lut_path} does not exist; profile the device first (latopt profile, with the "
+                              "variants full, pw and drop)", param="lut")
         lut = load_lut(lut_path, model=arch["model"], resolution=cfg.data.resolution, fold_mode=cfg.fold.mode)
     check_blocks(lut, find_blocks(base), lut_path or "the LUT")
     cands = candidates(lut, variants)

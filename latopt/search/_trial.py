@@ -35,7 +35,7 @@ from latopt.errors import LatoptError
 from latopt.fold import AlphaActivation, as_shipped
 from latopt.latency.lut import predict
 from latopt.latency.profiler import measure_networks
-from latopt.layerfold import check_base, run_fold
+from latopt.layerfold import FoldResult, check_base, run_fold
 from latopt.log import get_logger
 from latopt.readers import read_json
 from latopt.search._space import BudgetSpace, SearchSpace
@@ -67,8 +67,9 @@ def ensure_base(cfg: Any, study_dir: Path, base: str | Path | None, *, seed: int
         _, arch, meta = check_base(cfg, path)
         n_classes = (task or load_task(cfg)).num_classes
         if int(arch["num_classes"]) != n_classes:
-            raise LatoptError(f"--base checkpoint {path} has {arch['num_classes']} classes but task "
-                              f"{cfg.data.task!r} has {n_classes}; give a base trained on the config's task")
+            raise LatoptError(f"base checkpoint {path} has {arch['num_classes']} classes but task "
+                              f"{cfg.data.task!r} has {n_classes}; give a base trained on the config's task",
+                              param="base")
         return BaseModel(path.resolve(), _metric(meta, "val_acc"), _metric(meta, "test_acc"))
 
 
@@ -80,7 +81,7 @@ def ensure_base(cfg: Any, study_dir: Path, base: str | Path | None, *, seed: int
         else:
             if progress:
                 _LOG.info(f"training the base model once for this study into {base_dir}")
-            m = train_base(cfg, base_dir, progress=progress, seed=seed)
+            m = train_base(cfg, base_dir, progress=progress, seed=seed).metrics
     return BaseModel((base_dir / BASE_CHECKPOINT).resolve(), _metric(m, "val_acc"), _metric(m, "test_acc"))
 
 
@@ -181,29 +182,28 @@ def evaluate_base(ctx: TrialContext, trial_dir: Path) -> dict[str, Any]:
 
 
 def evaluate_fold(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
-    """One candidate: ``run_fold`` with the sampled hyper-parameters (it writes ``trial_dir`` atomically)."""
-
+    """One candidate: ``run_fold`` on the config with the sampled hyper-parameters and the trial's LUT (c_l;
+    none with uniform costs); it writes ``trial_dir`` atomically."""
     lut = ctx.lut_path if (ctx.costs == "lut" and ctx.lut_path is not None) else None
-    report = run_fold(ctx.cfg, ctx.base.checkpoint, trial_dir, lut=lut, lambda_c=params["lambda_c"],
-                      tau=params["tau"], p=params["p"], granularity=params["granularity"], progress=False,
-                      seed=ctx.seed, task=ctx.task())
-    return _candidate(ctx, report, trial_dir)
+    cfg = ctx.cfg.with_overrides({f"fold.{k}": params[k] for k in ("lambda_c", "tau", "p", "granularity")})
+    cfg = cfg.model_copy(update={"lut": None if lut is None else str(lut)})   # None is no override: set it
+    result = run_fold(cfg, ctx.base.checkpoint, trial_dir, progress=False, seed=ctx.seed, task=ctx.task())
+    return _candidate(ctx, result, trial_dir)
 
 
 def evaluate_plan(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
     """One candidate of the DP's study: the DP's plan at the trial's budget, folded and fine-tuned
     (``run_dp`` writes ``trial_dir`` as a fold)."""
-    report = run_dp(ctx.cfg, ctx.base.checkpoint, trial_dir, lut=ctx.lut_path, budget=params["budget"],
+    result = run_dp(ctx.cfg, ctx.base.checkpoint, trial_dir, lut=ctx.lut_path, budget=params["budget"],
                     losses=ctx.losses(), variants=ctx.variants, seed=ctx.seed, progress=False, task=ctx.task())
-    return {**_candidate(ctx, report, trial_dir), "predicted_ratio": report["selection"]["ratio"]}
+    return {**_candidate(ctx, result, trial_dir), "predicted_ratio": result.report["selection"]["ratio"]}
 
 
-def _candidate(ctx: TrialContext, report: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
-    """The record of a folded candidate from its fold report."""
+def _candidate(ctx: TrialContext, result: FoldResult, trial_dir: Path) -> dict[str, Any]:
+    """The record of a folded candidate from its fold (the network in memory, not reloaded from its file)."""
+    report, folded_model = result.report, result.model
     plan = {int(k): str(v) for k, v in (report.get("folded") or {}).items()}
     ckpt = Path(report["checkpoint"])
-    folded_model, _, _ = load_checkpoint(ckpt)
-    folded_model.eval()
     val = report.get("val") or {}
     rec: dict[str, Any] = {
         "val_acc": float(report["val_acc_finetuned"]), "base_acc": _metric(val, "base"),

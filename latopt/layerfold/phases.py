@@ -1,0 +1,249 @@
+"""Layer Folding's training phases: pre-fold (σ_α + compression loss), fold at τ, check, post-fold.
+
+Public API::
+
+    prefold(cfg, base_model, task, *, costs=None, lut=None, progress=True, seed=0, accel=None) -> Prefolded
+        σ_α installed and trained with ``cfg.fold``'s λ_c, p, granularity and distillation
+    Prefolded(model, history, frozen)                       what pre-fold made
+    plan_from_alphas(alphas, tau) -> {block index: variant}
+    fold_and_finetune(cfg, prefolded, task, *, tau, mode, progress=True, teacher=None, seed=0, accel=None)
+        -> (folded nn.Module, info dict)
+    fold_plan_and_finetune(cfg, source, plan, task, *, mode, progress=True, teacher=None, seed=0, accel=None)
+        -> (folded nn.Module, info dict)      any plan {block: variant}: fold, check against the variant
+                                              network, fine-tune (also the DP's apply step, latopt.dp)
+
+**Optimisation.** The weights use cfg.train's optimizer and LR schedule at ``fold.lr`` (post-fold:
+``fold.post_lr``), built by :mod:`latopt.engine` (timm's factories); the α's have their own Adam at
+``fold.alpha_lr`` (constant, no weight decay) — near α = 0 the gradient of L_c vanishes for
+p > 1 (by design), so a scale-free optimizer is what lets the task gradient move α at all — and every
+α is clipped to [0, 1] after each step. ``distill`` adds w·T²·KL(base ‖ student) at temperature T.
+
+**Unfolded α (a decision).** The paper folds the activations with α ≥ τ and says nothing about the
+rest. With ``fold.unfolded_alpha: zero`` (default) every activation that is *not* folded gets α = 0
+back, i.e. it is exactly the original ReLU/ReLU6 again, and its α is frozen during post-fold: the
+network then has the architecture the latency LUT timed (an as-is block is a plain activation, not a
+(1 − α)σ(x) + αx with an extra multiply-add), and export can drop σ_α at α = 0. The snap changes the
+function a little (the pre-fold α's are bimodal, so mostly by < 0.1 per activation); "acc.folded"
+(before fine-tune) includes that change and post-fold fine-tuning repairs it. ``keep`` leaves the
+learned α's in place (frozen), preserving the pre-fold function exactly.
+
+**Fold check.** The folded network is compared with ``linearize`` of the same (snapped) σ_α network,
+i.e. the folded activations at α = 1 (``verify_fold``, random inputs at the config resolution); in
+exact mode a relative error above ``fold.max_fold_error`` raises VerificationError. In paper mode the
+border ring differs by design: the numbers are reported, not enforced.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from latopt.accel import Accel, resolve
+from latopt.blocks import find_blocks
+from latopt.config import RunConfig
+from latopt.data import Task, make_loaders
+from latopt.engine import BestWeights, evaluate, fit, make_optimizer, make_scheduler, seed_everything
+from latopt.errors import LatoptError, VerificationError
+from latopt.fold import (
+    alpha_parameters,
+    clamp_alphas_,
+    fold_blocks,
+    get_alphas,
+    install_alpha,
+    linearize,
+    verify_fold,
+)
+from latopt.layerfold.penalty import CompressionLoss, block_variant_times
+from latopt.layers import AlphaActivation
+
+
+@dataclass
+class Prefolded:
+    """What :func:`prefold` made: the σ_α network, its training records and the blocks whose α was frozen at
+    0 (no variant of them is faster than as-is)."""
+
+    model: nn.Module
+    history: list[dict[str, float]]
+    frozen: list[int]
+
+
+def _distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    t = temperature
+    return F.kl_div(F.log_softmax(student / t, 1), F.log_softmax(teacher / t, 1), log_target=True,
+                    reduction="batchmean") * t * t
+
+
+def _task_loss(cfg: RunConfig, teacher: nn.Module | None):
+    ls, w, temp = cfg.train.label_smoothing, cfg.fold.distill_weight, cfg.fold.temperature
+
+    def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = model(x)
+        ce = F.cross_entropy(logits, y, label_smoothing=ls)
+        if teacher is None:
+            return ce, logits
+        with torch.no_grad():
+            t_logits = teacher(x)
+        return (1 - w) * ce + w * _distill_loss(logits, t_logits, temp), logits
+
+    return loss
+
+
+def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping[int, float] | None = None,
+            lut: Any = None, progress: bool = True, seed: int = 0, accel: Accel | None = None) -> Prefolded:
+    """σ_α in every foldable block (α = 0), then train with L_task + λ_c·L_c (``cfg.fold``: ``lambda_c``, ``p``,
+    ``granularity``, ``distill``); returns the new model and its records (:class:`Prefolded`).
+
+    ``costs`` = {block: c_l} (block granularity; None = uniform); ``lut`` gives the variant times for
+    granularity ``activation``. ``base_model`` is not modified (it is the distillation teacher). The
+    model, its α's and the teacher are trained on ``accel`` (default: resolved from ``cfg.train``)."""
+    f = cfg.fold
+    accel = accel or resolve(cfg)
+    model = accel.prepare(copy.deepcopy(base_model))
+    alphas = install_alpha(model, "all", f.granularity)  # created on the model's device
+    if not alphas:
+        raise LatoptError("the model has no foldable block; nothing to pre-fold")
+    times = block_variant_times(sorted(alphas), costs=costs, lut=lut, granularity=f.granularity)
+    comp = CompressionLoss(alphas, p=f.p, variant_times=times)
+    teacher = None
+    if f.distill:
+        teacher = accel.prepare(copy.deepcopy(base_model)).eval()
+        for q in teacher.parameters():
+            q.requires_grad_(False)
+    trainable_alphas = [a for a in alpha_parameters(model) if a.requires_grad]
+    seed_everything(seed + accel.rank)  # each process its own random stream; the sampler's order is shared
+    train_loader, val_loader, _ = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
+    optimizer = make_optimizer(model, cfg.train, f.lr, exclude=alpha_parameters(model))
+    scheduler = make_scheduler(optimizer, cfg.train, f.epochs, len(train_loader))
+    extra = (torch.optim.Adam(trainable_alphas, lr=f.alpha_lr),) if trainable_alphas else ()
+    task_loss = _task_loss(cfg, teacher)
+
+    def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
+        lt, logits = task_loss(m, x, y)
+        lc = comp()
+        return lt + f.lambda_c * lc, logits, {"L_c": lc.detach()}
+
+    history = fit(model, train_loader, f.epochs, optimizer, scheduler, step_loss, val_loader=val_loader,
+                  progress=progress, desc="pre-fold", after_step=lambda: clamp_alphas_(model),
+                  extra_optimizers=extra, accel=accel, clip_grad=cfg.train.clip_grad, watch=("loss",))
+    return Prefolded(model, history, comp.frozen)
+
+
+def plan_from_alphas(alphas: Mapping[int, list[float]], tau: float) -> dict[int, str]:
+    """Fold plan: shared α ≥ τ → full; per activation: both → full, only a1 → expand_dw, only a2 → dw_project."""
+    plan: dict[int, str] = {}
+    for i, vals in sorted(alphas.items()):
+        hit = [v >= tau for v in vals]
+        if len(vals) == 1 and hit[0]:
+            plan[i] = "full"
+        elif len(vals) == 2:
+            if all(hit):
+                plan[i] = "full"
+            elif hit[0]:
+                plan[i] = "expand_dw"
+            elif hit[1]:
+                plan[i] = "dw_project"
+    return plan
+
+
+@torch.no_grad()
+def _snap_unfolded_(model: nn.Module, plan: Mapping[int, str]) -> int:
+    """Set to 0 the α of every activation the plan does not remove; returns how many were changed."""
+    changed = 0
+    for b in find_blocks(model):
+        v = plan.get(b.index)
+        removed = () if v is None else (b.acts if v == "full" else
+                                        (b.acts[0],) if v == "expand_dw" else (b.acts[1],))
+        for path in b.acts:
+            m = model.get_submodule(path)
+            if path not in removed and isinstance(m, AlphaActivation) and float(m.alpha) != 0.0:
+                if m.granularity == "block" and v is not None:
+                    continue  # a shared α of a folded block also drives the removed activation
+                m.alpha.zero_()
+                changed += 1
+    return changed
+
+
+def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: float, mode: str,
+                      progress: bool = True, teacher: nn.Module | None = None,
+                      seed: int = 0, accel: Accel | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """Fold every activation with α ≥ τ, check the fold, fine-tune; returns (folded model, info)
+    (:func:`fold_plan_and_finetune` on a CPU copy of ``prefolded`` with its unfolded α's snapped)."""
+    alphas = get_alphas(prefolded)
+    plan = plan_from_alphas(alphas, tau)
+    snapped = _cpu_copy(prefolded)
+    n_snapped = _snap_unfolded_(snapped, plan) if cfg.fold.unfolded_alpha == "zero" else 0
+    folded, info = fold_plan_and_finetune(cfg, snapped, plan, task, mode=mode, progress=progress, teacher=teacher,
+                                          seed=seed, accel=accel)
+    return folded, {"alphas": alphas, "snapped": n_snapped, **info}
+
+
+def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int, str], task: Task, *, mode: str,
+                           progress: bool = True, teacher: nn.Module | None = None,
+                           seed: int = 0, accel: Accel | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """Fold ``plan`` ({block: variant}, any variant) of ``source``, check the fold against the variant
+    network ``linearize(source, plan)`` (exact mode: VerificationError above ``fold.max_fold_error``), then
+    fine-tune the folded network (``fold.post_epochs`` at ``fold.post_lr``; σ_α frozen). Returns (folded,
+    info: plan, fold_check, acc / val of the variant network ("linearized"), the fold before and after
+    fine-tuning, postfold_history, seconds, source, finetuned).
+
+    The fold and its check run on a CPU copy of ``source`` (float64 algebra, float32 check), whatever device
+    it trained on; evaluation and fine-tuning run on ``accel`` (default: resolved from ``cfg.train``), where
+    the folded model is returned. ``info["source"]`` stays on the CPU."""
+    accel = accel or resolve(cfg)
+    source = _cpu_copy(source)
+    res = cfg.data.resolution
+    plan = dict(plan)
+    t0 = time.perf_counter()
+    reference = linearize(source, plan)
+    folded = fold_blocks(source, plan, mode=mode, input_size=(res, res))
+    check = verify_fold(reference, folded, (res, res), seed=seed)
+    check = {k: v for k, v in check.items() if k != "per_block"} | {
+        "per_block": {str(k): v for k, v in check["per_block"].items()}, "mode": mode,
+        "limit": cfg.fold.max_fold_error if mode == "exact" else None}
+    check["passed"] = mode != "exact" or check["max_rel"] <= cfg.fold.max_fold_error
+    if not check["passed"]:
+        raise VerificationError(f"folded network differs from the linearised σ_α network: max abs "
+                                f"{check['max_abs']:.3g}, max rel {check['max_rel']:.3g} > {cfg.fold.max_fold_error}")
+    fold_seconds = time.perf_counter() - t0
+    accel.prepare(reference)
+    accel.prepare(folded)
+    train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
+    acc = {"linearized": evaluate(reference, test_loader, accel), "folded": evaluate(folded, test_loader, accel)}
+    val = {"folded": evaluate(folded, val_loader, accel)}
+    for a in alpha_parameters(folded):  # unfolded activations stay as they are (see module doc)
+        a.requires_grad_(False)
+    f = cfg.fold
+    t1 = time.perf_counter()
+    history: list[dict[str, float]] = []
+    if f.post_epochs > 0 and f.post_lr > 0:
+        seed_everything(seed + 1 + accel.rank)  # each process its own random stream
+        optimizer = make_optimizer(folded, cfg.train, f.post_lr)  # the α's are frozen
+        scheduler = make_scheduler(optimizer, cfg.train, f.post_epochs, len(train_loader))
+        task_loss = _task_loss(cfg, teacher)
+
+        def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
+            loss, logits = task_loss(m, x, y)
+            return loss, logits, {}
+
+        history = fit(folded, train_loader, f.post_epochs, optimizer, scheduler, step_loss,
+                      val_loader=val_loader, progress=progress, desc="post-fold", accel=accel,
+                      clip_grad=cfg.train.clip_grad, best=BestWeights() if cfg.train.keep_best else None)
+    acc["finetuned"] = evaluate(folded, test_loader, accel)
+    val["finetuned"] = evaluate(folded, val_loader, accel)
+    info = {"plan": plan, "fold_check": check, "acc": acc, "val": val,
+            "postfold_history": history, "seconds": {"fold": fold_seconds, "postfold": time.perf_counter() - t1},
+            "source": source, "finetuned": bool(history)}
+    return folded, info
+
+
+def _cpu_copy(model: nn.Module) -> nn.Module:
+    """A float32 copy of ``model`` on the CPU in the default memory format (for the fold and its checks)."""
+    return copy.deepcopy(model).to("cpu", memory_format=torch.contiguous_format)
+

@@ -1,0 +1,190 @@
+"""The Layer Folding stage: what ``latopt fold`` runs and every ``latopt search`` trial runs.
+
+Public API::
+
+    run_fold(cfg, base_checkpoint, out_dir, *, progress=True, seed=0, task=None) -> FoldResult
+        pre-fold → fold → check → post-fold with ``cfg.fold`` (λ_c, τ, p, granularity, distill, mode) and
+        ``cfg.lut`` (the LUT giving c_l; none: uniform); writes folded.pt, prefold.pt, report.json,
+        report.txt and config.yaml into out_dir
+    FoldResult(model, report, paths)         the folded network (CPU, eval), the report dict, the files written
+    check_base(cfg, base_checkpoint) -> (model, arch, meta)   a base checkpoint fit to fold with ``cfg``
+    write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, text, accel=None)
+        -> FoldResult                        folded.pt / prefold.pt / report.* / config.yaml, as export reads them
+
+A caller in the same process (a search trial) uses ``result.model``; the files are for the user, for
+``latopt export`` and for a later ``latopt run`` that reuses them.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from latopt.accel import Accel, resolve
+from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
+from latopt.blocks import find_blocks
+from latopt.checkpoint import content_digest, load_checkpoint, make_arch, save_checkpoint
+from latopt.config import RunConfig, write_config
+from latopt.data import Task, data_meta, load_task, make_loaders
+from latopt.engine import evaluate
+from latopt.errors import LatoptError, VerificationError
+from latopt.fold import plain_activations_
+from latopt.latency.lut import check_blocks, load_lut, predict
+from latopt.latency.lut import costs as lut_costs
+from latopt.layerfold.phases import fold_and_finetune, prefold
+from latopt.layerfold.report import format_report
+from latopt.models import model_cost
+
+REPORT_SCHEMA = "latopt.fold_report/1"
+PREFOLD_CHECKPOINT = "prefold.pt"
+FOLDED_CHECKPOINT = "folded.pt"
+
+
+@dataclass
+class FoldResult:
+    """A fold (Layer Folding's or the DP's): the folded network (on the CPU, in eval mode, σ_α at α = 0 as
+    the plain activation), its report (``report.json``'s content) and the files written, by role:
+    ``folded``, ``prefold``, ``report``, ``text``, ``config``."""
+
+    model: nn.Module
+    report: dict[str, Any]
+    paths: dict[str, Path]
+
+
+def _load_lut(cfg: RunConfig, model_name: str) -> Any:
+    """The LUT ``cfg.lut`` names (checked against the model, resolution and fold mode), or None."""
+    if cfg.lut is None:
+        return None
+    if not Path(cfg.lut).is_file():
+        raise LatoptError(f"LUT {cfg.lut} does not exist; create it with `latopt profile` or leave lut unset "
+                          "(uniform c_l)", param="lut")
+    return load_lut(cfg.lut, model=model_name, resolution=cfg.data.resolution, fold_mode=cfg.fold.mode)
+
+
+def check_base(cfg: RunConfig, base_checkpoint: str | Path) -> tuple[nn.Module, dict, dict]:
+    if not Path(base_checkpoint).is_file():
+        raise LatoptError(f"base checkpoint {base_checkpoint} does not exist; train one with `latopt train`")
+    model, arch, meta = load_checkpoint(base_checkpoint, expect_model=cfg.model.name)
+    if arch.get("alpha") or arch.get("fold"):
+        raise LatoptError(f"checkpoint {base_checkpoint} is already pre-folded/folded; give the base checkpoint")
+    want = {k: v for k, v in data_meta(cfg).items() if k != "resolution"}  # another resolution is fine
+    got = {k: meta[k] for k in want if k in meta}
+    if any(v != want[k] for k, v in got.items()):
+        raise LatoptError(f"base checkpoint {base_checkpoint} was trained with data {got} but the config says "
+                          f"{want}; fold with the base model's data settings (the test split must be the same)")
+    return model, arch, meta
+
+
+def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, progress: bool = True,
+             seed: int = 0, task: Task | None = None) -> FoldResult:
+    """Pre-fold → fold → check → post-fold with ``cfg.fold`` and ``cfg.lut``; writes folded.pt, report.json/.txt,
+    config.yaml into ``out_dir``; returns the folded network, the report and the paths (:class:`FoldResult`)."""
+    f = cfg.fold
+    base, arch, _meta = check_base(cfg, base_checkpoint)
+    task = task or load_task(cfg)
+    if int(arch["num_classes"]) != task.num_classes:
+        raise LatoptError(f"base checkpoint has {arch['num_classes']} classes, task {task.name!r} has {task.num_classes}")
+    lut_obj = _load_lut(cfg, arch["model"])
+    if lut_obj is not None:
+        check_blocks(lut_obj, find_blocks(base), cfg.lut)
+    costs = None if lut_obj is None else lut_costs(lut_obj)
+    t_start = time.perf_counter()
+    accel = resolve(cfg)
+    _, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
+    accel.prepare(base).eval()
+    acc = {"base": evaluate(base, test_loader, accel)}
+    val = {"base": evaluate(base, val_loader, accel)}
+    pre = prefold(cfg, base, task, costs=costs, lut=lut_obj, progress=progress, seed=seed, accel=accel)
+    t_pre = time.perf_counter() - t_start
+    acc["prefold"], val["prefold"] = evaluate(pre.model, test_loader, accel), evaluate(pre.model, val_loader, accel)
+    teacher = copy.deepcopy(base).eval() if f.distill else None
+    folded, info = fold_and_finetune(cfg, pre.model, task, tau=f.tau, mode=f.mode, progress=progress,
+                                     teacher=teacher, seed=seed, accel=accel)
+    for m in (folded, base):  # costs, checkpoints and the reload check on the CPU
+        m.to("cpu", memory_format=torch.contiguous_format).eval()
+    acc |= info["acc"]
+    val |= info["val"]
+    foldable = [b.index for b in find_blocks(base) if b.foldable]
+    trainable = [v for i, vs in info["alphas"].items() if i not in pre.frozen for v in vs]
+    cost_base, cost_folded = model_cost(base, cfg.data.resolution), model_cost(folded, cfg.data.resolution)
+    latency = {"asis": None, "folded": None}
+    if lut_obj is not None:
+        latency = {"asis": predict(lut_obj, {}), "folded": predict(lut_obj, info["plan"])}
+    report: dict[str, Any] = {
+        "schema": REPORT_SCHEMA, "model": arch["model"], "task": task.name, "resolution": cfg.data.resolution,
+        "seed": seed, "base_checkpoint": str(base_checkpoint),
+        "params_fold": {"lambda_c": f.lambda_c, "tau": f.tau, "p": f.p, "granularity": f.granularity,
+                        "distill": f.distill, "mode": f.mode, "unfolded_alpha": f.unfolded_alpha, "lut": cfg.lut},
+        "costs": None if costs is None else {str(k): v for k, v in costs.items()},
+        "frozen": pre.frozen,
+        "alphas": {str(k): v for k, v in info["alphas"].items()},
+        "alpha_mid_fraction": (sum(0.1 < v < 0.9 for v in trainable) / len(trainable)) if trainable else 0.0,
+        "folded": {str(k): v for k, v in info["plan"].items()},
+        "n_foldable": len(foldable), "n_folded": len(info["plan"]),
+        "n_folded_full": sum(v == "full" for v in info["plan"].values()),
+        "snapped_alphas": info["snapped"],
+        "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"], "test_samples": len(task.test),
+        "flops": {"base": cost_base["flops"], "folded": cost_folded["flops"]},
+        "params": {"base": cost_base["params"], "folded": cost_folded["params"]},
+        "latency_pred_ms": latency, "fold_check": info["fold_check"],
+        "history": {"prefold": pre.history, "postfold": info["postfold_history"]},
+        "seconds": {"prefold": t_pre, **info["seconds"], "total": time.perf_counter() - t_start},
+    }
+    return write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, format_report, accel)
+
+
+def write_fold_outputs(out_dir: str | Path, cfg: RunConfig, report: dict[str, Any], folded: nn.Module,
+                       info: Mapping[str, Any], arch: Mapping[str, Any], test_loader: Any, seed: int,
+                       text: Callable[[Mapping[str, Any]], str], accel: Accel | None = None) -> FoldResult:
+    """Write a fold's directory atomically (on the main process of ``accel``'s job only; ``folded`` and
+    ``info["source"]`` on the CPU), as ``latopt export`` reads it: ``folded.pt`` (plan, accuracies),
+    ``prefold.pt`` (``info["source"]``: the network the fold is recomputed from and checked against),
+    ``report.json``, ``report.txt`` (``text(report)``) and ``config.yaml``; the saved checkpoint is
+    reloaded and must reproduce ``folded`` (the file's integrity). Returns ``folded``, ``report`` (with the
+    checkpoint paths) and the paths (:class:`FoldResult`)."""
+    out_dir = Path(out_dir)
+    plain_activations_(folded)  # σ_α at α = 0 is σ: save (and later export) the plain activation
+    folded_arch = make_arch(folded, arch["model"], arch["num_classes"])
+    source = info["source"]
+    report["checkpoint"] = str(out_dir / FOLDED_CHECKPOINT)
+    report["prefold_checkpoint"] = str(out_dir / PREFOLD_CHECKPOINT)
+    result = FoldResult(folded, report, {"folded": out_dir / FOLDED_CHECKPOINT, "prefold": out_dir / PREFOLD_CHECKPOINT,
+                                         "report": out_dir / "report.json", "text": out_dir / "report.txt",
+                                         "config": out_dir / "config.yaml"})
+    if accel is not None and not accel.is_main:  # under torchrun every process holds the same result: rank 0 writes
+        return result
+    with atomic_dir(out_dir) as tmp:
+        # the σ_α network the fold was computed from: lets `latopt export` re-check the fold exactly
+        source_arch = make_arch(source, arch["model"], arch["num_classes"])
+        source_meta = {**data_meta(cfg), "seed": seed, "plan": report["folded"]}
+        save_checkpoint(tmp / PREFOLD_CHECKPOINT, source, source_arch, source_meta)
+        # the pre-fold is bound by content: export re-checks against the file whose digest this is, wherever
+        # the directory was copied to (a path would point at another fold's prefold.pt after cp -r and a re-fold)
+        save_checkpoint(tmp / FOLDED_CHECKPOINT, folded, folded_arch,
+                        {**data_meta(cfg), "seed": seed, "acc": report["acc"], "val": report["val"],
+                         "plan": report["folded"], "prefold_checkpoint": str((out_dir / PREFOLD_CHECKPOINT).resolve()),
+                         "prefold_sha256": content_digest(source, source_arch, source_meta),
+                         "finetuned": info["finetuned"]})
+        reloaded, _, _ = load_checkpoint(tmp / FOLDED_CHECKPOINT)
+        x, _ = next(iter(test_loader))
+        folded.eval()
+        reloaded.eval()
+        with torch.no_grad():
+            ref = folded(x)
+            diff = float((reloaded(x) - ref).abs().max())
+        if diff > 1e-6 * max(1.0, float(ref.abs().max())):
+            raise VerificationError(f"the saved folded checkpoint does not reproduce the model (max abs {diff:.3g})")
+        report["reload_max_abs"] = diff
+        write_json_atomic(tmp / "report.json", report)
+        write_text_atomic(tmp / "report.txt", text(report))
+        write_config(cfg, tmp / "config.yaml")
+    return result
+
+

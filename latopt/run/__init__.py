@@ -1,0 +1,45 @@
+"""``latopt run [CONFIG]``: the main job, end to end, resumable.
+
+train (or load) the base model → profile the device (LUT) → search (small budget) → pick the recommended
+trial → export (ONNX + numeric gates + measured latency) → one report (Markdown with a per-block latency
+bar chart marking the folded blocks and the Pareto plot) and a one-screen summary.
+
+Everything lives under ``runs/<name>/`` (``name`` from the config). ``run.json`` records, for each
+finished stage, what it was made from (its *fingerprint*: the config sections it depends on, the SHA-256
+of its input artefacts, the device profile, the seed, the latopt version) and the SHA-256 of what it
+wrote. A rerun reuses a stage only when its fingerprint is unchanged and its outputs are intact;
+otherwise that stage and every stage after it are re-run, and the summary says which stages were reused
+and why the others were re-run (``config section fold changed``, ``base checkpoint changed``, ...):
+
+=========  ===========================================================================================
+stage      fingerprint
+=========  ===========================================================================================
+base       config sections model, data, train; seed; latopt version
+profile    config sections model, data; device profile; the config's ``lut`` path and SHA-256 when given
+search     config sections fold, search (except ``trials``); base checkpoint and LUT SHA-256; seed
+export     exported checkpoint and LUT SHA-256; device profile; seed; latopt version
+=========  ===========================================================================================
+
+A search made from the same inputs resumes its study (after an interruption, or with more ``--trials``);
+one made from other inputs starts a new study: the run's own SQLite study under ``runs/<name>/search/``
+is deleted first, while a study in a storage URL the config names (``search.storage``) is never deleted:
+the run refuses and says how to delete it. ``--fresh`` deletes the whole run directory's state (the same
+rule for a configured storage) and starts over. ``runs/<name>/config.yaml`` is written when every stage
+is done, so it always describes the artefacts beside it. Defaults: the shipped ``quickstart`` config
+(``latopt/configs/quickstart.yaml``) on the ``cpu`` device.
+
+The package, one job per module: ``state.py`` (run.json: records, fingerprint checks, ``--fresh``'s
+clean-up), ``stages.py`` (the five stages, declared: fingerprint, outputs, make, reuse), ``pipeline.py``
+(:func:`run_main`: the plan and the walk over the stages), ``report.py`` (REPORT.md, the charts, the summary).
+
+Public API::
+
+    run_main(config=None, *, device=None, trials=None, runs_dir="runs", seed=0, fresh=False) -> dict
+    write_report(root, cfg, lut, base, srch, result, times, plan=None) -> summary str
+    latency_chart(lut, folded, path) -> Path
+"""
+
+from latopt.run.pipeline import DEFAULT_CONFIG, run_main
+from latopt.run.report import latency_chart, write_report
+
+__all__ = ["DEFAULT_CONFIG", "latency_chart", "run_main", "write_report"]

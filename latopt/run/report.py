@@ -1,0 +1,108 @@
+"""The report of ``latopt run``: REPORT.md, the per-block latency chart, the Pareto plot, the one-screen summary.
+
+Public API::
+
+    write_report(root, cfg, lut, base, srch, result, times, plan=None) -> summary str
+    latency_chart(lut, folded, path) -> Path      per-block LUT times, as-is and folded, the folded blocks marked
+    action(why) -> str                            what an invocation did with a stage, from its plan entry
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from latopt.artifacts import write_bytes_atomic, write_figure_atomic, write_text_atomic
+from latopt.layerfold import undertrained_warning
+from latopt.run.state import NOT_RUN_YET
+
+
+def latency_chart(lut: Any, folded: dict[int, str], path: Path) -> Path:
+    """Per-block bar chart: LUT time as-is and folded; the blocks of the exported fold set marked."""
+    idx = [b.index for b in lut.blocks]
+    asis = [b.ms["none"] for b in lut.blocks]
+    full = [b.ms.get("full", float("nan")) for b in lut.blocks]
+    fig = Figure(figsize=(max(6, 0.45 * len(idx) + 2), 3.6))
+    ax = fig.subplots()
+    w = 0.4
+    ax.bar([i - w / 2 for i in idx], asis, w, label="as-is", color="#8a9bb0")
+    ax.bar([i + w / 2 for i in idx], full, w, label="folded (full)", color="#e3a857")
+    for i in idx:
+        if i in folded:
+            ax.annotate("F", (i, max(asis[i], full[i] if full[i] == full[i] else 0)), ha="center", va="bottom",
+                        fontsize=9, fontweight="bold", color="#b03a2e")
+    ax.set_xticks(idx)
+    ax.set_xlabel("block (F = folded in the exported network)")
+    ax.set_ylabel("LUT latency (ms)")
+    ax.set_title(f"{lut.model} @{lut.resolution} on {lut.device}")
+    ax.legend()
+    fig.tight_layout()
+    return write_figure_atomic(path, fig, dpi=110)
+
+
+def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dict[str, Any],
+                 result: dict[str, Any], times: dict[str, float], plan: dict[str, str | None] | None = None) -> str:
+    """REPORT.md (+ the per-block chart and the Pareto plot) in ``root``; returns the one-screen summary.
+
+    ``plan``: what this invocation did with each stage (None = reused, else why it was re-run)."""
+    folded = {int(k): v for k, v in result.get("folded", {}).items()}
+    latency_chart(lut, folded, root / "latency_blocks.png")
+    pareto = Path(srch.get("pareto_png") or "")
+    if pareto.is_file():
+        write_bytes_atomic(root / "pareto.png", pareto.read_bytes())
+    lat = result.get("latency") or {}
+    acc_after = (result.get("accuracy") or {}).get("test_acc")
+    acc_before = base.get("test_acc")
+    lines = [
+        f"latopt run — {cfg.name}: {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution}, device {lut.device}",
+        f"  folded blocks   {len(folded)}/{len(lut.foldable())}: {sorted(folded) or 'none'}"
+        + (f"  (trial {srch['trial']}: λ_c={srch['params'].get('lambda_c', float('nan')):.3g}, "
+           f"τ={srch['params'].get('tau', float('nan')):.2f})" if srch.get("trial") is not None and srch.get("params")
+           and "lambda_c" in srch["params"] else ""),
+        f"  test accuracy   {_pct(acc_before)} → {_pct(acc_after)}",
+    ]
+    if lat:
+        lines += [f"  latency         {lat['as_is_ms']:.3f} ms → {lat['folded_ms']:.3f} ms (measured in this run, "
+                  f"median of {lat['repeats']['as_is']}/{lat['repeats']['folded']} interleaved repeats)",
+                  f"  speed-up        {lat['speedup']:.2f}× (quartile range {lat['speedup_range'][0]:.2f}–"
+                  f"{lat['speedup_range'][1]:.2f}×)"]
+        if "lut_speedup" in lat:
+            when = f" timed {lat['lut_created']}" if lat.get("lut_created") else ""
+            clock = f", {lat['clock']} clock" if lat.get("clock") else ""
+            lines.append(f"  LUT prediction  {lat['lut_speedup']:.2f}× (per-block sums from the LUT{when}{clock}; "
+                         f"{lat['lut_speedup_error']:+.1%} against the speed-up measured in this run)")
+    if srch.get("note"):
+        lines.append(f"  note            {srch['note']}")
+    warning = undertrained_warning(acc_before, acc_after, (result.get("accuracy") or {}).get("samples"))
+    if warning:
+        lines.append(f"  warning         {warning}")
+    plan = plan or {}
+    lines.append(f"  stages          {'; '.join(f'{s} {action(plan[s])}' for s in times if s in plan)}"
+                 if plan else f"  stages          {', '.join(times)} ran")
+    summary = "\n".join(lines)
+    md = [f"# latopt run: {cfg.name}", "", "```", summary, "```", "",
+          "## Per-block latency (LUT)", "", "![per-block latency](latency_blocks.png)", ""]
+    if (root / "pareto.png").is_file():
+        md += ["## Pareto front (search)", "", "![Pareto front](pareto.png)", ""]
+    md += ["## Stages", "", "| stage | this invocation | seconds |", "|---|---|---|"]
+    md += [f"| {k} | {action(plan[k]) if k in plan else 'ran'} | {v:.1f} |" for k, v in times.items()]
+    md += ["", "## Artefacts", "", f"- base checkpoint: `{base['checkpoint']}`",
+           f"- search study: `{srch.get('study_dir', '')}`", f"- export: `{root / 'export'}` (see its REPORT.md)", ""]
+    write_text_atomic(root / "REPORT.md", "\n".join(md))
+    return summary
+
+
+def action(why: str | None) -> str:
+    """What an invocation did with a stage, from its plan entry (:func:`latopt.run.pipeline.plan_stages`):
+    ``reused``, ``ran (new)`` (no earlier result, or ``--fresh``), ``re-run: <what changed>``."""
+    if why is None:
+        return "reused"
+    if why in (NOT_RUN_YET, "--fresh"):
+        return "ran (new)" if why == NOT_RUN_YET else "ran (new: --fresh)"
+    return f"re-run: {why}"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}%"

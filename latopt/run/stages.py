@@ -1,0 +1,227 @@
+"""The stages of ``latopt run``, declared: what each is made from, what it writes, how it runs, how it is reused.
+
+A :class:`Stage` is data plus small functions of the run's in-memory state (:class:`Job`): its ``name``; the
+earlier stages whose results it reads (``inputs``); its fingerprint (``made_from``, see :mod:`latopt.run`);
+the paths it writes, removed before it is re-made (``outputs``); the progress line when it runs (``what``);
+``make(job, say) -> (record, result)``, the work (``record`` is what run.json keeps, ``result`` what later
+stages read from ``job.results``); ``reuse(job, record) -> (note, result)`` for a stage whose record is
+still valid. :data:`STAGES` lists them in order; :func:`latopt.run.pipeline.run_main` walks the list.
+
+=========  ===================================================================================
+stage      result (``job.results[name]``)
+=========  ===================================================================================
+base       its record: checkpoint, test_acc, val_acc (:func:`latopt.train.train_base`)
+profile    the LUT (profiled on the device, or the config's ``lut``)
+search     its record: the recommended trial, its checkpoint (None: the base), fold set, params
+export     export.json's content (:func:`latopt.export.export`)
+report     the one-screen summary (REPORT.md, the charts and config.yaml written)
+=========  ===================================================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from latopt import __version__
+from latopt.artifacts import file_sha256
+from latopt.config import dump_config, write_config
+from latopt.errors import LatoptError
+from latopt.export import export
+from latopt.latency.lut import load_lut, save_lut
+from latopt.latency.profiler import format_lut, profile_model
+from latopt.log import get_logger
+from latopt.readers import read_json
+from latopt.run.report import write_report
+from latopt.run.state import REPORT_FILES, RunState
+from latopt.search import SearchOptions, format_table, run_search
+from latopt.train import train_base
+
+_LOG = get_logger("run")
+Say = Callable[[str], None]
+
+
+@dataclass
+class Job:
+    """What a ``latopt run`` invocation holds in memory: its inputs, run.json, the plan and the stages' results."""
+
+    cfg: Any
+    config: Path                      # the config file
+    dev: Any                          # the device profile
+    root: Path                        # runs/<name>/
+    runs_dir: Path
+    seed: int
+    n_trials: int
+    overrides: dict[str, Any]         # the config overrides (--device), handed to the search's workers
+    lut_path: Path                    # the config's lut, else runs/<name>/lut-<device>.json
+    given_lut: Any                    # the config's LUT, loaded (None: the run profiles the device)
+    num_classes: int
+    state: RunState
+    plan: dict[str, str | None] = field(default_factory=dict)   # {stage: None (reuse) | why it is run}
+    results: dict[str, Any] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.sections = dump_config(self.cfg)
+        self.sections["search"] = {k: v for k, v in self.sections["search"].items() if k != "trials"}
+        device = self.dev.model_dump(exclude={"path"})
+        self.device_sha = hashlib.sha256(json.dumps(device, sort_keys=True, default=str).encode()).hexdigest()
+
+    def config_sections(self, *names: str) -> dict[str, Any]:
+        return {f"config section {n}": self.sections[n] for n in names}
+
+    # the fingerprints read run.json's records: they are computed for the plan, before any stage runs
+    def checkpoint(self, stage: str) -> str:
+        """The checkpoint a stage recorded in run.json."""
+        return self.state.record(stage)["checkpoint"]  # type: ignore[index]
+
+    def exported_checkpoint(self) -> str:
+        """What the export stage ships, as run.json records it: the recommended trial's fold, else the base."""
+        return self.state.record("search")["checkpoint"] or self.checkpoint("base")  # type: ignore[index]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    inputs: tuple[str, ...]
+    made_from: Callable[[Job], dict[str, Any]]
+    outputs: Callable[[Job], list[Path]]
+    what: Callable[[Job], str | None]          # None: no progress line
+    make: Callable[[Job, Say], tuple[dict[str, Any], Any]]
+    reuse: Callable[[Job, dict[str, Any]], tuple[str, Any]] | None = None   # None: always made
+    start_info: Callable[[Job], dict[str, Any]] = lambda job: {}            # recorded when it starts
+
+
+# 1. base ----------------------------------------------------------------------------------------------
+def _base_made_from(job: Job) -> dict[str, Any]:
+    return {**job.config_sections("model", "data", "train"), "seed": job.seed, "latopt version": __version__}
+
+
+def _base_make(job: Job, say: Say) -> tuple[dict[str, Any], Any]:
+    m = train_base(job.cfg, job.root / "base", progress=True, seed=job.seed).metrics
+    rec = {"checkpoint": str(m["checkpoint"]), "test_acc": m.get("test_acc"), "val_acc": m.get("val_acc")}
+    say(f"base test accuracy {rec['test_acc']:.4f}")
+    return rec, rec
+
+
+BASE = Stage(
+    "base", (), _base_made_from, lambda job: [job.root / "base"],
+    lambda job: f"train {job.cfg.model.name} on {job.cfg.data.task} @{job.cfg.data.resolution}",
+    _base_make, reuse=lambda job, rec: (rec["checkpoint"], rec))
+
+
+# 2. profile -------------------------------------------------------------------------------------------
+def _profile_made_from(job: Job) -> dict[str, Any]:
+    fp = {**job.config_sections("model", "data"), "device profile": job.device_sha, "latopt version": __version__}
+    if job.given_lut is not None:        # else the LUT is runs/<name>/lut-<device>.json, named by the profile
+        fp |= {"given LUT": str(job.lut_path), "given LUT SHA-256": file_sha256(job.lut_path)}
+    return fp
+
+
+def _profile_make(job: Job, say: Say) -> tuple[dict[str, Any], Any]:
+    if job.given_lut is not None:
+        return {"lut": str(job.lut_path), "given": True}, job.given_lut
+    cfg = job.cfg
+    lut = profile_model(cfg.model.name, job.dev, cfg.data.resolution, job.dev.batch, progress=True,
+                        num_classes=job.num_classes)
+    save_lut(lut, job.lut_path)
+    _LOG.info(format_lut(lut))
+    return {"lut": str(job.lut_path), "profiling_s": lut.profiling_s}, lut
+
+
+def _profile_reuse(job: Job, rec: dict[str, Any]) -> tuple[str, Any]:
+    lut = job.given_lut or load_lut(job.lut_path, model=job.cfg.model.name, resolution=job.cfg.data.resolution)
+    return str(job.lut_path), lut
+
+
+PROFILE = Stage(
+    "profile", (), _profile_made_from, lambda job: [] if job.given_lut is not None else [job.lut_path],
+    lambda job: None if job.given_lut is not None else
+    f"time every block of {job.cfg.model.name} on {job.dev.name} ({job.dev.backend})",
+    _profile_make, reuse=_profile_reuse)
+
+
+# 3. search --------------------------------------------------------------------------------------------
+def _search_made_from(job: Job) -> dict[str, Any]:
+    return {**job.config_sections("fold", "search"), "base checkpoint": file_sha256(job.checkpoint("base")),
+            "LUT": file_sha256(job.lut_path), "seed": job.seed, "latopt version": __version__}
+
+
+def _search_make(job: Job, say: Say) -> tuple[dict[str, Any], Any]:
+    n = job.n_trials
+    # two 1-thread workers on a 2-core machine train far faster than one 2-thread process (one trial: one)
+    workers = 2 if (os.cpu_count() or 1) >= 2 and n >= 2 else 1
+    res = run_search(SearchOptions(config=job.config, trials=n, base=job.checkpoint("base"), lut=job.lut_path,
+                                   seed=job.seed, runs_dir=job.runs_dir, overrides=job.overrides, workers=workers))
+    if not res.finished:
+        raise LatoptError(f"the search stopped with {res.n_complete}/{n} complete trials; "
+                          "rerun `latopt run` to resume it")
+    _LOG.info(format_table(res.summary))
+    rec = {**recommended(res), "trials": n}
+    return rec, rec
+
+
+def recommended(res: Any) -> dict[str, Any]:
+    """The search stage's record: the study's recommended trial (:class:`latopt.search.SearchResult`)."""
+    study = optuna.load_study(study_name=res.study_name, storage=res.storage)
+    summary = res.summary
+    rec = res.recommended
+    rows = {r["trial"]: r for r in summary["rows"]}
+    if rec is None:
+        return {"trial": None, "checkpoint": None, "fold_set": {}, "note": "no trial met the accuracy constraint",
+                "pareto_png": str(res.files.get("png", "")), "study_dir": str(res.study_dir)}
+    trial = next(t for t in study.trials if t.number == rec)
+    ua = trial.user_attrs
+    return {"trial": rec, "checkpoint": None if ua.get("base") else ua.get("checkpoint"),
+            "fold_set": ua.get("fold_set", {}), "val_acc": ua.get("val_acc"), "base_acc": ua.get("base_acc"),
+            "latency_ms": ua.get("latency_ms"), "params": dict(trial.params), "row": rows.get(rec),
+            "pareto_png": str(res.files.get("png", "")), "study_dir": str(res.study_dir)}
+
+
+SEARCH = Stage(
+    "search", ("base", "profile"), _search_made_from, lambda job: [job.root / "search"],
+    lambda job: f"{job.n_trials} Optuna trials over (λ_c, τ, p), accuracy vs LUT latency",
+    _search_make, reuse=lambda job, rec: (f"trial {rec['trial']}", rec),
+    start_info=lambda job: {"trials": job.n_trials})
+
+
+# 4. export --------------------------------------------------------------------------------------------
+def _export_made_from(job: Job) -> dict[str, Any]:
+    return {"exported checkpoint": file_sha256(job.exported_checkpoint()), "LUT": file_sha256(job.lut_path),
+            "device profile": job.device_sha, "seed": job.seed, "latopt version": __version__}
+
+
+def _export_make(job: Job, say: Say) -> tuple[dict[str, Any], Any]:
+    folded = job.results["search"]["checkpoint"]   # None: the recommendation is the base itself
+    result = export(folded or job.results["base"]["checkpoint"], job.cfg.device, job.root / "export", fmt="onnx",
+                    fold=None if folded else "none", lut_path=str(job.lut_path), seed=job.seed)
+    return {"dir": str(job.root / "export")}, result
+
+
+EXPORT = Stage(
+    "export", ("base", "search"), _export_made_from, lambda job: [job.root / "export"],
+    lambda job: "ONNX, numeric gates, as-is vs folded measured in one interleaved run", _export_make,
+    reuse=lambda job, rec: (str(job.root / "export"),
+                            read_json(job.root / "export" / "export.json", what="export record")))
+
+
+# 5. report --------------------------------------------------------------------------------------------
+def _report_make(job: Job, say: Say) -> tuple[dict[str, Any], Any]:
+    r = job.results
+    summary = write_report(job.root, job.cfg, r["profile"], r["base"], r["search"], r["export"], job.times, job.plan)
+    write_config(job.cfg, job.root / "config.yaml")   # only now: it describes every artefact beside it
+    return {"report": str(job.root / "REPORT.md")}, summary
+
+
+REPORT = Stage(
+    "report", ("base", "profile", "search", "export"), lambda job: {},
+    lambda job: [job.root / f for f in REPORT_FILES], lambda job: str(job.root / "REPORT.md"), _report_make)
+
+STAGES: tuple[Stage, ...] = (BASE, PROFILE, SEARCH, EXPORT, REPORT)
