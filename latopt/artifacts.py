@@ -74,13 +74,14 @@ class OutputError(LatoptError):
         return cls(path, reason, _HINTS.get(e.errno or 0))
 
 
-def check_name(name: Any, what: str) -> str:
+def check_name(name: Any, what: str, *, param: str | None = None) -> str:
     """``name`` when it is an identifier that can be one path component (``runs/<name>/``,
     ``profiles/<name>/``): letters, digits, ``.``, ``_``, ``-``, starting with a letter or digit, at most
-    200 characters; else a LatoptError naming ``what``. Names are never paths: no ``/``, no ``..``."""
+    200 characters; else a LatoptError naming ``what`` (and the parameter ``param`` it came as). Names are
+    never paths: no ``/``, no ``..``."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise LatoptError(f"{what} {name!r} is not a valid name: use letters, digits, '.', '_' and '-' "
-                          "(starting with a letter or digit, at most 200 characters), not a path")
+                          "(starting with a letter or digit, at most 200 characters), not a path", param=param)
     return name
 
 

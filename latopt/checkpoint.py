@@ -33,6 +33,7 @@ import hashlib
 import json
 import pickle
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -51,10 +52,14 @@ CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
 MAX_CLASSES = 100_000
 
 
-def make_arch(model: nn.Module, name: str, num_classes: int) -> dict[str, Any]:
-    """The JSON-able architecture description of ``model`` (σ_α and folds read from the model)."""
+def make_arch(model: nn.Module, name: str, num_classes: int, *,
+              fold: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON-able architecture description of ``model`` (σ_α and folds read from the model). ``fold``: the
+    ``fold_blocks`` call's mode and input size (``{"mode", "input_size"}``) when the model was folded, so an
+    empty plan is recorded as folded (:func:`latopt.fold.fold_spec`)."""
+    how = {} if fold is None else {"mode": fold["mode"], "input_size": fold.get("input_size")}
     return {"model": canonical_name(name), "num_classes": int(num_classes),
-            "alpha": alpha_spec(model), "fold": fold_spec(model)}
+            "alpha": alpha_spec(model), "fold": fold_spec(model, **how)}
 
 
 def _distinct(blocks: list[int]) -> list[int]:
@@ -165,7 +170,7 @@ def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
     path = Path(path)
     _check_arch(arch, f"checkpoint {path}")
     check_weights(model, f"the model to be saved as {path}")
-    actual = make_arch(model, arch["model"], arch["num_classes"])
+    actual = make_arch(model, arch["model"], arch["num_classes"], fold=arch.get("fold"))
     for key in ("alpha", "fold"):
         if arch.get(key) != actual[key]:
             raise LatoptError(f"arch[{key!r}] = {arch.get(key)} does not describe the model ({actual[key]}); "

@@ -302,7 +302,7 @@ def test_search_study_name_is_not_a_path(tmp_path: Path, capsys: pytest.CaptureF
         rc = main(["search", "--config", str(cfg), "--study", "../../x", "--runs-dir", str(runs), *extra])
         assert rc == 2
         line = one_line_error(capsys.readouterr().err)
-        assert "--study '../../x' is not a valid name" in line, line
+        assert "study '../../x' is not a valid name" in line and line.endswith("(option --study)"), line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
 
 

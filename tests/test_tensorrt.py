@@ -1089,7 +1089,8 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 RUNTIME_FLOOR = ("latopt", "latopt.errors", "latopt.artifacts")  # the latopt modules the runtime may import
-HEAVY = ("torch", "torchvision", "timm", "optuna", "onnx", "onnxruntime", "tensorrt", "pycuda", "pydantic", "scipy")
+HEAVY = ("torch", "torchvision", "timm", "optuna", "onnx", "onnxruntime", "tensorrt", "pycuda", "pydantic", "scipy",
+         "yaml")
 
 
 @pytest.mark.parametrize("module", ["latopt.runtime", "latopt.runtime.cli"])

@@ -196,7 +196,7 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
         notes.append("paper mode: a constant bias per folded block, wrong on the border ring by design "
                      "(fine-tune after folding to repair it); the fold gate checks each block away from its border")
     new_arch = dict(arch)
-    new_arch["fold"] = fold_spec(folded)
+    new_arch["fold"] = fold_spec(folded, mode=mode, input_size=(res, res))
     return Plan(folded, source_model, new_arch, meta, plan, mode, res, notes)
 
 

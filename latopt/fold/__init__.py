@@ -16,7 +16,7 @@ Public API (see the submodules for details)::
     span_exact_blocks(blocks, in_size) -> (bool, reason)   the same, read from FoldedBlocks
     compose_span(blocks, input_size) -> SpanConv         consecutive affine folds as one convolution
     randomize_bn_(model, seed=0, *, plan="all") -> model   random BN statistics for fold checks
-    fold_spec(model) -> dict | None          the checkpoint's arch["fold"] entry (plan {} when nothing folded)
+    fold_spec(model, *, mode=None, input_size=None) -> dict | None   the checkpoint's arch["fold"] entry
     normalize_plan(model, blocks) -> {block index: variant}   "all", indices, "1,3" or a dict, checked
     check_variant(block, variant)            LatoptError saying why a variant does not apply to a block
     FoldedBlock, FoldInfo, PointwiseBlock

@@ -15,9 +15,9 @@ algebra, checked by ``verify_fold``). ``full`` and the partial folds are Layer F
   block is replaced by a :class:`FoldedBlock` computing the same function as ``linearize(model, blocks)``
   (exact: everywhere, borders included, for that input size; paper: away from the border, any size;
   ``pw`` and ``drop`` are exact in both modes: a 1x1 convolution and the identity have no border).
-  ``blocks``: list of indices | "all" | {index: variant}. Blocks not in the plan are untouched. The
-  result records the call (``latopt_fold``: mode, input size), so ``fold_spec`` describes it even when
-  the plan is empty.
+  ``blocks``: list of indices | "all" | {index: variant}. Blocks not in the plan are untouched.
+- ``fold_spec(model, *, mode=None, input_size=None)``: what was folded, read from the FoldedBlocks; the caller
+  that folded with an empty plan says so with ``mode`` and ``input_size`` (the network holds no trace of it).
 - ``fold_block_module(model, block, variant, mode, input_size)``: the replacement for ONE block
   (``input_size`` = that block's own input H, W).
 - ``verify_fold(reference, folded, input_size)``: errors overall and per folded block.
@@ -197,15 +197,16 @@ def fold_blocks(model: nn.Module, blocks: BlockPlan, mode: str = "exact",
         b = by_index[i]
         size = tuple(shapes[i][-2:]) if i in shapes else None
         out.set_submodule(b.path, fold_block_module(out, b, v, mode, size, net_input_size=net_size))
-    # what this call did, even when the plan is empty: the model is now "folded (plan {})", not unfolded
-    out.latopt_fold = {"mode": mode, "input_size": None if net_size is None else list(net_size)}
     return out
 
 
-def fold_spec(model: nn.Module) -> dict | None:
-    """The JSON-able ``arch["fold"]`` entry of a model: None if it never went through ``fold_blocks``,
-    else ``{"mode", "input_size", "plan"}`` — with ``plan == {}`` for a fold that folded no block, so a
-    checkpoint of it says explicitly that it is folded with nothing folded (never "unfolded")."""
+def fold_spec(model: nn.Module, *, mode: str | None = None,
+              input_size: Sequence[int] | None = None) -> dict | None:
+    """The JSON-able ``arch["fold"]`` entry of a model: ``{"mode", "input_size", "plan"}`` read from its
+    FoldedBlocks. A model without one is unfolded (None) unless the caller folded it with an empty plan and
+    says so (``mode``, ``input_size`` of that ``fold_blocks`` call): then ``plan == {}``, so a checkpoint of it
+    says explicitly that it is folded with nothing folded. Given ``mode``/``input_size`` must agree with the
+    blocks'."""
     plan: dict[str, str] = {}
     modes, sizes = set(), set()
     for b in find_blocks(model):
@@ -214,10 +215,9 @@ def fold_spec(model: nn.Module) -> dict | None:
             plan[str(b.index)] = m.info.variant
             modes.add(m.info.mode)
             sizes.add(m.info.net_input_size)
-    marker = getattr(model, "latopt_fold", None)
-    if marker is not None:
-        modes.add(marker["mode"])
-        sizes.add(None if marker["input_size"] is None else tuple(marker["input_size"]))
+    if mode is not None:
+        modes.add(mode)
+        sizes.add(None if input_size is None else (int(input_size[0]), int(input_size[1])))
     if not modes:
         return None
     if len(modes) != 1 or len(sizes) != 1:

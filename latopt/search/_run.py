@@ -136,7 +136,7 @@ def run_dp_search(o: SearchOptions) -> dict[str, Any]:
     budget = check_budget(o.budget)
     check_importance(o.importance)
     set_threads(o.threads)
-    name = check_name(o.study, "study") if o.study is not None else cfg.name
+    name = check_name(o.study, "study", param="study") if o.study is not None else cfg.name
     study_dir = Path(o.runs_dir) / name / "search"
     lut, lut_path = resolve_lut(cfg, o.lut, required=True)
     if o.plan_only:   # the plan alone, as a file: no base trained, nothing fine-tuned
@@ -210,7 +210,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
     threads = o.threads if o.threads is not None else (default_threads(o.workers) if o.workers > 1 else None)
     set_threads(threads)
     objective_key = "latency-measured" if o.measure else o.objective
-    stem = check_name(o.study, "study") if o.study is not None else cfg.name  # runs/<study>/
+    stem = check_name(o.study, "study", param="study") if o.study is not None else cfg.name  # runs/<study>/
     name = dp_study_name(stem) if dp else stem
     study_dir = Path(o.runs_dir) / name / "search"
     lut, lut_path = resolve_lut(cfg, o.lut, required=dp or (o.objective == "latency" and not o.measure))
@@ -340,7 +340,7 @@ def show_front(name: str, *, storage: str | None = None, runs_dir: str | Path = 
 
 def _show_front(name: str, *, storage: str | None, runs_dir: str | Path, out: str | Path | None,
                 max_acc_drop: float | None) -> tuple[dict[str, Any], dict[str, Path]]:
-    study_dir = Path(runs_dir) / check_name(name, "study") / "search"
+    study_dir = Path(runs_dir) / check_name(name, "study", param="study") / "search"
     url = storage or default_storage_url(study_dir)
     db = sqlite_file(url)
     if db is not None and not db.is_file():
