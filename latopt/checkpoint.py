@@ -58,8 +58,11 @@ def make_arch(model: nn.Module, name: str, num_classes: int, *,
     ``fold_blocks`` call's mode and input size (``{"mode", "input_size"}``) when the model was folded, so an
     empty plan is recorded as folded (:func:`latopt.fold.fold_spec`)."""
     how = {} if fold is None else {"mode": fold["mode"], "input_size": fold.get("input_size")}
+    spec = fold_spec(model, **how)
+    if spec is not None and fold is not None and fold.get("spans"):
+        spec["spans"] = [[int(x) for x in s] for s in fold["spans"]]  # merged at export (latopt.fold.merge)
     return {"model": canonical_name(name), "num_classes": int(num_classes),
-            "alpha": alpha_spec(model), "fold": fold_spec(model, **how)}
+            "alpha": alpha_spec(model), "fold": spec}
 
 
 def _distinct(blocks: list[int]) -> list[int]:
@@ -87,11 +90,15 @@ class FoldArch(StrictModel):
     mode: FoldMode
     input_size: Annotated[list[Resolution], Field(min_length=2, max_length=2)] | None  # [H, W]; required key
     plan: dict[Annotated[str, AfterValidator(_block_key)], FoldVariant]
+    # [start, end, kernel]: runs of folded blocks export merges into one convolution each (latopt.fold.merge)
+    spans: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3)]] = []
 
     @model_validator(mode="after")
     def _size_in_exact_mode(self) -> FoldArch:
         if self.mode == "exact" and self.input_size is None:
             raise ValueError("needs input_size [H, W] in exact mode (its bias maps are for one input size)")
+        if self.spans and self.mode != "exact":
+            raise ValueError("has spans, which are merged in exact mode only")
         return self
 
 

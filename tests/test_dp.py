@@ -269,6 +269,128 @@ def test_select_plan_meets_the_budget_and_is_least_loss() -> None:
         candidates(lut, ["expand_dw"])
 
 
+
+def _with_spans(lut: LUT, model_name: str, resolution: int, ms_1x1: float = 0.15, ms_kxk: float = 0.5) -> LUT:
+    """``lut`` with every exact span of the model timed (made up: a 1x1 span ``ms_1x1``, a k×k one ``ms_kxk``)."""
+    from latopt.blocks import block_input_shapes
+    from latopt.latency.lut import SpanEntry
+    from latopt.latency.spans import span_candidates
+
+    model = build_model(model_name, 10).eval()
+    blocks = find_blocks(model)
+    shapes = block_input_shapes(model, (1, 3, resolution, resolution))
+    spans = [SpanEntry(start=a, end=b, kernel=k, fulls=fulls, raw=TimingStats(1.0, 1.0, 1.0, 0.0, 5),
+                       ms=ms_kxk if k > 1 else ms_1x1)
+             for a, b, k, fulls in span_candidates(blocks, shapes, lut.variants)]
+    return lut.model_copy(update={"spans": spans})
+
+
+def _small_lut(rng: random.Random) -> LUT:
+    """Five made-up blocks (no model behind them: select_plan reads the LUT only) and random spans over them."""
+    from latopt.latency.lut import SpanEntry
+
+    st_ = TimingStats(1.0, 1.0, 1.0, 0.0, 5)
+    blocks = []
+    for i in range(5):
+        ms = {"none": rng.choice([1.0, 2.0, 1.5]), "full": rng.choice([0.5, 0.8, 1.2]), "pw": rng.choice([0.2, 0.4])}
+        if i % 2:
+            ms["drop"] = 0.0
+        blocks.append(BlockEntry(index=i, path=f"b.{i}", kind="x", input_shape=(1, 8, 8, 8), foldable=True,
+                                 raw={v: st_ for v in ms if v != "drop"}, ms=ms))
+    spans = []
+    for a in range(4):
+        for b in range(a + 1, min(5, a + 3)):
+            if rng.random() < 0.6:
+                spans.append(SpanEntry(start=a, end=b, kernel=1, raw=st_, ms=rng.choice([0.1, 0.3, 0.6])))
+            if rng.random() < 0.5:
+                spans.append(SpanEntry(start=a, end=b, kernel=3, fulls=(rng.randint(a, b),), raw=st_,
+                                       ms=rng.choice([0.4, 0.9])))
+    return LUT(device="cpu", model="x", resolution=8, batch=1, blocks=blocks, fixed_ms=1.0,
+               variants=("full", "pw", "drop"), spans=spans)
+
+
+def _brute_force(lut: LUT, losses: dict, capacity: float) -> float:
+    """The least loss over every partition of the blocks into single blocks and the LUT's spans, every block
+    in every variant it has, with predicted latency ≤ ``capacity`` (no discretisation)."""
+    from latopt.dp.spans import INNER
+
+    n, best = len(lut.blocks), math.inf
+    spans = {}
+    for s in lut.spans:
+        spans.setdefault((s.start, s.end), []).append(s)
+
+    def walk(i: int, cost: float, loss: float) -> None:
+        nonlocal best
+        if cost > capacity + 1e-12:
+            return
+        if i == n:
+            best = min(best, loss)
+            return
+        for v, t in lut.blocks[i].ms.items():
+            walk(i + 1, cost + t, loss + losses[i][v])
+        for (a, b), entries in spans.items():
+            if a != i:
+                continue
+            for s in entries:
+                for f in (s.fulls or (None,)):
+                    parts = [[("full", losses[j]["full"])] if j == f else
+                             [(v, losses[j][v]) for v in INNER if v in losses[j]] for j in range(a, b + 1)]
+                    if all(parts):
+                        for combo in itertools.product(*parts):
+                            walk(b + 1, cost + s.ms, loss + sum(x for _, x in combo))
+
+    walk(0, lut.fixed_ms, 0.0)
+    return best
+
+
+def test_select_plan_with_spans_against_brute_force() -> None:
+    """On random small LUTs with spans the DP's plan is within the budget (the prediction with its spans) and
+    its loss is the least of every plan — single blocks and spans, every variant — within the budget less the
+    discretisation slack, and no less than the least within the budget itself."""
+    rng = random.Random(0)
+    for _ in range(40):
+        lut = _small_lut(rng)
+        losses = {b.index: {v: (0.0 if v == "none" else rng.choice([0.1, 0.3, 1.0, 2.0])) for v in b.ms}
+                  for b in lut.blocks}
+        budget = rng.choice([0.3, 0.45, 0.6, 0.8])
+        asis = predict(lut, {})
+        try:
+            plan, info = select_plan(lut, losses, budget, resolution=2000)
+        except LatoptError:
+            assert _brute_force(lut, losses, budget * asis) == math.inf
+            continue
+        assert info["predicted_ms"] == pytest.approx(predict(lut, plan, info["spans"]))
+        assert info["predicted_ms"] <= budget * asis * (1 + 1e-12)
+        covered = {i for a, b, _ in info["spans"] for i in range(a, b + 1)}
+        assert all(plan.get(i) in ("full", "pw", "drop") for i in covered)
+        loss = sum(losses[i][plan.get(i, "none")] for i in range(5))
+        assert loss == pytest.approx(info["loss"])
+        assert _brute_force(lut, losses, budget * asis) <= loss + 1e-9
+        assert loss <= _brute_force(lut, losses, budget * asis - info["slack_ms"]) + 1e-9
+        assert select_plan(lut, losses, budget, resolution=2000) == (plan, info)  # deterministic
+        no_spans, _ = select_plan(lut, losses, budget, resolution=2000, spans=False)
+        assert sum(losses[i][no_spans.get(i, "none")] for i in range(5)) >= loss - 1e-9
+
+
+def test_select_plan_takes_spans_where_they_pay() -> None:
+    """Uniform losses on a LUT timing spans: the plan changes no more blocks than without spans, is faster at
+    the same count (ties go to the cheaper plan), and its spans are exact ones of the model."""
+    from latopt.fold import span_exact
+
+    lut = _with_spans(_lut_for("mobilenetv2_035", 32), "mobilenetv2_035", 32)
+    uniform = variant_losses(None, None, None, candidates(lut), method="uniform")
+    plan, info = select_plan(lut, uniform, 0.5)  # beyond what the 8 free drops give: spans pay
+    flat, flat_info = select_plan(lut, uniform, 0.5, spans=False)
+    assert info["spans"] and flat_info["spans"] == []
+    assert len(plan) <= len(flat) and info["predicted_ms"] < flat_info["predicted_ms"]
+    blocks = find_blocks(build_model("mobilenetv2_035", 10))
+    for a, b, k in info["spans"]:
+        vs = [plan[i] for i in range(a, b + 1)]
+        full = [blocks[i] for i in range(a, b + 1) if plan[i] == "full"]
+        assert span_exact(vs, [blocks[i].stride for i in range(a, b + 1)],
+                          kernel=full[0].kernel if full else 1, padding=full[0].padding if full else 0)[0]
+        assert k == (full[0].kernel if full else 1)
+
 # ------------------------------------------------------------------------------------ the stage
 MODEL = "torchvision/mobilenet_v2?width=0.35"
 TINY = {"name": "tinydp", "model.name": MODEL, "data.task": "digits", "data.resolution": 16, "data.batch_size": 32,
@@ -465,3 +587,46 @@ def test_export_refuses_a_plan_of_another_network(tiny: dict, tmp_path: Path,
         assert main([*base, "--plan", str(good), *extra]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "e").exists()
+
+
+def _convs(path: Path) -> int:
+    import onnx
+
+    return sum(n.op_type == "Conv" for n in onnx.load(str(path)).graph.node)
+
+
+def test_plans_with_spans_are_exported_merged_and_gated(tiny: dict, tmp_path: Path) -> None:
+    """A LUT that times spans: ``plan_only`` records the DP's spans, ``latopt export --plan`` merges each into one
+    convolution behind the float64 and float32 gates (fewer Conv nodes than the same plan unmerged), and a DP
+    fold (``run_dp``) records its spans in the checkpoint, which export merges the same way."""
+    from latopt.dp import plan_only, write_plan
+
+    lut = save_lut(_with_spans(_lut_for(MODEL, 16), MODEL, 16), tmp_path / "lut-spans.json")
+    plan = plan_only(tiny["cfg"], lut, budget=0.45, importance="uniform", progress=False)
+    assert plan["spans"] and all(len(s) == 3 for s in plan["spans"])
+    merged = write_plan(tmp_path / "plan.json", plan)
+    flat = write_plan(tmp_path / "flat.json", {**plan, "spans": []})
+    for path, out in ((merged, "e"), (flat, "f")):
+        assert main(["export", "--checkpoint", str(tiny["ckpt"]), "--plan", str(path), "--no-measure",
+                     "--out", str(tmp_path / out), "-q"]) == 0
+    exp = json.loads((tmp_path / "e" / "export.json").read_text())
+    assert exp["spans"] == plan["spans"] and exp["bias_maps"]["spans"] == plan["spans"]
+    assert all(g["passed"] for g in exp["gates"])
+    names = {g["name"] for g in exp["gates"]}
+    assert {"merged spans and deferred bias maps vs exact folded network (float64)",
+            "merged spans and deferred bias maps vs exact folded network (float32, shipped)"} <= names, names
+    assert _convs(tmp_path / "e" / "model.onnx") < _convs(tmp_path / "f" / "model.onnx")
+    # the per-block bias maps with spans: merged, not deferred
+    assert main(["export", "--checkpoint", str(tiny["ckpt"]), "--plan", str(merged), "--bias-maps", "per-block",
+                 "--no-measure", "--out", str(tmp_path / "p"), "-q"]) == 0
+    per_block = json.loads((tmp_path / "p" / "export.json").read_text())
+    assert {g["name"] for g in per_block["gates"]} >= {"merged spans vs exact folded network (float64)"}
+    # a DP fold keeps its spans for export
+    result = run_dp(tiny["cfg"], tiny["ckpt"], tmp_path / "dp", lut=lut, budget=0.45, importance="uniform",
+                    progress=False)
+    spans = result.report["selection"]["spans"]
+    assert spans and load_checkpoint(tmp_path / "dp" / "folded.pt")[1]["fold"]["spans"] == spans
+    assert main(["export", "--checkpoint", str(tmp_path / "dp" / "folded.pt"), "--no-measure",
+                 "--out", str(tmp_path / "d"), "-q"]) == 0
+    exp = json.loads((tmp_path / "d" / "export.json").read_text())
+    assert exp["spans"] == spans and all(g["passed"] for g in exp["gates"])

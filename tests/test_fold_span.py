@@ -142,3 +142,43 @@ def test_random_admissible_spans(name: str) -> None:
             with pytest.raises(LatoptError):
                 compose_span([mods[k] for k in range(i, j + 1)], sizes[i][1:])
     assert checked >= 8
+
+
+def test_merge_spans_in_a_network_is_exact_and_keeps_the_numbering(net: tuple) -> None:
+    """Spans merged in a folded network (latopt.fold.merge_spans): the same function (float64, 1e-9), the
+    block numbering kept (the span's convolution at its first block, MergedBlock identities after it), a
+    chain of full folds for the deferred bias maps stops at a span, and the input network is unchanged."""
+    from latopt.fold import MergedBlock, SpanConv, as_shipped, defer_bias_maps, merge_spans
+
+    folded, _, _ = net
+    spans = [(0, 3), (4, 6), (10, 12)]
+    merged = merge_spans(folded, spans, (RES, RES))
+    x = torch.randn(2, 3, RES, RES, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref, got = folded(x), merged(x)
+    assert float((got - ref).abs().max() / ref.abs().max()) < 1e-9
+    kinds = {b.index: type(merged.get_submodule(b.path)) for b in find_blocks(merged)}
+    assert len(kinds) == len(find_blocks(folded))
+    assert [i for i, k in kinds.items() if k is SpanConv] == [0, 4, 10]
+    assert [i for i, k in kinds.items() if k is MergedBlock] == [1, 2, 3, 5, 6, 11, 12]
+    assert not any(isinstance(m, SpanConv) for m in folded.modules())
+    # one chain ran through blocks 0..12 (pw and drop join chains); merged, only 7..9 remain between spans
+    assert [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] in defer_bias_maps(folded, (RES, RES))[1]["chains"]
+    assert defer_bias_maps(merged, (RES, RES))[1]["chains"][0] == [7, 8, 9]
+    shipped, info = as_shipped(folded, spans=spans, input_size=(RES, RES))
+    assert info["spans"] == [list(s) for s in spans]
+    with torch.no_grad():
+        assert float((shipped(x) - ref).abs().max() / ref.abs().max()) < 1e-9
+
+
+@pytest.mark.parametrize("spans,match", [
+    ([(0, 3), (3, 5)], "overlap"),
+    ([(12, 13)], r"span 12-13: span not exact: block 1 of the span is the partial fold 'expand_dw'"),
+    ([(14, 15)], "block 15 is not folded"),
+    ([(5, 5)], "a run of at least two blocks"),
+])
+def test_merge_spans_refuses_what_is_not_one_convolution(net: tuple, spans: list, match: str) -> None:
+    from latopt.fold import merge_spans
+
+    with pytest.raises(LatoptError, match=match):
+        merge_spans(net[0], spans, (RES, RES))

@@ -311,3 +311,27 @@ def test_a_lut_must_time_every_block_of_its_model(tmp_path, edit) -> None:
         assert f"times {len(model_blocks) - 1} blocks but the model mobilenetv2_100 has {len(model_blocks)}" in str(e.value)
     if edit == "other-path":
         assert "times block 3 at 'blocks.9.9' but the model mobilenetv2_100 has it at" in str(e.value)
+
+
+@pytest.mark.parametrize("span,match", [
+    ({"start": 0, "end": 1, "kernel": 3, "fulls": []}, r"a k×k span names its full-fold blocks"),
+    ({"start": 0, "end": 1, "kernel": 1, "fulls": [0]}, r"a k×k span names its full-fold blocks \(inside it\), a 1x1"),
+    ({"start": 0, "end": 1, "kernel": 3, "fulls": [2]}, r"a k×k span names its full-fold blocks \(inside it\)"),
+    ({"start": 1, "end": 1, "kernel": 1}, r"span 1-1: end must be after start"),
+    ({"start": 1, "end": 3, "kernel": 1}, r"spans must be distinct \(start, end, kernel\) within the blocks"),
+    ({"start": 0, "end": 1, "kernel": 1, "ms": -1.0}, r"must be >= 0, got -1"),
+])
+def test_malformed_spans_are_refused(tmp_path, span, match) -> None:
+    """A LUT's timed spans (latopt profile --variants ...,span) are validated with the rest of the file."""
+    data = make_lut().to_dict()
+    data["spans"] = [{"raw": st(0.2).to_dict(), "ms": 0.2, **span}]
+    (tmp_path / "lut.json").write_text(json.dumps(data))
+    with pytest.raises(LatoptError, match=rf"latency LUT .*lut\.json is corrupt: .*{match}") as e:
+        load_lut(tmp_path / "lut.json")
+    assert "\n" not in str(e.value)
+    data["spans"] = [{"start": 0, "end": 1, "kernel": 1, "raw": st(0.2).to_dict(), "ms": 0.2}]
+    (tmp_path / "ok.json").write_text(json.dumps(data))
+    lut = load_lut(tmp_path / "ok.json")
+    assert predict(lut, {0: "full", 1: "full"}, [(0, 1, 1)]) == pytest.approx(1.0 + 0.2 + 0.25)
+    with pytest.raises(LatoptError, match="has no time for the span 0-1 as a 3x3 convolution"):
+        predict(lut, {0: "full", 1: "full"}, [(0, 1, 3)])

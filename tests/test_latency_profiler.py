@@ -231,3 +231,31 @@ def test_backends_closed_when_a_runner_fails_to_close(monkeypatch) -> None:
     with pytest.raises(RuntimeError, match="failed to close"):
         profile_model("mobilenetv2_035", device, resolution=32, num_classes=10, progress=False)
     assert [b.closed for b in opened] == [1, 1]
+
+
+def test_profile_times_spans_and_calibrates_them(tmp_path) -> None:
+    """``span`` among the variants: every exact span is timed in the same run (one module per span and kernel),
+    calibrated on the ``all-span`` network, checked on ``held-out-spans``, predicted with its spans, and the
+    LUT keeps them through a file."""
+    from latopt.latency.lut import save_lut
+    from latopt.latency.spans import span_candidates
+
+    model = tiny_effnet()
+    lut = profile_model(model, load_device("cpu").model_copy(update=FAST), 32, variants=("pw", "span"),
+                        progress=False, name="tiny")
+    assert lut.variants == ("full", "pw")  # span is not a block variant
+    # blocks 0 (stride 1) and 1 (stride 2) make the only span; block 2 (SE) cannot be folded
+    assert [(s.start, s.end, s.kernel, s.fulls) for s in lut.spans] == [(0, 1, 1, ()), (0, 1, 3, (0, 1))]
+    shapes = {b.index: tuple(b.input_shape) for b in lut.blocks}
+    assert [c[:3] for c in span_candidates(find_blocks(model), shapes, ("full", "pw"))] == [(0, 1, 1), (0, 1, 3)]
+    scale = lut.calibration["scales"]["span"]
+    assert all(s.ms == pytest.approx(scale * s.raw.median_ms) and s.raw.n >= 5 for s in lut.spans)
+    assert lut.end_to_end["all-span"]["calibration"] and not lut.end_to_end["held-out-spans"]["calibration"]
+    for k in ("all-span", "held-out-spans"):
+        e = lut.end_to_end[k]
+        plan = {int(i): v for i, v in e["folded"].items()}
+        assert e["spans"] and e["predicted_ms"] == pytest.approx(predict(lut, plan, e["spans"]))
+    assert predict(lut, {0: "pw", 1: "pw"}, [(0, 1, 1)]) == pytest.approx(
+        lut.fixed_ms + lut.spans[0].ms + lut.blocks[2].ms["none"])
+    again = load_lut(save_lut(lut, tmp_path / "lut.json"))
+    assert again.spans == lut.spans

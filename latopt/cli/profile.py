@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="LUT file (default ./profiles/<device>/<model>-r<res>-b<batch>.json)")
     p.add_argument("--variants", default="full", metavar="V,V",
                    help=f"fold variants to time besides as-is, comma-separated: {', '.join(FOLD_VARIANTS)} (full is always "
-                        "timed; drop is 0 ms by definition; default full)")
+                        "timed; drop is 0 ms by definition; default full), and span: every run of 2-6 blocks that "
+                        "is exactly one convolution in those variants (the DP merges them; e.g. full,pw,drop,span)")
     p.add_argument("--num-classes", type=int, default=1000, help="classifier outputs (default 1000)")
     p.add_argument("--fold-mode", choices=FOLD_MODES, default="exact",
                    help="fold mode of the folded blocks (exact adds a bias map; default exact)")

@@ -17,9 +17,11 @@ The file (schema ``latopt.plan/1``)::
                   precision, batch, fold_mode}
     fold_mode     the fold mode the plan is applied in (the LUT's: its times are of that mode's folds)
     budget, importance, variants (the variants the blocks were allowed), base_checkpoint (proxy) or null
-    blocks        {"<block index>": variant} for every block of the LUT ("none": left as it is)
-    spans         [] (runs of consecutive blocks replaced by one convolution: not chosen yet; a reader
-                  refuses a plan that has any)
+    blocks        {"<block index>": variant} for every block of the LUT ("none": left as it is; the blocks
+                  of a span in the variants the span composes)
+    spans         [[start, end, kernel], ...]: runs of consecutive blocks export merges into one
+                  ``kernel``×``kernel`` convolution each (exact; :mod:`latopt.fold.merge`), [] when the LUT
+                  times no span
     predicted     {asis_ms, ms, ratio, speedup}: the LUT's prediction of the as-is and planned networks
     selection     select_plan's info (target_ms, fastest_ms, loss, resolution, slack_ms, ...)
     losses        {"<block>": {variant: loss}} the DP chose over
@@ -100,7 +102,7 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
                 "precision": lut.precision, "batch": lut.batch, "fold_mode": lut.fold_mode},
         "fold_mode": lut.fold_mode, "budget": budget, "importance": importance, "variants": allowed,
         "base_checkpoint": None if base_checkpoint is None else str(base_checkpoint),
-        "blocks": blocks, "spans": [],
+        "blocks": blocks, "spans": sel["spans"],
         "predicted": {"asis_ms": sel["asis_ms"], "ms": sel["predicted_ms"], "ratio": sel["ratio"],
                       "speedup": sel["asis_ms"] / sel["predicted_ms"]},
         "selection": sel, "losses": {str(b): ls for b, ls in sorted(losses.items())},
@@ -136,10 +138,15 @@ def read_plan(path: str | Path) -> dict[str, Any]:
                                                for k, v in blocks.items()):
         raise bad(f"blocks must map block indices to variants ({', '.join(LUT_VARIANTS)})")
     spans = plan.get("spans", [])
-    if not isinstance(spans, list):
-        raise bad("spans must be a list")
-    if spans:
-        raise bad(f"it has {len(spans)} span(s); this latopt applies per-block variants only")
+    if not isinstance(spans, list) or not all(
+            isinstance(s, list) and len(s) == 3 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                        for x in s) and s[1] > s[0] for s in spans):
+        raise bad("spans must be a list of [start, end, kernel] with start < end")
+    covered = [i for s in spans for i in range(s[0], s[1] + 1)]
+    if len(set(covered)) != len(covered):
+        raise bad("its spans overlap")
+    if any(blocks.get(str(i), "none") not in ("full", "pw", "drop") for i in covered):
+        raise bad("a block of a span must be full, pw or drop (a span merges affine blocks only)")
     return plan
 
 
@@ -160,7 +167,8 @@ def check_plan(plan: Mapping[str, Any], path: str | Path, *, model: str, resolut
 
 def format_plan_summary(plan: Mapping[str, Any], path: str | Path) -> str:
     p, changed = plan["predicted"], {str(k): v for k, v in plan_variants(plan).items()}
+    spans = "".join(f"; span {a}-{b} as one {k}x{k} conv" for a, b, k in plan.get("spans", []))
     return (f"DP plan at budget {plan['budget']} ({plan['importance']} importance) for {plan['model']} @ "
             f"{plan['resolution']}px on {plan['lut']['device']}: changed {len(changed)}/{len(plan['blocks'])} blocks "
-            f"{changed}; LUT latency {p['asis_ms']:.3f} → {p['ms']:.3f} ms "
+            f"{changed}{spans}; LUT latency {p['asis_ms']:.3f} → {p['ms']:.3f} ms "
             f"({p['speedup']:.2f}x); wrote {path}")

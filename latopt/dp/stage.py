@@ -15,7 +15,8 @@ from latopt.blocks import find_blocks
 from latopt.config import RunConfig
 from latopt.data import Task, load_task, make_loaders
 from latopt.dp.importance import candidates, check_importance, variant_losses
-from latopt.dp.knapsack import DEFAULT_RESOLUTION, solve
+from latopt.dp.knapsack import DEFAULT_RESOLUTION, solve_chain
+from latopt.dp.spans import decode, span_options
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT, check_blocks, load_lut, predict
@@ -35,13 +36,16 @@ def check_budget(budget: float) -> float:
 
 
 def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: float, *,
-                resolution: int = DEFAULT_RESOLUTION) -> tuple[dict[int, str], dict[str, Any]]:
+                resolution: int = DEFAULT_RESOLUTION, spans: bool = True) -> tuple[dict[int, str], dict[str, Any]]:
     """The least-loss plan whose LUT-predicted latency is ≤ ``budget`` × the as-is prediction.
 
     ``losses[block][variant]`` (``none`` included; :func:`latopt.dp.importance.variant_losses`): the
-    options of each block; a block missing from ``losses`` stays as it is. Returns (plan {block: variant}
-    without the ``none`` blocks, info: budget, asis_ms, target_ms, predicted_ms (undiscretised, ≤ target),
-    ratio, loss, resolution, slack_ms = the most the discretisation can leave unused)."""
+    options of each block; a block missing from ``losses`` stays as it is. With ``spans`` and a LUT that
+    times spans, the DP chooses over spans and single blocks together (:func:`latopt.dp.knapsack.solve_chain`,
+    :mod:`latopt.dp.spans`). Returns (plan {block: variant} without the ``none`` blocks, the blocks of a span
+    included, info: budget, asis_ms, target_ms, predicted_ms (undiscretised, ≤ target), ratio, loss,
+    resolution, slack_ms = the most the discretisation can leave unused, spans = [[start, end, kernel], ...]
+    merged into one convolution each)."""
     budget = check_budget(budget)
     asis = predict(lut, {})
     target = budget * asis
@@ -56,18 +60,23 @@ def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
             raise LatoptError(f"block {b.index}: the LUT has no time for variant {missing[0]!r}")
         options[b.index] = {v: (b.ms[v], float(loss)) for v, loss in opts.items()}
     fastest = lut.fixed_ms + sum(min(c for c, _ in o.values()) for o in options.values())
-    sol = solve(options, capacity, resolution=resolution) if capacity > 0 else None
+    span_opts, kernels = span_options(lut, losses) if spans else ({}, {})
+    sol = solve_chain(options, span_opts, capacity, resolution=resolution) if capacity > 0 else None
     if sol is None:
         raise LatoptError(f"budget {budget} ({target:.3f} ms of the as-is {asis:.3f} ms) is below the fastest "
                           f"network these variants allow ({fastest:.3f} ms = {fastest / asis:.3f} of as-is); raise "
                           "the budget or allow more variants (profile the device with the variants full, pw and drop)")
     plan = {i: v for i, v in sol.choice.items() if v != "none"}
-    pred = predict(lut, plan)
+    merged = [[a, b, kernels[(a, b, name)]] for (a, b), name in sol.spans.items()]
+    for (a, _), name in sol.spans.items():
+        plan.update(decode(a, name))
+    plan = dict(sorted(plan.items()))
+    pred = predict(lut, plan, merged)
     if pred > target * (1 + 1e-12):  # the final check, on the undiscretised prediction
         raise LatoptError(f"the DP's plan is predicted at {pred:.4f} ms > the budget's {target:.4f} ms")
     info = {"budget": budget, "asis_ms": asis, "target_ms": target, "predicted_ms": pred, "ratio": pred / asis,
             "fastest_ms": fastest, "loss": sol.loss, "resolution": resolution,
-            "slack_ms": len(options) * capacity / resolution}
+            "slack_ms": len(options) * capacity / resolution, "spans": merged}
     return plan, info
 
 

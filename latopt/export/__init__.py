@@ -210,10 +210,11 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     recorded_test_acc(loaded[2])  # a malformed record is refused before any work
     res = export_resolution(loaded[1], loaded[2], resolution)
     lut = export_lut(lut_path, loaded[1], device, res)
-    plan_record = None
+    plan_record, spans = None, []
     if plan is not None:
         fold, plan_record = _plan_fold(checkpoint, loaded[1], res, device, *plan)
-    p = build_plan(checkpoint, loaded, fold=fold, lut=lut, res=res, mode=mode)
+        spans = plan[1].get("spans", [])
+    p = build_plan(checkpoint, loaded, fold=fold, lut=lut, res=res, mode=mode, spans=spans)
     if plan_record is not None:
         p.notes.extend(plan_record.pop("notes"))
     task = checkpoint_task(p.meta, p.resolution)
@@ -223,7 +224,8 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     exact = defer_plan(p, bias_maps)  # p.folded becomes what is shipped
     gates = fold_gates(p, x, inputs)
     if exact is not None:
-        gates += deferred_gates(exact, p.folded, p.resolution, x, inputs, floor)
+        gates += deferred_gates(exact, p.folded, p.resolution, x, inputs, floor, spans=p.spans,
+                                deferred=bias_maps == "deferred")
     for g in gates:
         say(g.line())
     check_gates(gates)
@@ -231,7 +233,8 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     result: dict[str, Any] = {"schema": EXPORT_SCHEMA, "checkpoint": str(checkpoint), "device": device.name,
                               "model": p.arch["model"], "resolution": p.resolution, "mode": p.mode,
                               "precision": precision, "folded": {str(k): v for k, v in p.plan.items()},
-                              "bias_maps": p.bias_maps, "notes": p.notes, "accuracy_gate": gate_accuracy}
+                              "spans": p.spans, "bias_maps": p.bias_maps, "notes": p.notes,
+                              "accuracy_gate": gate_accuracy}
     if plan_record is not None:
         result["plan"] = plan_record
     with atomic_dir(out) as tmp:

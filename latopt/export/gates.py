@@ -21,7 +21,7 @@ Public API::
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from latopt.checkpoint import recorded_test_acc
 from latopt.data import get_task, limit_task
 from latopt.errors import LatoptError, VerificationError
 from latopt.export.plan import Plan
-from latopt.fold import defer_bias_maps, fold_blocks, linearize, verify_fold
+from latopt.fold import as_shipped, fold_blocks, linearize, merge_spans, verify_fold
 from latopt.runtime import OrtRunner
 
 # Tolerances of the numeric gates, relative to the reference output's scale (max |reference|).
@@ -195,15 +195,18 @@ def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
 
 
 def deferred_gates(exact: nn.Module, shipped: nn.Module, resolution: int, x: torch.Tensor, inputs: str,
-                   floor: float | None) -> list[Gate]:
-    """The deferred bias maps (``latopt.fold.defer_bias_maps``, one map per chain of exact-mode ``full``
-    folds) against the per-block ``exact`` folded network they were rewritten from: the rewrite recomputed
-    and run in float64 (the algebra, ``TOL_FOLD64``), and the ``shipped`` float32 copy (``TOL_DEFER32``,
-    raised to ``NOISE_K`` × the float32 noise ``floor``: two float32 runs of one function)."""
+                   floor: float | None, *, spans: Sequence[Sequence[int]] = (), deferred: bool = True) -> list[Gate]:
+    """The shipped rewrite of the per-block ``exact`` folded network: deferred bias maps (one map per chain of
+    exact-mode ``full`` folds; ``deferred``) and merged ``spans`` (one convolution each) — recomputed and run
+    in float64 (the algebra, ``TOL_FOLD64``), and the ``shipped`` float32 copy (``TOL_DEFER32``, raised to
+    ``NOISE_K`` × the float32 noise ``floor``: two float32 runs of one function)."""
     exact64 = copy.deepcopy(exact).double().eval()
-    deferred64 = defer_bias_maps(exact64, (resolution, resolution))[0]
+    size, merged = (resolution, resolution), [s[:2] for s in spans]
+    deferred64 = (as_shipped(exact64, spans=merged, input_size=size)[0] if deferred
+                  else merge_spans(exact64, merged, size).eval())
     x64 = x.double()
-    name = "deferred bias maps vs exact folded network"
+    name = " and ".join(n for n, on in (("merged spans", bool(merged)), ("deferred bias maps", deferred)) if on)
+    name += " vs exact folded network"
     return [compare_outputs(f"{name} (float64)", torch_out(deferred64, x64), torch_out(exact64, x64), TOL_FOLD64,
                             inputs),
             compare_outputs(f"{name} (float32, shipped)", torch_out(shipped, x), torch_out(exact, x), TOL_DEFER32,

@@ -17,7 +17,7 @@ Public API::
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from latopt.checkpoint import content_digest, load_checkpoint
 from latopt.config import check_resolution
 from latopt.constants import FOLD_MODES
 from latopt.errors import LatoptError
-from latopt.fold import as_shipped, fold_blocks, fold_spec, normalize_plan, plain_activations_
+from latopt.fold import as_shipped, fold_blocks, fold_spec, merge_spans, normalize_plan, plain_activations_
 from latopt.latency.lut import check_blocks, costs, default_lut_path, load_lut
 from latopt.models import build_model
 
@@ -48,6 +48,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     asis: bool = False         # export folded nothing: the checkpoint's own network is what is shipped
     bias_maps: dict[str, Any] | None = None   # exact mode: how the bias maps are shipped (``defer_plan``)
+    spans: list[list[int]] = field(default_factory=list)  # [start, end, kernel]: merged into one conv each
 
 
 def find_prefold(checkpoint: str | Path, meta: dict[str, Any]) -> tuple[str | None, nn.Module | None, str | None]:
@@ -145,7 +146,8 @@ def parse_fold_spec(spec: str, lut: Any | None) -> list[int] | str:
 
 
 def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], dict[str, Any]], *,
-               fold: str | Mapping[int, str] | None, lut: Any | None, res: int, mode: str = "exact") -> Plan:
+               fold: str | Mapping[int, str] | None, lut: Any | None, res: int, mode: str = "exact",
+               spans: Sequence[Sequence[int]] = ()) -> Plan:
     """What to export from the ``loaded`` checkpoint (``load_checkpoint``'s result) at resolution ``res``.
 
     ``fold`` None: the checkpoint as it is (folded or not); else a ``--fold`` spec for an unfolded one, or
@@ -174,7 +176,8 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
                          f"({prefold}); the exported weights were fine-tuned after folding")
         if note:
             notes.append(note)
-        return Plan(model, source, arch, meta, plan, fspec["mode"], res, notes, asis=True)
+        return Plan(model, source, arch, meta, plan, fspec["mode"], res, notes, asis=True,
+                    spans=[list(s) for s in fspec.get("spans", [])])
     spec = dict(fold) if isinstance(fold, Mapping) else parse_fold_spec("none" if fold is None else fold, lut)
     if not spec:  # export the network as it is (no fold gate)
         if isinstance(fold, Mapping):
@@ -197,20 +200,31 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
                      "(fine-tune after folding to repair it); the fold gate checks each block away from its border")
     new_arch = dict(arch)
     new_arch["fold"] = fold_spec(folded, mode=mode, input_size=(res, res))
-    return Plan(folded, source_model, new_arch, meta, plan, mode, res, notes)
+    spans = [[int(x) for x in s] for s in spans]
+    if spans and mode != "exact":
+        raise LatoptError(f"mode {mode!r}: the plan merges spans, which are exact-mode rewrites; give mode 'exact'",
+                          param="mode")
+    return Plan(folded, source_model, new_arch, meta, plan, mode, res, notes, spans=spans)
 
 
 def defer_plan(p: Plan, bias_maps: str) -> nn.Module | None:
     """Exact-mode folds are shipped with one bias map per chain of ``full`` folds
-    (:func:`latopt.fold.as_shipped`; ``bias_maps`` "deferred") or with one per block ("per-block").
-    Deferred: ``p.folded`` becomes the rewritten copy and the per-block network it came from is returned
-    (the gate compares the two); ``p.bias_maps`` records the form and the chains. None otherwise."""
+    (:func:`latopt.fold.as_shipped`; ``bias_maps`` "deferred") or with one per block ("per-block"), and the
+    plan's spans merged into one convolution each (:func:`latopt.fold.merge_spans`). When the network is
+    rewritten, ``p.folded`` becomes the rewritten copy and the per-block network it came from is returned
+    (the gates compare the two); ``p.bias_maps`` records the form, the chains and the spans. None otherwise."""
     if p.mode != "exact" or not p.plan:
         return None
+    exact, size = p.folded, (p.resolution, p.resolution)
     if bias_maps == "per-block":
         p.bias_maps = {"form": "per-block"}
-        return None
-    exact = p.folded
-    p.folded, info = as_shipped(exact, input_size=(p.resolution, p.resolution))
+        if not p.spans:
+            return None
+        p.folded = merge_spans(exact, [s[:2] for s in p.spans], size).eval()
+        p.bias_maps["spans"] = p.spans
+        return exact
+    p.folded, info = as_shipped(exact, spans=[s[:2] for s in p.spans], input_size=size)
     p.bias_maps = {"form": "deferred", **info}
+    if p.spans:
+        p.bias_maps["spans"] = p.spans
     return exact

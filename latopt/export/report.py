@@ -54,7 +54,7 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
         lat["folded_file"] = Path(folded).name   # the shipped file that was timed
     if lut is not None:
         lat["lut_as_is_ms"] = predict(lut, {})
-        lat["lut_folded_ms"] = predict(lut, p.plan)
+        lat["lut_folded_ms"] = predict(lut, p.plan, p.spans)
         lat["lut_error_as_is"] = lat["lut_as_is_ms"] / a.median_ms - 1
         lat["lut_error_folded"] = lat["lut_folded_ms"] / f.median_ms - 1
         lat["lut_speedup"] = lat["lut_as_is_ms"] / lat["lut_folded_ms"]

@@ -15,6 +15,7 @@ Public API (see the submodules for details)::
     span_exact(variants, strides, *, kernel, padding, in_size) -> (bool, reason)   is a span one conv
     span_exact_blocks(blocks, in_size) -> (bool, reason)   the same, read from FoldedBlocks
     compose_span(blocks, input_size) -> SpanConv         consecutive affine folds as one convolution
+    merge_spans(folded, spans, input_size) -> nn.Module  each span (start, end) of a folded network merged
     randomize_bn_(model, seed=0, *, plan="all") -> model   random BN statistics for fold checks
     fold_spec(model, *, mode=None, input_size=None) -> dict | None   the checkpoint's arch["fold"] entry
     normalize_plan(model, blocks) -> {block index: variant}   "all", indices, "1,3" or a dict, checked
@@ -33,6 +34,7 @@ from latopt.fold.activation import (
     plain_activations_,
 )
 from latopt.fold.defer import defer_bias_maps, find_chains
+from latopt.fold.merge import MergedBlock, merge_spans
 from latopt.fold.ship import as_shipped
 from latopt.fold.span import SpanConv, compose_span, span_exact, span_exact_blocks
 from latopt.fold.transform import (
@@ -53,6 +55,7 @@ __all__ = [
     "AlphaActivation",
     "FoldInfo",
     "FoldedBlock",
+    "MergedBlock",
     "PointwiseBlock",
     "SpanConv",
     "alpha_parameters",
@@ -69,6 +72,7 @@ __all__ = [
     "get_alphas",
     "install_alpha",
     "linearize",
+    "merge_spans",
     "normalize_plan",
     "plain_activations_",
     "randomize_bn_",

@@ -138,6 +138,32 @@ def _variant_list(v: Any) -> Any:
     return check_variants(v) if isinstance(v, tuple) and all(x in FOLD_VARIANTS for x in v) else v
 
 
+class SpanEntry(StrictModel):
+    """One timed span (:mod:`latopt.latency.spans`): blocks ``start..end`` as one ``kernel``×``kernel``
+    convolution; ``fulls``: the blocks that may be its ``full`` fold (empty for a 1x1 span); ``raw``: the
+    measured statistics; ``ms``: calibrated (``scales["span"]`` × raw median)."""
+
+    start: Annotated[int, Field(ge=0)]
+    end: Annotated[int, Field(ge=1)]
+    kernel: Annotated[int, Field(ge=1)]
+    fulls: Annotated[tuple[int, ...], BeforeValidator(_as_tuple)] = ()
+    raw: Stats
+    ms: Ms
+
+    @model_validator(mode="after")
+    def _shape(self) -> SpanEntry:
+        if self.end <= self.start:
+            raise ValueError(f"span {self.start}-{self.end}: end must be after start")
+        if (self.kernel > 1) != bool(self.fulls) or any(not self.start <= f <= self.end for f in self.fulls):
+            raise ValueError(f"span {self.start}-{self.end}: a k×k span names its full-fold blocks (inside it), "
+                             "a 1x1 span none")
+        return self
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.start, self.end, self.kernel)
+
+
 class LUT(StrictModel):
     device: Annotated[str, Field(min_length=1)]
     model: Annotated[str, Field(min_length=1)]
@@ -155,6 +181,7 @@ class LUT(StrictModel):
     # fold variants profiled besides "none" (check_variants: FOLD_VARIANTS order, "full" always)
     variants: Annotated[tuple[FoldVariant, ...], BeforeValidator(_variant_list)] = ("full",)
     precision: Precision | None = None  # the device profile's precision the times were taken at (None: unknown)
+    spans: list[SpanEntry] = []  # timed spans (latopt profile --variants ...,span); none when not profiled
     profiling_s: Ms = 0.0
     call_overhead_ms: Ms | None = None
     created: str = ""
@@ -180,7 +207,17 @@ class LUT(StrictModel):
         twice = next((p for p in paths if paths.count(p) > 1), None)
         if twice is not None:
             raise ValueError(f"block path {twice!r} appears twice")
+        keys = [s.key for s in self.spans]
+        if len(set(keys)) != len(keys) or any(s.end >= len(self.blocks) for s in self.spans):
+            raise ValueError("spans must be distinct (start, end, kernel) within the blocks")
         return self
+
+    def span(self, start: int, end: int, kernel: int) -> SpanEntry:
+        for s in self.spans:
+            if s.key == (start, end, kernel):
+                return s
+        raise LatoptError(f"the LUT of {self.model} has no time for the span {start}-{end} as a {kernel}x{kernel} "
+                          "convolution; profile it with latopt profile --variants ...,span")
 
     def block(self, index: int) -> BlockEntry:
         for b in self.blocks:
@@ -274,14 +311,23 @@ def check_variants(variants: Iterable[str]) -> tuple[str, ...]:
     return tuple(v for v in FOLD_VARIANTS if v in names or v == "full")
 
 
-def predict(lut: LUT, folded: Iterable[int] | Mapping[int, str] | str) -> float:
-    """Predicted latency (ms) of the network with ``folded`` blocks folded.
+def predict(lut: LUT, folded: Iterable[int] | Mapping[int, str] | str,
+            spans: Iterable[Sequence[int]] = ()) -> float:
+    """Predicted latency (ms) of the network with ``folded`` blocks folded and ``spans`` merged.
 
     ``folded``: block indices (full fold), ``{index: variant}`` (any variant the LUT has for that block,
-    "none" = as-is), or "all" (every foldable block folded ``full``).
+    "none" = as-is), or "all" (every foldable block folded ``full``). ``spans``: ``(start, end, kernel)``
+    each, timed in the LUT (:meth:`LUT.span`): the span's one convolution replaces its blocks' times.
     """
     plan = _plan(lut, folded)
-    return lut.fixed_ms + sum(b.ms[plan.get(b.index, "none")] for b in lut.blocks)
+    covered: set[int] = set()
+    span_ms = 0.0
+    for s in spans:
+        a, b, k = (int(x) for x in s)
+        span_ms += lut.span(a, b, k).ms
+        covered.update(range(a, b + 1))
+    return lut.fixed_ms + span_ms + sum(b.ms[plan.get(b.index, "none")] for b in lut.blocks
+                                        if b.index not in covered)
 
 
 def costs(lut: LUT) -> dict[int, float]:

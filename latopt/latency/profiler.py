@@ -61,7 +61,8 @@ from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_block_module
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import DeviceProfile
-from latopt.latency.lut import LUT, BlockEntry, calibrate, check_variants, predict
+from latopt.latency.lut import LUT, BlockEntry, SpanEntry, calibrate, check_variants, predict
+from latopt.latency.spans import fit_span_scale, span_candidates, span_key, span_module, span_plans
 from latopt.latency.timing import TimingStats, compare
 from latopt.log import get_logger
 from latopt.models import build_model
@@ -185,18 +186,19 @@ def calibration_plans(blocks: Any, variants: tuple[str, ...]) -> dict[str, dict[
 def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: int, batch: int = 1,
                   variants: Iterable[str] = ("full",), progress: bool = True, *, num_classes: int = 1000,
                   fold_mode: str = "exact", name: str | None = None) -> LUT:
-    """Profile every block of a model on ``device`` in ``variants`` (``full`` always) and return the
-    calibrated LUT (see module docstring)."""
-    variants = check_variants(variants)
+    """Profile every block of a model on ``device`` in ``variants`` (``full`` always; ``span`` among them: the
+    exact spans too, :mod:`latopt.latency.spans`) and return the calibrated LUT (see module docstring)."""
+    variants = list(variants)
+    spans = "span" in variants
+    variants = check_variants(v for v in variants if v != "span")
     with torch_threads(device.threads if device.backend == "torch" else 1):
         return _profile_model(model_name_or_module, device, resolution, batch, variants, progress,
-                              num_classes=num_classes, fold_mode=fold_mode, name=name)
+                              num_classes=num_classes, fold_mode=fold_mode, name=name, spans=spans)
 
 
 def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: int, batch: int,
                    variants: tuple[str, ...], progress: bool, *, num_classes: int, fold_mode: str,
-                   name: str | None) -> LUT:
-
+                   name: str | None, spans: bool = False) -> LUT:
 
     check_resolution(resolution, "resolution")
     if int(batch) < 1:
@@ -227,9 +229,15 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
                 if v == "full":
                     fb.bias_map = None  # shipped: its map is deferred to its chain's end (module docstring)
                 parts[f"{b.index}:{v}"] = (fb, shape)
+        cands = span_candidates(blocks, shapes, variants) if spans else []
+        for a, b, k, fulls in cands:
+            parts[span_key(a, b, k)] = (span_module(blocks, a, b, k, fulls, shapes[a], fold_mode), shapes[a])
         plans = calibration_plans(blocks, variants)
         nets = {k: (model if not plan else as_shipped(model, plan, mode=fold_mode, input_size=(R, R))[0], plan)
                 for k, plan in plans.items()}
+        span_nets = span_plans(blocks, cands, variants)
+        for k, (plan, sp) in span_nets.items():
+            nets[k] = (as_shipped(model, plan, spans=[s[:2] for s in sp], mode=fold_mode, input_size=(R, R))[0], plan)
         foldable = [b.index for b in blocks if b.foldable]
         n_mod = len(parts) + len(nets) + 1
         _log(progress, f"{model_name} @{R} batch {batch} on {device.name} ({backend.name}): {len(blocks)} blocks "
@@ -260,8 +268,14 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
            for b in blocks}
     fixed_raw = sum(stats[k].median_ms for k in fixed_keys)
     measured = {k: stats[f"net:{k}"].median_ms for k in nets}
-    fit = {k: (plan, measured[k]) for k, (_, plan) in nets.items() if k not in HELD_OUT_NETS}
+    fit = {k: (plan, measured[k]) for k, (_, plan) in nets.items() if k not in HELD_OUT_NETS and k not in span_nets}
     scales, notes = calibrate(raw, fixed_raw, fit)
+    span_raw = {(a, b, k): stats[span_key(a, b, k)].median_ms for a, b, k, _ in cands}
+    if "all-span" in span_nets:
+        plan, sp = span_nets["all-span"]
+        scales["span"], note = fit_span_scale(raw, fixed_raw, span_raw, scales, plan, sp, measured["all-span"])
+        notes += [note] if note else []
+        fit["all-span"] = (plan, measured["all-span"])
     entries = []
     for b in blocks:
         st = {k.split(":", 1)[1]: s for k, s in stats.items() if k.split(":", 1)[0] == str(b.index)}
@@ -276,22 +290,28 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         fixed={k: stats[k] for k in fixed_keys}, backend=backend.name, environment=environment,
         num_classes=int(num_classes), fold_mode=fold_mode, variants=variants, precision=device.precision,
         call_overhead_ms=stats["overhead"].median_ms,
+        spans=[SpanEntry(start=a, end=b, kernel=k, fulls=fulls, raw=stats[span_key(a, b, k)],
+                         ms=scales.get("span", scales["none"]) * span_raw[(a, b, k)]) for a, b, k, fulls in cands],
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         calibration={"method": "per-variant scale", "scales": scales, "fit_on": sorted(fit), "notes": notes,
                      "description": "ms[v] = scales[v] * isolated median; scales['none'] fits the as-is network, "
                                     "scales[v] the network with every block in variant v (same interleaved run)"},
     )
     for k, (_, plan) in nets.items():
-        variant_of = {i: plan.get(i, "none") for i in raw}
-        raw_sum = fixed_raw + sum(0.0 if v == "drop" else raw[i][v] for i, v in variant_of.items())
-        pred = predict(lut, plan)
+        sp = span_nets[k][1] if k in span_nets else []
+        covered = {i for a, b, _ in sp for i in range(a, b + 1)}
+        raw_sum = fixed_raw + sum(span_raw[s] for s in sp) + sum(
+            0.0 if plan.get(i) == "drop" else raw[i][plan.get(i, "none")] for i in raw if i not in covered)
+        pred = predict(lut, plan, sp)
         lut.end_to_end[k] = {"folded": {str(i): v for i, v in plan.items()}, "calibration": k in fit,
+                             **({"spans": [list(s) for s in sp]} if sp else {}),
                              "measured": stats[f"net:{k}"].to_dict(), "raw_sum_ms": raw_sum,
                              "raw_error": raw_sum / measured[k] - 1, "predicted_ms": pred,
                              "error": pred / measured[k] - 1}
     lut = lut.model_copy(update={"profiling_s": time.perf_counter() - t_start})
     _log(progress, f"done in {lut.profiling_s:.1f} s")
-    bad = {k: e["error"] for k, e in lut.end_to_end.items() if k in HELD_OUT_NETS and abs(e["error"]) > HELD_OUT_WARN}
+    bad = {k: e["error"] for k, e in lut.end_to_end.items()
+           if not e["calibration"] and abs(e["error"]) > HELD_OUT_WARN}
     if bad:
         _LOG.warning(f"{model_name} on {device.name}: the LUT mispredicts its held-out network(s) by "
                      + ", ".join(f"{k} {100 * v:+.0f} %" for k, v in bad.items())

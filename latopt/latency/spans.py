@@ -11,40 +11,31 @@ be its ``full`` fold (``fulls``). In exact mode a k×k span of a block with an e
 (its border correction): it is timed with it. A ``drop`` needs a residual block (stride 1), as alone.
 
     MAX_SPAN                                   longest span timed (blocks)
-    SpanEntry                                  LUT record: start, end, kernel, fulls, raw (stats), ms
     span_candidates(blocks, shapes, variants, *, max_len=MAX_SPAN) -> list[(start, end, kernel, fulls)]
     span_module(blocks, start, end, kernel, fulls, input_shape, fold_mode) -> nn.Module   what is timed
-    span_key(start, end, kernel) -> str        "span:3-5:k3" (the profiler's runner and the LUT's key)
+    span_key(start, end, kernel) -> str        "span:3-5:k3" (the profiler's runner)
+    span_plans(blocks, candidates, variants) -> {name: (plan, spans)}   the end-to-end networks with spans
+    fit_span_scale(raw, fixed_raw, span_raw, plan, spans, measured, s_none) -> (scale, note | None)
+
+The LUT's record of a span is :class:`latopt.latency.lut.SpanEntry` (the LUT stays loadable without torch's
+model zoo). Calibration: ``scales["span"]`` is fitted, as every variant's scale, to one end-to-end network made
+of spans (``all-span``: maximal 1x1 spans, greedily from the first block; the rest as-is); a held-out network
+(``held-out-spans``: k×k spans of at most three blocks with as-is and ``full`` blocks between them) checks it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Any
 
 import torch
-from pydantic import Field
 
 from latopt.fold import SpanConv, span_exact
 from latopt.layers import make_kxk
-from latopt.records import StrictModel
 
 MAX_SPAN = 6
 SPAN_INNER = ("pw", "drop")  # what the other blocks of a span may be (1x1 or the identity)
-
-
-class SpanEntry(StrictModel):
-    """One timed span: blocks ``start..end`` as one ``kernel``×``kernel`` convolution; ``fulls``: the blocks
-    that may be its ``full`` fold (empty for a 1x1 span); ``raw``: the measured statistics (TimingStats'
-    JSON form); ``ms``: calibrated (``scales["span"]`` × raw median)."""
-
-    start: Annotated[int, Field(ge=0)]
-    end: Annotated[int, Field(ge=1)]
-    kernel: Annotated[int, Field(ge=1)]
-    fulls: tuple[int, ...] = ()
-    raw: dict[str, Any]
-    ms: Annotated[float, Field(ge=0)]
 
 
 def span_key(start: int, end: int, kernel: int) -> str:
@@ -102,3 +93,62 @@ def span_module(blocks: Sequence[Any], start: int, end: int, kernel: int, fulls:
     has_map = fold_mode == "exact" and kernel > 1 and any(x.has_expand for x in span if x.index in fulls)
     bias_map = torch.randn(1, *y.shape[1:]) * 0.01 if has_map else None
     return SpanConv(conv, bias_map).eval()
+
+
+def _inner(b: Any, variants: Sequence[str]) -> str:
+    """The variant a block takes inside a span: ``pw`` where timed and allowed, else ``drop``."""
+    return "pw" if "pw" in b.variants and "pw" in variants else "drop"
+
+
+def _span_plan(blocks: Sequence[Any], cand: tuple[int, int, int, tuple[int, ...]], variants: Sequence[str],
+               plan: dict[int, str]) -> None:
+    a, b, k, fulls = cand
+    for x in blocks[a:b + 1]:
+        plan[x.index] = "full" if k > 1 and x.index == fulls[0] else _inner(x, variants)
+
+
+def span_plans(blocks: Sequence[Any], candidates: Sequence[tuple[int, int, int, tuple[int, ...]]],
+               variants: Sequence[str]) -> dict[str, tuple[dict[int, str], list[tuple[int, int, int]]]]:
+    """The end-to-end networks with spans (module docstring): ``{name: (plan, spans)}``, ``plan`` the variant of
+    every block in a span, ``spans`` their ``(start, end, kernel)``; empty when there is no candidate."""
+    out: dict[str, tuple[dict[int, str], list[tuple[int, int, int]]]] = {}
+    by_start: dict[int, list[tuple[int, int, int, tuple[int, ...]]]] = {}
+    for c in candidates:
+        by_start.setdefault(c[0], []).append(c)
+    for name, kernel_ok, max_len, gap in (("all-span", lambda k: k == 1, MAX_SPAN, 0),
+                                          ("held-out-spans", lambda k: k > 1, 3, 1)):
+        plan: dict[int, str] = {}
+        spans: list[tuple[int, int, int]] = []
+        i, n = 0, len(blocks)
+        while i < n:
+            fits = [c for c in by_start.get(i, []) if kernel_ok(c[2]) and c[1] - c[0] < max_len]
+            if not fits:
+                i += 1
+                continue
+            c = max(fits, key=lambda c: (c[1], -c[2]))
+            _span_plan(blocks, c, variants, plan)
+            spans.append(c[:3])
+            if gap and c[1] + 1 < n and blocks[c[1] + 1].foldable and len(spans) % 2 == 0:
+                plan[blocks[c[1] + 1].index] = "full"  # a folded block between spans, every other gap
+            i = c[1] + 1 + gap
+        if spans:
+            out[name] = (plan, spans)
+    return out
+
+
+def fit_span_scale(raw: dict[int, dict[str, float]], fixed_raw: float, span_raw: dict[tuple[int, int, int], float],
+                   scales: dict[str, float], plan: dict[int, str], spans: Sequence[tuple[int, int, int]],
+                   measured: float) -> tuple[float, str | None]:
+    """``scales["span"]`` from the measured ``all-span`` network (the blocks outside its spans at their own
+    scales), clipped to [0.5, 2] × ``scales["none"]`` as :func:`latopt.latency.lut.calibrate` clips."""
+    covered = {i for a, b, _ in spans for i in range(a, b + 1)}
+    rest = fixed_raw * scales["none"] + sum(
+        scales.get(plan.get(i, "none"), scales["none"]) * (0.0 if plan.get(i) == "drop" else r[plan.get(i, "none")])
+        for i, r in raw.items() if i not in covered)
+    timed = sum(span_raw[s] for s in spans)
+    s_none = scales["none"]
+    s = (measured - rest) / timed if timed > 0 else float("nan")
+    if math.isfinite(s) and 0.5 * s_none <= s <= 2.0 * s_none:
+        return s, None
+    clipped = s_none if not math.isfinite(s) else min(max(s, 0.5 * s_none), 2.0 * s_none)
+    return clipped, f"scale for spans from network 'all-span' was {s:.3f}, clipped to {clipped:.3f}"

@@ -152,8 +152,9 @@ def write_fold_outputs(out_dir: str | Path, cfg: RunConfig, report: dict[str, An
     out_dir = Path(out_dir)
     plain_activations_(folded)  # σ_α at α = 0 is σ: save (and later export) the plain activation
     res = cfg.data.resolution
+    spans = (report.get("selection") or {}).get("spans") or []  # the DP's merged spans, shipped by export
     folded_arch = make_arch(folded, arch["model"], arch["num_classes"],
-                            fold={"mode": cfg.fold.mode, "input_size": [res, res]})
+                            fold={"mode": cfg.fold.mode, "input_size": [res, res], "spans": spans})
     source = info["source"]
     report["checkpoint"] = str(out_dir / FOLDED_CHECKPOINT)
     report["prefold_checkpoint"] = str(out_dir / PREFOLD_CHECKPOINT)
