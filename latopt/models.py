@@ -92,7 +92,6 @@ def _build_timm(base: str, num_classes: int, pretrained: bool) -> nn.Module:
 
 
 def _build_torchvision(width: float, num_classes: int, pretrained: bool) -> nn.Module:
-
     if not pretrained:
         return mobilenet_v2(weights=None, width_mult=width, num_classes=num_classes)
     if width != 1.0:

@@ -127,7 +127,6 @@ def _budgets(text: str | None) -> tuple[float, ...] | None:
 
 
 def _overrides(items: list[str]) -> dict:
-
     out = {}
     for item in items:
         key, sep, value = item.partition("=")

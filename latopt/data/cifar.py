@@ -109,7 +109,6 @@ class CifarImages(Dataset):
         return len(self.labels)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-
         return self.transform(Image.fromarray(self.images[i])), int(self.labels[i])
 
 

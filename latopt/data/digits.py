@@ -60,7 +60,6 @@ def split_indices(labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray
 
 
 def _load_digits() -> tuple[np.ndarray, np.ndarray]:
-
     d = load_digits()
     return (d.images / 16.0).astype(np.float32), d.target.astype(np.int64)
 

@@ -38,7 +38,6 @@ class UnreadableImage(LatoptError):
 
 
 def _load_image(split_dir: str, path: str) -> Any:
-
     try:
         with open(path, "rb") as f:
             img = Image.open(f)
@@ -83,7 +82,6 @@ def imagefolder(spec: str, root: Path, resolution: int, seed: int, augment: bool
 
 
 def _check_image(where: Path, path: str) -> None:
-
     try:
         with Image.open(path) as im:
             im.verify()

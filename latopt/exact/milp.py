@@ -88,7 +88,6 @@ class SignDecider:
         return self.rel_delta * max(1.0, abs(lo), abs(hi))
 
     def decide(self, unit: int, side: str, lo: float, hi: float) -> SideResult:
-
         h = self._h
         sign = -1.0 if side == "pos" else 1.0
         c, c0 = self.enc.objective(unit, sign)

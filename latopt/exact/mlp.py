@@ -96,7 +96,6 @@ def accuracy(module, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def predict(module, x: np.ndarray) -> np.ndarray:
-
     module.eval()
     p = next(module.parameters())
     with torch.no_grad():

@@ -182,7 +182,6 @@ class ReluMLP:
 
 
 def _flatten_modules(module) -> list:
-
     if isinstance(module, nn.Sequential):
         out = []
         for m in module:

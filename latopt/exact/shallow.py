@@ -183,7 +183,6 @@ class IndicatorNet:
 
     @staticmethod
     def build(enum: RegionEnumeration, hp: Hyperplanes):
-
         box = enum.box
         n0, H = box.dim, hp.count
         w1 = np.vstack([np.eye(n0), hp.normals]) if H else np.eye(n0)

@@ -69,7 +69,6 @@ def make_mlp(hidden: list[int], *, data: str = "digits", l1: float, epochs: int,
 
 
 def _accuracy(meta: dict, model, compressed) -> dict | None:
-
     sp = split_of(meta)
     if sp is None:
         return None

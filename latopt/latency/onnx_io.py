@@ -40,7 +40,6 @@ OUTPUT_NAME = "output"
 
 
 def _export_torchscript(module: Any, x: Any, path: Path, opset: int, dynamic_batch: bool) -> None:
-
     dyn = {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}} if dynamic_batch else None
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
@@ -49,7 +48,6 @@ def _export_torchscript(module: Any, x: Any, path: Path, opset: int, dynamic_bat
 
 
 def _export_dynamo(module: Any, x: Any, path: Path, opset: int, dynamic_batch: bool) -> None:
-
     dyn = ({0: torch.export.Dim("batch")},) if dynamic_batch else None
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")

@@ -84,7 +84,6 @@ def _build(model: Any, num_classes: int) -> tuple[Any, str]:
 
 
 def _in_channels(model: Any) -> int:
-
     for m in model.modules():
         if isinstance(m, nn.Conv2d):
             return int(m.in_channels)
@@ -199,7 +198,6 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: 
 def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: int, batch: int,
                    variants: tuple[str, ...], progress: bool, *, num_classes: int, fold_mode: str,
                    name: str | None, spans: bool = False) -> LUT:
-
     check_resolution(resolution, "resolution")
     if int(batch) < 1:
         raise LatoptError(f"batch must be >= 1 (got {batch})", param="batch")

@@ -183,7 +183,6 @@ def _cpu_flags() -> list[str]:
 
 
 def _version(dist: str) -> str | None:
-
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

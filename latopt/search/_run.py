@@ -197,7 +197,6 @@ def run_search(o: SearchOptions) -> SearchResult:
 
 
 def _run_search(o: SearchOptions) -> SearchResult:
-
     optuna.logging.set_verbosity(optuna.logging.ERROR)   # latopt logs trial failures itself, on one line
     cfg = load_config(o.config, o.overrides or None)
     s = cfg.search
