@@ -168,14 +168,19 @@ def test_save_refuses_inconsistent_arch_and_writes_nothing(tmp_path: Path) -> No
 def test_empty_fold_plan_is_saved_as_folded_not_unfolded(tmp_path: Path) -> None:
     m = randomize_bn_(build_model("mobilenetv2_035", 10), 0)
     f = fold_blocks(m, {}, "exact", (32, 32))
-    arch = make_arch(f, "mobilenetv2_035", 10)
+    # the network holds no trace of a fold that folded nothing: the caller says how it folded
+    assert make_arch(f, "mobilenetv2_035", 10)["fold"] is None
+    how = {"mode": "exact", "input_size": [32, 32]}
+    arch = make_arch(f, "mobilenetv2_035", 10, fold=how)
     assert arch["fold"] == {"mode": "exact", "input_size": [32, 32], "plan": {}}
-    assert make_arch(m, "mobilenetv2_035", 10)["fold"] is None  # the source stays unfolded
+    assert not hasattr(f, "latopt_fold")  # nothing hung on the module
     f2, arch2, _ = load_checkpoint(save_checkpoint(tmp_path / "f.pt", f, arch))
-    assert arch2 == arch and make_arch(f2, "mobilenetv2_035", 10) == arch
+    assert arch2 == arch and make_arch(f2, "mobilenetv2_035", 10, fold=how) == arch
     _same_outputs(f, f2, 32)
-    with pytest.raises(LatoptError, match=r"arch\['fold'\].*does not describe the model"):
-        save_checkpoint(tmp_path / "x.pt", f, {**arch, "fold": None})
+    g = fold_blocks(m, {1: "full"}, "exact", (32, 32))  # a folded block cannot be saved as unfolded, nor as nothing
+    for fold in (None, arch["fold"]):
+        with pytest.raises(LatoptError, match=r"arch\['fold'\].*does not describe the model"):
+            save_checkpoint(tmp_path / "x.pt", g, {**arch, "fold": fold})
 
 
 def test_digest_detects_a_corrupted_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -3,6 +3,7 @@ the search that started them, even when it is killed with SIGKILL."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import subprocess
@@ -129,9 +130,13 @@ def test_workers_die_with_a_killed_search(base_ckpt: Path, tmp_path: Path) -> No
                 study = optuna.load_study(study_name="w", storage=url)
             except Exception:  # the database may not exist yet
                 return False
-            return len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))) >= 2
+            # running for over two heartbeat intervals: each has recorded its heartbeat (a trial killed before its
+            # first heartbeat has none, and no stale check can ever fail it)
+            now = datetime.datetime.now()
+            return len([t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                        if (now - t.datetime_start).total_seconds() > 2.0]) >= 2
 
-        wait_for(both_running, parent, 180, "a trial running in each process")
+        wait_for(both_running, parent, 180, "a trial running in each process for two heartbeats")
         kids = children(parent.pid)             # the worker (and multiprocessing's resource tracker)
         assert kids
         parent.kill()                                                      # SIGKILL: no cleanup in the parent

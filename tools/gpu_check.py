@@ -7,9 +7,9 @@
 
 **A GPU machine that cannot download.** A GPU image with Python 3.12 (x86-64) and torch, torchvision, timm,
 numpy, scipy, scikit-learn, PyYAML, tqdm, matplotlib, onnx, onnxscript and ONNX Runtime, but no pydantic,
-needs only :data:`CARRY_WHEELS`: pydantic, pydantic-core, annotated-types, typing-inspection and
+needs only :data:`CARRY_WHEELS`: pydantic, pydantic-core, annotated-types, typing-inspection,
 typing-extensions (pydantic needs typing-extensions >= 4.16; carried so that an older one in the image cannot
-break it), about 2.8 MB. ``--carry`` downloads exactly these (cp312, manylinux x86-64, ``pip download
+break it) and platformdirs (the TensorRT timing cache's directory), about 2.8 MB. ``--carry`` downloads exactly these (cp312, manylinux x86-64, ``pip download
 --no-deps``; replacing the wheels in DIR) where pip can reach PyPI; ship ``.gpu-wheels/`` with the checkout and
 run, in the checkout's root there (:data:`DEVICE_LINE`)::
 
@@ -114,7 +114,7 @@ CHECK_MODULES = ("latopt.config", "latopt.engine", "latopt.accel", "latopt.train
 # manylinux x86-64; installed there with --no-deps, so this is the whole closure). pydantic and
 # pydantic-core need typing-extensions >= 4.16.0, which is carried too: the image's version is not known.
 CARRY_WHEELS = ("pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0", "typing-inspection==0.4.5",
-                "typing-extensions==4.16.0")
+                "typing-extensions==4.16.0", "platformdirs==4.14.9")
 CARRY_DIR = ".gpu-wheels"
 SITE_DIR = ".gpu-site"    # where the device line installs them, inside the checkout (git-ignored)
 CARRY_LIMIT_MIB = 16  # what travels to a GPU machine is limited (64 MiB with the checkout): keep far below

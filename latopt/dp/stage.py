@@ -28,10 +28,11 @@ REPORT_SCHEMA = "latopt.dp_report/1"
 _LOG = get_logger("dp")
 
 
-def check_budget(budget: float) -> float:
+def check_budget(budget: float, param: str = "budget") -> float:
+    """``budget`` as a float in (0, 1]; else one error line naming the parameter ``param`` it came as."""
     b = float(budget)
     if not 0 < b <= 1:
-        raise LatoptError(f"budget {budget!r}: a fraction of the as-is latency in (0, 1], e.g. 0.6", param="budget")
+        raise LatoptError(f"{param} {budget!r}: a fraction of the as-is latency in (0, 1], e.g. 0.6", param=param)
     return b
 
 

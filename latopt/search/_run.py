@@ -34,6 +34,7 @@ from latopt.dp import candidates, check_budget, check_importance, plan_only, run
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
 from latopt.latency.lut import check_blocks, default_lut_path, load_lut
+from latopt.layerfold import FoldResult
 from latopt.log import get_logger
 from latopt.models import build_model
 from latopt.search._options import SearchOptions
@@ -125,11 +126,12 @@ def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tupl
     return lut, path
 
 
-def run_dp_search(o: SearchOptions) -> dict[str, Any]:
+def run_dp_search(o: SearchOptions) -> FoldResult | dict[str, Any]:
     """``latopt search --method dp --budget B``: the DP's plan at budget B, applied (:func:`latopt.dp.run_dp`)
     into ``runs/<study>/search/dp-budget<B>/`` (the study's base, as a search uses it: ``--base`` or trained
-    once per study; the LUT as the search finds it, required). Returns the report. ``plan_only``: the plan
-    file alone (:func:`latopt.dp.plan_only`; no training) at ``plan_out``; returns its content and ``path``."""
+    once per study; the LUT as the search finds it, required). Returns the fold (a :class:`FoldResult`).
+    ``plan_only``: the plan file alone (:func:`latopt.dp.plan_only`; no training) at ``plan_out``; returns its
+    content and ``path``."""
     cfg = load_config(o.config, o.overrides or None)
     if o.budget is None:
         raise LatoptError("method dp needs a budget (a fraction of the as-is LUT latency, e.g. 0.6)", param="budget")

@@ -69,7 +69,7 @@ class BudgetSpace:
         if not self.budgets:
             raise LatoptError("budgets: give at least one budget, e.g. (0.5, 0.7, 0.9)", param="budgets")
         for b in self.budgets:
-            check_budget(b)
+            check_budget(b, "budgets")
 
     def grid(self) -> list[float]:
         return sorted({float(b) for b in self.budgets})
