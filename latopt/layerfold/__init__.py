@@ -14,14 +14,8 @@ Public API::
         writes folded.pt, prefold.pt, report.json, report.txt and config.yaml
     FoldResult(model, report, paths)          the folded network, the report dict, the files written
     check_base(cfg, base_checkpoint) -> (model, arch, meta)   a base checkpoint fit to fold with ``cfg``
-    prefold(cfg, base_model, task, *, costs=None, lut=None, progress=True, seed=0, accel=None) -> Prefolded
-    Prefolded(model, history, frozen)         σ_α installed and trained; its records
-    plan_from_alphas(alphas, tau) -> {block index: variant}
-    fold_and_finetune(cfg, prefolded, task, *, tau, mode, progress=True, teacher=None, seed=0, accel=None)
-        -> (folded nn.Module, info dict)
-    fold_plan_and_finetune(cfg, source, plan, task, *, mode, progress=True, teacher=None, seed=0, accel=None)
-        -> (folded nn.Module, info dict)      any plan {block: variant}: fold, check against the variant
-                                              network, fine-tune (also the DP's apply step, latopt.dp)
+    prefold, Prefolded, plan_from_alphas, fold_and_finetune, fold_plan_and_finetune
+                                              the training phases (their signatures: phases.py)
     write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, text, accel=None)
         -> FoldResult                         folded.pt / prefold.pt / report.* / config.yaml, as export reads them
     CompressionLoss(alphas, *, p, variant_times)             L_c over the α parameters (a callable)
