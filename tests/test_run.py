@@ -350,3 +350,13 @@ def test_fresh_deletes_only_what_latopt_wrote(tmp_path: Path, capsys: pytest.Cap
     (root / "notes.txt").unlink()
     clear(root, [root / "my.yaml"], root / "lut-cpu.json")
     assert sorted(p.name for p in root.iterdir()) == ["my.yaml"]
+
+
+def test_the_declared_stages_read_only_earlier_stages() -> None:
+    """Each stage's ``inputs`` name stages before it: the order the pipeline runs and reruns them in."""
+    from latopt.run.stages import BASE, EXPORT, REPORT, SEARCH, STAGES, check_order
+
+    assert [s.name for s in STAGES] == ["base", "profile", "search", "export", "report"]
+    assert check_order(STAGES) == STAGES
+    with pytest.raises(ValueError, match=r"stage 'search' reads \['base', 'profile'\] before they are made"):
+        check_order((SEARCH, BASE, EXPORT, REPORT))

@@ -224,4 +224,16 @@ REPORT = Stage(
     "report", ("base", "profile", "search", "export"), lambda job: {},
     lambda job: [job.root / f for f in REPORT_FILES], lambda job: str(job.root / "REPORT.md"), _report_make)
 
-STAGES: tuple[Stage, ...] = (BASE, PROFILE, SEARCH, EXPORT, REPORT)
+def check_order(stages: tuple[Stage, ...]) -> tuple[Stage, ...]:
+    """``stages`` when each one's ``inputs`` are stages before it (the pipeline runs them in this order and
+    reruns everything after the first stage it remakes); else the first stage that reads a later one."""
+    seen: set[str] = set()
+    for s in stages:
+        late = [i for i in s.inputs if i not in seen]
+        if late:
+            raise ValueError(f"stage {s.name!r} reads {late} before they are made; order the stages")
+        seen.add(s.name)
+    return stages
+
+
+STAGES: tuple[Stage, ...] = check_order((BASE, PROFILE, SEARCH, EXPORT, REPORT))
