@@ -574,7 +574,9 @@ def test_export_refuses_a_plan_of_another_network(tiny: dict, tmp_path: Path,
              ({"resolution": 32}, "was made for resolution 32, the checkpoint has 16"),
              ({"num_classes": 1000}, "was made for num_classes 1000, the checkpoint has 10"),
              ({"schema": "latopt.plan/99"}, "has schema 'latopt.plan/99', expected 'latopt.plan/1'"),
-             ({"spans": [{"start": 0, "end": 3}]}, "it has 1 span(s)"),
+             ({"spans": [{"start": 0, "end": 3}]}, "spans must be a list of [start, end, kernel] with start < end"),
+             ({"spans": [[0, 2, 1], [2, 3, 1]]}, "its spans overlap"),
+             ({"spans": [[14, 16, 1]]}, "a block of a span must be full, pw or drop"),
              ({"blocks": {"0": "sideways"}}, "blocks must map block indices to variants")]
     for i, (change, message) in enumerate(cases):
         path = write_plan(tmp_path / f"plan{i}.json", {**plan, **change})

@@ -298,7 +298,7 @@ def test_the_dp_study_samples_each_budget_once():
 
     space = BudgetSpace((0.8, 0.6, 0.7, 0.6))
     assert space.grid() == [0.6, 0.7, 0.8]
-    with pytest.raises(LatoptError, match=r"budget 1\.5"):
+    with pytest.raises(LatoptError, match=r"budgets 1\.5: a fraction"):
         BudgetSpace((0.5, 1.5))
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=space.sampler(0))
     study.enqueue_trial(space.base_params(), user_attrs={"base": True})

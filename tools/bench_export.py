@@ -27,7 +27,9 @@ need non-trivial BN):
    machine's, each run's ratios are side by side);
 5. the merged-span targets, per run, when the sets ``dp`` and ``dp-nospan`` are timed: the DP plan's speed-up
    over as-is (median of per-round ratios, quartiles), ``dp`` against ``dp-nospan`` (t(dp-nospan)/t(dp) per
-   round), and the plan's predicted speed-up (the LUT's) against the measured one.
+   round), and the plan's predicted speed-up (the LUT's) against the measured one; when the plan has spans,
+   also ``dp-unmerged`` (the same plan, its spans left as separate blocks: t(dp-unmerged)/t(dp) per round is
+   what merging buys).
 
 To measure the targets of merged spans (MobileNetV2-1.0 @224, ONNX Runtime CPU, 1 thread, batch 1, uniform
 importance, budget 0.55: ≥ 1.95× over as-is and ≥ 4 % faster than the plan without spans; the prediction within
@@ -155,6 +157,9 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
         print(f"(c) {key} at budget {args.dp_budget} (uniform importance, variants {', '.join(lut.variants)}, "
               f"{len(lut.spans)} timed spans): {sets[key]}; spans {sel['spans']}; LUT {sel['predicted_ms']:.3f} ms = "
               f"{sel['ratio']:.3f} of as-is {sel['asis_ms']:.3f} ms")
+    if spans.get("dp"):  # what merging itself buys: the same plan, its spans not merged
+        sets["dp-unmerged"], spans["dp-unmerged"] = sets["dp"], []
+        print(f"(c) dp-unmerged: the dp plan with its spans {spans['dp']} left as separate blocks")
     x, inputs = gate_inputs(None, res, args.samples, args.seed)
     out: dict[str, Any] = {"model": name, "resolution": res, "device": device.name, "fold_sets": {},
                            "search_fold_set_source": how, "forms": args.forms}
@@ -236,6 +241,11 @@ def measure_run(run: int, onnx_files: dict[str, Path], sets: dict[str, dict[int,
         sp, vs = a.per_round_ratio(dp), flat.per_round_ratio(dp)  # t(as-is)/t(dp), t(dp-nospan)/t(dp) per round
         measured = a.median_ms / dp.median_ms
         predicted = predict(lut, {}) / predict(lut, sets["dp"], spans["dp"])
+        if "dp-unmerged" in res["fold_sets"]:
+            m = stats["dp-unmerged/deferred"].per_round_ratio(dp)
+            res["merging"] = {"median": m.median_ms, "q1": m.q1_ms, "q3": m.q3_ms}
+            print(f"merging, run {run + 1}: t(dp-unmerged)/t(dp) per round {m.median_ms:.3f} [{m.q1_ms:.3f}, "
+                  f"{m.q3_ms:.3f}]")
         res["targets"] = {"speedup": {"median": sp.median_ms, "q1": sp.q1_ms, "q3": sp.q3_ms},
                           "vs_nospan": {"median": vs.median_ms, "q1": vs.q1_ms, "q3": vs.q3_ms},
                           "predicted_speedup": predicted, "measured_speedup": measured,
