@@ -141,7 +141,8 @@ def _variant_list(v: Any) -> Any:
 class SpanEntry(StrictModel):
     """One timed span (:mod:`latopt.latency.spans`): blocks ``start..end`` as one ``kernel``×``kernel``
     convolution; ``fulls``: the blocks that may be its ``full`` fold (empty for a 1x1 span); ``raw``: the
-    measured statistics; ``ms``: calibrated (``scales["span"]`` × raw median)."""
+    measured statistics; ``ms``: calibrated (the scale of ``pw`` for 1x1, of ``full`` for k×k, × raw median:
+    :func:`latopt.latency.spans.span_scale`)."""
 
     start: Annotated[int, Field(ge=0)]
     end: Annotated[int, Field(ge=1)]

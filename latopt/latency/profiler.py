@@ -62,7 +62,7 @@ from latopt.fold import as_shipped, fold_block_module
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import DeviceProfile
 from latopt.latency.lut import LUT, BlockEntry, SpanEntry, calibrate, check_variants, predict
-from latopt.latency.spans import fit_span_scale, span_candidates, span_key, span_module, span_plans
+from latopt.latency.spans import span_candidates, span_key, span_module, span_plans, span_scale
 from latopt.latency.timing import TimingStats, compare
 from latopt.log import get_logger
 from latopt.models import build_model
@@ -269,11 +269,6 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
     fit = {k: (plan, measured[k]) for k, (_, plan) in nets.items() if k not in HELD_OUT_NETS and k not in span_nets}
     scales, notes = calibrate(raw, fixed_raw, fit)
     span_raw = {(a, b, k): stats[span_key(a, b, k)].median_ms for a, b, k, _ in cands}
-    if "all-span" in span_nets:
-        plan, sp = span_nets["all-span"]
-        scales["span"], note = fit_span_scale(raw, fixed_raw, span_raw, scales, plan, sp, measured["all-span"])
-        notes += [note] if note else []
-        fit["all-span"] = (plan, measured["all-span"])
     entries = []
     for b in blocks:
         st = {k.split(":", 1)[1]: s for k, s in stats.items() if k.split(":", 1)[0] == str(b.index)}
@@ -289,7 +284,7 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         num_classes=int(num_classes), fold_mode=fold_mode, variants=variants, precision=device.precision,
         call_overhead_ms=stats["overhead"].median_ms,
         spans=[SpanEntry(start=a, end=b, kernel=k, fulls=fulls, raw=stats[span_key(a, b, k)],
-                         ms=scales.get("span", scales["none"]) * span_raw[(a, b, k)]) for a, b, k, fulls in cands],
+                         ms=span_scale(scales, k) * span_raw[(a, b, k)]) for a, b, k, fulls in cands],
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         calibration={"method": "per-variant scale", "scales": scales, "fit_on": sorted(fit), "notes": notes,
                      "description": "ms[v] = scales[v] * isolated median; scales['none'] fits the as-is network, "

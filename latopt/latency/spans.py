@@ -15,12 +15,16 @@ be its ``full`` fold (``fulls``). In exact mode a k×k span of a block with an e
     span_module(blocks, start, end, kernel, fulls, input_shape, fold_mode) -> nn.Module   what is timed
     span_key(start, end, kernel) -> str        "span:3-5:k3" (the profiler's runner)
     span_plans(blocks, candidates, variants) -> {name: (plan, spans)}   the end-to-end networks with spans
-    fit_span_scale(raw, fixed_raw, span_raw, plan, spans, measured, s_none) -> (scale, note | None)
+    span_scale(scales, kernel) -> float        the calibration scale a span's time takes
 
 The LUT's record of a span is :class:`latopt.latency.lut.SpanEntry` (the LUT stays loadable without torch's
-model zoo). Calibration: ``scales["span"]`` is fitted, as every variant's scale, to one end-to-end network made
-of spans (``all-span``: maximal 1x1 spans, greedily from the first block; the rest as-is); a held-out network
-(``held-out-spans``: k×k spans of at most three blocks with as-is and ``full`` blocks between them) checks it.
+model zoo). Calibration: a span's one convolution takes the scale of the variant whose convolution it is like
+(:func:`span_scale`): ``pw``'s (a 1x1 convolution) for a 1x1 span, ``full``'s (a k×k one) for a k×k span. Two
+end-to-end networks made of spans check it, both held out: ``all-span`` (maximal 1x1 spans, greedily from the
+first block; the rest as-is) and ``held-out-spans`` (k×k spans of at most three blocks with as-is and ``full``
+blocks between them). [Post hoc: a scale fitted to ``all-span`` itself was tried first; that network is
+mostly stem and head, so the fit was ill-conditioned, and it mispredicted the k×k network far more than
+these scales do (the LUTs of ``results/spans/fitted-scale/``).]
 """
 
 from __future__ import annotations
@@ -136,19 +140,6 @@ def span_plans(blocks: Sequence[Any], candidates: Sequence[tuple[int, int, int, 
     return out
 
 
-def fit_span_scale(raw: dict[int, dict[str, float]], fixed_raw: float, span_raw: dict[tuple[int, int, int], float],
-                   scales: dict[str, float], plan: dict[int, str], spans: Sequence[tuple[int, int, int]],
-                   measured: float) -> tuple[float, str | None]:
-    """``scales["span"]`` from the measured ``all-span`` network (the blocks outside its spans at their own
-    scales), clipped to [0.5, 2] × ``scales["none"]`` as :func:`latopt.latency.lut.calibrate` clips."""
-    covered = {i for a, b, _ in spans for i in range(a, b + 1)}
-    rest = fixed_raw * scales["none"] + sum(
-        scales.get(plan.get(i, "none"), scales["none"]) * (0.0 if plan.get(i) == "drop" else r[plan.get(i, "none")])
-        for i, r in raw.items() if i not in covered)
-    timed = sum(span_raw[s] for s in spans)
-    s_none = scales["none"]
-    s = (measured - rest) / timed if timed > 0 else float("nan")
-    if math.isfinite(s) and 0.5 * s_none <= s <= 2.0 * s_none:
-        return s, None
-    clipped = s_none if not math.isfinite(s) else min(max(s, 0.5 * s_none), 2.0 * s_none)
-    return clipped, f"scale for spans from network 'all-span' was {s:.3f}, clipped to {clipped:.3f}"
+def span_scale(scales: dict[str, float], kernel: int) -> float:
+    """The scale a span of this ``kernel`` takes: ``pw``'s for 1x1, ``full``'s for k×k, else ``none``'s."""
+    return scales.get("pw" if kernel == 1 else "full", scales["none"])
