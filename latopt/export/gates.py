@@ -275,7 +275,8 @@ def require_accuracy_gate(p: Plan, task: Any | None, enabled: bool) -> None:
         return
     if enabled:
         raise LatoptError(f"the checkpoint cannot be accuracy-gated: {why}; re-create it with latopt train / fold, "
-                          "or pass --no-accuracy-gate to export it unchecked (said in export.json and REPORT.md)")
+                          "or turn the accuracy gate off to export it unchecked (said in export.json and REPORT.md)",
+                          param="gate_accuracy")
     p.notes.append(f"exported with --no-accuracy-gate: not gated, {why}")
 
 
@@ -345,5 +346,5 @@ def int8_gate(p: Plan, task: Any | None, acc: float | None, onnx_acc: float | No
         raise VerificationError(f"INT8 accuracy gate failed, nothing written: the INT8 model's test accuracy "
                                 f"{acc:.4f} on {task.name} is {onnx_acc - acc:.4f} below the fp32 ONNX model's "
                                 f"{onnx_acc:.4f}, more than {ACC_TOL_INT8:g} + one test sample (1/{n}); export at "
-                                "--precision fp32")
+                                "precision fp32", param="precision")
     return record
