@@ -351,6 +351,14 @@ def block_io(model: nn.Module, input_shape: tuple[int, int, int, int]) -> dict[i
     return io
 
 
+def input_channels(model: nn.Module) -> int:
+    """The channels of the network's input: those of its first convolution."""
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            return int(m.in_channels)
+    raise LatoptError("the model has no Conv2d; cannot infer its input channels")
+
+
 def block_input_shapes(model: nn.Module, input_shape: tuple[int, int, int, int]) -> dict[int, tuple[int, ...]]:
     """The real input shape (N, C, H, W) of every block for a network input of ``input_shape``."""
     return {i: tuple(x.shape) for i, (x, _) in block_io(model, input_shape).items()}

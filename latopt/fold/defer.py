@@ -42,8 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from latopt.blocks import block_io, find_blocks
-from latopt.fold.transform import _input_channels
+from latopt.blocks import block_io, find_blocks, input_channels
 from latopt.layers import FoldedBlock
 
 CHAIN_VARIANTS = ("full", "pw", "drop")  # the affine FoldedBlocks whose maps can be deferred
@@ -59,7 +58,7 @@ def find_chains(model: nn.Module, input_size: tuple[int, int]) -> list[list[int]
     members = {b.index for b in blocks if _chain_member(model.get_submodule(b.path))}
     if not members:
         return []
-    io = block_io(model, (1, _input_channels(model), int(input_size[0]), int(input_size[1])))
+    io = block_io(model, (1, input_channels(model), int(input_size[0]), int(input_size[1])))
     chains: list[list[int]] = []
     prev: int | None = None
     for b in blocks:

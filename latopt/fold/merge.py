@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
-from latopt.blocks import block_input_shapes, find_blocks
+from latopt.blocks import block_input_shapes, find_blocks, input_channels
 from latopt.errors import LatoptError
 from latopt.fold.span import SpanConv, compose_span
 from latopt.layers import FoldedBlock, FoldInfo
@@ -54,10 +54,6 @@ def span_info(blocks: Sequence[FoldedBlock], conv: nn.Conv2d) -> FoldInfo:
                     net_input_size=first.net_input_size)
 
 
-def _input_channels(model: nn.Module) -> int:
-    return next(int(m.in_channels) for m in model.modules() if isinstance(m, nn.Conv2d))
-
-
 @torch.no_grad()
 def merge_spans(folded: nn.Module, spans: Iterable[tuple[int, int]], input_size: tuple[int, int]) -> nn.Module:
     """A copy of ``folded`` with every span ``(a, b)`` merged (module docstring). Spans must not overlap;
@@ -71,7 +67,7 @@ def merge_spans(folded: nn.Module, spans: Iterable[tuple[int, int]], input_size:
             raise LatoptError(f"spans {a0}-{b0} and {a1}-… overlap; a block belongs to at most one span")
     blocks = {b.index: b for b in find_blocks(out)}
     size = (int(input_size[0]), int(input_size[1]))
-    shapes = block_input_shapes(out, (1, _input_channels(out), *size))
+    shapes = block_input_shapes(out, (1, input_channels(out), *size))
     for a, b in spans:
         if a >= b or a not in blocks or b not in blocks:
             raise LatoptError(f"span {a}-{b}: a span is a run of at least two blocks of the network "

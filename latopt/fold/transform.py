@@ -33,7 +33,14 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from latopt.blocks import Block, block_input_shapes, conv_output_size, find_blocks, resolve_blocks
+from latopt.blocks import (
+    Block,
+    block_input_shapes,
+    conv_output_size,
+    find_blocks,
+    input_channels,
+    resolve_blocks,
+)
 from latopt.constants import FOLD_MODES, FOLD_VARIANTS
 from latopt.errors import LatoptError
 from latopt.fold import compose
@@ -172,13 +179,6 @@ def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mod
     return fb
 
 
-def _input_channels(model: nn.Module) -> int:
-    for m in model.modules():
-        if isinstance(m, nn.Conv2d):
-            return int(m.in_channels)
-    raise LatoptError("model has no Conv2d; cannot infer its input channels")
-
-
 def fold_blocks(model: nn.Module, blocks: BlockPlan, mode: str = "exact",
                 input_size: tuple[int, int] | None = None) -> nn.Module:
     """A new model with the planned blocks folded (see module docstring); ``model`` is unchanged."""
@@ -190,7 +190,7 @@ def fold_blocks(model: nn.Module, blocks: BlockPlan, mode: str = "exact",
     net_size = None if input_size is None else (int(input_size[0]), int(input_size[1]))
     shapes: dict[int, tuple[int, ...]] = {}
     if net_size is not None:
-        shapes = block_input_shapes(model, (1, _input_channels(model), *net_size))
+        shapes = block_input_shapes(model, (1, input_channels(model), *net_size))
     out = copy.deepcopy(model)
     by_index = {b.index: b for b in find_blocks(out)}
     for i, v in plan.items():
@@ -239,7 +239,7 @@ def verify_fold(reference: nn.Module, folded: nn.Module, input_size: tuple[int, 
     p = next(reference.parameters())
     last = {m: find_blocks(m)[-1].path for m in (reference, folded)}
     feats: dict[str, torch.Tensor] = {}
-    x = torch.randn(batch, _input_channels(reference), int(input_size[0]), int(input_size[1]),
+    x = torch.randn(batch, input_channels(reference), int(input_size[0]), int(input_size[1]),
                     generator=g, dtype=torch.float32).to(dtype=p.dtype, device=p.device)
     folded_blocks = {b.index: b for b in find_blocks(folded) if b.kind == "latopt.FoldedBlock"}
     ref_blocks = {b.index: b for b in find_blocks(reference)}
@@ -310,7 +310,7 @@ def randomize_bn_(model: nn.Module, seed: int = 0, *, plan: BlockPlan | None = "
     calib.train()
     p = next(model.parameters())
     for _ in range(2):
-        calib(torch.randn(batch, _input_channels(model), *size, generator=g).to(p.dtype))
+        calib(torch.randn(batch, input_channels(model), *size, generator=g).to(p.dtype))
     for name, m in model.named_modules():
         if not isinstance(m, nn.BatchNorm2d) or name not in bns:
             continue

@@ -55,7 +55,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from latopt.blocks import block_input_shapes, find_blocks
+from latopt.blocks import block_input_shapes, find_blocks, input_channels
 from latopt.config import check_resolution
 from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_block_module
@@ -81,13 +81,6 @@ def _build(model: Any, num_classes: int) -> tuple[Any, str]:
     if isinstance(model, nn.Module):
         return model, type(model).__name__
     return build_model(str(model), num_classes=num_classes), str(model)
-
-
-def _in_channels(model: Any) -> int:
-    for m in model.modules():
-        if isinstance(m, nn.Conv2d):
-            return int(m.in_channels)
-    raise LatoptError("the model has no Conv2d; cannot infer its input channels")
 
 
 def _head_input_shape(model: Any, last_path: str, input_shape: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
@@ -214,7 +207,7 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         if not blocks:
             raise LatoptError(f"{model_name} has no MBConv blocks to profile")
         R = int(resolution)
-        input_shape = (int(batch), _in_channels(model), R, R)
+        input_shape = (int(batch), input_channels(model), R, R)
         shapes = block_input_shapes(model, input_shape)
         head_shape, num_classes = _head_input_shape(model, blocks[-1].path, input_shape)
         parts = fixed_modules(fixed_parts(model), input_shape, head_shape)
