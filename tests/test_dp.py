@@ -312,7 +312,7 @@ def _small_lut(rng: random.Random) -> LUT:
 def _brute_force(lut: LUT, losses: dict, capacity: float) -> float:
     """The least loss over every partition of the blocks into single blocks and the LUT's spans, every block
     in every variant it has, with predicted latency ≤ ``capacity`` (no discretisation)."""
-    from latopt.dp.spans import INNER
+    from latopt.fold import SPAN_INNER as INNER
 
     n, best = len(lut.blocks), math.inf
     spans = {}
@@ -370,6 +370,10 @@ def test_select_plan_with_spans_against_brute_force() -> None:
         assert select_plan(lut, losses, budget, resolution=2000) == (plan, info)  # deterministic
         no_spans, _ = select_plan(lut, losses, budget, resolution=2000, spans=False)
         assert sum(losses[i][no_spans.get(i, "none")] for i in range(5)) >= loss - 1e-9
+        # the fastest network (spans included): brute force reaches it and nothing below it
+        zero = {i: dict.fromkeys(ls, 0.0) for i, ls in losses.items()}
+        assert _brute_force(lut, zero, info["fastest_ms"] + 1e-9) == 0.0
+        assert _brute_force(lut, zero, info["fastest_ms"] - 1e-6) == math.inf
 
 
 def test_select_plan_takes_spans_where_they_pay() -> None:

@@ -38,6 +38,8 @@ Public API::
     solve(options, capacity, *, resolution=20000) -> Solution | None   None: no set fits
     solve_chain(options, spans, capacity, *, resolution=20000) -> Solution | None   with spans
     discretise(cost, capacity, resolution) -> int                      the units of one cost
+    cheapest(options, spans) -> float        the least total real cost of any partition (what no capacity
+                                             below allows)
 """
 
 from __future__ import annotations
@@ -91,6 +93,21 @@ def _check(options: Mapping[int, Mapping[str, tuple[float, float]]],
             raise LatoptError(f"span ({a!r}, {b!r}): a span is a run of at least two consecutive groups, "
                               f"start < end, all of them among the groups")
         _check_options(f"span ({a}, {b})", opts)
+
+
+def cheapest(options: Mapping[int, Mapping[str, tuple[float, float]]],
+             spans: Mapping[tuple[int, int], Mapping[str, tuple[float, float]]]) -> float:
+    """The least total cost of a partition of the groups into single groups and spans, whatever the loss
+    (real costs, no discretisation): below it no choice fits."""
+    groups = sorted(options)
+    pos = {g: p for p, g in enumerate(groups)}
+    best = [0.0] + [math.inf] * len(groups)
+    for p, g in enumerate(groups, start=1):
+        best[p] = best[p - 1] + min(c for c, _ in options[g].values())
+        for (a, b), opts in spans.items():
+            if pos[b] == p - 1:
+                best[p] = min(best[p], best[pos[a]] + min(c for c, _ in opts.values()))
+    return best[-1]
 
 
 def solve(options: Mapping[int, Mapping[str, tuple[float, float]]], capacity: float, *,

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-INNER = ("pw", "drop")  # on a tie the first wins
+from latopt.fold import SPAN_INNER
 
 
 def _inner(losses: Mapping[str, float]) -> tuple[str, float] | None:
-    opts = [(v, float(losses[v])) for v in INNER if v in losses]
+    opts = [(v, float(losses[v])) for v in SPAN_INNER if v in losses]  # on a tie the first (pw) wins
     return min(opts, key=lambda o: o[1]) if opts else None  # min keeps the first of equal losses
 
 

@@ -15,7 +15,7 @@ from latopt.blocks import find_blocks
 from latopt.config import RunConfig
 from latopt.data import Task, load_task, make_loaders
 from latopt.dp.importance import candidates, check_importance, variant_losses
-from latopt.dp.knapsack import DEFAULT_RESOLUTION, solve_chain
+from latopt.dp.knapsack import DEFAULT_RESOLUTION, cheapest, solve_chain
 from latopt.dp.spans import decode, span_options
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
@@ -60,8 +60,8 @@ def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
         if missing:
             raise LatoptError(f"block {b.index}: the LUT has no time for variant {missing[0]!r}")
         options[b.index] = {v: (b.ms[v], float(loss)) for v, loss in opts.items()}
-    fastest = lut.fixed_ms + sum(min(c for c, _ in o.values()) for o in options.values())
     span_opts, kernels = span_options(lut, losses) if spans else ({}, {})
+    fastest = lut.fixed_ms + cheapest(options, span_opts)
     sol = solve_chain(options, span_opts, capacity, resolution=resolution) if capacity > 0 else None
     if sol is None:
         raise LatoptError(f"budget {budget} ({target:.3f} ms of the as-is {asis:.3f} ms) is below the fastest "

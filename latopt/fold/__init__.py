@@ -36,7 +36,7 @@ from latopt.fold.activation import (
 from latopt.fold.defer import defer_bias_maps, find_chains
 from latopt.fold.merge import MergedBlock, merge_spans
 from latopt.fold.ship import as_shipped
-from latopt.fold.span import SpanConv, compose_span, span_exact, span_exact_blocks
+from latopt.fold.span import SPAN_INNER, SpanConv, compose_span, span_exact, span_exact_blocks
 from latopt.fold.transform import (
     check_variant,
     fold_block_module,
@@ -52,6 +52,7 @@ from latopt.layers import FoldedBlock, FoldInfo, PointwiseBlock
 __all__ = [
     "FOLD_MODES",
     "FOLD_VARIANTS",
+    "SPAN_INNER",
     "AlphaActivation",
     "FoldInfo",
     "FoldedBlock",

@@ -42,7 +42,8 @@ from latopt.errors import LatoptError
 from latopt.fold.compose import Padding, border_mask, same_pads
 from latopt.layers import FoldedBlock, make_kxk
 
-SPAN_VARIANTS = ("full", "pw", "drop")  # the affine variants; at most one full per span
+SPAN_INNER = ("pw", "drop")  # what a span's blocks other than its one full fold may be (1x1, identity)
+SPAN_VARIANTS = ("full", *SPAN_INNER)  # the affine variants; at most one full per span
 
 
 def span_exact(variants: Sequence[str], strides: Sequence[int], *, kernel: int = 1, padding: Padding = 0,
