@@ -8,7 +8,8 @@ solved exactly over discretised latency: :mod:`latopt.dp.knapsack`). The chosen 
 folded exactly (checked against its variant network), fine-tuned directly (``fold.post_epochs`` at
 ``fold.post_lr``; no σ_α pre-fold: a ``pw`` or ``drop`` has no α to anneal), and written as ``latopt
 fold`` writes a fold (``folded.pt`` with its plan, ``prefold.pt``, ``report.json``), so ``latopt export``
-ships it with all its gates. ``latopt search --method dp --budget 0.6`` is the command.
+ships it with all its gates. Where the LUT times merged spans (``latopt profile --variants ...,span``) the DP
+also chooses runs of blocks merged into one convolution (:mod:`latopt.dp.spans`); export merges them. ``latopt search --method dp --budget 0.6`` is the command.
 
 API (what a caller such as a method-comparison tool uses)::
 
@@ -18,7 +19,8 @@ API (what a caller such as a method-comparison tool uses)::
     cands = candidates(lut, variants=None)    # {block: ("none", "full", "pw", ...)}: what each block may take
     losses = variant_losses(cfg, base_model, task, cands, method="proxy")   # {block: {variant: loss}}
                                               # methods: proxy (cheap), finetune (expensive), uniform
-    plan, info = select_plan(lut, losses, budget=0.55)   # {block: variant}; info: predicted_ms, ratio, ...
+    plan, info = select_plan(lut, losses, budget=0.55)   # {block: variant}; info: predicted_ms, ratio, spans,
+                                              # ... (spans=False: without the LUT's timed spans)
     result = run_dp(cfg, base_checkpoint, out_dir, lut=lut_path, budget=0.55, importance="proxy",
                     losses=None, variants=None, seed=0, progress=True, task=None)
         # select + fold + check + fine-tune + write out_dir, in cfg.fold.mode, distilled when cfg.fold.distill;
@@ -28,7 +30,7 @@ API (what a caller such as a method-comparison tool uses)::
 
     solve(options, capacity, *, resolution=20000) -> Solution | None   the knapsack alone
     solve_chain(options, spans, capacity, *, resolution=20000) -> Solution | None
-        # with spans {(start, end): {option: (cost, loss)}} replacing consecutive blocks (not profiled yet)
+        # with spans {(start, end): {option: (cost, loss)}} replacing consecutive blocks (latopt.dp.spans)
     check_budget(budget) -> float;  check_importance(method) -> str;  format_dp_report / format_dp_summary -> str
     IMPORTANCE_METHODS, REPORT_SCHEMA
 

@@ -1,7 +1,7 @@
 """Spans: a run of consecutive folded blocks as one convolution, where that is exact.
 
-The algebra for a coming feature (merged spans in the variant DP); nothing in profile, search or export
-uses it yet. Every affine FoldedBlock is one convolution plus a constant (its interior bias and, in exact
+The algebra of merged spans: the profiler times the exact ones (:mod:`latopt.latency.spans`), the DP chooses
+them (:mod:`latopt.dp.spans`) and export merges them (:mod:`latopt.fold.merge`). Every affine FoldedBlock is one convolution plus a constant (its interior bias and, in exact
 mode, its bias map): ``full`` a k×k convolution (the residual a centre tap), ``pw`` a 1x1 convolution with
 the block's stride (the residual an identity matrix), ``drop`` the identity. A span is exact when the
 composition of its linear parts is itself one convolution:
