@@ -46,10 +46,10 @@ class MergedBlock(nn.Module):
 def span_info(blocks: Sequence[FoldedBlock], conv: nn.Conv2d) -> FoldInfo:
     """The FoldInfo of the span of ``blocks`` composed into ``conv`` (variant ``span``)."""
     first, last = blocks[0].info, blocks[-1].info
-    padding = conv.padding[0] if isinstance(conv.padding, tuple) else conv.padding
+    full = next((b.info for b in blocks if b.info.variant == "full"), None)  # a k×k span takes its padding
     return FoldInfo(variant="span", mode=first.mode, kind=f"span of {len(blocks)} blocks",
                     cin=first.cin, hidden=0, cout=last.cout, kernel=int(conv.kernel_size[0]),
-                    stride=math.prod(b.info.stride for b in blocks), padding=padding if conv.kernel_size[0] > 1 else 0,
+                    stride=math.prod(b.info.stride for b in blocks), padding=full.padding if full else 0,
                     residual=False, has_expand=False, in_size=first.in_size, out_size=last.out_size,
                     net_input_size=first.net_input_size)
 
