@@ -9,10 +9,10 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
     name: quickstart              # runs/<name>/ is the default output directory (letters, digits, . _ -)
     model:  {name: mobilenetv2_050, pretrained: false}
     data:   {task: digits, resolution: 32, batch_size: 64, workers: null, pin_memory: null,
-             persistent_workers: null, augment: false, split_seed: 0, max_samples: null}
+             persistent_workers: null, augment: false, split_seed: 0, train_samples: null, max_samples: null}
     train:  {epochs: 30, optimizer: adamw, lr: 0.003, momentum: 0.9, weight_decay: 0.0001,
              schedule: cosine, warmup_epochs: 0, step_size: 10, gamma: 0.1, label_smoothing: 0.0,
-             clip_grad: null, keep_best: true, device: auto, amp: none, channels_last: false,
+             clip_grad: null, keep_best: true, device: auto, amp: none, channels_last: null,
              sync_bn: true, dist_timeout_s: 600}
     fold:   {lambda_c: 1.0, tau: 0.9, p: 2.0, granularity: block, alpha_lr: 0.05, epochs: 8, lr: 0.001,
              distill: false, distill_weight: 0.5, temperature: 2.0, mode: exact, post_epochs: 4,
@@ -119,7 +119,7 @@ class ModelConfig(Section):
 
 
 class DataConfig(Section):
-    task: str = "digits"  # digits | digits-clutter | imagefolder:PATH | cifar10:PATH
+    task: str = "digits"  # digits | digits-clutter | fashion-mnist[:PATH] | mnist[:PATH] | imagefolder:PATH | cifar10:PATH
     resolution: Resolution = 32
     batch_size: Annotated[int, Field(ge=1)] = 64  # the global batch: under torchrun each of W processes takes 1/W
     # DataLoader worker processes per training process, pinned memory, workers kept across epochs;
@@ -127,8 +127,9 @@ class DataConfig(Section):
     workers: Annotated[int, Field(ge=0)] | None = None
     pin_memory: bool | None = None
     persistent_workers: bool | None = None
-    augment: bool = False  # random shifts (digits) / random-resized-crop + flip (image folders)
+    augment: bool = False  # random shifts (digits) / random crop + flip (fashion-mnist, mnist, cifar10) / random-resized-crop + flip (image folders)
     split_seed: int = 0  # fixes the train/val/test split (independent of --seed, so base and fold agree)
+    train_samples: Annotated[int, Field(ge=1)] | None = None  # a seeded subset of the training split (val, test whole)
     max_samples: Annotated[int, Field(ge=1)] | None = None  # cap every split at this many samples (smoke runs)
 
 
@@ -148,7 +149,8 @@ class TrainConfig(Section):
     # where and how train / fold / search trials train (latopt.accel)
     device: TrainDevice = "auto"  # auto | cpu | cuda | cuda:N; auto = CUDA when torch sees a GPU, else the CPU
     amp: Amp = "none"  # mixed precision: none | bf16 | fp16 (fp16: CUDA only, with a GradScaler)
-    channels_last: bool = False  # NHWC weights and batches (faster convolutions on tensor-core GPUs)
+    # NHWC weights and batches; null = on for the CPU (measured faster there: README, tools/bench_train.py), off on CUDA
+    channels_last: bool | None = None
     sync_bn: bool = True  # under torchrun: batch norm over the global batch (off: per-process statistics)
     dist_timeout_s: Annotated[int, Field(ge=1)] = 600  # under torchrun: a collective waiting longer fails the run
 

@@ -100,7 +100,8 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
                   start_epoch=start, history=done, on_epoch_end=state.save, clip_grad=t.clip_grad, best=best)
     seconds = time.perf_counter() - t0
     metrics: dict[str, Any] = {
-        "schema": METRICS_SCHEMA, "model": cfg.model.name, "task": task.name, "sizes": task.sizes(),
+        "schema": METRICS_SCHEMA, "model": cfg.model.name, "task": task.name, "sizes": task.sizes(), "split": task.split,
+        "train_samples": cfg.data.train_samples,
         "resolution": cfg.data.resolution, "seed": seed, "init": init,
         "epochs": t.epochs, "history": history, "best_epoch": best.epoch if best is not None else t.epochs, "val_acc": evaluate(model, val_loader, accel),
         "test_acc": evaluate(model, test_loader, accel), **model_cost(model, cfg.data.resolution),

@@ -1,47 +1,68 @@
-"""Benchmark: training throughput of latopt's loop. Not a test.
+"""Benchmark: training throughput of latopt's loop, settings side by side in one interleaved run. Not a test.
 
-Images/s of one training epoch of MobileNetV2-1.0 (timm ``mobilenetv2_100``, 1000 classes) at 224 px on
-synthetic data, through :func:`latopt.engine.fit` with an :class:`latopt.accel.Accel` per setting:
+Images/s of training steps through :func:`latopt.engine.fit`, one :class:`latopt.accel.Accel` per setting:
 
-    cpu            float32 on the CPU (``--threads``, default all cores)
+    cpu-before     the CPU as latopt trained before channels_last and batched data: float32, NCHW, and (with
+                   ``--data TASK``) every image read and collated one at a time
+    cpu            float32 on the CPU, NCHW, batched data
+    cpu-cl         float32 on the CPU, channels_last (NHWC weights and batches), batched data
     cuda-fp32      CUDA, float32 (TF32 as torch's defaults leave it: cuDNN convolutions may use TF32)
     cuda-bf16      CUDA, bf16 autocast
     cuda-bf16-cl   CUDA, bf16 autocast, channels_last
     cuda-fp32-cl   CUDA, float32, channels_last
 
-The CUDA settings run where torch sees a GPU (``--settings`` picks). The batches are made once, already on
-the device: no data pipeline, so the figure is the step's (forward, backward, optimizer, latopt's per-step
-bookkeeping). On CUDA it also reports the fraction of the epoch's wall time the GPU spends in kernels
-(``torch.profiler`` over a separate window of ``--profile-steps`` steps: CUDA kernel time / wall time; near
-1 = GPU-bound, the host keeps the GPU fed).
+``--nets`` picks the networks each setting trains: ``base`` (the model as built), ``alpha`` (σ_α installed in
+every block, as pre-fold trains it) and ``folded`` (every block but the first folded in exact mode, as
+post-fold trains it). ``--data synthetic`` (default) feeds one batch made once, already on the device: no
+data pipeline, the step alone. ``--data TASK`` (e.g. ``fashion-mnist``) feeds the task's augmented training
+split through :func:`latopt.data.make_loaders` (the data pipeline is timed too).
 
-    python tools/bench_train.py [--steps 50] [--batch 128] [--settings cpu cuda-fp32 ...] [--json out.json]
-    python tools/bench_train.py --steps 3 --batch 16            # a quick CPU figure
+The run is interleaved: ``--rounds`` rounds, each timing ``--steps`` steps of every (setting, network) in
+turn, so that a change in the machine's load falls on all of them alike; the report gives each one's median
+images/s with quartiles over the rounds and, against the first setting, the median and quartiles of the
+per-round ratio. ``--loss-check N`` also trains every setting for one epoch of N training images from the
+same seed and prints the epoch's mean loss (the settings should agree within float rounding where they train
+the same function on the same batches). On CUDA it also reports the fraction of wall time the GPU spends in
+kernels (``torch.profiler`` over ``--profile-steps`` steps; near 1 = GPU-bound).
+
+    python tools/bench_train.py --model torchvision/mobilenet_v2?width=0.5 --resolution 32 --threads 1 \\
+        --data fashion-mnist --settings cpu-before cpu-cl --nets base --rounds 5 --steps 30 --json out.json
+    python tools/bench_train.py --steps 3 --batch 16            # a quick CPU figure (MobileNetV2-1.0 @224)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import torch
+from torch.utils.data import Dataset
 
 from latopt.accel import Accel
+from latopt.blocks import find_blocks
 from latopt.config import TrainConfig
-from latopt.engine import cross_entropy_loss, fit, make_optimizer
+from latopt.data import get_task, make_loaders, subsample_train
+from latopt.engine import cross_entropy_loss, fit, make_optimizer, seed_everything
+from latopt.fold import fold_blocks, install_alpha
+from latopt.latency.timing import environment_info
 from latopt.models import build_model
 from latopt.torch_settings import set_threads
 
 SETTINGS: dict[str, dict[str, Any]] = {
+    "cpu-before": {"device": "cpu", "per_sample": True},
     "cpu": {"device": "cpu"},
+    "cpu-cl": {"device": "cpu", "channels_last": True},
     "cuda-fp32": {"device": "cuda"},
     "cuda-bf16": {"device": "cuda", "amp": "bf16"},
     "cuda-bf16-cl": {"device": "cuda", "amp": "bf16", "channels_last": True},
     "cuda-fp32-cl": {"device": "cuda", "channels_last": True},
 }
+NETS = ("base", "alpha", "folded")
 
 
 class Repeat:
@@ -57,7 +78,46 @@ class Repeat:
         return iter([self.batch] * self.n)
 
 
-def _gpu_busy_fraction(model: torch.nn.Module, loader: Repeat, opt: torch.optim.Optimizer, accel: Accel) -> float:
+class Steps:
+    """An endless pass over ``loader`` (a new epoch when one ends), taken a few batches at a time."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader, self.it = loader, iter(loader)
+
+    def take(self, n: int) -> list:
+        out = []
+        while len(out) < n:
+            try:
+                out.append(next(self.it))
+            except StopIteration:
+                self.it = iter(self.loader)
+        return out
+
+
+class PerSample(Dataset):
+    """A dataset read one sample at a time (no ``__getitems__``): how latopt's loaders read every task before."""
+
+    def __init__(self, ds: Dataset) -> None:
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> Any:
+        return self.ds[i]
+
+
+def make_net(model_name: str, num_classes: int, net: str, resolution: int) -> torch.nn.Module:
+    model = build_model(model_name, num_classes)
+    if net == "alpha":
+        install_alpha(model)
+    elif net == "folded":
+        plan = {b.index: "full" for b in find_blocks(model)[1:]}
+        model = fold_blocks(model, plan, mode="exact", input_size=(resolution, resolution))
+    return model
+
+
+def _gpu_busy_fraction(model: torch.nn.Module, loader: Any, opt: torch.optim.Optimizer, accel: Accel) -> float:
     """CUDA kernel time / wall time of one short epoch under torch.profiler."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -71,68 +131,156 @@ def _gpu_busy_fraction(model: torch.nn.Module, loader: Repeat, opt: torch.optim.
     return kernels_us / 1e6 / wall
 
 
-def bench(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    s = SETTINGS[name]
-    device = torch.device(s["device"])
-    accel = Accel(device=device, amp=s.get("amp", "none"), channels_last=s.get("channels_last", False))
-    torch.manual_seed(0)
-    model = accel.prepare(build_model("mobilenetv2_100", 1000))
+class Case:
+    """One (setting, network): its model, optimizer and source of batches, timed a round at a time."""
+
+    def __init__(self, setting: str, net: str, args: argparse.Namespace, task: Any) -> None:
+        s = SETTINGS[setting]
+        self.setting, self.net = setting, net
+        self.accel = Accel(device=torch.device(s["device"]), amp=s.get("amp", "none"),
+                           channels_last=s.get("channels_last", False))
+        num_classes = task.num_classes if task is not None else 1000
+        torch.manual_seed(0)
+        self.model = self.accel.prepare(make_net(args.model, num_classes, net, args.resolution))
+        self.opt = make_optimizer(self.model, TrainConfig(optimizer="sgd", lr=0.01), 0.01)
+        self.loss = cross_entropy_loss()
+        if task is None:
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(args.batch, 3, args.resolution, args.resolution, generator=g)
+            y = torch.randint(0, num_classes, (args.batch,), generator=g)
+            self.source: Repeat | Steps = Repeat(self.accel.batch(x, y), 0)
+        else:
+            train = PerSample(task.train) if s.get("per_sample") else task.train
+            loader, _, _ = make_loaders(replace(task, train=train), args.batch, 0,
+                                        accel=self.accel)
+            self.source = Steps(loader)
+        self.rows: list[float] = []
+        self.run(args.warmup)  # kernels, caches, first allocations
+
+    def batches(self, n: int) -> Any:
+        return Repeat(self.source.batch, n) if isinstance(self.source, Repeat) else _Lazy(self.source, n)
+
+    def run(self, steps: int) -> float:
+        if steps <= 0:
+            return 0.0
+        t0 = time.perf_counter()   # the batches are drawn inside the timed window: the pipeline counts
+        if isinstance(self.source, Repeat):
+            loader: Any = Repeat(self.source.batch, steps)
+            images = steps * int(self.source.batch[1].shape[0])
+        else:
+            loader = _Lazy(self.source, steps)
+        fit(self.model, loader, 1, self.opt, None, self.loss, progress=False, accel=self.accel)
+        seconds = time.perf_counter() - t0  # fit reads its sums once at the epoch's end: the device's work is done
+        if isinstance(loader, _Lazy):
+            images = loader.images
+        return images / seconds
+
+
+class _Lazy:
+    """``n`` batches pulled from a :class:`Steps` while ``fit`` iterates (so the data pipeline is timed)."""
+
+    def __init__(self, steps: Steps, n: int) -> None:
+        self.steps, self.n, self.images = steps, n, 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        for _ in range(self.n):
+            b = self.steps.take(1)[0]
+            self.images += len(b[1])
+            yield b
+
+
+def loss_check(setting: str, net: str, args: argparse.Namespace, task: Any) -> float:
+    """The mean training loss of one epoch of ``args.loss_check`` images from seed 0 under ``setting``."""
+    s = SETTINGS[setting]
+    accel = Accel(device=torch.device(s["device"]), amp=s.get("amp", "none"), channels_last=s.get("channels_last", False))
+    sub = subsample_train(task, args.loss_check, 0)
+    train = PerSample(sub.train) if s.get("per_sample") else sub.train
+    seed_everything(0)
+    model = accel.prepare(make_net(args.model, task.num_classes, net, args.resolution))
     opt = make_optimizer(model, TrainConfig(optimizer="sgd", lr=0.01), 0.01)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(args.batch, 3, args.resolution, args.resolution, generator=g)
-    y = torch.randint(0, 1000, (args.batch,), generator=g)
-    batch = accel.batch(x, y)
-    loss = cross_entropy_loss()
-    fit(model, Repeat(batch, args.warmup), 1, opt, None, loss, progress=False, accel=accel)  # kernels, caches
-    hist = fit(model, Repeat(batch, args.steps), 1, opt, None, loss, progress=False, accel=accel)
-    seconds = hist[0]["seconds"]  # fit reads its sums once at the epoch's end: the device's work is done
-    row: dict[str, Any] = {"setting": name, "device": str(device), "batch": args.batch, "steps": args.steps,
-                           "seconds": seconds, "images_per_s": args.steps * args.batch / seconds,
-                           "threads": torch.get_num_threads() if device.type == "cpu" else None}
-    if device.type == "cuda" and args.profile_steps > 0:
-        try:
-            row["gpu_busy_fraction"] = _gpu_busy_fraction(model, Repeat(batch, args.profile_steps), opt, accel)
-        except Exception as e:  # noqa: BLE001 - the profiler is optional; the throughput stands
-            row["gpu_busy_fraction"] = None
-            row["profiler_error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-    return row
+    loader, _, _ = make_loaders(replace(sub, train=train), args.batch, 0, accel=accel)
+    seed_everything(0)  # the augmentation draws the same random numbers in every setting of one loader kind
+    return fit(model, loader, 1, opt, None, cross_entropy_loss(), progress=False, accel=accel)[0]["loss"]
+
+
+def _quartiles(v: list[float]) -> tuple[float, float, float]:
+    if len(v) == 1:
+        return v[0], v[0], v[0]
+    q = statistics.quantiles(v, n=4, method="inclusive")
+    return q[0], statistics.median(v), q[2]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="training images/s of MobileNetV2-1.0 on synthetic data")
-    ap.add_argument("--settings", nargs="+", choices=list(SETTINGS), help="default: cpu, and every cuda setting "
-                    "when torch sees a GPU")
-    ap.add_argument("--steps", type=int, default=50, help="timed steps (one epoch)")
+    ap = argparse.ArgumentParser(description="training images/s, settings side by side in one interleaved run")
+    ap.add_argument("--settings", nargs="+", choices=list(SETTINGS), help="default: cpu-before, cpu-cl, and every "
+                    "cuda setting when torch sees a GPU; the first is the reference of the ratios")
+    ap.add_argument("--nets", nargs="+", choices=NETS, default=["base"])
+    ap.add_argument("--model", default="mobilenetv2_100")
+    ap.add_argument("--data", default="synthetic", help="synthetic (one batch on the device) or a task spec "
+                    "(its augmented training split through latopt's loaders)")
+    ap.add_argument("--steps", type=int, default=50, help="timed steps per round")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--resolution", type=int, default=224)
     ap.add_argument("--threads", type=int, help="CPU intra-op threads (default: torch's choice)")
+    ap.add_argument("--loss-check", type=int, default=0, metavar="N",
+                    help="also train one epoch of N images from seed 0 per setting and print its mean loss")
     ap.add_argument("--profile-steps", type=int, default=20, help="CUDA: steps of the GPU-busy window (0: skip)")
-    ap.add_argument("--json", help="write the rows here too")
+    ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args(argv)
-    if min(args.steps, args.batch, args.resolution) < 1 or args.warmup < 0:
-        print("bench_train: --steps, --batch and --resolution must be >= 1, --warmup >= 0", file=sys.stderr)
+    if min(args.steps, args.batch, args.resolution, args.rounds) < 1 or args.warmup < 0 or args.loss_check < 0:
+        print("bench_train: --steps, --rounds, --batch and --resolution must be >= 1, --warmup and --loss-check "
+              ">= 0", file=sys.stderr)
         return 2
-    settings = args.settings or ["cpu", *([k for k in SETTINGS if k != "cpu"] if torch.cuda.is_available() else [])]
-    if any(SETTINGS[s]["device"] == "cuda" for s in settings) and not torch.cuda.is_available():
-        print("bench_train: torch sees no CUDA GPU; run the cpu setting here", file=sys.stderr)
+    cuda = torch.cuda.is_available()
+    settings = args.settings or ["cpu-before", "cpu-cl", *([k for k in SETTINGS if k.startswith("cuda")] if cuda else [])]
+    if any(SETTINGS[s]["device"] == "cuda" for s in settings) and not cuda:
+        print("bench_train: torch sees no CUDA GPU; run the cpu settings here", file=sys.stderr)
         return 2
     set_threads(args.threads)
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    print(f"MobileNetV2-1.0 @{args.resolution}, batch {args.batch}, {args.steps} steps (+{args.warmup} warm-up), "
-          f"synthetic data on the device; torch {torch.__version__}, GPU {gpu}")
-    rows = []
-    for name in settings:
-        row = bench(name, args)
-        rows.append(row)
-        busy = row.get("gpu_busy_fraction")
-        extra = (f", GPU busy {busy:.0%} of wall" if busy is not None else
-                 f", GPU busy n/a ({row['profiler_error']})" if "profiler_error" in row else "")
-        threads = f", {row['threads']} thread{'s' * (row['threads'] > 1)}" if row["threads"] else ""
-        print(f"  {name:<14} {row['images_per_s']:9.1f} images/s ({row['seconds']:.2f} s{threads}{extra})", flush=True)
+    task = None if args.data == "synthetic" else get_task(args.data, args.resolution, 0, augment=True)
+    gpu = torch.cuda.get_device_name(0) if cuda else "none"
+    env = environment_info()
+    print(f"{args.model} @{args.resolution}, batch {args.batch}, data {args.data}, {args.rounds} round(s) of "
+          f"{args.steps} steps (+{args.warmup} warm-up); torch {torch.__version__}, {torch.get_num_threads()} "
+          f"thread(s), GPU {gpu}; CPU {env.get('cpu', '?')}")
+    cases = [Case(s, n, args, task) for s in settings for n in args.nets]
+    for r in range(args.rounds):
+        for c in cases:
+            c.rows.append(c.run(args.steps))
+        print(f"  round {r + 1}/{args.rounds}: " + ", ".join(f"{c.setting}/{c.net} {c.rows[-1]:.0f}" for c in cases),
+              flush=True)
+    out: list[dict[str, Any]] = []
+    for net in args.nets:
+        ref = next(c for c in cases if c.net == net)
+        for c in (c for c in cases if c.net == net):
+            q1, med, q3 = _quartiles(c.rows)
+            ratios = [a / b for a, b in zip(c.rows, ref.rows, strict=True)]
+            r1, rmed, r3 = _quartiles(ratios)
+            row: dict[str, Any] = {"setting": c.setting, "net": net, "images_per_s": c.rows, "median": med,
+                                   "q1": q1, "q3": q3, "ratio_to": ref.setting, "ratio_median": rmed,
+                                   "ratio_q1": r1, "ratio_q3": r3}
+            if c.accel.device.type == "cuda" and args.profile_steps > 0:
+                try:
+                    row["gpu_busy_fraction"] = _gpu_busy_fraction(c.model, c.batches(args.profile_steps), c.opt, c.accel)
+                except Exception as e:  # noqa: BLE001 - the profiler is optional; the throughput stands
+                    row["profiler_error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            if args.loss_check and task is not None:
+                row["loss_check"] = loss_check(c.setting, net, args, task)
+            out.append(row)
+            busy = row.get("gpu_busy_fraction")
+            extra = f", GPU busy {busy:.0%} of wall" if busy is not None else ""
+            loss = f", first-epoch loss {row['loss_check']:.6f}" if "loss_check" in row else ""
+            print(f"  {c.setting:<13} {net:<7} {med:8.1f} images/s [{q1:.1f}, {q3:.1f}]  x{rmed:.2f} "
+                  f"[{r1:.2f}, {r3:.2f}] vs {ref.setting}{extra}{loss}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"schema": "latopt.bench_train/2", "args": vars(args), "environment": env,
+                       "torch": torch.__version__, "threads": torch.get_num_threads(), "rows": out}, f, indent=1)
     return 0
 
 

@@ -11,12 +11,19 @@ recipes on the same seeds). Writes the raw results as JSON (``--json``) and prin
 
 ``--table results/seed-sweep.json`` prints the table of a recorded sweep (what README shows) without training.
 ``--jobs`` is a number of cores (a run of T threads takes T); the JSON is rewritten after every run and a
-sweep given an existing ``--json`` of the same resolved config runs only what it lacks (resume).
+sweep given an existing ``--json`` of the same resolved config runs only what it lacks (resume). ``--work DIR``
+keeps the runs' directories there (default: a temporary directory), so a run interrupted mid-way resumes after
+its last finished epoch (``latopt train``'s own resume). ``--floor`` is the accuracy the table counts runs below
+(default 0.96, the quickstart promise).
+
+``--screen`` is for choosing a recipe: the test accuracy is neither printed nor recorded (it is dropped from
+every run's row; the table shows validation accuracy), so that a screen cannot look at the test split.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -51,7 +58,7 @@ def _override(text: str) -> tuple[str, Any]:
     return key, yaml.safe_load(value)
 
 
-def _one(config: Path, seed: int, threads: int, work: Path) -> dict[str, Any]:
+def _one(config: Path, seed: int, threads: int, work: Path, screen: bool = False) -> dict[str, Any]:
     out = work / f"s{seed}-t{threads}"
     cmd = [sys.executable, "-m", "latopt", "train", "--config", str(config), "--seed", str(seed),
            "--threads", str(threads), "--out", str(out), "--quiet"]
@@ -62,8 +69,11 @@ def _one(config: Path, seed: int, threads: int, work: Path) -> dict[str, Any]:
     if proc.returncode != 0:
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return row
-    row.update(metrics_row(json.loads((out / "metrics.json").read_text())),
+    m = json.loads((out / "metrics.json").read_text())
+    row.update(metrics_row(m), train_seconds=round(m["train_seconds"], 1),
                warnings=[ln for ln in proc.stderr.splitlines() if "warning" in ln])
+    if screen:
+        del row["test_acc"]
     return row
 
 
@@ -74,15 +84,17 @@ def metrics_row(m: dict[str, Any]) -> dict[str, Any]:
                         for r in m["history"]]}
 
 
-def summarize(rows: list[dict[str, Any]]) -> str:
-    lines = ["| threads | runs | test min | test mean | test max | below 96 % |", "|---|---|---|---|---|---|"]
+def summarize(rows: list[dict[str, Any]], floor: float = 0.96, key: str = "test_acc") -> str:
+    what = key.split("_")[0]
+    lines = [f"| threads | runs | {what} min | {what} mean | {what} max | below {100 * floor:g} % |",
+             "|---|---|---|---|---|---|"]
     for t in sorted({r["threads"] for r in rows}):
-        acc = [r["test_acc"] for r in rows if r["threads"] == t and "test_acc" in r]
-        failed = sum(1 for r in rows if r["threads"] == t and "test_acc" not in r)
+        acc = [r[key] for r in rows if r["threads"] == t and key in r]
+        failed = sum(1 for r in rows if r["threads"] == t and key not in r)
         if not acc:
             lines.append(f"| {t} | 0 | | | | ({failed} failed) |")
             continue
-        low = sum(a < 0.96 for a in acc) + failed
+        low = sum(a < floor for a in acc) + failed
         lines.append(f"| {t} | {len(acc)} | {100 * min(acc):.2f} % | {100 * statistics.mean(acc):.2f} % | "
                      f"{100 * max(acc):.2f} % | {low} |")
     return "\n".join(lines)
@@ -98,18 +110,29 @@ def main(argv: list[str] | None = None) -> int:
                     help="dotted-key override of the config, e.g. train.lr=0.02 (YAML value)")
     ap.add_argument("--json", type=Path, help="write the raw results here")
     ap.add_argument("--table", type=Path, help="print the table of a recorded sweep and exit")
+    ap.add_argument("--work", type=Path, help="keep the runs' directories here (resumable); default: a temporary one")
+    ap.add_argument("--floor", type=float, default=0.96, help="the table counts the runs below this accuracy")
+    ap.add_argument("--screen", action="store_true", help="a recipe screen: record and show validation accuracy "
+                    "only, never the test split's")
     args = ap.parse_args(argv)
     if args.table:
-        print(summarize(json.loads(args.table.read_text())["runs"]))
+        record = json.loads(args.table.read_text())
+        print(summarize(record["runs"], record.get("floor", args.floor), "val_acc" if record.get("screen") else "test_acc"))
         return 0
     cfg = load_config(args.config, dict(args.overrides))
-    with tempfile.TemporaryDirectory(prefix="latopt-sweep-") as tmp:
-        work = Path(tmp)
+    key = "val_acc" if args.screen else "test_acc"
+    with contextlib.ExitStack() as stack:
+        if args.work is None:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="latopt-sweep-")))
+        else:
+            work = args.work
+            work.mkdir(parents=True, exist_ok=True)
         config = work / "config.yaml"
         config.write_text(yaml.safe_dump(dump_config(cfg), sort_keys=False))
         record = {"schema": SCHEMA, "config": args.config, "overrides": dict(args.overrides),
                   "resolved": dump_config(cfg), "machine": environment_info(),
-                  "jobs": args.jobs, "complete": False, "runs": _done(args.json, dump_config(cfg))}
+                  "jobs": args.jobs, "floor": args.floor, "screen": args.screen, "complete": False,
+                  "runs": _done(args.json, dump_config(cfg), key)}
         rows: list[dict[str, Any]] = record["runs"]
         have = {(r["seed"], r["threads"]) for r in rows}
         if have:
@@ -118,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             todo = [s for s in args.seeds if (s, threads) not in have]
             # --jobs is a number of cores: a run of T threads takes T of them
             with ThreadPoolExecutor(max(1, args.jobs // threads)) as pool:
-                for row in pool.map(lambda s, t=threads: _one(config, s, t, work), todo):
-                    shown = f"test {100 * row['test_acc']:.2f} %" if "test_acc" in row else f"FAILED: {row['error']}"
+                for row in pool.map(lambda s, t=threads: _one(config, s, t, work, args.screen), todo):
+                    shown = (f"{key.split('_')[0]} {100 * row[key]:.2f} %" if key in row else
+                             f"FAILED: {row['error']}")
                     print(f"seed {row['seed']} threads {row['threads']}: {shown} ({row['seconds']} s)",
                           file=sys.stderr)
                     rows.append(row)
@@ -127,21 +151,21 @@ def main(argv: list[str] | None = None) -> int:
                         write_json_atomic(args.json, record, indent=1)
     rows.sort(key=lambda r: (r["threads"], r["seed"]))
     record["complete"] = True
-    print(summarize(rows))
+    print(summarize(rows, args.floor, key))
     if args.json:
         write_json_atomic(args.json, record, indent=1)
         print(f"wrote {args.json}")
     return 0
 
 
-def _done(path: Path | None, resolved: dict[str, Any]) -> list[dict[str, Any]]:
+def _done(path: Path | None, resolved: dict[str, Any], key: str = "test_acc") -> list[dict[str, Any]]:
     """The finished runs of an earlier sweep of the same resolved config recorded in ``path`` (resumed)."""
     if path is None or not path.is_file():
         return []
     old = json.loads(path.read_text())
     if old.get("schema") != SCHEMA or old.get("resolved") != resolved:
         sys.exit(f"seed_sweep: {path} holds a sweep of another config; give another --json or remove it")
-    return [r for r in old["runs"] if "test_acc" in r]
+    return [r for r in old["runs"] if key in r]
 
 
 if __name__ == "__main__":

@@ -13,6 +13,12 @@ Specs (``data.task`` in the config, ``--data`` on the command line):
   drawn (from the torch RNG, so a seeded run is still reproducible): far less over-fitting. Telling the
   digit from the fragments needs non-linear features, so folding costs accuracy here, where on plain digits
   almost any fold keeps it.
+- ``fashion-mnist[:PATH]``, ``mnist[:PATH]``: the 28x28 grey IDX data sets (gzipped or not), never downloaded:
+  ``$LATOPT_DATA/<name>``, then (Fashion-MNIST) Debian's ``/usr/share/datasets/fashion-mnist`` from
+  ``apt-get install dataset-fashion-mnist``, or PATH (the four files, or torchvision's ``FashionMNIST/raw``).
+  5,000 of the 60,000 training images (seeded by ``split_seed``) are the validation split, the 10,000 test
+  images the test split. Held in memory as uint8 and served a batch at a time (resize, normalisation with the
+  training split's mean/std, and with ``augment`` random crop + flip, all on the batch tensor).
 - ``imagefolder:PATH``: ``PATH/train/<class>/*`` and ``PATH/val/<class>/*`` (torchvision
   ``ImageFolder``); ``PATH/test/`` is used as the test split when present, otherwise ``val/`` doubles
   as the test split. Images are resized to the resolution (resize to 1.14x + centre crop; random
@@ -34,7 +40,8 @@ Every spec names a task of the registry (:mod:`latopt.data.registry`: ``NAME`` o
 module registers its factory with :func:`register_task`, and an unknown name is refused with one line
 listing the registered ones. The modules: ``task.py`` (:class:`Task`, :func:`limit_task`), ``registry.py``
 (:func:`register_task`, :func:`get_task`, :func:`load_task`), ``digits.py`` (``digits``, ``digits-clutter``,
-:func:`split_indices`), ``folder.py`` (``imagefolder``), ``cifar.py`` (``cifar10``), ``transforms.py`` (the
+:func:`split_indices`), ``idx.py`` (the IDX reader), ``mnist.py`` (``fashion-mnist``, ``mnist``), ``arrays.py``
+(:class:`ArrayImages`, in-memory images served in batches), ``folder.py`` (``imagefolder``), ``cifar.py`` (``cifar10``), ``transforms.py`` (the
 image transforms of both), ``loaders.py`` (:func:`make_loaders`, :class:`ShardSampler`), ``fingerprint.py``
 (:func:`data_meta`, :func:`data_fingerprint`).
 
@@ -48,7 +55,7 @@ from __future__ import annotations
 
 # the task modules register their tasks when imported; the registry lists them in this order
 # isort: off
-from latopt.data import digits, folder, cifar  # noqa: F401
+from latopt.data import digits, mnist, folder, cifar  # noqa: F401
 # isort: on
 from latopt.data.cifar import CIFAR_MEAN, CIFAR_STD
 from latopt.data.digits import split_indices
@@ -56,8 +63,8 @@ from latopt.data.fingerprint import data_fingerprint, data_meta
 from latopt.data.folder import UnreadableImage
 from latopt.data.loaders import ShardSampler, make_loaders
 from latopt.data.registry import TASKS, TaskEntry, get_task, load_task, register_task, task_forms
-from latopt.data.task import Task, limit_task
+from latopt.data.task import Task, limit_task, subsample_train
 
 __all__ = ["CIFAR_MEAN", "CIFAR_STD", "TASKS", "ShardSampler", "Task", "TaskEntry", "UnreadableImage",
            "data_fingerprint", "data_meta", "get_task", "limit_task", "load_task", "make_loaders", "register_task",
-           "split_indices", "task_forms"]
+           "split_indices", "subsample_train", "task_forms"]

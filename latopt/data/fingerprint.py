@@ -15,7 +15,7 @@ from latopt.data.registry import task_root
 def data_meta(cfg: RunConfig) -> dict[str, Any]:
     """What a checkpoint records about its data, checked again when it is folded."""
     return {"task": cfg.data.task, "split_seed": cfg.data.split_seed, "resolution": cfg.data.resolution,
-            "max_samples": cfg.data.max_samples}
+            "train_samples": cfg.data.train_samples, "max_samples": cfg.data.max_samples}
 
 
 def data_fingerprint(spec: str) -> str:

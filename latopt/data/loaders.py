@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler, default_collate
 
 from latopt.accel import Accel
+from latopt.data.arrays import Batch
 from latopt.data.task import Task
 from latopt.errors import LatoptError
 
@@ -25,6 +26,8 @@ def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | N
     divide the training set, the sampler repeats up to W−1 samples per epoch to even the shards), and a
     resumed run sees the order it would have seen. The loader's generator, which seeds the random numbers
     of its worker processes (augmentation), is seeded with ``seed + rank``: each process draws its own.
+    A dataset with ``__getitems__`` returning a :class:`~latopt.data.arrays.Batch` (the in-memory tasks) makes
+    each batch in one pass (:func:`collate`); any other dataset is read per sample and collated by torch.
     Evaluation: each process takes every W-th sample, without padding (:class:`ShardSampler`);
     :func:`latopt.engine.evaluate` sums the counts."""
     accel = accel or Accel()
@@ -34,13 +37,19 @@ def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | N
                           f"use a multiple of {world} (it is the global batch)", param="batch_size")
     per_process = batch_size // world
     loader = {"num_workers": accel.workers, "pin_memory": accel.pin_memory,
-              "persistent_workers": accel.persistent_workers and accel.workers > 0}
+              "persistent_workers": accel.persistent_workers and accel.workers > 0, "collate_fn": collate}
     train = DataLoader(task.train, batch_size=per_process,
                        sampler=DistributedSampler(task.train, num_replicas=world, rank=rank, shuffle=True, seed=seed),
                        generator=torch.Generator().manual_seed(seed + rank), **loader)  # it seeds the workers
     val, test = (DataLoader(ds, batch_size=max(per_process, 256), sampler=ShardSampler(len(ds), world, rank),  # type: ignore[arg-type]
                             **loader) for ds in (task.val, task.test))
     return train, val, test
+
+
+def collate(samples: list | Batch) -> tuple:
+    """A batch from what the loader fetched: a batched dataset's :class:`~latopt.data.arrays.Batch` as it is
+    (``__getitems__`` made it in one pass), else torch's default collation of the samples."""
+    return tuple(samples) if isinstance(samples, Batch) else default_collate(samples)
 
 
 class ShardSampler(Sampler[int]):

@@ -4,8 +4,9 @@ registered task, ``NAME`` for a bundled one or ``NAME:PATH`` for one read from a
 A task module registers its factory with :func:`register_task`; :func:`get_task` looks the spec's name up
 and calls it, and a name that is not registered is refused with one line listing the registered ones. A
 factory is called as ``build(spec, root, resolution, seed, augment)``: ``root`` is the spec's directory
-(``~`` expanded) for a directory task, None for a bundled one; it returns a :class:`~latopt.data.task.Task`
-named ``spec``.
+(``~`` expanded) for a directory task, None for a bundled one (and for a task whose PATH is optional,
+``directory=None``, when the spec gives none: ``fashion-mnist`` or ``fashion-mnist:PATH``); it returns a
+:class:`~latopt.data.task.Task` named ``spec``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from latopt.config import RunConfig
-from latopt.data.task import Task, limit_task
+from latopt.data.task import Task, limit_task, subsample_train
 from latopt.errors import LatoptError
 
 TaskFactory = Callable[[str, Path | None, int, int, bool], Task]
@@ -23,23 +24,25 @@ TaskFactory = Callable[[str, Path | None, int, int, bool], Task]
 
 @dataclass(frozen=True)
 class TaskEntry:
-    """A registered task: its name, its factory, and whether its spec is ``NAME:PATH``."""
+    """A registered task: its name, its factory, and whether its spec is ``NAME:PATH`` (True), ``NAME`` (False) or
+    either (None: the task has a default place)."""
 
     name: str
     build: TaskFactory
-    directory: bool = False
+    directory: bool | None = False
 
     @property
     def form(self) -> str:
-        """How a spec of this task is written: ``digits``, ``imagefolder:PATH``."""
-        return f"{self.name}:PATH" if self.directory else self.name
+        """How a spec of this task is written: ``digits``, ``imagefolder:PATH``, ``fashion-mnist[:PATH]``."""
+        return {True: f"{self.name}:PATH", None: f"{self.name}[:PATH]"}.get(self.directory, self.name)
 
 
 TASKS: dict[str, TaskEntry] = {}  # name -> entry, in registration order
 
 
-def register_task(name: str, *, directory: bool = False) -> Callable[[TaskFactory], TaskFactory]:
-    """Decorator registering ``build`` as the factory of task ``name`` (``directory``: specs are ``name:PATH``)."""
+def register_task(name: str, *, directory: bool | None = False) -> Callable[[TaskFactory], TaskFactory]:
+    """Decorator registering ``build`` as the factory of task ``name`` (``directory``: specs are ``name:PATH``;
+    None: ``name`` or ``name:PATH``)."""
     if not name or ":" in name or name in TASKS:
         raise ValueError(f"task name {name!r} is empty, holds ':' or is registered already")
 
@@ -60,7 +63,7 @@ def task_root(spec: str) -> Path | None:
     bundled task or a spec that names no registered directory task."""
     kind, sep, path = spec.partition(":")
     entry = TASKS.get(kind)
-    return Path(path).expanduser() if sep and path and entry and entry.directory else None
+    return Path(path).expanduser() if sep and path and entry and entry.directory is not False else None
 
 
 def get_task(spec: str, resolution: int, seed: int = 0, *, augment: bool = False) -> Task:
@@ -69,14 +72,16 @@ def get_task(spec: str, resolution: int, seed: int = 0, *, augment: bool = False
         raise LatoptError(f"data task must be one of {task_forms()}", param="spec")
     kind, sep, path = spec.partition(":")
     entry = TASKS.get(kind)
-    if entry is None or bool(sep) != entry.directory:
+    if entry is None or (entry.directory is not None and bool(sep) != entry.directory):
         raise LatoptError(f"unknown data task {spec!r}; choose one of {task_forms()}", param="spec")
-    if entry.directory and not path:
+    if entry.directory is not False and sep and not path:
         raise LatoptError(f"data task {spec!r} needs a directory: {entry.form}", param="spec")
     return entry.build(spec, task_root(spec), resolution, seed, augment)
 
 
 def load_task(cfg: RunConfig) -> Task:
-    """The task of a run config (``data`` section): split, resolution, augmentation, ``max_samples``."""
-    task = get_task(cfg.data.task, cfg.data.resolution, cfg.data.split_seed, augment=cfg.data.augment)
-    return limit_task(task, cfg.data.max_samples)
+    """The task of a run config (``data`` section): split, resolution, augmentation, ``train_samples`` (a seeded
+    subset of the training split), ``max_samples`` (every split cut)."""
+    d = cfg.data
+    task = get_task(d.task, d.resolution, d.split_seed, augment=d.augment)
+    return limit_task(subsample_train(task, d.train_samples, d.split_seed), d.max_samples)

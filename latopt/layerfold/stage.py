@@ -74,7 +74,8 @@ def check_base(cfg: RunConfig, base_checkpoint: str | Path) -> tuple[nn.Module, 
     model, arch, meta = load_checkpoint(base_checkpoint, expect_model=cfg.model.name)
     if arch.get("alpha") or arch.get("fold"):
         raise LatoptError(f"checkpoint {base_checkpoint} is already pre-folded/folded; give the base checkpoint")
-    want = {k: v for k, v in data_meta(cfg).items() if k != "resolution"}  # another resolution is fine
+    # another resolution or another subset of the training split is fine (the test split is the same)
+    want = {k: v for k, v in data_meta(cfg).items() if k not in ("resolution", "train_samples")}
     got = {k: meta[k] for k in want if k in meta}
     if any(v != want[k] for k, v in got.items()):
         raise LatoptError(f"base checkpoint {base_checkpoint} was trained with data {got} but the config says "

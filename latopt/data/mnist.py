@@ -1,0 +1,104 @@
+"""``fashion-mnist`` and ``mnist``: the 28x28 grey IDX data sets (:mod:`latopt.data.idx`), held in memory as
+uint8 and served in batches (:class:`latopt.data.arrays.ArrayImages`).
+
+``fashion-mnist`` reads ``$LATOPT_DATA/fashion-mnist``, then Debian's ``/usr/share/datasets/fashion-mnist``
+(``apt-get install dataset-fashion-mnist``); ``mnist`` reads ``$LATOPT_DATA/mnist`` (Debian ships no MNIST
+package); ``fashion-mnist:PATH`` / ``mnist:PATH`` read PATH (the four files flat, or torchvision's
+``FashionMNIST/raw`` / ``MNIST/raw`` layout under it). Nothing is downloaded.
+
+Splits: :data:`VAL_IMAGES` of the 60,000 training images (a permutation seeded by ``split_seed``) are the
+validation split, the other 55,000 the training split; the 10,000 test images are the test split, untouched:
+every choice of a recipe or a hyper-parameter is made on the validation split. Images are scaled to [0, 1]
+and normalised with the training split's mean and standard deviation, resized (bilinear) to the resolution;
+``augment``: random crop (padding resolution/8) and horizontal flip, on whole batches.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from latopt.data.arrays import ArrayImages
+from latopt.data.idx import MNIST_FILES, find_mnist_dir, read_mnist_files
+from latopt.data.registry import register_task
+from latopt.data.task import Task
+from latopt.errors import LatoptError
+
+VAL_IMAGES = 5000
+DATA_ENV = "LATOPT_DATA"
+FASHION_CLASSES = ["t-shirt/top", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
+                   "ankle boot"]
+# name -> (torchvision's folder, Debian's directory, the apt package, class names)
+SETS = {"fashion-mnist": ("FashionMNIST", Path("/usr/share/datasets/fashion-mnist"), "dataset-fashion-mnist",
+                          FASHION_CLASSES),
+        "mnist": ("MNIST", None, None, [str(i) for i in range(10)])}
+
+
+def locate(name: str, root: Path | None) -> Path:
+    """The directory holding data set ``name``'s four IDX files: under ``root`` when given, else the default
+    places (see module doc); one line naming the places, the files and the package when it is not found."""
+    layout, debian, package, _ = SETS[name]
+    files = ", ".join(f"{f}[.gz]" for f in MNIST_FILES.values())
+    if root is not None:
+        if not root.is_dir():
+            raise LatoptError(f"{name} directory {root} does not exist (it must hold {files}, or "
+                              f"{layout}/raw/ with them)", param="spec")
+        found = find_mnist_dir(root, layout)
+        if found is None:
+            raise LatoptError(f"{name} directory {root} lacks {files} (there, in raw/ or in {layout}/raw/); "
+                              "latopt never downloads them", param="spec")
+        return found
+    places = [Path(os.environ[DATA_ENV]).expanduser() / name] if os.environ.get(DATA_ENV) else []
+    places += [debian] if debian is not None else []
+    for place in places:
+        if place.is_dir() and (found := find_mnist_dir(place, layout)) is not None:
+            return found
+    where = " or ".join(str(p) for p in places) or f"${DATA_ENV}/{name} (${DATA_ENV} is not set)"
+    install = f"install it with `apt-get install {package}`, " if package else ""
+    raise LatoptError(f"{name} not found in {where}: {install}put {files} in ${DATA_ENV}/{name}, or give "
+                      f"{name}:PATH; latopt never downloads it", param="spec")
+
+
+def split_train_val(n: int, seed: int, n_val: int = VAL_IMAGES) -> tuple[np.ndarray, np.ndarray]:
+    """(train indices, validation indices) of ``n`` training images: ``n_val`` of them (at most a tenth of a
+    small set) by a permutation seeded by ``seed``; both sorted."""
+    n_val = min(n_val, max(1, n // 10))
+    perm = np.random.default_rng([seed, 28]).permutation(n)
+    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+
+
+def _build(name: str, spec: str, root: Path | None, resolution: int, seed: int, augment: bool) -> Task:
+    d = locate(name, root)
+    train_x, train_y, test_x, test_y = read_mnist_files(d)
+    if len(train_y) < 2:
+        raise LatoptError(f"{name} in {d} has {len(train_y)} training image(s); a validation split needs 2 or more")
+    tr, va = split_train_val(len(train_y), seed)
+    x = torch.from_numpy(train_x.copy())
+    y = torch.from_numpy(train_y)
+    pixels = x[torch.from_numpy(tr)].to(torch.float64) / 255.0
+    mean, std = float(pixels.mean()), float(pixels.std()) or 1.0
+    del pixels
+
+    def images(xs: torch.Tensor, ys: torch.Tensor, aug: bool) -> ArrayImages:
+        return ArrayImages(xs, ys, resolution, mean, std, augment=aug)
+
+    t, v = torch.from_numpy(tr), torch.from_numpy(va)
+    return Task(spec, 10, list(SETS[name][3]), resolution, images(x[t], y[t], augment), images(x[v], y[v], False),
+                images(torch.from_numpy(test_x.copy()), torch.from_numpy(test_y), False),
+                split=f"validation: {len(va)} of the {len(train_y)} training images (split_seed {seed}); "
+                      f"test: the {len(test_y)} test images")
+
+
+@register_task("fashion-mnist", directory=None)
+def fashion_mnist(spec: str, root: Path | None, resolution: int, seed: int, augment: bool) -> Task:
+    """``fashion-mnist[:PATH]``: Fashion-MNIST (see module doc)."""
+    return _build("fashion-mnist", spec, root, resolution, seed, augment)
+
+
+@register_task("mnist", directory=None)
+def mnist(spec: str, root: Path | None, resolution: int, seed: int, augment: bool) -> Task:
+    """``mnist[:PATH]``: MNIST (see module doc)."""
+    return _build("mnist", spec, root, resolution, seed, augment)
