@@ -24,7 +24,7 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
     threads: null                 # torch intra-op threads for train/fold (null = torch's default)
 
 A config is given by path, or by the name of one shipped inside the package (``latopt/configs/``:
-``quickstart``, ``digits_clutter``, ``mobilenetv2_100``, ``efficientnet_lite0``); see :func:`config_path`.
+``quickstart``, ``digits_clutter``, ``fashion_mnist``, ``mobilenetv2_100``, ``efficientnet_lite0``); see :func:`config_path`.
 
 Public API: :class:`RunConfig` (+ section classes), :func:`load_config`, :func:`config_path`, :func:`config_from_dict`,
 :func:`dump_config`, :func:`write_config`, :func:`validate_fold_params`, :func:`check_resolution` (the

@@ -56,7 +56,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorData
 from latopt.accel import Accel
 from latopt.config import TrainConfig
 from latopt.errors import LatoptError
-from latopt.log import get_logger, progress_bar
+from latopt.log import get_logger, progress_bar, time_left
 from latopt.torch_settings import strict_fp32
 
 _LOG = get_logger("train")
@@ -157,8 +157,9 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
     epoch; a non-finite loss is caught every :data:`CHECK_EVERY` steps and at the epoch's end (one line,
     :class:`LatoptError`). ``start_epoch`` / ``history`` continue a run whose first ``start_epoch``
     epochs are done (resume); ``on_epoch_end(history)`` runs after each epoch (an epoch checkpoint). With
-    ``progress`` a line (logger ``latopt.train``) every ``report_every`` epochs (and after the last) and a
-    bar while it runs (on a terminal only).
+    ``progress`` a line (logger ``latopt.train``) every ``report_every`` epochs (and after the last), with an
+    estimate of the time left (the mean epoch of this run so far times the epochs to go), and a bar while it
+    runs (on a terminal only).
 
     ``clip_grad``: the global gradient norm of each optimizer's parameters is clipped to it before the
     step (after unscaling under fp16). ``best`` (with ``val_loader``): the weights of the best-validation
@@ -237,7 +238,9 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
             on_epoch_end(history)
         if progress and ((epoch + 1) % max(1, report_every) == 0 or epoch + 1 == epochs):
             shown_row = ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "epoch")
-            _LOG.info(f"{desc} epoch {epoch + 1}/{epochs}: {shown_row}")
+            left = f"; about {time_left([r['seconds'] for r in history[start_epoch:]], epochs - epoch - 1)} left" \
+                if epoch + 1 < epochs else ""
+            _LOG.info(f"{desc} epoch {epoch + 1}/{epochs}: {shown_row}{left}")
     if best is not None and history:
         best.restore(model, history, desc)
     return history

@@ -103,3 +103,13 @@ def progress_bar(iterable: Iterable[T], *, desc: str, enabled: bool = True, **kw
 
     show = enabled and _root.isEnabledFor(logging.INFO) and sys.stderr.isatty()
     return tqdm(iterable, desc=desc, disable=not show, file=sys.stderr, leave=False, dynamic_ncols=True, **kwargs)
+
+
+def time_left(seconds: list[float], remaining: int) -> str:
+    """An estimate of the time ``remaining`` more units of work take at the mean of ``seconds`` (the units done
+    so far), as ``"12 min"`` / ``"40 s"``."""
+    if not seconds or remaining <= 0:
+        return "0 s"
+    left = sum(seconds) / len(seconds) * remaining
+    return f"{left / 60:.0f} min" if left >= 90 else f"{left:.0f} s"
+

@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", help="fine-tune this latopt checkpoint instead of training from scratch")
     p.add_argument("--pretrained", action="store_true", help="start from pretrained weights (must be cached; no download)")
     p.add_argument("--epochs", type=int, help="override train.epochs")
-    p.add_argument("--data", help="override data.task: digits | digits-clutter | imagefolder:PATH | cifar10:PATH")
+    p.add_argument("--data", help="override data.task: digits | digits-clutter | fashion-mnist[:PATH] | mnist[:PATH] | "
+                   "imagefolder:PATH | cifar10:PATH")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: config 'threads', else torch's "
                    "choice; 1 is far faster on a machine shared with other jobs)")
     _placement_args(p)

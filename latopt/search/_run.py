@@ -35,7 +35,7 @@ from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
 from latopt.latency.lut import check_blocks, default_lut_path, load_lut
 from latopt.layerfold import FoldResult
-from latopt.log import get_logger
+from latopt.log import get_logger, time_left
 from latopt.models import build_model
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import front_summary, write_front
@@ -284,6 +284,7 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
     failures = 0
     waiting_note = False
     last: dict[str, BaseException | None] = {"error": None}
+    took: list[float] = []   # seconds of each trial this worker ran: the estimate of the time left
 
     def run_one(trial: optuna.Trial) -> Any:
         # Two workers can pass the budget check at the same moment; the one whose trial came second
@@ -319,7 +320,14 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             continue
         waiting_note = False
         last["error"] = None
+        t0 = time.monotonic()
         study.optimize(run_one, n_trials=1, catch=(VerificationError,), gc_after_trial=True)
+        took.append(time.monotonic() - t0)
+        if o.progress:
+            done = _counts(study)[TrialState.COMPLETE]
+            if done < trials:
+                _LOG.info(f"{done}/{trials} trials complete; about {time_left(took, trials - done)} left "
+                          f"(this worker's mean trial: {sum(took) / len(took):.0f} s)")
         if last["error"] is None:
             failures = 0
             continue
