@@ -165,3 +165,21 @@ def test_library_warnings_are_debug_lines(capsys: pytest.CaptureFixture[str]) ->
     finally:
         warnings.showwarning = old
         setup(DEFAULT)
+
+
+def test_time_left_is_the_mean_unit_times_the_units_to_go() -> None:
+    assert log.time_left([10.0, 20.0], 3) == "45 s"
+    assert log.time_left([60.0, 120.0], 10) == "15 min"
+    assert log.time_left([], 4) == "0 s" and log.time_left([5.0], 0) == "0 s"
+
+
+def test_each_epoch_line_estimates_the_time_left(caplog: pytest.LogCaptureFixture) -> None:
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 3)
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,))), batch_size=8)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with caplog.at_level("INFO", logger="latopt"):
+        fit(net, loader, 3, opt, None, cross_entropy_loss(), desc="base")
+    lines = [r.getMessage() for r in caplog.records if "epoch" in r.getMessage()]
+    assert len(lines) == 3 and all(re.search(r"; about \d+ (s|min) left$", ln) for ln in lines[:2])
+    assert "left" not in lines[2]

@@ -127,4 +127,19 @@ def test_the_seed_sweep_is_of_the_shipped_quickstart() -> None:
 
     record = json.loads((ROOT / "results" / "seed-sweep.json").read_text())
     assert record["config"] == "quickstart" and not record["overrides"] and record["complete"]
-    assert record["resolved"] == dump_config(load_config("quickstart"))
+    now = dump_config(load_config("quickstart"))
+    # keys added to the run config after the sweep; at these values they change nothing it trained
+    for section, key, value in (("data", "train_samples", None),):
+        assert key not in record["resolved"][section] and now[section].pop(key) == value
+    assert record["resolved"] == now
+
+
+def test_the_fashion_mnist_table_is_of_the_shipped_config() -> None:
+    import json
+
+    from latopt.config import dump_config, load_config
+
+    record = json.loads((ROOT / "results" / "fashion-mnist" / "seed-sweep.json").read_text())
+    assert record["config"] == "fashion_mnist" and not record["overrides"] and not record["screen"]
+    assert record["resolved"] == dump_config(load_config("fashion_mnist"))
+    assert sorted(r["seed"] for r in record["runs"]) == list(range(len(record["runs"])))

@@ -38,6 +38,7 @@ import statistics
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -211,6 +212,25 @@ def _quartiles(v: list[float]) -> tuple[float, float, float]:
         return v[0], v[0], v[0]
     q = statistics.quantiles(v, n=4, method="inclusive")
     return q[0], statistics.median(v), q[2]
+
+
+def render(path: Path) -> str:
+    """README's table of a recorded run (``--json``): each (network, setting) with its median images/s and
+    quartiles over the rounds, the per-round ratio to the reference setting, and the loss check when run."""
+    rec = json.loads(Path(path).read_text())
+    a = rec["args"]
+    lines = [f"`{a['model']}` @{a['resolution']}, batch {a['batch']}, {rec['threads']} thread(s), data `{a['data']}`, "
+             f"{a['rounds']} interleaved rounds of {a['steps']} steps; torch {rec['torch']}, CPU "
+             f"{rec['environment'].get('cpu', '?')} with {', '.join(rec['environment'].get('cpu_flags', [])) or 'no flags recorded'}, "
+             f"load average {rec['environment'].get('loadavg', ['?'])[0]} at the start "
+             f"(`{Path(path).relative_to(Path(path).parents[1])}`):", "",
+             "| network | setting | images/s (median) | quartiles | × reference (median) | quartiles | "
+             "first-epoch loss |", "|---|---|---|---|---|---|---|"]
+    for r in rec["rows"]:
+        loss = f"{r['loss_check']:.6f}" if "loss_check" in r else ""
+        lines.append(f"| {r['net']} | {r['setting']} | {r['median']:.0f} | {r['q1']:.0f}–{r['q3']:.0f} | "
+                     f"{r['ratio_median']:.2f} | {r['ratio_q1']:.2f}–{r['ratio_q3']:.2f} | {loss} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,8 @@ def _tool(module: str, render: str, results: str) -> Callable[[], str]:
 GENERATORS: dict[str, Callable[[], str]] = {
     "seed-sweep": _seed_table("seed-sweep.json"),
     "seed-sweep-before": _seed_table("seed-sweep-before.json"),
+    "fashion-mnist-bases": _tool("seed_sweep", "render_bases", "fashion-mnist"),
+    "bench-train": _tool("bench_train", "render", "bench-train/fashion-mnist.json"),
     "method-table": _tool("bench_methods", "render_doc", "method-table"),
     "method-table-summary": _tool("bench_methods", "render_summary", "method-table"),
     "hardware-awareness": _tool("bench_devices", "render", "hardware-awareness"),

@@ -100,6 +100,35 @@ def summarize(rows: list[dict[str, Any]], floor: float = 0.96, key: str = "test_
     return "\n".join(lines)
 
 
+def render_bases(results: Path) -> str:
+    """README's Fashion-MNIST table: one row per recorded sweep in ``results/<dir>/*.json`` (model, epochs, the
+    training subset when one was used, runs, test min / mean / max, runs below the sweep's floor, the slowest run's
+    wall time), then the published rows of ``published.json`` (submitter-reported, other recipes)."""
+    lines = ["| model | runs | test min | test mean | test max | below floor | slowest base |", "|---|---|---|---|---|---|---|"]
+    for path in sorted(results.glob("*.json")):
+        rec = json.loads(path.read_text())
+        if rec.get("schema") != SCHEMA:
+            continue
+        runs = [r for r in rec["runs"] if "test_acc" in r]
+        if not runs:
+            continue
+        acc = [r["test_acc"] for r in runs]
+        floor = rec.get("floor", 0.96)
+        failed = sum("test_acc" not in r for r in rec["runs"])
+        slowest = max(r["seconds"] for r in runs) / 60
+        cfg = rec["resolved"]
+        subset = cfg["data"].get("train_samples")
+        subset = f", {subset:,} training images" if subset else ""
+        lines.append(f"| `{cfg['model']['name']}` @{cfg['data']['resolution']}, {cfg['train']['epochs']} epochs{subset} "
+                     f"(this repo, seeds {', '.join(str(r['seed']) for r in runs)}) | {len(runs)} | {100 * min(acc):.2f} % | "
+                     f"{100 * statistics.mean(acc):.2f} % | {100 * max(acc):.2f} % | "
+                     f"{sum(a < floor for a in acc) + failed} below {100 * floor:g} % | {slowest:.1f} min |")
+    pub = json.loads((results / "published.json").read_text())
+    for r in pub["rows"]:
+        lines.append(f"| {r['model']} (published, submitter-reported) | | | {100 * r['test_acc']:.1f} % | | | |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="quickstart")
