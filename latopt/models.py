@@ -1,5 +1,9 @@
 """Models by name (timm / torchvision, used as they are) and what they cost (FLOPs, parameters).
 
+One change to timm's models: a classifier that is not pretrained starts at the scale of a fresh ``nn.Linear``
+(timm's initialisation is sized for 1000 classes; with 10 the initial loss is ~8, not ln 10:
+``_rescale_new_timm_head``).
+
 Names (``SUPPORTED``)::
 
     mobilenetv2_035 mobilenetv2_050 mobilenetv2_075 mobilenetv2_100 mobilenetv2_140      timm
@@ -79,16 +83,41 @@ def _pretrained_error(name: str, e: BaseException, cache: str) -> LatoptError:
                        "pretrained off to start from random weights", param="pretrained")
 
 
+@torch.no_grad()
+def _rescale_new_timm_head(model: nn.Module) -> None:
+    """Give a new timm classifier the scale of a fresh ``nn.Linear``: U(±1/sqrt(in_features)).
+
+    timm's EfficientNet/MobileNetV2 initialisation (``_init_weight_goog``) draws the classifier from
+    U(±1/sqrt(num_classes)), TensorFlow's rule, scaled for 1000 ImageNet classes. For few classes that head is
+    far too large: with 10 classes and 1280 features the initial logits have a std of ~4.6 (~2.8 at 224 px) and
+    the initial loss is 7-9 instead of ln 10 = 2.3, gradients are ~18x those of torchvision's MobileNetV2 (norm
+    ~1500, mostly in the stem), and with ``train.clip_grad`` the updates shrink as much: digits "did not learn"
+    (loss 8 -> 6 where it should start at 2.3). Multiplying timm's draw by sqrt(num_classes / in_features) turns
+    it into U(±1/sqrt(in_features)), what torch's ``nn.Linear`` (and torchvision's new head below) starts from;
+    rescaling instead of redrawing keeps the global random stream, so everything drawn after the model is built
+    (augmentation, dropout) is what it was. Biases stay 0."""
+    head = model.get_classifier()
+    if isinstance(head, nn.Linear):
+        head.weight.mul_((head.out_features / head.in_features) ** 0.5)
+
+
 def _build_timm(base: str, num_classes: int, pretrained: bool) -> nn.Module:
     """timm's model; with ``pretrained`` its Hugging Face weights: cached, or downloaded unless huggingface_hub's
-    own offline switch is on (``HF_HUB_OFFLINE=1`` in the environment, read when huggingface_hub is imported)."""
+    own offline switch is on (``HF_HUB_OFFLINE=1`` in the environment, read when huggingface_hub is imported).
+    A classifier that is not pretrained (from scratch, or a new one for ``num_classes`` != the weights') is
+    rescaled (:func:`_rescale_new_timm_head`)."""
     if not pretrained:
-        return timm.create_model(base, pretrained=False, num_classes=num_classes)
+        model = timm.create_model(base, pretrained=False, num_classes=num_classes)
+        _rescale_new_timm_head(model)
+        return model
     try:
-        return timm.create_model(base, pretrained=True, num_classes=num_classes)
+        model = timm.create_model(base, pretrained=True, num_classes=num_classes)
     except (OSError, RuntimeError) as e:  # OSError: huggingface_hub's errors; RuntimeError: timm's own
         raise _pretrained_error(base, e, "the Hugging Face cache (with HF_HUB_OFFLINE=1 timm looks only there, "
                                          "without network retries)") from None
+    if num_classes != (getattr(model, "pretrained_cfg", None) or {}).get("num_classes", 1000):
+        _rescale_new_timm_head(model)  # timm kept its own initialisation for the new classifier
+    return model
 
 
 def _build_torchvision(width: float, num_classes: int, pretrained: bool) -> nn.Module:

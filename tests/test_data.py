@@ -325,9 +325,9 @@ def test_unknown_specs(spec: str) -> None:
 
 def test_the_unknown_task_error_lists_the_registered_tasks() -> None:
     with pytest.raises(LatoptError) as e:
-        get_task("mnist", 32, 0)
-    assert str(e.value) == ("unknown data task 'mnist'; choose one of digits, digits-clutter, imagefolder:PATH, "
-                            "cifar10:PATH")
+        get_task("emnist", 32, 0)
+    assert str(e.value) == ("unknown data task 'emnist'; choose one of digits, digits-clutter, fashion-mnist[:PATH], "
+                            "mnist[:PATH], imagefolder:PATH, cifar10:PATH")
 
 
 def test_a_registered_task_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -364,7 +364,7 @@ def test_the_cli_names_the_flag_of_a_bad_task_spec(tmp_path: Path, capsys: pytes
     """The library error names the parameter (``spec``); ``latopt train`` adds the flag that sets it."""
     from latopt.cli import main
 
-    assert main(["train", "--config", "quickstart", "--data", "mnist", "--out", str(tmp_path / "o")]) == 2
+    assert main(["train", "--config", "quickstart", "--data", "emnist", "--out", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.endswith("cifar10:PATH (option --data)\n")
     assert not (tmp_path / "o").exists()
 

@@ -45,7 +45,7 @@ def test_configs_by_shipped_name_from_any_directory(tmp_path: Path, monkeypatch:
     assert load_config("quickstart").name == "mine"
     for missing in ("nope", "nope.yaml", "sub/quickstart", "quickstart.yml"):
         with pytest.raises(LatoptError, match=rf"config file {missing} does not exist \(or name a shipped config: "
-                                              r"digits_clutter, efficientnet_lite0, mobilenetv2_100, quickstart\)"):
+                                              r"digits_clutter, efficientnet_lite0, fashion_mnist, mobilenetv2_100, quickstart\)"):
             load_config(missing)
 
 

@@ -97,7 +97,7 @@ def test_train_bad_input(env: dict, tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--data", f"imagefolder:{empty}"], "no train/ or val/ sub-folder"),
         (["--data", f"imagefolder:{no_val}"], "no val/ sub-folder"),
         (["--data", f"cifar10:{empty}"], "lacks data_batch_1"),
-        (["--data", "mnist"], "unknown data task"),
+        (["--data", "emnist"], "unknown data task"),
         (["--epochs", "-1"], "--epochs must be >= 0"),
         (["--threads", "0"], "'threads' must be in [1, 1024]"),
         (["--checkpoint", str(tmp_path / "none.pt")], "does not exist"),
