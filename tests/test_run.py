@@ -360,3 +360,13 @@ def test_the_declared_stages_read_only_earlier_stages() -> None:
     assert check_order(STAGES) == STAGES
     with pytest.raises(ValueError, match=r"stage 'search' reads \['base', 'profile'\] before they are made"):
         check_order((SEARCH, BASE, EXPORT, REPORT))
+
+
+def test_run_takes_its_config_as_a_flag_too(capsys: pytest.CaptureFixture) -> None:
+    from latopt.cli import build_parser, main
+
+    args = build_parser().parse_args(["run", "--config", "fashion_mnist"])
+    assert args.config is None and args.config_flag == "fashion_mnist"
+    assert main(["run", "quickstart", "--config", "fashion_mnist"]) == 2
+    err = capsys.readouterr().err
+    assert "two configs given: 'quickstart' and --config 'fashion_mnist'" in err and err.count("\n") == 1

@@ -39,11 +39,27 @@ def _tool(module: str, render: str, results: str) -> Callable[[], str]:
     return make
 
 
+def _compress_report(results: str) -> Callable[[], str]:
+    """One sentence from a ``latopt compress`` report (``results/<results>``): the network before and after, the
+    units removed, the MILP solves, the time, the test predictions changed and the float64 check."""
+    def make() -> str:
+        r = json.loads((RESULTS / results).read_text())
+        c, v, a, st = r["compression"], r["verification"], r["accuracy"], r["stability"]["total"]
+        return (f"On {a['data']}, {'-'.join(map(str, c['layers_before']))} with test accuracy {100 * a['before']:.2f} %: "
+                f"`compress` removed {c['units_removed']} of its {c['hidden_units_before']} hidden units "
+                f"({'-'.join(map(str, c['layers_after']))}; {st['milp_solves']} MILP solves, {r['seconds']['total']:.1f} s "
+                f"in all), {a['prediction_changes']} of the {a['test_points']:,} test predictions changed "
+                f"({100 * a['after']:.2f} % after), largest float64 difference {v['max_abs_float64']:g} on "
+                f"{v['points']:,} points (`results/{Path(results).parent}/`, which has the commands).")
+    return make
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "seed-sweep": _seed_table("seed-sweep.json"),
     "seed-sweep-before": _seed_table("seed-sweep-before.json"),
     "fashion-mnist-bases": _tool("seed_sweep", "render_bases", "fashion-mnist"),
     "bench-train": _tool("bench_train", "render", "bench-train/fashion-mnist.json"),
+    "exact-fashion-mnist": _compress_report("exact-fashion-mnist/report.json"),
     "method-table": _tool("bench_methods", "render_doc", "method-table"),
     "method-table-summary": _tool("bench_methods", "render_summary", "method-table"),
     "hardware-awareness": _tool("bench_devices", "render", "hardware-awareness"),

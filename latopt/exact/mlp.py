@@ -1,4 +1,5 @@
-"""Fully connected ReLU networks: build, train on scikit-learn's bundled digits, save and load checkpoints.
+"""Fully connected ReLU networks: build, train on scikit-learn's bundled digits or on Fashion-MNIST / MNIST,
+save and load checkpoints.
 
 Checkpoint file (``torch.save``, read back with ``weights_only=True``)::
 
@@ -14,16 +15,25 @@ every ``round(epochs * 50 / 120)`` epochs (50 of 120); it runs through :func:`la
 The digits split is the CNN tasks' (:func:`latopt.data.split_indices`, stratified 60/20/20): the MLP has
 no use for a validation split (a fixed recipe, no model selection), so it trains on train + val (80 %)
 and tests on the same 20 % of the digits as every CNN run with that split seed.
+
+``fashion-mnist[:PATH]`` / ``mnist[:PATH]`` (the IDX files, found by :func:`latopt.data.mnist.locate`): 784
+inputs (28x28 pixels /255, flattened) in [0, 1]; it trains on the training split of the CNN tasks (the
+training images outside the validation split of :func:`latopt.data.mnist.split_train_val`, 55,000 of 60,000;
+the validation split is only measured, ``val_acc``) and tests on the 10,000 test images. ``meta`` records the
+data set, :data:`IDX_SPLIT`, the split seed, the directory the files were read from and a digest of the test
+split, so that ``latopt compress`` re-reads the same test images (or says why it cannot). Default epochs:
+:data:`DEFAULT_EPOCHS` (the seed's 120 on these sets).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import pickle
 import re
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +50,13 @@ from latopt.exact.network import from_module
 from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 SCHEMA = "latopt.mlp/1"
-DATASETS = ("digits",)
+IDX_DATASETS = ("fashion-mnist", "mnist")   # read from IDX files: NAME or NAME:PATH
+DATASETS = ("digits", *IDX_DATASETS)
+DATA_FORMS = "digits, fashion-mnist[:PATH], mnist[:PATH]"
 SPLIT = "digits-60/20/20"  # meta["split"]: train = train + val, test = test of latopt.data.split_indices
+IDX_SPLIT = "idx-train-without-val/test"   # meta["split"] of fashion-mnist/mnist: train = the training images
+# outside latopt.data.mnist.split_train_val's validation split, test = the test images
+DEFAULT_EPOCHS = {"digits": 600, "fashion-mnist": 120, "mnist": 120}   # digits: ~45x fewer images than MNIST
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,10 @@ class Split:
     y_test: np.ndarray
     box: tuple[float, float]
     name: str
+    x_val: np.ndarray | None = None   # fashion-mnist / mnist: the validation split (never trained on)
+    y_val: np.ndarray | None = None
+    description: str = ""
+    source: dict = field(default_factory=dict)   # IDX sets: data_dir, test_digest (recorded in meta)
 
 
 def build_mlp(layers: list[int] | tuple[int, ...]):
@@ -70,25 +89,89 @@ def build_mlp(layers: list[int] | tuple[int, ...]):
     return nn.Sequential(*mods)
 
 
-def load_split(data: str, seed: int) -> Split:
-    """The digits data set (8x8 images, 64 inputs scaled to [0, 1] by /16): train = the train and val
-    indices of :func:`latopt.data.split_indices` (``seed``), test = its test indices."""
-    if data not in DATASETS:
-        raise LatoptError(f"unknown data set {data!r}; known: {', '.join(DATASETS)}")
+def parse_data(data: str, others: str = "") -> tuple[str, Path | None]:
+    """``digits`` | ``fashion-mnist[:PATH]`` | ``mnist[:PATH]`` -> (name, PATH or None); anything else is one line
+    (``others``: more choices the caller takes, for that line)."""
+    name, sep, path = str(data).partition(":")
+    if name not in DATASETS or (sep and name not in IDX_DATASETS):
+        raise LatoptError(f"unknown data set {data!r}; choose one of {DATA_FORMS}{others}", param="data")
+    if sep and not path.strip():
+        raise LatoptError(f"data set {data!r} names no directory: give {name}:PATH, or {name} for the default "
+                          "places", param="data")
+    return name, (Path(path).expanduser() if sep else None)
+
+
+def load_split(data: str, seed: int, root: Path | None = None) -> Split:
+    """The train/test split of ``data`` (see the module doc; ``root``: where the IDX files are, for
+    ``fashion-mnist`` / ``mnist`` without a PATH in ``data``).
+
+    digits (8x8 images, 64 inputs scaled to [0, 1] by /16): train = the train and val indices of
+    :func:`latopt.data.split_indices` (``seed``), test = its test indices."""
+    name, path = parse_data(data)
+    if name in IDX_DATASETS:
+        return _load_idx(name, path if path is not None else root, seed)
     d = load_digits()
     x = (d.data / 16.0).astype(np.float32)
     y = d.target.astype(np.int64)
     train, val, test = split_indices(y, seed)
     fit_idx = np.sort(np.concatenate([train, val]))
-    return Split(x[fit_idx], y[fit_idx], x[test], y[test], (0.0, 1.0), data)
+    return Split(x[fit_idx], y[fit_idx], x[test], y[test], (0.0, 1.0), name)
+
+
+def _pixels(images: np.ndarray) -> np.ndarray:
+    """uint8 images N x H x W -> float32 N x (H*W) in [0, 1] (/255)."""
+    return images.reshape(len(images), -1).astype(np.float32) / np.float32(255.0)
+
+
+def _digest(images: np.ndarray, labels: np.ndarray) -> str:
+    h = hashlib.sha256(np.ascontiguousarray(images).tobytes())
+    h.update(np.ascontiguousarray(labels, dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _load_idx(name: str, root: Path | None, seed: int) -> Split:
+    from latopt.data.idx import read_mnist_files
+    from latopt.data.mnist import locate, split_train_val
+
+    d = locate(name, root)
+    xtr, ytr, xte, yte = read_mnist_files(d)
+    if len(ytr) < 2:
+        raise LatoptError(f"{name} in {d} has {len(ytr)} training image(s); a validation split needs 2 or more")
+    tr, va = split_train_val(len(ytr), seed)
+    desc = (f"train: the {len(tr)} of the {len(ytr)} training images outside the validation split ({len(va)} "
+            f"images, latopt.data.mnist.split_train_val, split_seed {seed}); test: the {len(yte)} test images")
+    source = {"data_dir": str(d.resolve()), "test_digest": _digest(xte, yte)}
+    return Split(_pixels(xtr[tr]), ytr[tr], _pixels(xte), yte, (0.0, 1.0), name,
+                 x_val=_pixels(xtr[va]), y_val=ytr[va], description=desc, source=source)
 
 
 def split_of(meta: dict) -> Split | None:
     """The split a checkpoint was trained on, from its ``meta``; None for random networks and for
-    checkpoints made with another split (before ``SPLIT``: 75/25), whose test digits would overlap."""
-    if meta.get("data") != "digits" or meta.get("split") != SPLIT:
+    checkpoints made with another split (digits before ``SPLIT``: 75/25), whose test digits would overlap.
+
+    fashion-mnist / mnist: the files are read from the directory ``meta`` records, else from the default
+    places (``$LATOPT_DATA/<name>``, ...); a LatoptError when they are not found or their test split is not
+    the one the checkpoint recorded (``test_digest``)."""
+    data = meta.get("data")
+    if data == "digits":
+        if meta.get("split") != SPLIT:
+            return None
+        return load_split("digits", int(meta.get("split_seed", 0)))
+    if data not in IDX_DATASETS or meta.get("split") != IDX_SPLIT:
         return None
-    return load_split("digits", int(meta.get("split_seed", 0)))
+    recorded = meta.get("data_dir")
+    root = Path(recorded) if isinstance(recorded, str) and Path(recorded).is_dir() else None
+    try:
+        sp = load_split(data, int(meta.get("split_seed", 0)), root=root)
+    except LatoptError as e:
+        gone = f"the directory it was trained from ({recorded}) is gone and " if recorded and root is None else ""
+        raise LatoptError(f"cannot re-read the {data} test split: {gone}{e}") from None
+    want = meta.get("test_digest")
+    if want and sp.source["test_digest"] != want:
+        raise LatoptError(f"the {data} files in {sp.source['data_dir']} are not the ones the network was trained "
+                          f"on (test split digest {sp.source['test_digest']}, recorded {want}); put the original "
+                          f"files in $LATOPT_DATA/{data}")
+    return sp
 
 
 def accuracy(module, x: np.ndarray, y: np.ndarray) -> float:
@@ -108,16 +191,19 @@ def train_mlp(
     *,
     data: str = "digits",
     l1: float = 0.003,
-    epochs: int = 120,
+    epochs: int | None = None,
     lr: float = 0.01,
     momentum: float = 0.9,
     batch: int = 64,
     seed: int = 0,
     progress: bool = False,
 ) -> tuple[Any, dict]:
-    """Train a Linear/ReLU classifier; returns ``(model, meta)`` with accuracies in ``meta``."""
-
-
+    """Train a Linear/ReLU classifier on ``data`` (``digits``, ``fashion-mnist[:PATH]``, ``mnist[:PATH]``) for
+    ``epochs`` (None: :data:`DEFAULT_EPOCHS` of the data set); returns ``(model, meta)`` with accuracies in
+    ``meta``."""
+    name, _ = parse_data(data)
+    if epochs is None:
+        epochs = DEFAULT_EPOCHS[name]
     if l1 < 0 or not math.isfinite(l1):
         raise LatoptError(f"l1 {l1} must be a finite number >= 0", param="l1")
     if not (math.isfinite(lr) and lr > 0):
@@ -130,7 +216,8 @@ def train_mlp(
         raise LatoptError(f"hidden {hidden} must be a list of positive widths, e.g. [100, 100]", param="hidden")
     split = load_split(data, seed)
     seed_everything(seed)
-    n_in, n_out = split.x_train.shape[1], int(split.y_train.max()) + 1
+    n_in = split.x_train.shape[1]
+    n_out = 10 if name in IDX_DATASETS else int(split.y_train.max()) + 1   # IDX: labels 0..9
     layers = [n_in, *hidden, n_out]
     model = build_mlp(layers)
     for m in model:
@@ -153,8 +240,8 @@ def train_mlp(
         progress=progress, desc="train-mlp", report_every=max(1, epochs // 10))
     model.eval()
     meta = {
-        "data": data,
-        "split": SPLIT,
+        "data": name,
+        "split": SPLIT if name == "digits" else IDX_SPLIT,
         "split_seed": seed,
         "seed": seed,
         "l1": l1,
@@ -167,6 +254,9 @@ def train_mlp(
         "test_acc": accuracy(model, split.x_test, split.y_test),
         "train_seconds": round(time.perf_counter() - t0, 2),
     }
+    if name in IDX_DATASETS:
+        meta.update(split_detail=split.description, val_acc=accuracy(model, split.x_val, split.y_val),
+                    train_images=len(split.y_train), test_images=len(split.y_test), **split.source)
     return model, meta
 
 

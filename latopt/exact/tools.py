@@ -3,7 +3,7 @@
 Each function reads its inputs, does the work, writes its output directory atomically and returns the
 report (a JSON-able dict); :mod:`latopt.cli.exact` only parses the command line and prints::
 
-    make_mlp(hidden, *, data="digits", l1, epochs, lr, batch, inputs, outputs, seed, out=None) -> (path, meta)
+    make_mlp(hidden, *, data="digits", l1, epochs=None, lr, batch, inputs, outputs, seed, out=None) -> (path, meta)
     compress_checkpoint(checkpoint, out, *, box=None, time_limit, samples, verify_points, seed, log=None) -> report
     regions_of(checkpoint, out, *, box=None, limits, grid) -> report      (VerificationError if the grid disagrees)
     shallow_of(checkpoint, out, *, box=None, limits, epsilon, samples, seed) -> report
@@ -23,7 +23,7 @@ import torch
 from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
 from latopt.engine import seed_everything
 from latopt.errors import LatoptError, VerificationError
-from latopt.exact.mlp import build_mlp, load_mlp, load_split, predict, save_mlp, split_of, train_mlp
+from latopt.exact.mlp import build_mlp, load_mlp, parse_data, predict, save_mlp, split_of, train_mlp
 from latopt.exact.network import Box, ReluMLP, from_module
 from latopt.exact.regions import RegionLimits, enumerate_regions, plot_regions, sampled_patterns
 from latopt.exact.shallow import IndicatorNet, collect_hyperplanes, eps_network, region_margin, widths
@@ -48,11 +48,15 @@ def default_out(checkpoint: str | Path, prefix: str) -> Path:
     return Path("runs") / f"{prefix}-{Path(checkpoint).stem}"
 
 
-def make_mlp(hidden: list[int], *, data: str = "digits", l1: float, epochs: int, lr: float, batch: int,
-             inputs: int = 2, outputs: int = 1, seed: int = 0, out: str | Path | None = None) -> tuple[Path, dict]:
-    """Train a Linear/ReLU classifier on digits (or make a random one with ``data="random"``) and save it."""
+def make_mlp(hidden: list[int], *, data: str = "digits", l1: float, epochs: int | None = None, lr: float,
+             batch: int, inputs: int = 2, outputs: int = 1, seed: int = 0,
+             out: str | Path | None = None) -> tuple[Path, dict]:
+    """Train a Linear/ReLU classifier on ``data`` (digits, fashion-mnist[:PATH], mnist[:PATH]; ``epochs``
+    None: the data set's default) or make a random one with ``data="random"``, and save it."""
     if not hidden or any(v < 1 for v in hidden):
         raise LatoptError(f"hidden widths must be positive integers, got {hidden}", param="hidden")
+    if data != "random":
+        parse_data(data, ", random")   # an unknown data set is refused before anything is made
     if data == "random":
         for name, value in (("inputs", inputs), ("outputs", outputs)):
             if value < 1:
@@ -64,17 +68,48 @@ def make_mlp(hidden: list[int], *, data: str = "digits", l1: float, epochs: int,
     else:
         model, meta = train_mlp(hidden, data=data, l1=l1, epochs=epochs, lr=lr, batch=batch, seed=seed,
                                 progress=True)
-        name = f"{data}-{'x'.join(map(str, hidden))}-l1{l1:g}-s{seed}"
+        name = f"{meta['data']}-{'x'.join(map(str, hidden))}-l1{l1:g}-s{seed}"
     return save_mlp(out or Path("runs") / "mlp" / f"{name}.pt", model, meta), meta
 
 
-def _accuracy(meta: dict, model, compressed) -> dict | None:
-    sp = split_of(meta)
-    if sp is None:
+MAX_DATA_POINTS = 20_000   # training inputs added to the sampling stage's points (a seeded subset beyond)
+
+
+def _accuracy(split, model, compressed) -> dict | None:
+    if split is None:
         return None
-    pa, pb = predict(model, sp.x_test), predict(compressed, sp.x_test)
-    return {"before": float((pa == sp.y_test).mean()), "after": float((pb == sp.y_test).mean()),
-            "prediction_changes": int((pa != pb).sum()), "test_points": len(sp.y_test)}
+    pa, pb = predict(model, split.x_test), predict(compressed, split.x_test)
+    return {"data": split.name, "before": float((pa == split.y_test).mean()),
+            "after": float((pb == split.y_test).mean()), "prediction_changes": int((pa != pb).sum()),
+            "test_points": len(split.y_test)}
+
+
+def _training_split(checkpoint, meta: dict, log: Callable[[str], None]) -> tuple[Any, str | None]:
+    """(the checkpoint's split or None, why there is none: a line for the report, or None)."""
+    data = meta.get("data")
+    try:
+        split = split_of(meta)
+    except LatoptError as e:   # the IDX files are missing or changed: compress anyway, without accuracy
+        note = str(e)
+    else:
+        if split is not None or data in (None, "random"):
+            return split, None
+        if data == "digits":
+            log(f"{checkpoint} was trained on an older digits split: no test accuracy (retrain with `latopt train-mlp`)")
+            return None, "trained on an older digits split (retrain with `latopt train-mlp`)"
+        note = f"latopt does not re-create data {data!r} with split {meta.get('split')!r}"
+    log(f"{checkpoint}: no test accuracy: {note}")
+    return None, note
+
+
+def _sample_data(split, seed: int) -> np.ndarray | None:
+    """Training inputs for the sampling stage (at most :data:`MAX_DATA_POINTS`, a subset seeded by ``seed``)."""
+    if split is None:
+        return None
+    x = split.x_train
+    if len(x) > MAX_DATA_POINTS:
+        x = x[np.sort(np.random.default_rng([seed, 7]).choice(len(x), MAX_DATA_POINTS, replace=False))]
+    return x
 
 
 def compress_checkpoint(checkpoint: str | Path, out: str | Path | None = None, *, box: str | None = None,
@@ -91,16 +126,19 @@ def compress_checkpoint(checkpoint: str | Path, out: str | Path | None = None, *
         raise LatoptError(f"verify_points must be >= 100000, got {verify_points}", param="verify_points")
     model, meta, net, b = load_network(checkpoint, box)
     log = log or _LOG.info
-    digits = meta.get("data") == "digits"
-    if digits and split_of(meta) is None:
-        log(f"{checkpoint} was trained on an older digits split: no test accuracy (retrain with `latopt train-mlp`)")
-    data = load_split("digits", int(meta.get("split_seed", 0))).x_train if digits else None  # sample points
+    split, note = _training_split(checkpoint, meta, log)
+    if split is not None and split.x_test.shape[1] != net.sizes[0]:
+        note = f"the {split.name} images have {split.x_test.shape[1]} pixels but the network has {net.sizes[0]} inputs"
+        log(f"{checkpoint}: no test accuracy: {note}")
+        split = None
     t0 = time.perf_counter()
-    comp, rep = compress(model, b, samples=samples, data=data, time_limit=time_limit, verify_points=verify_points,
-                         seed=seed, log=log)
+    comp, rep = compress(model, b, samples=samples, data=_sample_data(split, seed), time_limit=time_limit,
+                         verify_points=verify_points, seed=seed, log=log)
     report = rep.to_json()
     report["checkpoint"] = str(checkpoint)
-    report["accuracy"] = _accuracy(meta, model, comp.to(torch.float32))
+    report["accuracy"] = _accuracy(split, model, comp.to(torch.float32))
+    if note:
+        report["accuracy_note"] = note
     report["wall_seconds"] = round(time.perf_counter() - t0, 3)
     out = Path(out) if out else default_out(checkpoint, "compress")
     with atomic_dir(out) as d:
@@ -142,8 +180,11 @@ def compress_text(report: dict) -> str:
                  f"verification {sec['verification']:.1f}s, total {sec['total']:.1f}s")
     a = report.get("accuracy")
     if a:
-        lines.append(f"accuracy {a['before']:.4f} -> {a['after']:.4f} on {a['test_points']} test digits "
+        what = "digits" if a.get("data", "digits") == "digits" else f"{a['data']} images"
+        lines.append(f"accuracy {a['before']:.4f} -> {a['after']:.4f} on {a['test_points']} test {what} "
                      f"({a['prediction_changes']} predictions changed)")
+    elif report.get("accuracy_note"):
+        lines.append(f"accuracy not measured: {report['accuracy_note']}")
     return "\n".join(lines) + "\n"
 
 
