@@ -283,7 +283,7 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
     deadline = None if o.timeout is None else time.monotonic() + o.timeout
     failures = 0
     waiting_note = False
-    last: dict[str, BaseException | None] = {"error": None}
+    last: dict[str, Any] = {"error": None, "base": False}
     took: list[float] = []   # seconds of each trial this worker ran: the estimate of the time left
 
     def run_one(trial: optuna.Trial) -> Any:
@@ -295,7 +295,9 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             trial.set_user_attr("surplus", True)
             raise optuna.TrialPruned(f"surplus: {len(ahead)} earlier trials already fill the budget of {trials}")
         try:
-            return func(trial)
+            out = func(trial)
+            last["base"] = bool(trial.user_attrs.get("base"))   # the base trial only evaluates: not timed
+            return out
         except VerificationError as e:
             last["error"] = e
             trial.set_user_attr(FAILED_CHECK, first_line(e))
@@ -319,14 +321,15 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             time.sleep(o.poll_s)
             continue
         waiting_note = False
-        last["error"] = None
+        last["error"], last["base"] = None, False
         t0 = time.monotonic()
         study.optimize(run_one, n_trials=1, catch=(VerificationError,), gc_after_trial=True)
-        took.append(time.monotonic() - t0)
-        if o.progress:
+        if not last["base"]:
+            took.append(time.monotonic() - t0)
+        if o.progress and took:
             done = _counts(study)[TrialState.COMPLETE]
             if done < trials:
-                _LOG.info(f"{done}/{trials} trials complete; about {time_left(took, trials - done)} left "
+                _LOG.info(f"{done}/{trials} trials complete; about {time_left(took, -(-(trials - done) // max(1, o.workers)))} left "
                           f"(this worker's mean trial: {sum(took) / len(took):.0f} s)")
         if last["error"] is None:
             failures = 0
