@@ -230,3 +230,24 @@ def test_the_real_fashion_mnist_files() -> None:
     counts = torch.bincount(task.test.labels, minlength=10)
     assert counts.tolist() == [1000] * 10     # Fashion-MNIST's test split: 1,000 images per class
     assert 0.27 < task.train.mean < 0.30 and 0.34 < task.train.std < 0.37
+
+
+def test_the_exported_accuracy_is_measured_on_a_batched_task(tmp_path: Path) -> None:
+    """export's accuracy gate reads the test split through its own loader (regression: torch's default collation
+    of a batched dataset's Batch failed after a whole `latopt run`)."""
+    from latopt.export.gates import runner_correct
+
+    task = get_task(f"fashion-mnist:{write_set(tmp_path / 'fm')}", 32, 0)
+
+    class Oracle:   # a runner that predicts the true labels, in order
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def run(self, x: np.ndarray) -> np.ndarray:
+            y = task.test.labels[self.seen:self.seen + len(x)].numpy()
+            self.seen += len(x)
+            assert x.shape[1:] == (3, 32, 32)
+            return np.eye(10)[y]
+
+    hits = runner_correct(Oracle(), task, 8)
+    assert hits.shape == (20,) and hits.all()

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from latopt.checkpoint import recorded_test_acc
-from latopt.data import get_task, limit_task
+from latopt.data import collate, get_task, limit_task
 from latopt.errors import LatoptError, VerificationError
 from latopt.export.plan import Plan
 from latopt.fold import as_shipped, fold_blocks, linearize, merge_spans, verify_fold
@@ -242,7 +242,7 @@ def gate_inputs(task: Any | None, resolution: int, n: int, seed: int) -> tuple[t
 def runner_correct(runner: Any, task: Any, batch: int) -> np.ndarray:
     """Per test sample of the task (in order), whether a ``latopt.runtime`` runner (ONNX Runtime / TensorRT)
     predicts its label: a boolean vector, ``batch`` samples per call."""
-    loader = torch.utils.data.DataLoader(task.test, batch_size=batch)
+    loader = torch.utils.data.DataLoader(task.test, batch_size=batch, collate_fn=collate)  # batched tasks too
     hits = [np.asarray(runner.run(xb.float().numpy())).argmax(1) == yb.numpy() for xb, yb in loader]
     if not hits:
         raise LatoptError(f"the test split of {task.name} is empty: cannot measure the exported accuracy")
