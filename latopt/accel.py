@@ -18,9 +18,9 @@ Master weights, optimizer state and every *recorded* accuracy stay float32:
 under, so the accuracy a checkpoint records is the one ``latopt export`` re-measures in float32 on the CPU.
 
 **Throughput**: ``train.channels_last`` (NHWC weights and batches; ``null``, the default, means on for the CPU,
-where it measured 2.3x the images/s of NCHW for MobileNetV2-0.5 @32 and 1.6x with σ_α installed, the same for a
-folded network (``tools/bench_train.py``), and off on CUDA, where it helps convolutions on tensor-core GPUs
-but has not been measured by latopt), DataLoader workers / pinned memory / persistent workers from ``data.workers`` /
+where it trained faster than NCHW for the base, σ_α and folded networks in README's interleaved measurement
+(``tools/bench_train.py``, ``results/bench-train/``), and off on CUDA, where it helps convolutions on
+tensor-core GPUs but has not been measured by latopt), DataLoader workers / pinned memory / persistent workers from ``data.workers`` /
 ``data.pin_memory`` / ``data.persistent_workers`` (``null`` = automatic: 0 workers on the CPU, where
 training needs the cores; on CUDA min(8, cores per process − 1) workers, pinned memory, persistent
 workers), batches copied with ``non_blocking=True``.
