@@ -9,10 +9,14 @@ Names (``SUPPORTED``)::
     mobilenetv2_035 mobilenetv2_050 mobilenetv2_075 mobilenetv2_100 mobilenetv2_140      timm
     efficientnet_lite0 .. efficientnet_lite4                                               timm
     tf_efficientnet_lite0 .. tf_efficientnet_lite4       timm, TF "SAME" padding (folds supported)
-    torchvision/mobilenet_v2[?width=W]                   torchvision, width multiplier W (default 1.0)
+    torchvision/mobilenet_v2[?width=W][&strides=S1,...,S7]   torchvision, width multiplier W (default 1.0),
+                                                         the strides of its seven inverted-residual stages
 
-A ``timm/`` prefix is accepted (``timm/mobilenetv2_100``). The torchvision width is part of the
-name, e.g. ``torchvision/mobilenet_v2?width=0.75``; the canonical spelling drops ``?width=1.0``.
+A ``timm/`` prefix is accepted (``timm/mobilenetv2_100``). The torchvision options are part of the name, e.g.
+``torchvision/mobilenet_v2?width=0.75``; the canonical spelling drops the defaults (width 1.0, strides
+1,2,2,2,1,2,1, ImageNet's layout). ``strides`` suits small images: at 32 px ImageNet's layout leaves a 1x1 map
+for the last four stages; ``strides=1,2,2,1,1,2,1`` (the ``fashion_mnist`` config's) keeps 4x4 and 2x2 maps
+(results/fashion-mnist/README.md).
 
 Checkpoints (save, load, verify) are :mod:`latopt.checkpoint`.
 
@@ -21,6 +25,8 @@ counter), ``model_cost``.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import timm
 import torch
@@ -33,6 +39,10 @@ from latopt.errors import LatoptError, first_line
 
 SUPPORTED: list[str] = list(SUPPORTED_MODELS)
 
+# torchvision's MobileNetV2 stage table (``torchvision.models.mobilenetv2``): t, c, n, s
+_TORCHVISION_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                       (6, 320, 1, 1))
+
 
 def _unknown(name: str) -> LatoptError:
     return LatoptError(
@@ -40,38 +50,72 @@ def _unknown(name: str) -> LatoptError:
         f"(torchvision width: {TORCHVISION_MODEL}?width=0.75)")
 
 
-def parse_name(name: str) -> tuple[str, str, float]:
-    """(family, base name, width) for a model name; LatoptError listing the supported ones."""
-    if not isinstance(name, str) or not name.strip():
+# torchvision's MobileNetV2: the strides of its seven inverted-residual stages (ImageNet's layout). The stem
+# convolution has stride 2 and is not among them.
+TORCHVISION_STRIDES: tuple[int, ...] = (1, 2, 2, 2, 1, 2, 1)
+
+
+class ModelName(NamedTuple):
+    """A parsed model name: its family (``timm`` / ``torchvision``), base name and the torchvision options."""
+    family: str
+    base: str
+    width: float = 1.0
+    strides: tuple[int, ...] = TORCHVISION_STRIDES
+
+
+def _parse_strides(val: str, name: str) -> tuple[int, ...]:
+    parts = val.split(",")
+    if len(parts) != len(TORCHVISION_STRIDES) or not all(p in ("1", "2") for p in parts):
+        default = ",".join(map(str, TORCHVISION_STRIDES))
+        raise LatoptError(f"bad strides {val!r} in {name!r}: give {len(TORCHVISION_STRIDES)} strides of 1 or 2, "
+                          f"one per inverted-residual stage (default {default})")
+    return tuple(int(p) for p in parts)
+
+
+def parse_name(name: str) -> ModelName:
+    """The parsed model name; LatoptError listing the supported ones."""
+    if not isinstance(name, str) or not name.strip() or name != name.strip():
+        if isinstance(name, str) and name.strip():
+            raise LatoptError(f"model name {name!r} has leading or trailing spaces; give {name.strip()!r}")
         raise _unknown(str(name))
-    n = name.strip()
+    n = name
     if n.startswith("timm/"):
         n = n[len("timm/"):]
     if n in TIMM_MODELS:
-        return "timm", n, 1.0
+        return ModelName("timm", n)
     base, _, query = n.partition("?")
     if base != TORCHVISION_MODEL:
         raise _unknown(name)
-    width = 1.0
-    if query:
-        key, _, val = query.partition("=")
-        if key != "width" or not val:
-            raise LatoptError(f"bad model option {query!r} in {name!r}: the only option is ?width=W, e.g. ?width=0.75")
+    width, strides, seen = 1.0, TORCHVISION_STRIDES, set()
+    for option in query.split("&") if query else ():
+        key, _, val = option.partition("=")
+        if key not in ("width", "strides") or not val or key in seen:
+            raise LatoptError(f"bad model option {option!r} in {name!r}: the options are ?width=W and "
+                              "&strides=S1,...,S7, each once, e.g. ?width=0.5&strides=1,2,2,1,1,2,1")
+        seen.add(key)
+        if key == "strides":
+            strides = _parse_strides(val, name)
+            continue
         try:
             width = float(val)
         except ValueError:
             raise LatoptError(f"bad width {val!r} in {name!r}: give a number such as 0.75") from None
         if not 0.1 <= width <= 4.0:
             raise LatoptError(f"width {width} in {name!r} is out of range; use 0.1 .. 4.0")
-    return "torchvision", base, width
+    return ModelName("torchvision", base, width, strides)
 
 
 def canonical_name(name: str) -> str:
-    """The canonical spelling of a model name (what checkpoints and LUTs record)."""
-    family, base, width = parse_name(name)
-    if family == "timm" or width == 1.0:
-        return base
-    return f"{base}?width={width:g}"
+    """The canonical spelling of a model name (what checkpoints and LUTs record): defaults dropped."""
+    parsed = parse_name(name)
+    if parsed.family == "timm":
+        return parsed.base
+    options = []
+    if parsed.width != 1.0:
+        options.append(f"width={parsed.width:g}")
+    if parsed.strides != TORCHVISION_STRIDES:
+        options.append("strides=" + ",".join(map(str, parsed.strides)))
+    return parsed.base + ("?" + "&".join(options) if options else "")
 
 
 def _pretrained_error(name: str, e: BaseException, cache: str) -> LatoptError:
@@ -120,12 +164,16 @@ def _build_timm(base: str, num_classes: int, pretrained: bool) -> nn.Module:
     return model
 
 
-def _build_torchvision(width: float, num_classes: int, pretrained: bool) -> nn.Module:
+def _build_torchvision(width: float, strides: tuple[int, ...], num_classes: int, pretrained: bool) -> nn.Module:
     if not pretrained:
-        return mobilenet_v2(weights=None, width_mult=width, num_classes=num_classes)
-    if width != 1.0:
-        raise LatoptError(f"torchvision has pretrained MobileNetV2 weights only for width 1.0, not {width:g}; "
-                          "leave pretrained off or use width 1.0", param="pretrained")
+        # torchvision's own stage table with the strides replaced: (expansion t, channels c, blocks n, stride s)
+        setting = [[t, c, n, s] for (t, c, n, _), s in zip(_TORCHVISION_STAGES, strides, strict=True)]
+        return mobilenet_v2(weights=None, width_mult=width, num_classes=num_classes,
+                            inverted_residual_setting=setting)
+    if width != 1.0 or strides != TORCHVISION_STRIDES:
+        raise LatoptError(f"torchvision has pretrained MobileNetV2 weights only for width 1.0 and the default "
+                          f"strides, not width {width:g}, strides {','.join(map(str, strides))}; "
+                          "leave pretrained off or use the plain name", param="pretrained")
     try:
         model = mobilenet_v2(weights=MobileNet_V2_Weights.IMAGENET1K_V2)
     except (OSError, RuntimeError, ValueError) as e:
@@ -142,13 +190,13 @@ def build_model(name: str, num_classes: int = 1000, *, pretrained: bool = False)
     ``pretrained`` loads the library's own ImageNet weights (timm: Hugging Face hub; torchvision:
     download.pytorch.org); a new classifier is created when ``num_classes`` != 1000. Offline and not
     cached: one-line LatoptError."""
-    family, base, width = parse_name(name)
+    family, base, width, strides = parse_name(name)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise LatoptError(f"num_classes must be a positive integer, not {num_classes!r}")
     if family == "timm":
         model = _build_timm(base, num_classes, pretrained)
     else:
-        model = _build_torchvision(width, num_classes, pretrained)
+        model = _build_torchvision(width, strides, num_classes, pretrained)
     return model.eval()
 
 
