@@ -41,6 +41,32 @@ def test_names() -> None:
                 "torchvision/mobilenet_v2?width=9"):
         with pytest.raises(LatoptError, match="width|option"):
             build_model(bad)
+    with pytest.raises(LatoptError, match="spaces"):
+        build_model(" mobilenetv2_100")
+
+
+def test_strides_option() -> None:
+    """``&strides=`` sets the seven stages' strides; the default spelling is dropped; bad ones are one line."""
+    small = "torchvision/mobilenet_v2?width=0.5&strides=1,2,2,1,1,2,1"
+    assert canonical_name("torchvision/mobilenet_v2?strides=1,2,2,1,1,2,1&width=0.50") == small
+    assert canonical_name("torchvision/mobilenet_v2?width=0.5&strides=1,2,2,2,1,2,1") == \
+        "torchvision/mobilenet_v2?width=0.5"
+    torch.manual_seed(0)
+    default = build_model("torchvision/mobilenet_v2?width=0.5", 10)
+    torch.manual_seed(0)
+    plain = build_model("torchvision/mobilenet_v2?width=0.5&strides=1,2,2,2,1,2,1", 10)
+    assert all(torch.equal(a, b) for a, b in zip(default.state_dict().values(), plain.state_dict().values()))
+    with torch.no_grad():
+        assert build_model(small, 10).features(torch.zeros(1, 3, 32, 32)).shape[-2:] == (2, 2)
+        assert default.features(torch.zeros(1, 3, 32, 32)).shape[-2:] == (1, 1)
+    for bad in ("1,2", "1,2,2,3,1,2,1", "1,2,2,2,1,2,1,1", ""):
+        with pytest.raises(LatoptError, match="strides|option") as e:
+            build_model(f"torchvision/mobilenet_v2?strides={bad}")
+        assert "\n" not in str(e.value)
+    with pytest.raises(LatoptError, match="option"):
+        build_model("torchvision/mobilenet_v2?width=0.5&width=0.75")
+    with pytest.raises(LatoptError, match="pretrained"):
+        build_model(small, pretrained=True)
     with pytest.raises(LatoptError, match="num_classes"):
         build_model("mobilenetv2_035", 0)
 
