@@ -43,6 +43,7 @@ FOLD_MODES: tuple[str, ...] = get_args(FoldMode)
 FOLD_VARIANTS: tuple[str, ...] = get_args(FoldVariant)
 PARTIAL_VARIANTS: tuple[str, ...] = ("expand_dw", "dw_project")  # one activation removed (granularity activation)
 LUT_VARIANTS: tuple[str, ...] = ("none", *FOLD_VARIANTS)  # "none" = the block as it is
+SPAN_FOLD_MODE = "exact"  # merged spans are exact-mode rewrites: export merges them in this fold mode only
 UNFOLDED_ALPHA: tuple[str, ...] = get_args(UnfoldedAlpha)
 ACT_KINDS: tuple[str, ...] = get_args(ActKind)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)

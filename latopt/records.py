@@ -9,8 +9,10 @@ place that turns a ``pydantic.ValidationError`` into a one-line :class:`LatoptEr
 the bad value and what is allowed (``config key 'fold.tau' must be in (0, 1], got 1.5``).
 
 Public API: :class:`StrictModel`, :func:`validated`, and the field types ``Name`` (an identifier that can be
-one path component, :func:`latopt.artifacts.check_name`), ``Resolution`` (``RESOLUTION_RANGE``) and
-``Positive``.
+one path component, :func:`latopt.artifacts.check_name`), ``Resolution`` (``RESOLUTION_RANGE``),
+``Positive`` and ``BlockKey`` (a block index as a JSON mapping key: ASCII decimal digits without a sign or a
+leading zero, so ``"3"`` and not ``"03"``, ``"+3"``, ``"²"`` or the Arabic-Indic ``"٣"``; whether the index is
+in range is the record's to check).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import types
 import typing
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from latopt.artifacts import check_name
 from latopt.constants import RESOLUTION_RANGE
@@ -81,6 +83,8 @@ def _error_line(e: ValidationError, cls: type[BaseModel], prefix: str, key: str)
         least = kind == "too_short"
         detail = f"must have {'at least' if least else 'at most'} {ctx['min_length' if least else 'max_length']} " \
                  f"items, got {got}"
+    elif kind == "string_too_long":
+        detail = f"must have at most {ctx['max_length']} characters, got {got}"
     elif kind in _WANT:
         detail = f"must be {_WANT[kind]}, got {got}"
     else:
@@ -150,3 +154,13 @@ def _valid_name(v: Any) -> Any:  # names are identifiers (runs/<name>/, profiles
 Name = Annotated[str, BeforeValidator(_valid_name)]
 Resolution = Annotated[int, Field(ge=RESOLUTION_RANGE[0], le=RESOLUTION_RANGE[1])]
 Positive = Annotated[float, Field(gt=0)]
+
+
+def _block_key(v: str) -> str:  # str.isdigit() alone passes "²" (int() raises) and "٣" (int() reads 3)
+    if not (v.isascii() and v.isdigit()) or (len(v) > 1 and v[0] == "0"):
+        raise ValueError(f"has the key {v[:40]!r}; its keys are block indices written as ASCII decimal integers "
+                         "without sign or leading zero ('3')")
+    return v
+
+
+BlockKey = Annotated[str, AfterValidator(_block_key)]

@@ -11,9 +11,11 @@ cleanup short (SIGKILL still stops the process at once).
 Parent death. A local search worker (a process started by ``latopt search --workers N``,
 :mod:`latopt.search._workers`) is handed its parent's pid; :func:`die_with_parent` makes it receive SIGTERM when
 that parent dies, even by SIGKILL: on Linux with ``prctl(PR_SET_PDEATHSIG, SIGTERM)``, elsewhere with a
-daemon thread that polls ``os.getppid()``. The worker then stops like any terminated latopt process; the
-trial it was running stays RUNNING in the study, goes stale (no heartbeat) and is failed and retried by
-whichever worker next runs the study, e.g. the rerun of the same command (see :mod:`latopt.search._run`).
+daemon thread that polls ``os.getppid()``. The worker then stops like any terminated latopt process: a
+search fails the trial it was running as it unwinds and enqueues its retry (:func:`latopt.search._storage.abandon_trial`),
+so the rerun of the same command runs it again without waiting. Only a process killed without cleanup (SIGKILL)
+leaves its trial RUNNING in the study: it goes stale (no heartbeat) and is failed and retried by whichever
+worker next runs the study (see :mod:`latopt.search._run`).
 """
 
 from __future__ import annotations

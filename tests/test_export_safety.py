@@ -95,12 +95,14 @@ def test_an_unfolded_checkpoint_without_fold_is_exported_as_it_is(runs: dict, tm
     check_fold_structure(out / "model.onnx", MODEL, 10, {})
     assert rec["accuracy"]["recorded_at"] == "meta.test_acc" and rec["accuracy"]["gated"]
     assert any("no --fold" in n for n in rec["notes"])
-    # folding is explicit: --fold all folds, and its accuracy is reported beside the recorded one
-    assert _export(runs["base"], tmp_path / "all", "--fold", "all") == 0
+    # folding is explicit: --fold all folds, without fine-tuning, so the recorded accuracy is not the shipped
+    # network's: refused, unless as a timing-only artefact, whose accuracy is reported beside the recorded one
+    assert _export(runs["base"], tmp_path / "all", "--fold", "all") == 2 and not (tmp_path / "all").exists()
+    assert _export(runs["base"], tmp_path / "all", "--fold", "all", "--timing-only") == 0
     rec = json.loads((tmp_path / "all" / "export.json").read_text())
     assert rec["folded"] == {str(i): "full" for i in range(17)}      # every block of MobileNetV2 folds
-    check_fold_structure(tmp_path / "all" / "model.onnx", MODEL, 10, rec["folded"])
-    assert rec["accuracy"]["recorded"] is not None and not rec["accuracy"]["gated"]
+    check_fold_structure(tmp_path / "all" / "model.timing-only.onnx", MODEL, 10, rec["folded"])
+    assert rec["accuracy"]["recorded"] is not None and not rec["accuracy"]["gated"] and not rec["accuracy_gate"]
 
 
 # ----------------------------------------------------------------------------- item 2: corrupted weights
@@ -159,8 +161,9 @@ def test_exact_checkpoint_at_another_resolution_is_refused_first(runs: dict, tmp
     err = _one_error_line(capsys)
     assert f"exact mode for {RES}x{RES}" in err and "paper mode" in err and "fold again" in err
     assert not out.exists()
-    # nothing folded: no bias map, any size is fine
-    assert _export(runs["nothing"], out, "--resolution", str(RES + 8)) == 0
+    # nothing folded: no bias map, any size is fine (its accuracy was recorded at RES: not gated, said so)
+    assert _export(runs["nothing"], out, "--resolution", str(RES + 8), "--no-accuracy-gate") == 0
+    assert json.loads((out / "export.json").read_text())["accuracy_gate"] is False
 
 
 @pytest.mark.parametrize("args,what", [

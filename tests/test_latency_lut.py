@@ -182,12 +182,8 @@ def _set(d: dict, path: tuple, value) -> dict:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("path,value,match", [
     (("blocks", 1, "ms", "full"), -0.3, r"field 'blocks\[1\].ms.full' must be >= 0, got -0.3"),
-    (("blocks", 0, "ms", "none"), float("nan"), r"field 'blocks\[0\].ms.none' must be a finite number, got nan"),
-    (("blocks", 1, "raw", "expand_dw", "median_ms"), float("inf"),
-     r"field 'blocks\[1\].raw.expand_dw.median_ms' must be a finite number, got inf"),
+    # NaN and Infinity in the file: refused by read_json first (tests/test_hostile_plans.py)
     (("blocks", 2, "raw", "none", "q1_ms"), -1, r"field 'blocks\[2\].raw.none.q1_ms' must be >= 0(.0)?, got -1"),
-    (("fixed_ms",), float("-inf"), r"field 'fixed_ms' must be a finite number, got -inf"),
-    (("fixed", "stem", "iqr_ms"), float("nan"), r"field 'fixed.stem.iqr_ms' must be a finite number, got nan"),
     (("call_overhead_ms",), -0.01, r"field 'call_overhead_ms' must be >= 0, got -0.01"),
     (("profiling_s",), "1.0", r"field 'profiling_s' must be a number, got '1.0'"),
     (("blocks", 1, "ms", "none"), 10**400, r"field 'blocks\[1\].ms.none' must be a number, got 1000"),  # too large

@@ -55,7 +55,7 @@ def test_strides_option() -> None:
     default = build_model("torchvision/mobilenet_v2?width=0.5", 10)
     torch.manual_seed(0)
     plain = build_model("torchvision/mobilenet_v2?width=0.5&strides=1,2,2,2,1,2,1", 10)
-    assert all(torch.equal(a, b) for a, b in zip(default.state_dict().values(), plain.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(default.state_dict().values(), plain.state_dict().values(), strict=True))
     with torch.no_grad():
         assert build_model(small, 10).features(torch.zeros(1, 3, 32, 32)).shape[-2:] == (2, 2)
         assert default.features(torch.zeros(1, 3, 32, 32)).shape[-2:] == (1, 1)

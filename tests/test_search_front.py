@@ -296,10 +296,12 @@ def test_a_study_opens_in_optuna_dashboard(tmp_path):
 def test_the_dp_study_samples_each_budget_once():
     from latopt.search import BudgetSpace
 
-    space = BudgetSpace((0.8, 0.6, 0.7, 0.6))
+    space = BudgetSpace((0.8, 0.6, 0.7))
     assert space.grid() == [0.6, 0.7, 0.8]
     with pytest.raises(LatoptError, match=r"budgets 1\.5: a fraction"):
         BudgetSpace((0.5, 1.5))
+    with pytest.raises(LatoptError, match="given twice"):   # one trial per budget: a repeat is a typo
+        BudgetSpace((0.8, 0.6, 0.7, 0.6))
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=space.sampler(0))
     study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     for _ in range(4):

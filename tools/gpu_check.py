@@ -75,8 +75,9 @@ Exit codes: **3** when no row failed but rows were not exercised: the TensorRT p
 check, so a clean run ends with 3, never with 0 (TensorRT is covered by ``pytest -m tensorrt`` on a machine
 that has it); **1** when a row failed; **2** when the check cannot start (no GPU without ``--cpu-smoke``, or
 a package latopt needs is missing or does not import: besides torch and timm that is numpy, pydantic, pyyaml,
-scikit-learn — digits — and scipy; or ``--carry`` could not download). ``--carry`` exits 0 when it
-downloaded every wheel.
+scikit-learn — digits — and scipy; or ``--carry`` could not download), and when an argument is wrong (``--out`` or
+``--carry`` not a writable directory — empty, a file, a link loop —, ``--epochs`` below 1: one line, before any
+work). ``--carry`` exits 0 when it downloaded every wheel.
 """
 
 from __future__ import annotations
@@ -514,6 +515,32 @@ def carry(dest: Path) -> int:
     return 0
 
 
+def _writable_dir(flag: str, value: str) -> Path | str:
+    """The directory ``value`` given to ``flag``, made when missing and checked by writing a file there (and removing
+    it); or, when it cannot be used (empty, a file, a link loop, not writable), the line that says why."""
+    if not value.strip():
+        return f"{flag} is empty: give a directory"
+    try:
+        path = Path(value).resolve()
+    except (OSError, RuntimeError) as e:   # a link loop: RuntimeError before Python 3.13, OSError from 3.13
+        return f"{flag} {value!r}: cannot resolve the path ({e or type(e).__name__}); give a directory"
+    if path.exists() and not path.is_dir():
+        return f"{flag} {value!r}: {path} is not a directory; give a directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".gpu_check-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"{flag} {value!r}: cannot write there ({e.strerror or type(e).__name__}); give a writable directory"
+    return path
+
+
+def _usage(line: str) -> int:
+    print(f"gpu_check: {' '.join(line.split())}"[:600], file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cpu-smoke", action="store_true", help="run every step on the CPU on tiny data")
@@ -523,8 +550,17 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"download the wheels a GPU image without pydantic needs into DIR (default {CARRY_DIR}/) "
                          "and print the line to run there")
     args = ap.parse_args(argv)
-    if args.carry:
-        return carry(Path(args.carry))
+    # the arguments are checked before any work: one line, exit 2 (a failed row is exit 1)
+    if args.epochs < 1:
+        return _usage(f"--epochs {args.epochs}: give at least 1 base-training epoch")
+    if args.carry is not None:
+        dest = _writable_dir("--carry", args.carry)
+        return _usage(dest) if isinstance(dest, str) else carry(dest)
+    if args.out is not None:
+        out = _writable_dir("--out", args.out)
+        if isinstance(out, str):
+            return _usage(out)
+        args.out = str(out)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # latopt from this checkout, installed or not
     missing = _missing()

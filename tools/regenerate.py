@@ -5,6 +5,11 @@ its generator below, which reads only files under ``results/``. Nothing between 
 
     python tools/regenerate.py            # rewrite every generated block
     python tools/regenerate.py --check    # exit 1 naming the blocks that would change (CI: tests/test_readme.py)
+
+Each marker is a line of its own. Only the lines between a block's markers are ever rewritten, and every page is
+read and checked before any is written: a marker without its partner, blocks nested or crossed, a malformed
+marker, a marker inside a hand-written code fence, a block no generator makes, or results that cannot be read
+(missing, truncated, of another shape) is one line, exit 2, and nothing changed on disk.
 """
 
 from __future__ import annotations
@@ -12,16 +17,21 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import re
+import stat
 import sys
+import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):   # run as a script: the checkout's root, for tools.<module>
     sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "results"
-BLOCK = re.compile(r"(<!-- regenerate (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /regenerate -->)", re.S)
+
+from latopt.errors import LatoptError, first_line, one_line  # noqa: E402 - after the checkout is on sys.path
 
 
 def _seed_table(name: str) -> Callable[[], str]:
@@ -71,21 +81,146 @@ def pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
+# A marker is a line of its own: ``<!-- regenerate NAME -->`` starts a block, ``<!-- /regenerate -->`` (or
+# ``<!-- /regenerate NAME -->``, naming the block it ends) ends it. ``<!-- regenerate -->`` without a name starts a
+# block that no generator makes: it is paired like the others and left as it is. Any other line that begins like a
+# marker is a mistake, and so is a marker inside a hand-written code fence (an example there, or an unclosed fence
+# hiding a real block): both are refused rather than guessed at.
+START = re.compile(r"<!-- regenerate(?: (?P<name>[a-z0-9-]+))? -->")
+END = re.compile(r"<!-- /regenerate(?: (?P<name>[a-z0-9-]+))? -->")
+MARKER_LIKE = re.compile(r"<!--\s*/?\s*regenerate\b", re.I)
+FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")            # opens a code fence (CommonMark)
+FENCE_END = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*")  # closes one opened with the same character, as long or longer
+LINE = re.compile(r"[^\n]*\n|[^\n]+")
+MARKERS = "<!-- regenerate NAME --> ... <!-- /regenerate -->"
+# what a generator raises on results it cannot read (missing, truncated, not UTF-8, of another shape)
+RESULT_ERRORS = (OSError, ValueError, LookupError, TypeError, AttributeError)
+
+
+class PageError(Exception):
+    """A page or the results behind it that the rewrite cannot trust: one line, exit 2, nothing written."""
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str | None   # None: a block without a name, kept as it is
+    start: int         # the index of its start marker line
+    end: int           # the index of its end marker line
+
+
+def parse(text: str, where: str) -> tuple[list[str], list[Block]]:
+    """The lines of ``text`` (each with its line ending) and its blocks; :class:`PageError` for a marker that is
+    unpaired, nested, crossed, malformed or inside a hand-written code fence."""
+    lines = LINE.findall(text)
+    blocks: list[Block] = []
+    open_: tuple[str | None, int] | None = None   # the block being read: its name and start line
+    fence: tuple[str, int] | None = None          # the hand-written code fence being read: its opener and line
+
+    def what(name: str | None) -> str:
+        return f"block {name!r}" if name else "a block without a name"
+
+    for i, line in enumerate(lines):
+        s = line.strip().lstrip("\ufeff") if i == 0 else line.strip()   # a byte-order mark before the first line
+        marker = MARKER_LIKE.match(s) is not None
+        if open_ is None and fence is not None:   # inside a hand-written fence: text, but no marker
+            f = FENCE_END.fullmatch(line.rstrip("\r\n"))
+            if f and f.group(1)[0] == fence[0][0] and len(f.group(1)) >= len(fence[0]):
+                fence = None
+            elif marker:
+                raise PageError(f"{where}:{i + 1}: a regenerate marker inside the code fence opened at line "
+                                f"{fence[1] + 1} (an example there, or an unclosed fence): close the fence before "
+                                "the block, or write the example in inline code")
+            continue
+        if not marker:
+            f = FENCE.match(line) if open_ is None else None
+            if f:
+                fence = (f.group(1), i)
+            continue
+        start, end = START.fullmatch(s), END.fullmatch(s)
+        if start:
+            if open_ is not None:
+                raise PageError(f"{where}:{i + 1}: {what(start.group('name'))} starts inside {what(open_[0])} "
+                                f"(line {open_[1] + 1}), which has no end marker before it; each block is "
+                                f"{MARKERS}, not nested")
+            open_ = (start.group("name"), i)
+        elif end:
+            if open_ is None:
+                raise PageError(f"{where}:{i + 1}: an end marker without a block start before it; each block is "
+                                f"{MARKERS}")
+            if end.group("name") is not None and end.group("name") != open_[0]:
+                raise PageError(f"{where}:{i + 1}: the end marker of block {end.group('name')!r} closes "
+                                f"{what(open_[0])} (line {open_[1] + 1}): the markers are crossed")
+            blocks.append(Block(open_[0], open_[1], i))
+            open_ = None
+        else:
+            raise PageError(f"{where}:{i + 1}: {s[:80]!r} is not a regenerate marker; write {MARKERS} on lines of "
+                            "their own (NAME: a-z, 0-9 and -)")
+    if open_ is not None:
+        raise PageError(f"{where}:{open_[1] + 1}: {what(open_[0])} has no end marker <!-- /regenerate --> after it")
+    return lines, blocks
+
+
+def _generate(name: str, where: str, line: int) -> str:
+    if name not in GENERATORS:
+        raise PageError(f"{where}:{line}: block {name!r} is made by no generator; known: {', '.join(GENERATORS)}")
+    try:
+        return GENERATORS[name]()
+    except RESULT_ERRORS as e:
+        raise PageError(f"{where}:{line}: block {name!r} cannot be made from results/: {type(e).__name__}: "
+                        f"{first_line(e)}") from None
+    except LatoptError as e:
+        raise PageError(f"{where}:{line}: block {name!r} cannot be made from results/: {first_line(e)}") from None
+
+
+def _outside(lines: list[str], blocks: list[Block]) -> list[str]:
+    """The lines of a page outside its generated blocks (markers included)."""
+    inside = {i for b in blocks if b.name is not None for i in range(b.start + 1, b.end)}
+    return [ln for i, ln in enumerate(lines) if i not in inside]
+
+
 def regenerate(text: str, where: str) -> tuple[str, list[str]]:
-    """``text`` with every generated block rewritten, and the names of the blocks that changed."""
+    """``text`` with every generated block rewritten, and the names of the blocks that changed; only the lines
+    between a block's markers are replaced. :class:`PageError` when the markers or the results cannot be trusted."""
+    lines, blocks = parse(text, where)
     changed: list[str] = []
+    out: list[str] = []
+    pos = 0
+    for b in blocks:
+        out += lines[pos:b.start + 1]
+        old = "".join(lines[b.start + 1:b.end])
+        if b.name is None:
+            body = old
+        else:
+            made = _generate(b.name, where, b.start + 1).rstrip("\n")
+            nl = "\r\n" if lines[b.start].endswith("\r\n") else "\n"
+            made_lines = made.split("\n")
+            if any(MARKER_LIKE.match(ln.strip()) for ln in made_lines):
+                raise PageError(f"{where}:{b.start + 1}: the generator of block {b.name!r} wrote a regenerate "
+                                "marker, which would break the page's blocks")
+            body = "".join(ln.rstrip("\r") + nl for ln in made_lines)
+            if body != old:
+                changed.append(f"{where}: {b.name}")
+        out.append(body)
+        pos = b.end
+    out += lines[pos:]
+    new = "".join(out)
+    new_lines, new_blocks = parse(new, where)
+    if _outside(new_lines, new_blocks) != _outside(lines, blocks):   # never: the text outside the blocks is kept
+        raise PageError(f"{where}: the rewrite would change text outside its blocks; nothing was written")
+    return new, changed
 
-    def sub(m: re.Match[str]) -> str:
-        name = m.group("name")
-        if name not in GENERATORS:
-            raise SystemExit(f"regenerate: {where} has a block {name!r} that no generator makes; known: "
-                             f"{', '.join(GENERATORS)}")
-        body = GENERATORS[name]().rstrip("\n") + "\n"
-        if body != m.group("body"):
-            changed.append(f"{where}: {name}")
-        return m.group(1) + body + m.group(4)
 
-    return BLOCK.sub(sub, text), changed
+def _write(page: Path, text: str) -> None:
+    """``text`` into ``page`` at once (a temporary file beside it, then renamed), the page's mode kept."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{page.name}.", suffix=".tmp", dir=page.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+        os.chmod(tmp, stat.S_IMODE(page.stat().st_mode))
+        os.replace(tmp, page)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,12 +228,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a block is out of date")
     args = ap.parse_args(argv)
     stale: list[str] = []
-    for page in pages():
-        text = page.read_text()
-        new, changed = regenerate(text, str(page.relative_to(ROOT)))
-        stale += changed
-        if changed and not args.check:
-            page.write_text(new)
+    todo: list[tuple[Path, str]] = []
+    try:
+        for page in pages():   # every page is read and checked before any is written
+            where = str(page.relative_to(ROOT))
+            try:
+                text = page.read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise PageError(f"{where}: cannot read it: {type(e).__name__}: {first_line(e)}") from None
+            new, changed = regenerate(text, where)
+            stale += changed
+            if changed:
+                todo.append((page, new))
+        if not args.check:
+            for page, new in todo:
+                try:
+                    _write(page, new)
+                except OSError as e:
+                    raise PageError(f"{page.relative_to(ROOT)}: cannot write it: {first_line(e)}") from None
+    except PageError as e:
+        print(f"regenerate: error: {one_line(str(e))}", file=sys.stderr)
+        return 2
     for s in stale:
         print(f"{'out of date' if args.check else 'rewrote'}: {s}")
     return 1 if (args.check and stale) else 0

@@ -23,7 +23,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("runs") / "export" / Path(args.checkpoint).stem)
     r = export(args.checkpoint, args.device, out, fmt=args.format, precision=args.precision, fold=args.fold, lut_path=args.lut,
                resolution=args.resolution, samples=args.samples, seed=args.seed, measure=not args.no_measure,
-               mode=args.mode, bias_maps=args.bias_maps, gate_accuracy=not args.no_accuracy_gate, plan=args.plan)
+               mode=args.mode, bias_maps=args.bias_maps, gate_accuracy=not args.no_accuracy_gate, plan=args.plan,
+               timing_only=args.timing_only)
     print(f"wrote {out}/export.json, REPORT.md and {', '.join(r['files'])}")
     lat = r.get("latency")
     if lat:
@@ -43,11 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "ONNX Runtime static INT8 calibrated on 256 training images, its accuracy gated against the "
                         "fp32 ONNX file's, and its latency measured)")
     p.add_argument("--fold", default=None,
-                   help="fold an unfolded checkpoint here: 'all', 'auto' (blocks whose fold pays on this device, "
-                        "from the LUT) or 1,3,5; default (or 'none'): export the checkpoint as it is")
+                   help="fold an unfolded checkpoint here, without fine-tuning (so with --timing-only or "
+                        "--no-accuracy-gate): 'all', 'auto' (blocks whose fold pays on this device, from the LUT) or "
+                        "1,3,5; default (or 'none'): export the checkpoint as it is")
     p.add_argument("--plan", default=None,
                    help="apply a plan file (latopt search --method dp --plan-only) to an unfolded checkpoint: each "
-                        "block's variant folded exactly, not fine-tuned, with every gate; the plan may come from "
+                        "block's variant folded exactly, not fine-tuned, with every numeric gate; its accuracy is not "
+                        "the recorded one, so it needs --timing-only (or --no-accuracy-gate); the plan may come from "
                         "another device (it is then measured on this one)")
     p.add_argument("--mode", choices=FOLD_MODES, default=None,
                    help="with --fold: exact (bias map, equal everywhere; default) or paper (constant bias, any input "
@@ -57,13 +60,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the same function with fewer Adds) or one per folded block (per-block)")
     p.add_argument("--lut", default=None, help="LUT JSON (default ./profiles/<device>/<model>-r<res>-b<batch>.json if present)")
     p.add_argument("--resolution", type=int, default=None,
-                   help="input resolution, {} .. {} (default: the checkpoint's; an exact-mode fold only at its own)"
+                   help="input resolution, {} .. {} (default: the checkpoint's; an exact-mode fold only at its own; "
+                        "another than the recorded one needs --timing-only or --no-accuracy-gate)"
                    .format(*RESOLUTION_RANGE))
     p.add_argument("--samples", type=int, default=32,
                    help=f"inputs used by the numeric gates, 1 .. {MAX_GATE_SAMPLES} (default 32)")
     p.add_argument("--no-measure", action="store_true", help="skip the end-to-end latency measurement")
     p.add_argument("--no-accuracy-gate", action="store_true",
-                   help="export a checkpoint whose accuracy cannot be checked (it names no task, its test split is "
-                        "too small, or it records no accuracy); recorded in export.json and REPORT.md")
+                   help="turn the accuracy gate off: ship model.onnx unchecked, also when the checkpoint's recorded "
+                        "accuracy does not describe it (no task, too small a test split, no recorded accuracy, "
+                        "another resolution, --fold / --plan); recorded in export.json and REPORT.md")
+    p.add_argument("--timing-only", action="store_true",
+                   help="ship a timing-only artefact (model.timing-only.onnx / .engine / .int8.onnx), not "
+                        "accuracy-gated: how to time a --plan, a --fold or another --resolution; export.json says "
+                        "timing_only: true, accuracy_gate: false (with --no-accuracy-gate too)")
     p.add_argument("--out", default=None, help="output directory (default runs/export/<checkpoint name>)")
     p.set_defaults(func=_cmd_export)

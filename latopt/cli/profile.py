@@ -11,6 +11,7 @@ from latopt.errors import LatoptError
 
 def _cmd_profile(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
+    from latopt.checkpoint import MAX_CLASSES
     from latopt.engine import seed_everything
     from latopt.latency.devices import load_device
     from latopt.latency.lut import default_lut_path, save_lut
@@ -18,8 +19,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
     device = load_device(args.device)
     batch = args.batch if args.batch is not None else device.batch
-    if args.num_classes < 1:
-        raise LatoptError(f"--num-classes must be >= 1, not {args.num_classes}")
+    if not 1 <= args.num_classes <= MAX_CLASSES:  # a checkpoint's bound: the classifier is built at it
+        raise LatoptError(f"--num-classes must be in [1, {MAX_CLASSES}], got {args.num_classes}")
     seed_everything(args.seed)
     lut = profile_model(args.model, device, args.resolution, batch, variants=args.variants.split(","),
                         num_classes=args.num_classes, fold_mode=args.fold_mode)
@@ -44,8 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--variants", default="full", metavar="V,V",
                    help=f"fold variants to time besides as-is, comma-separated: {', '.join(FOLD_VARIANTS)} (full is always "
                         "timed; drop is 0 ms by definition; default full), and span: every run of 2-6 blocks that "
-                        "is exactly one convolution in those variants (the DP merges them; e.g. full,pw,drop,span)")
-    p.add_argument("--num-classes", type=int, default=1000, help="classifier outputs (default 1000)")
+                        "is exactly one convolution in those variants (the DP merges them; e.g. full,pw,drop,span; "
+                        "needs pw or drop, and --fold-mode exact)")
+    p.add_argument("--num-classes", type=int, default=1000, help="classifier outputs, 1 .. 100000 (default 1000)")
     p.add_argument("--fold-mode", choices=FOLD_MODES, default="exact",
                    help="fold mode of the folded blocks (exact adds a bias map; default exact)")
     p.set_defaults(func=_cmd_profile)

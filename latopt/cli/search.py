@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--method dp: predicted latency <= BUDGET x the as-is LUT latency (a fraction in (0, 1]); "
                         "default: a study over --budgets")
     p.add_argument("--budgets", help="--method dp without --budget: the budgets of the DP's study, one fine-tuned "
-                                     "trial each, comma-separated (default 0.5,0.6,0.7,0.8,0.9)")
+                                     "trial each, comma-separated, each in (0, 1] and given once "
+                                     "(default 0.5,0.6,0.7,0.8,0.9)")
     p.add_argument("--importance", choices=IMPORTANCE_METHODS, default="proxy",
                    help="--method dp: how each (block, variant) is scored: proxy (validation loss of the variant "
                         "alone, BN re-estimated; default), finetune (short fine-tune each; slow), uniform")
@@ -79,6 +80,7 @@ def _main(args: argparse.Namespace) -> int:
         raise LatoptError(f"{next(k for k, v in dp_only.items() if v)} applies to --method dp")
     if args.budgets is not None and (args.budget is not None or args.plan_only):
         raise LatoptError("--budgets is the DP's study (without --budget); --budget B is one plan")
+    budgets = _budgets(args.budgets)   # before anything is loaded or run
     # start-up time: Optuna and the training stack load when a search runs, not for `latopt --help`
     from latopt.engine import seed_everything
     from latopt.search import SearchOptions, run_dp_search, run_search
@@ -105,7 +107,7 @@ def _main(args: argparse.Namespace) -> int:
         heartbeat_interval=args.heartbeat_interval, grace_period=args.grace_period, workers=args.workers,
         threads=args.threads, summary=not args.no_summary, overrides=_overrides(args.overrides),
         method=args.method, importance=args.importance, variants=_variants(args.variants),
-        budgets=_budgets(args.budgets)))
+        budgets=budgets))
     if not args.no_summary:
         _print_front(res.summary, res.files)
     return 0
@@ -117,13 +119,26 @@ def _variants(text: str | None) -> tuple[str, ...] | None:
 
 
 def _budgets(text: str | None) -> tuple[float, ...] | None:
-    """``--budgets 0.5,0.7``: the budgets, or None for the default."""
+    """``--budgets 0.5,0.7``: the budgets, or None for the default. Each is a fraction in (0, 1] (the range of
+    ``--budget``: :func:`latopt.dp.check_budget`), given once; an empty item (``''``, ``0.5,,0.7``) is a mistake, not
+    the default."""
     if text is None:
         return None
-    try:
-        return tuple(float(b) for b in text.split(",") if b.strip())
-    except ValueError:
-        raise LatoptError(f"--budgets {text!r}: fractions separated by commas, e.g. 0.5,0.7,0.9") from None
+    from latopt.dp.stage import check_budget
+
+    how = "fractions of the as-is latency in (0, 1], each once, separated by commas, e.g. 0.5,0.7,0.9"
+    out: list[float] = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            raise LatoptError(f"--budgets {text!r}: an empty budget; give {how}")
+        try:
+            b = check_budget(float(item), "budgets")
+        except (ValueError, LatoptError):
+            raise LatoptError(f"--budgets {text!r}: {item!r} is not a fraction in (0, 1]; give {how}") from None
+        if b in out:
+            raise LatoptError(f"--budgets {text!r}: budget {b:g} is given twice; give {how}")
+        out.append(b)
+    return tuple(out)
 
 
 def _overrides(items: list[str]) -> dict:

@@ -6,33 +6,45 @@ times, the importance losses (``uniform``: no checkpoint; ``proxy``: the trained
 unfolded checkpoint (:func:`read_plan`, :func:`check_plan`) through the fold algebra and ships it with all
 the export gates, on any device (a plan made for one device is how it is measured on another).
 
-The file (schema ``latopt.plan/1``)::
+The file (schema ``latopt.plan/1``), read back as one validated record (:class:`PlanRecord`, a
+:class:`~latopt.records.StrictModel`: an unknown field, a field missing, of the wrong type (a boolean is not a
+number, a string not a mapping) or out of its bounds is one error line naming it; a key given twice, NaN or
+Infinity is refused by :func:`latopt.readers.read_json` before)::
 
     schema        "latopt.plan/1"; a reader refuses any other
-    model, resolution            what the plan applies to (export refuses a checkpoint of another)
-    num_classes   the base checkpoint's classes (proxy importance), null when the plan depends on no
-                  checkpoint (uniform importance: then any head fits)
+    model, resolution            what the plan applies to (export refuses a checkpoint of another); resolution
+                  in RESOLUTION_RANGE
+    num_classes   the base checkpoint's classes (proxy importance; 1 .. MAX_CLASSES), null when the plan depends
+                  on no checkpoint (uniform importance: then any head fits)
     task          the task the losses were measured on (proxy), or null
-    lut           the device the times are from: {file, sha256 (of the LUT file's bytes), device, backend,
-                  precision, batch, fold_mode}
+    lut           the device the times are from: {file, sha256 (of the LUT file's bytes, 64 hex digits), device,
+                  backend, precision (fp32, fp16, int8 or null), batch (1 .. MAX_BATCH), fold_mode}
     fold_mode     the fold mode the plan is applied in (the LUT's: its times are of that mode's folds)
-    budget, importance, variants (the variants the blocks were allowed), base_checkpoint (proxy) or null
-    blocks        {"<block index>": variant} for every block of the LUT ("none": left as it is; the blocks
-                  of a span in the variants the span composes)
+    budget        the fraction of the as-is latency, in (0, 1]
+    importance    uniform or proxy;  variants: the fold variants the blocks were allowed (distinct)
+    base_checkpoint              the proxy's base checkpoint, or null (a proxy plan names it and num_classes)
+    blocks        {"<block index>": variant} for every block of the LUT, indices 0 .. n-1 each once, written as
+                  ASCII decimal integers ("3", not "03" or "٣"), at most MAX_PLAN_BLOCKS; variant "none" (left
+                  as it is) or one of ``variants``; the blocks of a span in the variants the span composes
     spans         [[start, end, kernel], ...]: runs of consecutive blocks export merges into one
                   ``kernel``×``kernel`` convolution each (exact; :mod:`latopt.fold.merge`), [] when the LUT
-                  times no span
-    predicted     {asis_ms, ms, ratio, speedup}: the LUT's prediction of the as-is and planned networks
-    selection     select_plan's info (target_ms, fastest_ms, loss, resolution, slack_ms, ...)
-    losses        {"<block>": {variant: loss}} the DP chose over
-    latopt_version, created
+                  times no span; 0 <= start < end < n (checked before any span is expanded), kernel odd in
+                  1 .. MAX_SPAN_KERNEL, spans disjoint, their blocks full, pw or drop. That the kernel is what
+                  the blocks compose to needs the network: export checks it (:func:`latopt.export.plan.build_plan`)
+    predicted     {asis_ms, ms, ratio, speedup} > 0: the LUT's prediction of the as-is and planned networks
+                  (ratio = ms / asis_ms <= budget, speedup = asis_ms / ms)
+    selection     select_plan's info (budget, asis_ms, target_ms, predicted_ms, ratio, fastest_ms, loss,
+                  resolution, slack_ms, spans)
+    losses        {"<block>": {variant: loss}} the DP chose over (finite)
+    latopt_version, created, seconds (the time plan_only took)
 
 Public API::
 
     PLAN_SCHEMA
     plan_only(cfg, lut_path, *, budget, importance="uniform", base_checkpoint=None, variants=None,
               seed=0, progress=True) -> dict          the plan file's content (no training, no fine-tuning)
-    write_plan(path, plan) -> Path;  read_plan(path) -> dict (checked)
+    write_plan(path, plan) -> Path;  read_plan(path) -> dict (validated: PlanRecord, returned as plain data)
+    PlanRecord                                        the plan file as a validated record
     plan_variants(plan) -> {block: variant}           the changed blocks, as fold_blocks takes them
     check_plan(plan, path, *, model, resolution, num_classes)   LatoptError when it is not for that network
     format_plan_summary(plan, path) -> str
@@ -40,25 +52,36 @@ Public API::
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import AfterValidator, Field, model_validator
 
 from latopt import __version__
 from latopt.artifacts import file_sha256, write_json_atomic
+from latopt.checkpoint import MAX_CLASSES
 from latopt.config import RunConfig
-from latopt.constants import LUT_VARIANTS
+from latopt.constants import FOLD_VARIANTS, LUT_VARIANTS, MAX_BATCH, FoldMode, FoldVariant, Precision
 from latopt.dp.importance import candidates, variant_losses
 from latopt.dp.stage import check_budget, select_plan
 from latopt.errors import LatoptError
+from latopt.fold.span import SPAN_VARIANTS
 from latopt.latency.lut import load_lut
 from latopt.log import get_logger
 from latopt.readers import read_json
+from latopt.records import BlockKey, Positive, Resolution, StrictModel, validated
 
 PLAN_SCHEMA = "latopt.plan/1"
-PLAN_IMPORTANCE = ("uniform", "proxy")   # what a plan without training may be scored by
+PlanImportance = Literal["uniform", "proxy"]   # what a plan without training may be scored by
+PLAN_IMPORTANCE: tuple[str, ...] = get_args(PlanImportance)
+MAX_PLAN_BLOCKS = 4096   # blocks of a plan (MobileNetV2 and EfficientNet-lite have 17 to 30)
+MAX_SPAN_KERNEL = 31     # a span's kernel: odd, 1 .. 31 (the blocks' own are 3, 5 or 7)
+_RATIO_RTOL = 1e-9       # predicted ratio/speed-up against ms and asis_ms: float rounding only
 _LOG = get_logger("dp")
+_REDO = "re-create it (latopt search's DP, plan only)"
 
 
 def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance: str = "uniform",
@@ -119,35 +142,163 @@ def write_plan(path: str | Path, plan: Mapping[str, Any]) -> Path:
     return write_json_atomic(path, dict(plan))
 
 
+# ------------------------------------------------------------------------------------ the record
+_Text = Annotated[str, Field(max_length=4096)]
+_NonEmpty = Annotated[str, Field(min_length=1, max_length=4096)]
+_Variant = Literal[LUT_VARIANTS]
+_Ms = Annotated[float, Field(ge=0)]
+
+
+def _sha256(v: str) -> str:
+    if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+        raise ValueError(f"must be a SHA-256 (64 lowercase hexadecimal digits), got {v[:80]!r}")
+    return v
+
+
+def _span(v: list[int]) -> list[int]:  # the form; the range (the plan's blocks) is the record's to check
+    start, end, kernel = v
+    if start >= end:
+        raise ValueError(f"is {v}: a span is [start, end, kernel] with start < end")
+    if kernel % 2 == 0 or not 1 <= kernel <= MAX_SPAN_KERNEL:
+        raise ValueError(f"is {v}: a span's kernel is odd, 1 .. {MAX_SPAN_KERNEL}")
+    return v
+
+
+def _distinct(v: list[str]) -> list[str]:
+    if len(set(v)) != len(v):
+        raise ValueError(f"lists a variant twice: {v}")
+    return v
+
+
+_Span = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3), AfterValidator(_span)]
+
+
+class PlanLut(StrictModel):
+    """The LUT a plan's times are from."""
+
+    file: _NonEmpty
+    sha256: Annotated[str, AfterValidator(_sha256)]
+    device: _NonEmpty
+    backend: _Text
+    precision: Precision | None
+    batch: Annotated[int, Field(ge=1, le=MAX_BATCH)]
+    fold_mode: FoldMode
+
+
+class Predicted(StrictModel):
+    """The LUT's prediction of the as-is and the planned networks."""
+
+    asis_ms: Positive
+    ms: Positive
+    ratio: Positive
+    speedup: Positive
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Predicted:
+        for name, value, want in (("ratio", self.ratio, self.ms / self.asis_ms),
+                                  ("speedup", self.speedup, self.asis_ms / self.ms)):
+            if not math.isclose(value, want, rel_tol=_RATIO_RTOL):
+                raise ValueError(f"has {name} {value:.6g}, but its ms and asis_ms give {want:.6g}")
+        return self
+
+
+class Selection(StrictModel):
+    """What :func:`latopt.dp.select_plan` reports of its choice."""
+
+    budget: Annotated[float, Field(gt=0, le=1)]
+    asis_ms: Positive
+    target_ms: Positive
+    predicted_ms: Positive
+    ratio: Positive
+    fastest_ms: _Ms
+    loss: float
+    resolution: Annotated[int, Field(ge=1, le=10**9)]
+    slack_ms: _Ms
+    spans: list[_Span] = []   # plans written before spans were chosen have none
+
+
+class PlanRecord(StrictModel):
+    """A plan file (module docstring): every field typed and bounded, then checked against the others."""
+
+    model: Annotated[str, Field(min_length=1, max_length=200)]
+    resolution: Resolution
+    num_classes: Annotated[int, Field(ge=1, le=MAX_CLASSES)] | None
+    task: _NonEmpty | None
+    lut: PlanLut
+    fold_mode: FoldMode
+    budget: Annotated[float, Field(gt=0, le=1)]
+    importance: PlanImportance
+    variants: Annotated[list[FoldVariant], Field(max_length=len(FOLD_VARIANTS)), AfterValidator(_distinct)]
+    base_checkpoint: _NonEmpty | None
+    blocks: Annotated[dict[BlockKey, _Variant], Field(min_length=1, max_length=MAX_PLAN_BLOCKS)]
+    spans: list[_Span]
+    predicted: Predicted
+    selection: Selection
+    losses: dict[BlockKey, dict[_Variant, float]]
+    latopt_version: _Text
+    created: _Text
+    seconds: _Ms
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schema(cls, d: Any) -> Any:  # read_json checked it
+        return {k: v for k, v in d.items() if k != "schema"} if isinstance(d, Mapping) else d
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PlanRecord:
+        n = len(self.blocks)
+        indices = {str(i) for i in range(n)}
+        extra = next((k for k in self.blocks if k not in indices), None)
+        if extra is not None:   # keys are distinct (a JSON object's), so one is out of range iff one is missing
+            missing = next(i for i in range(n) if str(i) not in self.blocks)
+            raise ValueError(f"field 'blocks' has the key {extra[:40]!r} but not {str(missing)!r}: it names each of "
+                             f"the plan's {n} blocks once, 0 .. {n - 1}")
+        allowed = {"none", *self.variants}
+        bad = next((k for k, v in self.blocks.items() if v not in allowed), None)
+        if bad is not None:
+            raise ValueError(f"field 'blocks.{bad}' is {self.blocks[bad]!r}, not 'none' or one of the plan's variants "
+                             f"({', '.join(self.variants) or 'none'})")
+        bad = next((k for k in self.losses if k not in indices), None)
+        if bad is not None:
+            raise ValueError(f"field 'losses' has the key {bad[:40]!r}, not a block of the plan (0 .. {n - 1})")
+        for i, (start, end, kernel) in enumerate(self.spans):   # bounded before anything is expanded
+            if end >= n:
+                raise ValueError(f"field 'spans[{i}]' is {[start, end, kernel]}: beyond the plan's blocks 0 .. {n - 1}")
+        spans = sorted(self.spans)
+        for (a0, b0, _), (a1, b1, _) in zip(spans, spans[1:], strict=False):
+            if a1 <= b0:
+                raise ValueError(f"field 'spans': its spans overlap ({a0}-{b0} and {a1}-{b1}); a block belongs to at "
+                                 "most one span")
+        for start, end, _ in spans:   # disjoint and within 0 .. n-1: at most n blocks in all
+            bad = next((i for i in range(start, end + 1) if self.blocks[str(i)] not in SPAN_VARIANTS), None)
+            if bad is not None:
+                raise ValueError(f"field 'spans': span {start}-{end}: block {bad} is {self.blocks[str(bad)]!r}; a "
+                                 f"block of a span must be {', '.join(SPAN_VARIANTS[:-1])} or {SPAN_VARIANTS[-1]} "
+                                 "(a span merges affine blocks only)")
+        if self.fold_mode != self.lut.fold_mode:
+            raise ValueError(f"field 'fold_mode' is {self.fold_mode!r} but its LUT's is {self.lut.fold_mode!r} (the "
+                             "LUT's times are of that mode's folds)")
+        if self.importance == "proxy" and (self.num_classes is None or self.base_checkpoint is None):
+            raise ValueError("field 'num_classes' or 'base_checkpoint' is null in a proxy plan (its losses are of a "
+                             "base checkpoint and its classes)")
+        if self.predicted.ratio > self.budget * (1 + _RATIO_RTOL):
+            raise ValueError(f"field 'predicted.ratio' {self.predicted.ratio:.6g} is over the plan's budget "
+                             f"{self.budget:.6g}")
+        return self
+
+
 def read_plan(path: str | Path) -> dict[str, Any]:
-    """A plan file, checked: its schema, the fields export needs, a variant per block; one line otherwise."""
-    plan = read_json(path, schema=PLAN_SCHEMA, what="plan file")
-
-    def bad(what: str) -> LatoptError:
-        return LatoptError(f"plan file {path}: {what}; re-create it (latopt search's DP, plan only)", param="plan")
-
-    for key in ("model", "fold_mode"):
-        if not isinstance(plan.get(key), str) or not plan[key]:
-            raise bad(f"{key} must be a non-empty string")
-    for key, optional in (("resolution", False), ("num_classes", True)):
-        v = plan.get(key)
-        if not (optional and v is None) and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise bad(f"{key} must be a positive integer{' or null' if optional else ''}, not {v!r}")
-    blocks = plan.get("blocks")
-    if not isinstance(blocks, dict) or not all(isinstance(k, str) and k.isdigit() and v in LUT_VARIANTS
-                                               for k, v in blocks.items()):
-        raise bad(f"blocks must map block indices to variants ({', '.join(LUT_VARIANTS)})")
-    spans = plan.get("spans", [])
-    if not isinstance(spans, list) or not all(
-            isinstance(s, list) and len(s) == 3 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                                                        for x in s) and s[1] > s[0] for s in spans):
-        raise bad("spans must be a list of [start, end, kernel] with start < end")
-    covered = [i for s in spans for i in range(s[0], s[1] + 1)]
-    if len(set(covered)) != len(covered):
-        raise bad("its spans overlap")
-    if any(blocks.get(str(i), "none") not in ("full", "pw", "drop") for i in covered):
-        raise bad("a block of a span must be full, pw or drop (a span merges affine blocks only)")
-    return plan
+    """A plan file, validated (:class:`PlanRecord`) and returned as plain data, the fields as the file has
+    them; one :class:`LatoptError` line otherwise, naming the field (``param`` "plan")."""
+    try:
+        data = read_json(path, schema=PLAN_SCHEMA, what="plan file")
+    except LatoptError as e:
+        raise LatoptError(str(e), param="plan") from None
+    try:
+        record = validated(PlanRecord, data, prefix=f"plan file {path}: ", key="field")
+    except LatoptError as e:
+        raise LatoptError(f"{e}; {_REDO}", param="plan") from None
+    return {"schema": PLAN_SCHEMA, **record.model_dump()}
 
 
 def plan_variants(plan: Mapping[str, Any]) -> dict[int, str]:

@@ -2,7 +2,7 @@
 
 ``latopt export --checkpoint CKPT --device DEVICE [--format onnx|engine|all] [--precision fp32|fp16|int8]
 [--fold PLAN | --plan plan.json] [--bias-maps deferred|per-block] [--lut FILE] [--resolution R] [--samples N]
-[--out DIR]``
+[--no-accuracy-gate] [--timing-only] [--out DIR]``
 
 Python: ``from latopt.export import export``; ``export(checkpoint, device, out, ...)`` returns the
 export.json dict. The job below calls one module per role:
@@ -45,24 +45,32 @@ What it does, in order (nothing is written unless every gate passes):
    network whose float32 rounding alone exceeds the base tolerance is not refused for it. An fp16 engine's
    floor is scaled by 2^13, fp16's unit roundoff over float32's (:func:`.gates.engine_gate`); the accuracy
    gate below stays the final word on it.
-4. Accuracy on the task's whole test split, as ONNX (and engine). A checkpoint exported as it is (export
-   folded nothing) must reproduce the test accuracy it records (``latopt.checkpoint.recorded_test_acc``:
-   ``meta.acc.finetuned`` of a folded.pt, ``meta.test_acc`` of a base.pt) within one test sample, or
-   export refuses (VerificationError; fp16 engines get ``ACC_TOL_FP16`` more). When export folds, the
-   fold gates apply and the accuracy is reported beside the recorded one.
+4. Accuracy on the task's whole test split, as ONNX (and engine): the shipped network must reproduce the test
+   accuracy the checkpoint records (``latopt.checkpoint.recorded_test_acc``: ``meta.acc.finetuned`` of a
+   folded.pt, ``meta.test_acc`` of a base.pt) within one test sample, or export refuses (VerificationError;
+   fp16 engines get ``ACC_TOL_FP16`` more). One rule, checked before anything is written
+   (:func:`.gates.require_accuracy_gate`): an export the record does not describe (export folds here, by
+   ``--fold`` or ``--plan``, without fine-tuning; another resolution than the recorded one; no recorded
+   accuracy or resolution; no task; a test split under 30 samples) is refused (LatoptError, exit 2) unless the
+   gate is off: ``gate_accuracy=False`` (``--no-accuracy-gate``) ships it unchecked under the usual names, and
+   ``timing_only=True`` (``--timing-only``) ships a timing-only artefact whose files are named so
+   (``model.timing-only.onnx``, ``.engine``, ``.int8.onnx``). Either way the accuracy is reported, not gated,
+   and export.json says ``accuracy_gate: false`` with ``accuracy_gate_reason`` (and ``timing_only``); it says
+   ``accuracy_gate: true`` only for an export it gated.
    ``--precision int8`` (an ONNX Runtime CPU device: ``cpu``, ``cpu-int8``; no engine): the gated
    ``model.onnx`` is quantised to ``model.int8.onnx`` (:func:`latopt.latency.quantize.quantize_int8`, ONNX
    Runtime static INT8) on the first 256 training images of the checkpoint's task, without augmentation,
    and its test accuracy may be at most ``ACC_TOL_INT8`` + one test sample below the ONNX file's
-   (:func:`.gates.int8_gate`; not gated without a task or with ``--no-accuracy-gate``, which the notes say).
+   (:func:`.gates.int8_gate`; not gated without a task or when the export is not accuracy-gated, which the notes
+   say).
 5. Latency: the as-is and the shipped folded network measured end to end on the device at
    ``--precision`` (default: the profile's) in one interleaved run; speed-up with spread; the LUT's
    prediction beside the measurement when a LUT of that precision exists. Where export ships a file that
    is not ``model.onnx``, the folded network timed is that file itself: ``model.engine`` (``--format
    engine|all``; at the engine's static batch 1, so a profile of another batch is timed at batch 1 and its
    LUT is not compared, which the notes say) or ``model.int8.onnx`` (``--precision int8``).
-6. ``export.json`` + ``REPORT.md`` (+ ``model.onnx``, ``model.engine``, ``model.int8.onnx``) in DIR, written
-   atomically.
+6. ``export.json`` + ``REPORT.md`` (+ ``model.onnx``, ``model.engine``, ``model.int8.onnx``; timing-only:
+   ``model.timing-only.*``) in DIR, written atomically.
 
 One backend serves the whole export (:func:`.engine.open_backend`, opened before any work, so a device or
 precision this machine cannot drive fails first): it builds the engine and times the networks, and is
@@ -131,8 +139,19 @@ from latopt.log import get_logger
 from latopt.runtime import OrtRunner
 
 EXPORT_SCHEMA = "latopt.export/1"
-INT8_FILE = "model.int8.onnx"
-EXPORT_FILES = ("model.onnx", "model.engine", INT8_FILE, "export.json", "REPORT.md")   # what an export writes in --out
+TIMING_ONLY_STEM = "model.timing-only"   # a timing-only export's files: model.timing-only.onnx, .engine, .int8.onnx
+
+
+def artefact_names(timing_only: bool = False) -> dict[str, str]:
+    """The files an export ships, by role (``onnx``, ``engine``, ``int8``): ``model.*``, or for a timing-only
+    export (not accuracy-gated, not for deployment) ``model.timing-only.*``, so the name says what it is."""
+    stem = TIMING_ONLY_STEM if timing_only else "model"
+    return {"onnx": f"{stem}.onnx", "engine": f"{stem}.engine", "int8": f"{stem}.int8.onnx"}
+
+
+INT8_FILE = artefact_names()["int8"]
+# what an export writes in --out: an earlier export's files never outlive a new one (gated or timing-only)
+EXPORT_FILES = (*artefact_names(False).values(), *artefact_names(True).values(), "export.json", "REPORT.md")
 _LOG = get_logger("export")
 
 
@@ -140,14 +159,18 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
            precision: str | None = None, fold: str | None = None, lut_path: str | None = None,
            resolution: int | None = None, samples: int = 32, seed: int = 0, measure: bool = True,
            progress: bool = True, mode: str | None = None, bias_maps: str = "deferred",
-           gate_accuracy: bool = True, plan: str | Path | None = None) -> dict[str, Any]:
+           gate_accuracy: bool = True, plan: str | Path | None = None, timing_only: bool = False) -> dict[str, Any]:
     """The whole export; returns the export.json dict. Raises LatoptError / VerificationError.
 
     ``fold`` None exports the checkpoint as it is (never folds it); see the module docstring. ``plan``: a plan
     file (:mod:`latopt.dp.planfile`) applied to an unfolded checkpoint instead of ``fold``, in its fold mode
     (``mode`` default: the plan's, else exact).
-    ``gate_accuracy=False`` (``--no-accuracy-gate``) exports a checkpoint whose accuracy cannot be checked
-    (:func:`latopt.export.gates.require_accuracy_gate`), and says so in export.json and REPORT.md."""
+    The shipped network's test accuracy is gated against the checkpoint's record; an export the record does not
+    describe (:func:`latopt.export.gates.ungated_reason`: a fold or plan applied here, another resolution, ...)
+    is refused (LatoptError, param ``gate_accuracy``) unless ``gate_accuracy=False`` (``--no-accuracy-gate``:
+    shipped unchecked as ``model.onnx``) or ``timing_only=True`` (``--timing-only``: ``model.timing-only.onnx``,
+    for timing only); both are recorded in export.json (``accuracy_gate`` false, ``accuracy_gate_reason``,
+    ``timing_only``) and REPORT.md."""
 
     def say(msg: str) -> None:
         if progress:
@@ -195,7 +218,7 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
         return _export(checkpoint, device, out, backend, fmt=fmt, precision=precision, fold=fold,
                        lut_path=lut_path, resolution=resolution, samples=samples, seed=seed, measure=measure,
                        say=say, mode=mode, bias_maps=bias_maps, gate_accuracy=gate_accuracy,
-                       plan=None if plan is None else (plan, plan_file))
+                       plan=None if plan is None else (plan, plan_file), timing_only=bool(timing_only))
     finally:
         close_backend(backend)
 
@@ -203,7 +226,7 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
 def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt: str, precision: str,
             fold: str | None, lut_path: str | None, resolution: int | None, samples: int, seed: int,
             measure: bool, say: Any, mode: str, bias_maps: str, gate_accuracy: bool,
-            plan: tuple[str | Path, dict[str, Any]] | None) -> dict[str, Any]:
+            plan: tuple[str | Path, dict[str, Any]] | None, timing_only: bool = False) -> dict[str, Any]:
     trt_backend = backend if fmt in ("engine", "all") else None
     say(f"loading {checkpoint}")
     loaded = load_checkpoint(checkpoint)
@@ -218,7 +241,12 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     if plan_record is not None:
         p.notes.extend(plan_record.pop("notes"))
     task = checkpoint_task(p.meta, p.resolution)
-    require_accuracy_gate(p, task, gate_accuracy)     # before any work: the gate cannot be edited away
+    # before anything is written: the gate cannot be edited away, and export.json says whether it held
+    ungated = require_accuracy_gate(p, task, gate_accuracy, timing_only=timing_only)
+    names = artefact_names(timing_only)
+    if ungated is not None:
+        what = "a timing-only artefact, not a deployable model" if timing_only else "shipped unchecked"
+        say(f"accuracy not gated ({what}): {ungated}")
     x, inputs = gate_inputs(task, p.resolution, samples, seed)
     floor = noise_floor(p.folded, x)
     exact = defer_plan(p, bias_maps)  # p.folded becomes what is shipped
@@ -234,40 +262,41 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
                               "model": p.arch["model"], "resolution": p.resolution, "mode": p.mode,
                               "precision": precision, "folded": {str(k): v for k, v in p.plan.items()},
                               "spans": p.spans, "bias_maps": p.bias_maps, "notes": p.notes,
-                              "accuracy_gate": gate_accuracy}
+                              "accuracy_gate": ungated is None, "accuracy_gate_reason": ungated,
+                              "timing_only": timing_only}
     if plan_record is not None:
         result["plan"] = plan_record
     with atomic_dir(out) as tmp:
         for stale in EXPORT_FILES:    # an earlier export's files in --out never outlive this one (model.engine)
             (tmp / stale).unlink(missing_ok=True)
-        say(f"exporting ONNX → {out / 'model.onnx'}")
-        onnx_path = write_onnx(p, tmp / "model.onnx")
+        say(f"exporting ONNX → {out / names['onnx']}")
+        onnx_path = write_onnx(p, tmp / names["onnx"])
         gate, ort = onnx_gate(p.folded, onnx_path, x, inputs, floor)
         gates.append(gate)
         say(gates[-1].line())
         check_gates(gates)
-        files = ["model.onnx"]
+        files = [names["onnx"]]
         shipped: Path | None = None   # the shipped file timed as the folded network (engine or INT8 model)
         accs: dict[str, float] = {}
         if task is not None:
             with OrtRunner(onnx_path) as runner:
                 accs["onnx"] = runner_accuracy(runner, task, batch=256)
         if trt_backend is not None:
-            engine_path = write_engine(trt_backend, p, tmp, say)
+            engine_path = write_engine(trt_backend, p, tmp, say, name=names["engine"])
             with open_engine(trt_backend, engine_path, p.resolution) as engine:
                 gates.append(engine_gate(precision, run_samples(engine, x), ort, inputs, floor))
                 say(gates[-1].line())
                 check_gates(gates)
                 if task is not None:
                     accs["engine"] = runner_accuracy(engine, task, batch=ENGINE_BATCH)
-            files.append("model.engine")
+            files.append(names["engine"])
             shipped = engine_path
         result["gates"] = [asdict(g) | {"passed": g.passed} for g in gates]
-        result["accuracy"] = accuracy_gate(p, task, accs, precision, say)
+        result["accuracy"] = accuracy_gate(p, task, accs, precision, say, gated=ungated is None)
         if precision == "int8":
-            shipped = _write_int8(p, onnx_path, tmp / INT8_FILE, task, x, accs.get("onnx"), gate_accuracy,
-                                  result, say)
-            files.append(INT8_FILE)
+            shipped = _write_int8(p, onnx_path, tmp / names["int8"], task, x, accs.get("onnx"), ungated is None,
+                                  result, say, off="--timing-only" if timing_only else "--no-accuracy-gate")
+            files.append(names["int8"])
         if measure:
             lut_precision = None if lut is None else (lut.precision or device.precision)  # older LUTs: the profile's
             if lut is not None and precision != lut_precision:
@@ -306,7 +335,7 @@ def _plan_fold(checkpoint: str | Path, arch: dict[str, Any], res: int, device: A
 
 
 def _write_int8(p: Plan, onnx_path: Path, int8_path: Path, task: Any | None, x: Any, onnx_acc: float | None,
-                gate_accuracy: bool, result: dict[str, Any], say: Any) -> Path:
+                gate_accuracy: bool, result: dict[str, Any], say: Any, off: str = "--no-accuracy-gate") -> Path:
     """``int8_path``: the gated fp32 ``onnx_path`` as ONNX Runtime static INT8, calibrated on the first
     :data:`~latopt.latency.quantize.CALIB_IMAGES` training images of the task (without a task: the numeric
     gates' random-normal inputs, and said so), its test accuracy gated against ``onnx_acc``
@@ -316,20 +345,20 @@ def _write_int8(p: Plan, onnx_path: Path, int8_path: Path, task: Any | None, x: 
         source = f"training images of {task.name}, the first of the split, no augmentation"
     else:
         calib, source = x.numpy(), "random-normal inputs, the checkpoint names no task"
-    say(f"quantising to INT8 on {len(calib)} {source} → {INT8_FILE}")
+    say(f"quantising to INT8 on {len(calib)} {source} → {int8_path.name}")
     quantize_int8(onnx_path, int8_path, calib)
     acc = None
     if task is not None:
         with OrtRunner(int8_path) as runner:
             acc = runner_accuracy(runner, task, batch=256)
-    result["int8"] = {"file": INT8_FILE, "quantization": INT8_SETTINGS,
+    result["int8"] = {"file": int8_path.name, "quantization": INT8_SETTINGS,
                       "calibration": {"count": len(calib), "source": source},
-                      **int8_gate(p, task, acc, onnx_acc, gate_accuracy, say)}
+                      **int8_gate(p, task, acc, onnx_acc, gate_accuracy, say, off=off)}
     return int8_path
 
 
-__all__ = ["ACC_TOL_INT8", "EXPORT_FILES", "EXPORT_SCHEMA", "INT8_FILE", "NOISE_K", "TOL_ONNX", "Gate", "Plan",
-           "accuracy_gate", "auto_plan", "build_plan", "check_fold_size", "checkpoint_task", "compare_outputs",
-           "defer_plan", "deferred_gates", "engine_gate", "export", "fold_gates", "gate_inputs", "int8_gate",
-           "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report", "runner_accuracy", "runner_correct",
-           "tag_block_nodes", "torch_out"]
+__all__ = ["ACC_TOL_INT8", "EXPORT_FILES", "EXPORT_SCHEMA", "INT8_FILE", "NOISE_K", "TIMING_ONLY_STEM", "TOL_ONNX",
+           "Gate", "Plan", "accuracy_gate", "artefact_names", "auto_plan", "build_plan", "check_fold_size",
+           "checkpoint_task", "compare_outputs", "defer_plan", "deferred_gates", "engine_gate", "export", "fold_gates",
+           "gate_inputs", "int8_gate", "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report",
+           "runner_accuracy", "runner_correct", "tag_block_nodes", "torch_out"]

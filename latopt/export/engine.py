@@ -6,8 +6,8 @@ Public API::
     open_backend(device, precision, *, engine, measure) -> backend | None
                               the one backend of an export (LatoptError when the device is not a TensorRT one
                               and an engine is asked for, or when this machine cannot drive it)
-    write_engine(backend, plan, out_dir, say) -> Path        ``out_dir/model.engine`` (batch ``ENGINE_BATCH``,
-                                                              static shape)
+    write_engine(backend, plan, out_dir, say, name="model.engine") -> Path
+                                                              ``out_dir/name`` (batch ``ENGINE_BATCH``, static shape)
     open_engine(backend, engine_path, resolution) -> TrtEngineRunner   what a user runs, on the file as written
     engine_timing(device, lut, notes) -> (device, lut)       the profile and LUT export times the shipped engine with
 """
@@ -48,15 +48,15 @@ def open_backend(device: Any, precision: str, *, engine: bool, measure: bool) ->
         return get_backend(at_precision(device, precision))
 
 
-def write_engine(backend: Any, p: Plan, out_dir: Path, say: Callable[[str], None]) -> Path:
-    """``out_dir/model.engine`` built by ``backend`` (already open: no second backend or CUDA context) from a
+def write_engine(backend: Any, p: Plan, out_dir: Path, say: Callable[[str], None], name: str = "model.engine") -> Path:
+    """``out_dir/name`` (``model.engine``; a timing-only export's ``model.timing-only.engine``) built by ``backend`` (already open: no second backend or CUDA context) from a
     static-shape (batch :data:`ENGINE_BATCH`) ONNX export of the network."""
     static = out_dir / ".static.onnx"
     shape = (ENGINE_BATCH, 3, p.resolution, p.resolution)
     export_onnx(p.folded, shape, static)
     say(f"building TensorRT engine ({backend.precision})")
     try:
-        return build_engine(backend, static, out_dir / "model.engine", input_shape=shape)
+        return build_engine(backend, static, out_dir / name, input_shape=shape)
     finally:
         static.unlink()
 

@@ -12,9 +12,11 @@ Public API::
     onnx_gate(model, onnx_path, x, inputs, floor=None) -> (Gate, ONNX Runtime outputs)
     check_gates(gates)                            VerificationError naming every failed gate
     checkpoint_task(meta, resolution) -> Task | None;  gate_inputs(task, resolution, n, seed) -> (x, what)
-    runner_accuracy(runner, task, batch) -> float;  accuracy_gate(plan, task, accs, precision, say)
-    int8_gate(plan, task, int8_acc, onnx_acc, enabled, say) -> dict   the INT8 model against the fp32 ONNX file
-    require_accuracy_gate(plan, task, enabled)    refuse a checkpoint whose accuracy could not be gated
+    runner_accuracy(runner, task, batch) -> float;  accuracy_gate(plan, task, accs, precision, say, gated=True)
+    int8_gate(plan, task, int8_acc, onnx_acc, enabled, say, off=...) -> dict   the INT8 model against the fp32 ONNX file
+    ungated_reason(plan, task) -> str | None      why the record does not describe the shipped network (None: it does)
+    require_accuracy_gate(plan, task, enabled, timing_only=False) -> str | None
+                                                  refuse an export whose accuracy cannot be gated as recorded
     torch_out(model, x), ort_out(onnx_path, x), run_samples(runner, x) -> np.ndarray (float64 for torch_out)
 """
 
@@ -255,35 +257,67 @@ def runner_accuracy(runner: Any, task: Any, batch: int) -> float:
 
 
 MIN_GATE_SAMPLES = 30   # a test split smaller than this cannot gate anything (one sample = 1/n of tolerance)
+GATE_OFF = "--no-accuracy-gate"   # gate_accuracy=False: ship unchecked, under the usual file names
+TIMING_ONLY = "--timing-only"     # timing_only=True: a timing-only artefact, its files named so (model.timing-only.*)
 
 
-def require_accuracy_gate(p: Plan, task: Any | None, enabled: bool) -> None:
-    """Refuse (one line, before any work) a checkpoint whose exported accuracy could not be checked: one that
-    names no task, whose test split is smaller than :data:`MIN_GATE_SAMPLES` (``meta.max_samples`` edited to
-    1 gave a tolerance of 100 %), or that is shipped as it is and records no test accuracy. The gate must not
-    hinge on fields a forger can edit (the SHA-256 is recomputed with them). ``enabled=False``
-    (``--no-accuracy-gate``) exports it anyway, with a note saying why it was not gated."""
-    why = None
+def ungated_reason(p: Plan, task: Any | None) -> str | None:
+    """Why the shipped network's test accuracy cannot be gated against the one the checkpoint records (None: it
+    can). The one rule: the record must describe the network that is shipped, at the size it is shipped at. Not
+    so when the checkpoint names no task, its test split is smaller than :data:`MIN_GATE_SAMPLES`
+    (``meta.max_samples`` edited to 1 gave a tolerance of 100 %), export folds here (``--fold`` / ``--plan``:
+    the fold is not fine-tuned, so the record is the unfolded network's; ``--fold all`` of a base shipped ~10 %),
+    the checkpoint records no test accuracy, records no resolution for it, or records another one than the
+    export's (``--resolution 8`` of a base trained at 32 px shipped 10 %; for a folded checkpoint, exported at
+    its fold's size, an edited ``meta.resolution`` alone once switched the gate off). None of it may hinge on
+    fields a forger can edit (the SHA-256 is recomputed with them): each edit makes the export refused."""
     if task is None:
-        why = "it names no task (meta.task), so its exported accuracy cannot be measured"
-    elif len(task.test) < MIN_GATE_SAMPLES:
-        why = (f"its test split has {len(task.test)} sample(s) (meta.max_samples {p.meta.get('max_samples')}), "
-               f"too few to gate anything (at least {MIN_GATE_SAMPLES})")
-    elif p.asis and recorded_test_acc(p.meta) is None:
-        why = "it records no test accuracy to check the exported one against"
-    if why is None:
-        return
-    if enabled:
-        raise LatoptError(f"the checkpoint cannot be accuracy-gated: {why}; re-create it with latopt train / fold, "
-                          "or turn the accuracy gate off to export it unchecked (said in export.json and REPORT.md)",
-                          param="gate_accuracy")
-    p.notes.append(f"exported with --no-accuracy-gate: not gated, {why}")
+        return "it names no task (meta.task), so its exported accuracy cannot be measured; re-create it with latopt train / fold"
+    if len(task.test) < MIN_GATE_SAMPLES:
+        return (f"its test split has {len(task.test)} sample(s) (meta.max_samples {p.meta.get('max_samples')}), "
+                f"too few to gate anything (at least {MIN_GATE_SAMPLES}); re-create it with latopt train / fold")
+    if not p.asis:
+        return (f"export folds {len(p.plan)} block(s) here without fine-tuning, so the accuracy the checkpoint records "
+                "is the unfolded network's, not the shipped one's (latopt fold / search fold, fine-tune and record it)")
+    if recorded_test_acc(p.meta) is None:
+        return "it records no test accuracy to check the exported one against; re-create it with latopt train / fold"
+    rec_res = p.meta.get("resolution")
+    if rec_res is None:
+        return (f"it records no resolution for its test accuracy (meta.resolution), so the accuracy at {p.resolution} "
+                "px cannot be held to it; re-create it with latopt train / fold")
+    if rec_res != p.resolution:
+        return (f"exported at {p.resolution} px, its test accuracy was recorded at {rec_res!r} px (export it at "
+                "that resolution, or train at this one)")
+    return None
+
+
+def require_accuracy_gate(p: Plan, task: Any | None, enabled: bool, *, timing_only: bool = False) -> str | None:
+    """Refuse (one line, before anything is written) an export whose accuracy cannot be gated as recorded
+    (:func:`ungated_reason`) unless the gate is off: ``enabled=False`` (``--no-accuracy-gate``: shipped unchecked)
+    or ``timing_only`` (``--timing-only``: a timing-only artefact, named so). Returns None when the export is
+    gated, else why it is not (export.json's ``accuracy_gate_reason``; the notes say it too)."""
+    why = ungated_reason(p, task)
+    if enabled and not timing_only:
+        if why is None:
+            return None
+        raise LatoptError(f"the export cannot be accuracy-gated: {why}; ask for a timing-only artefact (its files "
+                          "named model.timing-only.*, recorded as not gated) to time it, or turn the accuracy gate "
+                          "off to ship it unchecked (said in export.json and REPORT.md)", param="gate_accuracy")
+    flag = TIMING_ONLY if timing_only else GATE_OFF
+    if timing_only:
+        p.notes.append("exported with --timing-only: a timing-only artefact for measuring latency, not a deployable "
+                       "model; its accuracy is reported, not gated" + (f", and could not be: {why}" if why else ""))
+    else:
+        p.notes.append(f"exported with --no-accuracy-gate: not gated, {why}" if why else
+                       "exported with --no-accuracy-gate: the accuracy is reported, not gated")
+    return f"{flag}: {why}" if why else f"{flag}: the accuracy gate was turned off"
 
 
 def accuracy_gate(p: Plan, task: Any | None, accs: dict[str, float], precision: str,
-                  say: Callable[[str], None]) -> dict[str, Any] | None:
-    """The exported artefacts' test accuracy beside the one the checkpoint records; for a checkpoint
-    exported as it is (``p.asis``), a difference above one test sample is a VerificationError."""
+                  say: Callable[[str], None], *, gated: bool = True) -> dict[str, Any] | None:
+    """The exported artefacts' test accuracy beside the one the checkpoint records. ``gated`` (what
+    :func:`require_accuracy_gate` allowed: the record describes the shipped network): a difference above one
+    test sample is a VerificationError; otherwise the accuracy is reported only."""
     if task is None:
         p.notes.append("the checkpoint names no task: exported accuracy not measured (no accuracy gate)")
         return None
@@ -293,25 +327,18 @@ def accuracy_gate(p: Plan, task: Any | None, accs: dict[str, float], precision: 
                               "engine_test_acc": accs.get("engine"), "recorded": None, "recorded_at": None,
                               "gated": False, "tolerance": 1.0 / n}
     shown = ", ".join(f"{k} {v:.4f}" for k, v in accs.items())
-    if rec is None:
-        p.notes.append("the checkpoint records no test accuracy: the exported accuracy is reported, not gated")
-        say(f"test accuracy on {task.name} ({n} samples): {shown}")
+    if rec is not None:
+        record.update(recorded=rec[0], recorded_at=rec[1])
+    said = "" if rec is None else f"; recorded {rec[0]:.4f} ({rec[1]})"
+    if not gated:
+        say(f"test accuracy on {task.name} ({n} samples): {shown}{said}; not gated")
         return record
+    why = ungated_reason(p, task)
+    if why is not None or rec is None:   # require_accuracy_gate refused it before any work
+        raise VerificationError(f"accuracy gate asked of an export it cannot gate: {why}")
     recorded, where = rec
-    record.update(recorded=recorded, recorded_at=where)
-    rec_res = p.meta.get("resolution")
-    if not p.asis:
-        why = "export folded the network (the fold gates check it)"
-    elif rec_res is not None and rec_res != p.resolution:
-        why = f"exported at {p.resolution} px, recorded at {rec_res} px"
-    else:
-        why = ""
-        record["gated"] = True
-    say(f"test accuracy on {task.name} ({n} samples): {shown}; recorded {recorded:.4f} ({where})"
-        + (f"; not gated: {why}" if why else ""))
-    if why:
-        p.notes.append(f"accuracy reported beside the recorded one, not gated: {why}")
-        return record
+    record["gated"] = True
+    say(f"test accuracy on {task.name} ({n} samples): {shown}{said}")
     tol = {"onnx": 1.0 / n, "engine": 1.0 / n + (ACC_TOL_FP16 if precision == "fp16" else 0.0)}
     bad = [f"{k} {v:.4f}" for k, v in accs.items() if abs(v - recorded) > tol[k] + 1e-12]
     if bad:
@@ -322,11 +349,12 @@ def accuracy_gate(p: Plan, task: Any | None, accs: dict[str, float], precision: 
 
 
 def int8_gate(p: Plan, task: Any | None, acc: float | None, onnx_acc: float | None, enabled: bool,
-              say: Callable[[str], None]) -> dict[str, Any]:
+              say: Callable[[str], None], *, off: str = GATE_OFF) -> dict[str, Any]:
     """The INT8 model's test accuracy against the fp32 ONNX file's (which :func:`accuracy_gate` ties to the
     checkpoint's record): lower by more than :data:`ACC_TOL_INT8` + one test sample is a VerificationError.
     Not gated, and said in the notes, when the checkpoint names no task (nothing to measure it on) or with
-    ``enabled=False`` (``--no-accuracy-gate``: measured and reported only)."""
+    ``enabled=False`` (the export is not accuracy-gated: ``off`` says by which flag, ``--no-accuracy-gate`` or
+    ``--timing-only``; measured and reported only)."""
     if task is None or acc is None or onnx_acc is None:
         p.notes.append("INT8 model not accuracy-gated: the checkpoint names no task (its calibration inputs were "
                        "random, not data)")
@@ -337,10 +365,9 @@ def int8_gate(p: Plan, task: Any | None, acc: float | None, onnx_acc: float | No
     record = {"test_acc": acc, "onnx_test_acc": onnx_acc, "samples": n, "tolerance": tol,
               "tolerance_base": ACC_TOL_INT8, "gated": enabled}
     say(f"INT8 test accuracy on {task.name} ({n} samples): {acc:.4f} vs ONNX fp32 {onnx_acc:.4f}"
-        + ("" if enabled else "; not gated: --no-accuracy-gate"))
+        + ("" if enabled else f"; not gated: {off}"))
     if not enabled:
-        p.notes.append("exported with --no-accuracy-gate: the INT8 accuracy is reported beside the fp32 ONNX one, "
-                       "not gated")
+        p.notes.append(f"exported with {off}: the INT8 accuracy is reported beside the fp32 ONNX one, not gated")
         return record
     if onnx_acc - acc > tol + 1e-12:
         raise VerificationError(f"INT8 accuracy gate failed, nothing written: the INT8 model's test accuracy "

@@ -3,7 +3,9 @@
 Public API::
 
     Plan                                          what export ships and what the fold gates check it against
-    build_plan(checkpoint, loaded, *, fold, lut, res, mode="exact") -> Plan   fold: --fold spec or {block: variant}
+    build_plan(checkpoint, loaded, *, fold, lut, res, mode="exact", spans=()) -> Plan   fold: --fold spec or
+                                                  {block: variant}; spans [start, end, kernel] (a plan file's)
+    check_span_kernels(net, spans, what, param)   each span's recorded kernel is what its folded blocks compose to
     defer_plan(plan, bias_maps) -> nn.Module | None   ship exact folds with one bias map per chain ("deferred")
     parse_fold_spec(spec, lut) -> list[int] | "all"     ``--fold``: none, all, auto (needs the LUT) or 1,3,5
     auto_plan(lut) -> list[int]                   blocks whose full fold lowers the latency (c_l > 0)
@@ -30,6 +32,7 @@ from latopt.config import check_resolution
 from latopt.constants import FOLD_MODES
 from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_blocks, fold_spec, merge_spans, normalize_plan, plain_activations_
+from latopt.fold.span import span_kernel
 from latopt.latency.lut import check_blocks, costs, default_lut_path, load_lut
 from latopt.models import build_model
 
@@ -145,13 +148,35 @@ def parse_fold_spec(spec: str, lut: Any | None) -> list[int] | str:
     return blocks
 
 
+def check_span_kernels(net: nn.Module, spans: Sequence[Sequence[int]], what: str, param: str) -> None:
+    """Each span ``[start, end, kernel]`` of the folded network ``net``: LatoptError (one line, naming the span
+    and both kernels, ``param``) when ``kernel`` is not the one its blocks compose to
+    (:func:`latopt.fold.span.span_kernel`). ``what`` says where the spans are recorded ("the plan file", "checkpoint X (arch.fold.spans)").
+    Export merges the blocks (what the ONNX ships), but export.json, REPORT.md and the prediction carry the
+    recorded kernel: a forged one would describe a network that is not the one shipped."""
+    blocks = {b.index: b for b in find_blocks(net)}
+    for start, end, kernel in ([int(x) for x in s] for s in spans):
+        if not (start < end and start in blocks and end in blocks):
+            raise LatoptError(f"span {start}-{end} of {what}: a span is a run of at least two blocks of the network "
+                              f"(blocks 0..{len(blocks) - 1})", param=param)
+        try:
+            composed = span_kernel([net.get_submodule(blocks[i].path) for i in range(start, end + 1)])
+        except LatoptError as e:
+            raise LatoptError(f"span {start}-{end} of {what}: {e}", param=param) from None
+        if composed != kernel:
+            raise LatoptError(f"span {start}-{end} of {what} records a {kernel}x{kernel} convolution, but its blocks "
+                              f"compose to a {composed}x{composed} one; re-create it", param=param)
+
+
 def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], dict[str, Any]], *,
                fold: str | Mapping[int, str] | None, lut: Any | None, res: int, mode: str = "exact",
                spans: Sequence[Sequence[int]] = ()) -> Plan:
     """What to export from the ``loaded`` checkpoint (``load_checkpoint``'s result) at resolution ``res``.
 
     ``fold`` None: the checkpoint as it is (folded or not); else a ``--fold`` spec for an unfolded one, or
-    {block: variant} (a plan file's, ``--plan``: any variant, folded as ``latopt.dp.run_dp`` folds it)."""
+    {block: variant} (a plan file's, ``--plan``: any variant, folded as ``latopt.dp.run_dp`` folds it), with the
+    plan file's ``spans``. The spans' recorded kernels, a plan file's or a folded checkpoint's, are checked against
+    the blocks (:func:`check_span_kernels`)."""
     model, arch, meta = loaded
     model.eval()
     fspec = arch.get("fold")
@@ -176,8 +201,9 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
                          f"({prefold}); the exported weights were fine-tuned after folding")
         if note:
             notes.append(note)
-        return Plan(model, source, arch, meta, plan, fspec["mode"], res, notes, asis=True,
-                    spans=[list(s) for s in fspec.get("spans", [])])
+        spans = [list(s) for s in fspec.get("spans", [])]
+        check_span_kernels(model, spans, f"checkpoint {checkpoint} (arch.fold.spans)", "checkpoint")
+        return Plan(model, source, arch, meta, plan, fspec["mode"], res, notes, asis=True, spans=spans)
     spec = dict(fold) if isinstance(fold, Mapping) else parse_fold_spec("none" if fold is None else fold, lut)
     if not spec:  # export the network as it is (no fold gate)
         if isinstance(fold, Mapping):
@@ -204,6 +230,7 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
     if spans and mode != "exact":
         raise LatoptError(f"mode {mode!r}: the plan merges spans, which are exact-mode rewrites; give mode 'exact'",
                           param="mode")
+    check_span_kernels(folded, spans, "the plan file", "plan")
     return Plan(folded, source_model, new_arch, meta, plan, mode, res, notes, spans=spans)
 
 

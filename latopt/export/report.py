@@ -84,7 +84,7 @@ def _bias_maps_lines(bm: dict[str, Any] | None) -> list[str]:
             f"{bm['adds_per_block']} bias-map Adds → {bm['adds_deferred']} ({bm['adds_saved']} saved)"]
 
 
-def _int8_lines(q: dict[str, Any] | None) -> list[str]:
+def _int8_lines(q: dict[str, Any] | None, off: str = "--no-accuracy-gate") -> list[str]:
     """REPORT.md's INT8 section: how the shipped INT8 model was made, its accuracy and its gate."""
     if not q:
         return []
@@ -96,7 +96,7 @@ def _int8_lines(q: dict[str, Any] | None) -> list[str]:
         acc = "Test accuracy not measured (the checkpoint names no task): not gated."
     else:
         gate = (f"gate: at most {q['tolerance_base']:g} + one test sample (1/{q['samples']}) below ONNX fp32, ok"
-                if q["gated"] else "not gated (`--no-accuracy-gate`)")
+                if q["gated"] else f"not gated (`{off}`)")
         acc = (f"Test accuracy ({q['samples']} samples): INT8 {q['test_acc']:.4f}, ONNX fp32 "
                f"{q['onnx_test_acc']:.4f}; {gate}.")
     return ["", "## INT8", "", made, "", acc]
@@ -112,14 +112,26 @@ def _plan_lines(plan: dict[str, Any] | None, device: str) -> list[str]:
             f"{plan.get('importance')} importance{said}; applied without fine-tuning)"]
 
 
+def _gate_lines(r: dict[str, Any]) -> list[str]:
+    """REPORT.md's line on the accuracy gate: on, or off and why; a timing-only export says what it is for."""
+    if r.get("accuracy_gate"):
+        return ["- accuracy gate: on (the shipped network reproduces the checkpoint's recorded test accuracy)"]
+    lines = [f"- accuracy gate: off, the accuracy below is reported, not gated ({r.get('accuracy_gate_reason')})"]
+    if r.get("timing_only"):
+        lines.insert(0, "- **timing-only artefact**: for measuring latency, not a deployable model (its files are "
+                        "named `model.timing-only.*`)")
+    return lines
+
+
 def render_report(r: dict[str, Any]) -> str:
     """REPORT.md: what was exported, the numeric gates, the accuracy, the latency, the notes."""
-    lines = [f"# latopt export: {r['model']} on {r['device']}", "",
+    kind = " (timing-only, not accuracy-gated)" if r.get("timing_only") else ""
+    lines = [f"# latopt export{kind}: {r['model']} on {r['device']}", "",
              f"- checkpoint: `{r['checkpoint']}`", f"- resolution: {r['resolution']}, fold mode: {r['mode']}, "
              f"precision: {r['precision']}",
              f"- folded blocks ({len(r['folded'])}): " + (", ".join(f"{k} ({v})" for k, v in r["folded"].items()) or "none"),
              *_bias_maps_lines(r.get("bias_maps")), *_plan_lines(r.get("plan"), r["device"]),
-             f"- files: {', '.join(r.get('files', []))}", "", "## Numeric gates", "",
+             f"- files: {', '.join(r.get('files', []))}", *_gate_lines(r), "", "## Numeric gates", "",
              "| check | max abs diff | scale | relative | tolerance | float32 noise floor | inputs | verdict |",
              "|---|---|---|---|---|---|---|---|"]
     for g in r.get("gates", []):
@@ -142,7 +154,7 @@ def render_report(r: dict[str, Any]) -> str:
                    + (f", gate: within one test sample (1/{acc['samples']}) ok" if acc["gated"] else ", not gated"))
         lines += ["", "## Accuracy", "", f"Test accuracy on `{acc['task']}` ({acc['samples']} samples): "
                   f"ONNX {acc['test_acc']:.4f}{engine}{rec}"]
-    lines += _int8_lines(r.get("int8"))
+    lines += _int8_lines(r.get("int8"), "--timing-only" if r.get("timing_only") else "--no-accuracy-gate")
     lat = r.get("latency")
     if lat:
         timed = f"; folded: the shipped `{lat['folded_file']}`" if lat.get("folded_file") else ""

@@ -27,6 +27,7 @@ Public API::
 
     span_exact(variants, strides, *, kernel=1, padding=0, in_size=None) -> (bool, reason)
     span_exact_blocks(blocks, in_size=None) -> (bool, reason)     the same, read from FoldedBlocks
+    span_kernel(blocks) -> int                                    the kernel the FoldedBlocks compose to
     compose_span(blocks, input_size) -> SpanConv                  the span as one convolution
 """
 
@@ -97,6 +98,21 @@ def _infos(blocks: Sequence[nn.Module]) -> list:
     return out
 
 
+def _kernel(infos: Sequence) -> int:
+    full = next((i for i in infos if i.variant == "full"), None)
+    return full.kernel if full else 1
+
+
+def span_kernel(blocks: Sequence[nn.Module]) -> int:
+    """The kernel of the one convolution the FoldedBlocks ``blocks`` compose to (module docstring): the
+    ``full`` fold's, 1 when every block is 1x1 or dropped. LatoptError when a block is not folded. (Whether
+    the span is exact at all is :func:`span_exact_blocks`.)"""
+    infos = _infos(blocks)
+    if infos and isinstance(infos[0], str):
+        raise LatoptError(f"span not exact: {infos[0]}")
+    return _kernel(infos)
+
+
 def span_exact_blocks(blocks: Sequence[nn.Module], in_size: tuple[int, int] | None = None) -> tuple[bool, str]:
     """:func:`span_exact` for FoldedBlocks (their FoldInfo); ``in_size`` = the span's input (H, W), by
     default the first block's recorded input size."""
@@ -109,7 +125,7 @@ def span_exact_blocks(blocks: Sequence[nn.Module], in_size: tuple[int, int] | No
     size = in_size if in_size is not None else infos[0].in_size
     # before a full fold every block has stride 1 (else refused), so its input size is the span's
     return span_exact([i.variant for i in infos], [i.stride for i in infos],
-                      kernel=full.kernel if full else 1, padding=full.padding if full else 0, in_size=size)
+                      kernel=_kernel(infos), padding=full.padding if full else 0, in_size=size)
 
 
 class SpanConv(nn.Module):

@@ -15,11 +15,17 @@ then among the shipped profiles, so a user adds a device (or replaces a shipped 
 file there, or passes the file's path. Measured LUTs are written to ``profiles_dir()/<device>/`` too
 (:func:`latopt.latency.lut.default_lut_path`), never into the installed package. A variant of a profile:
 ``profile.model_copy(update={"precision": "fp16"})``.
+
+Checks beyond each key's type and range (one error line naming the file): a name must not announce what the
+profile does not measure (:data:`NAME_WORDS`: ``cpu-int8`` with ``precision: fp32`` would file fp32 LUTs as
+the INT8 device's); ``options`` takes only the keys its backend reads (:data:`BACKEND_OPTIONS`); a profile
+found by device name must carry that name (``profiles/cpu.yaml`` is device ``cpu``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -28,15 +34,32 @@ from pydantic import Field, model_validator
 
 from latopt.constants import MAX_BATCH, MAX_THREADS, Backend, Precision
 from latopt.errors import LatoptError
-from latopt.latency.timing import Count, TimingPolicy
+from latopt.latency.timing import TimingPolicy
 from latopt.log import get_logger
 from latopt.readers import read_yaml
 from latopt.records import Name, validated
+from latopt.runtime.runner import existing_file
 
 if TYPE_CHECKING:  # annotations only (importlib.resources.abc is Python >= 3.11)
     from importlib.resources.abc import Traversable
 
 _LOG = get_logger("profile")
+
+MAX_WORKSPACE_MIB = 1 << 20  # TensorRT builder workspace (1 TiB; shipped: 1024 MiB)
+
+# What each backend reads from a profile's ``options`` (none reads any yet): any other key is refused.
+BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {"onnxruntime": (), "tensorrt": (), "torch": ()}
+
+# Words of a device name (split at "-", "_", ".") that say what the profile measures, as the shipped names
+# do (cpu, cpu-int8, cpu-torch, gpu-torch, gpu-trt-fp16): a name with one must agree with the profile's
+# fields. word -> (field, value); "place" is "gpu" for a GPU profile (DeviceProfile.is_gpu), else "cpu".
+NAME_WORDS: dict[str, tuple[str, str]] = {
+    "fp32": ("precision", "fp32"), "fp16": ("precision", "fp16"), "int8": ("precision", "int8"),
+    "ort": ("backend", "onnxruntime"), "onnxruntime": ("backend", "onnxruntime"),
+    "trt": ("backend", "tensorrt"), "tensorrt": ("backend", "tensorrt"),
+    "torch": ("backend", "torch"), "pytorch": ("backend", "torch"),
+    "cpu": ("place", "cpu"), "gpu": ("place", "gpu"), "cuda": ("place", "gpu"),
+}
 
 
 class DeviceProfile(TimingPolicy):
@@ -57,8 +80,8 @@ class DeviceProfile(TimingPolicy):
     batch: Annotated[int, Field(ge=1, le=MAX_BATCH)] = 1
     threads: Annotated[int, Field(ge=1, le=MAX_THREADS)] = 1  # intra-op threads (ONNX Runtime) / torch.set_num_threads on CPU
     expected_gpu: str | None = None  # GPU name the live device must match (substring or glob)
-    workspace_mib: Count | None = None  # TensorRT builder workspace limit
-    options: dict[str, Any] = {}  # backend-specific extras
+    workspace_mib: Annotated[int, Field(ge=1, le=MAX_WORKSPACE_MIB)] | None = None  # TensorRT builder workspace limit
+    options: dict[str, Any] = {}  # backend-specific extras: the keys of BACKEND_OPTIONS[backend] only
     path: str | None = None  # the YAML file it came from (set by load_device, not a YAML key)
 
     @model_validator(mode="after")
@@ -66,6 +89,20 @@ class DeviceProfile(TimingPolicy):
         if self.clock == "thread" and (self.threads != 1 or self.is_gpu):
             raise ValueError("clock: thread measures the calling thread's CPU time, so it needs threads: 1 on a "
                              "CPU backend")
+        known = BACKEND_OPTIONS[self.backend]
+        unknown = [k for k in self.options if k not in known]
+        if unknown:
+            raise ValueError(f"unknown option {unknown[0]!r} for backend {self.backend}; known: "
+                             + (", ".join(known) or f"none (the {self.backend} backend reads no options)"))
+        have = {"precision": self.precision, "backend": self.backend, "place": "gpu" if self.is_gpu else "cpu"}
+        for word in re.split(r"[-_.]", self.name.lower()):
+            field, value = NAME_WORDS.get(word, ("", ""))
+            if field and have[field] != value:
+                what = (f"runs on the {'GPU' if self.is_gpu else 'CPU'}" if field == "place"
+                        else f"has {field}: {have[field]}")
+                said = f"the {value.upper()}" if field == "place" else f"{field} {value}"
+                raise ValueError(f"key 'name' = {self.name!r} says {said}, but the profile {what}: its LUTs "
+                                 "would be filed as what they are not; rename the device or fix the key")
         return self
 
     @property
@@ -107,10 +144,9 @@ def load_device(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
     LatoptError lists the known devices."""
     s = str(name_or_path)
     path: Traversable | None
-    if s.endswith((".yaml", ".yml")) or os.sep in s:
-        path = Path(s)
-        if not path.is_file():
-            raise LatoptError(f"device profile {path} does not exist")
+    by_name = not (s.endswith((".yaml", ".yml")) or os.sep in s)
+    if not by_name:
+        path = existing_file(s, "device profile")  # a directory is named one, not "does not exist"
     else:
         path = _profile_file(s)
         if path is None:
@@ -123,4 +159,8 @@ def load_device(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
     if "path" in data:
         raise LatoptError(f"device profile {path}: unknown key 'path' (latopt records the file's own path)")
     _LOG.debug(f"device profile {s!r}: {path}")
-    return validated(DeviceProfile, {**data, "path": str(path)}, prefix=f"device profile {path}: ", key="key")
+    profile = validated(DeviceProfile, {**data, "path": str(path)}, prefix=f"device profile {path}: ", key="key")
+    if by_name and profile.name != s:
+        raise LatoptError(f"device profile {path} has name {profile.name!r}, not {s!r}, the device it was found as: "
+                          f"LUTs are filed under a profile's name; set name: {s}, or give the file's path")
+    return profile

@@ -3,6 +3,7 @@
 Public API::
 
     LUT_SCHEMA = "latopt.lut/1"
+    SPAN_FOLD_MODE = "exact"                 the one fold mode a LUT may time spans in (latopt.constants)
     BlockEntry, LUT                          frozen pydantic records (fields below); lut.to_dict() is the JSON
     save_lut(lut, path) -> Path              atomic JSON write
     load_lut(path, *, model=None, resolution=None, batch=None, device=None, fold_mode=None) -> LUT
@@ -10,6 +11,7 @@ Public API::
                                              the file and the field)
     check_blocks(lut, blocks, path="the LUT")   LatoptError unless the LUT times exactly the model's blocks
                                              (``latopt.blocks.find_blocks``: one entry per block, same paths)
+                                             and each span as what its blocks compose to (its kernel)
     predict(lut, folded) -> float            ms of the network with ``folded`` blocks folded
     costs(lut) -> dict[int, float]           c_l = max(0, t_asis − t_full) per foldable block
     variant_times(lut, index) -> dict[str, float]   {"none", "full", and the other profiled variants it allows}
@@ -36,7 +38,8 @@ measures). A LUT that records ``partial`` instead of ``variants`` (an older form
 
 Validation. Loading a LUT reads data only (no model is built, timm is not imported): the file is validated
 as the pydantic records below (no unknown field, types, finite times >= 0, known variant names, block
-indices 0..n-1 once each, block paths distinct, "none" timed for every block and "full" for a foldable one);
+indices 0..n-1 once each, block paths distinct, "none" timed for every block and "full" for a foldable one;
+spans only in an exact-mode LUT: they are exact-mode rewrites, which export merges in exact mode only);
 ``schema``, ``costs`` and each block's ``c`` are written for readers and recomputed, never read. That it
 times the blocks of a given *model* is the check of the caller that has the model (the search, ``latopt
 run``, the fold, the DP and export): :func:`check_blocks` with the model's block list.
@@ -60,7 +63,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PlainSerializer, computed_field, model_validator
 
 from latopt.artifacts import write_json_atomic
-from latopt.constants import FOLD_VARIANTS, LUT_VARIANTS, PARTIAL_VARIANTS, FoldMode, FoldVariant, Precision
+from latopt.constants import (
+    FOLD_VARIANTS,
+    LUT_VARIANTS,
+    PARTIAL_VARIANTS,
+    SPAN_FOLD_MODE,
+    FoldMode,
+    FoldVariant,
+    Precision,
+)
 from latopt.errors import LatoptError
 from latopt.latency.devices import profiles_dir
 from latopt.readers import read_json
@@ -211,6 +222,10 @@ class LUT(StrictModel):
         keys = [s.key for s in self.spans]
         if len(set(keys)) != len(keys) or any(s.end >= len(self.blocks) for s in self.spans):
             raise ValueError("spans must be distinct (start, end, kernel) within the blocks")
+        if self.spans and self.fold_mode != SPAN_FOLD_MODE:
+            raise ValueError(f"it times spans in fold mode {self.fold_mode!r}, but spans are {SPAN_FOLD_MODE}-mode "
+                             f"rewrites (export merges them in {SPAN_FOLD_MODE} mode only): profile again without span, "
+                             f"or in fold mode {SPAN_FOLD_MODE}")
         return self
 
     def span(self, start: int, end: int, kernel: int) -> SpanEntry:
@@ -268,18 +283,29 @@ def load_lut(path: str | Path, *, model: str | None = None, resolution: int | No
 
 def check_blocks(lut: LUT, blocks: Sequence[Any], path: str | Path = "the LUT") -> None:
     """LatoptError unless ``lut`` times exactly ``blocks``, the block list of the model it is used with
-    (:func:`latopt.blocks.find_blocks`): one entry per block, at the same module path. A LUT missing a block
-    would let the search treat that block as free to keep."""
+    (:func:`latopt.blocks.find_blocks`): one entry per block, at the same module path, and every timed span
+    what its blocks compose to (:func:`latopt.latency.spans.span_problem`: its kernel, exactness, foldable
+    blocks; at the input shapes the LUT records). A LUT missing a block would let the search treat that block
+    as free to keep; a forged span kernel would be predicted and reported while export ships the composition."""
     have = [b.path for b in sorted(lut.blocks, key=lambda b: b.index)]
     want = [b.path for b in blocks]
+    problem = None
     if len(have) != len(want):
         problem = f"times {len(have)} blocks but the model {lut.model} has {len(want)}"
     elif have != want:
         i = next(i for i, (h, w) in enumerate(zip(have, want, strict=True)) if h != w)
         problem = f"times block {i} at {have[i]!r} but the model {lut.model} has it at {want[i]!r}"
-    else:
-        return
-    raise LatoptError(f"latency LUT {path} {problem}; re-create it with latopt profile for model {lut.model}")
+    elif lut.spans:
+        from latopt.latency.spans import span_problem  # torch: the caller has the model, so has torch
+
+        shapes = {b.index: b.input_shape for b in lut.blocks}
+        for s in lut.spans:
+            why = span_problem(blocks, s.start, s.end, s.kernel, s.fulls, shapes)
+            if why is not None:
+                problem = f"times span {s.start}-{s.end} as a {s.kernel}x{s.kernel} convolution, but the span {why}"
+                break
+    if problem is not None:
+        raise LatoptError(f"latency LUT {path} {problem}; re-create it with latopt profile for model {lut.model}")
 
 
 def _plan(lut: LUT, folded: Iterable[int] | Mapping[int, str]) -> dict[int, str]:

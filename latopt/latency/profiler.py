@@ -57,12 +57,20 @@ from torch import nn
 
 from latopt.blocks import block_input_shapes, find_blocks, input_channels
 from latopt.config import check_resolution
+from latopt.constants import MAX_BATCH
 from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_block_module
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import DeviceProfile
 from latopt.latency.lut import LUT, BlockEntry, SpanEntry, calibrate, check_variants, predict
-from latopt.latency.spans import span_candidates, span_key, span_module, span_plans, span_scale
+from latopt.latency.spans import (
+    check_span_profile,
+    span_candidates,
+    span_key,
+    span_module,
+    span_plans,
+    span_scale,
+)
 from latopt.latency.timing import TimingStats, compare
 from latopt.log import get_logger
 from latopt.models import build_model
@@ -179,10 +187,13 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: 
                   variants: Iterable[str] = ("full",), progress: bool = True, *, num_classes: int = 1000,
                   fold_mode: str = "exact", name: str | None = None) -> LUT:
     """Profile every block of a model on ``device`` in ``variants`` (``full`` always; ``span`` among them: the
-    exact spans too, :mod:`latopt.latency.spans`) and return the calibrated LUT (see module docstring)."""
+    exact spans too, :mod:`latopt.latency.spans`, refused up front in paper mode or without ``pw``/``drop``:
+    :func:`~latopt.latency.spans.check_span_profile`) and return the calibrated LUT (see module docstring)."""
     variants = list(variants)
     spans = "span" in variants
     variants = check_variants(v for v in variants if v != "span")
+    if spans:  # up front: nothing is exported or timed for spans that could not be used
+        check_span_profile(variants, fold_mode)
     with torch_threads(device.threads if device.backend == "torch" else 1):
         return _profile_model(model_name_or_module, device, resolution, batch, variants, progress,
                               num_classes=num_classes, fold_mode=fold_mode, name=name, spans=spans)
@@ -192,8 +203,8 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
                    variants: tuple[str, ...], progress: bool, *, num_classes: int, fold_mode: str,
                    name: str | None, spans: bool = False) -> LUT:
     check_resolution(resolution, "resolution")
-    if int(batch) < 1:
-        raise LatoptError(f"batch must be >= 1 (got {batch})", param="batch")
+    if not 1 <= int(batch) <= MAX_BATCH:  # the bound of a profile's batch key: every part is built at it
+        raise LatoptError(f"batch must be in [1, {MAX_BATCH}], got {batch}", param="batch")
     t_start = time.perf_counter()
     backend = get_backend(device)  # fail fast when the device is unusable here
     runners: dict[str, Any] = {}

@@ -11,7 +11,12 @@ be its ``full`` fold (``fulls``). In exact mode a k×k span of a block with an e
 (its border correction): it is timed with it. A ``drop`` needs a residual block (stride 1), as alone.
 
     MAX_SPAN                                   longest span timed (blocks)
+    check_span_profile(variants, fold_mode)    LatoptError unless spans can be profiled with these: exact mode
+                                               (export merges spans in exact mode only), pw or drop among the
+                                               variants (a span's blocks other than its full fold are pw/drop)
     span_candidates(blocks, shapes, variants, *, max_len=MAX_SPAN) -> list[(start, end, kernel, fulls)]
+    span_problem(blocks, start, end, kernel, fulls, shapes) -> str | None   why a LUT's span is not what its
+                                               blocks compose to (None: it is); :func:`latopt.latency.lut.check_blocks`
     span_module(blocks, start, end, kernel, fulls, input_shape, fold_mode) -> nn.Module   what is timed
     span_key(start, end, kernel) -> str        "span:3-5:k3" (the profiler's runner)
     span_plans(blocks, candidates, variants) -> {name: (plan, spans)}   the end-to-end networks with spans
@@ -35,6 +40,8 @@ from typing import Any
 
 import torch
 
+from latopt.constants import SPAN_FOLD_MODE
+from latopt.errors import LatoptError
 from latopt.fold import SPAN_INNER, SpanConv, span_exact
 from latopt.layers import make_kxk
 
@@ -43,6 +50,18 @@ MAX_SPAN = 6
 
 def span_key(start: int, end: int, kernel: int) -> str:
     return f"span:{start}-{end}:k{kernel}"
+
+
+def check_span_profile(variants: Sequence[str], fold_mode: str) -> None:
+    """LatoptError (before anything is prepared or timed) unless the spans can be profiled with ``variants`` (the
+    block variants, :func:`latopt.latency.lut.check_variants`'s) in ``fold_mode``: see the API list above."""
+    if fold_mode != SPAN_FOLD_MODE:
+        raise LatoptError(f"fold mode {fold_mode!r} with variant span: spans are {SPAN_FOLD_MODE}-mode rewrites "
+                          f"(export merges them in {SPAN_FOLD_MODE} mode only), so a {fold_mode} plan could never ship "
+                          f"one; profile spans in fold mode {SPAN_FOLD_MODE}, or leave span out", param="fold_mode")
+    if not set(SPAN_INNER) & set(variants):
+        raise LatoptError(f"variant span merges blocks folded full, {' or '.join(SPAN_INNER)}: profile "
+                          f"{' or '.join(SPAN_INNER)} with it too (e.g. full,pw,drop,span)", param="variants")
 
 
 def _inner_ok(b: Any, variants: Sequence[str]) -> bool:
@@ -61,21 +80,54 @@ def span_candidates(blocks: Sequence[Any], shapes: dict[int, tuple[int, ...]], v
             span = blocks[a:b + 1]
             if not all(x.foldable for x in span):
                 break
-            strides = [x.stride for x in span]
             if all(_inner_ok(x, variants) for x in span):
                 out.append((a, b, 1, ()))
             by_kernel: dict[int, list[int]] = {}
             for f, x in enumerate(span):
                 if "full" not in x.variants or not all(_inner_ok(y, variants) for k, y in enumerate(span) if k != f):
                     continue
-                vs = ["pw"] * len(span)
-                vs[f] = "full"
-                ok, _ = span_exact(vs, strides, kernel=x.kernel, padding=x.padding,
-                                   in_size=tuple(shapes[x.index][-2:]))
+                ok, _ = _full_exact(span, f, shapes[x.index])
                 if ok and x.kernel > 1:
                     by_kernel.setdefault(x.kernel, []).append(x.index)
             out.extend((a, b, k, tuple(fs)) for k, fs in sorted(by_kernel.items()))
     return sorted(out)
+
+
+def _full_exact(span: Sequence[Any], f: int, full_input_shape: Sequence[int]) -> tuple[bool, str]:
+    """Whether the blocks ``span`` compose exactly into one convolution of the kernel of ``span[f]`` when that
+    block is folded ``full`` and the others ``pw`` (:func:`latopt.fold.span_exact`; ``drop`` composes as a
+    stride-1 ``pw`` does); ``full_input_shape``: that block's input shape."""
+    vs = ["pw"] * len(span)
+    vs[f] = "full"
+    x = span[f]
+    return span_exact(vs, [y.stride for y in span], kernel=x.kernel, padding=x.padding,
+                      in_size=tuple(int(n) for n in full_input_shape[-2:]))
+
+
+def span_problem(blocks: Sequence[Any], start: int, end: int, kernel: int, fulls: Sequence[int],
+                 shapes: dict[int, Sequence[int]]) -> str | None:
+    """Why the span ``start..end`` recorded as one ``kernel``×``kernel`` convolution whose full fold may be any of
+    ``fulls`` is not what the model's ``blocks`` (``latopt.blocks.find_blocks``) compose to (each block's input
+    shape in ``shapes``); None when it is. What the DP predicts and reports for a span must be what export ships:
+    the composition of its blocks (:mod:`latopt.fold.span`)."""
+    span = list(blocks[start:end + 1])
+    if len(span) != end - start + 1:
+        return f"ends after the model's last block ({len(blocks) - 1})"
+    bad = next((x for x in span if not x.foldable), None)
+    if bad is not None:
+        return f"covers block {bad.index}, which cannot be folded ({bad.reason})"
+    if kernel == 1:
+        ok, why = span_exact(["pw"] * len(span), [x.stride for x in span])
+        return None if ok else why
+    for f in fulls:
+        x = blocks[f]
+        if x.kernel != kernel:
+            return (f"names block {f} as its full fold, which composes to a {x.kernel}x{x.kernel} convolution, "
+                    f"not {kernel}x{kernel}")
+        ok, why = _full_exact(span, f - start, shapes[f])
+        if not ok:
+            return f"is not one convolution with block {f} folded full: {why}"
+    return None
 
 
 def span_module(blocks: Sequence[Any], start: int, end: int, kernel: int, fulls: Sequence[int],

@@ -3,7 +3,8 @@
 Public API::
 
     TimingPolicy(warmup=10, min_repeats=30, max_repeats=300, budget_s=30.0, stable_rel=0.01, clock="wall",
-                 warm_calls=1)        the repeat policy; a DeviceProfile is one (its YAML's timing keys)
+                 warm_calls=1)        the repeat policy; a DeviceProfile is one (its YAML's timing keys);
+                                      every count bounded (MAX_WARMUP, MAX_WARM_CALLS, MAX_REPEATS, MAX_BUDGET_S)
     TimingStats(median_ms, q1_ms, q3_ms, iqr_ms, n)                        .samples_ms: one per round
         (defined in :mod:`latopt.runtime.stats`, part of the deploy runner, whose ``--bench`` summarises
         its calls with it: one statistics routine for both)
@@ -15,7 +16,10 @@ one call each per round (A B C, B C A, C A B, ...: the start rotates so no runne
 same one), so slow drifts of the machine (other processes, clocks) hit all candidates alike. Every
 ``check_every`` rounds the medians are recomputed; timing stops when at least ``min_repeats`` rounds are
 done and no median moved by more than ``stable_rel`` (relative) since the last check, or at
-``max_repeats`` rounds, or when ``budget_s`` seconds are spent (after at least 5 rounds).
+``max_repeats`` rounds, or when ``budget_s`` seconds are spent (after at least 5 rounds). The budget counts
+from the first warm-up call: the warm-up stops when it is spent, so a run takes at most ``budget_s`` plus
+the rounds that complete the minimum of 5 (each of ``warm_calls`` + 1 calls per runner, ``warm_calls`` <=
+:data:`MAX_WARM_CALLS`).
 Sample ``i`` of every runner comes from round ``i``, so per-round ratios between runners are available.
 Each timed call is preceded by ``warm_calls`` (default 1) untimed calls of the same runner: with dozens
 of runners in a profile, a strictly alternating call finds its weights evicted by the others and runs
@@ -53,8 +57,13 @@ from latopt.errors import LatoptError
 from latopt.records import Positive, StrictModel
 from latopt.runtime import TimingStats
 
-Calls = Annotated[int, Field(ge=0)]
-Count = Annotated[int, Field(ge=1)]
+# Upper bounds of the policy's counts: a profile is user input, and `warmup: 100000000` or `warm_calls: 100000`
+# used to time until killed. Each is 10x or more what a shipped profile or tool uses.
+MAX_WARMUP = 10_000       # untimed warm-up calls per runner (shipped: <= 50); the budget stops them earlier
+MAX_WARM_CALLS = 100      # untimed calls before each timed one (default 1: one call brings the weights back)
+MAX_REPEATS = 10_000      # rounds (shipped: <= 1000); every runner keeps one sample (and a wall time) per round
+MAX_BUDGET_S = 3600.0     # seconds of timing, warm-up included (shipped: <= 60)
+MIN_ROUNDS = 5            # rounds timed even when the budget is spent (a median and quartiles need samples)
 
 
 class TimingPolicy(StrictModel):
@@ -62,13 +71,14 @@ class TimingPolicy(StrictModel):
     A device profile (:class:`latopt.latency.devices.DeviceProfile`) extends it: its YAML's timing keys are
     these fields, and a profile is passed to :func:`compare` as it is."""
 
-    warmup: Calls = 10  # untimed calls per runner before timing
-    min_repeats: Count = 30
-    max_repeats: Count = 300
-    budget_s: Positive = 30.0
+    warmup: Annotated[int, Field(ge=0, le=MAX_WARMUP)] = 10  # untimed calls per runner before timing (within the budget)
+    min_repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 30
+    max_repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS)] = 300
+    budget_s: Annotated[float, Field(gt=0, le=MAX_BUDGET_S)] = 30.0  # all the timing, warm-up included
     stable_rel: Positive = 0.01
     clock: Clock = "wall"  # "wall" (host clock) or "thread" (CPU time of the one inference thread)
-    warm_calls: Calls = 1  # untimed calls of a runner right before each of its timed calls (0 = cold)
+    # untimed calls of a runner right before each of its timed calls (0 = cold)
+    warm_calls: Annotated[int, Field(ge=0, le=MAX_WARM_CALLS)] = 1
 
     @model_validator(mode="after")
     def _repeats(self) -> TimingPolicy:
@@ -120,15 +130,16 @@ def compare(runners: Mapping[str, Any], policy: TimingPolicy | None = None, *,
     pol = policy or TimingPolicy()
     names = list(runners)
     timers = [_timer(runners[n], pol.clock) for n in names]
-    for _ in range(pol.warmup):
-        for t in timers:
-            t()
+    start = time.perf_counter()  # the budget bounds the warm-up too: it stops when the budget is spent
+    for t in (t for _ in range(pol.warmup) for t in timers):
+        if time.perf_counter() - start >= pol.budget_s:
+            break
+        t()
     samples: list[list[float]] = [[] for _ in names]
     walls: list[list[float]] = [[] for _ in names]
     k = len(names)
     check_every = max(5, min(pol.min_repeats, 20))
     prev: list[float] | None = None
-    start = time.perf_counter()
     r = 0
     while True:
         for j in range(k):
@@ -140,7 +151,7 @@ def compare(runners: Mapping[str, Any], policy: TimingPolicy | None = None, *,
             walls[i].append(wall)
         r += 1
         elapsed = time.perf_counter() - start
-        if r >= pol.max_repeats or (elapsed >= pol.budget_s and r >= 5):
+        if r >= pol.max_repeats or (elapsed >= pol.budget_s and r >= MIN_ROUNDS):
             break
         if r % check_every == 0:
             meds = [statistics.median(s) for s in samples]

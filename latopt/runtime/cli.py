@@ -3,7 +3,10 @@
 Runs the model once on ``--input`` (default: seeded noise at the runner's input shape), prints the output's
 shape and top-5 of sample 0, writes the first output with ``--output`` and times ``--bench N`` synchronised
 calls (:func:`latopt.runtime.runner.bench`). Errors are one line, ``latopt.runtime: error: ...``, exit code 2.
-This module's own command line names its own flags in its errors.
+This module's own command line names its own flags in its errors. Every count is bounded and checked before a
+model is opened: ``--threads`` by latopt's own :data:`latopt.constants.MAX_THREADS`, ``--bench`` by
+:data:`latopt.runtime.runner.MAX_BENCH`. Ctrl-C and SIGTERM end it as they end ``latopt``
+(:mod:`latopt.signals`): one line, ``latopt.runtime: interrupted`` (exit 130) / ``terminated`` (exit 143).
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from latopt.artifacts import atomic_path
-from latopt.errors import LatoptError, first_line
+from latopt.errors import LatoptError, first_line, one_line
 from latopt.runtime import load
-from latopt.runtime.runner import bench, existing_file
+from latopt.runtime.runner import MAX_BENCH, bench, existing_file
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,21 +35,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--gpu", type=int, default=0, help="CUDA device index for engines (default 0)")
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the noise input (default 0)")
-    args = p.parse_args(argv)
+    # latopt's own bound and exit codes; read here, not at import: both are standard library only, and importing
+    # latopt.runtime stays the floor modules (tests/test_tensorrt.py, RUNTIME_FLOOR)
+    from latopt.constants import MAX_THREADS
+    from latopt.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_raises
+
     try:
-        return _main(args)
+        args = p.parse_args(argv)
+        with sigterm_raises():
+            return _main(args, MAX_THREADS)
     except LatoptError as e:
-        print(f"latopt.runtime: error: {e}", file=sys.stderr)
+        print(f"latopt.runtime: error: {one_line(str(e))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("latopt.runtime: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print("latopt.runtime: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
 
 
-def _main(args: argparse.Namespace) -> int:
+def _main(args: argparse.Namespace, max_threads: int) -> int:
     if args.bench < 0:
         raise LatoptError(f"--bench must be >= 0, got {args.bench}")
+    if args.bench > MAX_BENCH:
+        raise LatoptError(f"--bench must be <= {MAX_BENCH}, got {args.bench}")
     if args.threads < 0:
         raise LatoptError(f"--threads must be >= 0 (0: ONNX Runtime's default), got {args.threads}")
+    if args.threads > max_threads:  # latopt's own bound (its --threads and config `threads`)
+        raise LatoptError(f"--threads must be <= {max_threads}, got {args.threads}")
     if args.gpu < 0:
         raise LatoptError(f"--gpu must be a CUDA device index >= 0, got {args.gpu}")
+    if args.seed < 0:
+        raise LatoptError(f"--seed must be >= 0, got {args.seed}")
     x = _load_input(args.input) if args.input else None
     with load(args.model, input_shape=None if x is None else x.shape, device_index=args.gpu,
               threads=args.threads, seed=args.seed) as runner:

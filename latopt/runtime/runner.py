@@ -28,6 +28,8 @@ from latopt.runtime.stats import TimingStats
 
 R = TypeVar("R", bound="Runner")
 
+MAX_BENCH = 1_000_000  # `--bench N`: timed calls, one float each (and a CUDA event pair on a GPU) held at once
+
 
 class Runner(abc.ABC):
     """One model with one input on one runtime; see the module docstring."""
@@ -63,6 +65,8 @@ def existing_file(path: str | Path, what: str) -> Path:
     path = Path(path)
     if not path.exists():
         raise LatoptError(f"{what} {path} does not exist")
+    if path.is_dir():
+        raise LatoptError(f"{what} {path} is a directory, not a file")
     if not path.is_file():
         raise LatoptError(f"{what} {path} is not a file")
     return path
@@ -70,7 +74,8 @@ def existing_file(path: str | Path, what: str) -> Path:
 
 def bench(runner: Runner, n: int, warmup: int = 10) -> dict[str, float]:
     """Median and quartiles of ``n`` synchronised calls after ``warmup`` untimed ones: the host's wall clock,
-    plus the device's own timer (``gpu_*``) for a runner that has one (``time_events_ms``)."""
+    plus the device's own timer (``gpu_*``) for a runner that has one (``time_events_ms``). The command line's
+    ``--bench`` is at most :data:`MAX_BENCH`."""
     for _ in range(warmup):
         runner()
     wall = []

@@ -6,7 +6,9 @@ enqueues a retry); when the remaining budget is taken by trials other workers ar
 for them to complete or go stale. So a rerun after ``kill -9`` finishes the study, and any number of
 workers pointed at one storage URL stop together without losing or duplicating a trial (Optuna's
 ``MaxTrialsCallback`` only stops a worker once the count is reached: it neither waits for the other workers'
-running trials nor prunes a trial started past the budget, so the count here is latopt's own). A given
+running trials nor prunes a trial started past the budget, so the count here is latopt's own). A worker stopped
+by SIGTERM or Ctrl-C fails its running trial at once and enqueues its retry, as a stale one gets
+(:func:`latopt.search._storage.abandon_trial`): the next run does not wait out the grace period for it. A given
 ``base`` (and ``lut``) is checked before the storage is opened; a study whose base trial ended
 without completing (and has no retry of it waiting) gets it enqueued again, so it can still recommend.
 Local workers (``workers``, :mod:`latopt.search._workers`) are started once this process has created the
@@ -42,6 +44,7 @@ from latopt.search._pareto import front_summary, write_front
 from latopt.search._sampler import FAILED_CHECK, TrialSeeded
 from latopt.search._space import DEFAULT_BUDGETS, BudgetSpace, space_from_config
 from latopt.search._storage import (
+    abandon_trial,
     check_existing,
     check_study_dir,
     default_storage_url,
@@ -55,7 +58,7 @@ from latopt.search._storage import (
 )
 from latopt.search._trial import TrialContext, ensure_base, objective
 from latopt.search._workers import default_threads, join, start, worker_options
-from latopt.signals import sigterm_raises
+from latopt.signals import Terminated, sigterm_raises
 from latopt.torch_settings import set_threads
 
 _LOG = get_logger("search")
@@ -203,7 +206,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
     cfg = load_config(o.config, o.overrides or None)
     s = cfg.search
     dp = o.method == "dp"
-    space = BudgetSpace(o.budgets or DEFAULT_BUDGETS) if dp else space_from_config(cfg)
+    space = BudgetSpace(DEFAULT_BUDGETS if o.budgets is None else tuple(o.budgets)) if dp else space_from_config(cfg)
     trials = int(o.trials if o.trials is not None else (len(space.grid()) + 1 if dp else s.trials))
     sampler_name = o.sampler or s.sampler
     max_drop = float(o.max_acc_drop if o.max_acc_drop is not None else s.max_acc_drop)
@@ -283,10 +286,11 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
     deadline = None if o.timeout is None else time.monotonic() + o.timeout
     failures = 0
     waiting_note = False
-    last: dict[str, Any] = {"error": None, "base": False}
+    last: dict[str, Any] = {"error": None, "base": False, "trial": None}
     took: list[float] = []   # seconds of each trial this worker ran: the estimate of the time left
 
     def run_one(trial: optuna.Trial) -> Any:
+        last["trial"] = trial._trial_id
         # Two workers can pass the budget check at the same moment; the one whose trial came second
         # sees the budget taken by lower-numbered live trials and prunes its own before any work.
         ahead = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
@@ -321,9 +325,16 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             time.sleep(o.poll_s)
             continue
         waiting_note = False
-        last["error"], last["base"] = None, False
+        last["error"], last["base"], last["trial"] = None, False, None
         t0 = time.monotonic()
-        study.optimize(run_one, n_trials=1, catch=(VerificationError,), gc_after_trial=True)
+        try:
+            study.optimize(run_one, n_trials=1, catch=(VerificationError,), gc_after_trial=True)
+        except (Terminated, KeyboardInterrupt):
+            # SIGTERM or Ctrl-C: this process's trial is failed now and its retry enqueued, as a dead worker's
+            # is once its heartbeat goes stale; left RUNNING, it would hold up the next run for the grace period
+            if last["trial"] is not None:
+                abandon_trial(study, last["trial"])
+            raise
         if not last["base"]:
             took.append(time.monotonic() - t0)
         if o.progress and took:

@@ -68,8 +68,13 @@ class BudgetSpace:
     def __post_init__(self) -> None:
         if not self.budgets:
             raise LatoptError("budgets: give at least one budget, e.g. (0.5, 0.7, 0.9)", param="budgets")
+        seen: set[float] = set()
         for b in self.budgets:
-            check_budget(b, "budgets")
+            v = check_budget(b, "budgets")
+            if v in seen:   # one trial per budget: a repeated one is a typo, not a second trial
+                raise LatoptError(f"budgets: {b!r} is given twice; give each budget once, e.g. (0.5, 0.7, 0.9)",
+                                  param="budgets")
+            seen.add(v)
 
     def grid(self) -> list[float]:
         return sorted({float(b) for b in self.budgets})
@@ -85,7 +90,19 @@ class BudgetSpace:
 
     def sampler(self, seed: int) -> optuna.samplers.BaseSampler:
         """Each budget of the grid once, in any order; a resumed or parallel study skips those run or running."""
-        return optuna.samplers.GridSampler({"budget": self.grid()}, seed=seed)
+        return BudgetGrid({"budget": self.grid()}, seed=seed)
+
+
+class BudgetGrid(optuna.samplers.GridSampler):
+    """Optuna's grid sampler for a study that also holds trials outside the grid: the base trial (budget 1,
+    enqueued with its parameters) and any copy of it. ``GridSampler.after_trial`` reads the finished trial's
+    grid point once a single point is left unvisited, and such a trial has none (``KeyError: 'grid_id'`` after
+    the base trial of a one-budget study); it visits no point of the grid, so there is nothing to do for it."""
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: optuna.trial.TrialState,
+                    values: Any) -> None:
+        if "grid_id" in study._storage.get_trial_system_attrs(trial._trial_id):
+            super().after_trial(study, trial, state, values)
 
 
 def space_from_config(cfg: RunConfig) -> SearchSpace:

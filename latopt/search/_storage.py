@@ -10,6 +10,7 @@ A search directory records which study of which storage its trial directories be
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 import traceback
 import warnings
@@ -21,15 +22,19 @@ from typing import Any
 import optuna
 import sqlalchemy.exc
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.trial import TrialState
 from sqlalchemy.engine import URL, make_url
 
 from latopt.artifacts import OutputError, make_dirs, write_json_atomic
 from latopt.errors import LatoptError, first_line
+from latopt.log import get_logger
 from latopt.readers import read_json
+from latopt.search._sampler import FAILED_CHECK
 
 STUDY_SCHEMA = "latopt.study/1"
 DEFAULT_HEARTBEAT_S = 30
 DEFAULT_GRACE_S = 120
+_LOG = get_logger("search")
 
 # What each --objective optimises: (metric names, directions). Stored in the study's user attributes.
 OBJECTIVES: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
@@ -165,6 +170,35 @@ def storage_errors(url: str | None) -> Iterator[None]:
         where = "the study database" if url is None else f"study storage {redact(url)}"
         raise LatoptError(f"{where} holds a value Optuna does not know ({first_line(e)}); is the database damaged? "
                           "(delete the study or use another study name or storage)", param="storage") from None
+
+
+def abandon_trial(study: optuna.Study, trial_id: int) -> bool:
+    """Fail the trial ``trial_id`` that this process was running when it was told to stop (SIGTERM, Ctrl-C),
+    and enqueue its retry: what :func:`optuna.storages.fail_stale_trials` and the storage's
+    ``RetryHeartbeatStaleTrialCallback`` do for a dead worker's trial once its heartbeat is stale, done at once,
+    so the next run neither waits out the grace period for it nor (in the DP's grid) skips its budget. A trial
+    that completed, or failed its numeric check, is left as it is; Optuna has already failed one that Ctrl-C
+    interrupted. True when the trial was failed here or retried. Never raises: it runs while the process stops."""
+    storage = study._storage
+    try:
+        trial = storage.get_trial(trial_id)
+        if trial.state == TrialState.RUNNING:
+            try:
+                if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+                    return False
+            except optuna.exceptions.UpdateFinishedTrialError:   # another process failed it meanwhile
+                return False
+        elif trial.state != TrialState.FAIL or FAILED_CHECK in trial.user_attrs:
+            return False
+        callback = getattr(storage, "get_heartbeat_stale_trial_callback", None)   # a storage with heartbeats
+        retry = callback() if callback is not None else None
+        if retry is not None:
+            retry(study, copy.deepcopy(storage.get_trial(trial_id)))
+        return True
+    except Exception as e:  # noqa: BLE001 - the stop goes on; the trial goes stale as before
+        _LOG.warning(f"could not fail the interrupted trial (it is retried once its heartbeat is stale): "
+                     f"{first_line(e)}")
+        return False
 
 
 def _creation_race(e: BaseException) -> bool:

@@ -13,7 +13,7 @@ A worker logs at this process's verbosity (quiet when ``progress`` is off); its 
 SIGTERM and Ctrl-C stop it as they stop any latopt process (:mod:`latopt.signals`; exit 143 and 130).
 A worker dies with the process that started it, even when that one is killed with SIGKILL: it is handed
 its parent's pid and arms a parent-death SIGTERM (:func:`latopt.signals.die_with_parent`) before anything
-else. Its running trial then goes stale and is retried on the next run.
+else. Its running trial is then failed as it stops, and retried on the next run.
 """
 
 from __future__ import annotations

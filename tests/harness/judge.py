@@ -152,6 +152,9 @@ def _export_ok(case: Case, got: dict[str, Path]) -> str | None:
     failed = [g.get("name") for g in rec.get("gates", []) if not g.get("passed")]
     if failed:
         return f"export.json records failed gates with exit 0: {failed}"
+    gated = (rec.get("accuracy") or {}).get("gated", False)
+    if rec.get("accuracy_gate") is not gated:   # it never says gated for an export it did not gate, nor the reverse
+        return f"export.json says accuracy_gate {rec.get('accuracy_gate')!r} but its accuracy was gated: {gated!r}"
     if case.info.get("as_is"):
         want, got_plan = case.info.get("plan") or {}, rec.get("folded") or {}
         if got_plan != want:
@@ -161,6 +164,17 @@ def _export_ok(case: Case, got: dict[str, Path]) -> str | None:
         if recorded is not None and isinstance(acc, (int, float)) and abs(acc - recorded) > 1 / SAMPLES + 1e-9:
             return f"the exported model's test accuracy {acc:.4f} is not the checkpoint's recorded {recorded:.4f}"
     return None
+
+
+def _export_timing_ok(case: Case, got: dict[str, Path]) -> str | None:
+    """``--timing-only``: the artefact is named so and export.json says it is not accuracy-gated."""
+    rec = json.loads(got["export.json"].read_text())
+    if rec.get("timing_only") is not True or rec.get("accuracy_gate") is not False:
+        return (f"a --timing-only export.json says timing_only {rec.get('timing_only')!r}, accuracy_gate "
+                f"{rec.get('accuracy_gate')!r}")
+    if _found(case, "model.onnx"):
+        return "a --timing-only export wrote model.onnx (a deployable name)"
+    return _export_ok(case, got)
 
 
 def _pt_schema(schema: str) -> Callable[[Case, dict[str, Path]], str | None]:
@@ -203,6 +217,7 @@ def _inspect_ok(case: Case, got: dict[str, Path]) -> str | None:
 
 CHECKS: dict[str, Callable[[Case], str | None]] = {
     "export": needs("export.json", "model.onnx", "REPORT.md", then=_export_ok),
+    "export-timing": needs("export.json", "model.timing-only.onnx", "REPORT.md", then=_export_timing_ok),
     "train": needs("base.pt", "metrics.json", then=_pt_schema(CHECKPOINT_SCHEMA)),
     "fold": needs("folded.pt", "prefold.pt", "report.json", then=_pt_schema(CHECKPOINT_SCHEMA)),
     "search": needs("pareto.json", then=_search_ok),
