@@ -32,7 +32,7 @@ SearchMethod = Literal["optuna", "dp"]            # Layer Folding's Optuna study
 Importance = Literal["proxy", "finetune", "uniform"]  # the DP's loss per (block, variant) (latopt.dp.importance)
 
 # latency and export
-Backend = Literal["onnxruntime", "tensorrt", "torch"]
+Backend = Literal["onnxruntime", "tensorrt", "torch", "count"]  # count: a device-blind cost model
 Precision = Literal["fp32", "fp16", "int8"]    # int8: ONNX Runtime static INT8 on the CPU (latopt.latency.quantize)
 Clock = Literal["wall", "thread"]
 ExportFormat = Literal["onnx", "engine", "all"]

@@ -13,7 +13,7 @@ from latopt.latency.timing import TimingPolicy
 
 pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
 
-SHIPPED = ("cpu", "cpu-int8", "titanx", "gpu-trt-fp16", "gpu-torch", "cpu-torch")
+SHIPPED = ("cpu", "cpu-int8", "titanx", "gpu-trt-fp16", "gpu-torch", "cpu-torch", "flops", "params", "uniform")
 
 
 def test_shipped_profiles_load() -> None:
@@ -56,7 +56,7 @@ def test_profile_from_path_and_validation(tmp_path) -> None:
     assert d.name == "mine" and d.max_repeats == 4 and d.path == str(p)
 
     bad = {
-        "name: x\nbackend: openvino\n": "key 'backend' is 'openvino'; choose one of onnxruntime, tensorrt, torch",
+        "name: x\nbackend: openvino\n": "key 'backend' is 'openvino'; choose one of onnxruntime, tensorrt, torch, count",
         "name: x\nprecision: int4\n": "key 'precision' is 'int4'; choose one of fp32, fp16, int8",
         "name: x\nthreads: 0\n": r"key 'threads' must be in \[1, 1024\], got 0",
         "name: x\nthreads: true\n": "key 'threads' must be an integer, got True",

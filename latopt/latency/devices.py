@@ -28,7 +28,7 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -48,7 +48,7 @@ _LOG = get_logger("profile")
 MAX_WORKSPACE_MIB = 1 << 20  # TensorRT builder workspace (1 TiB; shipped: 1024 MiB)
 
 # What each backend reads from a profile's ``options`` (none reads any yet): any other key is refused.
-BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {"onnxruntime": (), "tensorrt": (), "torch": ()}
+BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {"onnxruntime": (), "tensorrt": (), "torch": (), "count": ()}
 
 # Words of a device name (split at "-", "_", ".") that say what the profile measures, as the shipped names
 # do (cpu, cpu-int8, cpu-torch, gpu-torch, gpu-trt-fp16): a name with one must agree with the profile's
@@ -82,6 +82,8 @@ class DeviceProfile(TimingPolicy):
     expected_gpu: str | None = None  # GPU name the live device must match (substring or glob)
     workspace_mib: Annotated[int, Field(ge=1, le=MAX_WORKSPACE_MIB)] | None = None  # TensorRT builder workspace limit
     options: dict[str, Any] = {}  # backend-specific extras: the keys of BACKEND_OPTIONS[backend] only
+    # backend count (a device-blind cost model, latency/backends/count.py): what it counts instead of timing
+    count: Literal["macs", "params", "layers"] | None = None
     path: str | None = None  # the YAML file it came from (set by load_device, not a YAML key)
 
     @model_validator(mode="after")
@@ -89,6 +91,8 @@ class DeviceProfile(TimingPolicy):
         if self.clock == "thread" and (self.threads != 1 or self.is_gpu):
             raise ValueError("clock: thread measures the calling thread's CPU time, so it needs threads: 1 on a "
                              "CPU backend")
+        if (self.backend == "count") != (self.count is not None):
+            raise ValueError("key 'count' (macs, params or layers) goes with backend: count, and only with it")
         known = BACKEND_OPTIONS[self.backend]
         unknown = [k for k in self.options if k not in known]
         if unknown:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from latopt.latency.devices import DeviceProfile
 
-BACKEND_MODULES = {"onnxruntime": "onnxruntime", "tensorrt": "tensorrt.backend", "torch": "torch"}
+BACKEND_MODULES = {"onnxruntime": "onnxruntime", "tensorrt": "tensorrt.backend", "torch": "torch", "count": "count"}
 
 
 @runtime_checkable

@@ -1,0 +1,89 @@
+"""Device-blind cost models as devices: a "clock" that counts instead of timing.
+
+A profile with ``backend: count`` and ``count: macs | params | layers`` (the shipped ``flops``, ``params`` and
+``uniform`` devices) is profiled like any device (``latopt profile --device flops``): every part and every
+calibration network is "timed" by its count, so the LUT, c_l, the DP, ``export --fold auto`` and the search take
+it unchanged. This is what a FLOPs-budgeted method does: it optimises a count, not the device. The counts, in
+the LUT's ``ms`` fields:
+
+- ``macs``: multiply-adds of one forward at the part's input shape, in millions
+  (:func:`latopt.models.count_flops`, torch's FlopCounterMode, divided by 2);
+- ``params``: parameters, in millions (a fold that multiplies kernels out can have more than the block);
+- ``layers``: convolution and linear layers, 1 each: every layer costs the same (a depth count; uniform c_l).
+
+Each runner counts once when it is prepared; a call does nothing and :meth:`CountRunner.time_ms` returns the
+count, so the interleaved timing loop (:func:`latopt.latency.timing.compare`) records it exactly, with no spread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from latopt.errors import LatoptError
+from latopt.latency.timing import environment_info
+from latopt.models import count_flops
+
+COUNTS = ("macs", "params", "layers")   # what a count device counts (DeviceProfile.count)
+UNITS = {"macs": "million multiply-adds", "params": "million parameters", "layers": "convolution/linear layers"}
+
+
+def count(module: nn.Module, input_shape: tuple[int, ...], what: str) -> float:
+    """``what`` (:data:`COUNTS`) of ``module`` run on one input of ``input_shape``, in the LUT's unit."""
+    if what == "macs":
+        return count_flops(module, tuple(input_shape)) / 2 / 1e6
+    if what == "params":
+        return sum(p.numel() for p in module.parameters()) / 1e6
+    if what == "layers":
+        return float(sum(isinstance(m, (nn.Conv2d, nn.Linear)) for m in module.modules()))
+    raise LatoptError(f"unknown count {what!r}; choose one of {', '.join(COUNTS)}", param="count")
+
+
+class CountRunner:
+    """A part counted once; ``time_ms()`` is its count, a call does nothing."""
+
+    def __init__(self, module: nn.Module, input_shape: tuple[int, ...], what: str) -> None:
+        self.module = module.eval()
+        self.input_shape = tuple(int(s) for s in input_shape)
+        self.value = count(self.module, self.input_shape, what)
+
+    def __call__(self) -> None:
+        return None
+
+    def time_ms(self) -> float:
+        return self.value
+
+    @torch.inference_mode()
+    def run(self, x: np.ndarray) -> np.ndarray:
+        return self.module(torch.from_numpy(np.asarray(x, dtype=np.float32))).numpy()
+
+    def close(self) -> None:
+        return None
+
+
+class CountBackend:
+    def __init__(self, profile: Any) -> None:
+        self.profile = profile
+        self.name = "count"
+
+    def prepare(self, model: Any, input_shape: tuple[int, ...]) -> CountRunner:
+        if not isinstance(model, nn.Module):
+            raise LatoptError(f"device {self.profile.name!r} counts PyTorch modules, not {type(model).__name__}: "
+                              "give it a model, not an exported file", param="device")
+        return CountRunner(model, input_shape, self.profile.count)
+
+    def environment(self) -> dict[str, Any]:
+        env = environment_info()
+        env.update({"backend": self.name, "count": self.profile.count, "unit": UNITS[self.profile.count],
+                    "torch": torch.__version__})
+        return env
+
+
+def create(profile: Any) -> CountBackend:
+    if profile.count not in COUNTS:
+        raise LatoptError(f"device {profile.name!r}: backend count needs count: {' | '.join(COUNTS)}",
+                          param="device")
+    return CountBackend(profile)
