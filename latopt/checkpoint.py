@@ -45,7 +45,7 @@ from latopt.constants import FoldMode, FoldVariant, Granularity
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.fold import alpha_spec, fold_blocks, fold_spec, install_alpha
 from latopt.models import build_model, canonical_name, parse_name
-from latopt.records import Resolution, StrictModel, validated
+from latopt.records import BlockKey, Resolution, StrictModel, validated
 from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
@@ -71,12 +71,6 @@ def _distinct(blocks: list[int]) -> list[int]:
     return blocks
 
 
-def _block_key(key: str) -> str:
-    if not (key.isascii() and key.isdigit()) or key != str(int(key)):
-        raise ValueError(f"has the key {key!r}; its keys are block indices written as strings ('3')")
-    return key
-
-
 class AlphaArch(StrictModel):
     """Where σ_α is installed (``latopt.fold.alpha_spec``)."""
 
@@ -89,7 +83,7 @@ class FoldArch(StrictModel):
 
     mode: FoldMode
     input_size: Annotated[list[Resolution], Field(min_length=2, max_length=2)] | None  # [H, W]; required key
-    plan: dict[Annotated[str, AfterValidator(_block_key)], FoldVariant]
+    plan: dict[BlockKey, FoldVariant]
     # [start, end, kernel]: runs of folded blocks export merges into one convolution each (latopt.fold.merge)
     spans: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3)]] = []
 
