@@ -49,8 +49,8 @@ def test_own_plan_verdicts(tmp_path: Path) -> None:
     assert rows["b"][0].startswith("**no**: beaten by a")
     assert rows["c"][0] == "tie"
     # the budget view (budget 0.7: a speed-up of 1/0.7 = 1.43x meets it)
-    assert rows["a"][1] == "own meets it, cheapest of 2"               # a 1.5x (2 blocks), c 1.5x (3 blocks)
-    assert rows["b"][1] == "own meets it, cheapest of 3"               # a 1.6x, b and c 1.45x, all 2 blocks
-    assert rows["c"][1] == "own meets it, cheapest of 2"
+    assert rows["a"][1] == "own meets it, fewest blocks of 2"               # a 1.5x (2 blocks), c 1.5x (3 blocks)
+    assert rows["b"][1] == "own meets it, fewest blocks of 3"               # a 1.6x, b and c 1.45x, all 2 blocks
+    assert rows["c"][1] == "own meets it, fewest blocks of 2"
     cells["m|c|dp"]["sources"]["c"]["speedup"] = [1.4, 1.37, 1.43]
     assert _rows(bd.render(_write(tmp_path, cells)))["c"][1] == "**own plan misses it**; met by a"

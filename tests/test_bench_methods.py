@@ -51,6 +51,7 @@ def _results(tmp: Path, points: dict[str, tuple[float, float]], seeds: int = 5) 
 def test_dominance_both_ways(tmp_path: Path) -> None:
     root = _results(tmp_path, {
         "lf-uniform@1": (1.50, 0.90),
+        "lf-uniform@2": (1.45, 0.88),   # slower and less accurate than lf-uniform@1: off its own front
         "lf-lut@1": (1.47, 0.90),   # 2 % slower, same accuracy: within the match, each dominates the other
         "lf-lut@2": (1.80, 0.80),   # faster but 10 pt worse: dominates nothing
         "lf-uniform@3": (1.70, 0.85),
@@ -58,19 +59,38 @@ def test_dominance_both_ways(tmp_path: Path) -> None:
     })
     R = bm.Results(root)
     rows = {(r["side"], r["point"]): r for r in bm.dominance_rows(R, "fp32")}
-    # lf-uniform@1 is dominated by lf-lut@1 (2 % slower, same accuracy) and dominates it back
-    assert rows[("rival", "lf-uniform@1")]["dominated"] and rows[("ours", "lf-lut@1")]["dominated"]
+    # lf-uniform@1 and lf-lut@1 dominate each other: equivalent, a win for neither
+    assert rows[("rival", "lf-uniform@1")]["status"] == "equivalent" == rows[("ours", "lf-lut@1")]["status"]
+    assert not rows[("rival", "lf-uniform@1")]["dominated"] and not rows[("ours", "lf-lut@1")]["dominated"]
     # lf-uniform@3 is dominated by dp@0.6 (faster, 3 pt better), not by lf-lut@2 (as fast, 5 pt worse)
     r = rows[("rival", "lf-uniform@3")]
     assert r["dominated"] and r["best"]["by"] == "dp@0.6" and r["best"]["diff"].verdict() == "better"
+    assert r["front"] and not rows[("rival", "lf-uniform@2")]["front"]
     # lf-lut@2 is dominated by no rival: none is as fast as 1.80x (lf-uniform@3 is 6 % slower: outside the match)
     assert not rows[("ours", "lf-lut@2")]["dominated"] and rows[("ours", "lf-lut@2")]["best"] is None
     # dp@0.6: no rival as fast
     assert not rows[("ours", "dp@0.6")]["dominated"]
     text = bm.render_doc(root)
     assert "effective test size 360" in text
-    assert "paper Layer Folding (uniform c_l): 2 of its 2 points dominated by ours" in text
-    assert "1 of our 3 points dominated by it (lf-lut@1)" in text
+    # lf-uniform@2 is dominated too (by lf-lut@1), but it is off its own front: not counted
+    assert rows[("rival", "lf-uniform@2")]["dominated"]
+    assert ("paper Layer Folding (uniform c_l): 1 of the 2 points on its own front dominated by ours (lf-uniform@3), "
+            "1 equivalent to one of ours (lf-uniform@1) (lf-uniform@2 off its own front, not counted); 0 of our 3 "
+            "points on their own fronts dominated by it.") in text
+
+
+def test_holm_over_challengers(tmp_path: Path) -> None:
+    """A point with several challengers is dominated only when one of them is non-inferior after Holm's
+    adjustment over all of them: more challengers, a higher bar."""
+    from tools.compare import holm
+
+    root = _results(tmp_path, {"lf-uniform@1": (1.20, 0.90), "lf-lut@1": (1.30, 0.90), "lf-lut@2": (1.40, 0.89),
+                               "dp@0.6": (1.50, 0.88)})
+    R = bm.Results(root)
+    r = next(x for x in bm.dominance_rows(R, "fp32") if x["point"] == "lf-uniform@1")
+    assert r["challengers"] == 3
+    ps = [R.diff(c, "lf-uniform@1").p_non_inferior() for c in ("lf-lut@1", "lf-lut@2", "dp@0.6")]
+    assert r["best"]["p_holm"] == pytest.approx(min(holm(ps)))
 
 
 @pytest.mark.slow

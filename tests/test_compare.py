@@ -1,5 +1,5 @@
-"""tools/compare.py: the statistics of docs/evaluation.md (paired bootstrap over seeds and test groups, the ±1 pt
-margin's labels, dominance both ways)."""
+"""tools/compare.py: the statistics of docs/evaluation.md (paired intervals over seeds and test groups, the ±1 pt
+margin's labels, dominance both ways); the crossed design's coverage is tests/test_compare_crossed.py."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ def test_pack_roundtrip_and_refusal() -> None:
 
 def test_identical_results_are_as_accurate_and_deterministic() -> None:
     a = _seeds(0.9)
-    d = compare.paired_bootstrap(a, a, group=3)
+    d = compare.paired_interval(a, a, group=3)
     assert d.mean == 0 and d.lo == 0 and d.hi == 0 and d.verdict() == "as accurate"
     b = _seeds(0.85, rng_seed=1)
-    assert compare.paired_bootstrap(a, b, group=3) == compare.paired_bootstrap(a, b, group=3)
+    assert compare.paired_interval(a, b, group=3) == compare.paired_interval(a, b, group=3)
 
 
 @pytest.mark.parametrize(("pa", "pb", "label"), [
@@ -37,10 +37,10 @@ def test_identical_results_are_as_accurate_and_deterministic() -> None:
 ])
 def test_clear_differences_are_resolved(pa: float, pb: float, label: str) -> None:
     a, b = _seeds(pa), _seeds(pb, rng_seed=7)
-    d = compare.paired_bootstrap(a, b, group=3)
+    d = compare.paired_interval(a, b, group=3)
     assert d.verdict() == label
     assert d.lo is not None and d.hi is not None and d.lo < d.mean < d.hi
-    r = compare.paired_bootstrap(b, a, group=3)  # the other direction: the same resamples, negated
+    r = compare.paired_interval(b, a, group=3)  # the other direction: the same interval, negated
     assert (r.mean, r.lo, r.hi) == pytest.approx((-d.mean, -d.hi, -d.lo))
     assert r.verdict() == {"better": "worse", "worse": "better"}[label]
 
@@ -57,23 +57,9 @@ def test_labels_of_the_margin_rule() -> None:
 
 def test_too_few_seeds_give_no_interval() -> None:
     a, b = _seeds(0.9, seeds=3), _seeds(0.7, seeds=3, rng_seed=2)
-    d = compare.paired_bootstrap(a, b, group=3)
+    d = compare.paired_interval(a, b, group=3)
     assert d.lo is None and d.verdict() == "no interval" and not d.non_inferior()
     assert len(d.per_seed) == 3 and "seeds:" in d.text()
-
-
-def test_groups_are_resampled_together() -> None:
-    """When the canvases of one source digit agree (a digit is either right on all 3 or wrong on all 3), the
-    effective test size is a third: the interval must be wider than one that treats canvases as independent."""
-    rng = np.random.default_rng(5)
-    a, b = {}, {}
-    for s in range(5):
-        a[s] = np.repeat(rng.random(360) < 0.9, 3)
-        b[s] = np.repeat(rng.random(360) < 0.9, 3)
-    grouped = compare.paired_bootstrap(a, b, group=3)
-    flat = compare.paired_bootstrap(a, b, group=1)
-    assert grouped.mean == pytest.approx(flat.mean)
-    assert (grouped.hi - grouped.lo) > 1.5 * (flat.hi - flat.lo)
 
 
 def test_dominance_is_checked_both_ways() -> None:

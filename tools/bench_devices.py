@@ -13,8 +13,9 @@ Every plan of a model is then timed on every device, with the as-is network, in 
 device (``latopt.latency.profiler.measure_networks`` at that device's batch, threads and precision),
 ``--runs`` times. Hardware-aware means the *diagonal wins*: on device D, the plan made from D's LUT is at
 least as fast as the plans made from the other devices' LUTs. Per device and plan kind, the result is the
-per-round ratio t(plan from device S) / t(plan from D) on D: its median with a bootstrap 95 % interval
-(``tools/compare.median_ci``), pooled over the runs, with each run's median beside it.
+per-round ratio t(plan from device S) / t(plan from D) on D, and each plan's speed-up over as-is: per run the
+median over rounds, then the geometric mean over the runs with a 95 % t interval over the runs
+(:func:`over_runs`; the rounds of one run are not independent replicates, the runs are).
 
     python tools/bench_devices.py run --runs-dir DIR [--models mobilenetv2_100 efficientnet_lite0]
                                       [--devices cpu cpu-b8t2 cpu-int8 cpu-torch] [--budget 0.7] [--runs 3]
@@ -46,7 +47,8 @@ VARIANTS = ("full", "pw", "drop")
 KINDS = {"dp": VARIANTS, "lf": ("full",)}
 DERIVED = {"cpu-b8t2": ("cpu", {"name": "cpu-b8t2", "batch": 8, "threads": 2, "clock": "wall",
                                 "description": "ONNX Runtime CPU, fp32, batch 8, two intra-op threads"})}
-RESULTS_SCHEMA = "latopt.hardware_awareness/1"
+RESULTS_SCHEMA = "latopt.hardware_awareness/2"   # /1 (before 2026-12-02): intervals pooled over the rounds
+POOLED_SCHEMA = "latopt.hardware_awareness/1"
 
 
 def log(msg: str) -> None:
@@ -170,11 +172,21 @@ def measure(root: Path, model: str, dev: str, plans: dict[str, Any], devices: li
     return rec
 
 
+def over_runs(per_run: list[float]) -> list[float] | None:
+    """[geometric mean, lo, hi]: the 95 % t interval over the runs of per-run medians of a time ratio (on the
+    log, tools/compare.t_interval); None with fewer than 2 runs."""
+    from tools.compare import t_interval
+
+    if len(per_run) < 2:
+        return None
+    m, lo, hi, _, _ = t_interval(np.log(per_run))
+    return [float(np.exp(m)), float(np.exp(lo)), float(np.exp(hi))]
+
+
 def summarise(root: Path, models: list[str], devices: list[str], runs: int, plans: dict[str, Any]
               ) -> dict[str, Any]:
-    """Per model, target device and kind: every source's speed-up over as-is and its ratio to the diagonal."""
-    from tools.compare import median_ci
-
+    """Per model, target device and kind: every source's speed-up over as-is and its ratio to the diagonal,
+    per run (median over rounds) and over the runs (:func:`over_runs`)."""
     out: dict[str, Any] = {}
     for model in models:
         for dev in devices:
@@ -189,20 +201,18 @@ def summarise(root: Path, models: list[str], devices: list[str], runs: int, plan
                     key = f"{src}|{kind}"
                     if any(key not in r["members"] for r in recs):
                         continue
-                    sp, vs_own, per_run = [], [], []
+                    sp_run, per_run = [], []
                     for r in recs:
                         s = r["samples_ms"]
-                        a = np.asarray(s["asis"]) / np.asarray(s[r["members"][key]])
-                        sp += a.tolist()
+                        sp_run.append(float(np.median(np.asarray(s["asis"]) / np.asarray(s[r["members"][key]]))))
                         if own in r["members"]:
                             v = np.asarray(s[r["members"][key]]) / np.asarray(s[r["members"][own]])
-                            vs_own += v.tolist()
                             per_run.append(float(np.median(v)))
                     cell["sources"][src] = {
                         "plan": plans[f"{model}|{src}|{kind}"]["plan"],
                         "same_plan_as_own": own in recs[0]["members"] and recs[0]["members"][key] == recs[0]["members"][own],
-                        "speedup": median_ci(sp), "vs_own": median_ci(vs_own) if vs_own else None,
-                        "vs_own_per_run": per_run}
+                        "speedup": over_runs(sp_run) or [sp_run[0], None, None], "speedup_per_run": sp_run,
+                        "vs_own": over_runs(per_run) if per_run else None, "vs_own_per_run": per_run}
                 out[f"{model}|{dev}|{kind}"] = cell
     return out
 
@@ -238,8 +248,36 @@ def budget_verdict(cell: dict[str, Any], dev: str, budget: float) -> str:
         return "**own plan misses it**" + (f"; met by {', '.join(meets)}" if meets else "; met by none")
     cheaper = [s for s, k in meets.items() if k < meets[dev]]
     if cheaper:
-        return f"own meets it; **cheaper**: {', '.join(cheaper)}"
-    return f"own meets it, cheapest of {len(meets)}"
+        return f"own meets it; **fewer blocks**: {', '.join(cheaper)}"
+    return f"own meets it, fewest blocks of {len(meets)}"
+
+
+def _speedup_text(c: dict[str, Any], pooled: bool) -> str:
+    s = c["speedup"]
+    if pooled or s[1] is None:     # /1 files kept only the median of the rounds pooled over the runs
+        return f"{s[0]:.2f}×"
+    return f"{s[0]:.2f}× [{s[1]:.2f}, {s[2]:.2f}]"
+
+
+def _vs_own(c: dict[str, Any]) -> list[float] | None:
+    """The ratio to the own plan over the runs: from the per-run medians when there are two or more (a /1 file's
+    stored interval pooled the rounds), else as stored."""
+    return over_runs(c.get("vs_own_per_run") or []) or c["vs_own"]
+
+
+def _pooled_outside(m: dict[str, Any]) -> tuple[int, int, int, int]:
+    """In a /1 file: off-diagonal cells with a run's median outside the pooled interval, of all such cells,
+    and the per-run medians outside, of all."""
+    cells = out_cells = runs = out_runs = 0
+    for key, cell in m["cells"].items():
+        dev = key.split("|")[1]
+        for src, c in cell["sources"].items():
+            if src == dev or c["same_plan_as_own"] or c["vs_own"] is None:
+                continue
+            o = sum(not (c["vs_own"][1] <= v <= c["vs_own"][2]) for v in c["vs_own_per_run"])
+            cells, out_cells = cells + 1, out_cells + (o > 0)
+            runs, out_runs = runs + len(c["vs_own_per_run"]), out_runs + o
+    return out_cells, cells, out_runs, runs
 
 
 def render(results: Path) -> str:
@@ -247,6 +285,7 @@ def render(results: Path) -> str:
     from tools.compare import MATCH_TOL
 
     m = load_json(Path(results) / "matrix.json")
+    pooled = m.get("schema") == POOLED_SCHEMA
     env = m.get("environment") or {}
     out = [f"Generated by `python tools/regenerate.py` from `results/hardware-awareness/matrix.json`. Models at "
            f"{m['resolution']} px with random weights; budget {m['budget']:g} of each device's LUT-predicted as-is "
@@ -274,12 +313,12 @@ def render(results: Path) -> str:
                         why = m["plans"].get(f"{model}|{src}|{kind}", {}).get("why", "no plan")
                         row.append("no plan" if "below the fastest" in why else "–")
                         continue
-                    s, k = c["speedup"], len(c["plan"])
-                    txt = f"{s[0]:.2f}× [{s[1]:.2f}, {s[2]:.2f}], {k} blocks"
+                    k = len(c["plan"])
+                    txt = f"{_speedup_text(c, pooled)}, {k} blocks"
                     if src == dev:
                         txt = f"**{txt}**"
                     elif c["vs_own"] is not None and k_own is not None:
-                        v = c["vs_own"]
+                        v = _vs_own(c)
                         txt += ("; same plan" if c["same_plan_as_own"] else
                                 f"; ÷ own {v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]")
                         if not c["same_plan_as_own"]:
@@ -302,19 +341,33 @@ def render(results: Path) -> str:
                     verdict = "tie" if others else "all plans equal"
                 lines.append(f"| {dev} | " + " | ".join(row) + f" | {verdict} | {budget_verdict(cell, dev, m['budget'])} |")
             out.append("\n".join(lines))
-    out.append("Each cell: the plan's speed-up over the as-is network on that device (median of per-round ratios "
-               "pooled over the runs, bootstrap 95 % interval of the median) and the number of blocks it changes "
-               "(with the uniform importance, the accuracy cost every plan is charged). Off the diagonal, `÷ own` "
-               "is the per-round ratio t(this plan)/t(the device's own plan) on that device: above 1, the "
-               "device's own plan is faster. *Diagonal wins?* The device's own plan is beaten by another "
-               f"device's plan that is faster on it (interval below {1 - MATCH_TOL:g}) while changing no more "
-               "blocks: `no`. It beats another plan that is slower (interval above 1) changing at least as many "
-               f"blocks, or that changes more blocks without being faster (interval ≥ {1 - MATCH_TOL:g}): `yes` "
-               "when it beats every other distinct plan, `partly` when some; otherwise `tie`. "
-               "**[post hoc]**, added after reading the first tables because the rule above cannot separate a "
-               "faster plan from a cheaper one: *budget met on this device* lists the plans whose measured "
-               "speed-up reaches 1/budget there, and says whether the device's own plan is one of them and "
-               "changes the fewest blocks. It is what the DP promises: the budget, at the least cost.")
+    if pooled:
+        oc, nc, orr, nr = _pooled_outside(m)
+        sp = ("the median of per-round ratios pooled over the runs; this results file kept no per-run speed-ups, "
+              "so no interval is shown")
+        amend = (f" **Amended 2026-12-02 (issue 30):** the intervals shown before pooled the rounds of the "
+                 f"{m['runs']} runs as if independent; in {oc} of {nc} off-diagonal cells a run's own median lay "
+                 f"outside that \"95 %\" interval ({orr} of {nr} per-run medians). They are now t intervals over "
+                 "the runs, and the *diagonal wins?* column was recomputed with them.")
+    else:
+        sp = "per run the median of per-round ratios; the geometric mean over the runs, 95 % t interval over them"
+        amend = ""
+    out.append(f"Each cell: the plan's speed-up over the as-is network on that device ({sp}) and the number of "
+               "blocks it changes. The block count is the cost that the `uniform` importance charges, **not a "
+               "measure of accuracy**: these networks have random weights, and on trained networks the count does "
+               "not rank accuracy (`docs/method-table.md`: `dp-uniform@0.6` changes fewer blocks than `dp@0.6` "
+               "and is far less accurate). Off the diagonal, `÷ own` is the per-round ratio t(this plan)/t(the "
+               "device's own plan) on that device: per run its median, the geometric mean over the runs with a "
+               f"95 % t interval over the {m['runs']} runs; above 1, the device's own plan is faster. *Diagonal "
+               "wins?* The device's own plan is beaten by another device's plan that is faster on it (interval "
+               f"below {1 - MATCH_TOL:g}) while changing no more blocks: `no`. It beats another plan that is slower "
+               "(interval above 1) changing at least as many blocks, or that changes more blocks without being "
+               f"faster (interval ≥ {1 - MATCH_TOL:g}): `yes` when it beats every other distinct plan, `partly` "
+               "when some; otherwise `tie`. **[post hoc]**, added after reading the first tables because the rule "
+               "above cannot separate a faster plan from a cheaper one: *budget met on this device* lists the "
+               "plans whose measured speed-up reaches 1/budget there, and says whether the device's own plan is "
+               "one of them and changes the fewest blocks. It is what the DP promises: the budget, at the fewest "
+               "blocks changed, which is not the same as the least accuracy lost." + amend)
     return "\n\n".join(out) + "\n"
 
 
@@ -339,7 +392,7 @@ def render_summary(results: Path) -> str:
                 v = budget_verdict(cell, dev, m["budget"])
                 if v.startswith("no own plan"):
                     no_plan.append(dev)
-                elif v.startswith("own meets it, cheapest"):
+                elif v.startswith("own meets it, fewest"):
                     own_ok.append(dev)
                     cheapest.append(dev)
                 elif v.startswith("own meets it"):

@@ -15,22 +15,28 @@ schedule, ending on its best-validation epoch:
   fine-tuned directly (``cell_dp``);
 - the ablations (:data:`DP_ABLATIONS`, at ``--ablation-budget``): ``dp-full``, ``dp-nopw``, ``dp-nodrop``,
   ``dp-uniform``; ``lf-direct@λ``: ``lf-lut@λ``'s fold set of the same seed fine-tuned directly like the DP;
-- ``prune>TARGET``: torch-pruning's global pruning (group L2 magnitude, :func:`make_pruner`), the ratio found
-  by timing one-shot prunings of the base interleaved against the TARGET cell, then iterative pruning
-  (:data:`PRUNE_STEPS` steps, each followed by its share of the budget). Whether it matched is decided in the
-  final run.
+- ``prune>TARGET``: channel pruning with torch-pruning (group L2 magnitude, :func:`make_pruner`): no layer
+  group loses more than :data:`PRUNE_MAX_LAYER` of its channels (0.9 before 2026-12-02), the stem and the first
+  block are left whole, channel counts are multiples of ``--round-to`` (8). The ratio is found by timing
+  one-shot prunings of the base interleaved against the TARGET cell, then the network is pruned iteratively
+  (:data:`PRUNE_STEPS` steps, each followed by its share of the fine-tuning) and *re-matched on the iterated
+  network* (:func:`rematch`: timed against TARGET, the ratio searched again, up to :data:`PRUNE_REMATCH`
+  times). Whether it matched is decided in the final run. Arms (``--prune-arms``, ``--prune-epochs``):
+  ``prune`` ranks channels across the network (global), ``prune-local`` removes the same ratio from every
+  layer group; ``-e18`` fine-tunes 18 epochs instead of the equal budget (``--prune-epochs 6 18`` runs both).
 
 Every network is exported as ``latopt export`` ships it (gates, the ONNX file's accuracy and its per-image
 correctness) and quantised to INT8 as ``latopt export --precision int8`` does. ``measure`` times all networks,
 fp32 and INT8, in ONE interleaved run at the training resolution (the final run), and the same structures with
 random weights at 224 px. ``publish`` writes the raw results to ``results/method-table`` (no machine paths);
 ``tools/regenerate.py`` makes docs/method-table.md's tables and README's summary from them (:func:`render_doc`,
-:func:`render_summary`: two-way dominance with paired bootstrap intervals, tools/compare.py).
+:func:`render_summary`: two-way dominance with crossed seed-t intervals and Holm over challengers, tools/compare.py).
 
 Resumable: a finished cell has ``cells/<cell>.json`` and is skipped by a rerun; several processes
 (``--workers N``) share the queue through lock files (``locks/``; a lock whose process is gone is taken over).
 
     python tools/bench_methods.py run --runs-dir DIR [--set KEY=VALUE ...] [--workers 2]
+                                      [--prune-arms global local] [--prune-epochs 6 18]
     python tools/bench_methods.py measure --runs-dir DIR [--resolutions 32] [--min-rounds 1000]
     python tools/bench_methods.py publish --runs-dir DIR --results results/method-table
     python tools/bench_methods.py plot --runs-dir DIR --results results/method-table
@@ -133,10 +139,9 @@ def cell_names(args: argparse.Namespace) -> list[tuple[str, int, list[str]]]:
             for b in args.budgets:
                 out.append((f"s{s}-dp@{b:g}", s, base))
     for s in args.seeds:
-        for t in args.prune_targets:
-            c = f"s{s}-prune>{t}"
-            if "prune" in args.methods:
-                out.append((c, s, [f"s{s}-base", f"s{s}-{t}"]))
+        for kind in prune_kinds(args):
+            for t in args.prune_targets:
+                out.append((f"s{s}-{kind}>{t}", s, [f"s{s}-base", f"s{s}-{t}"]))
     for s in args.seeds:
         if "ablations" in args.methods:
             for a in DP_ABLATIONS:
@@ -149,6 +154,15 @@ def cell_names(args: argparse.Namespace) -> list[tuple[str, int, list[str]]]:
             seen.add(c[0])
             uniq.append(c)
     return uniq
+
+
+def prune_kinds(args: argparse.Namespace) -> list[str]:
+    """The pruning arms' method kinds (:func:`prune_kind`): every ``--prune-arms`` arm at every
+    ``--prune-epochs`` (default: the equal budget); none without ``prune`` in ``--methods``."""
+    if "prune" not in args.methods:
+        return []
+    budget = int(args.ft_budget)
+    return [prune_kind(arm, e, budget) for e in (args.prune_epochs or [budget]) for arm in args.prune_arms]
 
 
 def method_of(cell: str) -> str:
@@ -209,7 +223,7 @@ def onnx_correct(path: str | Path, task: Any) -> np.ndarray:
 
 
 def correctness(task: Any, path: str | Path, recorded: float | None = None) -> dict[str, Any]:
-    """The ONNX file's per-sample results packed for results/ (docs/evaluation.md: the paired bootstrap needs
+    """The ONNX file's per-sample results packed for results/ (docs/evaluation.md: the paired intervals need
     them); checked against the accuracy export recorded for the same file."""
     from tools.compare import pack_bits
 
@@ -273,11 +287,12 @@ def cell_asis(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
     return r
 
 
-def cell_lf(ctx: Ctx, seed: int, out: Path, costs: str, lam: float) -> dict[str, Any]:
+def cell_lf(ctx: Ctx, seed: int, out: Path, costs: str, lam: float, *, lut: Path | None = None) -> dict[str, Any]:
+    """``costs`` "lut": c_l from ``lut`` (default: the cpu LUT, :func:`ensure_lut`); else uniform c_l = 1."""
     from latopt.layerfold import run_fold
 
     base = ctx.cell_dir(f"s{seed}-base") / "base.pt"
-    lut = ensure_lut(ctx) if costs == "lut" else None
+    lut = (lut or ensure_lut(ctx)) if costs == "lut" else None
     cfg = ctx.cfg.with_overrides({"fold.lambda_c": lam, "fold.granularity": "block"}).model_copy(
         update={"lut": None if lut is None else str(lut)})   # no LUT: uniform c_l, whatever the config names
     rep = run_fold(cfg, base, out / "fold", seed=seed, progress=True, task=ctx.task).report
@@ -317,18 +332,20 @@ def plan_losses(plan: dict[str, str], blocks: list[int]) -> dict[int, dict[str, 
 
 
 def cell_dp(ctx: Ctx, seed: int, out: Path, budget: float, *, variants: tuple[str, ...] = DP_VARIANTS,
-            importance: str = "proxy", losses: dict[int, dict[str, float]] | None = None) -> dict[str, Any]:
+            importance: str = "proxy", losses: dict[int, dict[str, float]] | None = None,
+            lut: Path | None = None) -> dict[str, Any]:
     """Block variants chosen by the DP under a latency budget (fraction of the LUT-predicted as-is latency),
     then fine-tuned directly (no σ_α pre-fold) for the same budget as every method: ``fold.post_epochs`` is
     set to fold.epochs + fold.post_epochs, at ``fold.lr`` like every other method (``fold.post_lr`` is set
     to it). ``variants`` / ``importance`` / ``losses``: the ablations' changes (:data:`DP_ABLATIONS`,
-    :func:`cell_lf_direct`)."""
+    :func:`cell_lf_direct`); ``lut``: the variant LUT the DP solves on (default: the cpu one,
+    :func:`ensure_variant_lut`)."""
     from latopt.dp import run_dp
 
     base = ctx.cell_dir(f"s{seed}-base") / "base.pt"
     e = ft_epochs(ctx.cfg)
     cfg = ctx.cfg.with_overrides({"fold.post_epochs": e, "fold.post_lr": ctx.cfg.fold.lr})
-    rep = run_dp(cfg, base, out / "fold", lut=ensure_variant_lut(ctx), budget=budget, importance=importance,
+    rep = run_dp(cfg, base, out / "fold", lut=lut or ensure_variant_lut(ctx), budget=budget, importance=importance,
                  variants=variants, losses=losses, seed=seed, progress=True, task=ctx.task).report
     r = {"test_acc": rep["acc"]["finetuned"], "val_acc": rep["val"]["finetuned"],
          "acc_before_ft": rep["acc"].get("folded"), "train_seconds": rep["seconds"]["total"], "extra_epochs": e,
@@ -354,29 +371,167 @@ def cell_lf_direct(ctx: Ctx, seed: int, out: Path, lam: str) -> dict[str, Any]:
 
 # -- channel pruning (torch-pruning) -------------------------------------------------------------
 PRUNE_STEPS = 3          # iterative pruning: this many steps, each followed by an equal share of the fine-tuning
-PRUNE_MAX_LAYER = 0.9    # no layer group loses more than this fraction of its channels (no collapsed layers)
+# no layer group loses more than this fraction of its channels. 0.9 until 2026-12-02 (results/method-table):
+# global ranking then cut the first six convolutions to 8 channels in 12 of 15 networks (issue 30)
+PRUNE_MAX_LAYER = 0.5
+PRUNE_REMATCH = 3        # iterated networks pruned and timed against their target at most this many times
+PRUNE_ARMS = ("global", "local")   # channels ranked across the network / the same ratio in every layer group
 
 
-def make_pruner(model: Any, ratio: float, resolution: int, round_to: int | None, steps: int) -> Any:
-    """torch-pruning's global pruning of ``model`` (in place): DepGraph groups, group L2 magnitude importance
-    (``GroupMagnitudeImportance(p=2)``, mean-normalised per group so groups compare across layers), channels
-    ranked across the whole network, ``ratio`` of them removed over ``steps`` steps (linear schedule), channel
-    counts rounded to ``round_to``, the classifier's outputs kept."""
+def prune_kind(arm: str, epochs: int, budget: int) -> str:
+    """The method kind of a pruning arm: ``prune`` (global, the equal budget), ``prune-local``, and ``-e<N>``
+    when it fine-tunes for N epochs instead of the equal ``budget``."""
+    return "prune" + ("" if arm == "global" else f"-{arm}") + ("" if epochs == budget else f"-e{epochs}")
+
+
+def parse_prune_kind(kind: str, budget: int) -> tuple[str, int]:
+    """(arm, epochs) of a kind made by :func:`prune_kind`."""
+    parts = kind.split("-")[1:]
+    epochs = int(parts.pop()[1:]) if parts and parts[-1].startswith("e") and parts[-1][1:].isdigit() else budget
+    arm = parts[0] if parts else "global"
+    if parts[1:] or arm not in PRUNE_ARMS:
+        raise ValueError(f"{kind!r} is not a pruning arm (prune[-local][-e<epochs>])")
+    return arm, epochs
+
+
+def prune_ignored(model: Any) -> list[Any]:
+    """What pruning leaves whole: the classifier (every nn.Linear), the stem (every convolution before the first
+    block) and the first block (``latopt.blocks.find_blocks``), the layers whose few channels carry the most."""
+    import torch
+
+    from latopt.blocks import find_blocks
+
+    blocks = find_blocks(model)
+    first = blocks[0].path if blocks else None
+    ignored, before = [], first is not None
+    for path, mod in model.named_modules():
+        if first is not None and (path == first or path.startswith(first + ".")):
+            before = False
+            if isinstance(mod, torch.nn.Conv2d):
+                ignored.append(mod)
+            continue
+        if isinstance(mod, torch.nn.Linear) or (before and isinstance(mod, torch.nn.Conv2d)):
+            ignored.append(mod)
+    return ignored
+
+
+def layer_prune_counts(model: Any, ratio: float, resolution: int, round_to: int | None, arm: str = "global"
+                       ) -> dict[Any, tuple[int, int]]:
+    """Per prunable group (keyed by its root convolution): (channels, channels to remove). ``local``: ``ratio``
+    of every group; ``global``: the ``ratio`` × all prunable channels of least importance across the network
+    (``GroupMagnitudeImportance(p=2)``, mean-normalised per group so groups compare). Either way each group
+    keeps a multiple of ``round_to`` channels and at least (1 − :data:`PRUNE_MAX_LAYER`) of them, rounded up
+    to a multiple of ``round_to`` (torch-pruning's own global ranking and rounding can cut a layer further:
+    48 channels to 16 under a 0.5 cap); :func:`prune_ignored` is left whole."""
+    import math
+
     import torch
     import torch_pruning as tp
 
-    ignored = [mod for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
+    if arm not in PRUNE_ARMS:
+        raise ValueError(f"pruning arm {arm!r}: one of {', '.join(PRUNE_ARMS)}")
+    step = round_to or 1
+    probe = tp.pruner.BasePruner(model, torch.randn(1, 3, resolution, resolution),
+                                 importance=tp.importance.GroupMagnitudeImportance(p=2), pruning_ratio=0.0,
+                                 ignored_layers=prune_ignored(model))
+    groups = []
+    for g in probe.DG.get_all_groups(ignored_layers=probe.ignored_layers, root_module_types=probe.root_module_types):
+        root = g[0].dep.target.module
+        n = probe.DG.get_out_channels(root) if isinstance(root, torch.nn.Conv2d) else None
+        imp = probe.estimate_importance(g) if n else None
+        if imp is None or len(imp) != n:
+            continue
+        keep_min = min(n, step * math.ceil((1 - PRUNE_MAX_LAYER) * n / step))
+        groups.append((root, n, keep_min, torch.sort(imp.float().cpu()).values))
+    if arm == "local":
+        cut = {id(r): n - max(keep_min, step * round(n * (1 - ratio) / step)) for r, n, keep_min, _ in groups}
+    else:
+        pool = [(float(v), id(r)) for r, n, keep_min, imp in groups for v in imp[: n - keep_min]]
+        k = min(len(pool), round(ratio * sum(n for _, n, _, _ in groups)))
+        chosen = sorted(pool)[:k]
+        cut = {id(r): 0 for r, _, _, _ in groups}
+        for _, rid in chosen:
+            cut[rid] += 1
+        for r, n, keep_min, _ in groups:   # a multiple of round_to left, never fewer than keep_min
+            cut[id(r)] = n - max(keep_min, step * round((n - cut[id(r)]) / step))
+    return {r: (n, max(0, cut[id(r)])) for r, n, _, _ in groups}
+
+
+def make_pruner(model: Any, ratio: float, resolution: int, round_to: int | None, steps: int,
+                arm: str = "global") -> Any:
+    """torch-pruning of ``model`` (in place) to :func:`layer_prune_counts`'s channel counts, over ``steps``
+    steps (linear schedule per layer; the channels removed are re-ranked by group L2 magnitude at every step),
+    channel counts rounded to ``round_to``. ``arm``: ``global`` (the counts from one ranking across the network,
+    made on the weights the pruner starts from) or ``local`` (the same ratio in every layer group)."""
+    import torch
+    import torch_pruning as tp
+
+    counts = layer_prune_counts(model, ratio, resolution, round_to, arm)
+    # (k − 0.5)/n: torch-pruning keeps int(n × (1 − ratio)) = n − k channels of the group at the last step
+    per_layer = {r: (k - 0.5) / n for r, (n, k) in counts.items() if k > 0}
     return tp.pruner.BasePruner(model, torch.randn(1, 3, resolution, resolution),
-                                importance=tp.importance.GroupMagnitudeImportance(p=2), pruning_ratio=ratio,
-                                ignored_layers=ignored, round_to=round_to, global_pruning=True,
-                                iterative_steps=steps, max_pruning_ratio=PRUNE_MAX_LAYER)
+                                importance=tp.importance.GroupMagnitudeImportance(p=2), pruning_ratio=0.0,
+                                pruning_ratio_dict=per_layer, ignored_layers=prune_ignored(model),
+                                round_to=round_to, global_pruning=False, iterative_steps=steps,
+                                max_pruning_ratio=PRUNE_MAX_LAYER)
 
 
-def prune_model(model: Any, ratio: float, resolution: int, round_to: int | None) -> Any:
+def prune_model(model: Any, ratio: float, resolution: int, round_to: int | None, arm: str = "global") -> Any:
     """A one-shot pruned copy (:func:`make_pruner` in one step): what the ratio search measures."""
     m = copy.deepcopy(model).eval()
-    make_pruner(m, ratio, resolution, round_to, 1).step()
+    make_pruner(m, ratio, resolution, round_to, 1, arm).step()
     return m
+
+
+def next_ratio(attempts: list[tuple[float, float]], curve: dict[float, float], step: float = 0.05) -> float:
+    """The pruning ratio to try next so that the *iterated* network lands on its target: ``attempts`` are
+    (ratio, t(iterated)/t(target)) so far, ``curve`` the one-shot ratios' t/t(target). Two attempts on either
+    side of 1: interpolate between them. Else shift the one-shot curve by the last attempt's offset from it
+    (the iterated structure differs from the one-shot one) and read the ratio where it reaches 1; without a
+    curve to read, step by ``step``. Kept inside [0.01, 0.95]."""
+    slow = [(r, t) for r, t in attempts if t > 1]
+    fast = [(r, t) for r, t in attempts if t < 1]
+    top = 0.95
+    if slow and fast:
+        (r1, t1), (r2, t2) = max(slow), min(fast)
+        if r2 > r1:
+            return min(top, max(0.01, r1 + (t1 - 1) * (r2 - r1) / (t1 - t2)))
+    r, t = attempts[-1]
+    if len(curve) >= 2:
+        by_r = sorted(curve.items())                         # (ratio, t): t falls as the ratio grows
+        by_t = sorted((tc, rc) for rc, tc in by_r)
+        ts, rs = [p[0] for p in by_t], [p[1] for p in by_t]
+        at_r = float(np.interp(r, [p[0] for p in by_r], [p[1] for p in by_r]))
+        goal = at_r - (t - 1)          # the one-shot level at which the iterated network measures 1
+        if ts[0] <= goal <= ts[-1]:
+            new = float(np.interp(goal, ts, rs))
+            if abs(new - r) > 1e-3:
+                return min(top, max(0.01, new))
+    return min(top, max(0.01, r + (step if t > 1 else -step)))
+
+
+def rematch(ratio: float, curve: dict[float, float], tol: float, prune_ft: Callable[[float], Any],
+            time_vs_target: Callable[[Any], float], attempts: int = PRUNE_REMATCH,
+            say: Callable[[str], None] = log) -> tuple[Any, list[dict[str, Any]]]:
+    """Prune and fine-tune at ``ratio`` (``prune_ft``: ratio -> result), time the iterated network against its
+    target (``time_vs_target``: result -> t/t(target)) and, while it is off by more than ``tol``, search the
+    ratio again on the iterated networks (:func:`next_ratio`), at most ``attempts`` times. Returns the result
+    closest to its target and every attempt's (ratio, t/t(target))."""
+    tried: list[dict[str, Any]] = []
+    results = []
+    for k in range(attempts):
+        res = prune_ft(ratio)
+        t = float(time_vs_target(res))
+        tried.append({"ratio": ratio, "t_over_target": t, "matched": abs(t - 1) <= tol})
+        results.append(res)
+        say(f"re-match attempt {k + 1}: ratio {ratio:.3f}, iterated t/t_target {t:.3f}")
+        if abs(t - 1) <= tol:
+            break
+        ratio = next_ratio([(a["ratio"], a["t_over_target"]) for a in tried], curve)
+        if any(abs(ratio - a["ratio"]) < 1e-3 for a in tried):
+            break
+    best = min(range(len(tried)), key=lambda i: abs(tried[i]["t_over_target"] - 1))
+    return results[best], tried
 
 
 def structure_key(model: Any) -> tuple:
@@ -393,10 +548,11 @@ def ratio_ms(a: Any, b: Any) -> dict[str, float]:
 
 def match_prune_ratio(base_model: Any, target_onnx: str, res: int, round_to: int | None, tol: float,
                       grid: list[float], say: Callable[[str], None],
-                      policy: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The smallest pruning ratio whose network measures within ``tol`` of the target (interleaved with it);
-    the grid is refined between the two ratios that bracket the target, up to three times. ``policy``:
-    overrides of the cpu profile's timing policy (default :data:`MATCH_POLICY`)."""
+                      policy: dict[str, Any] | None = None, arm: str = "global") -> dict[str, Any]:
+    """The smallest pruning ratio whose one-shot network measures within ``tol`` of the target (interleaved
+    with it); the grid is refined between the two ratios that bracket the target, up to three times.
+    ``policy``: overrides of the cpu profile's timing policy (default :data:`MATCH_POLICY`); ``arm``:
+    :func:`make_pruner`'s (``local`` tries no ratio above :data:`PRUNE_MAX_LAYER`)."""
     from latopt.latency.devices import load_device
     from latopt.latency.profiler import measure_networks
 
@@ -404,12 +560,14 @@ def match_prune_ratio(base_model: Any, target_onnx: str, res: int, round_to: int
     tried: dict[float, dict[str, float]] = {}
     by_struct: dict[tuple, float] = {}
     rounds = []
+    if arm == "local":
+        grid = [r for r in grid if r <= PRUNE_MAX_LAYER]
     for it in range(4):
         cands: dict[str, Any] = {}
         for r in grid:
             if r in tried:
                 continue
-            m = prune_model(base_model, r, res, round_to)
+            m = prune_model(base_model, r, res, round_to, arm)
             k = structure_key(m)
             if k in by_struct:  # same channel counts as a ratio already measured: same latency
                 tried[r] = tried.get(by_struct[k]) or {"same_as": by_struct[k]}
@@ -444,11 +602,12 @@ def match_prune_ratio(base_model: Any, target_onnx: str, res: int, round_to: int
     return {"ratio": best, "ratio_to_target": meas[best], "matched": False, "tried": tried, "rounds": rounds}
 
 
-def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int) -> dict[str, Any]:
-    """Iterative global pruning (:func:`make_pruner`, :data:`PRUNE_STEPS` steps) with the same fine-tuning
-    budget as the other methods: after each step, ``epochs / PRUNE_STEPS`` epochs of cfg.train's optimizer and
-    schedule at fold.lr (both restarted at each step: the parameters changed shape), best-validation weights
-    kept at the end like every other method."""
+def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int, arm: str = "global"
+                      ) -> dict[str, Any]:
+    """Iterative pruning (:func:`make_pruner` with ``arm``, :data:`PRUNE_STEPS` steps) with ``epochs`` of
+    fine-tuning (the equal budget, or a longer arm's): after each step, ``epochs / PRUNE_STEPS`` epochs of
+    cfg.train's optimizer and schedule at fold.lr (both restarted at each step: the parameters changed shape),
+    best-validation weights kept at the end like every other method."""
     from latopt.data import make_loaders
     from latopt.engine import (
         BestWeights,
@@ -463,7 +622,7 @@ def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int
     cfg, res, task = ctx.cfg, ctx.cfg.data.resolution, ctx.task
     seed_everything(seed)
     train, val, test = make_loaders(task, cfg.data.batch_size, seed)  # one CPU process
-    pruner = make_pruner(model, ratio, res, ctx.args.round_to, PRUNE_STEPS)
+    pruner = make_pruner(model, ratio, res, ctx.args.round_to, PRUNE_STEPS, arm)
     share = [epochs // PRUNE_STEPS + (1 if k < epochs % PRUNE_STEPS else 0) for k in range(PRUNE_STEPS)]
     t0 = time.perf_counter()
     hist: list[dict[str, Any]] = []
@@ -482,27 +641,52 @@ def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int
             "train_seconds": time.perf_counter() - t0, "history": hist, "steps": share}
 
 
-def cell_prune(ctx: Ctx, seed: int, out: Path, target: str) -> dict[str, Any]:
+def cell_prune(ctx: Ctx, seed: int, out: Path, target: str, arm: str = "global", epochs: int | None = None
+               ) -> dict[str, Any]:
+    """One pruning point of ``arm`` matched to cell ``target`` of the same seed: the ratio found on one-shot
+    prunings of the base (:func:`match_prune_ratio`), then pruned iteratively with ``epochs`` of fine-tuning
+    (default: the equal budget) and re-matched on the *iterated* network (:func:`rematch`: timed against the
+    target, the ratio searched again when it is off by more than the match). The final run decides."""
     import torch
 
     from latopt.checkpoint import load_checkpoint
     from latopt.export import gate_inputs, noise_floor, onnx_gate
+    from latopt.latency.devices import load_device
     from latopt.latency.onnx_io import export_onnx
+    from latopt.latency.profiler import measure_networks
     from latopt.models import model_cost
 
     a = ctx.args
     res = ctx.cfg.data.resolution
+    epochs = ft_epochs(ctx.cfg) if epochs is None else epochs
     tgt = ctx.done(f"s{seed}-{target}")
     base, _, _ = load_checkpoint(ctx.cell_dir(f"s{seed}-base") / "base.pt")
+    policy = MATCH_POLICY_SMOKE if a.smoke else MATCH_POLICY
     match = match_prune_ratio(base, tgt["onnx"], res, a.round_to, a.match_tol,
-                              PRUNE_GRID_SMOKE if a.smoke else PRUNE_GRID, log,
-                              MATCH_POLICY_SMOKE if a.smoke else MATCH_POLICY)
-    log(f"s{seed} prune>{target}: ratio {match['ratio']} ({'matched' if match['matched'] else 'NOT matched'} "
-        f"one-shot, t/t_target {match['ratio_to_target']['median']:.3f}); now pruning iteratively")
-    model = copy.deepcopy(base)
-    ft = prune_iteratively(ctx, model, match["ratio"], seed, ft_epochs(ctx.cfg))
+                              PRUNE_GRID_SMOKE if a.smoke else PRUNE_GRID, log, policy, arm)
+    log(f"s{seed} {prune_kind(arm, epochs, ft_epochs(ctx.cfg))}>{target}: ratio {match['ratio']} "
+        f"({'matched' if match['matched'] else 'NOT matched'} one-shot, t/t_target "
+        f"{match['ratio_to_target']['median']:.3f}); now pruning iteratively")
+    curve = {r: v["median"] for r, v in match["tried"].items() if "median" in v}
     out.mkdir(parents=True, exist_ok=True)
-    onnx_path = export_onnx(model, (1, 3, res, res), out / "model.onnx", dynamic_batch=True)
+
+    def prune_ft(ratio: float) -> tuple[Any, dict[str, Any], Path]:
+        model = copy.deepcopy(base)
+        ft = prune_iteratively(ctx, model, ratio, seed, epochs, arm)
+        path = export_onnx(model, (1, 3, res, res), out / f"model-r{ratio:.4f}.onnx", dynamic_batch=True)
+        return model, ft | {"ratio": ratio}, path
+
+    def time_vs_target(r: tuple[Any, dict[str, Any], Path]) -> float:
+        pol = load_device("cpu").model_copy(update=policy)
+        stats = measure_networks({"target": tgt["onnx"], "pruned": str(r[2])}, pol, (1, 3, res, res))
+        return ratio_ms(stats["pruned"], stats["target"])["median"]
+
+    (model, ft, onnx_tmp), attempts = rematch(match["ratio"], curve, a.match_tol, prune_ft, time_vs_target,
+                                              1 if a.smoke else PRUNE_REMATCH)
+    onnx_path = out / "model.onnx"
+    Path(onnx_tmp).replace(onnx_path)
+    for p in out.glob("model-r*.onnx"):
+        p.unlink()
     x, inputs = gate_inputs(ctx.task, res, 32, seed)
     gate, _ = onnx_gate(model, onnx_path, x, inputs, noise_floor(model, x))
     if not gate.passed:
@@ -510,10 +694,13 @@ def cell_prune(ctx: Ctx, seed: int, out: Path, target: str) -> dict[str, Any]:
     torch.save(model, out / "pruned-module.pt")  # the pruned nn.Module (pickled; a bench artefact only)
     cost = model_cost(model, res)
     return {"test_acc": ft["test_acc"], "val_acc": ft["val_acc"], "train_seconds": ft["train_seconds"],
-            "extra_epochs": ft_epochs(ctx.cfg), "target": target, "match": match, "onnx": str(onnx_path),
-            "gates": [{"name": gate.name, "passed": gate.passed}], "params": cost["params"], "flops": cost["flops"],
+            "extra_epochs": epochs, "target": target, "match": match | {"ratio": ft["ratio"]},
+            "one_shot_ratio": match["ratio"], "rematch": attempts, "arm": arm,
+            "max_layer_ratio": PRUNE_MAX_LAYER, "ignored": "classifier, stem and first block",
+            "onnx": str(onnx_path), "gates": [{"name": gate.name, "passed": gate.passed}],
+            "params": cost["params"], "flops": cost["flops"],
             "prune_steps": ft["steps"], "conv_shapes": [list(k) for k in structure_key(model)],
-            "structure": {"kind": "prune", "ratio": match["ratio"], "round_to": a.round_to,
+            "structure": {"kind": "prune", "ratio": ft["ratio"], "round_to": a.round_to, "arm": arm,
                           "module": str(out / "pruned-module.pt")},
             **correctness(ctx.task, onnx_path)}
 
@@ -534,8 +721,10 @@ def run_cell(ctx: Ctx, cell: str, seed: int) -> dict[str, Any]:
         return cell_dp(ctx, seed, out, float(arg))
     if kind in DP_ABLATIONS:
         return cell_dp(ctx, seed, out, float(arg), **DP_ABLATIONS[kind])
-    if method.startswith("prune>"):
-        return cell_prune(ctx, seed, out, method[len("prune>"):])
+    if method.startswith("prune") and ">" in method:
+        kind, _, target = method.partition(">")
+        arm, epochs = parse_prune_kind(kind, ft_epochs(ctx.cfg))
+        return cell_prune(ctx, seed, out, target, arm, epochs)
     raise ValueError(f"unknown cell {cell}")
 
 
@@ -570,11 +759,14 @@ def try_lock(path: Path) -> bool:
     return False
 
 
-def run_queue(ctx: Ctx) -> int:
+def run_queue(ctx: Ctx, cells: list[tuple[str, int, list[str]]] | None = None,
+              run: Callable[[Ctx, str, int], dict[str, Any]] | None = None) -> int:
+    """Run ``cells`` (default: :func:`cell_names`) with ``run`` (default: :func:`run_cell`), resumable, shared
+    with other processes through lock files."""
     from latopt.torch_settings import set_threads
 
     set_threads(1)
-    cells = cell_names(ctx.args)
+    cells = cell_names(ctx.args) if cells is None else cells
     failed: set[str] = set()
     while True:
         pending = [c for c in cells if ctx.done(c[0]) is None and c[0] not in failed]
@@ -600,7 +792,7 @@ def run_queue(ctx: Ctx) -> int:
                 log(f"{cell}: start (load {' '.join(f'{v:.1f}' for v in os.getloadavg())})")
                 t0 = time.perf_counter()
                 try:
-                    rec = run_cell(ctx, cell, seed)
+                    rec = (run or run_cell)(ctx, cell, seed)
                 except Exception as e:  # noqa: BLE001 - one failed cell must not stop the others
                     log(f"{cell}: FAILED: {type(e).__name__}: {e}\n{traceback.format_exc()}")
                     failed.add(cell)
@@ -658,9 +850,10 @@ def structure_net(ctx: Ctx, st: dict[str, Any], res: int, seed: int = 0) -> Any:
     raise ValueError(f"no rebuild for structure {st['kind']!r}")
 
 
-def measure(ctx: Ctx, res: int) -> dict[str, Any]:
+def measure(ctx: Ctx, res: int, cells: list[str] | None = None) -> dict[str, Any]:
     """All finished cells' networks, fp32 and INT8, in ONE interleaved run at ``res``: at the training
-    resolution the trained networks themselves; elsewhere each distinct structure with random weights."""
+    resolution the trained networks themselves; elsewhere each distinct structure with random weights.
+    ``cells``: the finished cells to time (default: :func:`cell_names`'s)."""
     from latopt.latency.devices import load_device
     from latopt.latency.onnx_io import export_onnx
     from latopt.latency.profiler import measure_networks
@@ -668,7 +861,7 @@ def measure(ctx: Ctx, res: int) -> dict[str, Any]:
     out_json = ctx.root / f"measure-r{res}.json"
     if out_json.is_file() and not ctx.args.remeasure:
         return load_json(out_json)
-    cells = {c: ctx.done(c) for c, _, _ in cell_names(ctx.args)}
+    cells = {c: ctx.done(c) for c in (cells if cells is not None else [c for c, _, _ in cell_names(ctx.args)])}
     cells = {c: r for c, r in cells.items() if r is not None and "structure" in r}
     from latopt.latency.quantize import CALIB_IMAGES
 
@@ -763,6 +956,8 @@ def run_meta(ctx: Ctx, commit: str | None = None, started: str | None = None) ->
             "smoke": bool(a.smoke), "seeds": list(a.seeds), "lambdas": list(a.lambdas), "budgets": list(a.budgets),
             "ablation_budget": a.ablation_budget, "prune_targets": list(a.prune_targets), "match_tol": a.match_tol,
             "round_to": a.round_to, "prune_steps": PRUNE_STEPS, "int8_calibration": CALIB_IMAGES,
+            "prune_kinds": prune_kinds(a), "prune_max_layer": PRUNE_MAX_LAYER, "prune_rematch": PRUNE_REMATCH,
+            "prune_ignored": "classifier, stem and first block",
             "started": started or time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     write_json(path, meta)
     return meta
@@ -833,7 +1028,27 @@ def publish(ctx: Ctx, dest: Path) -> Path:
 
 
 # ------------------------------------------------------------------ the report (from results/ only)
-OURS, RIVALS = ("lf-lut", "dp"), ("lf-uniform", "prune")
+OURS = ("lf-lut", "dp")
+RIVALS = ("lf-uniform", "prune")   # "prune": every pruning arm (prune, prune-local, prune-e18, ...)
+
+
+def rival_name(kind: str) -> str:
+    if kind == "lf-uniform":
+        return "paper Layer Folding (uniform c_l)"
+    if kind == "prune":
+        return "channel pruning"
+    arm, epochs = parse_prune_kind(kind, -1)
+    return "channel pruning (" + ", ".join(([f"{arm}, the same ratio per layer"] if arm == "local" else [])
+                                           + ([f"{epochs} epochs"] if epochs != -1 else [])) + ")"
+
+
+def is_pruning(meth: str) -> bool:
+    return kind_of(meth) == "prune" or kind_of(meth).startswith("prune-")
+
+
+def in_family(meth: str, kinds: tuple[str, ...]) -> bool:
+    """``meth``'s kind is one of ``kinds``; ``prune`` there stands for every pruning arm."""
+    return kind_of(meth) in kinds or ("prune" in kinds and is_pruning(meth))
 ABLATIONS = (  # (question, A, B): what A − B measures
     ("the DP's choice set: `pw` and `drop` on top of `full`", "dp@{b}", "dp-full@{b}"),
     ("`pw` in the choice set", "dp@{b}", "dp-nopw@{b}"),
@@ -855,8 +1070,8 @@ def kind_of(meth: str) -> str:
 
 
 def _order(meth: str) -> tuple:
-    kinds = ["base", "asis", "lf-uniform", "lf-lut", "dp", "prune", "dp-full", "dp-nopw", "dp-nodrop",
-             "dp-uniform", "lf-direct"]
+    kinds = ["base", "asis", "lf-uniform", "lf-lut", "dp", "prune", "prune-local", "prune-e18", "prune-local-e18",
+             "dp-full", "dp-nopw", "dp-nodrop", "dp-uniform", "lf-direct"]
     k = kind_of(meth)
     try:
         num = float(meth.split("@")[-1]) if "@" in meth else 0.0
@@ -883,12 +1098,13 @@ class Results:
         self._diffs: dict[tuple[str, str, str], Any] = {}
 
     def diff(self, a: str, b: str, prec: str = "fp32") -> Any:
-        """The paired interval of acc(a) − acc(b) (tools/compare.py), computed once per (a, b, precision)."""
-        from tools.compare import paired_bootstrap
+        """The paired interval of acc(a) − acc(b) (tools/compare.py: crossed seed-t), computed once per (a, b,
+        precision)."""
+        from tools.compare import paired_interval
 
         key = (a, b, prec)
         if key not in self._diffs:
-            self._diffs[key] = paired_bootstrap(self.correct(a, prec), self.correct(b, prec), group=self.group)
+            self._diffs[key] = paired_interval(self.correct(a, prec), self.correct(b, prec), group=self.group)
         return self._diffs[key]
 
     def methods(self) -> list[str]:
@@ -942,6 +1158,10 @@ def render_table(R: Results) -> str:
     spend = {"base": f"{sch['base_epochs']} epochs from scratch", "asis": f"{sch['ft_epochs']} more epochs",
              "lf-uniform": f"{sch['prefold_epochs']} pre-fold + {sch['postfold_epochs']} post-fold",
              "prune": f"{R.run['prune_steps']} steps × {sch['ft_epochs'] // R.run['prune_steps']} epochs"}
+    for meth in R.methods():
+        if is_pruning(meth) and kind_of(meth) != "prune":
+            e = next(iter(R.by_method[meth].values()))["extra_epochs"]
+            spend[kind_of(meth)] = f"{R.run['prune_steps']} steps × {e // R.run['prune_steps']} epochs"
     spend["lf-lut"] = spend["lf-uniform"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for meth in R.methods():
@@ -964,15 +1184,32 @@ def render_table(R: Results) -> str:
     return "\n".join(lines)
 
 
+def own_fronts(R: Results, prec: str, methods: list[str]) -> set[str]:
+    """The ``methods`` on their own family's front in ``prec`` (tools/compare.on_own_front on the median
+    speed-up and mean accuracy over seeds): the points their own method would pick."""
+    from tools.compare import on_own_front
+
+    out: set[str] = set()
+    for fam in {kind_of(m) for m in methods}:
+        pts = {m: (R.speedup(m, prec=prec), float(np.mean(R.acc(m, prec)))) for m in methods
+               if kind_of(m) == fam and R.speedup(m, prec=prec) is not None and R.acc(m, prec)}
+        out |= on_own_front(pts)
+    return out
+
+
 def dominance_rows(R: Results, prec: str, ours: tuple[str, ...] = OURS, rivals: tuple[str, ...] = RIVALS
                    ) -> list[dict[str, Any]]:
-    """Dominance both ways (tools/compare.py): for every point of either side, the points of the other side
-    that measure at least as fast (within the match); of those, the one whose paired interval
-    (challenger − point) has the highest lower end. ``dominated`` when it is non-inferior by the margin."""
-    from tools.compare import at_least_as_fast, dominates
+    """Dominance both ways (tools/compare.py): for every point of either side, its *challengers* are the points
+    of the other side that measure at least as fast (within the match). Each challenger's one-sided p-value of
+    non-inferiority (challenger − point, ±margin) is Holm-adjusted over the point's challengers. ``status``:
+    ``dominated`` when a challenger's adjusted p ≤ 0.025 and the point does not dominate it back,
+    ``equivalent`` when every such challenger is dominated back (mutual dominance: neither wins), else ``no``.
+    ``front``: whether the point is on its own family's front; a point off it is shown but not counted."""
+    from tools.compare import LEVEL, at_least_as_fast, duel, holm
 
-    mine = [m for m in R.methods() if kind_of(m) in ours]
-    theirs = [m for m in R.methods() if kind_of(m) in rivals]
+    mine = [m for m in R.methods() if in_family(m, ours)]
+    theirs = [m for m in R.methods() if in_family(m, rivals)]
+    front = own_fronts(R, prec, mine + theirs)
     out = []
     for side, points, challengers in (("rival", theirs, mine), ("ours", mine, theirs)):
         for b in points:
@@ -984,10 +1221,17 @@ def dominance_rows(R: Results, prec: str, ours: tuple[str, ...] = OURS, rivals: 
                 if sa is None or sb is None or not at_least_as_fast(sa, sb) or not (set(ca) & set(cb)):
                     continue
                 cands.append({"by": a, "s_by": sa, "diff": R.diff(a, b, prec)})
-            best = max(cands, key=lambda c: (c["diff"].lo if c["diff"].lo is not None else c["diff"].mean),
-                       default=None)
-            out.append({"side": side, "point": b, "speedup": sb, "best": best,
-                        "dominated": bool(best and dominates(best["s_by"], sb, best["diff"]))})
+            ps = [c["diff"].p_non_inferior() for c in cands]
+            for c, p in zip(cands, holm([1.0 if p is None else p for p in ps]), strict=True):
+                c["p_holm"] = p
+                c["duel"] = duel(c["s_by"], sb, c["diff"], R.diff(b, c["by"], prec), p_adjusted=p)
+            won = [c for c in cands if c["p_holm"] <= (1 - LEVEL) / 2]
+            strict = [c for c in won if c["duel"] == "dominated"]
+            pick = strict or won or cands
+            best = min(pick, key=lambda c: (c["p_holm"], -c["diff"].mean), default=None)
+            status = "dominated" if strict else "equivalent" if won else "no"
+            out.append({"side": side, "point": b, "speedup": sb, "best": best, "challengers": len(cands),
+                        "status": status, "dominated": status == "dominated", "front": b in front})
     return out
 
 
@@ -997,26 +1241,36 @@ def render_dominance(R: Results, prec: str, ours: tuple[str, ...] = OURS, rivals
     for side, title in (("rival", "Is a rival point dominated by one of ours?"),
                         ("ours", "Is one of our points dominated by a rival?")):
         lines += [f"{title}", "",
-                  "| point | its speed-up | best challenger at least as fast | its speed-up | "
-                  "Δacc challenger − point, pt [95 % CI] | label (±1 pt) | dominated |", "|" + "---|" * 7]
+                  "| point | its speed-up | on its own front | challengers at least as fast | best challenger | its "
+                  "speed-up | Δacc challenger − point, pt [95 % CI] | label (±1 pt) | Holm p, non-inferior | "
+                  "dominated |", "|" + "---|" * 10]
         for r in (r for r in rows if r["side"] == side):
             c = r["best"]
+            p = "–" if c is None else "no interval" if c["diff"].p_non_inferior() is None else f"{c['p_holm']:.3f}"
+            st = {"dominated": "**yes**", "equivalent": "equivalent (mutual)", "no": "no"}[r["status"]]
             lines.append("| " + " | ".join([
-                r["point"], f"{r['speedup']:.2f}×", c["by"] if c else "none", f"{c['s_by']:.2f}×" if c else "–",
-                c["diff"].text() if c else "–", c["diff"].verdict() if c else "–",
-                "**yes**" if r["dominated"] else "no"]) + " |")
+                r["point"], f"{r['speedup']:.2f}×", "yes" if r["front"] else "**no**: not counted",
+                str(r["challengers"]), c["by"] if c else "none", f"{c['s_by']:.2f}×" if c else "–",
+                c["diff"].text() if c else "–", c["diff"].verdict() if c else "–", p, st]) + " |")
         lines.append("")
     verdict = []
-    for fam, name in ((f, n) for f, n in (("lf-uniform", "paper Layer Folding (uniform c_l)"),
-                                            ("prune", "channel pruning")) if f in rivals):
+    n_ours = sum(1 for r in rows if r["side"] == "ours" and r["front"])
+    present = {kind_of(r["point"]) for r in rows if r["side"] == "rival"}
+    for fam, name in ((f, rival_name(f)) for f in sorted(present, key=_order) if in_family(f, rivals)):
         pts = [r for r in rows if r["side"] == "rival" and kind_of(r["point"]) == fam]
         if not pts:
             continue
-        dom = [r["point"] for r in pts if r["dominated"]]
-        back = [r["point"] for r in rows if r["side"] == "ours" and r["dominated"] and kind_of(r["best"]["by"]) == fam]
-        verdict.append(f"- {prec.upper()}, {name}: {len(dom)} of its {len(pts)} points dominated by ours"
-                       + (f" ({', '.join(dom)})" if dom else "") + f"; {len(back)} of our "
-                       f"{sum(1 for r in rows if r['side'] == 'ours')} points dominated by it"
+        on = [r for r in pts if r["front"]]
+        off = [r["point"] for r in pts if not r["front"]]
+        dom = [r["point"] for r in on if r["status"] == "dominated"]
+        eq = [r["point"] for r in on if r["status"] == "equivalent"]
+        back = [r["point"] for r in rows if r["side"] == "ours" and r["front"] and r["status"] == "dominated"
+                and kind_of(r["best"]["by"]) == fam]
+        verdict.append(f"- {prec.upper()}, {name}: {len(dom)} of the {len(on)} points on its own front dominated by "
+                       "ours" + (f" ({', '.join(dom)})" if dom else "")
+                       + (f", {len(eq)} equivalent to one of ours ({', '.join(eq)})" if eq else "")
+                       + (f" ({', '.join(off)} off its own front, not counted)" if off else "")
+                       + f"; {len(back)} of our {n_ours} points on their own fronts dominated by it"
                        + (f" ({', '.join(back)})" if back else "") + ".")
     return "\n".join(lines) + "\n" + "\n".join(verdict)
 
@@ -1024,7 +1278,7 @@ def render_dominance(R: Results, prec: str, ours: tuple[str, ...] = OURS, rivals
 def render_pruning(R: Results) -> str:
     from tools.compare import MATCH_TOL
 
-    pts = [m for m in R.methods() if kind_of(m) == "prune"]
+    pts = [m for m in R.methods() if is_pruning(m)]
     if not pts:
         return "No pruning point ran."
     lines = ["| point | target | ratio per seed | t(pruned)/t(target) in the final run, median over seeds "
@@ -1063,13 +1317,22 @@ def render_ablations(R: Results) -> str:
     return "\n".join(lines)
 
 
+HV_READINGS = (  # (name, reference point per seed, accuracies scored): the first is the protocol's
+    ("as fixed in the protocol: reference (1, 0)", None, None),
+    ("[exploratory] every accuracy set to 1 (the reach in speed-up alone)", None, "ones"),
+    ("[exploratory] reference at each seed's as-is accuracy − 2 pt", 0.02, None),
+)
+
+
 def render_fronts(R: Results) -> str:
     """Q4: the hypervolume of LUT-c_l Layer Folding's front against paper Layer Folding's, per seed (speed-ups
-    of that seed's networks in the final run, accuracies of its exported files), paired over seeds."""
-    from tools.compare import hypervolume, paired_hv_bootstrap
+    of that seed's networks in the final run, accuracies of its exported files), paired over seeds with the
+    crossed seed-t interval (tools/compare.paired_hv_interval); the protocol's reading and two exploratory ones
+    (:data:`HV_READINGS`) that show what the difference is made of."""
+    from tools.compare import hypervolume, paired_hv_interval
 
-    lines = ["| precision | HV lf-lut, mean over seeds | HV lf-uniform | Δ HV lf-lut − lf-uniform [95 % CI] | "
-             "label |", "|---|---|---|---|---|"]
+    lines = ["| precision | reading | HV lf-lut, mean over seeds | HV lf-uniform | Δ HV lf-lut − lf-uniform "
+             "[95 % CI] | label |", "|---|---|---|---|---|---|"]
     for prec in ("fp32", "int8"):
         fronts: dict[str, dict[int, dict[str, tuple[float, np.ndarray]]]] = {}
         for fam in ("lf-lut", "lf-uniform"):
@@ -1083,14 +1346,27 @@ def render_fronts(R: Results) -> str:
             fronts[fam] = f
         if not fronts["lf-lut"] or not fronts["lf-uniform"]:
             continue
-        d = paired_hv_bootstrap(fronts["lf-lut"], fronts["lf-uniform"], group=R.group)
-        hv = {fam: np.mean([hypervolume([(sp, float(np.mean(c))) for sp, c in fr[s].values()]) for s in d.seeds])
-              for fam, fr in fronts.items()}
-        lab = "no interval" if d.lo is None else ("LUT larger" if d.lo > 0 else "LUT smaller" if d.hi < 0 else
-                                                  "not resolved")
-        ci = (f"{d.mean:+.4f} (seeds: {', '.join(f'{v:+.4f}' for v in d.per_seed)})" if d.lo is None
-              else f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]")
-        lines.append(f"| {prec.upper()} | {hv['lf-lut']:.4f} | {hv['lf-uniform']:.4f} | {ci} | {lab} |")
+        key = "onnx_acc" if prec == "fp32" else "int8_acc"
+        asis = {s: r[key] for s, r in R.by_method.get("asis", {}).items() if key in r}
+        for name, below_asis, acc in HV_READINGS:
+            if below_asis is None:
+                ref: Any = (1.0, 0.0)
+            elif set(fronts["lf-lut"]) <= set(asis):
+                ref = {s: (1.0, asis[s] - below_asis) for s in asis}
+            else:
+                continue
+            score = np.ones_like if acc == "ones" else None
+            d = paired_hv_interval(fronts["lf-lut"], fronts["lf-uniform"], group=R.group, ref=ref, accuracy=score)
+
+            mean_hv = {fam: np.mean([hypervolume([(sp, 1.0 if score else float(np.mean(c))) for sp, c in fr[s].values()],
+                                                 ref[s] if isinstance(ref, dict) else ref) for s in d.seeds])
+                       for fam, fr in fronts.items()}
+            lab = "no interval" if d.lo is None else ("LUT larger" if d.lo > 0 else "LUT smaller" if d.hi < 0 else
+                                                      "not resolved")
+            ci = (f"{d.mean:+.4f} (seeds: {', '.join(f'{v:+.4f}' for v in d.per_seed)})" if d.lo is None
+                  else f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]")
+            lines.append(f"| {prec.upper()} | {name} | {mean_hv['lf-lut']:.4f} | {mean_hv['lf-uniform']:.4f} | {ci} | "
+                         f"{lab} |")
     return "\n".join(lines)
 
 
@@ -1108,7 +1384,7 @@ def render_bases(R: Results) -> str:
 
 def render_doc(root: Path) -> str:
     """The generated block of docs/method-table.md, from results/method-table only."""
-    from tools.compare import MARGIN, MATCH_TOL, MIN_SEEDS, N_BOOT
+    from tools.compare import MARGIN, MATCH_TOL, MIN_SEEDS, N_ITEM_DRAWS
 
     R = load_results(root)
     run, sch = R.run, R.run["schedule"]
@@ -1128,9 +1404,13 @@ def render_doc(root: Path) -> str:
             f"canvases; the test split is {sizes.get('test', 0) // R.group} source digits × {R.group} canvases, the "
             f"same for every seed: **effective test size {sizes.get('test', 0) // R.group}**, one source digit = "
             f"{100 * R.group / max(1, sizes.get('test', 1)):.2f} pt.",
-            f"- Intervals: paired bootstrap over seeds and source digits, {N_BOOT} resamples, 95 % percentile; "
-            f"none with fewer than {MIN_SEEDS} seeds. Margin ±{100 * MARGIN:g} pt; equal latency within "
-            f"±{100 * MATCH_TOL:g} % (docs/evaluation.md).",
+            f"- Intervals (amended 2026-12-02, issue 30): 95 %, crossed seed-t: t over the seeds' paired "
+            f"differences (df = seeds − 1) with the variance that the source digits shared by every seed add, from "
+            f"resampling the digits once for all seeds (exact for accuracy; {N_ITEM_DRAWS} draws for hypervolume; "
+            f"`tools/compare.py`); none with fewer than {MIN_SEEDS} seeds. Margin ±{100 * MARGIN:g} pt; equal "
+            f"latency within ±{100 * MATCH_TOL:g} % (docs/evaluation.md). Dominance: Holm's correction over each "
+            "point's challengers; mutual dominance is *equivalent*, not a win; a point off its own family's front "
+            "is shown but not counted.",
             f"- Machine: {env.get('cpu', '?')}, flags {' '.join(env.get('cpu_flags', [])) or '?'}, "
             f"{env.get('cpu_count', '?')} cores."]
     for res, mm in sorted(run["measure"].items(), key=lambda kv: int(kv[0])):
@@ -1150,9 +1430,12 @@ def render_doc(root: Path) -> str:
             "Hypervolume of each family's points (λ ∈ " + ", ".join(f"{x:g}" for x in run["lambdas"]) + ") in "
             "(speed-up against fp32 as-is, accuracy) space above the reference point fixed in the protocol "
             "(speed-up 1, accuracy 0); INT8 points use INT8 accuracies and their speed-up against fp32 as-is. "
-            "The interval resamples seeds and source digits, re-scoring both fronts of a seed together. "
+            "The interval is the crossed seed-t: one draw of source digits re-scores both fronts of every seed. "
             "No margin was fixed for a hypervolume difference, so the label only says whether the interval "
-            "excludes 0.",
+            "excludes 0. The two **[exploratory]** rows were added after the results were read (2026-12-02, "
+            "issue 30): with every accuracy set to 1 the hypervolume is the reach in speed-up alone; with the "
+            "reference at each seed's as-is accuracy − 2 pt (held fixed in the resampling) only points within 2 pt "
+            "of as-is count.",
             render_fronts(R),
             "### The pruning front", render_pruning(R),
             "### Q2: ablations of the DP (budget " + f"{run['ablation_budget']:g})", render_ablations(R)]
@@ -1168,10 +1451,15 @@ def render_summary(root: Path) -> str:
         lines += [ln for ln in render_dominance(R, prec).splitlines() if ln.startswith("- ")]
     lines += ["- LUT-c_l Layer Folding alone, " + ln[2:] for ln in
               render_dominance(R, "fp32", ours=("lf-lut",), rivals=("lf-uniform",)).splitlines() if ln.startswith("- ")]
-    fr = [ln for ln in render_fronts(R).splitlines()[2:]]
-    for ln in fr:
+    hv: dict[str, list[list[str]]] = {}
+    for ln in render_fronts(R).splitlines()[2:]:
         c = [x.strip() for x in ln.strip("|").split("|")]
-        lines.append(f"- {c[0]}: hypervolume of the LUT-c_l front − the uniform-c_l front: {c[3]} ({c[4]}).")
+        hv.setdefault(c[0], []).append(c)
+    for prec, rows in hv.items():
+        txt = f"- {prec}, hypervolume of the LUT-c_l front − the uniform-c_l front: {rows[0][4]} ({rows[0][5]})"
+        if rows[1:]:
+            txt += "; exploratory, " + "; ".join(f"{c[1].removeprefix('[exploratory] ')}: {c[4]}" for c in rows[1:])
+        lines.append(txt + ".")
     for ln in render_ablations(R).splitlines()[2:]:
         c = [x.strip() for x in ln.strip("|").split("|")]
         lines.append(f"- Ablation, {c[0]}: {c[1]} − {c[3]} = {c[5]} pt ({c[6]}).")
@@ -1187,7 +1475,8 @@ def pareto_figure(root: Path, path: Path) -> Path:
     fig = Figure(figsize=(11, 4.6))
     FigureCanvasAgg(fig)
     styles = {"asis": ("k", "s"), "lf-uniform": ("tab:blue", "o"), "lf-lut": ("tab:red", "D"),
-              "dp": ("tab:green", "^"), "prune": ("tab:purple", "v")}
+              "dp": ("tab:green", "^"), "prune": ("tab:purple", "v"), "prune-local": ("tab:brown", "v"),
+              "prune-e18": ("tab:pink", "v"), "prune-local-e18": ("tab:gray", "v")}
     for j, prec in enumerate(("fp32", "int8")):
         ax = fig.add_subplot(1, 2, j + 1)
         for kind, (c, mk) in styles.items():
@@ -1237,6 +1526,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="cells whose measured latency pruning is matched to, one pruning point each "
                          "(default: lf-lut at every λ)")
     ap.add_argument("--round-to", type=int, default=8, help="pruned channel counts are multiples of this")
+    ap.add_argument("--prune-arms", nargs="+", choices=PRUNE_ARMS, default=["global"],
+                    help="pruning arms: global (channels ranked across the network), local (the same ratio in "
+                         "every layer group); cells prune>T, prune-local>T")
+    ap.add_argument("--prune-epochs", type=int, nargs="+", default=None, metavar="N",
+                    help="fine-tuning epochs of the pruning arms (default: the equal budget, fold.epochs + "
+                         "fold.post_epochs); e.g. 6 18 adds arms prune-e18>T beside the equal budget's")
     ap.add_argument("--match-tol", type=float, default=0.03)
     ap.add_argument("--lut", default=None, help="the device LUT (default: RUNS/lut/cpu-r<res>.json, profiled once)")
     ap.add_argument("--resolutions", type=int, nargs="+", default=None,
@@ -1253,6 +1548,10 @@ def main(argv: list[str] | None = None) -> int:
     args.prune_targets = args.prune_targets or [f"lf-lut@{x:g}" for x in args.lambdas]
     args.methods_expanded = {"asis"} | {f"{m}@{lam_mid}" for m in args.methods}
     ctx = Ctx(args)
+    args.ft_budget = ft_epochs(ctx.cfg)
+    if args.prune_epochs and min(args.prune_epochs) < PRUNE_STEPS:
+        ap.error(f"--prune-epochs {min(args.prune_epochs)}: each of the {PRUNE_STEPS} pruning steps needs at least "
+                 f"one epoch; give {PRUNE_STEPS} or more")
     args.resolutions = args.resolutions or [ctx.cfg.data.resolution, 224]
     ctx.root.mkdir(parents=True, exist_ok=True)
     if args.stage in ("run", "all"):
