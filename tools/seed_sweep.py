@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -36,9 +37,13 @@ from typing import Any
 
 import yaml
 
-from latopt.artifacts import write_json_atomic
-from latopt.config import dump_config, load_config
-from latopt.latency.timing import environment_info
+ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):   # run as a script: this checkout's latopt, not whichever one pip installed editable
+    sys.path.insert(0, str(ROOT))
+
+from latopt.artifacts import write_json_atomic  # noqa: E402 - after the checkout is on sys.path
+from latopt.config import dump_config, load_config  # noqa: E402
+from latopt.latency.timing import environment_info  # noqa: E402
 
 SCHEMA = "latopt.seed_sweep/1"
 
@@ -63,7 +68,10 @@ def _one(config: Path, seed: int, threads: int, work: Path, screen: bool = False
     cmd = [sys.executable, "-m", "latopt", "train", "--config", str(config), "--seed", str(seed),
            "--threads", str(threads), "--out", str(out), "--quiet"]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # the training subprocess imports the same checkout's latopt as this process (a worktree beside an editable
+    # install would otherwise train with one checkout's code and the config another wrote)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     row: dict[str, Any] = {"seed": seed, "threads": threads, "exit": proc.returncode,
                            "seconds": round(time.perf_counter() - t0, 1)}
     if proc.returncode != 0:
