@@ -18,7 +18,7 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
              distill: false, distill_weight: 0.5, temperature: 2.0, mode: exact, post_epochs: 4,
              post_lr: 0.0005, unfolded_alpha: zero, max_fold_error: 0.001}
     search: {lambda_c: [0.05, 5.0], tau: [0.7, 0.95], p: [1.5, 4.0], granularity: [block],
-             trials: 20, max_acc_drop: 0.01, sampler: tpe, storage: null}
+             trials: 20, max_acc_drop: 0.01, sampler: tpe, storage: null, budget_rounds: 3}
     device: cpu                   # device profile: a name (profiles/<name>.yaml or shipped) or a path
     lut: null                     # latency LUT (JSON) giving c_l; null = uniform c_l = 1
     threads: null                 # torch intra-op threads for train/fold (null = torch's default)
@@ -46,6 +46,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_v
 
 from latopt.artifacts import check_name, write_text_atomic
 from latopt.constants import (
+    MAX_BUDGET_ROUNDS,
     MAX_THREADS,
     RESOLUTION_RANGE,
     TRAIN_DEVICES,
@@ -184,6 +185,8 @@ class SearchConfig(Section):
     max_acc_drop: Annotated[float, Field(ge=0, le=1)] = 0.01  # feasible when base - finetuned accuracy <= this
     sampler: Sampler = "tpe"
     storage: str | None = None  # Optuna storage URL; null = runs/<name>/search/study.db
+    # the DP: plans measured on the device and re-solved until one meets its budget when measured (latopt.dp.budgetloop); 0 = off
+    budget_rounds: Annotated[int, Field(ge=0, le=MAX_BUDGET_ROUNDS)] = 3
 
 
 SECTIONS = ("model", "data", "train", "fold", "search")

@@ -17,7 +17,7 @@ FoldMode = Literal["exact", "paper"]              # exact: bias map for one inpu
 # drop removes a residual block (it becomes the identity). latopt.fold.transform defines each variant network.
 FoldVariant = Literal["full", "expand_dw", "dw_project", "pw", "drop"]
 UnfoldedAlpha = Literal["zero", "keep"]           # α of blocks left unfolded: back to 0, or kept
-ActKind = Literal["relu", "relu6"]                # activations σ_α can replace
+ActKind = Literal["relu", "relu6", "hardswish", "silu"]  # activations σ_α can replace (latopt.layers.ACTIVATIONS)
 
 # training
 Optimizer = Literal["sgd", "adamw"]
@@ -74,4 +74,5 @@ RESOLUTION_RANGE = (8, 1024)  # input resolution R (R x R): config, export, insp
 FOLD_CHECK_TOLERANCE = 1e-4  # `latopt inspect --check-fold`: largest relative error of a fold with random BN
 MAX_THREADS = 1024           # intra-op threads (config `threads`, device profiles, --threads): 10000 exhausted the OS
 MAX_BATCH = 4096             # a device profile's batch (profiling builds every block at it)
+MAX_BUDGET_ROUNDS = 10       # search.budget_rounds: plans the DP's budget loop measures at most (latopt.dp.budgetloop)
 MAX_GATE_SAMPLES = 1024      # `latopt export --samples`: inputs of the numeric gates (held in memory at once)

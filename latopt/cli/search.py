@@ -55,6 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--method dp: how each (block, variant) is scored: proxy (validation loss of the variant "
                         "alone, BN re-estimated; default), finetune (short fine-tune each; slow), uniform")
     p.add_argument("--variants", help="--method dp: variants the blocks may take, comma-separated (default: the LUT's)")
+    p.add_argument("--budget-rounds", type=int, metavar="N",
+                   help="--method dp: the budget loop: each plan is timed against the as-is network on the LUT's "
+                        "device and the DP re-solved with the budget corrected by the measurement, until one "
+                        "measures within [B - 3 %%, B + 2 %%] or N plans are measured (default: "
+                        "search.budget_rounds, 3); 0 = off (the LUT's plan). Count devices and devices that cannot "
+                        "run here are not measured")
     p.add_argument("--plan-only", action="store_true",
                    help="--method dp: write the plan (a variant per block, predicted latency and speed-up) to --out "
                         "and stop: nothing is trained or fine-tuned, seconds; --importance uniform needs no "
@@ -75,12 +81,18 @@ def _main(args: argparse.Namespace) -> int:
         raise LatoptError("latopt search needs --config FILE (or --show to print an existing study's front)")
     dp_only = {"--budget": args.budget is not None, "--budgets": args.budgets is not None,
                "--variants": args.variants is not None,
-               "--importance": args.importance != "proxy", "--plan-only": args.plan_only}
+               "--importance": args.importance != "proxy", "--plan-only": args.plan_only,
+               "--budget-rounds": args.budget_rounds is not None}
     if args.method != "dp" and any(dp_only.values()):
         raise LatoptError(f"{next(k for k, v in dp_only.items() if v)} applies to --method dp")
     if args.budgets is not None and (args.budget is not None or args.plan_only):
         raise LatoptError("--budgets is the DP's study (without --budget); --budget B is one plan")
     budgets = _budgets(args.budgets)   # before anything is loaded or run
+    overrides = _overrides(args.overrides)
+    if args.budget_rounds is not None:   # the config key it sets (the DP's study hands its trials the config)
+        from latopt.dp.budgetloop import check_rounds
+
+        overrides["search.budget_rounds"] = check_rounds(args.budget_rounds, "budget_rounds")
     # start-up time: Optuna and the training stack load when a search runs, not for `latopt --help`
     from latopt.engine import seed_everything
     from latopt.search import SearchOptions, run_dp_search, run_search
@@ -94,7 +106,7 @@ def _main(args: argparse.Namespace) -> int:
 
         done = run_dp_search(SearchOptions(
             config=args.config, study=args.study, base=args.base, lut=args.lut, seed=args.seed,
-            runs_dir=args.runs_dir, threads=args.threads, overrides=_overrides(args.overrides),
+            runs_dir=args.runs_dir, threads=args.threads, overrides=overrides,
             method="dp", budget=args.budget, importance=args.importance,
             variants=_variants(args.variants), plan_only=args.plan_only, plan_out=args.out))
         # --plan-only: the plan file's content; else the applied plan (a FoldResult)
@@ -105,7 +117,7 @@ def _main(args: argparse.Namespace) -> int:
         objective=args.objective, max_acc_drop=args.max_acc_drop, measure=args.measure, timeout=args.timeout,
         base=args.base, lut=args.lut, costs=args.costs, seed=args.seed, runs_dir=args.runs_dir,
         heartbeat_interval=args.heartbeat_interval, grace_period=args.grace_period, workers=args.workers,
-        threads=args.threads, summary=not args.no_summary, overrides=_overrides(args.overrides),
+        threads=args.threads, summary=not args.no_summary, overrides=overrides,
         method=args.method, importance=args.importance, variants=_variants(args.variants),
         budgets=budgets))
     if not args.no_summary:
@@ -124,7 +136,7 @@ def _budgets(text: str | None) -> tuple[float, ...] | None:
     the default."""
     if text is None:
         return None
-    from latopt.dp.stage import check_budget
+    from latopt.dp.select import check_budget
 
     how = "fractions of the as-is latency in (0, 1], each once, separated by commas, e.g. 0.5,0.7,0.9"
     out: list[float] = []

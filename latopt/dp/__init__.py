@@ -22,7 +22,9 @@ API (what a caller such as a method-comparison tool uses)::
     plan, info = select_plan(lut, losses, budget=0.55)   # {block: variant}; info: predicted_ms, ratio, spans,
                                               # ... (spans=False: without the LUT's timed spans)
     result = run_dp(cfg, base_checkpoint, out_dir, lut=lut_path, budget=0.55, importance="proxy",
-                    losses=None, variants=None, seed=0, progress=True, task=None)
+                    losses=None, variants=None, seed=0, progress=True, task=None, budget_rounds=None)
+        # the plan measured on the LUT's device and re-solved until it meets the budget when measured (the budget
+        # loop, latopt.dp.budgetloop.meet_budget; budget_rounds default cfg.search.budget_rounds, 0 = off)
         # select + fold + check + fine-tune + write out_dir, in cfg.fold.mode, distilled when cfg.fold.distill;
         # a latopt.layerfold.FoldResult: result.model (the folded network), result.report (report["checkpoint"]
         # is the folded.pt to export; report["val_acc_finetuned"], report["acc"]["finetuned"],
@@ -35,6 +37,8 @@ API (what a caller such as a method-comparison tool uses)::
     IMPORTANCE_METHODS, REPORT_SCHEMA
 
     plan = plan_only(cfg, lut_path, budget=0.55, importance="uniform")   # no training: the plan file's content
+                                              # (measured by the budget loop; budget_rounds=0: the LUT's plan)
+    plan, info, record = meet_budget(lut, losses, budget=0.55, rounds=3, device="cpu")   # select_plan + the loop
     write_plan("plan.json", plan);  read_plan(path);  check_plan(plan, path, model=..., resolution=..., num_classes=...)
     plan_variants(plan) -> {block: variant}   (latopt.dp.planfile: the file's schema, PLAN_SCHEMA)
 
@@ -43,6 +47,7 @@ once and reused across budgets: ``variant_losses`` is the expensive part, ``sele
 milliseconds).
 """
 
+from latopt.dp.budgetloop import meet_budget
 from latopt.dp.importance import IMPORTANCE_METHODS, candidates, check_importance, val_loss, variant_losses
 from latopt.dp.knapsack import Solution, solve, solve_chain
 from latopt.dp.planfile import (
@@ -54,14 +59,8 @@ from latopt.dp.planfile import (
     read_plan,
     write_plan,
 )
-from latopt.dp.stage import (
-    REPORT_SCHEMA,
-    check_budget,
-    format_dp_report,
-    format_dp_summary,
-    run_dp,
-    select_plan,
-)
+from latopt.dp.select import check_budget, select_plan
+from latopt.dp.stage import REPORT_SCHEMA, format_dp_report, format_dp_summary, run_dp
 
 __all__ = [
     "IMPORTANCE_METHODS",
@@ -75,6 +74,7 @@ __all__ = [
     "format_dp_report",
     "format_dp_summary",
     "format_plan_summary",
+    "meet_budget",
     "plan_only",
     "plan_variants",
     "read_plan",

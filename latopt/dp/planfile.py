@@ -32,9 +32,13 @@ Infinity is refused by :func:`latopt.readers.read_json` before)::
                   1 .. MAX_SPAN_KERNEL, spans disjoint, their blocks full, pw or drop. That the kernel is what
                   the blocks compose to needs the network: export checks it (:func:`latopt.export.plan.build_plan`)
     predicted     {asis_ms, ms, ratio, speedup} > 0: the LUT's prediction of the as-is and planned networks
-                  (ratio = ms / asis_ms <= budget, speedup = asis_ms / ms)
-    selection     select_plan's info (budget, asis_ms, target_ms, predicted_ms, ratio, fastest_ms, loss,
-                  resolution, slack_ms, spans)
+                  (ratio = ms / asis_ms <= the budget the DP solved at, speedup = asis_ms / ms)
+    selection     select_plan's info (budget = the budget the DP solved at: ``budget``, or the kept round's of the
+                  budget loop; asis_ms, target_ms, predicted_ms, ratio, fastest_ms, loss, resolution, slack_ms, spans)
+    budget_loop   the budget loop's record (:mod:`latopt.dp.budgetloop`: asked, rounds_max, tolerance, status,
+                  note, device, chosen, rounds [{budget, plan, spans, loss, predicted_ms, predicted_ratio, timings,
+                  trusted, measured {ratio, ratio_q1, ratio_q3, asis_ms, plan_ms, asis_iqr_ms, plan_iqr_ms, n}}]); the
+                  kept round's plan is ``blocks``. Absent (null) in plans written before the loop
     losses        {"<block>": {variant: loss}} the DP chose over (finite)
     latopt_version, created, seconds (the time plan_only took)
 
@@ -42,7 +46,8 @@ Public API::
 
     PLAN_SCHEMA
     plan_only(cfg, lut_path, *, budget, importance="uniform", base_checkpoint=None, variants=None,
-              seed=0, progress=True) -> dict          the plan file's content (no training, no fine-tuning)
+              seed=0, progress=True, budget_rounds=None) -> dict   the plan file's content (no training, no
+                                                      fine-tuning; the plan measured by the budget loop)
     write_plan(path, plan) -> Path;  read_plan(path) -> dict (validated: PlanRecord, returned as plain data)
     PlanRecord                                        the plan file as a validated record
     plan_variants(plan) -> {block: variant}           the changed blocks, as fold_blocks takes them
@@ -64,9 +69,18 @@ from latopt import __version__
 from latopt.artifacts import file_sha256, write_json_atomic
 from latopt.checkpoint import MAX_CLASSES
 from latopt.config import RunConfig
-from latopt.constants import FOLD_VARIANTS, LUT_VARIANTS, MAX_BATCH, FoldMode, FoldVariant, Precision
+from latopt.constants import (
+    FOLD_VARIANTS,
+    LUT_VARIANTS,
+    MAX_BATCH,
+    MAX_BUDGET_ROUNDS,
+    FoldMode,
+    FoldVariant,
+    Precision,
+)
+from latopt.dp.budgetloop import LOOP_STATUS, TIMINGS, loop_summary, meet_budget
 from latopt.dp.importance import candidates, variant_losses
-from latopt.dp.stage import check_budget, select_plan
+from latopt.dp.select import check_budget
 from latopt.errors import LatoptError
 from latopt.fold.span import SPAN_VARIANTS
 from latopt.latency.lut import load_lut
@@ -86,11 +100,13 @@ _REDO = "re-create it (latopt search's DP, plan only)"
 
 def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance: str = "uniform",
               base_checkpoint: str | Path | None = None, variants: Iterable[str] | None = None, seed: int = 0,
-              progress: bool = True) -> dict[str, Any]:
+              progress: bool = True, budget_rounds: int | None = None) -> dict[str, Any]:
     """The DP's plan for ``cfg``'s model and resolution on the LUT's device at ``budget``, chosen by
     :func:`latopt.dp.select_plan` over ``importance`` losses, without training anything: ``uniform`` needs
     no checkpoint; ``proxy`` scores each variant on the trained ``base_checkpoint`` (forward passes only).
-    Returns the plan file's content (module docstring)."""
+    The plan is measured on the LUT's device and re-solved until it meets the budget when measured
+    (:func:`latopt.dp.budgetloop.meet_budget`, at most ``budget_rounds`` plans, default
+    ``cfg.search.budget_rounds``; 0: the LUT's plan). Returns the plan file's content (module docstring)."""
     t0 = time.perf_counter()
     budget = check_budget(budget)
     if importance not in PLAN_IMPORTANCE:
@@ -115,7 +131,8 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
                               f"{task.name!r} has {task.num_classes}")
         num_classes, task_name = int(arch["num_classes"]), task.name
         losses = variant_losses(cfg, base, task, cands, method="proxy", seed=seed, progress=progress)
-    plan, sel = select_plan(lut, losses, budget)
+    rounds = cfg.search.budget_rounds if budget_rounds is None else budget_rounds
+    plan, sel, loop = meet_budget(lut, losses, budget, rounds=rounds, device=cfg.device, progress=progress)
     blocks = {str(b.index): plan.get(b.index, "none") for b in lut.blocks}
     allowed = sorted({v for vs in cands.values() for v in vs if v != "none"}, key=LUT_VARIANTS.index)
     out = {
@@ -128,7 +145,7 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
         "blocks": blocks, "spans": sel["spans"],
         "predicted": {"asis_ms": sel["asis_ms"], "ms": sel["predicted_ms"], "ratio": sel["ratio"],
                       "speedup": sel["asis_ms"] / sel["predicted_ms"]},
-        "selection": sel, "losses": {str(b): ls for b, ls in sorted(losses.items())},
+        "selection": sel, "budget_loop": loop, "losses": {str(b): ls for b, ls in sorted(losses.items())},
         "latopt_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": time.perf_counter() - t0,
     }
@@ -217,6 +234,59 @@ class Selection(StrictModel):
     spans: list[_Span] = []   # plans written before spans were chosen have none
 
 
+class LoopMeasured(StrictModel):
+    """One plan timed against the as-is network (:class:`latopt.dp.budgetloop.Measured`)."""
+
+    ratio: Positive
+    ratio_q1: Positive
+    ratio_q3: Positive
+    asis_ms: Positive
+    plan_ms: Positive
+    asis_iqr_ms: _Ms
+    plan_iqr_ms: _Ms
+    n: Annotated[int, Field(ge=1)]
+
+
+class LoopRound(StrictModel):
+    """One round of the budget loop: the DP's plan at ``budget`` and its measurement."""
+
+    budget: Annotated[float, Field(gt=0, le=1)]
+    plan: Annotated[dict[BlockKey, _Variant], Field(max_length=MAX_PLAN_BLOCKS)]
+    spans: list[_Span]
+    loss: float
+    predicted_ms: Positive
+    predicted_ratio: Positive
+    timings: Annotated[int, Field(ge=1, le=TIMINGS)]
+    trusted: bool
+    measured: LoopMeasured
+
+
+class BudgetLoop(StrictModel):
+    """The budget loop's record (:mod:`latopt.dp.budgetloop`)."""
+
+    asked: Annotated[float, Field(gt=0, le=1)]
+    rounds_max: Annotated[int, Field(ge=0, le=MAX_BUDGET_ROUNDS)]
+    tolerance: Annotated[list[Positive], Field(min_length=2, max_length=2)]
+    status: Literal[LOOP_STATUS]
+    note: _Text | None
+    device: _NonEmpty | None
+    chosen: Annotated[int, Field(ge=0)] | None
+    rounds: Annotated[list[LoopRound], Field(max_length=MAX_BUDGET_ROUNDS)]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BudgetLoop:
+        if len(self.rounds) > self.rounds_max:
+            raise ValueError(f"has {len(self.rounds)} rounds, more than its rounds_max {self.rounds_max}")
+        if (self.status in ("met", "under", "over", "noisy")) != bool(self.rounds):
+            raise ValueError(f"has status {self.status!r} and {len(self.rounds)} rounds: met, under, over and noisy "
+                             "are the statuses of measured rounds, off, exact and skipped of none")
+        if (self.chosen is None) != (not self.rounds):
+            raise ValueError("field 'chosen' is the kept round's index when rounds were measured, else null")
+        if self.chosen is not None and self.chosen >= len(self.rounds):
+            raise ValueError(f"field 'chosen' {self.chosen} is not one of its {len(self.rounds)} rounds")
+        return self
+
+
 class PlanRecord(StrictModel):
     """A plan file (module docstring): every field typed and bounded, then checked against the others."""
 
@@ -235,6 +305,7 @@ class PlanRecord(StrictModel):
     predicted: Predicted
     selection: Selection
     losses: dict[BlockKey, dict[_Variant, float]]
+    budget_loop: BudgetLoop | None = None   # plans written before the budget loop have none
     latopt_version: _Text
     created: _Text
     seconds: _Ms
@@ -281,9 +352,21 @@ class PlanRecord(StrictModel):
         if self.importance == "proxy" and (self.num_classes is None or self.base_checkpoint is None):
             raise ValueError("field 'num_classes' or 'base_checkpoint' is null in a proxy plan (its losses are of a "
                              "base checkpoint and its classes)")
-        if self.predicted.ratio > self.budget * (1 + _RATIO_RTOL):
-            raise ValueError(f"field 'predicted.ratio' {self.predicted.ratio:.6g} is over the plan's budget "
-                             f"{self.budget:.6g}")
+        loop = self.budget_loop
+        if loop is not None and loop.asked != self.budget:
+            raise ValueError(f"field 'budget_loop.asked' {loop.asked:.6g} is not the plan's budget {self.budget:.6g}")
+        kept = None if loop is None or loop.chosen is None else loop.rounds[loop.chosen]
+        solved = self.budget if kept is None else kept.budget
+        if self.selection.budget != solved:
+            raise ValueError(f"field 'selection.budget' {self.selection.budget:.6g} is not the budget the plan was "
+                             f"solved at ({solved:.6g}: " + ("the budget" if kept is None else "the budget loop's kept "
+                                                              "round") + ")")
+        if kept is not None and (kept.plan != {k: v for k, v in self.blocks.items() if v != "none"}
+                                 or kept.spans != self.spans):
+            raise ValueError("field 'blocks' or 'spans' is not the plan of the budget loop's kept round")
+        if self.predicted.ratio > solved * (1 + _RATIO_RTOL):
+            raise ValueError(f"field 'predicted.ratio' {self.predicted.ratio:.6g} is over the budget the plan was "
+                             f"solved at {solved:.6g}")
         return self
 
 
@@ -322,4 +405,4 @@ def format_plan_summary(plan: Mapping[str, Any], path: str | Path) -> str:
     return (f"DP plan at budget {plan['budget']} ({plan['importance']} importance) for {plan['model']} @ "
             f"{plan['resolution']}px on {plan['lut']['device']}: changed {len(changed)}/{len(plan['blocks'])} blocks "
             f"{changed}{spans}; LUT latency {p['asis_ms']:.3f} → {p['ms']:.3f} ms "
-            f"({p['speedup']:.2f}x); wrote {path}")
+            f"({p['speedup']:.2f}x){loop_summary(plan.get('budget_loop'))}; wrote {path}")

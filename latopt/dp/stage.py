@@ -15,11 +15,10 @@ from latopt.blocks import find_blocks
 from latopt.config import RunConfig
 from latopt.data import Task, load_task, make_loaders
 from latopt.dp.importance import candidates, check_importance, variant_losses
-from latopt.dp.knapsack import DEFAULT_RESOLUTION, cheapest, solve_chain
-from latopt.dp.spans import decode, span_options
+from latopt.dp.select import check_budget
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
-from latopt.latency.lut import LUT, check_blocks, load_lut, predict
+from latopt.latency.lut import LUT, check_blocks, load_lut
 from latopt.layerfold import FoldResult, check_base, fold_plan_and_finetune, report_tail, write_fold_outputs
 from latopt.log import get_logger
 from latopt.models import model_cost
@@ -28,69 +27,19 @@ REPORT_SCHEMA = "latopt.dp_report/1"
 _LOG = get_logger("dp")
 
 
-def check_budget(budget: float, param: str = "budget") -> float:
-    """``budget`` as a float in (0, 1]; else one error line naming the parameter ``param`` it came as."""
-    b = float(budget)
-    if not 0 < b <= 1:
-        raise LatoptError(f"{param} {budget!r}: a fraction of the as-is latency in (0, 1], e.g. 0.6", param=param)
-    return b
-
-
-def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: float, *,
-                resolution: int = DEFAULT_RESOLUTION, spans: bool = True) -> tuple[dict[int, str], dict[str, Any]]:
-    """The least-loss plan whose LUT-predicted latency is ≤ ``budget`` × the as-is prediction.
-
-    ``losses[block][variant]`` (``none`` included; :func:`latopt.dp.importance.variant_losses`): the
-    options of each block; a block missing from ``losses`` stays as it is. With ``spans`` and a LUT that
-    times spans, the DP chooses over spans and single blocks together (:func:`latopt.dp.knapsack.solve_chain`,
-    :mod:`latopt.dp.spans`). Returns (plan {block: variant} without the ``none`` blocks, the blocks of a span
-    included, info: budget, asis_ms, target_ms, predicted_ms (undiscretised, ≤ target), ratio, loss,
-    resolution, slack_ms = the most the discretisation can leave unused, spans = [[start, end, kernel], ...]
-    merged into one convolution each)."""
-    budget = check_budget(budget)
-    asis = predict(lut, {})
-    target = budget * asis
-    capacity = target - lut.fixed_ms
-    options: dict[int, dict[str, tuple[float, float]]] = {}
-    for b in lut.blocks:
-        opts = losses.get(b.index, {"none": 0.0})
-        if "none" not in opts:
-            raise LatoptError(f"block {b.index}: the losses have no entry for 'none' (the block as it is)")
-        missing = [v for v in opts if v not in b.ms]
-        if missing:
-            raise LatoptError(f"block {b.index}: the LUT has no time for variant {missing[0]!r}")
-        options[b.index] = {v: (b.ms[v], float(loss)) for v, loss in opts.items()}
-    span_opts, kernels = span_options(lut, losses) if spans else ({}, {})
-    fastest = lut.fixed_ms + cheapest(options, span_opts)
-    sol = solve_chain(options, span_opts, capacity, resolution=resolution) if capacity > 0 else None
-    if sol is None:
-        raise LatoptError(f"budget {budget} ({target:.3f} ms of the as-is {asis:.3f} ms) is below the fastest "
-                          f"network these variants allow ({fastest:.3f} ms = {fastest / asis:.3f} of as-is); raise "
-                          "the budget or allow more variants (profile the device with the variants full, pw and drop)")
-    plan = {i: v for i, v in sol.choice.items() if v != "none"}
-    merged = [[a, b, kernels[(a, b, name)]] for (a, b), name in sol.spans.items()]
-    for (a, _), name in sol.spans.items():
-        plan.update(decode(a, name))
-    plan = dict(sorted(plan.items()))
-    pred = predict(lut, plan, merged)
-    if pred > target * (1 + 1e-12):  # the final check, on the undiscretised prediction
-        raise LatoptError(f"the DP's plan is predicted at {pred:.4f} ms > the budget's {target:.4f} ms")
-    info = {"budget": budget, "asis_ms": asis, "target_ms": target, "predicted_ms": pred, "ratio": pred / asis,
-            "fastest_ms": fastest, "loss": sol.loss, "resolution": resolution,
-            "slack_ms": len(options) * capacity / resolution, "spans": merged}
-    return plan, info
-
-
 def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, lut: LUT | str | Path,
            budget: float, importance: str = "proxy", losses: Mapping[int, Mapping[str, float]] | None = None,
            variants: Iterable[str] | None = None, seed: int = 0, progress: bool = True,
-           task: Task | None = None) -> FoldResult:
+           task: Task | None = None, budget_rounds: int | None = None) -> FoldResult:
     """Select a plan with the DP (:func:`select_plan`) and apply it: fold exactly (checked against the variant
     network), fine-tune, write ``out_dir`` as ``latopt fold`` does (folded.pt, prefold.pt = the base network
     the fold is recomputed from, report.json, report.txt, config.yaml) so ``latopt export`` ships it with all
     its gates. The fold mode and distillation are ``cfg.fold``'s (``mode``, ``distill``). ``losses`` (else
     computed by ``importance``) may hold a subset of the variants; ``variants`` limits the candidates (default:
-    every variant of the LUT). Returns the folded network, the report and the paths (:class:`FoldResult`)."""
+    every variant of the LUT). The plan is measured on the LUT's device and re-solved until it meets the budget
+    when measured (:func:`latopt.dp.budgetloop.meet_budget`: at most ``budget_rounds`` plans, default
+    ``cfg.search.budget_rounds``; 0 = the LUT's plan, not measured); report.json's ``budget_loop`` records each
+    round. Returns the folded network, the report and the paths (:class:`FoldResult`)."""
     t_start = time.perf_counter()
     mode, distill = cfg.fold.mode, cfg.fold.distill
     check_importance(importance)
@@ -116,7 +65,10 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
         source = "given"
     losses = {b: {v: float(x) for v, x in ls.items() if v in cands.get(b, ())} for b, ls in losses.items()}
     t_imp = time.perf_counter() - t0
-    plan, sel = select_plan(lut, losses, budget)
+    from latopt.dp.budgetloop import meet_budget
+
+    rounds = cfg.search.budget_rounds if budget_rounds is None else budget_rounds
+    plan, sel, loop = meet_budget(lut, losses, budget, rounds=rounds, device=cfg.device, progress=progress)
     if progress:
         _LOG.info(f"DP at budget {budget}: {len(plan)} blocks changed {plan}; predicted {sel['predicted_ms']:.3f} ms "
                   f"= {sel['ratio']:.3f} of as-is {sel['asis_ms']:.3f} ms; total loss {sel['loss']:.4f}")
@@ -136,7 +88,7 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
     report: dict[str, Any] = {
         "schema": REPORT_SCHEMA, "method": "dp", "model": arch["model"], "task": task.name, "resolution": res,
         "seed": seed, "base_checkpoint": str(base_checkpoint), "lut": lut_path, "mode": mode, "distill": distill,
-        "importance": source, "selection": sel, "losses": {str(b): ls for b, ls in sorted(losses.items())},
+        "importance": source, "budget": budget, "selection": sel, "budget_loop": loop, "losses": {str(b): ls for b, ls in sorted(losses.items())},
         "folded": {str(k): v for k, v in plan.items()}, "n_blocks": len(find_blocks(base)), "n_folded": len(plan),
         "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"], "test_samples": len(task.test),
         "flops": {"base": cost_base["flops"], "folded": cost_folded["flops"]},
@@ -149,9 +101,13 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
 
 
 def format_dp_report(r: Mapping[str, Any]) -> str:
+    from latopt.dp.budgetloop import format_loop
+
     s = r["selection"]
+    asked = r.get("budget", s["budget"])   # reports from before the budget loop: the budget solved at
+    solved = "" if asked == s["budget"] else f", solved at {s['budget']:.4f} by the budget loop"
     lines = [f"latopt DP report: {r['model']} on {r['task']} @ {r['resolution']}px, seed {r['seed']}",
-             f"budget {s['budget']} of the as-is LUT latency {s['asis_ms']:.4f} ms (target {s['target_ms']:.4f} ms); "
+             f"budget {asked}{solved} of the as-is LUT latency {s['asis_ms']:.4f} ms (target {s['target_ms']:.4f} ms); "
              f"importance {r['importance']}; mode {r['mode']}; lut {r['lut']}",
              "", f"{'block':>5}  {'variant':<10} {'loss':>9}   candidates (loss)"]
     for k, ls in r["losses"].items():
@@ -160,7 +116,7 @@ def format_dp_report(r: Mapping[str, Any]) -> str:
         lines.append(f"{k:>5}  {v:<10} {ls.get(v, 0.0):>9.4f}   {others}")
     lines += ["", f"changed {r['n_folded']}/{r['n_blocks']} blocks; total loss {s['loss']:.4f}",
               f"LUT-predicted latency {s['asis_ms']:.4f} ms → {s['predicted_ms']:.4f} ms ({s['ratio']:.3f} of as-is, "
-              f"{s['asis_ms'] / s['predicted_ms']:.3f}x)"]
+              f"{s['asis_ms'] / s['predicted_ms']:.3f}x)", *format_loop(r.get("budget_loop"))]
     lines += report_tail(r, (("base", "base"), ("linearized", "variant network"), ("folded", "folded, before FT"),
                              ("finetuned", "folded, fine-tuned")))
     lines.append(f"checkpoint {r['checkpoint']}")
@@ -168,8 +124,11 @@ def format_dp_report(r: Mapping[str, Any]) -> str:
 
 
 def format_dp_summary(r: Mapping[str, Any]) -> str:
+    from latopt.dp.budgetloop import loop_summary
+
     s, a = r["selection"], r["acc"]
-    return (f"DP at budget {s['budget']}: changed {r['n_folded']}/{r['n_blocks']} blocks {r['folded']}; LUT latency "
-            f"{s['asis_ms']:.3f} → {s['predicted_ms']:.3f} ms ({s['asis_ms'] / s['predicted_ms']:.2f}x); test acc base "
+    return (f"DP at budget {r.get('budget', s['budget'])}: changed {r['n_folded']}/{r['n_blocks']} blocks {r['folded']}; "
+            f"LUT latency {s['asis_ms']:.3f} → {s['predicted_ms']:.3f} ms ({s['asis_ms'] / s['predicted_ms']:.2f}x)"
+            f"{loop_summary(r.get('budget_loop'))}; test acc base "
             f"{a['base']:.4f}, variant network {a['linearized']:.4f}, fine-tuned {a['finetuned']:.4f}; "
             f"wrote {r['checkpoint']}")
