@@ -48,7 +48,8 @@ image transforms of both), ``loaders.py`` (:func:`make_loaders`, :class:`ShardSa
 Public API: :class:`Task`, :func:`get_task`, :func:`load_task` (the task of a run config), :func:`limit_task`,
 :func:`make_loaders`, :func:`collate` (the loaders' collation: a batched dataset's batch as it is),
 :class:`ShardSampler`, :func:`data_meta` (what a checkpoint records about its data),
-:func:`data_fingerprint`, :func:`split_indices` (the one digits split), :func:`register_task` and
+:func:`data_fingerprint`, :func:`split_indices` (the one digits split), :func:`split_validation` (validation
+cut into a selection and a confirmation part: a search's recommendation), :func:`register_task` and
 :data:`TASKS` (the registry: name -> :class:`TaskEntry`), :class:`UnreadableImage`.
 """
 
@@ -64,8 +65,8 @@ from latopt.data.fingerprint import data_fingerprint, data_meta
 from latopt.data.folder import UnreadableImage
 from latopt.data.loaders import ShardSampler, collate, make_loaders
 from latopt.data.registry import TASKS, TaskEntry, get_task, load_task, register_task, task_forms
-from latopt.data.task import Task, limit_task, subsample_train
+from latopt.data.task import Task, limit_task, split_validation, subsample_train
 
 __all__ = ["CIFAR_MEAN", "CIFAR_STD", "TASKS", "ShardSampler", "Task", "TaskEntry", "UnreadableImage", "collate",
            "data_fingerprint", "data_meta", "get_task", "limit_task", "load_task", "make_loaders", "register_task",
-           "split_indices", "subsample_train", "task_forms"]
+           "split_indices", "split_validation", "subsample_train", "task_forms"]

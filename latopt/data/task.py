@@ -1,10 +1,13 @@
 """The product of every data task: :class:`Task`, three splits of (image tensor 3xRxR, int label),
-:func:`limit_task` (every split cut to its first samples, for smoke runs) and :func:`subsample_train` (a seeded
-subset of the training split, ``data.train_samples``)."""
+:func:`limit_task` (every split cut to its first samples, for smoke runs), :func:`subsample_train` (a seeded
+subset of the training split, ``data.train_samples``) and :func:`split_validation` (the validation split cut
+into a selection part and a confirmation part, for a search's recommendation)."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset, Subset
@@ -52,3 +55,24 @@ def subsample_train(task: Task, n: int | None, seed: int) -> Task:
                           f"give at most {total} (or null for all)", param="train_samples")
     keep = np.sort(np.random.default_rng([seed, 1]).permutation(total)[:n])
     return replace(task, train=Subset(task.train, keep.tolist()))
+
+
+def split_validation(task: Task, fraction: float, seed: int) -> tuple[Task, Dataset, dict[str, Any]]:
+    """The validation split cut in two, deterministically: (the task with ``val`` = the *selection* part, the
+    *confirmation* part, what was done). ``round(fraction * n)`` of the ``n`` validation samples, drawn by a
+    permutation seeded by ``seed`` (stream ``[seed, 2]``; ``subsample_train`` draws from ``[seed, 1]``), are the
+    confirmation part; the rest, in their order, the selection part. The split depends on ``n``, ``fraction`` and
+    ``seed`` only (not stratified); the record holds them, both sizes and the SHA-256 of the confirmation indices.
+    Both parts must be non-empty."""
+    n = len(task.val)  # type: ignore[arg-type]
+    k = round(float(fraction) * n)
+    if not 0 < k < n:
+        raise LatoptError(f"the validation split of {task.name} has {n} images: too few to hold out "
+                          f"{fraction:g} of it for confirmation and keep the rest; give a task with a larger "
+                          "validation split", param="val")
+    perm = np.random.default_rng([seed, 2]).permutation(n)
+    confirm, select = np.sort(perm[:k]), np.sort(perm[k:])
+    info = {"fraction": float(fraction), "seed": int(seed), "n_validation": n, "n_selection": n - k,
+            "n_confirmation": k,
+            "confirmation_sha256": hashlib.sha256(confirm.astype("<i8").tobytes()).hexdigest()}
+    return replace(task, val=Subset(task.val, select.tolist())), Subset(task.val, confirm.tolist()), info

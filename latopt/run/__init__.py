@@ -16,7 +16,8 @@ stage      fingerprint
 =========  ===========================================================================================
 base       config sections model, data, train; seed; latopt version
 profile    config sections model, data; device profile; the config's ``lut`` path and SHA-256 when given
-search     config sections fold, search (except ``trials``); base checkpoint and LUT SHA-256; seed
+search     config sections fold, search (except ``trials``); base checkpoint and LUT SHA-256; seed; the
+           validation rule (selection/confirmation split, confirmation bound)
 export     exported checkpoint and LUT SHA-256; device profile; seed; latopt version
 =========  ===========================================================================================
 

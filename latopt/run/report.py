@@ -3,6 +3,7 @@
 Public API::
 
     write_report(root, cfg, lut, base, srch, result, times, plan=None) -> summary str
+    constraint_lines(srch, acc_before, acc_after) -> lines   the constraint, the confirmed drop, the test drop
     latency_chart(lut, folded, path) -> Path      per-block LUT times, as-is and folded, the folded blocks marked
     action(why) -> str                            what an invocation did with a stage, from its plan entry
 """
@@ -60,7 +61,7 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
         f"  folded blocks   {len(folded)}/{len(lut.foldable())}: {sorted(folded) or 'none'}"
         + (f"  (trial {srch['trial']}: λ_c={srch['params'].get('lambda_c', float('nan')):.3g}, "
            f"τ={srch['params'].get('tau', float('nan')):.2f})" if srch.get("trial") is not None and srch.get("params")
-           and "lambda_c" in srch["params"] else ""),
+           and "lambda_c" in srch["params"] and not (srch.get("row") or {}).get("base") else ""),
         f"  test accuracy   {_pct(acc_before)} → {_pct(acc_after)}",
     ]
     if lat:
@@ -73,6 +74,7 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
             clock = f", {lat['clock']} clock" if lat.get("clock") else ""
             lines.append(f"  LUT prediction  {lat['lut_speedup']:.2f}× (per-block sums from the LUT{when}{clock}; "
                          f"{lat['lut_speedup_error']:+.1%} against the speed-up measured in this run)")
+    lines += constraint_lines(srch, acc_before, acc_after)
     if srch.get("note"):
         lines.append(f"  note            {srch['note']}")
     warning = undertrained_warning(acc_before, acc_after, (result.get("accuracy") or {}).get("samples"))
@@ -92,6 +94,38 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
            f"- search study: `{srch.get('study_dir', '')}`", f"- export: `{root / 'export'}` (see its REPORT.md)", ""]
     write_text_atomic(root / "REPORT.md", "\n".join(md))
     return summary
+
+
+def constraint_lines(srch: dict[str, Any], acc_before: float | None, acc_after: float | None) -> list[str]:
+    """The accuracy constraint and how the shipped network keeps it: the constraint; the drop confirmed on the
+    held-out validation images with its one-sided bound (:mod:`latopt.search._confirm`) and the faster trials it
+    rejected; the test drop (base → exported network, both on the test split, read for these figures only)."""
+    m = srch.get("max_acc_drop")
+    if m is None:
+        return []
+    lines = [f"  constraint      accuracy drop ≤ {_pt(m)} (search.max_acc_drop), chosen on validation only"]
+    split, c = srch.get("confirm_split") or {}, srch.get("confirm")
+    if split and c is not None:
+        if c.get("level") is None:   # the base trial: the same network, drop 0 by definition
+            lines.append("  confirmed drop  0 (the base model itself: no folded trial was confirmed)")
+        else:
+            lines.append(f"  confirmed drop  {_pt(c['drop'], sign=True)} on {c['n']} held-out validation images "
+                         f"({c['lost']} lost, {c['won']} won), ≤ {_pt(c['bound'], sign=True)} at {c['level']:.0%} "
+                         f"one-sided (exact McNemar bound; seed {split['seed']})")
+    rejected = [r for r in srch.get("rejected") or [] if "bound" in r]
+    if rejected:
+        lines.append("  not confirmed   " + "; ".join(f"trial {r['trial']} (drop {_pt(r['drop'], sign=True)}, bound "
+                                                      f"{_pt(r['bound'], sign=True)})" for r in rejected))
+    if acc_before is not None and acc_after is not None:
+        drop = acc_before - acc_after
+        verdict = "within the constraint" if drop <= m + 1e-12 else f"over the constraint by {_pt(drop - m)}"
+        lines.append(f"  test drop       {_pt(drop, sign=True)} ({_pct(acc_before)} → {_pct(acc_after)}): {verdict}")
+    return lines
+
+
+def _pt(x: float, *, sign: bool = False) -> str:
+    """An accuracy difference (a fraction) in points."""
+    return f"{100 * x:+.2f} pt" if sign else f"{100 * x:.2f} pt"
 
 
 def action(why: str | None) -> str:

@@ -12,7 +12,8 @@ stage      result (``job.results[name]``)
 =========  ===================================================================================
 base       its record: checkpoint, test_acc, val_acc (:func:`latopt.train.train_base`)
 profile    the LUT (profiled on the device, or the config's ``lut``)
-search     its record: the recommended trial, its checkpoint (None: the base), fold set, params
+search     its record: the recommended trial, its checkpoint (None: the base), fold set, params, the
+           constraint and its confirmation (held-out validation images), the faster trials rejected
 export     export.json's content (:func:`latopt.export.export`)
 report     the one-screen summary (REPORT.md, the charts and config.yaml written)
 =========  ===================================================================================
@@ -41,7 +42,14 @@ from latopt.log import get_logger
 from latopt.readers import read_json
 from latopt.run.report import write_report
 from latopt.run.state import REPORT_FILES, RunState
-from latopt.search import SearchOptions, format_table, run_search
+from latopt.search import (
+    CONFIRM_FRACTION,
+    CONFIRM_LEVEL,
+    CONFIRM_METHOD,
+    SearchOptions,
+    format_table,
+    run_search,
+)
 from latopt.train import train_base
 
 _LOG = get_logger("run")
@@ -151,7 +159,10 @@ PROFILE = Stage(
 # 3. search --------------------------------------------------------------------------------------------
 def _search_made_from(job: Job) -> dict[str, Any]:
     return {**job.config_sections("fold", "search"), "base checkpoint": file_sha256(job.checkpoint("base")),
-            "LUT": file_sha256(job.lut_path), "seed": job.seed, "latopt version": __version__}
+            "LUT": file_sha256(job.lut_path), "seed": job.seed, "latopt version": __version__,
+            # a search of a latopt that chose and confirmed on the same validation images is re-run
+            "validation": f"selection/confirmation {1 - CONFIRM_FRACTION:g}/{CONFIRM_FRACTION:g}, "
+                          f"{CONFIRM_METHOD} at {CONFIRM_LEVEL:g}"}
 
 
 def _search_make(job: Job, say: Say) -> tuple[dict[str, Any], Any]:
@@ -174,15 +185,20 @@ def recommended(res: Any) -> dict[str, Any]:
     summary = res.summary
     rec = res.recommended
     rows = {r["trial"]: r for r in summary["rows"]}
+    chosen = summary.get("recommendation") or {}
+    # what the summary prints about the accuracy constraint: the split, the confirmation, the rejected trials
+    judged = {"max_acc_drop": summary.get("max_acc_drop"), "confirm_split": summary.get("confirm_split"),
+              "confirm": chosen.get("confirm"), "rejected": chosen.get("rejected") or [],
+              "pareto_png": str(res.files.get("png", "")), "study_dir": str(res.study_dir)}
     if rec is None:
-        return {"trial": None, "checkpoint": None, "fold_set": {}, "note": "no trial met the accuracy constraint",
-                "pareto_png": str(res.files.get("png", "")), "study_dir": str(res.study_dir)}
+        return {"trial": None, "checkpoint": None, "fold_set": {},
+                "note": chosen.get("note") or "no trial met the accuracy constraint", **judged}
     trial = next(t for t in study.trials if t.number == rec)
     ua = trial.user_attrs
     return {"trial": rec, "checkpoint": None if ua.get("base") else ua.get("checkpoint"),
             "fold_set": ua.get("fold_set", {}), "val_acc": ua.get("val_acc"), "base_acc": ua.get("base_acc"),
             "latency_ms": ua.get("latency_ms"), "params": dict(trial.params), "row": rows.get(rec),
-            "pareto_png": str(res.files.get("png", "")), "study_dir": str(res.study_dir)}
+            **({"note": chosen["note"]} if chosen.get("note") else {}), **judged}
 
 
 SEARCH = Stage(

@@ -7,7 +7,7 @@ Public API::
     res = run_search(SearchOptions(config="quickstart", trials=12))   # -> SearchResult
     study = optuna.load_study(study_name=res.study_name, storage=res.storage)
     front = pareto_front(study)              # list[FrozenTrial]: feasible, non-dominated, fastest first
-    best = recommend(study, max_acc_drop=0.01)   # FrozenTrial | None: fastest within the accuracy constraint
+    best = recommend(study, max_acc_drop=0.01)   # FrozenTrial | None: fastest within the constraint, confirmed
     best.user_attrs["checkpoint"]            # the folded checkpoint of that trial
 
 ``run_dp_search(SearchOptions(config=..., method="dp", budget=0.6))`` (``latopt search --method dp
@@ -18,6 +18,14 @@ runs the DP as a study, ``<study>-dp`` (:func:`dp_study_name`; ``runs/<study>-dp
 budget of ``budgets`` (``--budgets``; :class:`BudgetSpace`, the parameter ``budget``), each the DP's plan folded and
 fine-tuned, with the same objectives, attributes, front and recommendation; the base model is the Layer
 Folding study's. ``show_front`` of ``<study>`` summarises and draws ``<study>-dp`` with it (``others``).
+
+Validation: the search cuts the validation split once, seeded by ``seed`` (:func:`latopt.data.split_validation`,
+recorded in the study's ``confirm`` attribute): the trials train, pick their best epoch and are scored on the
+*selection* part (half); the *confirmation* part is evaluated once per trial (attributes ``confirm_n``,
+``confirm_lost``, ``confirm_won``, ``confirm_acc``, ``confirm_base_acc``) and read only by the recommendation:
+the fastest trial within the constraint on the selection part whose drop is also confirmed on the held-out
+part, by a one-sided exact McNemar bound at 95 % (:mod:`latopt.search._confirm`); the next-fastest when it is
+not (``recommendation(study)`` lists the rejected ones); the base model when no folded trial is confirmed.
 
 Objectives: (validation accuracy ↑, LUT-predicted latency in ms ↓); ``objective="depth"``: remaining
 non-linear layers ↓; ``measure=True``: measured end-to-end latency relative to the base model timed in the
@@ -33,6 +41,7 @@ study opens in optuna-dashboard as it is. Layout: ``runs/<study>/search/{study.d
 
 from __future__ import annotations
 
+from latopt.search._confirm import CONFIRM_FRACTION, CONFIRM_LEVEL, CONFIRM_METHOD, drop_bound
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import (
     base_trial,
@@ -40,6 +49,7 @@ from latopt.search._pareto import (
     front_summary,
     pareto_front,
     recommend,
+    recommendation,
     write_front,
 )
 from latopt.search._run import (
@@ -56,6 +66,9 @@ from latopt.search._storage import OBJECTIVES, open_storage, open_study, redact
 from latopt.search._trial import count_nonlinear
 
 __all__ = [
+    "CONFIRM_FRACTION",
+    "CONFIRM_LEVEL",
+    "CONFIRM_METHOD",
     "OBJECTIVES",
     "BudgetSpace",
     "SearchOptions",
@@ -64,6 +77,7 @@ __all__ = [
     "base_trial",
     "count_nonlinear",
     "dp_study_name",
+    "drop_bound",
     "format_table",
     "front_summary",
     "make_sampler",
@@ -71,6 +85,7 @@ __all__ = [
     "open_study",
     "pareto_front",
     "recommend",
+    "recommendation",
     "redact",
     "resolve_lut",
     "run_dp_search",

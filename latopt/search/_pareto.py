@@ -1,8 +1,10 @@
 """The Pareto front of a search study: selection, recommendation, table and files.
 
 ``pareto_front(study)`` is Optuna's own non-dominated set (``study.best_trials``: COMPLETE trials that
-satisfy the accuracy-drop constraint). ``recommend(study, max_acc_drop)`` is the fastest trial whose
-accuracy is within ``max_acc_drop`` of the base model's. ``write_front`` writes pareto.json / .csv /
+satisfy the accuracy-drop constraint). ``recommend(study, max_acc_drop)`` is the fastest trial within
+``max_acc_drop`` of the base model's accuracy on the selection part of the validation split whose drop is also
+*confirmed* on the held-out confirmation part (:mod:`latopt.search._confirm`: the one-sided bound within
+``max_acc_drop``); ``recommendation`` says which faster trials were rejected and why. ``write_front`` writes pareto.json / .csv /
 .png (and .html through ``optuna.visualization`` when plotly is installed). ``others``: studies of the same
 objectives (the DP's study beside a Layer Folding study) whose fronts are summarised (``others`` in the
 summary) and drawn on the same plot.
@@ -23,11 +25,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from latopt.artifacts import write_figure_atomic, write_json_atomic, write_text_atomic
 from latopt.errors import LatoptError
+from latopt.search._confirm import CONFIRM_LEVEL, confirm
 
 PARETO_SCHEMA = "latopt.pareto/1"
 _EPS = 1e-12
-COLUMNS = ("trial", "val_acc", "metric", "acc_drop", "feasible", "lambda_c", "tau", "p", "granularity", "budget",
-           "n_folded", "base", "on_front", "on_full_front", "recommended", "checkpoint")
+COLUMNS = ("trial", "val_acc", "metric", "acc_drop", "feasible", "confirm_drop", "confirm_bound", "confirmed",
+           "lambda_c", "tau", "p", "granularity", "budget", "n_folded", "base", "on_front", "on_full_front",
+           "recommended", "checkpoint")
 
 
 def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -66,22 +70,62 @@ def non_dominated(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 
 
 def recommend(study: optuna.Study, max_acc_drop: float | None = None) -> FrozenTrial | None:
-    """The fastest COMPLETE trial whose accuracy is at most ``max_acc_drop`` below the base model's.
+    """The recommended trial (:func:`recommendation`), or None when there is none."""
+    return recommendation(study, max_acc_drop)["trial"]
 
-    ``max_acc_drop`` defaults to the value the study was created with. Ties go to higher accuracy.
-    Returns None when no trial qualifies (e.g. the base trial has not completed yet).
-    """
+
+def trial_confirmation(study: optuna.Study, t: FrozenTrial, max_acc_drop: float) -> dict[str, Any] | None:
+    """``t``'s confirmation (:func:`latopt.search._confirm.confirm` at the study's level) from its paired counts on
+    the confirmation part; None for a trial without them (a study made before the split)."""
+    a = t.user_attrs
+    if not all(isinstance(a.get(k), int) for k in ("confirm_n", "confirm_lost", "confirm_won")):
+        return None
+    level = float((study.user_attrs.get("confirm") or {}).get("level", CONFIRM_LEVEL))
+    return confirm(a["confirm_lost"], a["confirm_won"], a["confirm_n"], max_acc_drop, level)
+
+
+def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> dict[str, Any]:
+    """The fastest COMPLETE trial whose drop below the base model is within ``max_acc_drop`` on the selection part
+    of the validation split (the study's objective ``val_acc``) *and* confirmed on the confirmation part: the
+    one-sided bound of :mod:`latopt.search._confirm` at most ``max_acc_drop``. The trials within the constraint
+    are tried fastest first (ties: the more accurate, then the earlier); a trial whose bound is over is
+    rejected and the next one tried; the base trial (drop 0 by definition) ends the list.
+
+    Returns ``{"trial": FrozenTrial | None, "confirm": its confirmation, "rejected": [{"trial", **confirmation}
+    of the faster trials rejected], "max_acc_drop", "note": why there is none, or that no folded trial was
+    confirmed}``. ``max_acc_drop`` defaults to the value the study was created with. A study made before the
+    split (no ``confirm`` attribute) has no recommendation: the note says so."""
     if max_acc_drop is None:
         max_acc_drop = study.user_attrs.get("max_acc_drop")
     if max_acc_drop is None:
         raise LatoptError("no max_acc_drop given and the study does not record one", param="max_acc_drop")
+    m = float(max_acc_drop)
+    out: dict[str, Any] = {"trial": None, "confirm": None, "rejected": [], "max_acc_drop": m, "note": None}
+    if "confirm" not in study.user_attrs:
+        out["note"] = ("no recommendation: the study was made before latopt held out part of the validation split "
+                       "to confirm it; rerun the search into a new study")
+        return out
     base_acc = base_accuracy(study)
     if base_acc is None:
-        return None
-    ok = [t for t in complete_trials(study) if base_acc - t.values[0] <= float(max_acc_drop) + _EPS]
-    if not ok:
-        return None
-    return min(ok, key=lambda t: (t.values[1], -t.values[0], t.number))
+        out["note"] = "no recommendation: the base trial has not completed yet"
+        return out
+    ok = [t for t in complete_trials(study) if base_acc - t.values[0] <= m + _EPS]
+    for t in sorted(ok, key=lambda t: (t.values[1], -t.values[0], t.number)):
+        c = {"n": 0, "lost": 0, "won": 0, "drop": 0.0, "bound": 0.0, "level": None, "passed": True} \
+            if t.user_attrs.get("base") else trial_confirmation(study, t, m)
+        if c is None:
+            out["rejected"].append({"trial": t.number, "passed": False, "why": "no confirmation counts"})
+        elif not c["passed"]:
+            out["rejected"].append({"trial": t.number, **c})
+        else:
+            out["trial"], out["confirm"] = t, c
+            break
+    if out["trial"] is None:
+        out["note"] = "no recommendation: no completed trial within the accuracy constraint was confirmed"
+    elif out["trial"].user_attrs.get("base") and out["rejected"]:
+        out["note"] = (f"no folded trial within the accuracy constraint was confirmed on the held-out validation "
+                       f"images ({len(out['rejected'])} rejected): the base model is recommended")
+    return out
 
 
 def _feasible(t: FrozenTrial) -> bool:
@@ -89,7 +133,7 @@ def _feasible(t: FrozenTrial) -> bool:
 
 
 def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_front: bool,
-         recommended: bool) -> dict[str, Any]:
+         recommended: bool, confirmed: dict[str, Any] | None) -> dict[str, Any]:
     fold = t.user_attrs.get("fold_set") or {}
     return {
         "trial": t.number,
@@ -97,6 +141,9 @@ def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_fron
         "metric": float(t.values[1]),
         "acc_drop": None if base_acc is None else base_acc - float(t.values[0]),
         "feasible": _feasible(t),
+        "confirm_drop": None if confirmed is None else confirmed["drop"],
+        "confirm_bound": None if confirmed is None else confirmed["bound"],
+        "confirmed": None if confirmed is None else confirmed["passed"],
         "lambda_c": t.params.get("lambda_c"),
         "tau": t.params.get("tau"),
         "p": t.params.get("p"),
@@ -130,7 +177,8 @@ def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
     names = study.user_attrs.get("metric_names") or ["objective0", "objective1"]
     front = pareto_front(study)
     front_ids = {t.number for t in front}
-    rec = recommend(study, max_acc_drop) if max_acc_drop is not None else None
+    chosen = recommendation(study, max_acc_drop) if max_acc_drop is not None else None
+    rec = None if chosen is None else chosen["trial"]
     base = base_trial(study)
     base_acc = base_accuracy(study)
     full = non_dominated(complete_trials(study))
@@ -141,7 +189,9 @@ def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
             shown.setdefault(extra.number, extra)
     ordered = sorted(shown.values(), key=lambda t: (t.values[1], -t.values[0], t.number))
     rows = [_row(t, base_acc, on_front=t.number in front_ids, on_full_front=t.number in full_ids,
-                 recommended=rec is not None and t.number == rec.number) for t in ordered]
+                 recommended=rec is not None and t.number == rec.number,
+                 confirmed=None if max_acc_drop is None else trial_confirmation(study, t, float(max_acc_drop)))
+            for t in ordered]
     counts = {s.name: 0 for s in TrialState}
     for t in study.get_trials(deepcopy=False):
         counts[t.state.name] += 1
@@ -154,6 +204,8 @@ def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
         "base_acc": base_acc,
         "base_trial": None if base is None else base.number,
         "recommended": None if rec is None else rec.number,
+        "recommendation": None if chosen is None else {k: v for k, v in chosen.items() if k != "trial"},
+        "confirm_split": study.user_attrs.get("confirm"),
         "n_front": len(front),
         "n_full_front": len(full),
         "trial_states": {k: v for k, v in counts.items() if v},
@@ -164,7 +216,8 @@ def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
 
 def format_table(summary: dict[str, Any]) -> str:
     metric = summary["metric_names"][1]
-    head = f"{'trial':>5} {'val_acc':>8} {metric:>16} {'drop':>7} {'λ_c':>8} {'τ':>5} {'p':>5} {'gran':>10} {'folded':>6}  note"
+    head = (f"{'trial':>5} {'val_acc':>8} {metric:>16} {'drop':>7} {'c.drop':>7} {'c.bound':>7} {'λ_c':>8} {'τ':>5} "
+            f"{'p':>5} {'gran':>10} {'folded':>6}  note")
     lines = [f"study {summary['study']!r}: objective {summary['objective']}, {summary['n_front']} non-dominated "
              f"feasible trial(s) ({summary['n_full_front']} without the constraint); states {summary['trial_states']}; "
              f"max acc drop {summary['max_acc_drop']}", head]
@@ -176,13 +229,40 @@ def format_table(summary: dict[str, Any]) -> str:
             notes.append("dominated")
         if r["budget"] is not None and not r["base"]:
             notes.append(f"budget {r['budget']:g}")
+        if r.get("confirmed") is False and not r["base"]:
+            notes.append("not confirmed")
         drop = "" if r["acc_drop"] is None else f"{r['acc_drop']:+.4f}"
+        cdrop, cbound = ("", "") if r.get("confirm_drop") is None else \
+            (f"{r['confirm_drop']:+.4f}", f"{r['confirm_bound']:+.4f}")
         gran = r["granularity"] or ""
-        lines.append(f"{r['trial']:>5} {r['val_acc']:>8.4f} {r['metric']:>16.4f} {drop:>7} {_f(r['lambda_c'], '8.3g')} "
-                     f"{_f(r['tau'], '5.2f')} {_f(r['p'], '5.2f')} {gran:>10} {r['n_folded']:>6}  {', '.join(notes)}")
-    if summary["recommended"] is None:
-        lines.append("no recommendation: no completed trial within the accuracy constraint yet")
+        lines.append(f"{r['trial']:>5} {r['val_acc']:>8.4f} {r['metric']:>16.4f} {drop:>7} {cdrop:>7} {cbound:>7} "
+                     f"{_f(r['lambda_c'], '8.3g')} {_f(r['tau'], '5.2f')} {_f(r['p'], '5.2f')} {gran:>10} "
+                     f"{r['n_folded']:>6}  {', '.join(notes)}")
+    lines += recommendation_lines(summary)
     return "\n".join(lines)
+
+
+def recommendation_lines(summary: dict[str, Any]) -> list[str]:
+    """What the table says under its rows about the recommendation: the split, the rejected trials, the note."""
+    rec, split = summary.get("recommendation") or {}, summary.get("confirm_split") or {}
+    lines = []
+    if split:
+        lines.append(f"drop = base − trial on the selection part ({split['n_selection']} validation images); c.drop, "
+                     f"c.bound: on the confirmation part ({split['n_confirmation']}, seed {split['seed']}), the "
+                     f"bound one-sided at {split['level']:.0%}: {split['method']}")
+    for r in rec.get("rejected") or []:
+        lines.append(f"trial {r['trial']} not confirmed: " + (r["why"] if "why" in r else
+                     f"confirmed drop {r['drop']:+.2%} ({r['lost']} lost, {r['won']} won of {r['n']}), bound "
+                     f"{r['bound']:+.2%} > {rec['max_acc_drop']:.2%}"))
+    c = rec.get("confirm")
+    if summary["recommended"] is not None and c is not None and c.get("level") is not None:
+        lines.append(f"recommended trial {summary['recommended']}: confirmed drop {c['drop']:+.2%} ({c['lost']} lost, "
+                     f"{c['won']} won of {c['n']}), bound {c['bound']:+.2%} <= {rec['max_acc_drop']:.2%}")
+    if rec.get("note"):
+        lines.append(rec["note"])
+    elif summary["recommended"] is None:
+        lines.append("no recommendation: no completed trial within the accuracy constraint yet")
+    return lines
 
 
 def _f(v: Any, spec: str) -> str:

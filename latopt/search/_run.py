@@ -9,7 +9,9 @@ workers pointed at one storage URL stop together without losing or duplicating a
 running trials nor prunes a trial started past the budget, so the count here is latopt's own). A worker stopped
 by SIGTERM or Ctrl-C fails its running trial at once and enqueues its retry, as a stale one gets
 (:func:`latopt.search._storage.abandon_trial`): the next run does not wait out the grace period for it. A given
-``base`` (and ``lut``) is checked before the storage is opened; a study whose base trial ended
+``base`` (and ``lut``) is checked before the storage is opened; the validation split is cut into the trials'
+selection part and the recommendation's confirmation part (:mod:`latopt.search._confirm`; recorded in the
+study's ``confirm`` attribute, part of its identity); a study whose base trial ended
 without completing (and has no retry of it waiting) gets it enqueued again, so it can still recommend.
 Local workers (``workers``, :mod:`latopt.search._workers`) are started once this process has created the
 study and enqueued its base trial.
@@ -31,7 +33,7 @@ from latopt.artifacts import check_name
 from latopt.blocks import find_blocks
 from latopt.config import load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
-from latopt.data import load_task
+from latopt.data import load_task, split_validation
 from latopt.dp import candidates, check_budget, check_importance, plan_only, run_dp, select_plan, write_plan
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
@@ -39,6 +41,7 @@ from latopt.latency.lut import check_blocks, default_lut_path, load_lut
 from latopt.layerfold import FoldResult
 from latopt.log import get_logger, time_left
 from latopt.models import build_model
+from latopt.search._confirm import CONFIRM_FRACTION, CONFIRM_LEVEL, CONFIRM_METHOD
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import front_summary, write_front
 from latopt.search._sampler import FAILED_CHECK, TrialSeeded
@@ -225,7 +228,9 @@ def _run_search(o: SearchOptions) -> SearchResult:
     device = None
     if o.measure:
         device = load_device(cfg.device)
-    task = load_task(cfg)
+    # the trials see the selection part of the validation split as theirs; the confirmation part is for the
+    # recommendation only (latopt.search._confirm), the same for every worker of the study (seeded by --seed)
+    task, confirm_part, split = split_validation(load_task(cfg), CONFIRM_FRACTION, o.seed)
     # a base that is not the config's unfolded base fails before any storage is touched (it would leave
     # a FAILED base trial behind)
     url = o.storage or s.storage or default_storage_url(study_dir)
@@ -237,6 +242,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
                 "space": space.as_dict(), "max_acc_drop": max_drop}
     identity |= ({"method": "dp", "importance": o.importance, "variants": None if o.variants is None else list(o.variants)}
                  if dp else {"costs": o.costs if lut is not None else "uniform"})
+    identity["confirm"] = {**split, "level": CONFIRM_LEVEL, "method": CONFIRM_METHOD}
     check_existing(storage, name, objective_key, identity)     # before training a base for a wrong study
     if base is None:   # the DP's study uses the base of the Layer Folding study of the same name
         base = ensure_base(cfg, Path(o.runs_dir) / stem / "search", None, seed=o.seed, progress=o.progress)
@@ -255,7 +261,8 @@ def _run_search(o: SearchOptions) -> SearchResult:
         study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     ctx = TrialContext(cfg=cfg, space=space, base=base, study_dir=study_dir, objective=objective_key,
                        max_acc_drop=max_drop, lut=lut, lut_path=lut_path, costs=o.costs, device=device, seed=o.seed,
-                       progress=o.progress, importance=o.importance if dp else None, variants=o.variants, _task=task)
+                       progress=o.progress, importance=o.importance if dp else None, variants=o.variants,
+                       confirm=confirm_part, _task=task)
     if o.progress:
         c = _counts(study)
         _LOG.info(f"study {name!r} at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "

@@ -230,7 +230,8 @@ def open_study(storage: RDBStorage, name: str, objective: str, identity: dict[st
         created = False
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     if created:
-        attrs = {"schema": STUDY_SCHEMA, "objective": objective, "metric_names": list(names), **identity}
+        # "objective" last: a worker loading the study meanwhile waits for it (_wait_attrs), so it sees the rest
+        attrs = {"schema": STUDY_SCHEMA, "metric_names": list(names), **identity, "objective": objective}
         for k, v in attrs.items():
             study.set_user_attr(k, v)
     else:
@@ -272,6 +273,10 @@ def check_compatible(study: optuna.Study, name: str, objective: str, identity: d
         raise LatoptError(f"study {name!r} was created with objective {attrs.get('objective')!r}, not {objective!r}; "
                           "rerun with the same objective (and measure) or choose another study name",
                           param="objective")
+    if "confirm" in identity and "confirm" not in attrs:
+        raise LatoptError(f"study {name!r} was made before latopt held out part of the validation split to confirm "
+                          "its recommendation (its trials chose on all of it); delete it (optuna delete-study "
+                          f"--study-name {name} --storage URL) or use another study name", param="study")
     for key, value in identity.items():
         if key in attrs and attrs[key] != value:
             raise LatoptError(f"study {name!r} was created with {key}={attrs[key]!r}, this run has {value!r}; "

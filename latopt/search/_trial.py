@@ -4,6 +4,11 @@ A trial of the DP's study (``importance`` set in the context) applies the DP's p
 instead (:func:`latopt.dp.run_dp`, the importance losses computed once per worker); both record the same
 attributes.
 
+A trial trains and is judged on the *selection* part of the validation split (the context's task holds it as
+``val``); after training, its network and the base model are evaluated once on the *confirmation* part
+(``confirm``, :mod:`latopt.search._confirm`), and the paired counts are recorded (``confirm_n``,
+``confirm_lost``, ``confirm_won``, ``confirm_acc``, ``confirm_base_acc``) for the recommendation alone.
+
 The base model is trained once per study (or given with ``--base``) and cached under
 ``<study dir>/base/``; concurrent workers serialise its creation with a file lock and the directory
 appears atomically. A trial flagged ``base`` in its user attributes (the enqueued first trial) evaluates
@@ -38,6 +43,7 @@ from latopt.latency.profiler import measure_networks
 from latopt.layerfold import FoldResult, check_base, run_fold
 from latopt.log import get_logger
 from latopt.readers import read_json
+from latopt.search._confirm import correct, paired_counts
 from latopt.search._space import BudgetSpace, SearchSpace
 from latopt.train import BASE_CHECKPOINT, METRICS_SCHEMA, train_base
 
@@ -128,7 +134,9 @@ class TrialContext:
     progress: bool = True
     importance: str | None = None     # the DP's study: how (block, variant) is scored; None: Layer Folding's
     variants: tuple[str, ...] | None = None   # the DP's study: the variants blocks may take (None: the LUT's)
-    _task: Any = field(default=None, repr=False)
+    confirm: Any = None               # the confirmation part of the validation split (None: not confirmed)
+    _task: Any = field(default=None, repr=False)   # its val: the selection part when ``confirm`` is set
+    _confirm_base: Any = field(default=None, repr=False)
     _base_model: Any = field(default=None, repr=False)
     _losses: Any = field(default=None, repr=False)
 
@@ -149,6 +157,17 @@ class TrialContext:
             self._losses = variant_losses(self.cfg, self.base_model(), self.task(), candidates(self.lut, self.variants),
                                           method=str(self.importance), seed=self.seed, progress=False)
         return self._losses
+
+    def confirmation(self, model: Any) -> dict[str, Any]:
+        """``model``'s paired counts against the base model's on the confirmation part (the base's per-image
+        results computed once); empty without a confirmation part."""
+        if self.confirm is None:
+            return {}
+        accel, batch = resolve(self.cfg), int(self.cfg.data.batch_size)
+        if self._confirm_base is None:
+            self._confirm_base = correct(self.base_model(), self.confirm, accel, batch)
+        ok = self._confirm_base if model is None else correct(model, self.confirm, accel, batch)
+        return paired_counts(self._confirm_base, ok)
 
     def input_shape(self) -> tuple[int, int, int, int]:
         r = int(self.cfg.data.resolution)
@@ -173,7 +192,8 @@ def evaluate_base(ctx: TrialContext, trial_dir: Path) -> dict[str, Any]:
     acc = float(evaluate(on_device, val, accel))
     rec: dict[str, Any] = {"val_acc": acc, "base_acc": acc, "test_acc": float(evaluate(on_device, test, accel)),
                            "fold_set": {}, "checkpoint": str(ctx.base.checkpoint),
-                           "latency_ms": _predict(ctx.lut, {}), "nonlinear_layers": count_nonlinear(model)}
+                           "latency_ms": _predict(ctx.lut, {}), "nonlinear_layers": count_nonlinear(model),
+                           **ctx.confirmation(None)}
     if ctx.objective == "latency-measured":
         rec.update(_measure(ctx, None))
     write_json_atomic(trial_dir / "trial.json", {"schema": TRIAL_SCHEMA, "base": True, **rec})
@@ -210,7 +230,7 @@ def _candidate(ctx: TrialContext, result: FoldResult, trial_dir: Path) -> dict[s
         "test_acc": _metric(report.get("acc"), "finetuned"), "fold_set": {str(k): v for k, v in sorted(plan.items())},
         "checkpoint": str(ckpt.resolve()), "report": str((trial_dir / "report.json").resolve()),
         "latency_ms": _predict(ctx.lut, plan), "nonlinear_layers": count_nonlinear(folded_model),
-        "flops": (report.get("flops") or {}).get("folded"),
+        "flops": (report.get("flops") or {}).get("folded"), **ctx.confirmation(folded_model),
     }
     if ctx.objective == "latency-measured":
         rec.update(_measure(ctx, folded_model))
