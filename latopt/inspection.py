@@ -6,10 +6,15 @@ multiply-accumulates of the convolutions and the classifier; element-wise additi
 the exact-mode bias map are not counted). Params count trainable parameters (BN affine included as-is; the exact
 mode's bias map is a buffer, not a parameter).
 
+Any model builds and is inspected: blocks no adapter of :mod:`latopt.adapters` recognises are listed as
+``others`` (one line per kind: how many, where, why not), and a model whose stem/head layout latopt does not
+know gets one line saying so instead of the stem/head figures.
+
 Public API::
 
     inspect_model(model, resolution, mode="exact", name="") -> InspectReport
     check_fold(model, resolution, mode="exact", seed=0, batch=2) -> dict   (randomises BN in place)
+    unrecognised_parts(model, covered) -> list[Other]
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from torch import nn
 
 from latopt.blocks import block_input_shapes, find_blocks
 from latopt.constants import FOLD_CHECK_TOLERANCE
-from latopt.fold import fold_block_module, fold_blocks, linearize, randomize_bn_, verify_fold
+from latopt.errors import LatoptError, first_line
+from latopt.fold import fold_block_module, fold_blocks, foldable_in, linearize, randomize_bn_, verify_fold
 from latopt.models import count_flops
-from latopt.stemhead import fixed_parts
+from latopt.stemhead import FixedParts, fixed_parts
 
 
 @dataclass
@@ -51,6 +57,15 @@ class BlockRow:
 
 
 @dataclass
+class Other:
+    """Modules of one class that hold convolutions but are neither a block an adapter knows nor the stem/head."""
+
+    kind: str
+    paths: list[str]
+    reason: str
+
+
+@dataclass
 class InspectReport:
     model: str
     resolution: int
@@ -63,6 +78,8 @@ class InspectReport:
     total_flops: int
     total_params: int
     fixed_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    others: list[Other] = field(default_factory=list)
+    fixed_reason: str = ""  # why the stem/head figures are missing ('' when they are there)
 
     @property
     def folded_total_flops(self) -> int:
@@ -77,42 +94,110 @@ def _params(m: nn.Module) -> int:
     return sum(p.numel() for p in m.parameters())
 
 
+_NO_ADAPTER = {  # block classes timm / torchvision have that no adapter takes, and why
+    "UniversalInvertedResidual": "no block adapter yet (MobileNetV4's optional depthwise convolutions)",
+    "MobileAttention": "attention, not convolutions",
+    "MBConv": "no block adapter yet (torchvision's MBConv always has squeeze-excitation)",
+    "FusedMBConv": "no block adapter yet (torchvision's FusedMBConv)",
+    "CondConvResidual": "conditional convolution (weights depend on the input)",
+    "ConvBnAct": "a single convolution: nothing to fold",
+    "Conv2dNormActivation": "a single convolution: nothing to fold",
+}
+
+
+def unrecognised_parts(model: nn.Module, covered: tuple[str, ...]) -> list[Other]:
+    """The modules holding a convolution outside ``covered`` (paths of the blocks and the stem/head), as the
+    outermost module that is not a container (nn.Sequential / nn.ModuleList / the model), grouped by class."""
+    groups: dict[str, Other] = {}
+    skip: list[str] = []
+
+    def is_covered(path: str) -> bool:
+        return any(path == c or path.startswith(c + ".") for c in covered)
+
+    for path, m in model.named_modules():
+        if not path or any(path.startswith(p) for p in skip) or is_covered(path):
+            continue
+        if isinstance(m, (nn.Sequential, nn.ModuleList, nn.ModuleDict)):
+            continue
+        if any(c == path or c.startswith(path + ".") for c in covered):  # holds a block: look inside
+            continue
+        if not any(isinstance(x, nn.Conv2d) for x in m.modules()):
+            continue
+        skip.append(path + ".")
+        kind = type(m).__name__
+        reason = _NO_ADAPTER.get(kind, "a plain layer outside any block" if isinstance(m, nn.Conv2d)
+                                 else "no block adapter for this module type")
+        groups.setdefault(kind, Other(kind, [], reason)).paths.append(path)
+    return list(groups.values())
+
+
+def _fixed(model: nn.Module) -> tuple[FixedParts | None, str]:
+    try:
+        return fixed_parts(model), ""
+    except LatoptError as e:
+        return None, str(e)
+
+
 def inspect_model(model: nn.Module, resolution: int, mode: str = "exact", name: str = "") -> InspectReport:
-    """Per-block FLOPs/params as-is and fully folded (``mode`` decides the folded module's layout)."""
+    """Per-block FLOPs/params as-is and fully folded (``mode`` decides the folded module's layout; a block that
+    does not fold in ``mode`` has no folded figures and says why), the modules no adapter knows, and the
+    stem/head when its layout is known."""
 
     shape = (1, 3, resolution, resolution)
-    shapes = block_input_shapes(model, shape)
+    try:
+        shapes = block_input_shapes(model, shape)
+    except RuntimeError as e:
+        raise LatoptError(f"{name or type(model).__name__} does not run on a {resolution}x{resolution} input "
+                          f"({first_line(e, 160)}); try a larger --resolution") from None
+    blocks = find_blocks(model)
     rows: list[BlockRow] = []
-    for b in find_blocks(model):
+    for b in blocks:
         mod = model.get_submodule(b.path)
         s = shapes[b.index]
         fl, fp = None, None
-        if b.foldable:
+        foldable, reason = b.foldable, b.reason
+        if b.foldable and mode not in b.fold_modes:
+            foldable, reason = False, (f"folds only in {' or '.join(b.fold_modes)} mode (two k×k convolutions "
+                                       "compose into one only away from the border)")
+        if foldable:
             fb = fold_block_module(model, b, "full", mode, tuple(s[-2:]))
             fl, fp = count_flops(fb, s), _params(fb)
         rows.append(BlockRow(b.index, b.path, b.kind, b.cin, b.cout, b.expansion, b.kernel, b.stride, b.residual,
-                             s, count_flops(mod, s), _params(mod), fl, fp, b.foldable, b.reason))
-    fixed = fixed_parts(model)
-    last = find_blocks(model)[-1]
-    with torch.no_grad():
-        model.eval()
-        head_in = model.get_submodule(last.path)(torch.zeros(shapes[last.index])).shape
+                             s, count_flops(mod, s), _params(mod), fl, fp, foldable, reason))
+    fixed, fixed_reason = _fixed(model)
+    if fixed is None or not blocks:
+        fixed_reason = fixed_reason or "no blocks"
+        covered = tuple(b.path for b in blocks)
+        stem_f = stem_p = head_f = head_p = 0
+        paths: dict[str, tuple[str, ...]] = {}
+    else:
+        covered = (*(b.path for b in blocks), *fixed.stem_paths, *fixed.head_paths)
+        last = blocks[-1]
+        with torch.no_grad():
+            model.eval()
+            head_in = model.get_submodule(last.path)(torch.zeros(shapes[last.index])).shape
+        stem_f, stem_p = count_flops(fixed.stem, shape), _params(fixed.stem)
+        head_f, head_p = count_flops(fixed.head, tuple(head_in)), _params(fixed.head)
+        paths = {"stem": fixed.stem_paths, "head": fixed.head_paths}
     return InspectReport(
         model=name or type(model).__name__, resolution=resolution, mode=mode, blocks=rows,
-        stem_flops=count_flops(fixed.stem, shape), stem_params=_params(fixed.stem),
-        head_flops=count_flops(fixed.head, tuple(head_in)), head_params=_params(fixed.head),
+        stem_flops=stem_f, stem_params=stem_p, head_flops=head_f, head_params=head_p,
         total_flops=count_flops(model, shape), total_params=_params(model),
-        fixed_paths={"stem": fixed.stem_paths, "head": fixed.head_paths},
+        fixed_paths=paths, others=unrecognised_parts(model, covered), fixed_reason=fixed_reason,
     )
 
 
 def check_fold(model: nn.Module, resolution: int, mode: str = "exact", seed: int = 0, batch: int = 2) -> dict:
-    """Randomise BN statistics (in place), fold every foldable block, compare with the linearised model."""
+    """Randomise BN statistics (in place), fold every block that folds in ``mode``, compare with the
+    linearised model. With no such block: ``{"per_block": {}, "max_rel": 0.0, "folded": 0}`` and nothing run."""
 
-    randomize_bn_(model, seed, plan="all")
-    reference = linearize(model, "all")
-    folded = fold_blocks(model, "all", mode, (resolution, resolution))
-    return verify_fold(reference, folded, (resolution, resolution), batch=batch, seed=seed)
+    plan = foldable_in(model, mode)
+    if not plan:
+        return {"per_block": {}, "max_abs": 0.0, "max_rel": 0.0, "folded": 0}
+    randomize_bn_(model, seed, plan=plan)
+    reference = linearize(model, plan)
+    folded = fold_blocks(model, plan, mode, (resolution, resolution))
+    return {**verify_fold(reference, folded, (resolution, resolution), batch=batch, seed=seed), "folded": len(plan)}
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -134,14 +219,22 @@ def format_report(rep: InspectReport) -> str:
                       str(r.kernel), str(r.stride), "yes" if r.residual else "no", _mflops(r.flops),
                       _mflops(r.flops_folded), _kparams(r.params), _kparams(r.params_folded), lower,
                       "yes" if r.foldable else f"no: {r.reason}"))
-    widths = [max(len(h), *(len(row[i]) for row in lines)) for i, h in enumerate(head)]
+    widths = [max([len(h), *(len(row[i]) for row in lines)]) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:{'<' if i in (1, 2, 13) else '>'}{w}}}" for i, w in enumerate(widths))
     out = [f"{rep.model} @ {rep.resolution}x{rep.resolution}, batch 1 — folded columns: full fold, {rep.mode} mode",
            fmt.format(*head), *(fmt.format(*row).rstrip() for row in lines)]
     n_fold = sum(r.foldable for r in rep.blocks)
-    out.append(f"fixed parts: stem ({', '.join(rep.fixed_paths['stem'])}) {_mflops(rep.stem_flops)} MFLOPs "
-               f"{_kparams(rep.stem_params)} kParams; head ({', '.join(rep.fixed_paths['head'])}) "
-               f"{_mflops(rep.head_flops)} MFLOPs {_kparams(rep.head_params)} kParams")
+    if not rep.blocks:
+        out.append("no block of this model is one latopt knows (block adapters: latopt.adapters)")
+    for o in rep.others:
+        where = ", ".join(o.paths[:3]) + (f", ... ({len(o.paths)} in all)" if len(o.paths) > 3 else "")
+        out.append(f"not changeable: {o.kind} ×{len(o.paths)} ({where}): {o.reason}")
+    if rep.fixed_reason:
+        out.append(f"fixed parts: stem/head not known ({rep.fixed_reason}); totals below are the whole model")
+    else:
+        out.append(f"fixed parts: stem ({', '.join(rep.fixed_paths['stem'])}) {_mflops(rep.stem_flops)} MFLOPs "
+                   f"{_kparams(rep.stem_params)} kParams; head ({', '.join(rep.fixed_paths['head'])}) "
+                   f"{_mflops(rep.head_flops)} MFLOPs {_kparams(rep.head_params)} kParams")
     out.append(f"total: {_mflops(rep.total_flops)} MFLOPs, {rep.total_params / 1e6:.3f} M params as-is; "
                f"all {n_fold} foldable blocks folded: {_mflops(rep.folded_total_flops)} MFLOPs, "
                f"{rep.folded_total_params / 1e6:.3f} M params; {len(rep.blocks)} blocks")
@@ -149,6 +242,8 @@ def format_report(rep: InspectReport) -> str:
 
 
 def format_check(res: dict, mode: str) -> str:
+    if not res.get("folded", len(res["per_block"])):
+        return f"fold check: no block of this model folds in {mode} mode; nothing to check"
     out = ["fold check (random BN statistics; folded vs linearize(model, 'all'); rel = abs / max|reference|):",
            f"{'idx':>4}  {'variant':<8}  {'max abs':>10}  {'max rel':>10}  {'rel interior':>12}"]
     for i, e in sorted(res["per_block"].items()):

@@ -1,8 +1,10 @@
 """The ``nn.Module`` types latopt puts into networks.
 
 - :class:`AlphaActivation`: the parametric activation σ_α(x) = (1 − α)·σ(x) + α·x of Layer Folding,
-  σ ∈ {ReLU, ReLU6}; ``alpha`` is a 0-dim ``nn.Parameter``, shared by both activations of a block with
-  granularity ``block`` (the paper's choice) or one per activation with ``activation``. α = 0 is σ.
+  σ ∈ {ReLU, ReLU6, hard-swish, SiLU} (``ACTIVATIONS``: kind → function and plain module; ``activation_kind``
+  reads the kind of a module); ``alpha`` is a 0-dim ``nn.Parameter``, shared by both activations of a block
+  with granularity ``block`` (the paper's choice) or one per activation with ``activation``. α = 0 is σ; α = 1
+  is the identity whatever σ is, which is all a fold needs.
 - :class:`FoldedBlock`: the plain module that replaces an MBConv block after folding. Its layout depends
   only on :class:`FoldInfo` (JSON-able), so a folded model is rebuilt from the architecture description and
   loaded with ``load_state_dict(strict=True)``:
@@ -15,6 +17,11 @@
   - ``pw``:         ``conv`` (1x1 with the block's stride, cin → cout; the residual is inside as an identity
                     matrix): the block without its depthwise convolution, that BN and both activations;
   - ``drop``:       nothing: the identity (a residual block dropped).
+
+  A block whose activation follows its residual addition (a ResNet block, ``FoldInfo.post_act``) keeps it:
+  ``post`` after ``conv``. ``FoldInfo.layout`` records the original block's anatomy (``mbconv``: a depthwise
+  middle convolution; ``dense``: a dense one, EdgeResidual / Bottleneck; ``basic``: two k×k convolutions,
+  composed into one larger k×k — see :mod:`latopt.adapters`).
 
   ``bias_map`` (1, C, Ho, Wo) holds the exact bias minus the interior bias: zero away from the border.
   The ``paper`` mode has no buffer (constant bias, any input size). ``pw`` and ``drop`` need none in
@@ -34,14 +41,49 @@ installs and creates them).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from timm.layers import Conv2dSame
 from torch import nn
 
 from latopt.constants import ACT_KINDS, FOLD_MODES, FOLD_VARIANTS
 from latopt.errors import LatoptError
+
+
+def _relu6(x: torch.Tensor) -> torch.Tensor:
+    return torch.clamp(x, 0.0, 6.0)
+
+
+# kind -> (σ as a function, the plain module that computes it); keys are constants.ACT_KINDS
+ACTIVATIONS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], type[nn.Module]]] = {
+    "relu": (torch.relu, nn.ReLU), "relu6": (_relu6, nn.ReLU6),
+    "hardswish": (F.hardswish, nn.Hardswish), "silu": (F.silu, nn.SiLU),
+}
+assert tuple(ACTIVATIONS) == ACT_KINDS
+
+
+def activation_kind(m: nn.Module) -> str | None:
+    """The σ_α kind of an activation module (an installed σ_α included), None when σ_α does not support it.
+    timm's own HardSwish / Swish / SiLU modules (its non-native fallbacks) count as the same functions."""
+    if isinstance(m, AlphaActivation):
+        return m.kind
+    for kind, (_, cls) in ACTIVATIONS.items():
+        if isinstance(m, cls):
+            return kind
+    name = type(m).__name__
+    if type(m).__module__.startswith("timm.") and name in ("HardSwish", "Swish", "SiLU"):
+        return "hardswish" if name == "HardSwish" else "silu"
+    return None
+
+
+def make_activation(kind: str) -> nn.Module:
+    """The plain module of an activation kind (``nn.ReLU()``, ...)."""
+    if kind not in ACTIVATIONS:
+        raise LatoptError(f"unknown activation kind {kind!r}; known: {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[kind][1]()
 
 
 class AlphaActivation(nn.Module):
@@ -57,9 +99,9 @@ class AlphaActivation(nn.Module):
         self.alpha = alpha if alpha is not None else nn.Parameter(torch.zeros(()))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = torch.clamp(x, 0.0, 6.0) if self.kind == "relu6" else torch.relu(x)
+        s = ACTIVATIONS[self.kind][0](x)
         a = self.alpha.to(x.dtype)
-        return s + a * (x - s)
+        return (1 - a) * s + a * x  # this form: exactly σ at α = 0 and exactly x at α = 1 (s + α(x − s) is not)
 
     def extra_repr(self) -> str:
         return f"kind={self.kind}, alpha={float(self.alpha.detach()):.4f}"
@@ -81,6 +123,8 @@ class FoldInfo:
     in_size: tuple[int, int] | None        # the block's input (H, W); required in exact mode
     out_size: tuple[int, int] | None       # the block's output (H, W)
     net_input_size: tuple[int, int] | None  # the network input (H, W) it was folded for
+    layout: str = "mbconv"    # the original block's anatomy (latopt.blocks.Block.layout)
+    post_act: str = ""        # the kind of the activation after the residual addition, kept ("" = none)
 
     @property
     def has_bias_map(self) -> bool:
@@ -125,6 +169,11 @@ class FoldedBlock(nn.Module):
             self.act = act if act is not None else nn.Identity()
             self.conv = make_kxk(i.hidden, i.cout, i.kernel, i.stride, i.padding)
             map_ch = 0
+        if i.post_act and i.variant != "drop":
+            if i.variant != "full":
+                raise LatoptError(f"a block with an activation after its residual addition folds only in full, "
+                                  f"not {i.variant!r}")
+            self.post = make_activation(i.post_act)
         if i.has_bias_map:
             if i.out_size is None:
                 raise LatoptError("exact fold mode needs the block's input size")
@@ -144,7 +193,8 @@ class FoldedBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         v = self.info.variant
         if v in ("full", "pw"):
-            return self._add_map(self.conv(x))
+            y = self._add_map(self.conv(x))
+            return self.post(y) if self.info.post_act else y
         if v == "drop":
             return self._add_map(x)
         if v == "expand_dw":
@@ -156,7 +206,7 @@ class FoldedBlock(nn.Module):
     def extra_repr(self) -> str:
         i = self.info
         return (f"variant={i.variant}, mode={i.mode}, {i.cin}->{i.cout}, k={i.kernel}, s={i.stride}, "
-                f"residual={i.residual}, was={i.kind}")
+                f"residual={i.residual}, was={i.kind}" + (f", then {i.post_act}" if i.post_act else ""))
 
 
 class PointwiseBlock(nn.Module):

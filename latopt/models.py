@@ -12,6 +12,15 @@ Names (``SUPPORTED``)::
     torchvision/mobilenet_v2[?width=W][&strides=S1,...,S7]   torchvision, width multiplier W (default 1.0),
                                                          the strides of its seven inverted-residual stages
 
+    resnet20_cifar resnet32_cifar resnet44_cifar resnet56_cifar resnet110_cifar   latopt (latopt.cifar)
+
+Besides these (the names latopt is tested and profiled on), any other model name timm knows
+(``timm.list_models()``, e.g. ``mobilenetv3_large_100``, ``mnasnet_100``, ``efficientnet_b0``, ``resnet18``) and
+``torchvision/NAME`` for torchvision's classification models (``torchvision.models.list_models``, e.g.
+``torchvision/mobilenet_v3_small``, ``torchvision/resnet18``) build, with random weights unless ``pretrained``;
+`latopt inspect` says which of their blocks latopt can change (docs/compatibility.md lists the families).
+torchvision ResNets get one activation module per use (:func:`latopt.adapters.resnet.separate_activations_`).
+
 A ``timm/`` prefix is accepted (``timm/mobilenetv2_100``). The torchvision options are part of the name, e.g.
 ``torchvision/mobilenet_v2?width=0.75``; the canonical spelling drops the defaults (width 1.0, strides
 1,2,2,2,1,2,1, ImageNet's layout). ``strides`` suits small images: at 32 px ImageNet's layout leaves a 1x1 map
@@ -34,10 +43,13 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 from torchvision.models import MobileNet_V2_Weights, mobilenet_v2
 
+from latopt.adapters.resnet import separate_activations_
+from latopt.cifar import DEPTHS, CifarResNet
 from latopt.constants import SUPPORTED_MODELS, TIMM_MODELS, TORCHVISION_MODEL
 from latopt.errors import LatoptError, first_line
 
-SUPPORTED: list[str] = list(SUPPORTED_MODELS)
+CIFAR_MODELS: tuple[str, ...] = tuple(f"resnet{d}_cifar" for d in DEPTHS)
+SUPPORTED: list[str] = [*SUPPORTED_MODELS, *CIFAR_MODELS]
 
 # torchvision's MobileNetV2 stage table (``torchvision.models.mobilenetv2``): t, c, n, s
 _TORCHVISION_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
@@ -47,7 +59,14 @@ _TORCHVISION_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2
 def _unknown(name: str) -> LatoptError:
     return LatoptError(
         f"unknown model {name!r}; supported: {', '.join(SUPPORTED)} "
-        f"(torchvision width: {TORCHVISION_MODEL}?width=0.75)")
+        f"(torchvision width: {TORCHVISION_MODEL}?width=0.75), any timm model name (timm.list_models()) "
+        "or torchvision/NAME of a torchvision classification model")
+
+
+def _torchvision_names() -> list[str]:
+    import torchvision.models
+
+    return list(torchvision.models.list_models(module=torchvision.models))
 
 
 # torchvision's MobileNetV2: the strides of its seven inverted-residual stages (ImageNet's layout). The stem
@@ -56,7 +75,8 @@ TORCHVISION_STRIDES: tuple[int, ...] = (1, 2, 2, 2, 1, 2, 1)
 
 
 class ModelName(NamedTuple):
-    """A parsed model name: its family (``timm`` / ``torchvision``), base name and the torchvision options."""
+    """A parsed model name: its family (``timm`` / ``torchvision`` / ``latopt``), base name and the options of
+    torchvision's MobileNetV2."""
     family: str
     base: str
     width: float = 1.0
@@ -81,10 +101,16 @@ def parse_name(name: str) -> ModelName:
     n = name
     if n.startswith("timm/"):
         n = n[len("timm/"):]
-    if n in TIMM_MODELS:
+    if n in TIMM_MODELS or ("." not in n and "?" not in n and "/" not in n and timm.is_model(n)):
         return ModelName("timm", n)
+    if n in CIFAR_MODELS and n == name:
+        return ModelName("latopt", n)
     base, _, query = n.partition("?")
     if base != TORCHVISION_MODEL:
+        if n == name and base.startswith("torchvision/") and base.split("/", 1)[1] in _torchvision_names():
+            if query:
+                raise LatoptError(f"bad model option {query!r} in {name!r}: only {TORCHVISION_MODEL} takes options")
+            return ModelName("torchvision", base)
         raise _unknown(name)
     width, strides, seen = 1.0, TORCHVISION_STRIDES, set()
     for option in query.split("&") if query else ():
@@ -108,7 +134,7 @@ def parse_name(name: str) -> ModelName:
 def canonical_name(name: str) -> str:
     """The canonical spelling of a model name (what checkpoints and LUTs record): defaults dropped."""
     parsed = parse_name(name)
-    if parsed.family == "timm":
+    if parsed.family != "torchvision" or parsed.base != TORCHVISION_MODEL:
         return parsed.base
     options = []
     if parsed.width != 1.0:
@@ -195,9 +221,36 @@ def build_model(name: str, num_classes: int = 1000, *, pretrained: bool = False)
         raise LatoptError(f"num_classes must be a positive integer, not {num_classes!r}")
     if family == "timm":
         model = _build_timm(base, num_classes, pretrained)
+    elif family == "latopt":
+        if pretrained:
+            raise LatoptError(f"latopt has no pretrained weights for {base}; leave pretrained off",
+                              param="pretrained")
+        model = CifarResNet(int(base.split("_")[0][len("resnet"):]), num_classes)
+    elif base != TORCHVISION_MODEL:
+        model = _build_torchvision_any(base.split("/", 1)[1], num_classes, pretrained)
     else:
         model = _build_torchvision(width, strides, num_classes, pretrained)
     return model.eval()
+
+
+def _build_torchvision_any(arch: str, num_classes: int, pretrained: bool) -> nn.Module:
+    """Any torchvision classification model: random weights, or with ``pretrained`` its ``DEFAULT`` weights (1000
+    classes only; a new classifier is made only for torchvision's MobileNetV2). ResNet blocks get one activation
+    module per use."""
+    import torchvision.models
+
+    if not pretrained:
+        model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
+    else:
+        try:
+            model = torchvision.models.get_model(arch, weights="DEFAULT")
+        except (OSError, RuntimeError, ValueError) as e:
+            raise _pretrained_error(f"torchvision/{arch}", e, "the torch hub cache") from None
+        if num_classes != 1000:
+            raise LatoptError(f"pretrained torchvision/{arch} has 1000 classes; a new classifier for "
+                              f"{num_classes} is made only for {TORCHVISION_MODEL}", param="pretrained")
+    separate_activations_(model)
+    return model
 
 
 @torch.no_grad()

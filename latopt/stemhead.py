@@ -1,18 +1,22 @@
-"""The fixed parts of a network: the stem before the first MBConv block and the head after the last one.
+"""The fixed parts of a network: the stem before the first block and the head after the last one.
 
 ``fixed_parts(model)`` returns the model's own modules (shared, not copied) as a :class:`FixedParts`, so the
-profiler can time them and ``head(blocks(stem(x)))`` equals ``model(x)`` in eval mode. Known layouts: timm
-EfficientNet / MobileNetV2 and torchvision MobileNetV2 (its blocks recognised by :mod:`latopt.blocks`).
+profiler can time them and ``head(blocks(stem(x)))`` equals ``model(x)`` in eval mode. The layouts are the
+stem/head adapters of :mod:`latopt.adapters` (:mod:`latopt.adapters.layouts`): timm EfficientNet / MobileNet
+(V1–V3, MNASNet, FBNet, ...), timm and torchvision ResNets and latopt's CIFAR ResNets, torchvision's
+``features`` + ``classifier`` networks (MobileNetV2/V3) and its MNASNet. The blocks (as
+:func:`latopt.blocks.find_blocks` sees them) must be one contiguous run: modules before them belong to the
+stem, after them to the head.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from latopt.blocks import block_kind
 from latopt.errors import LatoptError
 
 
@@ -43,24 +47,53 @@ class FixedParts:
     head_paths: tuple[str, ...]
 
 
-def fixed_parts(model: nn.Module) -> FixedParts:
-    """Stem and head of a timm EfficientNet/MobileNetV2 or a torchvision MobileNetV2.
+def split_blocks(model: nn.Module, containers: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The modules of ``containers`` (paths of nn.Sequential stages, in forward order) before and after their
+    blocks, as paths: the containers are flattened (a child that is a block is one item; a Sequential child
+    holding blocks is opened). LatoptError when the blocks are not one contiguous run or there are none."""
+    from latopt.adapters import adapter_for
 
-    ``head(blocks(stem(x)))`` equals ``model(x)`` in eval mode (checked in tests/test_blocks.py)."""
+    def holds_block(m: nn.Module) -> bool:
+        return any(adapter_for(x) is not None for x in m.modules())
+
+    items: list[tuple[str, bool]] = []
+
+    def walk(path: str, m: nn.Module) -> None:
+        for name, child in m.named_children():
+            p = f"{path}.{name}"
+            if adapter_for(child) is not None:
+                items.append((p, True))
+            elif isinstance(child, nn.Sequential) and holds_block(child):
+                walk(p, child)
+            else:
+                items.append((p, False))
+
+    for c in containers:
+        walk(c, model.get_submodule(c))
+    idx = [i for i, (_, b) in enumerate(items) if b]
+    if not idx:
+        raise LatoptError(f"no blocks latopt knows in {', '.join(containers)}")
+    if idx != list(range(idx[0], idx[-1] + 1)):
+        gap = next(p for p, b in items[idx[0]:idx[-1]] if not b)
+        raise LatoptError(f"the blocks are not one contiguous run: {gap} ({type(model.get_submodule(gap)).__name__}) "
+                          "sits between them")
+    return [p for p, _ in items[:idx[0]]], [p for p, _ in items[idx[-1] + 1:]]
+
+
+def seq(model: nn.Module, paths: Sequence[str]) -> nn.Sequential:
+    """The modules at ``paths`` of ``model`` (shared, not copied) as one nn.Sequential."""
+    return nn.Sequential(*(model.get_submodule(p) for p in paths))
+
+
+def fixed_parts(model: nn.Module) -> FixedParts:
+    """Stem and head of ``model`` from the first stem/head adapter that knows its layout.
+
+    ``head(blocks(stem(x)))`` equals ``model(x)`` in eval mode (checked in tests/test_blocks.py and
+    tests/test_adapters.py)."""
+    from latopt.adapters import stem_head_adapters
+
+    for a in stem_head_adapters():
+        if a.match(model):
+            return a.parts(model)
     cls = type(model)
-    if cls.__module__.startswith("timm.") and all(hasattr(model, a) for a in ("conv_stem", "bn1", "blocks")):
-        stem = nn.Sequential(model.conv_stem, model.bn1)
-        head = _Head(nn.Sequential(model.conv_head, model.bn2), model.global_pool, model.classifier)
-        return FixedParts(stem, head, ("conv_stem", "bn1"), ("conv_head", "bn2", "global_pool", "classifier"))
-    if cls.__module__.startswith("torchvision.") and hasattr(model, "features") and hasattr(model, "classifier"):
-        feats = model.features
-        kinds = [block_kind(m) for m in feats]
-        idx = [i for i, k in enumerate(kinds) if k is not None]
-        if not idx or idx != list(range(idx[0], idx[-1] + 1)):
-            raise LatoptError("torchvision model: blocks are not one contiguous run inside .features")
-        stem = nn.Sequential(*[feats[i] for i in range(idx[0])])
-        tail = nn.Sequential(*[feats[i] for i in range(idx[-1] + 1, len(feats))])
-        head = _Head(tail, nn.AdaptiveAvgPool2d(1), model.classifier)
-        return FixedParts(stem, head, tuple(f"features.{i}" for i in range(idx[0])),
-                          (*(f"features.{i}" for i in range(idx[-1] + 1, len(feats))), "classifier"))
     raise LatoptError(f"do not know the stem/head layout of {cls.__module__}.{cls.__name__}")

@@ -65,7 +65,8 @@ def test_check_fold_fails_on_a_broken_fold(monkeypatch: pytest.MonkeyPatch, caps
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["inspect", "resnet50"], "unknown model 'resnet50'; supported: mobilenetv2_035"),
+    (["inspect", "resnet_bogus"], "unknown model 'resnet_bogus'; supported: mobilenetv2_035"),
+    (["inspect", "torchvision/not_a_model"], "unknown model 'torchvision/not_a_model'; supported: mobilenetv2_035"),
     (["inspect", "mobilenetv2_035", "--resolution", "4"], "--resolution 4 is too small"),
     (["inspect", "torchvision/mobilenet_v2?width=x"], "bad width 'x'"),
     (["inspect", "mobilenetv2_035", "--num-classes", "0"], "num_classes must be a positive integer"),

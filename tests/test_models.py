@@ -34,9 +34,9 @@ def test_names() -> None:
     tv = build_model("torchvision/mobilenet_v2?width=0.75")
     assert tv.features[0][0].out_channels == 24  # 32 * 0.75
     with pytest.raises(LatoptError) as e:
-        build_model("resnet50")
+        build_model("resnet_bogus")
     msg = str(e.value)
-    assert "unknown model 'resnet50'" in msg and all(n in msg for n in SUPPORTED) and "\n" not in msg
+    assert "unknown model 'resnet_bogus'" in msg and all(n in msg for n in SUPPORTED) and "\n" not in msg
     for bad in ("torchvision/mobilenet_v2?width=abc", "torchvision/mobilenet_v2?depth=2",
                 "torchvision/mobilenet_v2?width=9"):
         with pytest.raises(LatoptError, match="width|option"):

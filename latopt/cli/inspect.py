@@ -8,7 +8,7 @@ import time
 from latopt.artifacts import write_json_atomic
 from latopt.cli.common import common_parser
 from latopt.constants import FOLD_CHECK_TOLERANCE, FOLD_MODES, RESOLUTION_RANGE, SUPPORTED_MODELS
-from latopt.errors import VerificationError
+from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.log import get_logger
 
 
@@ -23,7 +23,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     seed_everything(args.seed)
     t0 = time.perf_counter()
     name = canonical_name(args.model)
-    model = build_model(name, args.num_classes)
+    try:
+        model = build_model(name, args.num_classes)
+    except LatoptError:
+        raise
+    except Exception as e:  # a library's model that does not build as asked: one line, not a traceback
+        raise LatoptError(f"could not build {name} ({type(e).__name__}: {first_line(e, 160)})") from None
     rep = inspect_model(model, args.resolution, args.mode, name)
     print(format_report(rep))
     payload: dict = {"schema": "latopt.inspect/1", "model": name, "resolution": args.resolution, "mode": args.mode,
@@ -50,7 +55,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", parents=[common_parser()],
                        help="per-block table of a model (FLOPs/params as-is and folded); --check-fold verifies the fold",
-                       description="Supported models: " + ", ".join(SUPPORTED_MODELS))
+                       description="Models: " + ", ".join(SUPPORTED_MODELS) + ", resnet20_cifar .. resnet110_cifar, "
+                                   "any timm model name, torchvision/NAME (docs/compatibility.md)")
     p.add_argument("model", help="model name, e.g. mobilenetv2_100 or 'torchvision/mobilenet_v2?width=0.75'")
     p.add_argument("--resolution", type=int, default=224,
                    help="input resolution R (R x R), {} .. {}, default 224".format(*RESOLUTION_RANGE))

@@ -20,6 +20,8 @@ Public API (see the submodules for details)::
     fold_spec(model, *, mode=None, input_size=None) -> dict | None   the checkpoint's arch["fold"] entry
     normalize_plan(model, blocks) -> {block index: variant}   "all", indices, "1,3" or a dict, checked
     check_variant(block, variant)            LatoptError saying why a variant does not apply to a block
+    check_mode(block, mode)                  LatoptError when a block does not fold in that mode (BasicBlock: paper)
+    foldable_in(model, mode) -> list[int]    the blocks that fold in that mode
     FoldedBlock, FoldInfo, PointwiseBlock
 """
 
@@ -38,10 +40,12 @@ from latopt.fold.merge import MergedBlock, merge_spans
 from latopt.fold.ship import as_shipped
 from latopt.fold.span import SPAN_INNER, SpanConv, compose_span, span_exact, span_exact_blocks
 from latopt.fold.transform import (
+    check_mode,
     check_variant,
     fold_block_module,
     fold_blocks,
     fold_spec,
+    foldable_in,
     linearize,
     normalize_plan,
     randomize_bn_,
@@ -62,6 +66,7 @@ __all__ = [
     "alpha_parameters",
     "alpha_spec",
     "as_shipped",
+    "check_mode",
     "check_variant",
     "clamp_alphas_",
     "compose_span",
@@ -70,6 +75,7 @@ __all__ = [
     "fold_block_module",
     "fold_blocks",
     "fold_spec",
+    "foldable_in",
     "get_alphas",
     "install_alpha",
     "linearize",

@@ -1,6 +1,8 @@
 """Installing and reading σ_α (:class:`latopt.layers.AlphaActivation`) in a model.
 
-``install_alpha`` replaces the activations of MBConv blocks (in place) by :class:`AlphaActivation`;
+``install_alpha`` replaces the activations of foldable blocks (in place) by :class:`AlphaActivation`
+(ReLU, ReLU6, hard-swish or SiLU: σ_α of the block's own σ; an activation after a residual addition is not
+the block's to remove and keeps σ);
 with ``granularity="block"`` both activations of a block share ONE ``nn.Parameter`` (the paper's
 choice, folds the whole block), with ``"activation"`` each has its own (allows partial folds).
 α starts at 0, so the network starts as the original.
@@ -14,19 +16,19 @@ import torch
 from torch import nn
 
 from latopt.blocks import find_blocks, resolve_blocks
-from latopt.constants import GRANULARITIES
+from latopt.constants import ACT_KINDS, GRANULARITIES
 from latopt.errors import LatoptError
-from latopt.layers import AlphaActivation
+from latopt.layers import AlphaActivation, activation_kind, make_activation
 
 
 def _act_kind_of(m: nn.Module) -> str:
     if isinstance(m, AlphaActivation):
         raise LatoptError("σ_α is already installed there; install it once, on the original model")
-    if isinstance(m, nn.ReLU6):
-        return "relu6"
-    if isinstance(m, nn.ReLU):
-        return "relu"
-    raise LatoptError(f"cannot install σ_α over {type(m).__name__}: only ReLU and ReLU6 are supported")
+    kind = activation_kind(m)
+    if kind is None:
+        raise LatoptError(f"cannot install σ_α over {type(m).__name__}: the supported activations are "
+                          f"{', '.join(ACT_KINDS)}")
+    return kind
 
 
 def install_alpha(model: nn.Module, blocks: Sequence[int] | str = "all",
@@ -100,7 +102,7 @@ def alpha_spec(model: nn.Module) -> dict | None:
 
 @torch.no_grad()
 def plain_activations_(model: nn.Module) -> int:
-    """Give back the plain σ (nn.ReLU / nn.ReLU6) wherever σ_α is exactly σ, in place.
+    """Give back the plain σ (nn.ReLU, nn.ReLU6, nn.Hardswish, nn.SiLU) wherever σ_α is exactly σ, in place.
 
     σ_α with α = 0 *is* σ, but it costs extra element-wise ops in an exported graph (and so latency).
     A block is restored only when every σ_α module in it has α = 0 (so the checkpoint's ``arch["alpha"]``
@@ -115,6 +117,6 @@ def plain_activations_(model: nn.Module) -> int:
     for members in groups.values():
         if all(float(m.alpha) == 0.0 for _, m in members):
             for name, m in members:
-                model.set_submodule(name, nn.ReLU6() if m.kind == "relu6" else nn.ReLU())
+                model.set_submodule(name, make_activation(m.kind))
                 n += 1
     return n

@@ -18,6 +18,11 @@ W3 (cout, hidden) project.
                padding, so the constant bias is exact everywhere. (The depthwise conv and its BN, b2, are
                not part of the pw variant network.)
 
+- dense:       a dense k×k middle convolution (ResNet Bottleneck, EdgeResidual): ``compose_dense``, the same
+               sums with W2[d,c] for W2[c]; a projection shortcut is added at the centre tap.
+- basic:       two k×k convolutions (ResNet BasicBlock): ``compose_basic``, one larger convolution, exact
+               away from the border only (the interior bias, no bias kernel).
+
 The bias is B[o,y,x] = conv(ones image, Kb)[o,y,x] + const[o] (exact, borders included); the interior
 value Σ Kb[o] + const[o] is the ``paper`` mode's constant bias.
 """
@@ -170,3 +175,63 @@ def apply_affine(ac: AffineConv, x: torch.Tensor) -> torch.Tensor:
     """Reference evaluation of an AffineConv (exact bias map) — for tests."""
     y = conv_geometry(x, ac.weight.to(x.dtype), ac.stride, ac.padding)
     return y + bias_map(ac, tuple(x.shape[-2:])).to(x.dtype)[None]
+
+
+def compose_dense(w1: torch.Tensor | None, b1: torch.Tensor | None, w2: torch.Tensor, b2: torch.Tensor,
+                  w3: torch.Tensor, b3: torch.Tensor, *, residual: bool, stride: int, padding: Padding,
+                  shortcut: tuple[torch.Tensor, torch.Tensor] | None = None) -> AffineConv:
+    """Whole block with a *dense* k×k middle convolution (both activations linear) → one k×k conv cin → cout:
+    a ResNet Bottleneck (1x1 → k×k → 1x1) or, ``w1 is None``, an EdgeResidual (k×k → 1x1). W2 is
+    (hidden_out, hidden_in, k, k): K[o,i] = Σ_d Σ_c W3[o,d] W2[d,c] W1[c,i], bias kernel
+    Kb[o] = Σ_d Σ_c W3[o,d] W2[d,c] b1[c] (the expansion bias through the zero-padded k×k), const = W3 b2 + b3.
+    A residual adds 1 at the centre tap of K[o,o]; a projection ``shortcut`` (its 1x1 weight and bias, BN
+    folded, the block's stride) adds its matrix at the centre tap and its bias to const — a stride-s 1x1 reads
+    x at (s·y, s·x), as the centre tap of a stride-s k×k with padding k//2 does."""
+    W3 = _mat(w3)
+    if w1 is None:
+        K = torch.einsum("od,dikl->oikl", W3, w2)
+        Kb = None
+    else:
+        W1 = _mat(w1)
+        K = torch.einsum("od,dckl,ci->oikl", W3, w2, W1)
+        Kb = torch.einsum("od,dckl,c->okl", W3, w2, b1)
+    const = W3 @ b2 + b3
+    return _add_skip(AffineConv(K.contiguous(), Kb, const, stride, padding), residual, shortcut)
+
+
+def compose_basic(wa: torch.Tensor, ba: torch.Tensor, wb: torch.Tensor, bb: torch.Tensor, *, residual: bool,
+                  stride: int, padding_a: int, padding_b: int,
+                  shortcut: tuple[torch.Tensor, torch.Tensor] | None = None) -> AffineConv:
+    """Two dense convolutions A (k_a × k_a, ``stride``, ``padding_a``) then B (k_b × k_b, stride 1,
+    ``padding_b``), the activation between them linear → one convolution of size k_a + s·(k_b − 1), stride s,
+    padding p_a + s·p_b: K[o,i,s·a + u] = Σ_c B[o,c,a] A[c,i,u]. Exact only away from the border (B zero-pads
+    A's output; the composed convolution computes A there), so the bias is the interior constant
+    (``bias_kernel`` None): B's taps summed times A's bias, plus B's bias. Residual / shortcut as
+    :func:`compose_dense`."""
+    s = int(stride)
+    ka, kb = wa.shape[-1], wb.shape[-1]
+    kk = ka + s * (kb - 1)
+    K = torch.zeros(wb.shape[0], wa.shape[1], kk, kk, dtype=wa.dtype, device=wa.device)
+    for a in range(kb):
+        for c in range(kb):
+            K[:, :, s * a:s * a + ka, s * c:s * c + ka] += torch.einsum("oc,cikl->oikl", wb[:, :, a, c], wa)
+    const = wb.sum(dim=(2, 3)) @ ba + bb
+    return _add_skip(AffineConv(K, None, const, s, int(padding_a) + s * int(padding_b)), residual, shortcut)
+
+
+def _add_skip(ac: AffineConv, residual: bool, shortcut: tuple[torch.Tensor, torch.Tensor] | None) -> AffineConv:
+    """The identity (``residual``) or a 1x1 projection shortcut added at the centre tap of ``ac``."""
+    if not residual and shortcut is None:
+        return ac
+    K, const = ac.weight.clone(), ac.const.clone()
+    c = K.shape[-1] // 2
+    if residual:
+        if K.shape[0] != K.shape[1] or ac.stride != 1:
+            raise ValueError("a residual needs cin == cout and stride 1")
+        idx = torch.arange(K.shape[0])
+        K[idx, idx, c, c] += 1.0
+    else:
+        ws, bs = shortcut
+        K[:, :, c, c] += _mat(ws)
+        const = const + bs
+    return AffineConv(K, ac.bias_kernel, const, ac.stride, ac.padding)

@@ -9,8 +9,8 @@ layout, so every folded block pays a reorder pair and an ``Add`` that paper mode
   convolution, no map of its own) and ``drop`` (the identity) — in ``find_blocks`` order, in which each
   block's output tensor is the next block's input tensor (checked with forward hooks on one zero input:
   :func:`latopt.blocks.block_io`). A partial variant (``expand_dw`` keeps its own map, which must be added
-  before its activation; ``dw_project`` has none), a block not folded, a paper-mode fold and a break in
-  the data flow end a chain;
+  before its activation; ``dw_project`` has none), a block not folded, a paper-mode fold, a fold that keeps
+  an activation after it (``FoldInfo.post_act``: ResNet, MobileNetV1) and a break in the data flow end a chain;
 - such a chain is affine (each block: convolution + constant interior bias + its map, or the identity; a
   residual is a centre tap inside the convolution), and with and without its maps it has the same linear
   part, so ``chain(x) = chain_without_maps(x) + D`` for every input x, with
@@ -49,7 +49,9 @@ CHAIN_VARIANTS = ("full", "pw", "drop")  # the affine FoldedBlocks whose maps ca
 
 
 def _chain_member(m: nn.Module) -> bool:
-    return isinstance(m, FoldedBlock) and m.info.variant in CHAIN_VARIANTS and m.info.mode == "exact"
+    # a fold that keeps an activation after its residual addition (a ResNet block) is not affine: it ends a chain
+    return (isinstance(m, FoldedBlock) and m.info.variant in CHAIN_VARIANTS and m.info.mode == "exact"
+            and not (m.info.post_act and m.info.variant != "drop"))
 
 
 def find_chains(model: nn.Module, input_size: tuple[int, int]) -> list[list[int]]:

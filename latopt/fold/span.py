@@ -94,6 +94,8 @@ def _infos(blocks: Sequence[nn.Module]) -> list:
     for i, m in enumerate(blocks):
         if not isinstance(m, FoldedBlock):
             return [f"block {i} of the span is not folded ({type(m).__name__}: as-is, not linear)"]
+        if m.info.post_act and m.info.variant != "drop":
+            return [f"block {i} of the span keeps its {m.info.post_act} after the residual addition (not linear)"]
         out.append(m.info)
     return out
 

@@ -44,7 +44,7 @@ from latopt.blocks import (
 from latopt.constants import FOLD_MODES, FOLD_VARIANTS
 from latopt.errors import LatoptError
 from latopt.fold import compose
-from latopt.layers import FoldedBlock, FoldInfo, PointwiseBlock
+from latopt.layers import FoldedBlock, FoldInfo, PointwiseBlock, activation_kind
 
 BlockPlan = Sequence[int] | str | Mapping[int | str, str]
 
@@ -88,13 +88,23 @@ def _removed_acts(block: Block, variant: str) -> tuple[str, ...]:
 
 
 def _info(block: Block, variant: str, mode: str, in_size: tuple[int, int] | None,
-          net_input_size: tuple[int, int] | None) -> FoldInfo:
+          net_input_size: tuple[int, int] | None, post_act: str = "") -> FoldInfo:
     out_size = None if in_size is None else tuple(
         conv_output_size(s, block.kernel, block.stride, block.padding) for s in in_size)
     return FoldInfo(variant=variant, mode=mode, kind=block.kind, cin=block.cin, hidden=block.hidden,
                     cout=block.cout, kernel=block.kernel, stride=block.stride, padding=block.padding,
                     residual=block.residual, has_expand=block.has_expand, in_size=in_size,
-                    out_size=out_size, net_input_size=net_input_size)
+                    out_size=out_size, net_input_size=net_input_size, layout=block.layout, post_act=post_act)
+
+
+def _post_act(model: nn.Module, block: Block) -> str:
+    """The kind of the activation ``block`` keeps after its residual addition ('' when it has none)."""
+    if not block.post_act:
+        return ""
+    kind = activation_kind(model.get_submodule(block.post_act))
+    if kind is None:
+        raise LatoptError(f"block {block.index} ({block.path}): unsupported activation after the residual addition")
+    return kind
 
 
 def linearize(model: nn.Module, blocks: BlockPlan) -> nn.Module:
@@ -139,13 +149,16 @@ def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mod
     if not block.foldable:
         raise LatoptError(f"block {block.index} ({block.path}) cannot be folded: {block.reason}")
     check_variant(block, variant)
+    check_mode(block, mode)
     if mode == "exact" and input_size is None:
         raise LatoptError("exact fold mode needs the input size (H, W); or use mode='paper'")
     in_size = None if input_size is None else (int(input_size[0]), int(input_size[1]))
-    info = _info(block, variant, mode, in_size, net_input_size)
+    info = _info(block, variant, mode, in_size, net_input_size, _post_act(model, block))
     like = model.get_submodule(block.convs[-2]).weight
     if variant == "drop":
         return FoldedBlock(info).to(dtype=like.dtype, device=like.device).train(model.training)
+    if block.layout != "mbconv":
+        return _fold_whole(model, block, info, in_size, like)
     if block.has_expand:
         w1, b1 = _fused(model, block.convs[0], block.bns[0])
     else:
@@ -177,6 +190,45 @@ def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mod
             fb.bias_map.copy_(delta[None].to(like.dtype))
     fb.train(model.training)
     return fb
+
+
+def _fold_whole(model: nn.Module, block: Block, info: FoldInfo, in_size: tuple[int, int] | None,
+                like: torch.Tensor) -> FoldedBlock:
+    """The ``full`` fold of a ``dense`` or ``basic`` block (the only fold they allow besides ``drop``)."""
+    shortcut = _fused(model, *block.shortcut) if block.shortcut else None
+    if block.layout == "basic":
+        (wa, ba), (wb, bb) = (_fused(model, c, b) for c, b in zip(block.convs, block.bns, strict=True))
+        ca, cb = (model.get_submodule(c) for c in block.convs)
+        ac = compose.compose_basic(wa, ba, wb, bb, residual=block.residual, stride=block.stride,
+                                   padding_a=int(ca.padding[0]), padding_b=int(cb.padding[0]), shortcut=shortcut)
+    else:
+        w1, b1 = _fused(model, block.convs[0], block.bns[0]) if block.has_expand else (None, None)
+        w2, b2 = _fused(model, block.convs[-2], block.bns[-2])
+        w3, b3 = _fused(model, block.convs[-1], block.bns[-1])
+        ac = compose.compose_dense(w1, b1, w2, b2, w3, b3, residual=block.residual, stride=block.stride,
+                                   padding=block.padding, shortcut=shortcut)
+    fb = FoldedBlock(info).to(dtype=like.dtype, device=like.device)
+    _set_conv(fb.conv, ac.weight, ac.interior_bias, like)
+    if fb.bias_map is not None:
+        delta = compose.bias_map(ac, in_size) - ac.interior_bias[:, None, None]
+        delta[:, ~compose.border_mask(in_size, block.kernel, block.stride, block.padding)] = 0.0  # exactly
+        with torch.no_grad():
+            fb.bias_map.copy_(delta[None].to(like.dtype))
+    return fb.train(model.training)
+
+
+def check_mode(block: Block, mode: str) -> None:
+    """LatoptError when ``block`` does not fold exactly in ``mode`` (a ResNet BasicBlock: paper mode only)."""
+    if mode not in block.fold_modes:
+        raise LatoptError(f"block {block.index} ({block.path}, {block.kind}) folds only in "
+                          f"{' or '.join(block.fold_modes)} mode: its two k×k convolutions compose into one only "
+                          "away from the border; fold it in paper mode")
+
+
+def foldable_in(model: nn.Module, mode: str) -> list[int]:
+    """The indices of the blocks of ``model`` that fold in ``mode`` (foldable, and ``mode`` in their
+    ``fold_modes``): what a fold check of "every foldable block" folds."""
+    return [b.index for b in find_blocks(model) if b.foldable and mode in b.fold_modes]
 
 
 def fold_blocks(model: nn.Module, blocks: BlockPlan, mode: str = "exact",

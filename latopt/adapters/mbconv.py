@@ -1,0 +1,140 @@
+"""Block adapters for inverted residuals: timm ``InvertedResidual``, ``DepthwiseSeparableConv`` (t = 1) and
+``EdgeResidual`` (a fused k×k dense expansion + 1x1 projection: layout ``dense``), torchvision
+``InvertedResidual``. Squeeze-excitation, anti-aliasing, a space-to-depth stem and an activation after the
+projection followed by a residual addition make a block unfoldable (listed with the reason): an SE block gates
+by its own input, so removing its activations does not make it affine. An activation after the projection of a
+block without a skip (MobileNetV1, LCNet) is kept after the fold (``Block.post_act``), as a ResNet's is."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from latopt.adapters import BlockAdapter, from_library, register_block
+from latopt.adapters.base import Block, is_identity, make_block
+from latopt.errors import LatoptError
+
+
+def _act(bn: nn.Module) -> nn.Module:
+    return getattr(bn, "act", None) or nn.Identity()
+
+
+def _timm_reasons(m: nn.Module, last_bn: nn.Module) -> list[str]:
+    reasons = []
+    if getattr(m, "conv_s2d", None) is not None:
+        reasons.append("space-to-depth stem in the block")
+    if not is_identity(getattr(m, "se", None)):
+        reasons.append("squeeze-excitation (as-is only: an SE block gates by its input, a fold of it is not exact)")
+    if not is_identity(getattr(m, "aa", None)):
+        reasons.append("anti-aliasing layer")
+    if not is_identity(getattr(last_bn, "act", None)) and m.has_skip:
+        reasons.append("activation after the projection, before the residual addition")
+    return reasons
+
+
+def _timm_describe(index: int, path: str, m: nn.Module) -> Block:
+    cls = type(m).__name__
+    if cls == "InvertedResidual":
+        mods = {"expand": m.conv_pw, "dw": m.conv_dw, "project": m.conv_pwl, "bn1": m.bn1, "bn2": m.bn2,
+                "bn3": m.bn3, "act1": _act(m.bn1), "act2": _act(m.bn2)}
+        names = {"expand": "conv_pw", "dw": "conv_dw", "project": "conv_pwl",
+                 "bn1": "bn1", "bn2": "bn2", "bn3": "bn3", "act1": "bn1.act", "act2": "bn2.act"}
+        last, layout = m.bn3, "mbconv"
+    elif cls == "DepthwiseSeparableConv":  # t = 1
+        mods = {"dw": m.conv_dw, "project": m.conv_pw, "bn2": m.bn1, "bn3": m.bn2, "act2": _act(m.bn1)}
+        names = {"dw": "conv_dw", "project": "conv_pw", "bn2": "bn1", "bn3": "bn2", "act2": "bn1.act"}
+        last, layout = m.bn2, "mbconv"
+    else:  # EdgeResidual: conv_exp (k×k dense, cin -> hidden) -> bn1(+act) -> conv_pwl -> bn2
+        mods = {"dw": m.conv_exp, "project": m.conv_pwl, "bn2": m.bn1, "bn3": m.bn2, "act2": _act(m.bn1)}
+        names = {"dw": "conv_exp", "project": "conv_pwl", "bn2": "bn1", "bn3": "bn2", "act2": "bn1.act"}
+        last, layout = m.bn2, "dense"
+    if not is_identity(getattr(last, "act", None)) and not m.has_skip:
+        # MobileNetV1 / LCNet: an activation after the projection and no skip: kept after the fold, as a ResNet's
+        mods["post"] = last.act
+        names["post"] = f"{names['bn3']}.act"
+    return make_block(index, path, f"timm.{cls}", mods, names, bool(m.has_skip), "; ".join(_timm_reasons(m, last)),
+                      layout=layout)
+
+
+def _tv_describe(index: int, path: str, m: nn.Module) -> Block:
+    seq = m.conv
+    if len(seq) == 4:  # expand CNA, dw CNA, project conv, bn
+        e, d = seq[0], seq[1]
+        mods = {"expand": e[0], "bn1": e[1], "act1": e[2] if len(e) > 2 else nn.Identity(),
+                "dw": d[0], "bn2": d[1], "act2": d[2] if len(d) > 2 else nn.Identity(),
+                "project": seq[2], "bn3": seq[3]}
+        names = {"expand": "conv.0.0", "bn1": "conv.0.1", "act1": "conv.0.2", "dw": "conv.1.0",
+                 "bn2": "conv.1.1", "act2": "conv.1.2", "project": "conv.2", "bn3": "conv.3"}
+    elif len(seq) == 3:
+        d = seq[0]
+        mods = {"dw": d[0], "bn2": d[1], "act2": d[2] if len(d) > 2 else nn.Identity(),
+                "project": seq[1], "bn3": seq[2]}
+        names = {"dw": "conv.0.0", "bn2": "conv.0.1", "act2": "conv.0.2", "project": "conv.1", "bn3": "conv.2"}
+    else:
+        raise LatoptError(f"torchvision InvertedResidual at {path} has an unexpected layout ({len(seq)} parts)")
+    return make_block(index, path, "torchvision.InvertedResidual", mods, names, bool(m.use_res_connect), "")
+
+
+def _v3_parts(m: nn.Module) -> tuple[list[nn.Module], list[nn.Module]] | None:
+    """(Conv2dNormActivation parts, SqueezeExcitation parts) of a torchvision MobileNetV3 block, None when its
+    ``block`` is anything else."""
+    parts = list(getattr(m, "block", ()))
+    se = [p for p in parts if type(p).__name__ == "SqueezeExcitation"]
+    cnas = [p for p in parts if type(p).__name__ == "Conv2dNormActivation" and len(p) in (2, 3)]
+    if len(cnas) not in (2, 3) or len(cnas) + len(se) != len(parts) or len(se) > 1:
+        return None
+    return cnas, se
+
+
+def _tv_v3_describe(index: int, path: str, m: nn.Module) -> Block:
+    """torchvision MobileNetV3's InvertedResidual (``block``: [expand CNA], depthwise CNA, [SqueezeExcitation],
+    project CN)."""
+    cnas, se = _v3_parts(m)
+    idx = {id(p): i for i, p in enumerate(m.block)}
+    d, pr = cnas[-2], cnas[-1]
+    di, pi = idx[id(d)], idx[id(pr)]
+    mods: dict[str, nn.Module | None] = {"dw": d[0], "bn2": d[1], "act2": d[2] if len(d) > 2 else nn.Identity(),
+                                         "project": pr[0], "bn3": pr[1]}
+    names = {"dw": f"block.{di}.0", "bn2": f"block.{di}.1", "act2": f"block.{di}.2",
+             "project": f"block.{pi}.0", "bn3": f"block.{pi}.1"}
+    if len(cnas) == 3:
+        e = cnas[0]
+        ei = idx[id(e)]
+        mods.update(expand=e[0], bn1=e[1], act1=e[2] if len(e) > 2 else nn.Identity())
+        names.update(expand=f"block.{ei}.0", bn1=f"block.{ei}.1", act1=f"block.{ei}.2")
+    reason = ("squeeze-excitation (as-is only: an SE block gates by its input, a fold of it is not exact)" if se
+              else "activation after the projection" if len(pr) > 2 else "")
+    return make_block(index, path, "torchvision.InvertedResidual", mods, names, bool(m.use_res_connect), reason)
+
+
+def _match_timm(m: nn.Module) -> bool:
+    return from_library(m, "timm", "InvertedResidual", "DepthwiseSeparableConv", "EdgeResidual")
+
+
+def _match_tv(m: nn.Module) -> bool:
+    return from_library(m, "torchvision", "InvertedResidual") and hasattr(m, "conv")
+
+
+def _match_tv_v3(m: nn.Module) -> bool:
+    return from_library(m, "torchvision", "InvertedResidual") and _v3_parts(m) is not None
+
+
+register_block(BlockAdapter("timm-mbconv", "timm", _match_timm, _timm_describe))
+register_block(BlockAdapter("torchvision-mbconv", "torchvision", _match_tv, _tv_describe))
+register_block(BlockAdapter("torchvision-mbconv-v3", "torchvision", _match_tv_v3, _tv_v3_describe))
+
+
+def _tv_mnas_describe(index: int, path: str, m: nn.Module) -> Block:
+    """torchvision MNASNet's ``_InvertedResidual``: ``layers`` = 1x1, BN, ReLU, depthwise, BN, ReLU, 1x1, BN."""
+    L = m.layers
+    mods = {"expand": L[0], "bn1": L[1], "act1": L[2], "dw": L[3], "bn2": L[4], "act2": L[5],
+            "project": L[6], "bn3": L[7]}
+    names = {k: f"layers.{i}" for i, k in enumerate(("expand", "bn1", "act1", "dw", "bn2", "act2", "project", "bn3"))}
+    return make_block(index, path, "torchvision._InvertedResidual", mods, names, bool(m.apply_residual), "")
+
+
+def _match_tv_mnas(m: nn.Module) -> bool:
+    return (from_library(m, "torchvision", "_InvertedResidual") and isinstance(getattr(m, "layers", None), nn.Sequential)
+            and len(m.layers) == 8)
+
+
+register_block(BlockAdapter("torchvision-mnasnet", "torchvision", _match_tv_mnas, _tv_mnas_describe))
