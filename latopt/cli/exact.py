@@ -1,16 +1,29 @@
 """``latopt train-mlp | compress | regions | shallow``: exact tools for fully connected ReLU networks.
 
-The work is :mod:`latopt.exact.tools`; this module parses arguments and prints.
+The work is :mod:`latopt.exact.tools`; this module parses arguments and prints. The tools are the ``exact``
+extra's (``pip install 'latopt[exact]'``): without it each of these commands prints one line saying what to
+install and exits 2 (:func:`latopt.exact.load`).
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from latopt.cli.common import common_parser
 from latopt.errors import LatoptError
 
+if TYPE_CHECKING:
+    from types import ModuleType
+
 # start-up time: each handler imports latopt.exact.tools (numpy, torch, HiGHS) when it runs, not for --help
+
+
+def _tools(args: argparse.Namespace) -> ModuleType:
+    """:mod:`latopt.exact.tools`; a one-line error (exit 2) naming the extra to install when it is missing."""
+    from latopt.exact import load
+
+    return load("tools", f"latopt {args.command}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,8 +111,7 @@ def _parse_hidden(s: str) -> list[int]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from latopt.exact import tools
-
+    tools = _tools(args)
     _set_threads(args.threads)
     path, meta = tools.make_mlp(_parse_hidden(args.hidden), data=args.data, l1=args.l1, epochs=args.epochs,
                                 lr=args.lr, batch=args.batch, inputs=args.inputs, outputs=args.outputs,
@@ -112,8 +124,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _compress(args: argparse.Namespace) -> int:
-    from latopt.exact import tools
-
+    tools = _tools(args)
     _set_threads(args.threads)
     report = tools.compress_checkpoint(args.checkpoint, args.out, box=args.box, time_limit=args.time_limit,
                                        samples=args.samples, verify_points=args.verify_points, seed=args.seed)
@@ -123,8 +134,7 @@ def _compress(args: argparse.Namespace) -> int:
 
 
 def _regions(args: argparse.Namespace) -> int:
-    from latopt.exact import tools
-
+    tools = _tools(args)
     limits = tools.region_limits(args.max_regions, args.max_inputs, args.max_units)
     r = tools.regions_of(args.checkpoint, args.out, box=args.box, limits=limits, grid=args.grid)
     dim = r["box"]["dim"]
@@ -140,8 +150,7 @@ def _regions(args: argparse.Namespace) -> int:
 
 
 def _shallow(args: argparse.Namespace) -> int:
-    from latopt.exact import tools
-
+    tools = _tools(args)
     limits = tools.region_limits(args.max_regions, args.max_inputs, args.max_units)
     r = tools.shallow_of(args.checkpoint, args.out, box=args.box, limits=limits, epsilon=args.epsilon,
                          samples=args.samples, seed=args.seed)
