@@ -74,6 +74,9 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "method-table-summary": _tool("bench_methods", "render_summary", "method-table"),
     "hardware-awareness": _tool("bench_devices", "render", "hardware-awareness"),
     "hardware-awareness-summary": _tool("bench_devices", "render_summary", "hardware-awareness"),
+    "hardware-awareness-e1": _tool("bench_costs", "render_e1", "hardware-awareness"),
+    "hardware-awareness-e2": _tool("bench_costs", "render_e2", "hardware-awareness"),
+    "compatibility": _tool("compat", "render", "compatibility/compat.json"),
 }
 
 
