@@ -28,7 +28,6 @@ from latopt.fold import (
 from latopt.inspection import check_fold
 from latopt.layers import make_activation
 from latopt.models import build_model
-from latopt.stemhead import fixed_parts
 
 TOL = 1e-4  # FOLD_CHECK_TOLERANCE
 
@@ -146,19 +145,6 @@ def test_torchvision_resnet_blocks_get_their_own_activations() -> None:
     assert raw.state_dict().keys() == built.state_dict().keys()
     blocks = find_blocks(built)
     assert len(blocks) == 8 and all(b.foldable and b.kind == "torchvision.BasicBlock" for b in blocks)
-
-
-@pytest.mark.parametrize("name", ["resnet20_cifar", "mobilenetv3_small_050", "torchvision/mobilenet_v3_small",
-                                  "torchvision/resnet18", "torchvision/mnasnet0_5", "mnasnet_050"])
-def test_fixed_parts_compose_to_the_model(name: str) -> None:
-    m = build_model(name, 7)
-    parts = fixed_parts(m)
-    x = torch.randn(2, 3, 48, 48)
-    with torch.no_grad():
-        h = parts.stem(x)
-        for b in find_blocks(m):
-            h = m.get_submodule(b.path)(h)
-        assert torch.allclose(parts.head(h), m(x), atol=1e-5)
 
 
 def test_cifar_resnet20() -> None:

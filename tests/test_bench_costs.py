@@ -1,4 +1,4 @@
-"""tools/bench_costs.py (E1 and E2 of issue 30): the front interpolation, the fixed speed-ups, the tables rendered
+"""tools/bench_costs.py (E1 and E2): the front interpolation, the fixed speed-ups, the tables rendered
 from small synthetic results directories, bad input, and a tiny end-to-end --smoke run."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""tools/bench_devices.py's intervals over runs (issue 30, item 4): the rounds of one interleaved run are not
+"""tools/bench_devices.py's intervals over runs : the rounds of one interleaved run are not
 independent replicates, the runs are; a results file of the first schema (intervals pooled over rounds) is
 rendered with t intervals over its per-run medians and says how many runs lay outside the pooled ones."""
 

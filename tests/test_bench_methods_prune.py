@@ -1,4 +1,4 @@
-"""tools/bench_methods.py's pruning baseline (issue 30, item 5): a per-layer cap of 0.5 that rounding cannot
+"""tools/bench_methods.py's pruning baseline : a per-layer cap of 0.5 that rounding cannot
 break, the stem and first block left whole, channel counts in multiples of 8, a local (uniform-ratio) arm
 beside the global one, re-matching on the iterated network, and the arms' cell names (an 18-epoch arm beside
 the equal budget). On MobileNetV2-0.5 at 32 px with random weights: the structure is what is checked."""

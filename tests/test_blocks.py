@@ -123,7 +123,9 @@ def test_block_input_shapes_chain(name: str, res: int) -> None:
         block_input_shapes(m, (3, res, res))
 
 
-@pytest.mark.parametrize("name", ["mobilenetv2_035", "efficientnet_lite0", "torchvision/mobilenet_v2?width=0.5"])
+@pytest.mark.parametrize("name", ["mobilenetv2_035", "efficientnet_lite0", "torchvision/mobilenet_v2?width=0.5",
+                                  "resnet20_cifar", "mobilenetv3_small_050", "torchvision/mobilenet_v3_small",
+                                  "torchvision/resnet18", "torchvision/mnasnet0_5", "mnasnet_050"])
 def test_fixed_parts_compose_to_the_model(name: str) -> None:
     m = build_model(name, 7)
     parts = fixed_parts(m)

@@ -1,4 +1,4 @@
-"""tools/compare.py's crossed statistics (issue 30, item 4): every seed is tested on the same items, so the
+"""tools/compare.py's crossed statistics : every seed is tested on the same items, so the
 interval must hold the seeds' variance *and* the variance the shared items add. A simulated crossed design
 (seed effects, digit effects shared by all seeds, paired methods scored on the same canvases) checks that
 nominal 95 % intervals cover the true difference at least 93 % of the time; Holm's correction, equivalence

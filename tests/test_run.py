@@ -106,7 +106,7 @@ def test_run_all_stages(first_run: tuple[Path, str], check_fold_structure) -> No
     check_fold_structure(root / "export" / "model.onnx", "mobilenetv2_035", 10, exp["folded"])
     assert exp["latency"]["speedup"] == pytest.approx(exp["latency"]["as_is_ms"] / exp["latency"]["folded_ms"])
     assert "speed-up" in first and "measured in this run" in first
-    assert "constraint      accuracy drop ≤ 50.00 pt" in first and "test drop" in first   # issue 31: the promise
+    assert "constraint      accuracy drop ≤ 50.00 pt" in first and "test drop" in first   # the accuracy promise
     assert "stages          base ran (new); profile ran (new); search ran (new); export ran (new)" in first
     assert "not run yet" not in first and "error" not in first.split("LUT prediction")[1].splitlines()[0]
     report = (root / "REPORT.md").read_text()

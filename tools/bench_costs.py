@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""E1 and E2 of issue 30: does measuring the device pay? The protocol is docs/evaluation.md's amendment of
+"""E1 and E2: does measuring the device pay? The protocol is docs/evaluation.md's amendment of
 2026-12-02 ("E1 and E2"), written before any of their runs; the tables go to docs/hardware-awareness.md.
 
 A thin layer over tools/bench_methods.py: its cells (base, as-is, Layer Folding, the DP), its queue (resumable,

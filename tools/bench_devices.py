@@ -345,7 +345,7 @@ def render(results: Path) -> str:
         oc, nc, orr, nr = _pooled_outside(m)
         sp = ("the median of per-round ratios pooled over the runs; this results file kept no per-run speed-ups, "
               "so no interval is shown")
-        amend = (f" **Amended 2026-12-02 (issue 30):** the intervals shown before pooled the rounds of the "
+        amend = (f" **Amended 2026-12-02:** the intervals shown before pooled the rounds of the "
                  f"{m['runs']} runs as if independent; in {oc} of {nc} off-diagonal cells a run's own median lay "
                  f"outside that \"95 %\" interval ({orr} of {nr} per-run medians). They are now t intervals over "
                  "the runs, and the *diagonal wins?* column was recomputed with them.")

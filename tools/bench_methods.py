@@ -372,7 +372,7 @@ def cell_lf_direct(ctx: Ctx, seed: int, out: Path, lam: str) -> dict[str, Any]:
 # -- channel pruning (torch-pruning) -------------------------------------------------------------
 PRUNE_STEPS = 3          # iterative pruning: this many steps, each followed by an equal share of the fine-tuning
 # no layer group loses more than this fraction of its channels. 0.9 until 2026-12-02 (results/method-table):
-# global ranking then cut the first six convolutions to 8 channels in 12 of 15 networks (issue 30)
+# global ranking then cut the first six convolutions to 8 channels in 12 of 15 networks
 PRUNE_MAX_LAYER = 0.5
 PRUNE_REMATCH = 3        # iterated networks pruned and timed against their target at most this many times
 PRUNE_ARMS = ("global", "local")   # channels ranked across the network / the same ratio in every layer group
@@ -1404,7 +1404,7 @@ def render_doc(root: Path) -> str:
             f"canvases; the test split is {sizes.get('test', 0) // R.group} source digits × {R.group} canvases, the "
             f"same for every seed: **effective test size {sizes.get('test', 0) // R.group}**, one source digit = "
             f"{100 * R.group / max(1, sizes.get('test', 1)):.2f} pt.",
-            f"- Intervals (amended 2026-12-02, issue 30): 95 %, crossed seed-t: t over the seeds' paired "
+            f"- Intervals (amended 2026-12-02): 95 %, crossed seed-t: t over the seeds' paired "
             f"differences (df = seeds − 1) with the variance that the source digits shared by every seed add, from "
             f"resampling the digits once for all seeds (exact for accuracy; {N_ITEM_DRAWS} draws for hypervolume; "
             f"`tools/compare.py`); none with fewer than {MIN_SEEDS} seeds. Margin ±{100 * MARGIN:g} pt; equal "
@@ -1432,8 +1432,8 @@ def render_doc(root: Path) -> str:
             "(speed-up 1, accuracy 0); INT8 points use INT8 accuracies and their speed-up against fp32 as-is. "
             "The interval is the crossed seed-t: one draw of source digits re-scores both fronts of every seed. "
             "No margin was fixed for a hypervolume difference, so the label only says whether the interval "
-            "excludes 0. The two **[exploratory]** rows were added after the results were read (2026-12-02, "
-            "issue 30): with every accuracy set to 1 the hypervolume is the reach in speed-up alone; with the "
+            "excludes 0. The two **[exploratory]** rows were added after the results were read (2026-12-02)"
+            ": with every accuracy set to 1 the hypervolume is the reach in speed-up alone; with the "
             "reference at each seed's as-is accuracy − 2 pt (held fixed in the resampling) only points within 2 pt "
             "of as-is count.",
             render_fronts(R),

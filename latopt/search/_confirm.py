@@ -24,7 +24,7 @@ fold that changes no prediction deserves). What it does not bound: the chance th
 is taken as observed (``d / n``), not bounded; an unconditional bound (Clopper-Pearson on ``lost``, Wilson,
 Newcombe) cannot go below about 3/n even when nothing changed — 1.7 points on quickstart's 180 confirmation
 images, more than the default 1-point constraint — so it would confirm no fold at that size. Whether the
-bound covers the test drop is measured (issue 31, item 3), not assumed.
+bound covers the test drop is measured by a benchmark, not assumed.
 """
 
 from __future__ import annotations
