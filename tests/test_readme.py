@@ -1,4 +1,8 @@
-"""The README's two set-up commands are the ones CI and newcomers run: keep them true."""
+"""The README's two set-up commands are the ones CI and newcomers run: keep them true.
+
+The README is the five-minute page (what latopt does, the two set-up commands, the real-data command, a tour of
+one run, where to read on); the rest lives in docs/. These tests check the facts the README and the module map
+(docs/modules.md) state, not their sentences. Links and the generated CLI reference: tests/test_docs.py."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# the page that holds the module map (every module and sub-package of latopt/, by its path)
+MODULE_MAP_PAGE = ROOT / "docs" / "modules.md"
 
 
 def _block(tag: str) -> str:
@@ -22,6 +28,17 @@ def test_readme_has_exactly_two_setup_commands() -> None:
     assert len(main.splitlines()) == 1 and len(tests.splitlines()) == 1
     assert "latopt run" in main or "latopt inspect" in main
     assert "pytest" in tests
+
+
+def test_readme_is_a_short_page_with_the_real_data_command_and_links_into_docs() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 200
+    assert "apt-get install" in text and "dataset-fashion-mnist" in text
+    assert "latopt run --config fashion_mnist" in text
+    assert re.search(r"^## .*Fashion-MNIST", text, re.M), "the Fashion-MNIST paragraph has a heading of its own"
+    linked = set(re.findall(r"\]\((docs/[\w.-]+\.md)(?:#[\w-]*)?\)", text))
+    for page in ("guide", "cli", "modules", "results", "gpu", "development", "design", "evaluation"):
+        assert f"docs/{page}.md" in linked, f"README.md does not link docs/{page}.md"
 
 
 def test_ci_runs_the_readme_test_command() -> None:
@@ -43,6 +60,8 @@ def test_readme_names_the_shipped_files_that_exist() -> None:
     assert [p for p in sorted(paths) if not (ROOT / p).exists()] == []
     names = sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
     assert all(f"`{n}`" in text for n in names), names
+    profiles = sorted(p.stem for p in (ROOT / "latopt" / "profiles").glob("*.yaml"))
+    assert profiles and [n for n in profiles if f"`{n}`" not in text] == [], "README.md names every shipped profile"
 
 
 # a name in the module map: a folder (``name/``, with ``(`` right after it when its files follow in
@@ -52,7 +71,7 @@ _MAP_TOKEN = re.compile(r"(?<![\w./-])(?:(?P<open>(?:\w+/)+)\s*\(|(?P<dir>(?:\w+
 
 
 def module_map_paths(block: str) -> tuple[set[str], set[str]]:
-    """(files, folders) README's module map names, as paths relative to the repository.
+    """(files, folders) the module map names, as paths relative to the repository.
 
     The map is a list of entries: an entry starts with a path at the start of a line (``latopt/x.py`` or
     ``latopt/sub/``) and goes on over the indented lines below it. Other names in an entry are relative to
@@ -92,11 +111,11 @@ def test_module_map_parser_reads_full_paths() -> None:
 
 
 def test_module_map_matches_the_package() -> None:
-    # README's "How it works" names every module of latopt/ and every sub-package (by its path in the
+    # the module map (docs/modules.md) names every module of latopt/ and every sub-package (by its path in the
     # repository), and no file or folder that is gone
-    text = (ROOT / "README.md").read_text()
+    text = MODULE_MAP_PAGE.read_text()
     m = re.search(r"<!-- module-map -->\s*```\n(.*?)\n```\s*<!-- /module-map -->", text, re.S)
-    assert m, "README.md has no module-map block"
+    assert m, f"{MODULE_MAP_PAGE.relative_to(ROOT)} has no module-map block"
     named_files, named_dirs = module_map_paths(m.group(1))
     pkg = ROOT / "latopt"
     files = {p.relative_to(ROOT).as_posix() for p in pkg.rglob("*.py") if "__pycache__" not in p.parts}
@@ -106,18 +125,20 @@ def test_module_map_matches_the_package() -> None:
     dirs |= {d.relative_to(ROOT).as_posix() for d in pkg.iterdir() if d.is_dir() and d.name != "__pycache__"}
     missing = sorted(modules - named_files) + sorted(f"{d}/" for d in dirs - named_dirs)
     extra = sorted(named_files - files) + sorted(f"{d}/" for d in named_dirs - dirs - {"latopt"})
-    assert not missing and not extra, (f"README's module map does not match latopt/:\n  missing from the map: "
+    assert not missing and not extra, (f"the module map ({MODULE_MAP_PAGE.relative_to(ROOT)}) does not match latopt/:\n  missing from the map: "
                                        f"{missing}\n  named in the map but not in latopt/: {extra}")
 
 
 def test_generated_blocks_are_up_to_date() -> None:
     # every block between <!-- regenerate NAME --> markers in README.md and docs/ is what tools/regenerate.py
-    # makes from the committed results (docs/evaluation.md)
+    # makes from the committed results (docs/evaluation.md) and, for docs/cli.md, from the parsers
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "regenerate.py"), "--check"], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    text = (ROOT / "README.md").read_text()
-    assert "<!-- regenerate seed-sweep -->" in text and "<!-- regenerate seed-sweep-before -->" in text
+    pages = "".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    for name in ("seed-sweep", "seed-sweep-before", "fashion-mnist-bases", "method-table-summary",
+                 "hardware-awareness-summary", "cli"):
+        assert f"<!-- regenerate {name} -->" in pages, name
 
 
 def test_the_seed_sweep_is_of_the_shipped_quickstart() -> None:

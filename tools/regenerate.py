@@ -1,7 +1,8 @@
 """Regenerate the figures of README.md and docs/*.md from the committed raw results (docs/evaluation.md §5).
 
 A generated block is the text between ``<!-- regenerate NAME -->`` and ``<!-- /regenerate -->``; NAME picks
-its generator below, which reads only files under ``results/``. Nothing between the markers is typed by hand.
+its generator below, which reads only files under ``results/`` (the one exception, ``cli``, reads the ``latopt``
+command line's argparse parsers: docs/cli.md). Nothing between the markers is typed by hand.
 
     python tools/regenerate.py            # rewrite every generated block
     python tools/regenerate.py --check    # exit 1 naming the blocks that would change (CI: tests/test_readme.py)
@@ -64,6 +65,111 @@ def _compress_report(results: str) -> Callable[[], str]:
     return make
 
 
+# The CLI reference (docs/cli.md), made from the parsers of ``latopt.cli.build_parser`` by its own layout, not
+# argparse's help formatter: that one wraps to the terminal's width (COLUMNS) and its layout changes between Python
+# versions, and the page must be the same wherever it is made.
+CLI_WIDTH = 100
+
+
+def _wrap(words: list[str], first: str, indent: int) -> list[str]:
+    """``words`` (each kept whole) after ``first``, filled to :data:`CLI_WIDTH`; later lines indented by ``indent``."""
+    lines, line = [], first
+    for w in words:
+        if line.strip() and len(line) + 1 + len(w) > CLI_WIDTH:
+            lines.append(line)
+            line = " " * indent + w
+        else:
+            line = f"{line} {w}" if line.strip() else line + w
+    return [*lines, line]
+
+
+def _metavar(a: argparse.Action) -> str:
+    if a.metavar is not None:
+        return a.metavar if isinstance(a.metavar, str) else " ".join(a.metavar)
+    if a.choices is not None:
+        return "{" + ",".join(map(str, a.choices)) + "}"
+    return a.dest if not a.option_strings else a.dest.upper()
+
+
+def _args(a: argparse.Action) -> str:
+    """What follows an option (or stands for a positional) in the usage: ``FILE``, ``[N]``, ``X [X ...]``."""
+    m = _metavar(a)
+    return {0: "", None: m, "?": f"[{m}]", "*": f"[{m} ...]", "+": f"{m} [{m} ...]"}.get(
+        a.nargs, " ".join([m] * a.nargs) if isinstance(a.nargs, int) else m)
+
+
+def _usage(prog: str, p: argparse.ArgumentParser) -> list[str]:
+    shown = [a for a in p._actions if a.help != argparse.SUPPRESS]
+    groups = {id(a): g for g in p._mutually_exclusive_groups for a in g._group_actions}
+    words, done = [], set()
+    for a in [a for a in shown if a.option_strings] + [a for a in shown if not a.option_strings]:
+        if id(a) in done:
+            continue
+        if isinstance(a, argparse._SubParsersAction):
+            words.append("COMMAND ...")
+            continue
+        group = [x for x in groups[id(a)]._group_actions if x in shown] if id(a) in groups else [a]
+        parts = []
+        for x in group:
+            done.add(id(x))
+            parts.append(" ".join(filter(None, [x.option_strings[0], _args(x)])) if x.option_strings else _args(x))
+        text = " | ".join(parts)
+        required = all(x.required for x in group) if len(group) == 1 else groups[id(a)].required
+        words.append(text if required or not a.option_strings else f"[{text}]")
+    return _wrap(words, f"usage: {prog}", len(f"usage: {prog} "))
+
+
+def _help(a: argparse.Action, prog: str) -> str:
+    text = a.help or ""
+    if "%" in text:   # argparse's own expansion: %(default)s, %(prog)s, %%
+        params = {k: v for k, v in vars(a).items() if v is not argparse.SUPPRESS}
+        params["prog"] = prog
+        if a.choices is not None:
+            params["choices"] = ", ".join(map(str, a.choices))
+        text = text % params
+    notes = []
+    if a.required and a.option_strings:
+        notes.append("required")
+    if (a.nargs != 0 and a.default not in (None, False, [], argparse.SUPPRESS)
+            and "default" not in text.lower()):
+        notes.append(f"default: {a.default}")
+    return " ".join(filter(None, [text, f"({'; '.join(notes)})" if notes else ""]))
+
+
+def _command_text(prog: str, p: argparse.ArgumentParser) -> list[str]:
+    out = _usage(prog, p)
+    if p.description:
+        out += ["", *_wrap(p.description.split(), "", 0)]
+    for title, positional in (("positional arguments:", True), ("options:", False)):
+        actions = [a for a in p._actions if a.help != argparse.SUPPRESS and bool(a.option_strings) != positional
+                   and not isinstance(a, argparse._SubParsersAction)]
+        if not actions:
+            continue
+        out += ["", title]
+        for a in actions:
+            out.append("  " + (", ".join(a.option_strings) + (f" {_args(a)}" if a.nargs != 0 else "")
+                               if a.option_strings else _args(a)))
+            if _help(a, prog):
+                out += _wrap(_help(a, prog).split(), "      ", 6)
+    return out
+
+
+def cli_reference() -> str:
+    """docs/cli.md's generated block: ``latopt``'s usage and commands, then each command's usage and options."""
+    from latopt.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {a.dest: a.help or "" for a in sub._choices_actions}
+    out = ["```", *_command_text(parser.prog, parser), "", "commands:"]
+    for name in sub.choices:
+        out += _wrap(helps[name].split(), f"  {name:<10}", 13)
+    out.append("```")
+    for name, p in sub.choices.items():
+        out += ["", f"## `latopt {name}`", "", helps[name], "", "```", *_command_text(f"latopt {name}", p), "```"]
+    return "\n".join(line.rstrip() for line in out) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "seed-sweep": _seed_table("seed-sweep.json"),
     "seed-sweep-before": _seed_table("seed-sweep-before.json"),
@@ -77,6 +183,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "hardware-awareness-e1": _tool("bench_costs", "render_e1", "hardware-awareness"),
     "hardware-awareness-e2": _tool("bench_costs", "render_e2", "hardware-awareness"),
     "compatibility": _tool("compat", "render", "compatibility/compat.json"),
+    "cli": cli_reference,
 }
 
 
