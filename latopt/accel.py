@@ -166,7 +166,8 @@ class Accel:
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """``model`` moved (in place) to the device and memory format; returned."""
-        return model.to(self.device, memory_format=self.memory_format)
+        # torch's stubs of Module.to lack memory_format, which it takes (as Tensor.to does)
+        return model.to(self.device, memory_format=self.memory_format)  # type: ignore[call-overload]
 
     def batch(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A batch on the device (asynchronous copies from pinned memory)."""

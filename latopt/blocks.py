@@ -32,7 +32,8 @@ named parts of a block, with the checks), ``check_conv``, ``check_bn``, ``conv_p
 The modules around the blocks (stem, head) are :mod:`latopt.stemhead`.
 
 A block that cannot be folded (squeeze-excitation, an activation σ_α does not support, anti-aliasing,
-dilation, an activation after the projection, ...) is listed with ``foldable=False`` and the reason.
+dilation, an activation after the projection, ...) is listed with ``foldable=False`` and the reason; a residual
+squeeze-excitation block may still be dropped (``Block.drop_only``, variants ``("drop",)``).
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ def find_blocks(model: nn.Module) -> list[Block]:
 
 def resolve_blocks(model: nn.Module, spec: Sequence[int] | str) -> list[Block]:
     """Blocks named by ``spec``: "all" = every foldable block, or a sequence of indices / a string
-    like "1,3,5". A non-foldable or out-of-range index is a LatoptError naming the block and reason."""
+    like "1,3,5". An index of a block that allows no variant, or out of range, is a LatoptError naming the block
+    and reason; a ``drop_only`` block (squeeze-excitation) is named only by its index, and the variant asked of
+    it is checked where the plan is (``latopt.fold.transform.check_variant``)."""
     blocks = find_blocks(model)
     if not blocks:
         raise LatoptError(f"no MBConv blocks found in {type(model).__name__}; `latopt inspect` lists what it has")
@@ -102,7 +105,7 @@ def resolve_blocks(model: nn.Module, spec: Sequence[int] | str) -> list[Block]:
         if not 0 <= i < len(blocks):
             raise LatoptError(f"block index {i} is out of range: the model has blocks 0..{len(blocks) - 1}")
         b = blocks[i]
-        if not b.foldable:
+        if not b.variants:
             raise LatoptError(f"block {i} ({b.path}, {b.kind}) cannot be folded: {b.reason}")
         if b not in out:
             out.append(b)

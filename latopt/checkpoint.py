@@ -110,8 +110,9 @@ def _check_arch(arch: Any, where: str = "") -> dict[str, Any]:
     naming the field otherwise. What depends on the model (block indices in range, a variant that applies
     to that block) is checked when the model is built."""
     validated(Arch, arch, prefix=f"{where}: " if where else "", key="architecture field")
-    parse_name(arch["model"])
-    return arch
+    checked: dict[str, Any] = arch  # a mapping: it validated as an Arch
+    parse_name(checked["model"])
+    return checked
 
 
 def build_from_arch(arch: dict[str, Any]) -> nn.Module:
@@ -144,7 +145,8 @@ def checkpoint_digest(arch: dict[str, Any], meta: dict[str, Any], state: dict[st
         t = state[name].detach().cpu().contiguous().reshape(-1)
         raw = t.view(torch.uint8) if t.numel() else t.new_empty(0, dtype=torch.uint8)
         h.update(json.dumps([name, str(t.dtype), list(state[name].shape), int(raw.numel())]).encode() + b"\n")
-        h.update(memoryview(raw.numpy()))
+        # numpy's stubs give ndarray the buffer protocol (__buffer__) only for Python >= 3.12
+        h.update(memoryview(raw.numpy()))  # type: ignore[arg-type]
     return h.hexdigest()
 
 

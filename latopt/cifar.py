@@ -1,5 +1,7 @@
-"""CIFAR-style ResNets (He et al. 2016, section 4.2): ResNet-20/32/44/56/110, the networks the Layer Folding
-paper folds on CIFAR-10/100.
+"""CIFAR-style networks for 32x32 images: the ResNets of He et al. 2016 (section 4.2), ResNet-20/32/44/56/110, the
+networks the Layer Folding paper folds on CIFAR-10/100, and VGG-11/13/16/19 with BatchNorm.
+
+ResNets:
 
 A 3x3 stem convolution (16 channels, stride 1, BN, ReLU), three stages of n BasicBlocks (16, 32, 64 channels;
 strides 1, 2, 2), global average pooling and a linear classifier; depth = 6n + 2. The blocks are timm's
@@ -8,21 +10,42 @@ strides 1, 2, 2), global average pooling and a linear classifier; depth = 6n + 2
 shortcut where the shape changes is a 1x1 convolution + BN (the paper's option B; option A, zero-padded
 identity, has no parameters to fold but is not an affine map latopt can put in one convolution's centre tap
 with the same channel count either way — B keeps the fold algebra one case).
+
+VGGs (``CifarVGG``, the CIFAR VGG of the network-slimming and pruning literature): torchvision's VGG
+configurations (3x3 convolutions, BN, ReLU; five max-pooled stages, so a 32x32 input ends at 1x1), global
+average pooling and one linear classifier on the 512 features. Its attributes follow torchvision's VGG
+(``features``, ``avgpool``, ``classifier``), and each pair of consecutive convolutions of a stage is grouped
+by :func:`latopt.adapters.vgg.pair_convs_` (two 3x3 → one 5x5 in paper mode, as a BasicBlock).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 from timm.models.resnet import BasicBlock
 from torch import nn
 
+from latopt.adapters.vgg import pair_convs_
 from latopt.errors import LatoptError
 
 DEPTHS = (20, 32, 44, 56, 110)
+# torchvision's VGG configurations: output channels of each 3x3 convolution, "M" a 2x2 max-pool
+VGG_CONFIGS: dict[int, tuple[int | str, ...]] = {
+    11: (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
+    13: (64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
+    16: (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"),
+    19: (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M", 512, 512, 512, 512, "M"),
+}
 
 
 class CifarResNet(nn.Module):
     """ResNet-``depth`` for 32x32 images (any size works: the pooling is global)."""
+
+    if TYPE_CHECKING:  # set by __init__ (setattr); for the type checker only (TorchScript reads class annotations)
+        layer1: nn.Sequential
+        layer2: nn.Sequential
+        layer3: nn.Sequential
 
     def __init__(self, depth: int = 20, num_classes: int = 10, in_chans: int = 3) -> None:
         super().__init__()
@@ -53,3 +76,30 @@ class CifarResNet(nn.Module):
         x = self.act1(self.bn1(self.conv1(x)))
         x = self.layer3(self.layer2(self.layer1(x)))
         return self.fc(self.global_pool(x))
+
+
+class CifarVGG(nn.Module):
+    """VGG-``depth`` with BatchNorm for 32x32 images (any size of at least 32 works: the pooling is global)."""
+
+    def __init__(self, depth: int = 16, num_classes: int = 10, in_chans: int = 3) -> None:
+        super().__init__()
+        if depth not in VGG_CONFIGS:
+            raise LatoptError(f"CIFAR VGG depth must be one of {', '.join(map(str, VGG_CONFIGS))}, not {depth}")
+        layers: list[nn.Module] = []
+        cin = in_chans
+        for c in VGG_CONFIGS[depth]:
+            if c == "M":
+                layers.append(nn.MaxPool2d(2, 2))
+                continue
+            layers += [nn.Conv2d(cin, int(c), 3, padding=1, bias=False), nn.BatchNorm2d(int(c)), nn.ReLU(inplace=True)]
+            cin = int(c)
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Linear(cin, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        pair_convs_(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))

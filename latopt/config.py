@@ -87,11 +87,6 @@ def _ordered(v: tuple[float, float]) -> tuple[float, float]:
     return v
 
 
-def _interval(end: Any) -> Any:
-    """A range ``[lo, hi]`` (a YAML list) with lo <= hi and both ends of type ``end`` (its bounds)."""
-    return Annotated[tuple[end, end], BeforeValidator(_pair), AfterValidator(_ordered)]
-
-
 def _train_device(v: str) -> str:
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
         raise ValueError(f"must be one of {', '.join(TRAIN_DEVICES)} (N: a GPU index), got {v!r}")
@@ -102,9 +97,10 @@ TrainDevice = Annotated[str, AfterValidator(_train_device)]
 LambdaC = Annotated[float, Field(ge=0)]           # weight of the compression loss
 Tau = Annotated[float, Field(gt=0, le=1)]         # fold an activation when alpha >= tau
 Power = Annotated[float, Field(gt=1)]             # q = alpha ** p
-LogRange = _interval(Positive)
-TauRange = _interval(Tau)
-PowerRange = _interval(Power)
+# a range [lo, hi] (a YAML list) with lo <= hi and both ends of one type (its bounds)
+LogRange = Annotated[tuple[Positive, Positive], BeforeValidator(_pair), AfterValidator(_ordered)]
+TauRange = Annotated[tuple[Tau, Tau], BeforeValidator(_pair), AfterValidator(_ordered)]
+PowerRange = Annotated[tuple[Power, Power], BeforeValidator(_pair), AfterValidator(_ordered)]
 
 
 # ---------------------------------------------------------------------------------- run config

@@ -37,12 +37,13 @@ Precision = Literal["fp32", "fp16", "int8"]    # int8: ONNX Runtime static INT8 
 Clock = Literal["wall", "thread"]
 ExportFormat = Literal["onnx", "engine", "all"]
 BiasMaps = Literal["deferred", "per-block"]       # exact folds exported with one bias map per chain, or per block
+LutVariant = Literal["none", FoldVariant]         # a LUT's variants: "none" = the block as it is
 
 GRANULARITIES: tuple[str, ...] = get_args(Granularity)
 FOLD_MODES: tuple[str, ...] = get_args(FoldMode)
 FOLD_VARIANTS: tuple[str, ...] = get_args(FoldVariant)
 PARTIAL_VARIANTS: tuple[str, ...] = ("expand_dw", "dw_project")  # one activation removed (granularity activation)
-LUT_VARIANTS: tuple[str, ...] = ("none", *FOLD_VARIANTS)  # "none" = the block as it is
+LUT_VARIANTS: tuple[str, ...] = get_args(LutVariant)  # "none", then FOLD_VARIANTS
 SPAN_FOLD_MODE = "exact"  # merged spans are exact-mode rewrites: export merges them in this fold mode only
 UNFOLDED_ALPHA: tuple[str, ...] = get_args(UnfoldedAlpha)
 ACT_KINDS: tuple[str, ...] = get_args(ActKind)

@@ -97,7 +97,7 @@ def make_optimizer(model: nn.Module, train_cfg: TrainConfig, lr: float, *, exclu
     weight decay ``train_cfg.weight_decay`` (see module doc)."""
     skip = {id(q) for q in exclude}
     params = [q for q in model.parameters() if q.requires_grad and id(q) not in skip]
-    name = train_cfg.optimizer
+    name: str = train_cfg.optimizer
     if name == "sgd" and not (nesterov and train_cfg.momentum > 0):
         name = "momentum"  # timm's "sgd" is always Nesterov, which torch refuses at momentum 0
     return create_optimizer_v2(params, name, lr=lr, weight_decay=train_cfg.weight_decay, momentum=train_cfg.momentum)
@@ -175,7 +175,7 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
     updates = start_epoch * len(loader) if start_epoch else 0  # type: ignore[arg-type]
     sampler = getattr(loader, "sampler", None)
     for epoch in range(start_epoch, epochs):
-        if hasattr(sampler, "set_epoch"):
+        if sampler is not None and hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
         net.train()
         t0 = time.perf_counter()

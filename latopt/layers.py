@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -143,6 +144,15 @@ def make_kxk(cin: int, cout: int, kernel: int, stride: int, padding: int | str) 
 class FoldedBlock(nn.Module):
     """A folded MBConv block (see module docstring). ``act`` is the kept activation of a partial fold."""
 
+    if TYPE_CHECKING:  # set by __init__ as the variant needs; for the type checker only (TorchScript reads
+        info: FoldInfo  # class annotations)
+        conv: nn.Conv2d
+        expand: nn.Conv2d
+        project: nn.Conv2d
+        act: nn.Module
+        post: nn.Module
+        bias_map: torch.Tensor | None  # a buffer
+
     def __init__(self, info: FoldInfo, act: nn.Module | None = None) -> None:
         super().__init__()
         if info.variant not in FOLD_VARIANTS or info.mode not in FOLD_MODES:
@@ -226,6 +236,7 @@ class PointwiseBlock(nn.Module):
         s = self.info.stride
         h = x[..., ::s, ::s] if s > 1 else x
         if self.expand is not None:
+            assert self.bn1 is not None  # given with expand
             h = self.bn1(self.expand(h))
         y = self.bn3(self.project(h))
         return y + x if self.info.residual else y

@@ -13,13 +13,15 @@ Names (``SUPPORTED``)::
                                                          the strides of its seven inverted-residual stages
 
     resnet20_cifar resnet32_cifar resnet44_cifar resnet56_cifar resnet110_cifar   latopt (latopt.cifar)
+    vgg11_cifar vgg13_cifar vgg16_cifar vgg19_cifar                               latopt (latopt.cifar)
 
 Besides these (the names latopt is tested and profiled on), any other model name timm knows
 (``timm.list_models()``, e.g. ``mobilenetv3_large_100``, ``mnasnet_100``, ``efficientnet_b0``, ``resnet18``) and
 ``torchvision/NAME`` for torchvision's classification models (``torchvision.models.list_models``, e.g.
 ``torchvision/mobilenet_v3_small``, ``torchvision/resnet18``) build, with random weights unless ``pretrained``;
 `latopt inspect` says which of their blocks latopt can change (docs/compatibility.md lists the families).
-torchvision ResNets get one activation module per use (:func:`latopt.adapters.resnet.separate_activations_`).
+torchvision ResNets get one activation module per use (:func:`latopt.adapters.resnet.separate_activations_`), and
+every model's VGG stacks their conv pairs (:func:`latopt.adapters.vgg.pair_convs_`).
 
 A ``timm/`` prefix is accepted (``timm/mobilenetv2_100``). The torchvision options are part of the name, e.g.
 ``torchvision/mobilenet_v2?width=0.75``; the canonical spelling drops the defaults (width 1.0, strides
@@ -35,7 +37,7 @@ counter), ``model_cost``.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import timm
 import torch
@@ -44,11 +46,12 @@ from torch.utils.flop_counter import FlopCounterMode
 from torchvision.models import MobileNet_V2_Weights, mobilenet_v2
 
 from latopt.adapters.resnet import separate_activations_
-from latopt.cifar import DEPTHS, CifarResNet
+from latopt.adapters.vgg import pair_convs_
+from latopt.cifar import DEPTHS, VGG_CONFIGS, CifarResNet, CifarVGG
 from latopt.constants import SUPPORTED_MODELS, TIMM_MODELS, TORCHVISION_MODEL
 from latopt.errors import LatoptError, first_line
 
-CIFAR_MODELS: tuple[str, ...] = tuple(f"resnet{d}_cifar" for d in DEPTHS)
+CIFAR_MODELS: tuple[str, ...] = (*(f"resnet{d}_cifar" for d in DEPTHS), *(f"vgg{d}_cifar" for d in VGG_CONFIGS))
 SUPPORTED: list[str] = [*SUPPORTED_MODELS, *CIFAR_MODELS]
 
 # torchvision's MobileNetV2 stage table (``torchvision.models.mobilenetv2``): t, c, n, s
@@ -154,7 +157,7 @@ def _pretrained_error(name: str, e: BaseException, cache: str) -> LatoptError:
 
 
 @torch.no_grad()
-def _rescale_new_timm_head(model: nn.Module) -> None:
+def _rescale_new_timm_head(model: Any) -> None:  # a timm model (its get_classifier())
     """Give a new timm classifier the scale of a fresh ``nn.Linear``: U(±1/sqrt(in_features)).
 
     timm's EfficientNet/MobileNetV2 initialisation (``_init_weight_goog``) draws the classifier from
@@ -225,11 +228,14 @@ def build_model(name: str, num_classes: int = 1000, *, pretrained: bool = False)
         if pretrained:
             raise LatoptError(f"latopt has no pretrained weights for {base}; leave pretrained off",
                               param="pretrained")
-        model = CifarResNet(int(base.split("_")[0][len("resnet"):]), num_classes)
+        arch = base.split("_")[0]  # resnet20 / vgg16
+        prefix = "vgg" if arch.startswith("vgg") else "resnet"
+        model = (CifarVGG if prefix == "vgg" else CifarResNet)(int(arch[len(prefix):]), num_classes)
     elif base != TORCHVISION_MODEL:
         model = _build_torchvision_any(base.split("/", 1)[1], num_classes, pretrained)
     else:
         model = _build_torchvision(width, strides, num_classes, pretrained)
+    pair_convs_(model)
     return model.eval()
 
 

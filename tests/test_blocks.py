@@ -63,7 +63,7 @@ def test_efficientnet_lite_kernels_and_tf_same_padding() -> None:
 
 
 @pytest.mark.parametrize("block,reason", [
-    (InvertedResidual(8, 8, 3, 1, exp_ratio=4.0, se_layer=SqueezeExcite), "squeeze-excitation"),
+    (InvertedResidual(8, 16, 3, 2, exp_ratio=4.0, se_layer=SqueezeExcite), "squeeze-excitation"),  # no skip
     (InvertedResidual(8, 16, 3, 2, exp_ratio=4.0, act_layer=nn.GELU), "unsupported activation (GELU"),
     (DepthwiseSeparableConv(8, 8, 3, 1, pw_act=True), "activation after the projection"),
     (InvertedResidual(8, 8, 3, 1, dilation=2, exp_ratio=2.0), "dilated"),

@@ -210,7 +210,7 @@ def test_cli_plan_only_times_the_plan_for_real(cfg_lut: tuple[Any, Path], tmp_pa
     lut = save_lut(_lut_for(MODEL, 16).model_copy(update={"device": "cpu-test", "backend": "onnxruntime",
                                                           "precision": "fp32"}), tmp_path / "lut.json")
     write_config(cfg.with_overrides({"device": fast_cpu_device}), tmp_path / "tiny.yaml")
-    args = ["search", "--config", str(tmp_path / "tiny.yaml"), "--method", "dp", "--plan-only", "--budget", "0.55",
+    args = ["plan", "--config", str(tmp_path / "tiny.yaml"), "--plan-only", "--budget", "0.55",
             "--lut", str(lut), "--importance", "uniform"]
     assert main([*args, "--budget-rounds", "2", "--out", str(tmp_path / "plan.json")]) == 0
     out, err = capsys.readouterr()
@@ -224,4 +224,4 @@ def test_cli_plan_only_times_the_plan_for_real(cfg_lut: tuple[Any, Path], tmp_pa
     err = capsys.readouterr().err
     assert err.startswith("latopt: error: budget_rounds 11") and err.count("\n") == 1, err
     assert main(["search", "--config", str(tmp_path / "tiny.yaml"), "--budget-rounds", "1", "-q"]) == 2
-    assert "--budget-rounds applies to --method dp" in capsys.readouterr().err
+    assert "--budget-rounds is an option of the DP, now its own command: latopt plan" in capsys.readouterr().err

@@ -446,8 +446,8 @@ def test_run_dp_writes_a_fold_that_export_ships(tiny: dict, tmp_path: Path) -> N
     assert {g["name"] for g in exp["gates"]} >= {"fold algebra (float64) vs linearised σ_α network"}
 
 
-def test_cli_search_method_dp(tiny: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["search", "--config", str(tiny["root"] / "tiny.yaml"), "--method", "dp", "--base", str(tiny["ckpt"]),
+def test_cli_plan(tiny: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "--config", str(tiny["root"] / "tiny.yaml"), "--base", str(tiny["ckpt"]),
             "--lut", str(tiny["lut"]), "--runs-dir", str(tmp_path), "--importance", "uniform"]
     assert main([*args, "--budget", "0.7", "-q"]) == 0
     out = capsys.readouterr().out
@@ -466,8 +466,10 @@ def test_cli_search_method_dp(tiny: dict, tmp_path: Path, capsys: pytest.Capture
     fails([*args, "--budget", "0.7", "--budgets", "0.5", "-q"], "--budgets is the DP's study (without --budget)")
     fails([*args, "--budget", "0.7", "--variants", "pw,nope", "-q"], "unknown variant 'nope'")
     fails([*args, "--budget", "0.7", "--variants", "expand_dw", "-q"], "variant 'expand_dw' is not in the LUT")
-    fails(["search", "--config", str(tiny["root"] / "tiny.yaml"), "--budget", "0.5", "-q"],
-          "--budget applies to --method dp")
+    # the DP's options are latopt plan's: latopt search refuses them in one line that gives the plan command
+    assert main(["search", "--config", "c.yaml", "--budget", "0.5", "-q"]) == 2
+    assert capsys.readouterr().err == ("latopt search: error: --budget is an option of the DP, now its own command: "
+                                       "latopt plan --config c.yaml --budget 0.5 -q\n")
     assert sorted(p.name for p in (tmp_path / "tinydp" / "search").iterdir() if p.name.startswith("dp-")) == [
         "dp-budget0.7"]
 
@@ -496,7 +498,7 @@ def test_plan_only_writes_the_plan_without_training(tiny: dict, tmp_path: Path, 
     from latopt.dp import PLAN_SCHEMA, plan_variants
 
     _no_training(monkeypatch)
-    args = ["search", "--config", str(tiny["root"] / "tiny.yaml"), "--method", "dp", "--plan-only", "--budget", "0.55",
+    args = ["plan", "--config", str(tiny["root"] / "tiny.yaml"), "--plan-only", "--budget", "0.55",
             "--lut", str(tiny["lut"]), "--runs-dir", str(tmp_path / "runs"), "-q"]
     assert main([*args, "--importance", "uniform", "--out", str(tmp_path / "plan.json")]) == 0
     assert "DP plan at budget 0.55 (uniform importance)" in capsys.readouterr().out
@@ -528,13 +530,14 @@ def test_plan_only_writes_the_plan_without_training(tiny: dict, tmp_path: Path, 
         assert main([*args, *extra]) == 2
         err = capsys.readouterr().err
         assert err.startswith("latopt: error: ") and err.count("\n") == 1 and message in err, err
-    config = ["search", "--config", str(tiny["root"] / "tiny.yaml"), "-q"]
-    for argv, message in (([*config, "--plan-only"], "--plan-only applies to --method dp"),
-                          ([*config, "--method", "dp", "--budget", "0.55", "--out", "x.json"],
-                           "--out applies to --show or --plan-only")):
+    config = ["--config", str(tiny["root"] / "tiny.yaml"), "-q"]
+    for argv, message in ((["search", *config, "--plan-only"], "latopt search: error: --plan-only is an option of "
+                                                               "the DP, now its own command: latopt plan --config "),
+                          (["plan", *config, "--budget", "0.55", "--out", "x.json"],
+                           "latopt: error: --out applies to --plan-only")):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert err.startswith("latopt: error: ") and err.count("\n") == 1 and message in err, err
+        assert err.startswith(message) and err.count("\n") == 1, err
 
 
 def test_export_plan_ships_the_plan_with_every_gate(tiny: dict, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Hostile input to the DP's front study (``latopt search --method dp --budgets``) and to the tools that follow the
+"""Hostile input to the DP's front study (``latopt plan --budgets``) and to the tools that follow the
 package's error rules (``tools/regenerate.py``, ``tools/gpu_check.py``): one line and exit 2 for a mistake, before any
 work, and nothing half-done left behind (issue 29)."""
 
@@ -47,7 +47,7 @@ def dp_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def _dp_args(t: dict, runs: Path, *more: str) -> list[str]:
-    return ["search", "--config", str(t["config"]), "--method", "dp", "--importance", "uniform", "--base",
+    return ["plan", "--config", str(t["config"]), "--importance", "uniform", "--base",
             str(t["base"]), "--lut", str(t["lut"]), "--runs-dir", str(runs), "--threads", "1", *more]
 
 

@@ -61,8 +61,8 @@ def tiny(tmp_path_factory, fast_cpu_device):
     return d, res
 
 
-def _cli(d: Path, *args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "latopt", "search", "--config", "tiny.yaml", *args], cwd=d,
+def _cli(d: Path, *args: str, command: str = "search", **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "latopt", command, "--config", "tiny.yaml", *args], cwd=d,
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
@@ -144,7 +144,7 @@ def test_measure_objective_is_a_same_run_ratio(tiny):
 
 
 def test_the_dp_front_is_a_study_beside_the_search(tiny):
-    """`latopt search --method dp` without --budget: the study tiny-dp, one fine-tuned trial per budget of
+    """`latopt plan` without --budget: the study tiny-dp, one fine-tuned trial per budget of
     --budgets (and the base), in the search's format; --show of tiny draws both fronts."""
     import math
 
@@ -155,7 +155,7 @@ def test_the_dp_front_is_a_study_beside_the_search(tiny):
     _, info = select_plan(lut, {i: dict.fromkeys(c, 0.0) for i, c in candidates(lut).items()}, 1.0)
     fastest = info["fastest_ms"] / info["asis_ms"]
     budgets = [math.ceil((fastest + (1 - fastest) * f) * 1000) / 1000 for f in (0.3, 0.8)]
-    p = _cli(d, "--method", "dp", "--importance", "uniform", "--budgets", ",".join(map(str, budgets)))
+    p = _cli(d, "--importance", "uniform", "--budgets", ",".join(map(str, budgets)), command="plan")
     out, _ = p.communicate(timeout=600)
     assert p.returncode == 0, out
     assert "study 'tiny-dp'" in out and "RECOMMENDED" in out

@@ -182,6 +182,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "hardware-awareness-summary": _tool("bench_devices", "render_summary", "hardware-awareness"),
     "hardware-awareness-e1": _tool("bench_costs", "render_e1", "hardware-awareness"),
     "hardware-awareness-e2": _tool("bench_costs", "render_e2", "hardware-awareness"),
+    "promises-budget": _tool("bench_promises", "render_budget", "promises"),
+    "promises-accuracy": _tool("bench_promises", "render_accuracy", "promises"),
     "compatibility": _tool("compat", "render", "compatibility/compat.json"),
     "cli": cli_reference,
 }

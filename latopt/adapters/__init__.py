@@ -3,9 +3,9 @@
 A **block adapter** (:class:`BlockAdapter`) recognises one kind of block by the module's type and structure
 (``match``) and describes it (``describe`` → :class:`latopt.blocks.Block`): its convolutions, norms and
 activations (paths), residual or projection shortcut, stride, whether it has squeeze-excitation (then not
-foldable, with the reason), its ``layout``, which says how its variants are built and folded
-(:mod:`latopt.fold.transform` and the algebra of :mod:`latopt.fold.compose`), and so which variants are exact
-for it (``Block.variants``, ``Block.fold_modes``). :func:`latopt.blocks.find_blocks` walks a model and asks
+foldable, with the reason; a residual one may still be dropped), its ``layout``, which says how its variants
+are built and folded (:mod:`latopt.fold.transform` and the algebra of :mod:`latopt.fold.compose`), and so which
+variants are exact for it (``Block.variants``, ``Block.fold_modes``). :func:`latopt.blocks.find_blocks` walks a model and asks
 the adapters in registration order; the first whose ``match`` is true describes the module.
 
 A **stem/head adapter** (:class:`StemHeadAdapter`) recognises a model's layout and returns its
@@ -18,6 +18,8 @@ Adding a block type is one module that calls :func:`register_block` (and, for a 
   and torchvision ``InvertedResidual``;
 - :mod:`latopt.adapters.resnet`: timm and torchvision ResNet ``BasicBlock`` / ``Bottleneck``;
 - :mod:`latopt.adapters.folded`: latopt's own FoldedBlock / PointwiseBlock / merged spans (not foldable again);
+- :mod:`latopt.adapters.vgg`: a pair of consecutive convolutions of a VGG stage (``ConvPair``, grouped by
+  ``pair_convs_``) and the VGG stem/head layout;
 - :mod:`latopt.adapters.layouts`: the stems and heads of timm EfficientNet / MobileNet, timm and torchvision
   ResNets, torchvision's ``features`` + ``classifier`` networks and latopt's CIFAR ResNets.
 
@@ -103,4 +105,4 @@ def from_library(m: nn.Module, library: str, *names: str) -> bool:
 
 # the built-in adapters register themselves, in this order (latopt's own modules first: a FoldedBlock is
 # never anything else)
-from latopt.adapters import folded, mbconv, resnet, layouts  # noqa: E402,F401,I001
+from latopt.adapters import folded, mbconv, resnet, vgg, layouts  # noqa: E402,F401,I001

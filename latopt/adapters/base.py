@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from timm.layers import Conv2dSame
 from torch import nn
@@ -28,7 +29,12 @@ class Block:
 
     ``residual`` is an identity skip (cin == cout, stride 1: the block can be dropped); ``shortcut`` names the
     (conv, bn) of a 1x1 projection shortcut instead (folded into the centre tap); ``post_act`` is the path of an
-    activation after the residual addition (ResNet), which every fold keeps."""
+    activation after the residual addition (ResNet), which every fold keeps.
+
+    ``drop_only``: a block that does not fold but may be dropped: a residual block whose one obstacle is
+    squeeze-excitation (it gates by its own input, so no fold of it is exact, while the identity that replaces a
+    dropped block is). It is not ``foldable``, its ``variants`` are ``("drop",)``, and it lists no activations
+    (``acts`` is empty), so σ_α and the folds never touch them."""
 
     index: int
     path: str
@@ -49,6 +55,7 @@ class Block:
     layout: str = "mbconv"
     shortcut: tuple[str, ...] = ()
     post_act: str = ""
+    drop_only: bool = False
 
     @property
     def has_expand(self) -> bool:
@@ -63,9 +70,10 @@ class Block:
     @property
     def variants(self) -> tuple[str, ...]:
         """Variants this block allows: "full" always; for an ``mbconv`` block "pw" too and the partial folds
-        with an expansion conv; "drop" only for a residual block (the identity needs cin == cout and stride 1)."""
+        with an expansion conv; "drop" only for a residual block (the identity needs cin == cout and stride 1).
+        A block that does not fold allows "drop" alone when it is ``drop_only``, else nothing."""
         if not self.foldable:
-            return ()
+            return ("drop",) if self.drop_only else ()
         drop = ("drop",) if self.residual else ()
         if self.layout != "mbconv" or self.post_act:  # a kept activation after the block: one conv + it
             return ("full", *drop)
@@ -137,15 +145,26 @@ def _acts_reason(acts: Sequence[nn.Module]) -> str:
     return ""
 
 
-def make_block(index: int, path: str, kind: str, mods: dict[str, nn.Module | None], names: dict[str, str],
-               residual: bool, extra_reason: str, *, layout: str = "mbconv") -> Block:
+def se_reason(drop: bool) -> str:
+    """Why a squeeze-excitation block does not fold; ``drop``: it may still be dropped (``Block.drop_only``)."""
+    return (f"squeeze-excitation ({'drop only' if drop else 'as-is only'}: an SE block gates by its input, "
+            "a fold of it is not exact)")
+
+
+def make_block(index: int, path: str, kind: str, mods: dict[str, Any], names: dict[str, str],
+               residual: bool, extra_reason: str, *, layout: str = "mbconv", se: bool = False) -> Block:
     """A Block from a block's named parts. ``mods``/``names`` (module, path inside the block) have the keys
     expand (None for t = 1) / dw / project, bn1..bn3, act1/act2 (``mbconv`` and ``dense`` layouts; ``dw`` is
     the middle k×k, depthwise or dense) or conv1 / conv2, bn1 / bn2, act1 (``basic``); optional sc_conv /
     sc_bn (a projection shortcut) and post (the activation after the residual addition). ``extra_reason``:
-    what the adapter already found unfoldable ('' when nothing)."""
+    what the adapter already found unfoldable ('' when nothing) besides squeeze-excitation; ``se``: the block
+    has squeeze-excitation. An SE block never folds and lists no activations; it is ``drop_only`` when it is
+    residual and SE is all that keeps it from folding."""
     sc = ("sc_conv", "sc_bn") if mods.get("sc_conv") is not None else ()
     post = names["post"] if mods.get("post") is not None else ""
+    conv_keys: tuple[str, ...]
+    bn_keys: tuple[str, ...]
+    act_keys: tuple[str, ...]
     if layout == "basic":
         c1, c2 = mods["conv1"], mods["conv2"]
         conv_keys, bn_keys, act_keys = ("conv1", "conv2"), ("bn1", "bn2"), ("act1",)
@@ -158,6 +177,7 @@ def make_block(index: int, path: str, kind: str, mods: dict[str, nn.Module | Non
         kernel, stride = k1 + s1 * (k2 - 1), s1
         pad: int | str | None = kernel // 2
     else:
+        expand: Any
         expand, dw, project = mods.get("expand"), mods["dw"], mods["project"]
         has_expand = expand is not None
         reason = extra_reason
@@ -189,12 +209,16 @@ def make_block(index: int, path: str, kind: str, mods: dict[str, nn.Module | Non
             reason = check_bn(bn, "shortcut")
     if post and not reason and activation_kind(mods["post"]) is None:
         reason = f"unsupported activation after the residual addition ({type(mods['post']).__name__})"
+    drop_only = se and residual and not reason
+    if se:
+        reason = se_reason(drop_only) + (f"; {reason}" if reason else "")
     return Block(
         index=index, path=path, kind=kind, cin=cin, cout=cout, hidden=hidden,
         expansion=hidden / cin if cin else 0.0, kernel=kernel, stride=stride, residual=residual,
         convs=tuple(f"{path}.{names[k]}" for k in conv_keys),
         bns=tuple(f"{path}.{names[k]}" for k in bn_keys),
-        acts=tuple(f"{path}.{names[k]}" for k in act_keys),
+        acts=() if se else tuple(f"{path}.{names[k]}" for k in act_keys),
         foldable=not reason, reason=reason, padding=pad if pad is not None else 0, layout=layout,
         shortcut=tuple(f"{path}.{names[k]}" for k in sc), post_act=f"{path}.{post}" if post else "",
+        drop_only=drop_only,
     )

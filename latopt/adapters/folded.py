@@ -5,6 +5,8 @@ again; ``info`` describes the original block."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from latopt.adapters import BlockAdapter, register_block
@@ -24,8 +26,9 @@ def _match(m: nn.Module) -> bool:
     return isinstance(info, FoldInfo) and info.variant in ("span", "merged")
 
 
-def _describe(index: int, path: str, m: nn.Module) -> Block:
+def _describe(index: int, path: str, m: Any) -> Block:
     i: FoldInfo = m.info
+    names: tuple[tuple[str, ...], tuple[str, ...]]
     if isinstance(m, PointwiseBlock):
         names = (("expand", "project"), ("bn1", "bn3")) if m.expand is not None else (("project",), ("bn3",))
         acts: tuple[str, ...] = ()

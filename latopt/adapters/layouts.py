@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from latopt.adapters import StemHeadAdapter, from_library, register_stem_head
@@ -12,7 +14,7 @@ def _has(model: nn.Module, *names: str) -> bool:
     return all(isinstance(getattr(model, n, None), nn.Module) for n in names)
 
 
-def _timm_efficientnet(model: nn.Module) -> FixedParts:
+def _timm_efficientnet(model: Any) -> FixedParts:
     """timm EfficientNet / MobileNetV1–V3 / MNASNet / FBNet...: conv_stem, bn1, blocks, then either conv_head,
     bn2, global_pool (EfficientNet) or global_pool, conv_head, norm_head, act2, flatten (MobileNetV3: the head
     convolution runs on the pooled map), classifier."""
@@ -28,7 +30,7 @@ def _timm_efficientnet(model: nn.Module) -> FixedParts:
     return FixedParts(seq(model, stem), head, tuple(stem), (*feats, *pool, "classifier"))
 
 
-def _resnet(model: nn.Module) -> FixedParts:
+def _resnet(model: Any) -> FixedParts:
     """timm / torchvision ResNets and latopt's CIFAR ResNets: conv1, bn1, act1 (relu), maxpool, layer1..,
     global_pool (avgpool), fc."""
     layers = [f"layer{i}" for i in range(1, 10) if _has(model, f"layer{i}")]
@@ -39,7 +41,7 @@ def _resnet(model: nn.Module) -> FixedParts:
     return FixedParts(seq(model, stem), head, tuple(stem), (*after, pool, "fc"))
 
 
-def _torchvision_features(model: nn.Module) -> FixedParts:
+def _torchvision_features(model: Any) -> FixedParts:
     """torchvision's ``features`` (or MNASNet's ``layers``) + [``avgpool``] + ``classifier`` (MobileNetV2/V3,
     MNASNet); MobileNetV2 and MNASNet pool in their forward: a global average pool here."""
     body = "features" if _has(model, "features") else "layers"

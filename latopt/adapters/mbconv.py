@@ -2,10 +2,13 @@
 ``EdgeResidual`` (a fused k×k dense expansion + 1x1 projection: layout ``dense``), torchvision
 ``InvertedResidual``. Squeeze-excitation, anti-aliasing, a space-to-depth stem and an activation after the
 projection followed by a residual addition make a block unfoldable (listed with the reason): an SE block gates
-by its own input, so removing its activations does not make it affine. An activation after the projection of a
+by its own input, so removing its activations does not make it affine. A residual block whose one obstacle is
+SE may still be dropped (``Block.drop_only``: variants ``("drop",)``). An activation after the projection of a
 block without a skip (MobileNetV1, LCNet) is kept after the fold (``Block.post_act``), as a ResNet's is."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from torch import nn
 
@@ -22,8 +25,6 @@ def _timm_reasons(m: nn.Module, last_bn: nn.Module) -> list[str]:
     reasons = []
     if getattr(m, "conv_s2d", None) is not None:
         reasons.append("space-to-depth stem in the block")
-    if not is_identity(getattr(m, "se", None)):
-        reasons.append("squeeze-excitation (as-is only: an SE block gates by its input, a fold of it is not exact)")
     if not is_identity(getattr(m, "aa", None)):
         reasons.append("anti-aliasing layer")
     if not is_identity(getattr(last_bn, "act", None)) and m.has_skip:
@@ -31,7 +32,7 @@ def _timm_reasons(m: nn.Module, last_bn: nn.Module) -> list[str]:
     return reasons
 
 
-def _timm_describe(index: int, path: str, m: nn.Module) -> Block:
+def _timm_describe(index: int, path: str, m: Any) -> Block:
     cls = type(m).__name__
     if cls == "InvertedResidual":
         mods = {"expand": m.conv_pw, "dw": m.conv_dw, "project": m.conv_pwl, "bn1": m.bn1, "bn2": m.bn2,
@@ -52,10 +53,10 @@ def _timm_describe(index: int, path: str, m: nn.Module) -> Block:
         mods["post"] = last.act
         names["post"] = f"{names['bn3']}.act"
     return make_block(index, path, f"timm.{cls}", mods, names, bool(m.has_skip), "; ".join(_timm_reasons(m, last)),
-                      layout=layout)
+                      layout=layout, se=not is_identity(getattr(m, "se", None)))
 
 
-def _tv_describe(index: int, path: str, m: nn.Module) -> Block:
+def _tv_describe(index: int, path: str, m: Any) -> Block:
     seq = m.conv
     if len(seq) == 4:  # expand CNA, dw CNA, project conv, bn
         e, d = seq[0], seq[1]
@@ -74,7 +75,7 @@ def _tv_describe(index: int, path: str, m: nn.Module) -> Block:
     return make_block(index, path, "torchvision.InvertedResidual", mods, names, bool(m.use_res_connect), "")
 
 
-def _v3_parts(m: nn.Module) -> tuple[list[nn.Module], list[nn.Module]] | None:
+def _v3_parts(m: nn.Module) -> tuple[list[Any], list[Any]] | None:
     """(Conv2dNormActivation parts, SqueezeExcitation parts) of a torchvision MobileNetV3 block, None when its
     ``block`` is anything else."""
     parts = list(getattr(m, "block", ()))
@@ -85,14 +86,16 @@ def _v3_parts(m: nn.Module) -> tuple[list[nn.Module], list[nn.Module]] | None:
     return cnas, se
 
 
-def _tv_v3_describe(index: int, path: str, m: nn.Module) -> Block:
+def _tv_v3_describe(index: int, path: str, m: Any) -> Block:
     """torchvision MobileNetV3's InvertedResidual (``block``: [expand CNA], depthwise CNA, [SqueezeExcitation],
     project CN)."""
-    cnas, se = _v3_parts(m)
+    parts = _v3_parts(m)
+    assert parts is not None, "the adapter's match (_match_tv_v3) checked the parts"
+    cnas, se = parts
     idx = {id(p): i for i, p in enumerate(m.block)}
     d, pr = cnas[-2], cnas[-1]
     di, pi = idx[id(d)], idx[id(pr)]
-    mods: dict[str, nn.Module | None] = {"dw": d[0], "bn2": d[1], "act2": d[2] if len(d) > 2 else nn.Identity(),
+    mods: dict[str, Any] = {"dw": d[0], "bn2": d[1], "act2": d[2] if len(d) > 2 else nn.Identity(),
                                          "project": pr[0], "bn3": pr[1]}
     names = {"dw": f"block.{di}.0", "bn2": f"block.{di}.1", "act2": f"block.{di}.2",
              "project": f"block.{pi}.0", "bn3": f"block.{pi}.1"}
@@ -101,9 +104,9 @@ def _tv_v3_describe(index: int, path: str, m: nn.Module) -> Block:
         ei = idx[id(e)]
         mods.update(expand=e[0], bn1=e[1], act1=e[2] if len(e) > 2 else nn.Identity())
         names.update(expand=f"block.{ei}.0", bn1=f"block.{ei}.1", act1=f"block.{ei}.2")
-    reason = ("squeeze-excitation (as-is only: an SE block gates by its input, a fold of it is not exact)" if se
-              else "activation after the projection" if len(pr) > 2 else "")
-    return make_block(index, path, "torchvision.InvertedResidual", mods, names, bool(m.use_res_connect), reason)
+    reason = "activation after the projection" if len(pr) > 2 else ""
+    return make_block(index, path, "torchvision.InvertedResidual", mods, names, bool(m.use_res_connect), reason,
+                      se=bool(se))
 
 
 def _match_timm(m: nn.Module) -> bool:
@@ -123,7 +126,7 @@ register_block(BlockAdapter("torchvision-mbconv", "torchvision", _match_tv, _tv_
 register_block(BlockAdapter("torchvision-mbconv-v3", "torchvision", _match_tv_v3, _tv_v3_describe))
 
 
-def _tv_mnas_describe(index: int, path: str, m: nn.Module) -> Block:
+def _tv_mnas_describe(index: int, path: str, m: Any) -> Block:
     """torchvision MNASNet's ``_InvertedResidual``: ``layers`` = 1x1, BN, ReLU, depthwise, BN, ReLU, 1x1, BN."""
     L = m.layers
     mods = {"expand": L[0], "bn1": L[1], "act1": L[2], "dw": L[3], "bn2": L[4], "act2": L[5],
@@ -132,7 +135,7 @@ def _tv_mnas_describe(index: int, path: str, m: nn.Module) -> Block:
     return make_block(index, path, "torchvision._InvertedResidual", mods, names, bool(m.apply_residual), "")
 
 
-def _match_tv_mnas(m: nn.Module) -> bool:
+def _match_tv_mnas(m: Any) -> bool:
     return (from_library(m, "torchvision", "_InvertedResidual") and isinstance(getattr(m, "layers", None), nn.Sequential)
             and len(m.layers) == 8)
 

@@ -21,6 +21,8 @@ unchanged). A torchvision block not converted is listed with that reason.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock as _TvBasic
@@ -56,7 +58,7 @@ def separate_activations_(model: nn.Module) -> int:
     n = 0
     for m in list(model.modules()):
         if type(m) in (_TvBasic, _TvBottleneck):
-            relu = m.relu
+            relu: Any = m.relu
             del m.relu
             m.act1 = nn.ReLU(inplace=relu.inplace)
             m.act2 = nn.ReLU(inplace=relu.inplace)
@@ -69,19 +71,14 @@ def separate_activations_(model: nn.Module) -> int:
     return n
 
 
-_SE = "squeeze-excitation (as-is only: an SE block gates by its input, a fold of it is not exact)"
-
-
-def _describe(family: str, index: int, path: str, m: nn.Module) -> Block:
+def _describe(family: str, index: int, path: str, m: Any) -> Block:
     bottleneck = isinstance(m, _TvBottleneck) or type(m).__name__ == "Bottleneck"
     kind = f"{family}.{'Bottleneck' if bottleneck else 'BasicBlock'}"
     reasons = []
-    if not is_identity(getattr(m, "se", None)):
-        reasons.append(_SE)
     if not is_identity(getattr(m, "aa", None)):
         reasons.append("anti-aliasing layer")
     names: dict[str, str] = {}
-    mods: dict[str, nn.Module | None] = {}
+    mods: dict[str, Any] = {}
     ds = m.downsample
     if ds is not None:
         if isinstance(ds, nn.Sequential) and len(ds) == 2 and isinstance(ds[0], nn.Conv2d):
@@ -99,10 +96,11 @@ def _describe(family: str, index: int, path: str, m: nn.Module) -> Block:
         mods.update(conv1=m.conv1, bn1=m.bn1, act1=m.act1, conv2=m.conv2, bn2=m.bn2, post=m.act2)
         names.update(conv1="conv1", bn1="bn1", act1="act1", conv2="conv2", bn2="bn2", post="act2")
         layout = "basic"
-    return make_block(index, path, kind, mods, names, ds is None, "; ".join(reasons), layout=layout)
+    return make_block(index, path, kind, mods, names, ds is None, "; ".join(reasons), layout=layout,
+                      se=not is_identity(getattr(m, "se", None)))
 
 
-def _unconverted(index: int, path: str, m: nn.Module) -> Block:
+def _unconverted(index: int, path: str, m: Any) -> Block:
     """A torchvision block whose one ``relu`` serves inside and after the addition: listed, not foldable."""
     bottleneck = isinstance(m, _TvBottleneck)
     c_last = m.conv3 if bottleneck else m.conv2

@@ -6,10 +6,11 @@ parser(s) and sets ``func`` (a callable taking the parsed ``Namespace`` and retu
 ``None``) that turns the arguments into one API call and prints its results to stdout; progress and
 warnings go to stderr through :mod:`latopt.log` (``-v`` / ``-q`` on every sub-command set how much). A
 :class:`~latopt.errors.LatoptError` raised anywhere is printed as one line (``latopt: error: ...``) with
-exit code 2 (3 for a failed check) and no traceback. Under torchrun (several processes) only ``train`` and
-``fold`` run (:data:`TORCHRUN_COMMANDS`); the others are refused with one line. Ctrl-C prints
-``latopt: interrupted`` (exit 130) and SIGTERM ``latopt: terminated`` (exit 143), both after the same
-cleanup (:mod:`latopt.signals`): nothing half-written is left behind.
+exit code 2 (3 for a failed check) and no traceback. ``latopt search`` with the DP's options (``--method dp``,
+``--budget``, ...: ``latopt plan``'s now) is refused with one line giving the ``latopt plan`` command (exit 2).
+Under torchrun (several processes) only ``train`` and ``fold`` run (:data:`TORCHRUN_COMMANDS`); the others
+are refused with one line. Ctrl-C prints ``latopt: interrupted`` (exit 130) and SIGTERM ``latopt: terminated``
+(exit 143), both after the same cleanup (:mod:`latopt.signals`): nothing half-written is left behind.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from latopt import __version__
-from latopt.cli import exact, export, inspect, profile, run, search, train
+from latopt.cli import exact, export, inspect, plan, profile, run, search, train
 from latopt.errors import LatoptError, first_line, one_line, out_of_memory
 from latopt.log import DEFAULT, setup
 from latopt.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_raises, threads_ended
 
 # The command modules, in the order their sub-commands appear in ``latopt --help``.
-COMMANDS = (inspect, profile, train, search, export, run, exact)
+COMMANDS = (inspect, profile, train, search, plan, export, run, exact)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    refused = search.refusal(sys.argv[1:] if argv is None else argv)   # `latopt search --method dp`: latopt plan
+    if refused is not None:
+        print(refused, file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     setup(getattr(args, "verbosity", DEFAULT))  # -v / -q (every sub-command takes them)

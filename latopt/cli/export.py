@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "--no-accuracy-gate): 'all', 'auto' (blocks whose fold pays on this device, from the LUT) or "
                         "1,3,5; default (or 'none'): export the checkpoint as it is")
     p.add_argument("--plan", default=None,
-                   help="apply a plan file (latopt search --method dp --plan-only) to an unfolded checkpoint: each "
+                   help="apply a plan file (latopt plan --plan-only) to an unfolded checkpoint: each "
                         "block's variant folded exactly, not fine-tuned, with every numeric gate; its accuracy is not "
                         "the recorded one, so it needs --timing-only (or --no-accuracy-gate); the plan may come from "
                         "another device (it is then measured on this one)")

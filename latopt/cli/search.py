@@ -1,13 +1,17 @@
-"""``latopt search``: run/resume/join a study, or ``--show`` its Pareto front."""
+"""``latopt search``: run/resume/join a study of Layer Folding, or ``--show`` its Pareto front (the DP's beside it).
+The DP's budgeted plan is ``latopt plan`` (:mod:`latopt.cli.plan`); ``latopt search --method dp`` is refused with
+one line naming it (:func:`refusal`)."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
+from collections.abc import Sequence
 
 import yaml
 
 from latopt.cli.common import common_parser
-from latopt.constants import COSTS, IMPORTANCE_METHODS, OBJECTIVES, SAMPLERS, SEARCH_METHODS
+from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.errors import LatoptError
 
 
@@ -17,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="Optuna search over (λ_c, τ, p): accuracy vs latency Pareto front (resumable, distributed)",
         description="Multi-objective Optuna search: maximise validation accuracy, minimise LUT-predicted latency "
                     "(--measure: measured end-to-end; --objective depth: non-linear layers left). A worker is this "
-                    "command pointed at a shared --storage URL and --study name; a rerun resumes the study.")
+                    "command pointed at a shared --storage URL and --study name; a rerun resumes the study. The DP "
+                    "(one variant per block under a latency budget) is latopt plan.")
     p.add_argument("--config", help="run config: a YAML path or a shipped config's name; its search section gives ranges and defaults")
     p.add_argument("--trials", type=int, help="COMPLETE trials the study should hold (default: search.trials)")
     p.add_argument("--storage", help="SQLAlchemy URL (default: sqlite under runs/<study>/search/study.db)")
@@ -40,37 +45,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="local worker processes sharing the study (default 1; e.g. 2 on a 2-core machine)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per worker (default: all cores with --workers 1, else cores // workers)")
-    p.add_argument("--method", choices=SEARCH_METHODS, default="optuna",
-                   help="optuna (default): Layer Folding's study over (λ_c, τ, p); dp: one variant per block "
-                        "(full, pw, drop, ...) chosen by a dynamic program under --budget, then folded and fine-tuned; "
-                        "without --budget, a study <study>-dp of one such trial per budget of --budgets "
-                        "(its Pareto front; --show <study> draws both methods' fronts)")
-    p.add_argument("--budget", type=float,
-                   help="--method dp: predicted latency <= BUDGET x the as-is LUT latency (a fraction in (0, 1]); "
-                        "default: a study over --budgets")
-    p.add_argument("--budgets", help="--method dp without --budget: the budgets of the DP's study, one fine-tuned "
-                                     "trial each, comma-separated, each in (0, 1] and given once "
-                                     "(default 0.5,0.6,0.7,0.8,0.9)")
-    p.add_argument("--importance", choices=IMPORTANCE_METHODS, default="proxy",
-                   help="--method dp: how each (block, variant) is scored: proxy (validation loss of the variant "
-                        "alone, BN re-estimated; default), finetune (short fine-tune each; slow), uniform")
-    p.add_argument("--variants", help="--method dp: variants the blocks may take, comma-separated (default: the LUT's)")
-    p.add_argument("--budget-rounds", type=int, metavar="N",
-                   help="--method dp: the budget loop: each plan is timed against the as-is network on the LUT's "
-                        "device and the DP re-solved with the budget corrected by the measurement, until one "
-                        "measures within [B - 3 %%, B + 2 %%] or N plans are measured (default: "
-                        "search.budget_rounds, 3); 0 = off (the LUT's plan). Count devices and devices that cannot "
-                        "run here are not measured")
-    p.add_argument("--plan-only", action="store_true",
-                   help="--method dp: write the plan (a variant per block, predicted latency and speed-up) to --out "
-                        "and stop: nothing is trained or fine-tuned, seconds; --importance uniform needs no "
-                        "checkpoint, proxy needs --base. Apply it with latopt export --plan")
+    # the DP is its own command now (latopt plan): --method optuna stays accepted, as the only method
+    # (--method dp is refused before parsing, by refusal())
+    p.add_argument("--method", choices=("optuna",), default="optuna", help=argparse.SUPPRESS)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="config override, dotted key and a YAML value (e.g. --set fold.post_epochs=2); repeatable")
     p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--show", action="store_true", help="print the Pareto front and write pareto.{json,csv,png}")
-    p.add_argument("--out", help="--show: output directory (default: the study directory); --plan-only: the plan "
-                                 "file (default: runs/<study>/search/plan-budget<B>.json)")
+    p.add_argument("--out", help="--show: output directory (default: the study directory)")
     p.set_defaults(func=_main)
 
 
@@ -79,50 +61,65 @@ def _main(args: argparse.Namespace) -> int:
         return _show(args)
     if not args.config:
         raise LatoptError("latopt search needs --config FILE (or --show to print an existing study's front)")
-    dp_only = {"--budget": args.budget is not None, "--budgets": args.budgets is not None,
-               "--variants": args.variants is not None,
-               "--importance": args.importance != "proxy", "--plan-only": args.plan_only,
-               "--budget-rounds": args.budget_rounds is not None}
-    if args.method != "dp" and any(dp_only.values()):
-        raise LatoptError(f"{next(k for k, v in dp_only.items() if v)} applies to --method dp")
-    if args.budgets is not None and (args.budget is not None or args.plan_only):
-        raise LatoptError("--budgets is the DP's study (without --budget); --budget B is one plan")
-    budgets = _budgets(args.budgets)   # before anything is loaded or run
     overrides = _overrides(args.overrides)
-    if args.budget_rounds is not None:   # the config key it sets (the DP's study hands its trials the config)
-        from latopt.dp.budgetloop import check_rounds
-
-        overrides["search.budget_rounds"] = check_rounds(args.budget_rounds, "budget_rounds")
     # start-up time: Optuna and the training stack load when a search runs, not for `latopt --help`
     from latopt.engine import seed_everything
-    from latopt.search import SearchOptions, run_dp_search, run_search
+    from latopt.search import SearchOptions, run_search
 
     seed_everything(args.seed)
-    if args.method == "dp" and (args.budget is not None or args.plan_only):
-        from latopt.dp import format_dp_summary, format_plan_summary
-
-        if args.out is not None and not args.plan_only:
-            raise LatoptError("--out applies to --show or --plan-only (a DP run writes runs/<study>/search/dp-budget<B>/)")
-
-        done = run_dp_search(SearchOptions(
-            config=args.config, study=args.study, base=args.base, lut=args.lut, seed=args.seed,
-            runs_dir=args.runs_dir, threads=args.threads, overrides=overrides,
-            method="dp", budget=args.budget, importance=args.importance,
-            variants=_variants(args.variants), plan_only=args.plan_only, plan_out=args.out))
-        # --plan-only: the plan file's content; else the applied plan (a FoldResult)
-        print(format_plan_summary(done, done["path"]) if args.plan_only else format_dp_summary(done.report))
-        return 0
     res = run_search(SearchOptions(
         config=args.config, trials=args.trials, storage=args.storage, study=args.study, sampler=args.sampler,
         objective=args.objective, max_acc_drop=args.max_acc_drop, measure=args.measure, timeout=args.timeout,
         base=args.base, lut=args.lut, costs=args.costs, seed=args.seed, runs_dir=args.runs_dir,
         heartbeat_interval=args.heartbeat_interval, grace_period=args.grace_period, workers=args.workers,
-        threads=args.threads, summary=not args.no_summary, overrides=overrides,
-        method=args.method, importance=args.importance, variants=_variants(args.variants),
-        budgets=budgets))
+        threads=args.threads, summary=not args.no_summary, overrides=overrides))
     if not args.no_summary:
         _print_front(res.summary, res.files)
     return 0
+
+
+# The options ``latopt search --method dp`` took that are ``latopt plan``'s now (with how many values each takes),
+# and those it took that never applied to the DP (left out of the command the refusal gives, with their value).
+PLAN_FLAGS: dict[str, int] = {"--budget": 1, "--budgets": 1, "--importance": 1, "--variants": 1,
+                              "--budget-rounds": 1, "--plan-only": 0}
+NOT_PLAN_FLAGS: dict[str, int] = {"--method": 1, "--sampler": 1, "--costs": 1}
+
+
+def refusal(argv: Sequence[str]) -> str | None:
+    """The one line that refuses ``latopt search`` with the DP's options (``--method dp``, or one of
+    :data:`PLAN_FLAGS`), which are ``latopt plan``'s now, giving the command to run instead (``--show`` with
+    ``--method dp``: the same ``latopt search --show`` without the DP's options); None for any other command line
+    (argparse then parses it as it is)."""
+    if not argv or argv[0] != "search":
+        return None
+    words = list(argv[1:])
+    method: str | None = None
+    for i, w in enumerate(words):
+        if w == "--method" and i + 1 < len(words):
+            method = words[i + 1]
+        elif w.startswith("--method="):
+            method = w.partition("=")[2]
+    dp_flags = [f for f in (w.partition("=")[0] for w in words) if f in PLAN_FLAGS]
+    show = "--show" in words
+    if method not in (None, "optuna", "dp") or (method != "dp" and (not dp_flags or show)):
+        return None     # a wrong --method (argparse says so), or no DP option: the search
+    drop = {**NOT_PLAN_FLAGS, **(PLAN_FLAGS if show else {})}
+    rest: list[str] = []
+    skip = 0
+    for w in words:
+        flag, eq, _ = w.partition("=")
+        if skip:
+            skip -= 1
+        elif flag in drop:
+            skip = 0 if eq else drop[flag]     # and its value, when it is the next word
+        else:
+            rest.append(w)
+    if show:
+        return ("latopt search: error: --method dp is gone; --show draws both methods' fronts without it: "
+                + shlex.join(["latopt", "search", *rest]))
+    what = ("--method dp is now its own command" if method == "dp"
+            else f"{dp_flags[0]} is an option of the DP, now its own command")
+    return f"latopt search: error: {what}: {shlex.join(['latopt', 'plan', *rest])}"
 
 
 def _variants(text: str | None) -> tuple[str, ...] | None:

@@ -88,7 +88,7 @@ def _cifar_bin_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def _cifar_classes(meta: Path, binary: bool) -> list[str]:
     if binary:
         try:
-            names = [line.strip() for line in meta.read_text().splitlines() if line.strip()]
+            names: Any = [line.strip() for line in meta.read_text().splitlines() if line.strip()]
         except UnicodeDecodeError:
             names = []
     else:
@@ -113,9 +113,10 @@ class CifarImages(Dataset):
 
 
 @register_task("cifar10", directory=True)
-def cifar10(spec: str, root: Path, resolution: int, seed: int, augment: bool) -> Task:
+def cifar10(spec: str, root: Path | None, resolution: int, seed: int, augment: bool) -> Task:
     """CIFAR-10 from ``root`` (the batches' directory or its parent), resized to ``resolution``, CIFAR mean/std;
     random crop + flip for training with ``augment``; ``seed`` picks the 10 % validation split."""
+    assert root is not None  # a directory task: its spec names the directory
     if not root.is_dir():
         raise LatoptError(f"CIFAR-10 directory {root} does not exist (give the cifar-10-batches-py or "
                           "cifar-10-batches-bin directory, or its parent)", param="spec")

@@ -48,9 +48,10 @@ def _load_image(split_dir: str, path: str) -> Any:
 
 
 @register_task("imagefolder", directory=True)
-def imagefolder(spec: str, root: Path, resolution: int, seed: int, augment: bool) -> Task:
+def imagefolder(spec: str, root: Path | None, resolution: int, seed: int, augment: bool) -> Task:
     """The image folder ``root``: resize to 1.14x and centre crop, random resized crop + flip for training with
     ``augment``, ImageNet mean/std; ``val/`` doubles as the test split when there is no ``test/``."""
+    assert root is not None  # a directory task: its spec names the folder
     if not root.is_dir():
         raise LatoptError(f"image folder {root} does not exist or is not a directory (expected {root}/train and "
                           f"{root}/val)", param="spec")
@@ -59,7 +60,7 @@ def imagefolder(spec: str, root: Path, resolution: int, seed: int, augment: bool
         raise LatoptError(f"image folder {root} has no {' or '.join(s + '/' for s in missing)} sub-folder; "
                           "expected PATH/train/<class>/*.jpg and PATH/val/<class>/*.jpg", param="spec")
     train_tf, eval_tf = image_transforms(resolution, IMAGENET_MEAN, IMAGENET_STD, augment, crop=True)
-    splits = {}
+    splits: dict[str, Any] = {}  # torchvision's ImageFolder
     for s in ("train", "val", "test"):
         if s == "test" and not (root / s).is_dir():
             splits[s] = splits["val"]

@@ -4,6 +4,7 @@ torchrun job, seeded per epoch) and :class:`ShardSampler` (evaluation: each proc
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler, default_collate
@@ -36,7 +37,7 @@ def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | N
         raise LatoptError(f"data.batch_size {batch_size} does not split over {world} processes; "
                           f"use a multiple of {world} (it is the global batch)", param="batch_size")
     per_process = batch_size // world
-    loader = {"num_workers": accel.workers, "pin_memory": accel.pin_memory,
+    loader: dict[str, Any] = {"num_workers": accel.workers, "pin_memory": accel.pin_memory,
               "persistent_workers": accel.persistent_workers and accel.workers > 0, "collate_fn": collate}
     train = DataLoader(task.train, batch_size=per_process,
                        sampler=DistributedSampler(task.train, num_replicas=world, rank=rank, shuffle=True, seed=seed),

@@ -29,7 +29,7 @@ class Task:
     split: str = ""  # how the splits were made, where the task says (recorded in metrics.json)
 
     def sizes(self) -> dict[str, int]:
-        return {s: len(getattr(self, s)) for s in ("train", "val", "test")}  # type: ignore[arg-type]
+        return {s: len(getattr(self, s)) for s in ("train", "val", "test")}
 
 
 def limit_task(task: Task, max_samples: int | None) -> Task:

@@ -9,7 +9,7 @@ folded exactly (checked against its variant network), fine-tuned directly (``fol
 ``fold.post_lr``; no σ_α pre-fold: a ``pw`` or ``drop`` has no α to anneal), and written as ``latopt
 fold`` writes a fold (``folded.pt`` with its plan, ``prefold.pt``, ``report.json``), so ``latopt export``
 ships it with all its gates. Where the LUT times merged spans (``latopt profile --variants ...,span``) the DP
-also chooses runs of blocks merged into one convolution (:mod:`latopt.dp.spans`); export merges them. ``latopt search --method dp --budget 0.6`` is the command.
+also chooses runs of blocks merged into one convolution (:mod:`latopt.dp.spans`); export merges them. ``latopt plan --budget 0.6`` is the command.
 
 API (what a caller such as a method-comparison tool uses)::
 

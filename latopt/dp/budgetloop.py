@@ -65,7 +65,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from latopt.constants import MAX_BUDGET_ROUNDS
 from latopt.dp.knapsack import DEFAULT_RESOLUTION
@@ -80,7 +80,8 @@ TOL_BELOW = 0.03       # a measured ratio down to B·(1 − 3 %) meets the budge
 TOL_ABOVE = 0.02       # ... and up to B·(1 + 2 %) meets it within the timing's noise
 NOISE_FRACTION = 0.25  # a measurement is trusted when its ratio's standard error is <= this x the tolerance's width
 TIMINGS = 3            # timings of one plan at most, until one is trusted
-LOOP_STATUS = ("met", "under", "over", "noisy", "off", "exact", "skipped")   # the record's status (module docstring)
+LoopStatus = Literal["met", "under", "over", "noisy", "off", "exact", "skipped"]  # the record's status (module docstring)
+LOOP_STATUS: tuple[str, ...] = get_args(LoopStatus)
 _LOG = get_logger("dp")
 
 
@@ -224,6 +225,7 @@ def meet_budget(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
         return plan, sel, rec
     with contextlib.ExitStack() as stack:
         if measure is None:
+            assert profile is not None  # loop_device's, with status "measure"
             try:
                 measure = stack.enter_context(device_timer(lut, profile))
             except LatoptError as e:   # the backend cannot run on this machine (TensorRT without its GPU, ...)

@@ -68,7 +68,7 @@ def candidates(lut: LUT, variants: Iterable[str] | None = None) -> dict[int, tup
                           param="variants")
     out: dict[int, tuple[str, ...]] = {}
     for b in lut.blocks:
-        out[b.index] = ("none", *(v for v in allowed if v != "none" and b.foldable and v in b.ms))
+        out[b.index] = ("none", *(v for v in allowed if v != "none" and (b.foldable or v == "drop") and v in b.ms))
     return out
 
 

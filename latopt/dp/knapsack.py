@@ -1,6 +1,6 @@
 """An exact multiple-choice knapsack over discretised costs: one option per group, least total loss.
 
-The selection problem of ``latopt search --method dp``: each block (a *group*) takes exactly one variant
+The selection problem of ``latopt plan``: each block (a *group*) takes exactly one variant
 (an *option*, ``none`` included) with a cost (its LUT time, ms) and a loss (its importance loss); minimise
 the total loss subject to total cost ≤ capacity. Pure Python + numpy, no model here.
 
@@ -138,9 +138,9 @@ def solve_chain(options: Mapping[int, Mapping[str, tuple[float, float]]],
     # options in their order, then the spans ending there, in sorted (start, end) order; (q, key, name, units)
     ending: list[list[tuple[int, int | tuple[int, int], str, int]]] = [
         [(p, g, o, discretise(options[g][o][0], capacity, R)) for o in options[g]] for p, g in enumerate(groups)]
-    for key in sorted(spans):
-        for o in spans[key]:
-            ending[pos[key[1]]].append((pos[key[0]], key, o, discretise(spans[key][o][0], capacity, R)))
+    for span in sorted(spans):
+        for o in spans[span]:
+            ending[pos[span[1]]].append((pos[span[0]], span, o, discretise(spans[span][o][0], capacity, R)))
     # best[p][c] = least loss of the groups before position p with total units <= c (non-increasing in c)
     best = [np.zeros(R + 1)]
     args: list[np.ndarray] = []

@@ -1,6 +1,6 @@
 """Plans as files: what the DP would do on a device, chosen without training, written as JSON.
 
-``latopt search --method dp --plan-only`` writes one (:func:`plan_only` + :func:`write_plan`): the LUT's
+``latopt plan --plan-only`` writes one (:func:`plan_only` + :func:`write_plan`): the LUT's
 times, the importance losses (``uniform``: no checkpoint; ``proxy``: the trained base, no fine-tuning) and
 :func:`latopt.dp.select_plan`. ``latopt export --checkpoint CKPT --plan plan.json`` applies one to an
 unfolded checkpoint (:func:`read_plan`, :func:`check_plan`) through the fold algebra and ships it with all
@@ -76,9 +76,10 @@ from latopt.constants import (
     MAX_BUDGET_ROUNDS,
     FoldMode,
     FoldVariant,
+    LutVariant,
     Precision,
 )
-from latopt.dp.budgetloop import LOOP_STATUS, TIMINGS, loop_summary, meet_budget
+from latopt.dp.budgetloop import TIMINGS, LoopStatus, loop_summary, meet_budget
 from latopt.dp.importance import candidates, variant_losses
 from latopt.dp.select import check_budget
 from latopt.errors import LatoptError
@@ -95,7 +96,7 @@ MAX_PLAN_BLOCKS = 4096   # blocks of a plan (MobileNetV2 and EfficientNet-lite h
 MAX_SPAN_KERNEL = 31     # a span's kernel: odd, 1 .. 31 (the blocks' own are 3, 5 or 7)
 _RATIO_RTOL = 1e-9       # predicted ratio/speed-up against ms and asis_ms: float rounding only
 _LOG = get_logger("dp")
-_REDO = "re-create it (latopt search's DP, plan only)"
+_REDO = "re-create it (latopt plan --plan-only)"
 
 
 def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance: str = "uniform",
@@ -124,6 +125,7 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
         from latopt.data import load_task
         from latopt.layerfold import check_base
 
+        assert base_checkpoint is not None  # importance 'proxy' needs one: checked above
         base, arch, _ = check_base(cfg, base_checkpoint)
         task = load_task(cfg)
         if int(arch["num_classes"]) != task.num_classes:
@@ -162,7 +164,7 @@ def write_plan(path: str | Path, plan: Mapping[str, Any]) -> Path:
 # ------------------------------------------------------------------------------------ the record
 _Text = Annotated[str, Field(max_length=4096)]
 _NonEmpty = Annotated[str, Field(min_length=1, max_length=4096)]
-_Variant = Literal[LUT_VARIANTS]
+_Variant = LutVariant
 _Ms = Annotated[float, Field(ge=0)]
 
 
@@ -267,7 +269,7 @@ class BudgetLoop(StrictModel):
     asked: Annotated[float, Field(gt=0, le=1)]
     rounds_max: Annotated[int, Field(ge=0, le=MAX_BUDGET_ROUNDS)]
     tolerance: Annotated[list[Positive], Field(min_length=2, max_length=2)]
-    status: Literal[LOOP_STATUS]
+    status: LoopStatus
     note: _Text | None
     device: _NonEmpty | None
     chosen: Annotated[int, Field(ge=0)] | None
@@ -341,9 +343,9 @@ class PlanRecord(StrictModel):
                 raise ValueError(f"field 'spans': its spans overlap ({a0}-{b0} and {a1}-{b1}); a block belongs to at "
                                  "most one span")
         for start, end, _ in spans:   # disjoint and within 0 .. n-1: at most n blocks in all
-            bad = next((i for i in range(start, end + 1) if self.blocks[str(i)] not in SPAN_VARIANTS), None)
-            if bad is not None:
-                raise ValueError(f"field 'spans': span {start}-{end}: block {bad} is {self.blocks[str(bad)]!r}; a "
+            bad_block = next((i for i in range(start, end + 1) if self.blocks[str(i)] not in SPAN_VARIANTS), None)
+            if bad_block is not None:
+                raise ValueError(f"field 'spans': span {start}-{end}: block {bad_block} is {self.blocks[str(bad_block)]!r}; a "
                                  f"block of a span must be {', '.join(SPAN_VARIANTS[:-1])} or {SPAN_VARIANTS[-1]} "
                                  "(a span merges affine blocks only)")
         if self.fold_mode != self.lut.fold_mode:
@@ -396,7 +398,7 @@ def check_plan(plan: Mapping[str, Any], path: str | Path, *, model: str, resolut
         want = plan.get(key)
         if want is not None and want != value:
             raise LatoptError(f"plan file {path} was made for {key} {want!r}, the checkpoint has {value!r}: make a "
-                              "plan for this network (latopt search's DP, plan only)", param="plan")
+                              "plan for this network (latopt plan --plan-only)", param="plan")
 
 
 def format_plan_summary(plan: Mapping[str, Any], path: str | Path) -> str:

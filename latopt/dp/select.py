@@ -45,7 +45,8 @@ def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
         missing = [v for v in opts if v not in b.ms]
         if missing:
             raise LatoptError(f"block {b.index}: the LUT has no time for variant {missing[0]!r}")
-        options[b.index] = {v: (b.ms[v], float(loss)) for v, loss in opts.items()}
+        times: dict[str, float] = dict(b.ms.items())
+        options[b.index] = {v: (times[v], float(loss)) for v, loss in opts.items()}
     span_opts, kernels = span_options(lut, losses) if spans else ({}, {})
     fastest = lut.fixed_ms + cheapest(options, span_opts)
     sol = solve_chain(options, span_opts, capacity, resolution=resolution) if capacity > 0 else None

@@ -39,10 +39,12 @@ def span_options(lut: Any, losses: Mapping[int, Mapping[str, float]]
         for f in (s.fulls if s.kernel > 1 else (None,)):
             if f is not None and "full" not in losses.get(f, {}):
                 continue
-            if any(inner[i] is None for i in blocks if i != f):
+            others = [i for i in blocks if i != f]
+            chosen = {i: v for i in others if (v := inner[i]) is not None}
+            if len(chosen) != len(others):
                 continue
-            names = ["full" if i == f else inner[i][0] for i in blocks]
-            loss = sum(float(losses[f]["full"]) if i == f else inner[i][1] for i in blocks)
+            names = ["full" if i == f else chosen[i][0] for i in blocks]
+            loss = sum(float(losses[i]["full"]) if i == f else chosen[i][1] for i in blocks)
             if best is None or loss < best[0]:
                 best = (loss, names)
         if best is None:

@@ -55,6 +55,7 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
             raise LatoptError(f"LUT {lut_path} does not exist; profile the device first (latopt profile, with the "
                               "variants full, pw and drop)", param="lut")
         lut = load_lut(lut_path, model=arch["model"], resolution=cfg.data.resolution, fold_mode=cfg.fold.mode)
+    assert isinstance(lut, LUT)  # loaded from lut_path, or given as one
     check_blocks(lut, find_blocks(base), lut_path or "the LUT")
     cands = candidates(lut, variants)
     t0 = time.perf_counter()
@@ -80,7 +81,8 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
     teacher = on_device if distill else None
     folded, info = fold_plan_and_finetune(cfg, base, plan, task, mode=mode, progress=progress, teacher=teacher,
                                           seed=seed, accel=accel)
-    folded.to("cpu", memory_format=torch.contiguous_format).eval()
+    # torch's stubs of Module.to lack memory_format, which it takes (as Tensor.to does)
+    folded.to("cpu", memory_format=torch.contiguous_format).eval()  # type: ignore[call-overload]
     acc |= info["acc"]
     val |= info["val"]
     res = cfg.data.resolution
@@ -90,7 +92,7 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
         "seed": seed, "base_checkpoint": str(base_checkpoint), "lut": lut_path, "mode": mode, "distill": distill,
         "importance": source, "budget": budget, "selection": sel, "budget_loop": loop, "losses": {str(b): ls for b, ls in sorted(losses.items())},
         "folded": {str(k): v for k, v in plan.items()}, "n_blocks": len(find_blocks(base)), "n_folded": len(plan),
-        "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"], "test_samples": len(task.test),
+        "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"], "test_samples": task.sizes()["test"],
         "flops": {"base": cost_base["flops"], "folded": cost_folded["flops"]},
         "params": {"base": cost_base["params"], "folded": cost_folded["params"]},
         "latency_pred_ms": {"asis": sel["asis_ms"], "folded": sel["predicted_ms"]},

@@ -239,6 +239,7 @@ def analyze_stability(
                     verd[i] = UnitVerdict(k, i, "inactive" if side == "pos" else "active", "milp", float(lo[i]),
                                           float(hi[i]), reason=r.reason, milp=milp_log)
                 elif r.outcome == "witness":
+                    assert r.x is not None and r.z is not None  # a witness carries its point
                     have[i] = (r.x, float(r.z))
                     method = "milp"
                 else:

@@ -52,7 +52,7 @@ class Encoding:
         c[self.prev_cols] = sign * self.net.weights[self.upto][unit]
         return c, float(sign * self.net.biases[self.upto][unit])
 
-    def highs(self, integer: bool, *, time_limit: float | None = None):
+    def highs(self, integer: bool, *, time_limit: float | None = None) -> highspy.Highs:
         """A silent ``highspy.Highs`` holding this model (binaries integral when ``integer``)."""
 
 
@@ -100,7 +100,7 @@ class Encoding:
             # float64 rounding of the sums above (and of A^T y) cannot exceed this:
             slack = 4.0 * terms.size * np.finfo(np.float64).eps * (
                 float(np.sum(np.abs(terms)))
-                + float(np.abs(self.a).T @ np.abs(y) @ np.maximum(np.abs(self.col_lo), np.abs(self.col_hi)))
+                + float(abs(self.a).T @ np.abs(y) @ np.maximum(np.abs(self.col_lo), np.abs(self.col_hi)))
             )
             best = max(best, val - slack)
         return best
@@ -144,7 +144,7 @@ def build_encoding(
     rlo: list[np.ndarray] = []
     rhi: list[np.ndarray] = []
 
-    def add(units: np.ndarray, pcols: np.ndarray, w: np.ndarray, w_sign: float, hcols: np.ndarray | None,
+    def add(units: np.ndarray, pcols: np.ndarray, w: np.ndarray | None, w_sign: float, hcols: np.ndarray | None,
             bcols: np.ndarray | None, bcoef: np.ndarray | None, lo_: np.ndarray, hi_: np.ndarray) -> None:
         """Rows ``h_i + w_sign * W_i h_prev + bcoef_i a_i`` in ``[lo_, hi_]`` for ``units``."""
         if units.size == 0:

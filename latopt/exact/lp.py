@@ -19,7 +19,7 @@ from latopt.exact.network import ReluMLP
 _BANNER_DONE = False
 
 
-def new_highs():
+def new_highs() -> highspy.Highs:
     """A silent ``highspy.Highs``; the licence banner HiGHS prints on its first construction is swallowed."""
     global _BANNER_DONE
     if _BANNER_DONE:

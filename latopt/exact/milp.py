@@ -56,12 +56,11 @@ class SignDecider:
     net: ReluMLP
     time_limit: float = 30.0
     rel_delta: float = 1e-5
-    _h: object = field(default=None, init=False, repr=False)
+    _h: highspy.Highs | None = field(default=None, init=False, repr=False)  # made by __post_init__
     _state: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._h = self.enc.highs(integer=True, time_limit=self.time_limit)
-        h = self._h
+        h = self._h = self.enc.highs(integer=True, time_limit=self.time_limit)
         state = self._state
         n0 = self.net.sizes[0]
         box = self.enc.box
@@ -89,6 +88,7 @@ class SignDecider:
 
     def decide(self, unit: int, side: str, lo: float, hi: float) -> SideResult:
         h = self._h
+        assert h is not None  # made by __post_init__
         sign = -1.0 if side == "pos" else 1.0
         c, c0 = self.enc.objective(unit, sign)
         idx = self.enc.prev_cols.astype(np.int32)
@@ -139,7 +139,7 @@ class SignDecider:
         a, c = aff[layer]
         box = self.enc.box
         res = solve_lp(sign * a[unit], g, hv, box.lo, box.hi)
-        for cand in ([res.x] if res.ok else []) + [x]:
+        for cand in ([res.x] if res.ok and res.x is not None else []) + [x]:
             cand = box.clip(cand)
             if sign * float(self.net.preactivations(cand)[layer][0, unit]) < 0:
                 return cand

@@ -255,6 +255,7 @@ def train_mlp(
         "train_seconds": round(time.perf_counter() - t0, 2),
     }
     if name in IDX_DATASETS:
+        assert split.x_val is not None and split.y_val is not None  # an IDX set's split has a validation part
         meta.update(split_detail=split.description, val_acc=accuracy(model, split.x_val, split.y_val),
                     train_images=len(split.y_train), test_images=len(split.y_test), **split.source)
     return model, meta

@@ -165,7 +165,7 @@ class ReluMLP:
         return np.concatenate([z > 0 for z in zs], axis=1)
 
     # -- conversion ------------------------------------------------------------------------------------
-    def to_module(self, dtype=None):
+    def to_module(self, dtype: torch.dtype | None = None) -> nn.Sequential:
         """A plain ``nn.Sequential(Linear, ReLU, ..., Linear)`` (float32 unless ``dtype`` says otherwise)."""
 
         dtype = dtype or torch.float32

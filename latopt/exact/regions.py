@@ -106,7 +106,7 @@ def chebyshev(rows: np.ndarray, rhs: np.ndarray, box: Box) -> tuple[np.ndarray |
     c = np.zeros(n + 1)
     c[n] = -1.0
     res = solve_lp(c, g, h, np.concatenate([box.lo, [0.0]]), np.concatenate([box.hi, [box.diameter]]))
-    if not res.ok:
+    if not res.ok or res.x is None:  # x is None exactly when not ok
         return None, 0.0
     return res.x[:n], float(res.x[n])
 
@@ -126,12 +126,14 @@ def enumerate_regions(
     lps = 0
     regions: list[Region] = []
     p0, r0 = chebyshev(np.zeros((0, n0)), np.zeros(0), box)
+    assert p0 is not None  # the box itself is feasible
     lps += 1
     if L == 0:  # an affine network: one region
         one = Region(np.zeros(0, dtype=bool), p0, r0, np.zeros((0, n0)), np.zeros(0), (net.weights[0], net.biases[0]))
         return RegionEnumeration(net.sizes, box, [one], lps, time.perf_counter() - t0, tol)
     # stack entries: (layer, unit, A, c, rows, rhs, point, radius, pattern list)
-    stack = [(0, 0, net.weights[0].copy(), net.biases[0].copy(), np.zeros((0, n0)), np.zeros(0), p0, r0, [])]
+    stack: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, list[bool]]] = [
+        (0, 0, net.weights[0].copy(), net.biases[0].copy(), np.zeros((0, n0)), np.zeros(0), p0, r0, [])]
     while stack:
         k, j, a_k, c_k, rows, rhs, p, r, pat = stack.pop()
         if j == a_k.shape[0]:  # layer k finished: move to the next layer or record the region

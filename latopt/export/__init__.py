@@ -218,7 +218,8 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
         return _export(checkpoint, device, out, backend, fmt=fmt, precision=precision, fold=fold,
                        lut_path=lut_path, resolution=resolution, samples=samples, seed=seed, measure=measure,
                        say=say, mode=mode, bias_maps=bias_maps, gate_accuracy=gate_accuracy,
-                       plan=None if plan is None else (plan, plan_file), timing_only=bool(timing_only))
+                       plan=None if plan is None or plan_file is None else (plan, plan_file),  # both or neither
+                       timing_only=bool(timing_only))
     finally:
         close_backend(backend)
 
@@ -234,10 +235,11 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     res = export_resolution(loaded[1], loaded[2], resolution)
     lut = export_lut(lut_path, loaded[1], device, res)
     plan_record, spans = None, []
+    what: str | dict[int, str] | None = fold  # the --fold spec, or a plan file's {block: variant}
     if plan is not None:
-        fold, plan_record = _plan_fold(checkpoint, loaded[1], res, device, *plan)
+        what, plan_record = _plan_fold(checkpoint, loaded[1], res, device, *plan)
         spans = plan[1].get("spans", [])
-    p = build_plan(checkpoint, loaded, fold=fold, lut=lut, res=res, mode=mode, spans=spans)
+    p = build_plan(checkpoint, loaded, fold=what, lut=lut, res=res, mode=mode, spans=spans)
     if plan_record is not None:
         p.notes.extend(plan_record.pop("notes"))
     task = checkpoint_task(p.meta, p.resolution)
@@ -324,7 +326,7 @@ def _plan_fold(checkpoint: str | Path, arch: dict[str, Any], res: int, device: A
     check_plan(plan, path, model=arch["model"], resolution=res, num_classes=int(arch["num_classes"]))
     lut = plan.get("lut") or {}
     made_for = lut.get("device")
-    record = {"file": str(path), "sha256": file_sha256(path), "device": made_for, "lut_sha256": lut.get("sha256"),
+    record: dict[str, Any] = {"file": str(path), "sha256": file_sha256(path), "device": made_for, "lut_sha256": lut.get("sha256"),
               "budget": plan.get("budget"), "importance": plan.get("importance"), "predicted": plan.get("predicted"),
               "notes": [f"the plan file {path} (budget {plan.get('budget')}, {plan.get('importance')} importance) is "
                         "applied through the fold algebra, not fine-tuned"]}

@@ -203,7 +203,7 @@ def deferred_gates(exact: nn.Module, shipped: nn.Module, resolution: int, x: tor
     in float64 (the algebra, ``TOL_FOLD64``), and the ``shipped`` float32 copy (``TOL_DEFER32``, raised to
     ``NOISE_K`` × the float32 noise ``floor``: two float32 runs of one function)."""
     exact64 = copy.deepcopy(exact).double().eval()
-    size, merged = (resolution, resolution), [s[:2] for s in spans]
+    size, merged = (resolution, resolution), [(int(s[0]), int(s[1])) for s in spans]
     deferred64 = (as_shipped(exact64, spans=merged, input_size=size)[0] if deferred
                   else merge_spans(exact64, merged, size).eval())
     x64 = x.double()

@@ -33,7 +33,7 @@ from latopt.constants import FOLD_MODES
 from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_blocks, fold_spec, merge_spans, normalize_plan, plain_activations_
 from latopt.fold.span import span_kernel
-from latopt.latency.lut import check_blocks, costs, default_lut_path, load_lut
+from latopt.latency.lut import LUT, check_blocks, costs, default_lut_path, load_lut
 from latopt.models import build_model
 
 
@@ -100,6 +100,7 @@ def export_lut(path: str | None, arch: dict[str, Any], device: Any, resolution: 
     A given LUT must be of this model, resolution, device and batch: export compares its prediction with what
     it measures on ``device``, and a LUT timed on another device or batch predicts something else."""
     model_name = arch["model"]
+    lut: LUT | None
     if path:
         lut = load_lut(path, model=model_name, resolution=resolution, device=device.name, batch=device.batch)
     else:
@@ -201,9 +202,9 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
                          f"({prefold}); the exported weights were fine-tuned after folding")
         if note:
             notes.append(note)
-        spans = [list(s) for s in fspec.get("spans", [])]
-        check_span_kernels(model, spans, f"checkpoint {checkpoint} (arch.fold.spans)", "checkpoint")
-        return Plan(model, source, arch, meta, plan, fspec["mode"], res, notes, asis=True, spans=spans)
+        fold_spans = [list(s) for s in fspec.get("spans", [])]
+        check_span_kernels(model, fold_spans, f"checkpoint {checkpoint} (arch.fold.spans)", "checkpoint")
+        return Plan(model, source, arch, meta, plan, fspec["mode"], res, notes, asis=True, spans=fold_spans)
     spec = dict(fold) if isinstance(fold, Mapping) else parse_fold_spec("none" if fold is None else fold, lut)
     if not spec:  # export the network as it is (no fold gate)
         if isinstance(fold, Mapping):
@@ -226,12 +227,12 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
                      "(fine-tune after folding to repair it); the fold gate checks each block away from its border")
     new_arch = dict(arch)
     new_arch["fold"] = fold_spec(folded, mode=mode, input_size=(res, res))
-    spans = [[int(x) for x in s] for s in spans]
-    if spans and mode != "exact":
+    plan_spans = [[int(x) for x in s] for s in spans]
+    if plan_spans and mode != "exact":
         raise LatoptError(f"mode {mode!r}: the plan merges spans, which are exact-mode rewrites; give mode 'exact'",
                           param="mode")
-    check_span_kernels(folded, spans, "the plan file", "plan")
-    return Plan(folded, source_model, new_arch, meta, plan, mode, res, notes, spans=spans)
+    check_span_kernels(folded, plan_spans, "the plan file", "plan")
+    return Plan(folded, source_model, new_arch, meta, plan, mode, res, notes, spans=plan_spans)
 
 
 def defer_plan(p: Plan, bias_maps: str) -> nn.Module | None:
@@ -247,7 +248,7 @@ def defer_plan(p: Plan, bias_maps: str) -> nn.Module | None:
         p.bias_maps = {"form": "per-block"}
         if not p.spans:
             return None
-        p.folded = merge_spans(exact, [s[:2] for s in p.spans], size).eval()
+        p.folded = merge_spans(exact, [(s[0], s[1]) for s in p.spans], size).eval()
         p.bias_maps["spans"] = p.spans
         return exact
     p.folded, info = as_shipped(exact, spans=[s[:2] for s in p.spans], input_size=size)

@@ -41,13 +41,13 @@ def install_alpha(model: nn.Module, blocks: Sequence[int] | str = "all",
         raise LatoptError(f"granularity must be one of {GRANULARITIES}, not {granularity!r}")
     out: dict[int, list[nn.Parameter]] = {}
     ref = next(model.parameters(), None)
-    kw = {"dtype": ref.dtype, "device": ref.device} if ref is not None else {}
+    dtype, device = (ref.dtype, ref.device) if ref is not None else (None, None)  # None: torch's defaults
     for b in resolve_blocks(model, blocks):
         kinds = [_act_kind_of(model.get_submodule(p)) for p in b.acts]
-        shared = nn.Parameter(torch.zeros((), **kw)) if granularity == "block" else None
+        shared = nn.Parameter(torch.zeros((), dtype=dtype, device=device)) if granularity == "block" else None
         params: list[nn.Parameter] = []
         for path, kind in zip(b.acts, kinds, strict=True):
-            alpha = shared if shared is not None else nn.Parameter(torch.zeros((), **kw))
+            alpha = shared if shared is not None else nn.Parameter(torch.zeros((), dtype=dtype, device=device))
             model.set_submodule(path, AlphaActivation(kind, alpha, granularity=granularity))
             if not any(alpha is p for p in params):
                 params.append(alpha)

@@ -63,10 +63,14 @@ def fuse_bn(weight: torch.Tensor, bias: torch.Tensor | None, bn_mean: torch.Tens
     """W' = diag(γ/√(σ²+ε))·W, b' = β + (b − μ)·γ/√(σ²+ε), in float64 (torch.nn.utils.fusion)."""
     d = torch.float64
 
-    def c(t: torch.Tensor | None) -> torch.Tensor | None:
-        return None if t is None else t.detach().to(d)
+    def c(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().to(d)
 
-    w, b = fuse_conv_bn_weights(c(weight), c(bias), c(bn_mean), c(bn_var), bn_eps, c(bn_weight), c(bn_bias))
+    def c_opt(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else c(t)
+
+    w, b = fuse_conv_bn_weights(c(weight), c_opt(bias), c(bn_mean), c(bn_var), bn_eps, c_opt(bn_weight),
+                                c_opt(bn_bias))
     return w.detach(), b.detach()
 
 
@@ -90,6 +94,7 @@ def compose_full(w1: torch.Tensor | None, b1: torch.Tensor | None, w2: torch.Ten
         K = W3[:, :, None, None] * W2[None]                            # (cout, hidden=cin, k, k)
         Kb = None
     else:
+        assert b1 is not None  # an expansion convolution has a (BN-folded) bias
         W1 = _mat(w1)
         A = W2[:, None] * W1[:, :, None, None]                         # (hidden, cin, k, k)
         K = (W3 @ A.reshape(hidden, -1)).reshape(W3.shape[0], W1.shape[1], k, k)
@@ -126,7 +131,11 @@ def compose_pw(w1: torch.Tensor | None, b1: torch.Tensor | None, w3: torch.Tenso
     """expand (1x1) + project (1x1), depthwise removed → one 1x1 conv cin → cout with the block's stride."""
     W3 = _mat(w3)
     K = W3 if w1 is None else W3 @ _mat(w1)
-    const = b3.clone() if w1 is None else W3 @ b1 + b3
+    if w1 is None:
+        const = b3.clone()
+    else:
+        assert b1 is not None  # an expansion convolution has a (BN-folded) bias
+        const = W3 @ b1 + b3
     if residual:
         if K.shape[0] != K.shape[1] or stride != 1:
             raise ValueError("a residual needs cin == cout and stride 1")
@@ -174,7 +183,7 @@ def border_mask(input_size: tuple[int, int], kernel: int, stride: int, padding: 
 def apply_affine(ac: AffineConv, x: torch.Tensor) -> torch.Tensor:
     """Reference evaluation of an AffineConv (exact bias map) — for tests."""
     y = conv_geometry(x, ac.weight.to(x.dtype), ac.stride, ac.padding)
-    return y + bias_map(ac, tuple(x.shape[-2:])).to(x.dtype)[None]
+    return y + bias_map(ac, (int(x.shape[-2]), int(x.shape[-1]))).to(x.dtype)[None]
 
 
 def compose_dense(w1: torch.Tensor | None, b1: torch.Tensor | None, w2: torch.Tensor, b2: torch.Tensor,
@@ -230,7 +239,7 @@ def _add_skip(ac: AffineConv, residual: bool, shortcut: tuple[torch.Tensor, torc
             raise ValueError("a residual needs cin == cout and stride 1")
         idx = torch.arange(K.shape[0])
         K[idx, idx, c, c] += 1.0
-    else:
+    elif shortcut is not None:  # not residual: a shortcut (the early return above)
         ws, bs = shortcut
         K[:, :, c, c] += _mat(ws)
         const = const + bs

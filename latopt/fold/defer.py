@@ -86,6 +86,7 @@ def _chain_offset(mods: list[FoldedBlock]) -> torch.Tensor:
     """D = chain(0) − chain_without_maps(0) in float64 (the blocks are copied, not changed)."""
     chain = [copy.deepcopy(m).to(torch.float64).eval() for m in mods]
     first = mods[0].info
+    assert first.in_size is not None  # an exact-mode fold records its input size
     x = torch.zeros(1, first.cin, *first.in_size, dtype=torch.float64, device=_like(mods).device)
     with_maps = x
     for m in chain:
@@ -109,7 +110,8 @@ def defer_bias_maps(model: nn.Module, input_size: tuple[int, int]) -> tuple[nn.M
     chains = find_chains(out, input_size)
     before = after = 0
     for chain in chains:
-        mods = [out.get_submodule(paths[i]) for i in chain]
+        # chain members are FoldedBlocks (_chain_member)
+        mods = [m for m in (out.get_submodule(paths[i]) for i in chain) if isinstance(m, FoldedBlock)]
         maps = sum(m.bias_map is not None for m in mods)
         before += maps
         after += bool(maps)

@@ -76,13 +76,14 @@ def merge_spans(folded: nn.Module, spans: Iterable[tuple[int, int]], input_size:
         not_folded = [a + k for k, m in enumerate(mods) if not isinstance(m, FoldedBlock)]
         if not_folded:
             raise LatoptError(f"span {a}-{b}: block {not_folded[0]} is not folded; a span merges folded blocks")
+        fmods = [m for m in mods if isinstance(m, FoldedBlock)]  # all of them
         try:
-            conv = compose_span(mods, tuple(shapes[a][-2:]))
+            conv = compose_span(fmods, (int(shapes[a][-2]), int(shapes[a][-1])))
         except LatoptError as e:
             raise LatoptError(f"span {a}-{b}: {e}") from None
-        conv.info = span_info(mods, conv.conv)
+        conv.info = span_info(fmods, conv.conv)
         out.set_submodule(blocks[a].path, conv)
-        for k, m in enumerate(mods[1:], start=a + 1):
+        for k, m in enumerate(fmods[1:], start=a + 1):
             out.set_submodule(blocks[k].path, MergedBlock(dataclasses.replace(m.info, variant="merged")))
     return out
 

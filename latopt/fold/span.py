@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from latopt.errors import LatoptError
 from latopt.fold.compose import Padding, border_mask, same_pads
-from latopt.layers import FoldedBlock, make_kxk
+from latopt.layers import FoldedBlock, FoldInfo, make_kxk
 
 SPAN_INNER = ("pw", "drop")  # what a span's blocks other than its one full fold may be (1x1, identity)
 SPAN_VARIANTS = ("full", *SPAN_INNER)  # the affine variants; at most one full per span
@@ -134,6 +135,11 @@ class SpanConv(nn.Module):
     """A span as one convolution: ``conv`` (k×k or 1x1, the composed stride) [+ ``bias_map`` buffer
     (1, cout, Ho, Wo), the exact border correction, zero in the interior; None when there is none]."""
 
+    if TYPE_CHECKING:  # for the type checker only (TorchScript reads class annotations)
+        conv: nn.Conv2d
+        bias_map: torch.Tensor | None  # a buffer
+        info: FoldInfo  # set by latopt.fold.merge.merge_spans (variant "span")
+
     def __init__(self, conv: nn.Conv2d, bias_map: torch.Tensor | None) -> None:
         super().__init__()
         self.conv = conv
@@ -160,15 +166,17 @@ def compose_span(blocks: Sequence[nn.Module], input_size: tuple[int, int]) -> Sp
     ok, why = span_exact_blocks(blocks, input_size)
     if not ok:
         raise LatoptError(f"span not exact: {why}")
-    infos = [m.info for m in blocks]
-    like = next((t for m in blocks for t in (*m.parameters(), *m.buffers())), None)  # none: all dropped
+    folded = [m for m in blocks if isinstance(m, FoldedBlock)]  # all of them (span_exact_blocks)
+    infos = [m.info for m in folded]
+    like = next((t for m in folded for t in (*m.parameters(), *m.buffers())), None)  # none: all dropped
     dtype = like.dtype if like is not None else torch.get_default_dtype()
     device = like.device if like is not None else torch.device("cpu")
     d = torch.float64
     k = torch.eye(infos[0].cin, dtype=d, device=device)[:, :, None, None]
     b = torch.zeros(infos[0].cin, dtype=d, device=device)
-    stride, padding, needs_map, seen_bias = 1, 0, False, False
-    for m, i in zip(blocks, infos, strict=True):
+    padding: int | str = 0
+    stride, needs_map, seen_bias = 1, False, False
+    for m, i in zip(folded, infos, strict=True):
         needs_map = needs_map or m.bias_map is not None
         if i.variant == "drop":
             continue
@@ -183,12 +191,13 @@ def compose_span(blocks: Sequence[nn.Module], input_size: tuple[int, int]) -> Sp
     conv = (make_kxk(k.shape[1], k.shape[0], kernel, stride, padding) if kernel > 1
             else nn.Conv2d(k.shape[1], k.shape[0], 1, stride, bias=True))
     conv = conv.to(dtype=dtype, device=device)
+    assert conv.bias is not None  # made with bias=True
     conv.weight.copy_(k.to(dtype))
     conv.bias.copy_(b.to(dtype))
     bias_map = None
     if needs_map:
         x = torch.zeros(1, infos[0].cin, int(input_size[0]), int(input_size[1]), dtype=d, device=device)
-        for m in blocks:
+        for m in folded:
             x = copy.deepcopy(m).to(d).eval()(x)
         delta = x[0] - b[:, None, None]
         if kernel > 1:  # zero away from the border, exactly (as a block's own map)

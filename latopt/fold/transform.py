@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -46,7 +47,7 @@ from latopt.errors import LatoptError
 from latopt.fold import compose
 from latopt.layers import FoldedBlock, FoldInfo, PointwiseBlock, activation_kind
 
-BlockPlan = Sequence[int] | str | Mapping[int | str, str]
+BlockPlan = Sequence[int] | str | Mapping[int, str] | Mapping[str, str] | Mapping[int | str, str]
 
 
 def normalize_plan(model: nn.Module, blocks: BlockPlan) -> dict[int, str]:
@@ -89,8 +90,9 @@ def _removed_acts(block: Block, variant: str) -> tuple[str, ...]:
 
 def _info(block: Block, variant: str, mode: str, in_size: tuple[int, int] | None,
           net_input_size: tuple[int, int] | None, post_act: str = "") -> FoldInfo:
-    out_size = None if in_size is None else tuple(
-        conv_output_size(s, block.kernel, block.stride, block.padding) for s in in_size)
+    out_size = None if in_size is None else (
+        conv_output_size(in_size[0], block.kernel, block.stride, block.padding),
+        conv_output_size(in_size[1], block.kernel, block.stride, block.padding))
     return FoldInfo(variant=variant, mode=mode, kind=block.kind, cin=block.cin, hidden=block.hidden,
                     cout=block.cout, kernel=block.kernel, stride=block.stride, padding=block.padding,
                     residual=block.residual, has_expand=block.has_expand, in_size=in_size,
@@ -131,22 +133,26 @@ def linearize(model: nn.Module, blocks: BlockPlan) -> nn.Module:
 
 def _fused(model: nn.Module, conv_path: str, bn_path: str) -> tuple[torch.Tensor, torch.Tensor]:
     conv, bn = model.get_submodule(conv_path), model.get_submodule(bn_path)
+    # a foldable block's (latopt.adapters): a Conv2d, a BatchNorm2d with running statistics
+    assert isinstance(conv, nn.Conv2d) and isinstance(bn, nn.BatchNorm2d)
+    assert bn.running_mean is not None and bn.running_var is not None
     return compose.fuse_bn(conv.weight, conv.bias, bn.running_mean, bn.running_var, bn.eps, bn.weight, bn.bias)
 
 
 def _set_conv(conv: nn.Conv2d, weight: torch.Tensor, bias: torch.Tensor, like: torch.Tensor) -> None:
+    assert conv.bias is not None  # a FoldedBlock's convolutions have a bias
     with torch.no_grad():
         conv.weight.copy_(weight.to(like.dtype))
         conv.bias.copy_(bias.to(like.dtype))
 
 
 def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mode: str = "exact",
-                      input_size: tuple[int, int] | None = None, *,
+                      input_size: Sequence[int] | None = None, *,
                       net_input_size: tuple[int, int] | None = None) -> FoldedBlock:
     """The FoldedBlock replacing ``block`` of ``model`` (``input_size`` = the block's input H, W)."""
     if mode not in FOLD_MODES:
         raise LatoptError(f"fold mode must be one of {FOLD_MODES}, not {mode!r}")
-    if not block.foldable:
+    if not block.variants:
         raise LatoptError(f"block {block.index} ({block.path}) cannot be folded: {block.reason}")
     check_variant(block, variant)
     check_mode(block, mode)
@@ -154,36 +160,43 @@ def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mod
         raise LatoptError("exact fold mode needs the input size (H, W); or use mode='paper'")
     in_size = None if input_size is None else (int(input_size[0]), int(input_size[1]))
     info = _info(block, variant, mode, in_size, net_input_size, _post_act(model, block))
-    like = model.get_submodule(block.convs[-2]).weight
+    like_conv = model.get_submodule(block.convs[-2])
+    assert isinstance(like_conv, nn.Conv2d)  # a foldable block's
+    like = like_conv.weight
     if variant == "drop":
         return FoldedBlock(info).to(dtype=like.dtype, device=like.device).train(model.training)
     if block.layout != "mbconv":
         return _fold_whole(model, block, info, in_size, like)
+    w1: torch.Tensor | None
+    b1: torch.Tensor | None
     if block.has_expand:
         w1, b1 = _fused(model, block.convs[0], block.bns[0])
     else:
         w1 = b1 = None
     w2, b2 = _fused(model, block.convs[-2], block.bns[-2])
     w3, b3 = _fused(model, block.convs[-1], block.bns[-1])
-    geo = {"stride": block.stride, "padding": block.padding}
-    kept_act = None
+    stride, padding = block.stride, block.padding
+    kept_act: nn.Module | None = None
     if variant == "pw":
         ac = compose.compose_pw(w1, b1, w3, b3, residual=block.residual, stride=block.stride)
     elif variant == "full":
-        ac = compose.compose_full(w1, b1, w2, b2, w3, b3, residual=block.residual, **geo)
+        ac = compose.compose_full(w1, b1, w2, b2, w3, b3, residual=block.residual, stride=stride, padding=padding)
     elif variant == "expand_dw":
-        ac = compose.compose_expand_dw(w1, b1, w2, b2, **geo)
+        assert w1 is not None and b1 is not None  # the variant needs an expansion (check_variant)
+        ac = compose.compose_expand_dw(w1, b1, w2, b2, stride=stride, padding=padding)
         kept_act = copy.deepcopy(model.get_submodule(block.acts[1]))
     else:
-        ac = compose.compose_dw_project(w2, b2, w3, b3, **geo)
+        ac = compose.compose_dw_project(w2, b2, w3, b3, stride=stride, padding=padding)
         kept_act = copy.deepcopy(model.get_submodule(block.acts[0]))
     fb = FoldedBlock(info, kept_act).to(dtype=like.dtype, device=like.device)
     _set_conv(fb.conv, ac.weight, ac.interior_bias, like)
     if variant == "expand_dw":
         _set_conv(fb.project, w3, b3, like)
     elif variant == "dw_project":
+        assert w1 is not None and b1 is not None  # the variant needs an expansion (check_variant)
         _set_conv(fb.expand, w1, b1, like)
     if fb.bias_map is not None:
+        assert in_size is not None  # a bias map: exact mode, which needs the input size (checked above)
         delta = compose.bias_map(ac, in_size) - ac.interior_bias[:, None, None]
         delta[:, ~compose.border_mask(in_size, block.kernel, block.stride, block.padding)] = 0.0  # exactly
         with torch.no_grad():
@@ -199,6 +212,7 @@ def _fold_whole(model: nn.Module, block: Block, info: FoldInfo, in_size: tuple[i
     if block.layout == "basic":
         (wa, ba), (wb, bb) = (_fused(model, c, b) for c, b in zip(block.convs, block.bns, strict=True))
         ca, cb = (model.get_submodule(c) for c in block.convs)
+        assert isinstance(ca, nn.Conv2d) and isinstance(cb, nn.Conv2d)  # a foldable block's
         ac = compose.compose_basic(wa, ba, wb, bb, residual=block.residual, stride=block.stride,
                                    padding_a=int(ca.padding[0]), padding_b=int(cb.padding[0]), shortcut=shortcut)
     else:
@@ -210,6 +224,7 @@ def _fold_whole(model: nn.Module, block: Block, info: FoldInfo, in_size: tuple[i
     fb = FoldedBlock(info).to(dtype=like.dtype, device=like.device)
     _set_conv(fb.conv, ac.weight, ac.interior_bias, like)
     if fb.bias_map is not None:
+        assert in_size is not None  # a bias map: exact mode, which needs the input size
         delta = compose.bias_map(ac, in_size) - ac.interior_bias[:, None, None]
         delta[:, ~compose.border_mask(in_size, block.kernel, block.stride, block.padding)] = 0.0  # exactly
         with torch.no_grad():
@@ -247,7 +262,7 @@ def fold_blocks(model: nn.Module, blocks: BlockPlan, mode: str = "exact",
     by_index = {b.index: b for b in find_blocks(out)}
     for i, v in plan.items():
         b = by_index[i]
-        size = tuple(shapes[i][-2:]) if i in shapes else None
+        size = (int(shapes[i][-2]), int(shapes[i][-1])) if i in shapes else None
         out.set_submodule(b.path, fold_block_module(out, b, v, mode, size, net_input_size=net_size))
     return out
 
@@ -319,12 +334,13 @@ def verify_fold(reference: nn.Module, folded: nn.Module, input_size: tuple[int, 
         per_block: dict[int, dict] = {}
         for i, b in folded_blocks.items():
             fb = folded.get_submodule(b.path)
+            assert isinstance(fb, FoldedBlock)  # its kind says so
             bx, by = captured[i]
             diff = (fb(bx) - by).abs()
             scale = float(by.abs().max()) or 1.0
-            entry = {"variant": fb.info.variant, "mode": fb.info.mode, "max_abs": float(diff.max()),
+            entry: dict[str, Any] = {"variant": fb.info.variant, "mode": fb.info.mode, "max_abs": float(diff.max()),
                      "ref_max": scale, "max_rel": float(diff.max()) / scale}
-            mask = compose.border_mask(tuple(bx.shape[-2:]), b.kernel, b.stride, b.padding).to(diff.device)
+            mask = compose.border_mask((int(bx.shape[-2]), int(bx.shape[-1])), b.kernel, b.stride, b.padding).to(diff.device)
             inner = diff[..., ~mask]
             entry["max_abs_interior"] = float(inner.max()) if inner.numel() else 0.0
             entry["max_rel_interior"] = entry["max_abs_interior"] / scale
@@ -335,9 +351,9 @@ def verify_fold(reference: nn.Module, folded: nn.Module, input_size: tuple[int, 
         reference.train(modes[0])
         folded.train(modes[1])
     result: dict = {}
-    for key, (a, b) in (("output", (out, ref)), ("features", (feats["fold"], feats["ref"]))):
-        scale = float(b.abs().max()) or 1.0
-        err = float((a - b).abs().max())
+    for key, (got, want) in (("output", (out, ref)), ("features", (feats["fold"], feats["ref"]))):
+        scale = float(want.abs().max()) or 1.0
+        err = float((got - want).abs().max())
         result[key] = {"max_abs": err, "max_rel": err / scale, "ref_max": scale}
     worst = max(result.values(), key=lambda r: r["max_rel"])
     return {"max_abs": worst["max_abs"], "max_rel": worst["max_rel"], "ref_max": worst["ref_max"],
@@ -371,10 +387,13 @@ def randomize_bn_(model: nn.Module, seed: int = 0, *, plan: BlockPlan | None = "
         def r(*shape: int) -> torch.Tensor:
             return torch.randn(*shape, generator=g).to(p.dtype)
 
+        # calibrated above: both track running statistics
+        assert c.running_var is not None and c.running_mean is not None
+        assert m.running_var is not None and m.running_mean is not None
         std = c.running_var.clamp_min(1e-6).sqrt()
         m.running_mean.copy_(c.running_mean + 0.2 * std * r(n))
         m.running_var.copy_(c.running_var * torch.exp(0.5 * r(n)))
-        if m.weight is not None:
+        if m.weight is not None and m.bias is not None:  # affine (both or neither)
             m.weight.copy_(1.0 + 0.3 * r(n))
             m.bias.copy_(0.2 * r(n))
     return model

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -41,7 +42,10 @@ from latopt.records import Name, validated
 from latopt.runtime.runner import existing_file
 
 if TYPE_CHECKING:  # annotations only (importlib.resources.abc is Python >= 3.11)
-    from importlib.resources.abc import Traversable
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 _LOG = get_logger("profile")
 
@@ -136,7 +140,7 @@ def _profile_file(name: str) -> Traversable | None:
 
 def list_devices() -> list[str]:
     """Names of the profiles in :func:`profiles_dir` and of the shipped ones."""
-    names = set()
+    names: set[str] = set()
     for d in (profiles_dir(), SHIPPED_PROFILES):
         if d.is_dir():
             names.update(f.name[:-len(".yaml")] for f in d.iterdir() if f.name.endswith(".yaml") and f.is_file())
@@ -157,7 +161,7 @@ def load_device(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
             known = ", ".join(list_devices()) or "(none)"
             raise LatoptError(f"unknown device {s!r}; known devices: {known} "
                               f"(or add {s}.yaml to {profiles_dir()}/, or pass a YAML path)")
-    data = read_yaml(path, what="device profile")
+    data = read_yaml(Path(str(path)), what="device profile")  # a file of the installed package or one given
     if not isinstance(data, dict):
         raise LatoptError(f"device profile {path} must be a YAML mapping")
     if "path" in data:

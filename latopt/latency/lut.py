@@ -58,7 +58,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, TypeGuard
 
 from pydantic import BeforeValidator, Field, PlainSerializer, computed_field, model_validator
 
@@ -70,6 +70,7 @@ from latopt.constants import (
     SPAN_FOLD_MODE,
     FoldMode,
     FoldVariant,
+    LutVariant,
     Precision,
 )
 from latopt.errors import LatoptError
@@ -80,7 +81,7 @@ from latopt.runtime import TimingStats
 
 LUT_SCHEMA = "latopt.lut/1"
 VARIANTS = LUT_VARIANTS  # "none" (as-is) and the fold variants
-Variant = Literal[LUT_VARIANTS]
+Variant = LutVariant
 Ms = Annotated[float, Field(ge=0)]  # a time: finite (StrictModel) and >= 0
 
 
@@ -308,23 +309,29 @@ def check_blocks(lut: LUT, blocks: Sequence[Any], path: str | Path = "the LUT") 
         raise LatoptError(f"latency LUT {path} {problem}; re-create it with latopt profile for model {lut.model}")
 
 
-def _plan(lut: LUT, folded: Iterable[int] | Mapping[int, str]) -> dict[int, str]:
+def _is_variant(v: str) -> TypeGuard[Variant]:
+    return v in VARIANTS
+
+
+def _plan(lut: LUT, folded: Iterable[int] | Mapping[int, str] | str) -> dict[int, Variant]:
     if isinstance(folded, str):
         if folded != "all":
             raise LatoptError(f"fold set {folded!r}: give block indices, a {{index: variant}} map or 'all'")
         return dict.fromkeys(lut.foldable(), "full")
-    plan = ({int(k): str(v) for k, v in folded.items()} if isinstance(folded, Mapping)
-            else dict.fromkeys((int(i) for i in folded), "full"))
-    for i, v in plan.items():
+    asked = ({int(k): str(v) for k, v in folded.items()} if isinstance(folded, Mapping)
+             else dict.fromkeys((int(i) for i in folded), "full"))
+    plan: dict[int, Variant] = {}
+    for i, v in asked.items():
         b = lut.block(i)
-        if v == "none":
-            continue
-        if not b.foldable:
-            raise LatoptError(f"block {i} ({b.path}) cannot be folded: {b.reason}")
-        if v not in b.ms:
-            hint = f" (profile the variants {','.join(('full', v))})" if v in VARIANTS else ""
-            raise LatoptError(f"the LUT has no time for block {i} in variant {v!r}{hint}; "
-                              f"it has {sorted(b.ms)}")
+        if v != "none":
+            if not b.foldable and not (v == "drop" and v in b.ms):
+                raise LatoptError(f"block {i} ({b.path}) cannot be folded: {b.reason}")
+            if v not in b.ms:
+                hint = f" (profile the variants {','.join(('full', v))})" if v in VARIANTS else ""
+                raise LatoptError(f"the LUT has no time for block {i} in variant {v!r}{hint}; "
+                                  f"it has {sorted(b.ms)}")
+        assert _is_variant(v)  # "none" or a variant the block is timed in
+        plan[i] = v
     return plan
 
 
@@ -364,7 +371,7 @@ def costs(lut: LUT) -> dict[int, float]:
 
 def variant_times(lut: LUT, index: int) -> dict[str, float]:
     """Calibrated ms of block ``index`` in every profiled variant ("none" = as-is)."""
-    return dict(lut.block(index).ms)
+    return {v: t for v, t in lut.block(index).ms.items()}
 
 
 def calibrate(raw: Mapping[int, Mapping[str, float]], fixed_raw: float,

@@ -53,6 +53,7 @@ def _export_dynamo(module: Any, x: Any, path: Path, opset: int, dynamic_batch: b
         warnings.simplefilter("ignore")
         prog = torch.onnx.export(module, (x,), dynamo=True, opset_version=max(opset, 18), input_names=[INPUT_NAME],
                                  output_names=[OUTPUT_NAME], dynamic_shapes=dyn, external_data=False)
+        assert prog is not None  # what dynamo=True returns
         prog.save(str(path))
 
 

@@ -50,14 +50,14 @@ import datetime as _dt
 import os
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from latopt.blocks import block_input_shapes, find_blocks, input_channels
 from latopt.config import check_resolution
-from latopt.constants import MAX_BATCH
+from latopt.constants import MAX_BATCH, FoldMode, FoldVariant, LutVariant
 from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_block_module
 from latopt.latency.backends import close_backend, get_backend
@@ -71,9 +71,10 @@ from latopt.latency.spans import (
     span_plans,
     span_scale,
 )
-from latopt.latency.timing import TimingStats, compare
+from latopt.latency.timing import compare
 from latopt.log import get_logger
 from latopt.models import build_model
+from latopt.runtime import TimingStats
 from latopt.stemhead import fixed_parts
 from latopt.torch_settings import torch_threads
 
@@ -227,13 +228,14 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
             shape = shapes[b.index]
             parts[f"{b.index}:none"] = (model.get_submodule(b.path), shape)
             for v in (v for v in variants if v in b.variants and v != "drop"):
-                fb = fold_block_module(model, b, v, fold_mode, tuple(shape[-2:]), net_input_size=(R, R))
+                fb = fold_block_module(model, b, v, fold_mode, (int(shape[-2]), int(shape[-1])), net_input_size=(R, R))
                 if v == "full":
                     fb.bias_map = None  # shipped: its map is deferred to its chain's end (module docstring)
                 parts[f"{b.index}:{v}"] = (fb, shape)
         cands = span_candidates(blocks, shapes, variants) if spans else []
-        for a, b, k, fulls in cands:
-            parts[span_key(a, b, k)] = (span_module(blocks, a, b, k, fulls, shapes[a], fold_mode), shapes[a])
+        for start, end, kernel, fulls in cands:
+            parts[span_key(start, end, kernel)] = (span_module(blocks, start, end, kernel, fulls, shapes[start], fold_mode),
+                                                   shapes[start])
         plans = calibration_plans(blocks, variants)
         nets = {k: (model if not plan else as_shipped(model, plan, mode=fold_mode, input_size=(R, R))[0], plan)
                 for k, plan in plans.items()}
@@ -279,13 +281,17 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         ms = {v: scales[v] * s.median_ms for v, s in st.items()}
         if "drop" in variants and "drop" in b.variants:
             ms["drop"] = 0.0  # not timed: the block is gone (lut.py)
+        # the keys are variant names, the values' types the record's: BlockEntry validates them
         entries.append(BlockEntry(index=b.index, path=b.path, kind=b.kind, input_shape=tuple(shapes[b.index]),
-                                  foldable=b.foldable, reason=b.reason, raw=st, ms=ms))
+                                  foldable=b.foldable, reason=b.reason, raw=cast("dict[LutVariant, TimingStats]", st),
+                                  ms=cast("dict[LutVariant, float]", ms)))
     lut = LUT(
         device=device.name, model=model_name, resolution=R, batch=int(batch), blocks=entries,
         fixed_ms=scales["none"] * fixed_raw,
         fixed={k: stats[k] for k in fixed_keys}, backend=backend.name, environment=environment,
-        num_classes=int(num_classes), fold_mode=fold_mode, variants=variants, precision=device.precision,
+        # validated by the record (LUT): a fold mode, fold variants
+        num_classes=int(num_classes), fold_mode=cast(FoldMode, fold_mode),
+        variants=cast("tuple[FoldVariant, ...]", variants), precision=device.precision,
         call_overhead_ms=stats["overhead"].median_ms,
         spans=[SpanEntry(start=a, end=b, kernel=k, fulls=fulls, raw=stats[span_key(a, b, k)],
                          ms=span_scale(scales, k) * span_raw[(a, b, k)]) for a, b, k, fulls in cands],

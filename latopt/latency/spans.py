@@ -35,7 +35,7 @@ these scales do (the LUTs of ``results/spans/fitted-scale/``).]
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -73,7 +73,7 @@ def span_candidates(blocks: Sequence[Any], shapes: dict[int, tuple[int, ...]], v
     """Every exact span of ``blocks`` (``latopt.blocks.find_blocks``; ``shapes``: each block's input shape)
     whose blocks can take the variants it needs among the profiled ``variants`` (``drop`` is never timed and
     always available where the block allows it): ``(start, end, kernel, fulls)``, sorted."""
-    out = []
+    out: list[tuple[int, int, int, tuple[int, ...]]] = []
     n = len(blocks)
     for a in range(n):
         for b in range(a + 1, min(n, a + max_len)):
@@ -101,11 +101,11 @@ def _full_exact(span: Sequence[Any], f: int, full_input_shape: Sequence[int]) ->
     vs[f] = "full"
     x = span[f]
     return span_exact(vs, [y.stride for y in span], kernel=x.kernel, padding=x.padding,
-                      in_size=tuple(int(n) for n in full_input_shape[-2:]))
+                      in_size=(int(full_input_shape[-2]), int(full_input_shape[-1])))
 
 
 def span_problem(blocks: Sequence[Any], start: int, end: int, kernel: int, fulls: Sequence[int],
-                 shapes: dict[int, Sequence[int]]) -> str | None:
+                 shapes: Mapping[int, Sequence[int]]) -> str | None:
     """Why the span ``start..end`` recorded as one ``kernel``×``kernel`` convolution whose full fold may be any of
     ``fulls`` is not what the model's ``blocks`` (``latopt.blocks.find_blocks``) compose to (each block's input
     shape in ``shapes``); None when it is. What the DP predicts and reports for a span must be what export ships:

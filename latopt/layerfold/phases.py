@@ -245,5 +245,6 @@ def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int,
 
 def _cpu_copy(model: nn.Module) -> nn.Module:
     """A float32 copy of ``model`` on the CPU in the default memory format (for the fold and its checks)."""
-    return copy.deepcopy(model).to("cpu", memory_format=torch.contiguous_format)
+    # torch's stubs of Module.to lack memory_format, which it takes (as Tensor.to does)
+    return copy.deepcopy(model).to("cpu", memory_format=torch.contiguous_format)  # type: ignore[call-overload]
 

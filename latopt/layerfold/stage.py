@@ -36,7 +36,7 @@ from latopt.data import Task, data_meta, load_task, make_loaders
 from latopt.engine import evaluate
 from latopt.errors import LatoptError, VerificationError
 from latopt.fold import plain_activations_
-from latopt.latency.lut import check_blocks, load_lut, predict
+from latopt.latency.lut import LUT, check_blocks, load_lut, predict
 from latopt.latency.lut import costs as lut_costs
 from latopt.layerfold.phases import fold_and_finetune, prefold
 from latopt.layerfold.report import format_report
@@ -58,7 +58,7 @@ class FoldResult:
     paths: dict[str, Path]
 
 
-def _load_lut(cfg: RunConfig, model_name: str) -> Any:
+def _load_lut(cfg: RunConfig, model_name: str) -> LUT | None:
     """The LUT ``cfg.lut`` names (checked against the model, resolution and fold mode), or None."""
     if cfg.lut is None:
         return None
@@ -94,6 +94,7 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
         raise LatoptError(f"base checkpoint has {arch['num_classes']} classes, task {task.name!r} has {task.num_classes}")
     lut_obj = _load_lut(cfg, arch["model"])
     if lut_obj is not None:
+        assert cfg.lut is not None  # what _load_lut loaded
         check_blocks(lut_obj, find_blocks(base), cfg.lut)
     costs = None if lut_obj is None else lut_costs(lut_obj)
     t_start = time.perf_counter()
@@ -109,13 +110,14 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     folded, info = fold_and_finetune(cfg, pre.model, task, tau=f.tau, mode=f.mode, progress=progress,
                                      teacher=teacher, seed=seed, accel=accel)
     for m in (folded, base):  # costs, checkpoints and the reload check on the CPU
-        m.to("cpu", memory_format=torch.contiguous_format).eval()
+        # torch's stubs of Module.to lack memory_format, which it takes (as Tensor.to does)
+        m.to("cpu", memory_format=torch.contiguous_format).eval()  # type: ignore[call-overload]
     acc |= info["acc"]
     val |= info["val"]
     foldable = [b.index for b in find_blocks(base) if b.foldable]
     trainable = [v for i, vs in info["alphas"].items() if i not in pre.frozen for v in vs]
     cost_base, cost_folded = model_cost(base, cfg.data.resolution), model_cost(folded, cfg.data.resolution)
-    latency = {"asis": None, "folded": None}
+    latency: dict[str, float | None] = {"asis": None, "folded": None}
     if lut_obj is not None:
         latency = {"asis": predict(lut_obj, {}), "folded": predict(lut_obj, info["plan"])}
     report: dict[str, Any] = {
@@ -131,7 +133,7 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
         "n_foldable": len(foldable), "n_folded": len(info["plan"]),
         "n_folded_full": sum(v == "full" for v in info["plan"].values()),
         "snapped_alphas": info["snapped"],
-        "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"], "test_samples": len(task.test),
+        "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"], "test_samples": task.sizes()["test"],
         "flops": {"base": cost_base["flops"], "folded": cost_folded["flops"]},
         "params": {"base": cost_base["params"], "folded": cost_folded["params"]},
         "latency_pred_ms": latency, "fold_check": info["fold_check"],

@@ -154,7 +154,8 @@ def clear(root: Path, keep: list[Path], lut_path: Path) -> None:
     own = {"base", "base.resume.pt", "search", "export", "run.json", lut_path.name, *REPORT_FILES}
     temp = re.compile(r"^\.(" + "|".join(re.escape(n) for n in own) + r")\.[0-9a-f]{8}(\.tmp|\.old)?$")
     keep_resolved = [k.resolve() for k in keep]
-    remove, foreign = [], []
+    remove: list[Path] = []
+    foreign: list[Path] = []
     for child in sorted(root.iterdir()):
         c = child.resolve()
         if any(k == c or c in k.parents for k in keep_resolved):

@@ -10,10 +10,10 @@ Public API::
     best = recommend(study, max_acc_drop=0.01)   # FrozenTrial | None: fastest within the constraint, confirmed
     best.user_attrs["checkpoint"]            # the folded checkpoint of that trial
 
-``run_dp_search(SearchOptions(config=..., method="dp", budget=0.6))`` (``latopt search --method dp
---budget 0.6``) is the other method: the DP of :mod:`latopt.dp` picks one variant per block under the budget
+``run_dp_search(SearchOptions(config=..., method="dp", budget=0.6))`` (``latopt plan --budget 0.6``) is the
+other method: the DP of :mod:`latopt.dp` picks one variant per block under the budget
 and applies it (one fold directory ``runs/<study>/search/dp-budget<B>/``, no study).
-``run_search(SearchOptions(config=..., method="dp"))`` (``latopt search --method dp`` without ``--budget``)
+``run_search(SearchOptions(config=..., method="dp"))`` (``latopt plan`` without ``--budget``)
 runs the DP as a study, ``<study>-dp`` (:func:`dp_study_name`; ``runs/<study>-dp/search/``): one trial per
 budget of ``budgets`` (``--budgets``; :class:`BudgetSpace`, the parameter ``budget``), each the DP's plan folded and
 fine-tuned, with the same objectives, attributes, front and recommendation; the base model is the Layer

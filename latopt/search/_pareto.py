@@ -307,14 +307,14 @@ def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path, others: 
     trials = complete_trials(study)
     fig = Figure(figsize=(7, 5))
     ax = fig.subplots()
-    for label, group, style in (
-            ("infeasible trial", [t for t in trials if not _feasible(t)], {"color": "#c8c8c8"}),
-            ("trial", [t for t in trials if _feasible(t) and t.number not in on_front], {"color": "tab:cyan"}),
-            ("Pareto front", [t for t in trials if t.number in on_front], {"color": "tab:blue"})):
+    for label, group, color in (
+            ("infeasible trial", [t for t in trials if not _feasible(t)], "#c8c8c8"),
+            ("trial", [t for t in trials if _feasible(t) and t.number not in on_front], "tab:cyan"),
+            ("Pareto front", [t for t in trials if t.number in on_front], "tab:blue")):
         if group:
             label = f"{summary['study']}: {label}" if others else label
             ax.scatter([t.values[1] for t in group], [t.values[0] for t in group], s=36, label=label, zorder=3,
-                       edgecolors="black", linewidths=0.3, **style)
+                       edgecolors="black", linewidths=0.3, color=color)
     if front:
         ax.step([r["metric"] for r in front], [r["val_acc"] for r in front], where="post",
                 color="tab:blue", alpha=0.5, lw=1)

@@ -133,7 +133,7 @@ def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tupl
 
 
 def run_dp_search(o: SearchOptions) -> FoldResult | dict[str, Any]:
-    """``latopt search --method dp --budget B``: the DP's plan at budget B, applied (:func:`latopt.dp.run_dp`)
+    """``latopt plan --budget B``: the DP's plan at budget B, applied (:func:`latopt.dp.run_dp`)
     into ``runs/<study>/search/dp-budget<B>/`` (the study's base, as a search uses it: ``--base`` or trained
     once per study; the LUT as the search finds it, required). Returns the fold (a :class:`FoldResult`).
     ``plan_only``: the plan file alone (:func:`latopt.dp.plan_only`; no training) at ``plan_out``; returns its
@@ -147,6 +147,7 @@ def run_dp_search(o: SearchOptions) -> FoldResult | dict[str, Any]:
     name = check_name(o.study, "study", param="study") if o.study is not None else cfg.name
     study_dir = Path(o.runs_dir) / name / "search"
     lut, lut_path = resolve_lut(cfg, o.lut, required=True)
+    assert lut_path is not None  # required=True: found, or LatoptError
     if o.plan_only:   # the plan alone, as a file: no base trained, nothing fine-tuned
         plan = plan_only(cfg, lut_path, budget=budget, importance=o.importance, base_checkpoint=o.base,
                          variants=o.variants, seed=o.seed, progress=o.progress)
@@ -209,8 +210,10 @@ def _run_search(o: SearchOptions) -> SearchResult:
     cfg = load_config(o.config, o.overrides or None)
     s = cfg.search
     dp = o.method == "dp"
-    space = BudgetSpace(DEFAULT_BUDGETS if o.budgets is None else tuple(o.budgets)) if dp else space_from_config(cfg)
-    trials = int(o.trials if o.trials is not None else (len(space.grid()) + 1 if dp else s.trials))
+    budget_space = BudgetSpace(DEFAULT_BUDGETS if o.budgets is None else tuple(o.budgets)) if dp else None
+    space = budget_space if budget_space is not None else space_from_config(cfg)
+    trials = int(o.trials if o.trials is not None else
+                 (len(budget_space.grid()) + 1 if budget_space is not None else s.trials))
     sampler_name = o.sampler or s.sampler
     max_drop = float(o.max_acc_drop if o.max_acc_drop is not None else s.max_acc_drop)
     _check_options(o, trials, sampler_name)
@@ -248,7 +251,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
         base = ensure_base(cfg, Path(o.runs_dir) / stem / "search", None, seed=o.seed, progress=o.progress)
     opened = open_study(storage, name, objective_key, identity)
     check_study_dir(study_dir, url, name, study_id=storage.get_study_id_from_name(name))
-    sampler = space.sampler(o.seed) if dp else TrialSeeded(sampler_name, o.seed, trials)
+    sampler = budget_space.sampler(o.seed) if budget_space is not None else TrialSeeded(sampler_name, o.seed, trials)
     study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     if opened.created:
         study.set_user_attr("base_checkpoint", str(base.checkpoint))

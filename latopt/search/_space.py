@@ -5,7 +5,7 @@ validates them (each a list ``[lo, hi]`` with lo <= hi; λ_c > 0, τ in (0, 1], 
 at least one), so a bad range is one :class:`~latopt.errors.LatoptError` line before a study is touched.
 The defaults are the config's too (τ in [0.7, 0.95]): there is one τ range, the config's.
 
-:class:`BudgetSpace` is the DP's (``latopt search --method dp`` without ``--budget``): the latency budget,
+:class:`BudgetSpace` is the DP's (``latopt plan`` without ``--budget``): the latency budget,
 one trial per value of ``--budgets`` (Optuna's grid sampler, :meth:`BudgetSpace.sampler`).
 """
 

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 import sqlalchemy.exc
@@ -37,7 +37,8 @@ DEFAULT_GRACE_S = 120
 _LOG = get_logger("search")
 
 # What each --objective optimises: (metric names, directions). Stored in the study's user attributes.
-OBJECTIVES: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
+Direction = Literal["minimize", "maximize"]
+OBJECTIVES: dict[str, tuple[tuple[str, str], tuple[Direction, Direction]]] = {
     "latency": (("val_acc", "latency_ms"), ("maximize", "minimize")),
     # measured candidate ms / base ms, both timed in one interleaved run (ratios are comparable across
     # trials; absolute times from different runs are not)

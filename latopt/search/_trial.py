@@ -214,6 +214,7 @@ def evaluate_fold(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) ->
 def evaluate_plan(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
     """One candidate of the DP's study: the DP's plan at the trial's budget, folded and fine-tuned
     (``run_dp`` writes ``trial_dir`` as a fold)."""
+    assert ctx.lut_path is not None  # the DP's study needs its LUT (resolve_lut, required)
     result = run_dp(ctx.cfg, ctx.base.checkpoint, trial_dir, lut=ctx.lut_path, budget=params["budget"],
                     losses=ctx.losses(), variants=ctx.variants, seed=ctx.seed, progress=False, task=ctx.task())
     return {**_candidate(ctx, result, trial_dir), "predicted_ratio": result.report["selection"]["ratio"]}

@@ -48,7 +48,7 @@ def default_threads(workers: int) -> int:
 
 
 def worker_options(o: SearchOptions, *, study: str, storage: str, trials: int, sampler: str, max_acc_drop: float,
-                   base: Path, lut: Path | None, timeout: float | None, threads: int) -> SearchOptions:
+                   base: Path, lut: Path | None, timeout: float | None, threads: int | None) -> SearchOptions:
     """The options of one extra worker: ``o`` with what this process resolved (the study's name as given,
     i.e. the Layer Folding study's for the DP's study; the base is already trained), one worker, no summary."""
     return dataclasses.replace(o, study=study, storage=storage, trials=trials, sampler=sampler,
@@ -60,7 +60,7 @@ def start(search: Callable[[SearchOptions], Any], o: SearchOptions, n: int) -> l
     """Start ``n`` worker processes, each running ``search(o)`` (a module-level function: it is pickled by name)."""
     ctx = multiprocessing.get_context("spawn")
     verbosity = log.verbosity() if o.progress else log.QUIET
-    procs = [ctx.Process(target=_work, args=(search, o, os.getpid(), verbosity), name=f"latopt-search-worker-{i + 1}")
+    procs: list[BaseProcess] = [ctx.Process(target=_work, args=(search, o, os.getpid(), verbosity), name=f"latopt-search-worker-{i + 1}")
              for i in range(n)]
     for p in procs:
         p.start()

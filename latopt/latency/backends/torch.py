@@ -39,6 +39,9 @@ from latopt.torch_settings import TF32_OFF, set_tf32_flags, set_threads, tf32_fl
 class TorchRunner:
     """One module on the CPU (or on ``device``), a fixed seeded input; ``runner()`` is one inference."""
 
+    module: Any  # None once closed
+    x: torch.Tensor | None
+
     def __init__(self, module: Any, input_shape: tuple[int, ...], device: Any, dtype: Any, seed: int = 0) -> None:
         self.device = device
         self.dtype = dtype

@@ -1,0 +1,730 @@
+#!/usr/bin/env python
+"""latopt's two promises, measured: the budget (the DP's plan, budget loop included, exported and measured,
+meets the latency budget asked) and the accuracy constraint (``latopt run``'s recommendation stays within
+``search.max_acc_drop`` on the test split). The protocol, written before any run, is docs/promises.md; the
+tables there are made from ``results/promises/`` by :func:`render_budget` and :func:`render_accuracy`
+(``python tools/regenerate.py``).
+
+A thin layer over the package: the plan is :func:`latopt.dp.plan_only` (what the DP's command runs with
+``--budget B --plan-only``: the DP and the budget loop, :mod:`latopt.dp.budgetloop`), the export is
+:func:`latopt.export.export` with that plan file (``latopt export --plan FILE --timing-only``: the as-is and
+the planned network timed in one interleaved run), the LUT is :func:`latopt.latency.profiler.profile_model`
+(``latopt profile --variants full,pw,drop``), and the accuracy runs are :func:`latopt.run.run_main` (``latopt
+run --config C --seed S``). The queue (resumable, lock files) is tools/bench_methods.py's ``run_queue``.
+
+- **budget** (:data:`MODELS` × :data:`TARGETS` × :data:`BUDGETS`): per model and target a LUT (cell
+  ``lut-<model>.<target>``); per budget (cell ``budget-<model>.<target>@<B>``) the DP's plan with the budget
+  loop (``search.budget_rounds`` of the model's config) and its export on the target; the record has every
+  loop round (the LUT's predicted ratio and the measured one) and export's measured ratio t(plan)/t(as-is).
+  Random weights (uniform importance) unless ``--base MODEL=CKPT`` gives a trained base (proxy importance).
+- **accuracy** (``--configs quickstart:0-4 fashion_mnist:0-2``): ``latopt run`` per seed in its own directory
+  ``DIR/accuracy/<config>-s<seed>/`` (a finished run is reused); the record: the recommended trial, its
+  confirmation (run.json), and the base and the trial classified on the test split (paired counts).
+- **publish**: the records, without machine paths, into ``results/promises/{budget,accuracy}.json``.
+
+    python tools/bench_promises.py budget --runs-dir DIR [--models ...] [--targets cpu cpu-int8] [--budgets ...]
+                                          [--base MODEL=CKPT ...]
+    python tools/bench_promises.py accuracy --runs-dir DIR [--configs quickstart:0-4 fashion_mnist:0-2]
+    python tools/bench_promises.py publish --runs-dir DIR --results results/promises
+    python tools/regenerate.py                       # docs/promises.md's tables
+
+A rerun skips every cell that has ``cells/<cell>.json``. ``--smoke`` (tests only) times with tiny budgets
+(copies of the target profiles named ``<target>-smoke``) and, for ``accuracy``, trains a tiny config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):   # run as a script: the checkout's root, for tools.*
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools import bench_methods as bm  # noqa: E402 - after the checkout is on sys.path
+
+# ------------------------------------------------------------------ the protocol (docs/promises.md)
+BUDGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
+TARGETS = ("cpu", "cpu-int8")
+# model key -> the config it is read from (model and resolution), the classes of its random-weight head
+MODELS: dict[str, dict[str, Any]] = {
+    "mobilenetv2_100": {"config": "mobilenetv2_100", "num_classes": 1000, "label": "MobileNetV2-1.0 @224"},
+    "efficientnet_lite0": {"config": "efficientnet_lite0", "num_classes": 1000, "label": "EfficientNet-lite0 @224"},
+    "quickstart": {"config": "quickstart", "num_classes": 10, "label": "MobileNetV2-0.5 @32 (quickstart)"},
+    "fashion_mnist": {"config": "fashion_mnist", "num_classes": 10,
+                      "label": "MobileNetV2-0.5 strides 1,2,2,1,1,2,1 @32 (fashion_mnist)"},
+}
+SMOKE_MODELS: dict[str, dict[str, Any]] = {   # --smoke only
+    "tiny": {"config": "quickstart", "model": "mobilenetv2_035", "num_classes": 10, "label": "MobileNetV2-0.35 @32"},
+}
+VARIANTS = ("full", "pw", "drop")
+ACCURACY_CONFIGS = {"quickstart": (0, 1, 2, 3, 4), "fashion_mnist": (0, 1, 2)}
+BAND_GOAL = 0.90                                   # share of cases within the band
+LUT_GOALS = {224: 0.03, 32: 0.05}                  # |LUT error| of the DP's first plan, by resolution
+LUT_GOAL_SHARE = 0.90                              # share of cases within it
+SE_RULE = 2.0                                      # a seed misses when drop > max_acc_drop + 2 SE
+SMOKE_POLICY = {"warmup": 1, "min_repeats": 5, "max_repeats": 10, "budget_s": 1}
+SMOKE_RUN = {"train.epochs": 1, "data.max_samples": 96, "fold.epochs": 1, "fold.post_epochs": 1,
+             "search.trials": 2}
+RESULTS_SCHEMA = "latopt.promises/1"
+PROG = "bench_promises"
+
+
+def log(msg: str) -> None:
+    print(f"[{PROG} {time.strftime('%H:%M:%S')} pid {os.getpid()}] {msg}", flush=True)
+
+
+def band(budget: float, below: float, above: float) -> tuple[float, float]:
+    """The accepted measured ratios for budget B: [B·(1 − below), B·(1 + above)] (the budget loop's own)."""
+    return budget * (1 - below), budget * (1 + above)
+
+
+def tolerances() -> dict[str, float]:
+    from latopt.dp.budgetloop import TOL_ABOVE, TOL_BELOW
+
+    return {"below": TOL_BELOW, "above": TOL_ABOVE}
+
+
+# ------------------------------------------------------------------ the queue (bench_methods.run_queue)
+class Queue:
+    """What :func:`tools.bench_methods.run_queue` needs of a context: ``root``, ``args`` (``smoke``, ``config``),
+    ``cell_file`` and ``done``; cells in ``root/cells/``, locks in ``root/locks/``."""
+
+    def __init__(self, root: Path, args: argparse.Namespace) -> None:
+        self.root = Path(root)
+        self.args = argparse.Namespace(smoke=bool(args.smoke), config=None)
+        self.opts = args
+        self.total: dict[str, int] = {}   # cells of this invocation's queue, per kind
+        self.cells: set[str] = set()
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def cell_file(self, cell: str) -> Path:
+        return self.root / "cells" / f"{cell}.json"
+
+    def done(self, cell: str) -> dict[str, Any] | None:
+        f = self.cell_file(cell)
+        return bm.load_json(f) if f.is_file() else None
+
+    def progress(self, cell: str) -> None:
+        """A line before each cell: cells done, and the time left (per kind of cell, the mean wall time of
+        those done times those left)."""
+        kind = cell.split("-", 1)[0]
+        done = [bm.load_json(p) for p in (self.root / "cells").glob("*.json") if p.stem in self.cells]
+        left, unknown = 0.0, []
+        for k, total in self.total.items():
+            walls = [r["wall_s"] for r in done if str(r.get("cell", "")).startswith(f"{k}-") and "wall_s" in r]
+            n_left = total - sum(str(r.get("cell", "")).startswith(f"{k}-") for r in done)
+            if n_left > 0 and walls:
+                left += n_left * sum(walls) / len(walls)
+            elif n_left > 0:
+                unknown.append(k)
+        eta = f"~{left / 60:.0f} min left" + (f" (no estimate yet for {', '.join(unknown)} cells)" if unknown else "")
+        log(f"{len(done)}/{sum(self.total.values())} cells done; starting {cell} ({kind}); {eta}")
+
+
+def run_cells(q: Queue, cells: list[tuple[str, int, list[str]]], run: Any) -> None:
+    q.total, q.cells = {}, {c for c, _, _ in cells}
+    for c, _, _ in cells:
+        k = c.split("-", 1)[0]
+        q.total[k] = q.total.get(k, 0) + 1
+
+    def one(ctx: Queue, cell: str, seed: int) -> dict[str, Any]:
+        ctx.progress(cell)
+        return run(ctx, cell, seed)
+
+    bm.run_queue(q, cells, one)   # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ the budget
+def model_spec(key: str, smoke: bool = False) -> dict[str, Any]:
+    """The model ``key``: its config, model name, resolution and head (from the config, unless it names one)."""
+    from latopt.config import load_config
+
+    spec = dict({**MODELS, **(SMOKE_MODELS if smoke else {})}[key])
+    cfg = load_config(spec["config"])
+    spec.setdefault("model", cfg.model.name)
+    spec.setdefault("resolution", int(cfg.data.resolution))
+    return spec
+
+
+def device_spec(q: Queue, target: str) -> str:
+    """The device profile timed on: ``target``, or with ``--smoke`` a copy named ``<target>-smoke`` with tiny
+    timing budgets (a YAML file in ``DIR/devices/``; passed to the package as a path, as ``--device`` takes it)."""
+    if not q.args.smoke:
+        return target
+    import yaml
+
+    from latopt.latency.devices import load_device
+
+    d = load_device(target).model_dump(mode="json", exclude={"path"})
+    d.update(SMOKE_POLICY, name=f"{target}-smoke")
+    path = q.root / "devices" / f"{target}-smoke.yaml"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump({k: v for k, v in d.items() if v is not None}))
+    return str(path)
+
+
+def budget_cells(args: argparse.Namespace) -> list[tuple[str, int, list[str]]]:
+    """(cell, seed, dependencies): per model and target its LUT, then its budgets."""
+    out: list[tuple[str, int, list[str]]] = []
+    for m in args.models:
+        for t in args.targets:
+            lut = f"lut-{m}.{t}"
+            out.append((lut, 0, []))
+            out += [(f"budget-{m}.{t}@{b:g}", 0, [lut]) for b in args.budgets]
+    return out
+
+
+def parse_budget_cell(cell: str) -> tuple[str, str, float | None]:
+    """'budget-quickstart.cpu-int8@0.5' -> ('quickstart', 'cpu-int8', 0.5); 'lut-quickstart.cpu' -> (.., None)."""
+    kind, _, rest = cell.partition("-")
+    mt, _, b = rest.partition("@")
+    model, _, target = mt.partition(".")
+    return model, target, (float(b) if kind == "budget" else None)
+
+
+def checkpoint(q: Queue, key: str) -> tuple[Path, str]:
+    """The network exported for ``key``: ``--base KEY=CKPT`` (trained; proxy importance), else a random-weight
+    checkpoint made once (BN statistics randomised, :func:`latopt.fold.randomize_bn_`; uniform importance)."""
+    given = q.opts.base.get(key)
+    if given:
+        return Path(given), "trained"
+    spec = model_spec(key, q.args.smoke)
+    path = q.root / "checkpoints" / f"{key}-r{spec['resolution']}.pt"
+    if not path.is_file():
+        import torch
+
+        from latopt.checkpoint import make_arch, save_checkpoint
+        from latopt.fold import randomize_bn_
+        from latopt.models import build_model
+
+        torch.manual_seed(0)
+        m = build_model(spec["model"], num_classes=spec["num_classes"]).eval()
+        randomize_bn_(m, seed=0)
+        save_checkpoint(path, m, make_arch(m, spec["model"], spec["num_classes"]), {"resolution": spec["resolution"]})
+    return path, "random"
+
+
+def run_config(q: Queue, key: str, target: str) -> Any:
+    """The model's config, on the target (its LUT given explicitly), model and resolution as :func:`model_spec`."""
+    from latopt.config import load_config
+
+    spec = model_spec(key, q.args.smoke)
+    return load_config(spec["config"], {"model.name": spec["model"], "data.resolution": spec["resolution"],
+                                        "device": device_spec(q, target), "lut": None})
+
+
+def lut_file(q: Queue, key: str, target: str) -> Path:
+    return q.root / "lut" / f"{key}.{target}.json"
+
+
+def cell_lut(q: Queue, key: str, target: str) -> dict[str, Any]:
+    """The LUT of the model on the target with the DP's variants (``latopt profile --variants full,pw,drop``)."""
+    from latopt.latency.devices import load_device
+    from latopt.latency.lut import save_lut
+    from latopt.latency.profiler import profile_model
+
+    spec = model_spec(key, q.args.smoke)
+    _, weights = checkpoint(q, key)
+    nc = spec["num_classes"]
+    if weights == "trained":
+        from latopt.checkpoint import load_checkpoint
+
+        nc = int(load_checkpoint(q.opts.base[key])[1]["num_classes"])
+    device = load_device(device_spec(q, target))
+    lut = profile_model(spec["model"], device, spec["resolution"], device.batch, variants=VARIANTS, progress=False,
+                        num_classes=nc)
+    save_lut(lut, lut_file(q, key, target))
+    held = (lut.to_dict().get("end_to_end") or {}).get("held-out", {})
+    return {"model": key, "target": target, "device": device.name, "profiling_s": lut.profiling_s,
+            "held_out_error": held.get("error") if isinstance(held, dict) else None}
+
+
+def cell_budget(q: Queue, key: str, target: str, budget: float) -> dict[str, Any]:
+    """The DP's plan at ``budget`` with the budget loop (:func:`latopt.dp.plan_only`), exported on the target with
+    that plan file (:func:`latopt.export.export`, timing-only: the plan is not fine-tuned) and measured there."""
+    from latopt.dp import plan_only, write_plan
+    from latopt.export import export
+
+    spec = model_spec(key, q.args.smoke)
+    ckpt, weights = checkpoint(q, key)
+    importance = "proxy" if weights == "trained" else "uniform"
+    cfg = run_config(q, key, target)
+    lut = lut_file(q, key, target)
+    out = q.root / "budget" / f"{key}.{target}" / f"b{budget:g}"
+    t0 = time.perf_counter()
+    plan = plan_only(cfg, lut, budget=budget, importance=importance, base_checkpoint=ckpt if weights == "trained"
+                     else None, seed=0, progress=True)
+    plan_path = write_plan(out / "plan.json", plan)
+    t1 = time.perf_counter()
+    exp = export(ckpt, device_spec(q, target), out / "export", plan=plan_path, timing_only=True, lut_path=str(lut),
+                 seed=0, progress=False)
+    t2 = time.perf_counter()
+    return budget_record(spec, key, target, budget, weights, importance, plan, exp, {"plan": t1 - t0, "export": t2 - t1})
+
+
+def budget_record(spec: dict[str, Any], key: str, target: str, budget: float, weights: str, importance: str,
+                  plan: dict[str, Any], exp: dict[str, Any], seconds: dict[str, float]) -> dict[str, Any]:
+    """A budget cell's record (no machine paths) from the plan file's content and export.json's."""
+    loop = plan["budget_loop"]
+    rounds = [{"budget": r["budget"], "changed": len(r["plan"]), "predicted_ratio": r["predicted_ratio"],
+               "measured_ratio": r["measured"]["ratio"], "ratio_q1": r["measured"]["ratio_q1"],
+               "ratio_q3": r["measured"]["ratio_q3"], "asis_ms": r["measured"]["asis_ms"], "n": r["measured"]["n"],
+               "timings": r["timings"], "trusted": r["trusted"]} for r in loop["rounds"]]
+    first = None
+    if rounds:
+        r0 = rounds[0]
+        first = {"predicted_ratio": r0["predicted_ratio"], "measured_ratio": r0["measured_ratio"],
+                 "lut_error": r0["predicted_ratio"] / r0["measured_ratio"] - 1, "trusted": r0["trusted"]}
+    lat = exp["latency"]
+    keep = ("as_is_ms", "as_is_iqr_ms", "folded_ms", "folded_iqr_ms", "speedup", "speedup_range", "repeats",
+            "precision", "clock", "lut_speedup", "lut_speedup_error", "folded_file")
+    measured = lat["folded_ms"] / lat["as_is_ms"]
+    tol = tolerances()
+    low, high = band(budget, tol["below"], tol["above"])
+    return {"model": key, "model_name": spec["model"], "resolution": spec["resolution"], "target": target,
+            "device": exp["device"], "budget": budget, "weights": weights, "importance": importance,
+            "plan": {"changed": {k: v for k, v in plan["blocks"].items() if v != "none"}, "spans": plan["spans"],
+                     "predicted_ratio": plan["predicted"]["ratio"]},
+            "loop": {"status": loop["status"], "note": loop.get("note"), "rounds_max": loop["rounds_max"],
+                     "chosen": loop["chosen"], "rounds": rounds},
+            "first_round": first,
+            "export": {k: lat[k] for k in keep if k in lat},
+            "measured_ratio": measured, "band": [low, high],
+            "side": "within" if low <= measured <= high else ("over" if measured > high else "under"),
+            "seconds": seconds}
+
+
+def run_budget_cell(q: Queue, cell: str, seed: int) -> dict[str, Any]:
+    key, target, budget = parse_budget_cell(cell)
+    return cell_lut(q, key, target) if budget is None else cell_budget(q, key, target, budget)
+
+
+def budget(args: argparse.Namespace) -> None:
+    q = Queue(Path(args.runs_dir) / "budget", args)
+    cells = budget_cells(args)
+    log(f"budget: {len(cells)} cells ({sum(q.done(c) is not None for c, _, _ in cells)} done) in {q.root}")
+    run_cells(q, cells, run_budget_cell)
+
+
+# ------------------------------------------------------------------ the accuracy constraint
+def accuracy_cells(configs: dict[str, tuple[int, ...]]) -> list[tuple[str, int, list[str]]]:
+    return [(f"acc-{c}.s{s}", s, []) for c, seeds in configs.items() for s in seeds]
+
+
+def smoke_config(q: Queue, config: str) -> Path:
+    """--smoke: the config with :data:`SMOKE_RUN`'s overrides (and the tiny cpu profile), as a YAML file."""
+    from latopt.config import load_config, write_config
+
+    path = q.root / "configs" / f"{config}-smoke.yaml"
+    if not path.is_file():
+        write_config(load_config(config, {**SMOKE_RUN, "device": device_spec(q, "cpu")}), path)
+    return path
+
+
+def run_dir(q: Queue, config: str, seed: int) -> Path:
+    return q.root / f"{config}-s{seed}"
+
+
+def cell_accuracy(q: Queue, cell: str, seed: int) -> dict[str, Any]:
+    """``latopt run --config C --seed S`` in its own runs directory (:func:`latopt.run.run_main`: a finished run
+    is reused stage by stage), then its record (:func:`accuracy_record`)."""
+    from latopt.run import run_main
+
+    config = cell.split("-", 1)[1].rsplit(".s", 1)[0]
+    r = run_main(smoke_config(q, config) if q.args.smoke else config, runs_dir=run_dir(q, config, seed), seed=seed)
+    return accuracy_record(Path(r["root"]), config, seed)
+
+
+def test_correct(ckpt: Path, task: Any) -> Any:
+    """Per test image of ``task`` (in order): does the checkpoint's network (PyTorch, float32, CPU) classify it
+    right. A thin helper: the package records accuracies, not per-image results on the test split."""
+    import numpy as np
+    import torch
+    from torch.utils.data import DataLoader
+
+    from latopt.checkpoint import load_checkpoint
+    from latopt.data import collate
+
+    model = load_checkpoint(ckpt)[0].eval()
+    hits = []
+    with torch.no_grad():
+        for x, y in DataLoader(task.test, batch_size=256, shuffle=False, collate_fn=collate):
+            hits.append((model(x.float()).argmax(1) == y).numpy())
+    return np.concatenate(hits)
+
+
+def accuracy_record(root: Path, config: str, seed: int) -> dict[str, Any]:
+    """One seed's record from a finished ``latopt run`` directory ``root`` (``runs/<name>/``): the constraint and
+    the confirmation of the recommended trial (run.json's search stage), the base's and the trial's test accuracy
+    and their paired counts on the test split (the base and the recommended checkpoint classified here), the
+    shipped file's test accuracy (export/export.json)."""
+    from latopt.config import load_config
+    from latopt.data import load_task
+
+    run = bm.load_json(root / "run.json")["stages"]
+    base, search = run["base"], run["search"]
+
+    def at(p: str) -> Path:
+        return Path(p) if Path(p).is_absolute() else root / p
+
+    cfg = load_config(root / "config.yaml")
+    task = load_task(cfg)
+    base_ok = test_correct(at(base["checkpoint"]), task)
+    trial_ok = base_ok if not search.get("checkpoint") else test_correct(at(search["checkpoint"]), task)
+    n, lost, won = int(base_ok.size), int((base_ok & ~trial_ok).sum()), int((~base_ok & trial_ok).sum())
+    exp = bm.load_json(root / "export" / "export.json")
+    conf = search.get("confirm") or {}
+    return {"run_config": config, "seed": seed, "name": cfg.name, "task": cfg.data.task,
+            "max_acc_drop": search["max_acc_drop"], "trial": search.get("trial"),
+            "recommended": "fold" if search.get("checkpoint") else "base",
+            "fold_set": search.get("fold_set") or {}, "note": search.get("note"),
+            "base_test_acc_recorded": base.get("test_acc"), "base_test_acc": float(base_ok.mean()),
+            "trial_test_acc": float(trial_ok.mean()), "test": {"n": n, "lost": lost, "won": won},
+            "shipped_test_acc": (exp.get("accuracy") or {}).get("test_acc"),
+            "confirm": {k: conf.get(k) for k in ("n", "lost", "won", "drop", "bound", "level", "passed")},
+            "confirm_split": {k: v for k, v in (search.get("confirm_split") or {}).items() if k != "confirmation_sha256"},
+            "rejected": len(search.get("rejected") or [])}
+
+
+def accuracy(args: argparse.Namespace) -> None:
+    q = Queue(Path(args.runs_dir) / "accuracy", args)
+    cells = accuracy_cells(args.configs)
+    log(f"accuracy: {len(cells)} runs ({sum(q.done(c) is not None for c, _, _ in cells)} done) in {q.root}")
+    run_cells(q, cells, cell_accuracy)
+
+
+# ------------------------------------------------------------------ publish
+def environment() -> dict[str, Any]:
+    import onnxruntime
+    import torch
+
+    cpu = platform.processor()
+    try:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "torch": torch.__version__, "onnxruntime": onnxruntime.__version__}
+
+
+def publish(args: argparse.Namespace) -> list[Path]:
+    """``results/promises/budget.json`` and ``accuracy.json``: the protocol as run and every finished cell's
+    record (the LUT cells' profiling time; no machine paths), each file only when its stage has cells."""
+    dest = Path(args.results)
+    wrote = []
+    for stage in ("budget", "accuracy"):
+        cells = sorted((Path(args.runs_dir) / stage / "cells").glob("*.json"))
+        if not cells:
+            continue
+        recs = [bm.load_json(p) for p in cells]
+        out = {"schema": RESULTS_SCHEMA, "stage": stage, "commit": bm.git_commit(Path(__file__).parent),
+               "published": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "environment": environment(),
+               "smoke": any(r.get("smoke") for r in recs), "protocol": protocol(),
+               "cells": [{k: v for k, v in r.items() if k not in ("config",)} for r in recs]}
+        dest.mkdir(parents=True, exist_ok=True)
+        bm.write_json(dest / f"{stage}.json", out)
+        wrote.append(dest / f"{stage}.json")
+        log(f"wrote {dest / f'{stage}.json'} ({len(recs)} cells)")
+    if not wrote:
+        print(f"{PROG}: error: nothing to publish: no cells under {args.runs_dir}/budget or /accuracy", file=sys.stderr)
+        raise SystemExit(2)
+    return wrote
+
+
+def protocol() -> dict[str, Any]:
+    return {"budgets": list(BUDGETS), "targets": list(TARGETS), "models": {k: v["label"] for k, v in MODELS.items()},
+            "tolerance": tolerances(), "band_goal": BAND_GOAL, "lut_goals": {str(k): v for k, v in LUT_GOALS.items()},
+            "lut_goal_share": LUT_GOAL_SHARE, "se_rule": SE_RULE,
+            "accuracy_configs": {k: list(v) for k, v in ACCURACY_CONFIGS.items()}}
+
+
+# ------------------------------------------------------------------ verdicts and tables (from results/ only)
+NOT_RUN = ("The {what} benchmark has not been run yet: there is no `results/promises/{file}`. The protocol above "
+           "was written before any run; the commands are in [Running it](#running-it).\n")
+
+
+def _pt(x: float | None, signed: bool = False) -> str:
+    return "–" if x is None else (f"{100 * x:+.2f} pt" if signed else f"{100 * x:.2f} pt")
+
+
+def _pct(x: float | None, signed: bool = False) -> str:
+    return "–" if x is None else (f"{100 * x:+.1f} %" if signed else f"{100 * x:.1f} %")
+
+
+def lut_goal(resolution: int, goals: dict[str, float]) -> float:
+    """The goal on |LUT error| for a resolution: the one of the nearest resolution that has a goal."""
+    res = min((int(k) for k in goals), key=lambda k: abs(k - resolution))
+    return float(goals[str(res)])
+
+
+def budget_verdict(results: dict[str, Any]) -> dict[str, Any]:
+    """The budget's verdict from ``results/promises/budget.json``: per budget cell, within the band or not; the
+    share within against the goal; per resolution, the LUT's first-round error against its goal. Missing cells
+    (a LUT cell does not count) are misses: a case is one (model, target, budget) of the protocol."""
+    p = results["protocol"]
+    cells = [c for c in results["cells"] if str(c.get("cell", "")).startswith("budget-")]
+    below, above = p["tolerance"]["below"], p["tolerance"]["above"]
+    cases = []
+    for c in cells:
+        low, high = band(c["budget"], below, above)
+        r = c["measured_ratio"]
+        side = "within" if low <= r <= high else ("over" if r > high else "under")
+        fr = c.get("first_round")
+        goal = lut_goal(c["resolution"], p["lut_goals"])
+        err = None if fr is None else fr["lut_error"]
+        cases.append({**c, "side": side, "lut_goal": goal,
+                      "lut_within": None if err is None else abs(err) <= goal})
+    n = len(cases)
+    within = sum(c["side"] == "within" for c in cases)
+    expected = len(p["models"]) * len(p["targets"]) * len(p["budgets"])
+    total = max(n, expected) if not results.get("smoke") else n
+    by_res: dict[int, dict[str, Any]] = {}
+    for c in cases:
+        g = by_res.setdefault(c["resolution"], {"errors": [], "within": 0, "cases": 0, "goal": c["lut_goal"]})
+        g["cases"] += 1
+        if c["lut_within"] is not None:
+            g["errors"].append(abs(c["first_round"]["lut_error"]))
+            g["within"] += bool(c["lut_within"])
+    for g in by_res.values():
+        e = sorted(g["errors"])
+        g["median"] = e[len(e) // 2] if e else None
+        g["max"] = e[-1] if e else None
+        g["met"] = bool(g["cases"]) and g["within"] >= p["lut_goal_share"] * g["cases"]
+    return {"cases": cases, "n": n, "total": total, "within": within,
+            "over": sum(c["side"] == "over" for c in cases), "under": sum(c["side"] == "under" for c in cases),
+            "missing": total - n, "met": total > 0 and within >= p["band_goal"] * total, "lut": by_res}
+
+
+def render_budget(results: Path) -> str:
+    """docs/promises.md's budget block, from ``results/promises/budget.json`` only."""
+    path = Path(results) / "budget.json"
+    if not path.is_file():
+        return NOT_RUN.format(what="budget", file="budget.json")
+    R = bm.load_json(path)
+    if R.get("schema") != RESULTS_SCHEMA:
+        raise ValueError(f"{path}: schema {R.get('schema')!r}, expected {RESULTS_SCHEMA!r}")
+    V = budget_verdict(R)
+    p, env = R["protocol"], R.get("environment", {})
+    budgets = sorted({c["budget"] for c in V["cases"]} | set(p["budgets"] if not R.get("smoke") else []))
+    out = [f"Commit `{str(R.get('commit'))[:12]}`, {R.get('published', '?')}; machine {env.get('cpu', '?')}, "
+           f"{env.get('cpu_count', '?')} cores" + (" — **smoke**: not a result" if R.get("smoke") else "") + "."]
+    head = "| model | target | weights | " + " | ".join(f"B = {b:g}" for b in budgets) + " |"
+    lines = [head, "|" + "---|" * (3 + len(budgets))]
+    rows: dict[tuple[str, str], dict[float, dict[str, Any]]] = {}
+    for c in V["cases"]:
+        rows.setdefault((c["model"], c["target"]), {})[c["budget"]] = c
+    mark = {"within": "", "over": " **over**", "under": " *under*"}
+    for (m, t), cs in sorted(rows.items()):
+        w = next(iter(cs.values()))["weights"]
+        cellv = []
+        for b in budgets:
+            c = cs.get(b)
+            if c is None:
+                cellv.append("not run")
+                continue
+            fr = c["first_round"]
+            lut = "" if fr is None else f"; LUT {_pct(fr['lut_error'], True)}"
+            cellv.append(f"{c['measured_ratio']:.3f}{mark[c['side']]} (loop {c['loop']['status']}, "
+                         f"{len(c['loop']['rounds'])} round(s){lut})")
+        lines.append(f"| {p['models'].get(m, m)} | {t} | {w} | " + " | ".join(cellv) + " |")
+    out.append("\n".join(lines))
+    verdict = "**met**" if V["met"] else "**not met**"
+    out.append(f"Within the band: {V['within']} of {V['total']} cases ({V['over']} over, {V['under']} under"
+               + (f", {V['missing']} not run" if V["missing"] else "") + f"); goal ≥ {100 * p['band_goal']:.0f} %: "
+               f"{verdict}.")
+    lut_lines = ["| resolution | goal | cases within | median \\|error\\| | max \\|error\\| | verdict |",
+                 "|---|---|---|---|---|---|"]
+    for res, g in sorted(V["lut"].items()):
+        lut_lines.append(f"| {res} px | ≤ {_pct(g['goal'])} | {g['within']} of {g['cases']} | {_pct(g['median'])} | "
+                         f"{_pct(g['max'])} | {'met' if g['met'] else 'not met'} |")
+    out.append("The LUT's prediction on the DP's first plan (before the loop corrects it), "
+               "predicted / measured ratio − 1:\n\n" + "\n".join(lut_lines))
+    out.append(f"Each cell: export's measured ratio t(plan) / t(as-is) (ratio of medians, one interleaved run on the "
+               f"target), **over** above B·(1 + {100 * p['tolerance']['above']:g} %), *under* below "
+               f"B·(1 − {100 * p['tolerance']['below']:g} %); the budget loop's status and rounds; the LUT's error on "
+               "the loop's first plan. Raw records: `results/promises/budget.json`.")
+    return "\n\n".join(out) + "\n"
+
+
+def paired_se(n: int, lost: int, won: int) -> float:
+    """The standard error of the mean of the paired differences d_i = base_i − trial_i ∈ {−1, 0, 1} over ``n``
+    test images (``lost`` of them +1, ``won`` −1): the sample standard deviation of d over √n."""
+    if n < 2:
+        return math.nan
+    m = (lost - won) / n
+    var = (lost + won - n * m * m) / (n - 1)
+    return math.sqrt(max(var, 0.0) / n)
+
+
+def accuracy_verdict(results: dict[str, Any]) -> dict[str, Any]:
+    """The accuracy constraint's verdict from ``results/promises/accuracy.json``: per seed, the test drop
+    (base − trial), its paired standard error, whether it is over ``max_acc_drop`` by more than SE_RULE × SE
+    (a miss), and whether the confirmed bound covers the test drop."""
+    k = results["protocol"]["se_rule"]
+    cases = []
+    for c in results["cells"]:
+        t = c["test"]
+        drop = (t["lost"] - t["won"]) / t["n"]
+        se = paired_se(t["n"], t["lost"], t["won"])
+        bound = c["confirm"].get("bound")
+        cases.append({**c, "test_drop": drop, "test_se": se,
+                      "miss": drop > c["max_acc_drop"] + k * se + 1e-12,
+                      "covered": None if bound is None else bound >= drop - 1e-12})
+    expected = sum(len(v) for v in results["protocol"]["accuracy_configs"].values())
+    total = len(cases) if results.get("smoke") else max(len(cases), expected)
+    misses = sum(c["miss"] for c in cases)
+    uncovered = sum(c["covered"] is False for c in cases)
+    return {"cases": cases, "n": len(cases), "total": total, "missing": total - len(cases), "misses": misses,
+            "uncovered": uncovered, "met": bool(cases) and total == len(cases) and misses == 0,
+            "covered_all": bool(cases) and total == len(cases) and uncovered == 0
+            and all(c["covered"] is not None for c in cases)}
+
+
+def render_accuracy(results: Path) -> str:
+    """docs/promises.md's accuracy block, from ``results/promises/accuracy.json`` only."""
+    path = Path(results) / "accuracy.json"
+    if not path.is_file():
+        return NOT_RUN.format(what="accuracy-constraint", file="accuracy.json")
+    R = bm.load_json(path)
+    if R.get("schema") != RESULTS_SCHEMA:
+        raise ValueError(f"{path}: schema {R.get('schema')!r}, expected {RESULTS_SCHEMA!r}")
+    V = accuracy_verdict(R)
+    k = R["protocol"]["se_rule"]
+    env = R.get("environment", {})
+    out = [f"Commit `{str(R.get('commit'))[:12]}`, {R.get('published', '?')}; machine {env.get('cpu', '?')}, "
+           f"{env.get('cpu_count', '?')} cores" + (" — **smoke**: not a result" if R.get("smoke") else "") + "."]
+    lines = ["| config | seed | recommended | base test acc | trial test acc | test drop ± SE | max drop | "
+             f"over by > {k:g} SE? | confirmed drop | bound | bound covers test drop? |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in sorted(V["cases"], key=lambda c: (c["run_config"], c["seed"])):
+        cf = c["confirm"]
+        rec = "base" if c["recommended"] == "base" else f"trial {c['trial']} ({len(c['fold_set'])} blocks)"
+        lines.append(f"| {c['run_config']} | {c['seed']} | {rec} | {100 * c['base_test_acc']:.2f} | "
+                     f"{100 * c['trial_test_acc']:.2f} | {100 * c['test_drop']:+.2f} ± {100 * c['test_se']:.2f} pt | "
+                     f"{100 * c['max_acc_drop']:.2f} pt | {'**yes: miss**' if c['miss'] else 'no'} | "
+                     f"{_pt(cf.get('drop'), True)} | {_pt(cf.get('bound'))} | "
+                     f"{'–' if c['covered'] is None else ('yes' if c['covered'] else '**no**')} |")
+    out.append("\n".join(lines))
+    missing = f"; {V['missing']} of {V['total']} runs not done" if V["missing"] else ""
+    out.append(f"Seeds over the constraint by more than {k:g} standard errors: {V['misses']} of {V['n']}{missing}: "
+               f"{'**met**' if V['met'] else '**not met**'}. The confirmed bound covers the test drop in "
+               f"{V['n'] - V['uncovered']} of {V['n']}: {'**met**' if V['covered_all'] else '**not met**'}.")
+    out.append("Test drop: base − recommended trial on the whole test split, both checkpoints classified by "
+               "PyTorch; SE: the standard deviation of the per-image paired difference over √n. Confirmed drop and "
+               "bound: the run's confirmation on held-out validation images (run.json). Raw records: "
+               "`results/promises/accuracy.json`.")
+    return "\n\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------ main
+class Parser(argparse.ArgumentParser):
+    """Bad arguments: one line on stderr, exit 2."""
+
+    def error(self, message: str) -> None:   # type: ignore[override]
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def parse_configs(items: list[str]) -> dict[str, tuple[int, ...]]:
+    """``quickstart:0-4 fashion_mnist:0,2`` -> {config: seeds}; ValueError naming the bad item."""
+    out: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, sep, seeds = item.partition(":")
+        if not sep or not name or not seeds:
+            raise ValueError(f"--configs {item!r}: give CONFIG:SEEDS, e.g. quickstart:0-4 or fashion_mnist:0,2")
+        got: list[int] = []
+        for part in seeds.split(","):
+            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+            if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
+                raise ValueError(f"--configs {item!r}: {part!r} is not a seed or a range a-b of seeds (a ≤ b)")
+            got += range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1)
+        if name in out or len(set(got)) != len(got):
+            raise ValueError(f"--configs {item!r}: a config or a seed is given twice")
+        out[name] = tuple(got)
+    return out
+
+
+def check_args(ap: Parser, args: argparse.Namespace) -> None:
+    from latopt.config import config_path
+    from latopt.errors import LatoptError, first_line
+    from latopt.latency.devices import load_device
+
+    if Path(args.runs_dir).exists() and not Path(args.runs_dir).is_dir():
+        ap.error(f"--runs-dir {args.runs_dir} exists and is not a directory")
+    if args.stage == "budget":
+        known = {**MODELS, **(SMOKE_MODELS if args.smoke else {})}
+        bad = [m for m in args.models if m not in known]
+        if bad:
+            ap.error(f"--models: unknown {' '.join(bad)}; known: {' '.join(known)}")
+        for flag, vals in (("--models", args.models), ("--targets", args.targets), ("--budgets", args.budgets)):
+            if len(set(vals)) != len(vals):
+                ap.error(f"{flag} lists a value twice: {' '.join(map(str, vals))}")
+        if any(not 0 < b <= 1 for b in args.budgets):
+            ap.error(f"--budgets are fractions of the as-is latency in (0, 1], got {' '.join(map(str, args.budgets))}")
+        for t in args.targets:
+            try:
+                dev = load_device(t)
+            except LatoptError as e:
+                ap.error(f"--targets {t!r}: {first_line(e)}")
+            if dev.backend == "count":
+                ap.error(f"--targets {t!r} counts ({dev.count}), nothing to measure: the promise is about timed devices")
+        base: dict[str, str] = {}
+        for item in args.base:
+            k, sep, v = item.partition("=")
+            if not sep or k not in known:
+                ap.error(f"--base {item!r}: give MODEL=CHECKPOINT with MODEL one of {' '.join(known)}")
+            if not Path(v).is_file():
+                ap.error(f"--base {item!r}: no such file {v}")
+            base[k] = v
+        args.base = base
+    if args.stage == "accuracy":
+        try:
+            args.configs = parse_configs(args.configs)
+        except ValueError as e:
+            ap.error(str(e))
+        for c in args.configs:
+            try:
+                config_path(c)
+            except LatoptError as e:
+                ap.error(f"--configs {c!r}: {first_line(e)}")
+
+
+def build_parser() -> Parser:
+    ap = Parser(prog=PROG, description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="stage", required=True)
+    b = sub.add_parser("budget", help="the DP's plans exported and measured against their budgets")
+    b.add_argument("--models", nargs="+", default=list(MODELS), help=f"default: {' '.join(MODELS)}")
+    b.add_argument("--targets", nargs="+", default=list(TARGETS), help=f"default: {' '.join(TARGETS)}")
+    b.add_argument("--budgets", nargs="+", type=float, default=list(BUDGETS))
+    b.add_argument("--base", action="append", default=[], metavar="MODEL=CKPT",
+                   help="a trained base for MODEL (proxy importance; default: random weights, uniform importance)")
+    a = sub.add_parser("accuracy", help="latopt run per seed; the recommendation's test drop against the constraint")
+    a.add_argument("--configs", nargs="+", default=[f"{c}:{min(s)}-{max(s)}" for c, s in ACCURACY_CONFIGS.items()],
+                   metavar="CONFIG:SEEDS")
+    p = sub.add_parser("publish", help="the records into results/promises/")
+    p.add_argument("--results", required=True, help="results/promises for the docs")
+    for s in (b, a, p):
+        s.add_argument("--runs-dir", required=True)
+        s.add_argument("--smoke", action="store_true", help="tests only: tiny timing budgets, a tiny run")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    check_args(ap, args)
+    {"budget": budget, "accuracy": accuracy, "publish": publish}[args.stage](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
