@@ -331,3 +331,15 @@ def test_malformed_spans_are_refused(tmp_path, span, match) -> None:
     assert predict(lut, {0: "full", 1: "full"}, [(0, 1, 1)]) == pytest.approx(1.0 + 0.2 + 0.25)
     with pytest.raises(LatoptError, match="has no time for the span 0-1 as a 3x3 convolution"):
         predict(lut, {0: "full", 1: "full"}, [(0, 1, 3)])
+
+
+def test_load_lut_takes_any_spelling_of_its_model(tmp_path) -> None:
+    # a LUT records the name it was profiled with, a checkpoint the canonical one (defaults dropped): the two
+    # spellings of torchvision's MobileNetV2 at width 1.0 are one model, a different width is not
+    lut = make_lut().model_copy(update={"model": "torchvision/mobilenet_v2?width=1.0"})
+    path = save_lut(lut, tmp_path / "lut.json")
+    assert load_lut(path, model="torchvision/mobilenet_v2").model == "torchvision/mobilenet_v2?width=1.0"
+    assert load_lut(path, model="torchvision/mobilenet_v2?width=1").resolution == 224
+    with pytest.raises(LatoptError, match="profiled for model 'torchvision/mobilenet_v2\\?width=1.0', not "
+                                          "'torchvision/mobilenet_v2\\?width=0.5'"):
+        load_lut(path, model="torchvision/mobilenet_v2?width=0.5")

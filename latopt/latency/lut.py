@@ -274,12 +274,24 @@ def load_lut(path: str | Path, *, model: str | None = None, resolution: int | No
     want = {"model": model, "resolution": resolution, "batch": batch, "device": device, "fold_mode": fold_mode}
     for key, expected in want.items():
         have = getattr(lut, key)
-        if expected is not None and have != expected:
+        if expected is not None and have != expected and not (key == "model" and isinstance(expected, str)
+                                                               and _same_model(have, expected)):
             raise LatoptError(
                 f"latency LUT {path} was profiled for {key} {have!r}, not {expected!r}; profile (latopt profile) "
                 f"device {device or lut.device}, model {model or lut.model}, resolution {resolution or lut.resolution}, "
                 f"batch {batch or lut.batch}, fold mode {fold_mode or lut.fold_mode}", param=key)
     return lut
+
+
+def _same_model(a: str, b: str) -> bool:
+    """Two spellings of one model (``torchvision/mobilenet_v2?width=1.0`` is ``torchvision/mobilenet_v2``):
+    checkpoints record the canonical name, a LUT the name it was profiled with."""
+    from latopt.models import canonical_name  # torch: only when the spellings differ
+
+    try:
+        return canonical_name(a) == canonical_name(b)
+    except LatoptError:
+        return False
 
 
 def check_blocks(lut: LUT, blocks: Sequence[Any], path: str | Path = "the LUT") -> None:
