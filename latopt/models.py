@@ -147,6 +147,18 @@ def canonical_name(name: str) -> str:
     return parsed.base + ("?" + "&".join(options) if options else "")
 
 
+def same_model(a: str, b: str) -> bool:
+    """Whether two names spell one model (``torchvision/mobilenet_v2?width=1.0`` is ``torchvision/mobilenet_v2``):
+    checkpoints record the canonical name, LUTs and plan files the name they were made with. A name latopt
+    cannot parse is equal only to itself."""
+    if a == b:
+        return True
+    try:
+        return canonical_name(a) == canonical_name(b)
+    except LatoptError:
+        return False
+
+
 def _pretrained_error(name: str, e: BaseException, cache: str) -> LatoptError:
     """One line from the library's own error: timm's RuntimeError ("No pretrained weights exist for ..."), or an
     OSError (huggingface_hub: not in the cache, offline mode on, hub unreachable; torchvision: download failed)."""

@@ -86,6 +86,7 @@ from latopt.errors import LatoptError
 from latopt.fold.span import SPAN_VARIANTS
 from latopt.latency.lut import load_lut
 from latopt.log import get_logger
+from latopt.models import same_model
 from latopt.readers import read_json
 from latopt.records import BlockKey, Positive, Resolution, StrictModel, validated
 
@@ -396,7 +397,7 @@ def check_plan(plan: Mapping[str, Any], path: str | Path, *, model: str, resolut
     have = {"model": model, "resolution": resolution, "num_classes": num_classes}
     for key, value in have.items():
         want = plan.get(key)
-        if want is not None and want != value:
+        if want is not None and want != value and not (key == "model" and same_model(str(want), model)):
             raise LatoptError(f"plan file {path} was made for {key} {want!r}, the checkpoint has {value!r}: make a "
                               "plan for this network (latopt plan --plan-only)", param="plan")
 

@@ -284,14 +284,9 @@ def load_lut(path: str | Path, *, model: str | None = None, resolution: int | No
 
 
 def _same_model(a: str, b: str) -> bool:
-    """Two spellings of one model (``torchvision/mobilenet_v2?width=1.0`` is ``torchvision/mobilenet_v2``):
-    checkpoints record the canonical name, a LUT the name it was profiled with."""
-    from latopt.models import canonical_name  # torch: only when the spellings differ
+    from latopt.models import same_model  # torch: only when the spellings differ
 
-    try:
-        return canonical_name(a) == canonical_name(b)
-    except LatoptError:
-        return False
+    return same_model(a, b)
 
 
 def check_blocks(lut: LUT, blocks: Sequence[Any], path: str | Path = "the LUT") -> None:
