@@ -98,6 +98,46 @@ def test_e1_table_claim(tmp_path: Path) -> None:
     assert "**holds**" not in bc.render_e1(res0)
 
 
+def test_e1_groups_of_seeds(tmp_path: Path) -> None:
+    """A setting published in groups of seeds (one machine each): run.json keeps every group's machine and run,
+    a group replaces only its own seeds' record, and the table waits until every seed is published; then it
+    is the same table as from one run, with each group's machine named."""
+    res = _e1_results(tmp_path, own_gain=0.03)
+    path = res / "e1" / "s" / "run.json"
+    one = json.loads(path.read_text())
+    whole = bc.render_e1(res)
+    avx512 = {"cpu": "CPU A", "cpu_count": 2, "cpu_flags": ["avx2", "avx512f", "avx512_vnni"]}
+    avx2 = {"cpu": "CPU B", "cpu_count": 2, "cpu_flags": ["avx2"]}
+    path.unlink()
+    first = bc.group_record(one | {"commit": "a" * 40, "measure": {"rounds": 300, "seconds": 9.0, "environment": avx2}},
+                            path, [0, 1])
+    assert first["seeds"] == list(bc.SEEDS) and [g["seeds"] for g in first["groups"]] == [[0, 1]]
+    path.write_text(json.dumps(first))
+    waiting = bc.render_e1(res)
+    assert "Seeds [0, 1] of [0, 1, 2, 3, 4] are published" in waiting and "#####" not in waiting
+    # a rerun of the first group replaces it; the second group joins it
+    again = bc.group_record(one | {"commit": "c" * 40, "measure": {"rounds": 310, "seconds": 9.0, "environment": avx2}},
+                            path, [1, 0])
+    assert [g["commit"][0] for g in again["groups"]] == ["c"]
+    path.write_text(json.dumps(again))
+    both = bc.group_record(one | {"commit": "b" * 40, "measure": {"rounds": 200, "seconds": 8.0, "environment": avx512}},
+                           path, [2, 3, 4])
+    assert [g["seeds"] for g in both["groups"]] == [[0, 1], [2, 3, 4]] and both["commit"] == "c" * 40
+    path.write_text(json.dumps(both))
+    text = bc.render_e1(res)
+    assert "CPU B (AVX2, no AVX-512)" in text and "CPU A (AVX-512 with VNNI)" in text
+    tables = [ln for ln in text.splitlines() if ln.startswith("|")]
+    assert tables == [ln for ln in whole.splitlines() if ln.startswith("|")]   # the same verdicts
+
+
+def test_group_needs_e1_and_part_of_the_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for extra in (["--experiments", "e1"], ["--experiments", "e1", "e2", "--seeds", "0"]):
+        with pytest.raises(SystemExit) as e:
+            bc.main(["measure", "--runs-dir", str(tmp_path / "runs"), "--group", *extra])
+        assert e.value.code == 2 and "--group is for E1" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
 def _e2_results(tmp: Path) -> Path:
     """results/hardware-awareness/e2: budget 0.7 (speed-up 1/0.7 = 1.43x needed), 5 seeds, 3 runs per device.
     On cpu the cpu plan is 1.50x and the flops plan 1.30x (misses); the cpu-int8 plan 1.45x; accuracies: cpu

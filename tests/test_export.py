@@ -13,6 +13,7 @@ import torch
 from latopt.checkpoint import make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import VerificationError
+from latopt.export.record import read_export_record
 from latopt.models import build_model
 
 MODEL = "mobilenetv2_035"
@@ -44,6 +45,7 @@ def test_export_fold_all_end_to_end(ckpt: Path, tmp_path: Path, fast_cpu_device:
     assert rc == 0
     rec = json.loads((out / "export.json").read_text())
     assert rec["schema"] == "latopt.export/1"
+    assert read_export_record(out / "export.json").to_json() == rec   # the file is the record, key for key
     names = [g["name"] for g in rec["gates"]]
     assert any("float64" in n for n in names) and any("ONNX Runtime" in n for n in names)
     assert all(g["passed"] and g["rel"] <= g["tol"] for g in rec["gates"])
@@ -179,9 +181,9 @@ def test_export_paper_mode_checks_blocks_away_from_the_border(ckpt: Path, tmp_pa
     from latopt.export import export
 
     rec = export(ckpt, "cpu", tmp_path / "paper", fold="all", mode="paper", samples=4, measure=False, progress=False, gate_accuracy=False)
-    assert rec["mode"] == "paper"
-    assert [g["name"] for g in rec["gates"]][0].startswith("fold algebra per block, away from the border")
-    assert all(g["passed"] for g in rec["gates"]) and any("paper mode" in n for n in rec["notes"])
+    assert rec.mode == "paper"
+    assert [g.name for g in rec.gates][0].startswith("fold algebra per block, away from the border")
+    assert all(g.passed for g in rec.gates) and any("paper mode" in n for n in rec.notes)
 
 
 def test_export_resolution_comes_from_the_checkpoint_record() -> None:

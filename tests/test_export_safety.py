@@ -426,13 +426,13 @@ def test_engine_branch_gates_and_accuracy(runs: dict, tmp_path: Path, monkeypatc
     rec = export_mod.export(runs["some"], "titanx", out, fmt="all", samples=4, measure=False, progress=False)
     (backend,) = _StandInTrtBackend.opened
     assert backend.closed == 1 and backend.built == [(1, 3, RES, RES)]
-    assert rec["files"] == ["model.onnx", "model.engine"] and (out / "model.engine").read_bytes() == b"engine"
+    assert rec.files == ["model.onnx", "model.engine"] and (out / "model.engine").read_bytes() == b"engine"
     assert not (out / ".static.onnx").exists()
-    engine_gate = next(g for g in rec["gates"] if g["name"].startswith("TensorRT"))
-    assert engine_gate["passed"] and engine_gate["floor"] is not None
-    acc = rec["accuracy"]
-    assert acc["gated"] and acc["engine_test_acc"] == acc["test_acc"]
-    assert f"engine {acc['engine_test_acc']:.4f}" in (out / "REPORT.md").read_text()
+    engine_gate = next(g for g in rec.gates if g.name.startswith("TensorRT"))
+    assert engine_gate.passed and engine_gate.floor is not None
+    acc = rec.accuracy
+    assert acc.gated and acc.engine_test_acc == acc.test_acc
+    assert f"engine {acc.engine_test_acc:.4f}" in (out / "REPORT.md").read_text()
 
 
 def test_export_measures_at_the_requested_precision_with_its_one_backend(runs: dict, tmp_path: Path,
@@ -447,11 +447,11 @@ def test_export_measures_at_the_requested_precision_with_its_one_backend(runs: d
     (backend,) = _StandInTrtBackend.opened
     assert backend.profile.name == "titanx" and backend.profile.precision == "fp16" and backend.precision == "fp16"
     assert backend.prepared == [(1, 3, RES, RES)] * 2 and backend.closed == 1
-    lat = rec["latency"]
-    assert lat["precision"] == "fp16" and lat["speedup"] == pytest.approx(2.0) and rec["precision"] == "fp16"
+    lat = rec.latency
+    assert lat.precision == "fp16" and lat.speedup == pytest.approx(2.0) and rec.precision == "fp16"
     report = (out / "REPORT.md").read_text()
     assert "## Latency (fp16, measured end to end" in report
-    engine_gate = next(g for g in rec["gates"] if g["name"] == "TensorRT (fp16) vs ONNX Runtime")
+    engine_gate = next(g for g in rec.gates if g.name == "TensorRT (fp16) vs ONNX Runtime")
     assert engine_gate["roundoff"] == 2 ** 13 and "the fp16 engine's floor is scaled by 2^13" in report
 
 
@@ -471,9 +471,9 @@ def test_export_times_the_shipped_engine_file(runs: dict, tmp_path: Path, monkey
     asis, folded = backend.timed
     assert isinstance(asis, nn.Module) and folded == ("model.engine", b"engine")
     assert backend.prepared == [(1, 3, RES, RES)] * 2
-    lat = rec["latency"]
-    assert lat["folded_file"] == "model.engine" and lat["batch"] == 1
-    assert any(n.startswith("latency measured at batch 1, the shipped engine's") for n in rec["notes"])
+    lat = rec.latency
+    assert lat.folded_file == "model.engine" and lat.batch == 1
+    assert any(n.startswith("latency measured at batch 1, the shipped engine's") for n in rec.notes)
     assert "folded: the shipped `model.engine`" in (out / "REPORT.md").read_text()
 
 
@@ -515,21 +515,21 @@ def test_export_int8_ships_a_gated_int8_model_and_times_that_file(runs: dict, tm
     monkeypatch.setattr(report_mod, "measure_networks", spy)
     out = tmp_path / "int8"
     rec = export(runs["base"], fast_cpu_device, out, precision="int8", samples=4, progress=False)
-    assert rec["precision"] == "int8" and rec["files"] == ["model.onnx", "model.int8.onnx"]
+    assert rec.precision == "int8" and rec.files == ["model.onnx", "model.int8.onnx"]
     assert _qdq_nodes(out / "model.int8.onnx") > 0 and _qdq_nodes(out / "model.onnx") == 0
-    q, acc = rec["int8"], rec["accuracy"]
-    assert q["file"] == "model.int8.onnx" and q["gated"] and acc["gated"]
-    assert q["onnx_test_acc"] == acc["test_acc"] and 0.0 <= q["test_acc"] <= 1.0
-    assert q["tolerance"] == pytest.approx(ACC_TOL_INT8 + 1 / acc["samples"]) and q["samples"] == acc["samples"]
-    assert q["onnx_test_acc"] - q["test_acc"] <= q["tolerance"]
-    assert q["calibration"]["count"] == 96 and "training images of digits" in q["calibration"]["source"]
-    assert (q["quantization"]["format"], q["quantization"]["per_channel"]) == ("QDQ", True)
-    assert timed["precision"] == timed["backend"] == "int8" and rec["latency"]["precision"] == "int8"
+    q, acc = rec.int8, rec.accuracy
+    assert q.file == "model.int8.onnx" and q.gated and acc.gated
+    assert q.onnx_test_acc == acc.test_acc and 0.0 <= q.test_acc <= 1.0
+    assert q.tolerance == pytest.approx(ACC_TOL_INT8 + 1 / acc.samples) and q.samples == acc.samples
+    assert q.onnx_test_acc - q.test_acc <= q.tolerance
+    assert q.calibration.count == 96 and "training images of digits" in q.calibration.source
+    assert (q.quantization.format, q.quantization.per_channel) == ("QDQ", True)
+    assert timed["precision"] == timed["backend"] == "int8" and rec.latency.precision == "int8"
     assert Path(timed["folded"]).name == "model.int8.onnx" and timed["quantized"]
     assert timed["folded_bytes"] == (out / "model.int8.onnx").read_bytes()
-    assert isinstance(timed["asis"], nn.Module) and rec["latency"]["folded_file"] == "model.int8.onnx"
+    assert isinstance(timed["asis"], nn.Module) and rec.latency.folded_file == "model.int8.onnx"
     report = (out / "REPORT.md").read_text()
-    assert "## INT8" in report and f"INT8 {q['test_acc']:.4f}, ONNX fp32 {q['onnx_test_acc']:.4f}" in report
+    assert "## INT8" in report and f"INT8 {q.test_acc:.4f}, ONNX fp32 {q.onnx_test_acc:.4f}" in report
     assert "## Latency (int8, measured end to end in one interleaved run; folded: the shipped `model.int8.onnx`)" in report
     # an fp32 export into the same --out removes the stale INT8 file
     assert _export(runs["base"], out) == 0 and not (out / "model.int8.onnx").exists()

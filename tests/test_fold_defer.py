@@ -138,13 +138,13 @@ def test_export_ships_one_add_per_chain(ckpt: Path, tmp_path: Path) -> None:
     from latopt.export import export
 
     rec = export(ckpt, "cpu", tmp_path / "deferred", fold=EXPORT_FOLD, samples=4, measure=False, progress=False, gate_accuracy=False)
-    bm = rec["bias_maps"]
-    assert bm == {"form": "deferred", "chains": [[1, 2, 3], [5, 6], [8]], "adds_per_block": 6, "adds_deferred": 3,
+    bm = rec.bias_maps
+    assert bm is not None and bm.model_dump() == {"form": "deferred", "chains": [[1, 2, 3], [5, 6], [8]], "adds_per_block": 6, "adds_deferred": 3,
                   "adds_saved": 3}
-    names = [g["name"] for g in rec["gates"]]
+    names = [g.name for g in rec.gates]
     assert {"deferred bias maps vs exact folded network (float64)",
             "deferred bias maps vs exact folded network (float32, shipped)"} <= set(names)
-    assert all(g["passed"] for g in rec["gates"])
+    assert all(g.passed for g in rec.gates)
     assert "chains 1–3, 5–6, 8): 6 bias-map Adds → 3 (3 saved)" in (tmp_path / "deferred" / "REPORT.md").read_text()
     assert main(["export", "--no-accuracy-gate", "--checkpoint", str(ckpt), "--device", "cpu", "--fold", EXPORT_FOLD, "--samples", "4",
                  "--no-measure", "--bias-maps", "per-block", "--out", str(tmp_path / "per-block")]) == 0
@@ -153,7 +153,7 @@ def test_export_ships_one_add_per_chain(ckpt: Path, tmp_path: Path) -> None:
     assert not any(n.startswith("deferred") for n in (g["name"] for g in per_block["gates"]))
     paper = export(ckpt, "cpu", tmp_path / "paper", fold=EXPORT_FOLD, mode="paper", samples=4, measure=False,
                    progress=False, gate_accuracy=False)
-    assert paper["bias_maps"] is None
+    assert paper.bias_maps is None
     adds = {k: _add_blocks(tmp_path / k / "model.onnx") for k in ("deferred", "per-block", "paper")}
     # paper mode: only the residual Adds of the blocks left as they are; exact mode adds one bias-map Add
     # per folded block with a map (per-block) or one per chain, at the chain's last block (deferred)

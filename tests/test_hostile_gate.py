@@ -190,7 +190,7 @@ def test_the_python_api_refuses_too_and_names_the_parameter(ck: dict, tmp_path: 
     assert type(e.value) is LatoptError and e.value.param == "gate_accuracy" and not (tmp_path / "o").exists()
     rec = export(ck["base"], "cpu", tmp_path / "t", plan=ck["plan"], samples=4, measure=False, progress=False,
                  timing_only=True)
-    assert rec["files"] == [TIMING] and rec["timing_only"] and not rec["accuracy_gate"]
+    assert rec.files == [TIMING] and rec.timing_only and not rec.accuracy_gate
 
 
 def test_a_gated_and_a_timing_only_export_never_leave_each_others_files(ck: dict, tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ def test_timing_only_engine_is_named_so(ck: dict, tmp_path: Path, monkeypatch: p
     out = tmp_path / "e"
     rec = export_mod.export(ck["base"], "titanx", out, fmt="all", plan=ck["plan"], samples=4, measure=False,
                             progress=False, timing_only=True)
-    assert rec["files"] == [TIMING, "model.timing-only.engine"] and not rec["accuracy_gate"]
+    assert rec.files == [TIMING, "model.timing-only.engine"] and not rec.accuracy_gate
     assert sorted(p.name for p in out.iterdir()) == ["REPORT.md", "export.json", "model.timing-only.engine", TIMING]
 
 

@@ -21,6 +21,7 @@ from latopt.latency.lut import (
     costs,
     default_lut_path,
     load_lut,
+    lut_model_name,
     predict,
     save_lut,
     variant_times,
@@ -169,6 +170,18 @@ def test_default_path() -> None:
     assert p.parts[-3:] == ("profiles", "cpu", "mobilenetv2_100-r224-b1.json")
     assert default_lut_path("cpu", "torchvision/mobilenet_v2?width=0.75", 160, 4).name == \
         "torchvision_mobilenet_v2_width_0.75-r160-b4.json"
+
+
+def test_every_spelling_of_a_model_has_one_default_path_and_recorded_name() -> None:
+    spellings = ("torchvision/mobilenet_v2", "torchvision/mobilenet_v2?width=1.0",
+                 "torchvision/mobilenet_v2?width=1&strides=1,2,2,2,1,2,1")
+    assert {lut_model_name(m) for m in spellings} == {"torchvision/mobilenet_v2"}
+    assert len({default_lut_path("cpu", m, 224, 1) for m in spellings}) == 1
+    assert lut_model_name("timm/mobilenetv2_100") == "mobilenetv2_100"
+    assert default_lut_path("cpu", "timm/mobilenetv2_100", 224, 1) == default_lut_path("cpu", "mobilenetv2_100", 224, 1)
+    # other models keep their own names and paths; a name latopt does not know (a module's label) is kept as given
+    assert lut_model_name("torchvision/mobilenet_v2?width=0.75") == "torchvision/mobilenet_v2?width=0.75"
+    assert lut_model_name("tiny") == "tiny"
 
 
 # ----------------------------------------------------------------------------- malformed LUTs

@@ -151,6 +151,25 @@ def test_cli_profile_writes_lut(tmp_path, capsys) -> None:
     assert "end-to-end asis" in text and f"wrote {out}" in text and "held-out-mixed" in text
 
 
+def test_every_spelling_of_a_model_records_one_name_in_one_file(tmp_path, monkeypatch, capsys) -> None:
+    """``latopt profile`` records a model's canonical name and files it at one default path, whichever spelling
+    it is given (a tiny network stands for the model: the name, not the timing, is under test)."""
+    import latopt.latency.profiler as profiler
+    from latopt.latency.lut import default_lut_path
+
+    monkeypatch.setattr(profiler, "build_model", lambda name, num_classes: tiny_effnet())
+    monkeypatch.setenv("LATOPT_PROFILES_DIR", str(tmp_path / "profiles"))
+    device = _fast_yaml(tmp_path)
+    written = set()
+    for spelling in ("torchvision/mobilenet_v2?width=1.0", "torchvision/mobilenet_v2"):
+        assert main(["profile", "--device", device, "--model", spelling, "--resolution", "32", "--quiet"]) == 0
+        path = default_lut_path("fastcpu", spelling, 32, 1)
+        assert json.loads(path.read_text())["model"] == "torchvision/mobilenet_v2"
+        written.add(path)
+    assert len(written) == 1 and list((tmp_path / "profiles" / "fastcpu").iterdir()) == list(written)
+    assert f"wrote {written.pop()}" in capsys.readouterr().out
+
+
 def test_cli_error_paths(tmp_path, capsys) -> None:
     assert main(["profile", "--device", "nope", "--model", "mobilenetv2_100"]) == 2
     err = capsys.readouterr().err

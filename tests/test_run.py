@@ -322,18 +322,22 @@ def test_a_fold_that_beats_its_base_by_more_than_the_noise_says_the_base_looks_u
 
 
 def test_the_lut_prediction_is_a_speed_up_not_two_absolute_times() -> None:
+    from latopt.export.record import ExportRecord, LatencySection
     from latopt.export.report import lut_prediction_line, render_report
 
-    lat = {"as_is_ms": 0.350, "as_is_iqr_ms": 0.01, "folded_ms": 0.174, "folded_iqr_ms": 0.01, "speedup": 2.0,
-           "speedup_range": [1.9, 2.1], "repeats": {"as_is": 50, "folded": 50}, "precision": "fp32",
-           "lut_as_is_ms": 0.333, "lut_folded_ms": 0.180, "lut_error_as_is": -0.05, "lut_error_folded": 0.03,
-           "lut_speedup": 0.333 / 0.180, "lut_speedup_error": 0.333 / 0.180 / 2.0 - 1,
-           "lut_created": "2026-12-01T12:00:00+00:00"}
+    lat = LatencySection.model_validate({
+        "as_is_ms": 0.350, "as_is_iqr_ms": 0.01, "folded_ms": 0.174, "folded_iqr_ms": 0.01, "speedup": 2.0,
+        "speedup_range": [1.9, 2.1], "repeats": {"as_is": 50, "folded": 50}, "precision": "fp32", "batch": 1,
+        "clock": "wall", "lut_as_is_ms": 0.333, "lut_folded_ms": 0.180, "lut_error_as_is": -0.05,
+        "lut_error_folded": 0.03, "lut_speedup": 0.333 / 0.180, "lut_speedup_error": 0.333 / 0.180 / 2.0 - 1,
+        "lut_created": "2026-12-01T12:00:00+00:00"})
     line = lut_prediction_line(lat)
     assert "1.85× (per-block times summed from the LUT, timed 2026-12-01T12:00:00+00:00)" in line
     assert "2.00× measured in this run: -7.5%" in line
-    report = render_report({"model": "m", "device": "cpu", "checkpoint": "c", "resolution": 32, "mode": "exact",
-                            "precision": "fp32", "folded": {}, "latency": lat})
+    report = render_report(ExportRecord(
+        checkpoint="c", device="cpu", model="m", resolution=32, mode="exact", precision="fp32", folded={}, spans=[],
+        bias_maps=None, notes=[], accuracy_gate=False, accuracy_gate_reason="--timing-only", timing_only=True,
+        gates=[], accuracy=None, latency=lat, files=["model.timing-only.onnx"]))
     assert line in report and "-5.0%" not in report and "+3.0%" not in report   # no absolute-time "errors"
 
 

@@ -188,10 +188,10 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
     from latopt.export import export
 
     rec = export(out / "folded.pt", "cpu", tiny["root"] / "export", samples=8, measure=False, progress=False)
-    names = [g["name"] for g in rec["gates"]]
-    assert any(n.startswith("fold algebra") for n in names) and all(g["passed"] for g in rec["gates"])
-    assert "test samples" in rec["gates"][0]["inputs"]
-    assert rec["accuracy"]["test_acc"] == pytest.approx(r["acc"]["finetuned"])
+    names = [g.name for g in rec.gates]
+    assert any(n.startswith("fold algebra") for n in names) and all(g.passed for g in rec.gates)
+    assert "test samples" in rec.gates[0].inputs
+    assert rec.accuracy.test_acc == pytest.approx(r["acc"]["finetuned"])
 
 
 def test_activation_granularity_partial_folds(tiny: dict) -> None:

@@ -35,7 +35,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -264,19 +263,48 @@ def run_record(args: argparse.Namespace, setting: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ the final runs
+def measure_name(res: int, seeds: list[int], group: bool) -> str:
+    """The final run's record in the setting's directory: ``measure-r<res>.json``, or with ``--group`` (the
+    ``--seeds`` are one group of :data:`SEEDS`: docs/evaluation.md's amendment of 2026-12-02 14:38 UTC, a
+    group's cells are trained and timed on one machine, groups on different ones)
+    ``measure-r<res>-seeds<a>-<b>….json``."""
+    return f"measure-r{res}-seeds{'-'.join(map(str, sorted(set(seeds))))}.json" if group else f"measure-r{res}.json"
+
+
+GROUP_KEYS = ("commit", "started", "overrides", "luts", "measure", "sizes")   # what differs between groups
+
+
+def group_record(rec: dict[str, Any], path: Path, seeds: list[int]) -> dict[str, Any]:
+    """run.json of a setting published in groups of seeds: the protocol's record with :data:`SEEDS`, and per
+    group (``groups``, by seeds) what its own machine and run were; the groups already in ``path`` are kept."""
+    old = bm.load_json(path) if path.is_file() else {}
+    groups = [g for g in old.get("groups", []) if not set(g["seeds"]) & set(seeds)]
+    groups.append({"seeds": sorted(seeds), **{k: rec.get(k) for k in GROUP_KEYS}})
+    groups.sort(key=lambda g: g["seeds"])
+    first = groups[0]
+    return ({k: v for k, v in rec.items() if k not in GROUP_KEYS}
+            | {"commit": first["commit"], "started": first["started"], "sizes": first["sizes"],
+               "seeds": list(SEEDS), "groups": groups})
+
+
 def measure_e1(args: argparse.Namespace) -> None:
-    """Per setting, every E1 network fp32 (target cpu) and INT8 (target cpu-int8) in one interleaved run."""
+    """Per setting (and group of seeds, ``--seeds``), every E1 network fp32 (target cpu) and INT8 (target
+    cpu-int8) in one interleaved run."""
     for setting in args.settings:
         ctx = make_ctx(args, setting)
         cells = [c for c, _, _ in e1_cells(args) if parse_cell(c)[0] not in ("base", "importance")]
-        if list((ctx.root / "locks").glob("*.lock")):
-            raise SystemExit(f"setting {setting}: cells are still running ({ctx.root / 'locks'}); measure after `run`")
+        running = [p.stem for p in (ctx.root / "locks").glob("*.lock")
+                   if p.stem in {c for c, _, _ in e1_cells(args)}]
+        if running:
+            raise SystemExit(f"setting {setting}: cells are still running ({', '.join(sorted(running))} in "
+                             f"{ctx.root / 'locks'}); measure after `run`")
         missing = [c for c in cells if ctx.done(c) is None]
         if f"s{args.seeds[0]}-asis" in missing:
             raise SystemExit(f"setting {setting}: the as-is networks are not done; run `run` first")
         if missing:   # failed cells (e.g. a budget a LUT cannot reach): no point there, said in the log
             log(f"setting {setting}: {len(missing)} cells have no network and are not timed: {', '.join(missing)}")
-        bm.measure(ctx, ctx.cfg.data.resolution, [c for c in cells if c not in missing])
+        bm.measure(ctx, ctx.cfg.data.resolution, [c for c in cells if c not in missing],
+                   name=measure_name(ctx.cfg.data.resolution, args.seeds, args.group))
 
 
 def e2_network(ctx: bm.Ctx, rec: dict[str, Any], device: str, calib: np.ndarray) -> Any:
@@ -350,14 +378,16 @@ def publish(args: argparse.Namespace, dest: Path) -> None:
         for setting in args.settings:
             ctx = make_ctx(args, setting)
             res = ctx.cfg.data.resolution
-            mpath = ctx.root / f"measure-r{res}.json"
+            mpath = ctx.root / measure_name(res, args.seeds, args.group)
             if not mpath.is_file():
                 raise SystemExit(f"setting {setting}: no final run ({mpath.name}); run `measure` first")
             ms = bm.load_json(mpath)
+            grouped = bool(args.group)
             d = dest / "e1" / setting
             (d / "cells").mkdir(parents=True, exist_ok=True)
-            for old in (d / "cells").glob("*.json"):
-                old.unlink()
+            for old in (d / "cells").glob("*.json"):   # a group replaces its own seeds' cells only
+                if not grouped or int(old.stem.split("-")[0][1:]) in args.seeds:
+                    old.unlink()
             base_rec = None
             for c, seed, _ in e1_cells(args):
                 rec = ctx.done(c)
@@ -380,14 +410,17 @@ def publish(args: argparse.Namespace, dest: Path) -> None:
                 luts[p.stem] = {"device": lut.get("device"), "created": lut.get("created"),
                                 "profiling_s": lut.get("profiling_s"), "costs": lut.get("costs"),
                                 "held_out_error": lut.get("end_to_end", {}).get("held-out", {}).get("error")}
-            bm.write_json(d / "run.json", {
+            rec = {
                 "schema": RESULTS_SCHEMA, **run_record(args, setting), "model": ctx.cfg.model.name,
                 "task": ctx.cfg.data.task, "resolution": res, "sizes": (base_rec or {}).get("sizes"),
                 "schedule": {"base_epochs": ctx.cfg.train.epochs, "ft_epochs": bm.ft_epochs(ctx.cfg),
                              "prefold_epochs": ctx.cfg.fold.epochs, "postfold_epochs": ctx.cfg.fold.post_epochs,
                              "ft_lr": ctx.cfg.fold.lr, "train_samples": ctx.cfg.data.train_samples},
                 "luts": luts, "measure": {k: v for k, v in ms.items()
-                                          if k not in ("stats", "members", "int8_acc", "int8_correct")}})
+                                          if k not in ("stats", "members", "int8_acc", "int8_correct")}}
+            if grouped:
+                rec = group_record(rec, d / "run.json", args.seeds)
+            bm.write_json(d / "run.json", rec)
             log(f"wrote {d}")
     if "e2" in args.experiments:
         ctx = make_ctx(args, args.e2_setting)
@@ -543,6 +576,14 @@ NOT_RUN = ("{what} has not run yet: there is no `results/hardware-awareness/{whe
            "amendment of 2026-12-02, has its protocol and commands).\n")
 
 
+def machine(env: dict[str, Any]) -> str:
+    """The machine of a final run in words: CPU, its widest vector unit, cores."""
+    flags = set(env.get("cpu_flags") or ())
+    vec = ("AVX-512" + (" with VNNI" if "avx512_vnni" in flags else "") if "avx512f" in flags
+           else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2" if flags else "flags not recorded")
+    return f"{env.get('cpu', '?')} ({vec}), {env.get('cpu_count', '?')} cores"
+
+
 def render_e1(results: Path) -> str:
     """docs/hardware-awareness.md's E1 block, from results/hardware-awareness/e1/ only."""
     root = Path(results) / "e1"
@@ -555,18 +596,28 @@ def render_e1(results: Path) -> str:
         run = E.run
         sch = run["schedule"]
         sizes = run.get("sizes") or {}
-        env = run["measure"].get("environment", {})
         out.append(f"#### Setting `{run['setting']}`: `{run['model']}` @{run['resolution']} px on `{run['task']}`"
                    + (" — **smoke**: not a result" if run.get("smoke") else ""))
-        out.append(f"Cells by commit `{(run.get('commit') or 'unknown')[:10]}`, started {run['started'][:16]}; "
-                   f"seeds {run['seeds']}; {sizes.get('train')} training / {sizes.get('val')} validation / "
+        groups = run.get("groups") or [{"seeds": run["seeds"], **run}]
+        published = sorted(x for g in groups for x in g["seeds"])
+        if published != sorted(run["seeds"]):
+            out.append(f"Seeds {published} of {run['seeds']} are published (docs/evaluation.md's amendment of "
+                       "2026-12-02 14:38 UTC: the seeds run in groups, one machine each). The table waits for "
+                       "every seed.")
+            continue
+        timed = "; ".join(
+            (f"seeds {g['seeds']}: c" if len(groups) > 1 else "C")
+            + f"ells by commit `{(g.get('commit') or 'unknown')[:10]}`, started {g['started'][:16]}; final run "
+              f"(every network fp32 and INT8 interleaved) {g['measure'].get('rounds')} rounds, "
+              f"{g['measure'].get('seconds', 0):.0f} s; machine {machine(g['measure'].get('environment', {}))}"
+            for g in groups)
+        out.append(f"Seeds {run['seeds']}; {sizes.get('train')} training / {sizes.get('val')} validation / "
                    f"{sizes.get('test')} test images; bases {sch['base_epochs']} epochs; every network then "
                    f"{sch['ft_epochs']} epochs of fine-tuning at lr {sch['ft_lr']:g} (Layer Folding "
                    f"{sch['prefold_epochs']} pre-fold + {sch['postfold_epochs']} post-fold; the DP and as-is "
                    f"{sch['ft_epochs']} direct). λ ∈ {{{', '.join(f'{x:g}' for x in run['lambdas'])}}}, budgets "
-                   f"{{{', '.join(f'{x:g}' for x in run['budgets'])}}}. Final run: every network fp32 and INT8 "
-                   f"interleaved, {run['measure'].get('rounds')} rounds, {run['measure'].get('seconds', 0):.0f} s; "
-                   f"machine {env.get('cpu', '?')}, {env.get('cpu_count', '?')} cores.")
+                   f"{{{', '.join(f'{x:g}' for x in run['budgets'])}}}. "
+                   + (f"Each group of seeds on its own machine: {timed}." if len(groups) > 1 else f"{timed}."))
         for target in TARGETS:
             for kind in KINDS:
                 a = e1_analysis(E, target, kind)
@@ -656,7 +707,7 @@ def render_e2(results: Path) -> str:
            f"fine-tuning), the DP at budget {b:g} of each source's LUT-predicted as-is cost; "
            f"{e2['runs']} interleaved runs per device; seeds {seeds}"
            + (" — **smoke**: not a result" if run.get("smoke") else "")
-           + f". Machine {env.get('cpu', '?')}, {env.get('cpu_count', '?')} cores."]
+           + f". Machine {machine(env)}."]
     head = ("| measured on ↓ / plan from → | " + " | ".join(sources)
             + " | own plan − best other plan that meets the budget, pt [95 % CI] | label |")
     lines = [head, "|" + "---|" * (len(sources) + 3)]
@@ -787,6 +838,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="config override after the protocol's (not for the experiments' runs)")
     ap.add_argument("--smoke", action="store_true", help="tests only: one seed, 96 images, tiny timing budgets")
     ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    ap.add_argument("--group", action="store_true",
+                    help="measure/publish: the --seeds are one group of the protocol's seeds, trained and timed on "
+                         "this machine (its own final run, measure-r<res>-seeds<…>.json); publish adds the group "
+                         "beside those already published (docs/evaluation.md, amendment of 2026-12-02 14:38 UTC)")
     ap.add_argument("--cost-models", nargs="+", default=list(COST_MODELS))
     ap.add_argument("--lambdas", type=float, nargs="+", default=list(LAMBDAS))
     ap.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS))
@@ -801,23 +856,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage in ("publish", "all") and not args.results:
         ap.error(f"{args.stage} needs --results DIR (results/hardware-awareness for the docs)")
     check_args(ap, args)
+    if args.group and (args.experiments != ["e1"] or not set(args.seeds) < set(SEEDS)):
+        ap.error(f"--group is for E1 (--experiments e1) and --seeds a part of {list(SEEDS)}; "
+                 f"got --experiments {' '.join(args.experiments)} --seeds {' '.join(map(str, args.seeds))}")
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     if args.stage == "choose-setting":
         choose_setting(args)
         return 0
     if args.stage in ("run", "all"):
         prepare(args)
-        procs = []
-        if args.workers > 1:
-            argv_w = list(argv if argv is not None else sys.argv[1:])
-            argv_w[argv_w.index(args.stage)] = "run"
-            argv_w += ["--workers", "1"]
-            for _ in range(args.workers - 1):
-                procs.append(subprocess.Popen([sys.executable, __file__, *argv_w]))
-                time.sleep(5)
-        run(args)
-        for p in procs:
-            p.wait()
+        bm.with_workers(__file__, argv, args.stage, args.workers, lambda: run(args))
     if args.stage in ("measure", "all"):
         if "e1" in args.experiments:
             measure_e1(args)

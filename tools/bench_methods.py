@@ -237,7 +237,7 @@ def export_cell(ckpt: Path, out: Path, task: Any) -> dict[str, Any]:
     """``latopt export`` of a checkpoint (gates + ONNX accuracy); no timing here (the measure stage times)."""
     from latopt.export import export
 
-    r = export(ckpt, "cpu", out, measure=False, progress=False)
+    r = export(ckpt, "cpu", out, measure=False, progress=False).to_json()   # export.json's content
     onnx = out / "model.onnx"
     return {"onnx": str(onnx),
             "gates": [{"name": g["name"], "passed": g["passed"], "rel": g.get("max_rel")} for g in r["gates"]],
@@ -811,6 +811,24 @@ def run_queue(ctx: Ctx, cells: list[tuple[str, int, list[str]]] | None = None,
     return 0
 
 
+def with_workers(script: str, argv: list[str] | None, stage: str, workers: int, work: Callable[[], Any]) -> None:
+    """Run ``work`` (a queue) here and, beside it, ``workers - 1`` more processes of ``script`` with this command
+    line (``argv``, default ``sys.argv[1:]``) but stage ``run`` and ``--workers 1``, started 5 s apart, sharing the
+    queue through its lock files; return when all are done (the workers' exit codes are not looked at: a cell that
+    failed is in the queue's files)."""
+    procs = []
+    if workers > 1:
+        argv_w = list(argv if argv is not None else sys.argv[1:])
+        argv_w[argv_w.index(stage)] = "run"
+        argv_w += ["--workers", "1"]
+        for _ in range(workers - 1):
+            procs.append(subprocess.Popen([sys.executable, script, *argv_w]))
+            time.sleep(5)
+    work()
+    for p in procs:
+        p.wait()
+
+
 # ------------------------------------------------------------------ INT8 (ONNX Runtime static quantisation)
 def calibration_images(ctx: Ctx, n: int) -> np.ndarray:
     """``n`` training images (the fixed training canvases, no augmentation), the same for every network."""
@@ -850,15 +868,16 @@ def structure_net(ctx: Ctx, st: dict[str, Any], res: int, seed: int = 0) -> Any:
     raise ValueError(f"no rebuild for structure {st['kind']!r}")
 
 
-def measure(ctx: Ctx, res: int, cells: list[str] | None = None) -> dict[str, Any]:
+def measure(ctx: Ctx, res: int, cells: list[str] | None = None, *, name: str | None = None) -> dict[str, Any]:
     """All finished cells' networks, fp32 and INT8, in ONE interleaved run at ``res``: at the training
     resolution the trained networks themselves; elsewhere each distinct structure with random weights.
-    ``cells``: the finished cells to time (default: :func:`cell_names`'s)."""
+    ``cells``: the finished cells to time (default: :func:`cell_names`'s); ``name``: the record's file in
+    ``ctx.root`` (default ``measure-r<res>.json``)."""
     from latopt.latency.devices import load_device
     from latopt.latency.onnx_io import export_onnx
     from latopt.latency.profiler import measure_networks
 
-    out_json = ctx.root / f"measure-r{res}.json"
+    out_json = ctx.root / (name or f"measure-r{res}.json")
     if out_json.is_file() and not ctx.args.remeasure:
         return load_json(out_json)
     cells = {c: ctx.done(c) for c in (cells if cells is not None else [c for c, _, _ in cell_names(ctx.args)])}
@@ -1560,18 +1579,7 @@ def main(argv: list[str] | None = None) -> int:
             ensure_lut(ctx)  # once, before any worker starts (workers would race to profile it)
         if "dp" in args.methods:
             ensure_variant_lut(ctx)
-        procs = []
-        if args.workers > 1:
-            argv_w = [a for a in (argv or sys.argv[1:])]
-            i = argv_w.index(args.stage)
-            argv_w[i] = "run"
-            argv_w += ["--workers", "1"]
-            for _ in range(args.workers - 1):
-                procs.append(subprocess.Popen([sys.executable, __file__, *argv_w]))
-                time.sleep(5)
-        run_queue(ctx)
-        for p in procs:
-            p.wait()
+        with_workers(__file__, argv, args.stage, args.workers, lambda: run_queue(ctx))
     if args.stage in ("measure", "all"):
         for res in args.resolutions:
             measure(ctx, res)

@@ -41,6 +41,7 @@ import platform
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -265,7 +266,7 @@ def cell_budget(q: Queue, key: str, target: str, budget: float) -> dict[str, Any
     plan_path = write_plan(out / "plan.json", plan)
     t1 = time.perf_counter()
     exp = export(ckpt, device_spec(q, target), out / "export", plan=plan_path, timing_only=True, lut_path=str(lut),
-                 seed=0, progress=False)
+                 seed=0, progress=False).to_json()   # export.json's content
     t2 = time.perf_counter()
     return budget_record(spec, key, target, budget, weights, importance, plan, exp, {"plan": t1 - t0, "export": t2 - t1})
 
@@ -504,19 +505,33 @@ def budget_verdict(results: dict[str, Any]) -> dict[str, Any]:
             "missing": total - n, "met": total > 0 and within >= p["band_goal"] * total, "lut": by_res}
 
 
-def render_budget(results: Path) -> str:
-    """docs/promises.md's budget block, from ``results/promises/budget.json`` only."""
-    path = Path(results) / "budget.json"
+def _render_block(results: Path, file: str, what: str, body: Callable[[dict[str, Any]], list[str]]) -> str:
+    """One of docs/promises.md's blocks, from ``results/promises/<file>`` only: :data:`NOT_RUN` naming ``what``
+    when the file is not there; else its commit, date and machine, then the paragraphs ``body`` makes of the
+    file's records (ValueError when the file's schema is not :data:`RESULTS_SCHEMA`)."""
+    path = Path(results) / file
     if not path.is_file():
-        return NOT_RUN.format(what="budget", file="budget.json")
+        return NOT_RUN.format(what=what, file=file)
     R = bm.load_json(path)
     if R.get("schema") != RESULTS_SCHEMA:
         raise ValueError(f"{path}: schema {R.get('schema')!r}, expected {RESULTS_SCHEMA!r}")
+    env = R.get("environment", {})
+    head = (f"Commit `{str(R.get('commit'))[:12]}`, {R.get('published', '?')}; machine {env.get('cpu', '?')}, "
+            f"{env.get('cpu_count', '?')} cores" + (" — **smoke**: not a result" if R.get("smoke") else "") + ".")
+    return "\n\n".join([head, *body(R)]) + "\n"
+
+
+def render_budget(results: Path) -> str:
+    """docs/promises.md's budget block, from ``results/promises/budget.json`` only."""
+    return _render_block(results, "budget.json", "budget", _budget_paragraphs)
+
+
+def _budget_paragraphs(R: dict[str, Any]) -> list[str]:
+    """The budget block's paragraphs after its first line (:func:`render_budget`)."""
     V = budget_verdict(R)
-    p, env = R["protocol"], R.get("environment", {})
+    p = R["protocol"]
     budgets = sorted({c["budget"] for c in V["cases"]} | set(p["budgets"] if not R.get("smoke") else []))
-    out = [f"Commit `{str(R.get('commit'))[:12]}`, {R.get('published', '?')}; machine {env.get('cpu', '?')}, "
-           f"{env.get('cpu_count', '?')} cores" + (" — **smoke**: not a result" if R.get("smoke") else "") + "."]
+    out: list[str] = []
     head = "| model | target | weights | " + " | ".join(f"B = {b:g}" for b in budgets) + " |"
     lines = [head, "|" + "---|" * (3 + len(budgets))]
     rows: dict[tuple[str, str], dict[float, dict[str, Any]]] = {}
@@ -552,7 +567,7 @@ def render_budget(results: Path) -> str:
                f"target), **over** above B·(1 + {100 * p['tolerance']['above']:g} %), *under* below "
                f"B·(1 − {100 * p['tolerance']['below']:g} %); the budget loop's status and rounds; the LUT's error on "
                "the loop's first plan. Raw records: `results/promises/budget.json`.")
-    return "\n\n".join(out) + "\n"
+    return out
 
 
 def paired_se(n: int, lost: int, won: int) -> float:
@@ -591,17 +606,14 @@ def accuracy_verdict(results: dict[str, Any]) -> dict[str, Any]:
 
 def render_accuracy(results: Path) -> str:
     """docs/promises.md's accuracy block, from ``results/promises/accuracy.json`` only."""
-    path = Path(results) / "accuracy.json"
-    if not path.is_file():
-        return NOT_RUN.format(what="accuracy-constraint", file="accuracy.json")
-    R = bm.load_json(path)
-    if R.get("schema") != RESULTS_SCHEMA:
-        raise ValueError(f"{path}: schema {R.get('schema')!r}, expected {RESULTS_SCHEMA!r}")
+    return _render_block(results, "accuracy.json", "accuracy-constraint", _accuracy_paragraphs)
+
+
+def _accuracy_paragraphs(R: dict[str, Any]) -> list[str]:
+    """The accuracy block's paragraphs after its first line (:func:`render_accuracy`)."""
     V = accuracy_verdict(R)
     k = R["protocol"]["se_rule"]
-    env = R.get("environment", {})
-    out = [f"Commit `{str(R.get('commit'))[:12]}`, {R.get('published', '?')}; machine {env.get('cpu', '?')}, "
-           f"{env.get('cpu_count', '?')} cores" + (" — **smoke**: not a result" if R.get("smoke") else "") + "."]
+    out: list[str] = []
     lines = ["| config | seed | recommended | base test acc | trial test acc | test drop ± SE | max drop | "
              f"over by > {k:g} SE? | confirmed drop | bound | bound covers test drop? |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -622,7 +634,7 @@ def render_accuracy(results: Path) -> str:
                "PyTorch; SE: the standard deviation of the per-image paired difference over √n. Confirmed drop and "
                "bound: the run's confirmation on held-out validation images (run.json). Raw records: "
                "`results/promises/accuracy.json`.")
-    return "\n\n".join(out) + "\n"
+    return out
 
 
 # ------------------------------------------------------------------ main

@@ -25,10 +25,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
                resolution=args.resolution, samples=args.samples, seed=args.seed, measure=not args.no_measure,
                mode=args.mode, bias_maps=args.bias_maps, gate_accuracy=not args.no_accuracy_gate, plan=args.plan,
                timing_only=args.timing_only)
-    print(f"wrote {out}/export.json, REPORT.md and {', '.join(r['files'])}")
-    lat = r.get("latency")
-    if lat:
-        print(f"speed-up {lat['speedup']:.2f}× (as-is {lat['as_is_ms']:.3f} ms → folded {lat['folded_ms']:.3f} ms)")
+    print(f"wrote {out}/export.json, REPORT.md and {', '.join(r.files)}")
+    lat = r.latency
+    if lat is not None:
+        print(f"speed-up {lat.speedup:.2f}× (as-is {lat.as_is_ms:.3f} ms → folded {lat.folded_ms:.3f} ms)")
     return 0
 
 

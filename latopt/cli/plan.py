@@ -6,8 +6,15 @@ from __future__ import annotations
 import argparse
 
 from latopt.cli.common import common_parser
-from latopt.cli.search import _budgets, _overrides, _print_front, _variants
-from latopt.constants import IMPORTANCE_METHODS, OBJECTIVES
+from latopt.cli.search import (
+    _budgets,
+    _overrides,
+    _print_front,
+    _variants,
+    add_run_options,
+    add_study_options,
+)
+from latopt.constants import IMPORTANCE_METHODS
 from latopt.errors import LatoptError
 
 
@@ -43,33 +50,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "measures within [B - 3 %%, B + 2 %%] or N plans are measured (default: "
                         "search.budget_rounds, 3); 0 = off (the LUT's plan). Count devices and devices that cannot "
                         "run here are not measured")
-    p.add_argument("--base", help="base checkpoint (default: trained once per study under runs/<study>/search/base/, "
-                                  "the Layer Folding study's)")
-    p.add_argument("--lut", help="latency LUT JSON (default: the config's lut, else ./profiles/<device>/...)")
-    p.add_argument("--study", help="study name (default: the config's name); the DP's study is <study>-dp")
-    p.add_argument("--runs-dir", default="runs", help="root of run directories (default: runs)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads per worker (default: all cores with --workers 1, else cores // workers)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="config override, dotted key and a YAML value (e.g. --set fold.post_epochs=2); repeatable")
-    study = p.add_argument_group("the DP's study (without --budget)")
-    study.add_argument("--trials", type=int,
-                       help="COMPLETE trials the study should hold (default: one per budget and the base)")
-    study.add_argument("--storage", help="SQLAlchemy URL (default: sqlite under runs/<study>-dp/search/study.db)")
-    study.add_argument("--objective", choices=OBJECTIVES, default="latency",
-                       help="second objective: LUT latency (default) or remaining non-linear layers")
-    study.add_argument("--max-acc-drop", type=float,
-                       help="feasible when base - trial accuracy <= D (default: search.max_acc_drop)")
-    study.add_argument("--measure", action="store_true",
-                       help="measure each candidate end-to-end on the config's device")
-    study.add_argument("--timeout", type=float, help="stop starting new trials after S seconds (a rerun continues)")
-    study.add_argument("--heartbeat-interval", type=int, default=30,
-                       help="seconds between trial heartbeats (default 30)")
-    study.add_argument("--grace-period", type=int, default=120,
-                       help="a RUNNING trial without heartbeat for this long is failed and retried (default 120)")
-    study.add_argument("--workers", type=int, default=1,
-                       help="local worker processes sharing the study (default 1; e.g. 2 on a 2-core machine)")
-    study.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
+    add_run_options(p, base_help="base checkpoint (default: trained once per study under "
+                                 "runs/<study>/search/base/, the Layer Folding study's)",
+                    study_help="study name (default: the config's name); the DP's study is <study>-dp")
+    add_study_options(p.add_argument_group("the DP's study (without --budget)"),
+                      trials_help="COMPLETE trials the study should hold (default: one per budget and the base)",
+                      storage_help="SQLAlchemy URL (default: sqlite under runs/<study>-dp/search/study.db)")
     p.set_defaults(func=_main)
 
 

@@ -24,36 +24,54 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "command pointed at a shared --storage URL and --study name; a rerun resumes the study. The DP "
                     "(one variant per block under a latency budget) is latopt plan.")
     p.add_argument("--config", help="run config: a YAML path or a shipped config's name; its search section gives ranges and defaults")
-    p.add_argument("--trials", type=int, help="COMPLETE trials the study should hold (default: search.trials)")
-    p.add_argument("--storage", help="SQLAlchemy URL (default: sqlite under runs/<study>/search/study.db)")
-    p.add_argument("--study", help="study name (default: the config's name)")
+    add_study_options(p, trials_help="COMPLETE trials the study should hold (default: search.trials)",
+                      storage_help="SQLAlchemy URL (default: sqlite under runs/<study>/search/study.db)")
     p.add_argument("--sampler", choices=SAMPLERS, help="default: search.sampler")
-    p.add_argument("--objective", choices=OBJECTIVES, default="latency",
-                   help="second objective: LUT latency (default) or remaining non-linear layers")
-    p.add_argument("--max-acc-drop", type=float, help="feasible when base - trial accuracy <= D (default: search.max_acc_drop)")
-    p.add_argument("--measure", action="store_true", help="measure each candidate end-to-end on the config's device")
-    p.add_argument("--timeout", type=float, help="stop starting new trials after S seconds (a rerun continues)")
-    p.add_argument("--base", help="base checkpoint (default: trained once per study under runs/<study>/search/base/)")
-    p.add_argument("--lut", help="latency LUT JSON (default: the config's lut, else ./profiles/<device>/...)")
     p.add_argument("--costs", choices=COSTS, default="lut",
                    help="c_l in the compression loss: from the LUT (default) or 1 for every block (paper default)")
-    p.add_argument("--runs-dir", default="runs", help="root of run directories (default: runs)")
+    add_run_options(p, base_help="base checkpoint (default: trained once per study under runs/<study>/search/base/)",
+                    study_help="study name (default: the config's name)")
+    # the DP is its own command now (latopt plan): --method optuna stays accepted, as the only method
+    # (--method dp is refused before parsing, by refusal())
+    p.add_argument("--method", choices=("optuna",), default="optuna", help=argparse.SUPPRESS)
+    p.add_argument("--show", action="store_true", help="print the Pareto front and write pareto.{json,csv,png}")
+    p.add_argument("--out", help="--show: output directory (default: the study directory)")
+    p.set_defaults(func=_main)
+
+
+def add_study_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, *, trials_help: str,
+                      storage_help: str) -> None:
+    """The options of the Optuna study that ``latopt search`` runs and ``latopt plan`` runs over budgets: its
+    size and storage, the second objective and the accuracy constraint, time limits, heartbeats and local workers
+    (``trials_help`` and ``storage_help``: each command's defaults)."""
+    p.add_argument("--trials", type=int, help=trials_help)
+    p.add_argument("--storage", help=storage_help)
+    p.add_argument("--objective", choices=OBJECTIVES, default="latency",
+                   help="second objective: LUT latency (default) or remaining non-linear layers")
+    p.add_argument("--max-acc-drop", type=float,
+                   help="feasible when base - trial accuracy <= D (default: search.max_acc_drop)")
+    p.add_argument("--measure", action="store_true", help="measure each candidate end-to-end on the config's device")
+    p.add_argument("--timeout", type=float, help="stop starting new trials after S seconds (a rerun continues)")
     p.add_argument("--heartbeat-interval", type=int, default=30, help="seconds between trial heartbeats (default 30)")
     p.add_argument("--grace-period", type=int, default=120,
                    help="a RUNNING trial without heartbeat for this long is failed and retried (default 120)")
     p.add_argument("--workers", type=int, default=1,
                    help="local worker processes sharing the study (default 1; e.g. 2 on a 2-core machine)")
+    p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
+
+
+def add_run_options(p: argparse.ArgumentParser, *, base_help: str, study_help: str) -> None:
+    """The options ``latopt search`` and ``latopt plan`` share for where a run starts and goes: the base
+    checkpoint, the LUT, the study's name, the runs directory, torch threads and config overrides (``base_help``
+    and ``study_help``: each command's defaults)."""
+    p.add_argument("--base", help=base_help)
+    p.add_argument("--lut", help="latency LUT JSON (default: the config's lut, else ./profiles/<device>/...)")
+    p.add_argument("--study", help=study_help)
+    p.add_argument("--runs-dir", default="runs", help="root of run directories (default: runs)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per worker (default: all cores with --workers 1, else cores // workers)")
-    # the DP is its own command now (latopt plan): --method optuna stays accepted, as the only method
-    # (--method dp is refused before parsing, by refusal())
-    p.add_argument("--method", choices=("optuna",), default="optuna", help=argparse.SUPPRESS)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="config override, dotted key and a YAML value (e.g. --set fold.post_epochs=2); repeatable")
-    p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--show", action="store_true", help="print the Pareto front and write pareto.{json,csv,png}")
-    p.add_argument("--out", help="--show: output directory (default: the study directory)")
-    p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:

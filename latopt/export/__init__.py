@@ -5,13 +5,14 @@
 [--no-accuracy-gate] [--timing-only] [--out DIR]``
 
 Python: ``from latopt.export import export``; ``export(checkpoint, device, out, ...)`` returns the
-export.json dict. The job below calls one module per role:
+export record (:class:`.record.ExportRecord`, what export.json holds). The job below calls one module per role:
 
 - :mod:`.plan`    what is exported (the checkpoint as it is, or folded here; resolution; LUT; ``--fold``)
 - :mod:`.gates`   the numeric gates (fold, ONNX, engine) and the accuracy gate
 - :mod:`.graph`   the ONNX file (latopt's exporter, nodes tagged with their block)
 - :mod:`.engine`  the export's one backend and its TensorRT engine (run by ``latopt.runtime``)
 - :mod:`.report`  the end-to-end latency measurement and ``REPORT.md``
+- :mod:`.record`  the export record: ``export.json`` written and read (:func:`.record.read_export_record`)
 
 What it does, in order (nothing is written unless every gate passes):
 
@@ -79,15 +80,14 @@ closed on every path, errors included (with pycuda a backend left open aborts th
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_json_atomic, write_text_atomic
+from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_text_atomic
 from latopt.checkpoint import load_checkpoint, recorded_test_acc
 from latopt.config import check_resolution
-from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS
-from latopt.dp.planfile import check_plan, plan_variants, read_plan
+from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS, FoldVariant, Precision
+from latopt.dp.planfile import Predicted, check_plan, plan_variants, read_plan
 from latopt.errors import LatoptError
 from latopt.export.engine import (
     ENGINE_BATCH,
@@ -131,6 +131,18 @@ from latopt.export.plan import (
     export_resolution,
     parse_fold_spec,
 )
+from latopt.export.record import (
+    EXPORT_SCHEMA,
+    BiasMapsSection,
+    Calibration,
+    ExportMode,
+    ExportRecord,
+    Int8Section,
+    Int8Settings,
+    PlanSection,
+    read_export_record,
+    write_export_record,
+)
 from latopt.export.report import measure_latency, render_report
 from latopt.latency.backends import close_backend
 from latopt.latency.devices import load_device
@@ -138,7 +150,6 @@ from latopt.latency.quantize import CALIB_IMAGES, INT8_SETTINGS, calibration_ima
 from latopt.log import get_logger
 from latopt.runtime import OrtRunner
 
-EXPORT_SCHEMA = "latopt.export/1"
 TIMING_ONLY_STEM = "model.timing-only"   # a timing-only export's files: model.timing-only.onnx, .engine, .int8.onnx
 
 
@@ -159,8 +170,8 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
            precision: str | None = None, fold: str | None = None, lut_path: str | None = None,
            resolution: int | None = None, samples: int = 32, seed: int = 0, measure: bool = True,
            progress: bool = True, mode: str | None = None, bias_maps: str = "deferred",
-           gate_accuracy: bool = True, plan: str | Path | None = None, timing_only: bool = False) -> dict[str, Any]:
-    """The whole export; returns the export.json dict. Raises LatoptError / VerificationError.
+           gate_accuracy: bool = True, plan: str | Path | None = None, timing_only: bool = False) -> ExportRecord:
+    """The whole export; returns the export record (export.json). Raises LatoptError / VerificationError.
 
     ``fold`` None exports the checkpoint as it is (never folds it); see the module docstring. ``plan``: a plan
     file (:mod:`latopt.dp.planfile`) applied to an unfolded checkpoint instead of ``fold``, in its fold mode
@@ -227,21 +238,23 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
 def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt: str, precision: str,
             fold: str | None, lut_path: str | None, resolution: int | None, samples: int, seed: int,
             measure: bool, say: Any, mode: str, bias_maps: str, gate_accuracy: bool,
-            plan: tuple[str | Path, dict[str, Any]] | None, timing_only: bool = False) -> dict[str, Any]:
+            plan: tuple[str | Path, dict[str, Any]] | None, timing_only: bool = False) -> ExportRecord:
     trt_backend = backend if fmt in ("engine", "all") else None
     say(f"loading {checkpoint}")
     loaded = load_checkpoint(checkpoint)
     recorded_test_acc(loaded[2])  # a malformed record is refused before any work
     res = export_resolution(loaded[1], loaded[2], resolution)
     lut = export_lut(lut_path, loaded[1], device, res)
-    plan_record, spans = None, []
+    plan_record: PlanSection | None = None
+    plan_notes: list[str] = []
+    spans: list[list[int]] = []
     what: str | dict[int, str] | None = fold  # the --fold spec, or a plan file's {block: variant}
     if plan is not None:
-        what, plan_record = _plan_fold(checkpoint, loaded[1], res, device, *plan)
+        what, plan_record, plan_notes = _plan_fold(checkpoint, loaded[1], res, device, *plan)
         spans = plan[1].get("spans", [])
     p = build_plan(checkpoint, loaded, fold=what, lut=lut, res=res, mode=mode, spans=spans)
     if plan_record is not None:
-        p.notes.extend(plan_record.pop("notes"))
+        p.notes.extend(plan_notes)
     task = checkpoint_task(p.meta, p.resolution)
     # before anything is written: the gate cannot be edited away, and export.json says whether it held
     ungated = require_accuracy_gate(p, task, gate_accuracy, timing_only=timing_only)
@@ -260,14 +273,6 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
         say(g.line())
     check_gates(gates)
 
-    result: dict[str, Any] = {"schema": EXPORT_SCHEMA, "checkpoint": str(checkpoint), "device": device.name,
-                              "model": p.arch["model"], "resolution": p.resolution, "mode": p.mode,
-                              "precision": precision, "folded": {str(k): v for k, v in p.plan.items()},
-                              "spans": p.spans, "bias_maps": p.bias_maps, "notes": p.notes,
-                              "accuracy_gate": ungated is None, "accuracy_gate_reason": ungated,
-                              "timing_only": timing_only}
-    if plan_record is not None:
-        result["plan"] = plan_record
     with atomic_dir(out) as tmp:
         for stale in EXPORT_FILES:    # an earlier export's files in --out never outlive this one (model.engine)
             (tmp / stale).unlink(missing_ok=True)
@@ -293,12 +298,14 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
                     accs["engine"] = runner_accuracy(engine, task, batch=ENGINE_BATCH)
             files.append(names["engine"])
             shipped = engine_path
-        result["gates"] = [asdict(g) | {"passed": g.passed} for g in gates]
-        result["accuracy"] = accuracy_gate(p, task, accs, precision, say, gated=ungated is None)
+        accuracy = accuracy_gate(p, task, accs, precision, say, gated=ungated is None)
+        int8 = None
         if precision == "int8":
-            shipped = _write_int8(p, onnx_path, tmp / names["int8"], task, x, accs.get("onnx"), ungated is None,
-                                  result, say, off="--timing-only" if timing_only else "--no-accuracy-gate")
-            files.append(names["int8"])
+            int8 = _write_int8(p, onnx_path, tmp / names["int8"], task, x, accs.get("onnx"), ungated is None,
+                               say, off="--timing-only" if timing_only else "--no-accuracy-gate")
+            shipped = tmp / int8.file
+            files.append(int8.file)
+        latency = None
         if measure:
             lut_precision = None if lut is None else (lut.precision or device.precision)  # older LUTs: the profile's
             if lut is not None and precision != lut_precision:
@@ -308,40 +315,50 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
             timed_on = at_precision(device, precision)
             if trt_backend is not None:   # the shipped engine runs at its own batch
                 timed_on, lut = engine_timing(timed_on, lut, p.notes)
-            result["latency"] = measure_latency(p, timed_on, lut, say, backend=backend, folded=shipped)
-        result["files"] = files
-        write_json_atomic(tmp / "export.json", result)
-        write_text_atomic(tmp / "REPORT.md", render_report(result))
-    return result
+            latency = measure_latency(p, timed_on, lut, say, backend=backend, folded=shipped)
+        record = ExportRecord(
+            checkpoint=str(checkpoint), device=device.name, model=p.arch["model"], resolution=p.resolution,
+            # the plan's mode and variants, and --precision, were checked against their choices before any work
+            mode=cast(ExportMode, p.mode), precision=cast(Precision, precision),
+            folded=cast(dict[str, FoldVariant], {str(k): v for k, v in p.plan.items()}), spans=p.spans,
+            bias_maps=None if p.bias_maps is None else BiasMapsSection.model_validate(p.bias_maps),
+            notes=list(p.notes), accuracy_gate=ungated is None, accuracy_gate_reason=ungated,
+            timing_only=timing_only, plan=plan_record, gates=[g.record() for g in gates], accuracy=accuracy,
+            int8=int8, latency=latency, files=files)
+        write_export_record(tmp / "export.json", record)
+        write_text_atomic(tmp / "REPORT.md", render_report(record))
+    return record
 
 
 def _plan_fold(checkpoint: str | Path, arch: dict[str, Any], res: int, device: Any, path: str | Path,
-               plan: dict[str, Any]) -> tuple[dict[int, str], dict[str, Any]]:
+               plan: dict[str, Any]) -> tuple[dict[int, str], PlanSection, list[str]]:
     """A plan file's {block: variant} for this unfolded checkpoint (refused when the plan is for another
-    model, resolution or number of classes), and what export.json records of it: the file, its device and
-    prediction, and notes (a plan made for another device is measured here; its LUT is not compared)."""
+    model, resolution or number of classes), what export.json records of it (the file, its device and
+    prediction) and the notes it adds (a plan made for another device is measured here; its LUT is not
+    compared)."""
     if arch.get("fold") is not None:
         raise LatoptError(f"{checkpoint} is already folded; a plan applies to an unfolded (base) checkpoint",
                           param="checkpoint")
     check_plan(plan, path, model=arch["model"], resolution=res, num_classes=int(arch["num_classes"]))
-    lut = plan.get("lut") or {}
-    made_for = lut.get("device")
-    record: dict[str, Any] = {"file": str(path), "sha256": file_sha256(path), "device": made_for, "lut_sha256": lut.get("sha256"),
-              "budget": plan.get("budget"), "importance": plan.get("importance"), "predicted": plan.get("predicted"),
-              "notes": [f"the plan file {path} (budget {plan.get('budget')}, {plan.get('importance')} importance) is "
-                        "applied through the fold algebra, not fine-tuned"]}
+    lut = plan["lut"]   # read_plan validated every field
+    made_for = lut["device"]
+    record = PlanSection(file=str(path), sha256=file_sha256(path), device=made_for, lut_sha256=lut["sha256"],
+                         budget=plan["budget"], importance=plan["importance"],
+                         predicted=Predicted.model_validate(plan["predicted"]))
+    notes = [f"the plan file {path} (budget {record.budget}, {record.importance} importance) is applied through the "
+             "fold algebra, not fine-tuned"]
     if made_for != device.name:
-        record["notes"].append(f"the plan was made for device {made_for!r}, measured here on {device.name!r}: its "
-                               "predicted speed-up (from the other device's LUT) is not compared")
-    return plan_variants(plan), record
+        notes.append(f"the plan was made for device {made_for!r}, measured here on {device.name!r}: its "
+                     "predicted speed-up (from the other device's LUT) is not compared")
+    return plan_variants(plan), record, notes
 
 
 def _write_int8(p: Plan, onnx_path: Path, int8_path: Path, task: Any | None, x: Any, onnx_acc: float | None,
-                gate_accuracy: bool, result: dict[str, Any], say: Any, off: str = "--no-accuracy-gate") -> Path:
+                gate_accuracy: bool, say: Any, off: str = "--no-accuracy-gate") -> Int8Section:
     """``int8_path``: the gated fp32 ``onnx_path`` as ONNX Runtime static INT8, calibrated on the first
     :data:`~latopt.latency.quantize.CALIB_IMAGES` training images of the task (without a task: the numeric
     gates' random-normal inputs, and said so), its test accuracy gated against ``onnx_acc``
-    (:func:`.gates.int8_gate`); ``result["int8"]`` records it."""
+    (:func:`.gates.int8_gate`); returns what export.json records of it."""
     if task is not None:
         calib = calibration_images(task, CALIB_IMAGES)
         source = f"training images of {task.name}, the first of the split, no augmentation"
@@ -353,14 +370,14 @@ def _write_int8(p: Plan, onnx_path: Path, int8_path: Path, task: Any | None, x: 
     if task is not None:
         with OrtRunner(int8_path) as runner:
             acc = runner_accuracy(runner, task, batch=256)
-    result["int8"] = {"file": int8_path.name, "quantization": INT8_SETTINGS,
-                      "calibration": {"count": len(calib), "source": source},
-                      **int8_gate(p, task, acc, onnx_acc, gate_accuracy, say, off=off)}
-    return int8_path
+    gate = int8_gate(p, task, acc, onnx_acc, gate_accuracy, say, off=off)
+    return Int8Section(**gate.model_dump(), file=int8_path.name, quantization=Int8Settings.model_validate(INT8_SETTINGS),
+                       calibration=Calibration(count=len(calib), source=source))
 
 
 __all__ = ["ACC_TOL_INT8", "EXPORT_FILES", "EXPORT_SCHEMA", "INT8_FILE", "NOISE_K", "TIMING_ONLY_STEM", "TOL_ONNX",
-           "Gate", "Plan", "accuracy_gate", "artefact_names", "auto_plan", "build_plan", "check_fold_size",
+           "ExportRecord", "Gate", "Plan", "accuracy_gate", "artefact_names", "auto_plan", "build_plan", "check_fold_size",
            "checkpoint_task", "compare_outputs", "defer_plan", "deferred_gates", "engine_gate", "export", "fold_gates",
            "gate_inputs", "int8_gate", "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report",
-           "runner_accuracy", "runner_correct", "tag_block_nodes", "torch_out"]
+           "read_export_record", "runner_accuracy", "runner_correct", "tag_block_nodes", "torch_out",
+           "write_export_record"]

@@ -2,7 +2,8 @@
 
 Public API::
 
-    Gate                                          one comparison: max |diff|, scale, relative, tolerance, verdict
+    Gate                                          one comparison: max |diff|, scale, relative, tolerance, verdict;
+                                                  ``.record()`` what export.json keeps of it (GateRecord)
     compare_outputs(name, out, ref, tol, inputs, floor=None, roundoff=1.0) -> Gate
     engine_gate(precision, out, ref, inputs, floor) -> Gate   the TensorRT engine against ONNX Runtime
     noise_floor(model, x) -> float                the network's own float32 rounding (float32 vs float64)
@@ -12,8 +13,10 @@ Public API::
     onnx_gate(model, onnx_path, x, inputs, floor=None) -> (Gate, ONNX Runtime outputs)
     check_gates(gates)                            VerificationError naming every failed gate
     checkpoint_task(meta, resolution) -> Task | None;  gate_inputs(task, resolution, n, seed) -> (x, what)
-    runner_accuracy(runner, task, batch) -> float;  accuracy_gate(plan, task, accs, precision, say, gated=True)
-    int8_gate(plan, task, int8_acc, onnx_acc, enabled, say, off=...) -> dict   the INT8 model against the fp32 ONNX file
+    runner_accuracy(runner, task, batch) -> float
+    accuracy_gate(plan, task, accs, precision, say, gated=True) -> AccuracySection | None
+    int8_gate(plan, task, int8_acc, onnx_acc, enabled, say, off=...) -> Int8Accuracy   the INT8 model against the
+                                                  fp32 ONNX file
     ungated_reason(plan, task) -> str | None      why the record does not describe the shipped network (None: it does)
     require_accuracy_gate(plan, task, enabled, timing_only=False) -> str | None
                                                   refuse an export whose accuracy cannot be gated as recorded
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ from latopt.checkpoint import recorded_test_acc
 from latopt.data import collate, get_task, limit_task
 from latopt.errors import LatoptError, VerificationError
 from latopt.export.plan import Plan
+from latopt.export.record import AccuracySection, GateRecord, Int8Accuracy
 from latopt.fold import as_shipped, fold_blocks, linearize, merge_spans, verify_fold
 from latopt.runtime import OrtRunner
 
@@ -86,6 +90,10 @@ class Gate:
     @property
     def passed(self) -> bool:
         return bool(self.rel <= self.tol)
+
+    def record(self) -> GateRecord:
+        """What export.json records of this gate."""
+        return GateRecord(**asdict(self), passed=self.passed)
 
     def line(self) -> str:
         verdict = "ok" if self.passed else "FAILED"
@@ -314,7 +322,7 @@ def require_accuracy_gate(p: Plan, task: Any | None, enabled: bool, *, timing_on
 
 
 def accuracy_gate(p: Plan, task: Any | None, accs: dict[str, float], precision: str,
-                  say: Callable[[str], None], *, gated: bool = True) -> dict[str, Any] | None:
+                  say: Callable[[str], None], *, gated: bool = True) -> AccuracySection | None:
     """The exported artefacts' test accuracy beside the one the checkpoint records. ``gated`` (what
     :func:`require_accuracy_gate` allowed: the record describes the shipped network): a difference above one
     test sample is a VerificationError; otherwise the accuracy is reported only."""
@@ -323,13 +331,11 @@ def accuracy_gate(p: Plan, task: Any | None, accs: dict[str, float], precision: 
         return None
     n = len(task.test)
     rec = recorded_test_acc(p.meta)
-    record: dict[str, Any] = {"task": task.name, "samples": n, "test_acc": accs["onnx"],
-                              "engine_test_acc": accs.get("engine"), "recorded": None, "recorded_at": None,
-                              "gated": False, "tolerance": 1.0 / n}
     shown = ", ".join(f"{k} {v:.4f}" for k, v in accs.items())
-    if rec is not None:
-        record.update(recorded=rec[0], recorded_at=rec[1])
     said = "" if rec is None else f"; recorded {rec[0]:.4f} ({rec[1]})"
+    record = AccuracySection(task=task.name, samples=n, test_acc=accs["onnx"], engine_test_acc=accs.get("engine"),
+                             recorded=None if rec is None else rec[0], recorded_at=None if rec is None else rec[1],
+                             gated=gated, tolerance=1.0 / n)
     if not gated:
         say(f"test accuracy on {task.name} ({n} samples): {shown}{said}; not gated")
         return record
@@ -337,7 +343,6 @@ def accuracy_gate(p: Plan, task: Any | None, accs: dict[str, float], precision: 
     if why is not None or rec is None:   # require_accuracy_gate refused it before any work
         raise VerificationError(f"accuracy gate asked of an export it cannot gate: {why}")
     recorded, where = rec
-    record["gated"] = True
     say(f"test accuracy on {task.name} ({n} samples): {shown}{said}")
     tol = {"onnx": 1.0 / n, "engine": 1.0 / n + (ACC_TOL_FP16 if precision == "fp16" else 0.0)}
     bad = [f"{k} {v:.4f}" for k, v in accs.items() if abs(v - recorded) > tol[k] + 1e-12]
@@ -349,7 +354,7 @@ def accuracy_gate(p: Plan, task: Any | None, accs: dict[str, float], precision: 
 
 
 def int8_gate(p: Plan, task: Any | None, acc: float | None, onnx_acc: float | None, enabled: bool,
-              say: Callable[[str], None], *, off: str = GATE_OFF) -> dict[str, Any]:
+              say: Callable[[str], None], *, off: str = GATE_OFF) -> Int8Accuracy:
     """The INT8 model's test accuracy against the fp32 ONNX file's (which :func:`accuracy_gate` ties to the
     checkpoint's record): lower by more than :data:`ACC_TOL_INT8` + one test sample is a VerificationError.
     Not gated, and said in the notes, when the checkpoint names no task (nothing to measure it on) or with
@@ -358,12 +363,12 @@ def int8_gate(p: Plan, task: Any | None, acc: float | None, onnx_acc: float | No
     if task is None or acc is None or onnx_acc is None:
         p.notes.append("INT8 model not accuracy-gated: the checkpoint names no task (its calibration inputs were "
                        "random, not data)")
-        return {"test_acc": None, "onnx_test_acc": None, "samples": None, "tolerance": None,
-                "tolerance_base": ACC_TOL_INT8, "gated": False}
+        return Int8Accuracy(test_acc=None, onnx_test_acc=None, samples=None, tolerance=None,
+                            tolerance_base=ACC_TOL_INT8, gated=False)
     n = len(task.test)
     tol = ACC_TOL_INT8 + 1.0 / n
-    record = {"test_acc": acc, "onnx_test_acc": onnx_acc, "samples": n, "tolerance": tol,
-              "tolerance_base": ACC_TOL_INT8, "gated": enabled}
+    record = Int8Accuracy(test_acc=acc, onnx_test_acc=onnx_acc, samples=n, tolerance=tol,
+                          tolerance_base=ACC_TOL_INT8, gated=enabled)
     say(f"INT8 test accuracy on {task.name} ({n} samples): {acc:.4f} vs ONNX fp32 {onnx_acc:.4f}"
         + ("" if enabled else f"; not gated: {off}"))
     if not enabled:

@@ -17,7 +17,10 @@ Public API::
     variant_times(lut, index) -> dict[str, float]   {"none", "full", and the other profiled variants it allows}
     check_variants(variants) -> tuple[str, ...]   the variants ``latopt profile --variants`` times ("full" first)
     default_lut_path(device, model, resolution, batch) -> Path   profiles/<device>/<model>-r<res>-b<batch>.json
-                                             (relative to the working directory, or under $LATOPT_PROFILES_DIR)
+                                             (relative to the working directory, or under $LATOPT_PROFILES_DIR;
+                                             <model>: lut_model_name's, one path for every spelling of a model)
+    lut_model_name(model) -> str             the model name a LUT records: the canonical spelling
+                                             (``latopt.models.canonical_name``), else the name as given
     calibrate(raw, fixed_raw, nets) -> (scales, notes)             per-variant scales (used by the profiler)
 
 Times. ``BlockEntry.raw[v]`` are the measured statistics of block ``index`` in variant ``v`` ("none" =
@@ -289,6 +292,20 @@ def _same_model(a: str, b: str) -> bool:
     return same_model(a, b)
 
 
+def lut_model_name(model: str) -> str:
+    """The model name a LUT records (the profiler) and is filed under (:func:`default_lut_path`): its canonical
+    spelling (:func:`latopt.models.canonical_name`: ``torchvision/mobilenet_v2?width=1.0`` and
+    ``timm/mobilenetv2_100`` are ``torchvision/mobilenet_v2`` and ``mobilenetv2_100``), so that every spelling of a
+    model finds one LUT; a name latopt cannot parse (a profiled module's label) as given. LUTs that recorded
+    another spelling still load: :func:`load_lut` compares names as models."""
+    from latopt.models import canonical_name  # torch
+
+    try:
+        return canonical_name(model)
+    except LatoptError:
+        return model
+
+
 def check_blocks(lut: LUT, blocks: Sequence[Any], path: str | Path = "the LUT") -> None:
     """LatoptError unless ``lut`` times exactly ``blocks``, the block list of the model it is used with
     (:func:`latopt.blocks.find_blocks`): one entry per block, at the same module path, and every timed span
@@ -424,5 +441,6 @@ def _slug(model: str) -> str:
 
 def default_lut_path(device: str, model: str, resolution: int, batch: int) -> Path:
     """Where ``latopt profile`` writes a LUT and the other stages look for it: ``profiles/<device>/...`` in the
-    working directory (:func:`~latopt.latency.devices.profiles_dir`), never inside the installed package."""
-    return profiles_dir() / device / f"{_slug(model)}-r{int(resolution)}-b{int(batch)}.json"
+    working directory (:func:`~latopt.latency.devices.profiles_dir`), never inside the installed package; one
+    path for every spelling of ``model`` (:func:`lut_model_name`)."""
+    return profiles_dir() / device / f"{_slug(lut_model_name(model))}-r{int(resolution)}-b{int(batch)}.json"

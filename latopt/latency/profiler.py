@@ -62,7 +62,7 @@ from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_block_module
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import DeviceProfile
-from latopt.latency.lut import LUT, BlockEntry, SpanEntry, calibrate, check_variants, predict
+from latopt.latency.lut import LUT, BlockEntry, SpanEntry, calibrate, check_variants, lut_model_name, predict
 from latopt.latency.spans import (
     check_span_profile,
     span_candidates,
@@ -189,7 +189,9 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: 
                   fold_mode: str = "exact", name: str | None = None) -> LUT:
     """Profile every block of a model on ``device`` in ``variants`` (``full`` always; ``span`` among them: the
     exact spans too, :mod:`latopt.latency.spans`, refused up front in paper mode or without ``pw``/``drop``:
-    :func:`~latopt.latency.spans.check_span_profile`) and return the calibrated LUT (see module docstring)."""
+    :func:`~latopt.latency.spans.check_span_profile`) and return the calibrated LUT (see module docstring). The LUT
+    records the model's canonical name (``name`` if given, else the model's name or its module's class name;
+    :func:`~latopt.latency.lut.lut_model_name`)."""
     variants = list(variants)
     spans = "span" in variants
     variants = check_variants(v for v in variants if v != "span")
@@ -212,7 +214,7 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
     modes: list[tuple[Any, bool]] = []
     try:
         model, model_name = _build(model_name_or_module, num_classes)
-        model_name = name or model_name
+        model_name = lut_model_name(name or model_name)   # the canonical spelling: one LUT per model
         modes = [(m, m.training) for m in model.modules()]
         model.eval()
         blocks = find_blocks(model)

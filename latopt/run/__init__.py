@@ -36,7 +36,7 @@ clean-up), ``stages.py`` (the five stages, declared: fingerprint, outputs, make,
 Public API::
 
     run_main(config=None, *, device=None, trials=None, runs_dir="runs", seed=0, fresh=False) -> dict
-    write_report(root, cfg, lut, base, srch, result, times, plan=None) -> summary str
+    write_report(root, cfg, lut, base, srch, exported, times, plan=None) -> summary str
     latency_chart(lut, folded, path) -> Path
 """
 

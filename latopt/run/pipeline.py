@@ -104,8 +104,9 @@ def _run_stage(job: Job, i: int, stage: Stage) -> None:
 def run_main(config: str | Path | None = None, *, device: str | None = None, trials: int | None = None,
              runs_dir: str | Path = "runs", seed: int = 0, fresh: bool = False) -> dict[str, Any]:
     """The whole job (see :mod:`latopt.run`). Progress goes to the ``latopt.run`` logger; nothing is
-    printed. Returns ``{"root", "summary" (the one-screen summary), "report" (REPORT.md), "export",
-    "search", "base", "stages" (what was done with each stage, and why), "seconds"}``."""
+    printed. Returns ``{"root", "summary" (the one-screen summary), "report" (REPORT.md), "export" (the export
+    record, :class:`latopt.export.ExportRecord`), "search", "base", "stages" (what was done with each stage, and
+    why), "seconds"}``."""
     if trials is not None and trials < 1:
         raise LatoptError(f"trials must be >= 1, got {trials}", param="trials")
     config = config_path(config or DEFAULT_CONFIG)

@@ -2,7 +2,7 @@
 
 Public API::
 
-    write_report(root, cfg, lut, base, srch, result, times, plan=None) -> summary str
+    write_report(root, cfg, lut, base, srch, exported, times, plan=None) -> summary str   exported: the export record
     constraint_lines(srch, acc_before, acc_after) -> lines   the constraint, the confirmed drop, the test drop
     latency_chart(lut, folded, path) -> Path      per-block LUT times, as-is and folded, the folded blocks marked
     action(why) -> str                            what an invocation did with a stage, from its plan entry
@@ -10,17 +10,19 @@ Public API::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
 from latopt.artifacts import write_bytes_atomic, write_figure_atomic, write_text_atomic
+from latopt.export.record import ExportRecord
 from latopt.layerfold import undertrained_warning
 from latopt.run.state import NOT_RUN_YET
 
 
-def latency_chart(lut: Any, folded: dict[int, str], path: Path) -> Path:
+def latency_chart(lut: Any, folded: Mapping[int, str], path: Path) -> Path:
     """Per-block bar chart: LUT time as-is and folded; the blocks of the exported fold set marked."""
     idx = [b.index for b in lut.blocks]
     asis = [b.ms["none"] for b in lut.blocks]
@@ -44,17 +46,18 @@ def latency_chart(lut: Any, folded: dict[int, str], path: Path) -> Path:
 
 
 def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dict[str, Any],
-                 result: dict[str, Any], times: dict[str, float], plan: dict[str, str | None] | None = None) -> str:
+                 exported: ExportRecord, times: dict[str, float], plan: dict[str, str | None] | None = None) -> str:
     """REPORT.md (+ the per-block chart and the Pareto plot) in ``root``; returns the one-screen summary.
 
-    ``plan``: what this invocation did with each stage (None = reused, else why it was re-run)."""
-    folded = {int(k): v for k, v in result.get("folded", {}).items()}
+    ``exported``: the export stage's record; ``plan``: what this invocation did with each stage (None = reused,
+    else why it was re-run)."""
+    folded = {int(k): v for k, v in exported.folded.items()}
     latency_chart(lut, folded, root / "latency_blocks.png")
     pareto = Path(srch.get("pareto_png") or "")
     if pareto.is_file():
         write_bytes_atomic(root / "pareto.png", pareto.read_bytes())
-    lat = result.get("latency") or {}
-    acc_after = (result.get("accuracy") or {}).get("test_acc")
+    lat = exported.latency
+    acc_after = None if exported.accuracy is None else exported.accuracy.test_acc
     acc_before = base.get("test_acc")
     lines = [
         f"latopt run — {cfg.name}: {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution}, device {lut.device}",
@@ -64,20 +67,20 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
            and "lambda_c" in srch["params"] and not (srch.get("row") or {}).get("base") else ""),
         f"  test accuracy   {_pct(acc_before)} → {_pct(acc_after)}",
     ]
-    if lat:
-        lines += [f"  latency         {lat['as_is_ms']:.3f} ms → {lat['folded_ms']:.3f} ms (measured in this run, "
-                  f"median of {lat['repeats']['as_is']}/{lat['repeats']['folded']} interleaved repeats)",
-                  f"  speed-up        {lat['speedup']:.2f}× (quartile range {lat['speedup_range'][0]:.2f}–"
-                  f"{lat['speedup_range'][1]:.2f}×)"]
-        if "lut_speedup" in lat:
-            when = f" timed {lat['lut_created']}" if lat.get("lut_created") else ""
-            clock = f", {lat['clock']} clock" if lat.get("clock") else ""
-            lines.append(f"  LUT prediction  {lat['lut_speedup']:.2f}× (per-block sums from the LUT{when}{clock}; "
-                         f"{lat['lut_speedup_error']:+.1%} against the speed-up measured in this run)")
+    if lat is not None:
+        lines += [f"  latency         {lat.as_is_ms:.3f} ms → {lat.folded_ms:.3f} ms (measured in this run, "
+                  f"median of {lat.repeats.as_is}/{lat.repeats.folded} interleaved repeats)",
+                  f"  speed-up        {lat.speedup:.2f}× (quartile range {lat.speedup_range[0]:.2f}–"
+                  f"{lat.speedup_range[1]:.2f}×)"]
+        if lat.lut_speedup is not None and lat.lut_speedup_error is not None:
+            when = f" timed {lat.lut_created}" if lat.lut_created else ""
+            clock = f", {lat.clock} clock" if lat.clock else ""
+            lines.append(f"  LUT prediction  {lat.lut_speedup:.2f}× (per-block sums from the LUT{when}{clock}; "
+                         f"{lat.lut_speedup_error:+.1%} against the speed-up measured in this run)")
     lines += constraint_lines(srch, acc_before, acc_after)
     if srch.get("note"):
         lines.append(f"  note            {srch['note']}")
-    warning = undertrained_warning(acc_before, acc_after, (result.get("accuracy") or {}).get("samples"))
+    warning = undertrained_warning(acc_before, acc_after, None if exported.accuracy is None else exported.accuracy.samples)
     if warning:
         lines.append(f"  warning         {warning}")
     plan = plan or {}

@@ -14,7 +14,7 @@ base       its record: checkpoint, test_acc, val_acc (:func:`latopt.train.train_
 profile    the LUT (profiled on the device, or the config's ``lut``)
 search     its record: the recommended trial, its checkpoint (None: the base), fold set, params, the
            constraint and its confirmation (held-out validation images), the faster trials rejected
-export     export.json's content (:func:`latopt.export.export`)
+export     the export record (:class:`latopt.export.ExportRecord`, export.json; :func:`latopt.export.export`)
 report     the one-screen summary (REPORT.md, the charts and config.yaml written)
 =========  ===================================================================================
 """
@@ -35,11 +35,10 @@ from latopt import __version__
 from latopt.artifacts import file_sha256
 from latopt.config import dump_config, write_config
 from latopt.errors import LatoptError
-from latopt.export import export
+from latopt.export import ExportRecord, export, read_export_record
 from latopt.latency.lut import load_lut, save_lut
 from latopt.latency.profiler import format_lut, profile_model
 from latopt.log import get_logger
-from latopt.readers import read_json
 from latopt.run.report import write_report
 from latopt.run.state import REPORT_FILES, RunState
 from latopt.search import (
@@ -214,7 +213,7 @@ def _export_made_from(job: Job) -> dict[str, Any]:
             "device profile": job.device_sha, "seed": job.seed, "latopt version": __version__}
 
 
-def _export_make(job: Job, say: Say) -> tuple[dict[str, Any], Any]:
+def _export_make(job: Job, say: Say) -> tuple[dict[str, Any], ExportRecord]:
     folded = job.results["search"]["checkpoint"]   # None: the recommendation is the base itself
     result = export(folded or job.results["base"]["checkpoint"], job.cfg.device, job.root / "export", fmt="onnx",
                     fold=None if folded else "none", lut_path=str(job.lut_path), seed=job.seed)
@@ -224,8 +223,7 @@ def _export_make(job: Job, say: Say) -> tuple[dict[str, Any], Any]:
 EXPORT = Stage(
     "export", ("base", "search"), _export_made_from, lambda job: [job.root / "export"],
     lambda job: "ONNX, numeric gates, as-is vs folded measured in one interleaved run", _export_make,
-    reuse=lambda job, rec: (str(job.root / "export"),
-                            read_json(job.root / "export" / "export.json", what="export record")))
+    reuse=lambda job, rec: (str(job.root / "export"), read_export_record(job.root / "export" / "export.json")))
 
 
 # 5. report --------------------------------------------------------------------------------------------
