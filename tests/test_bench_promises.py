@@ -81,6 +81,28 @@ def test_publish_and_render_the_smoke_run(smoke_runs: Path, tmp_path: Path) -> N
     assert "has not been run yet" in bp.render_accuracy(dest)
 
 
+def test_publish_merge_keeps_earlier_sessions(smoke_runs: Path, tmp_path: Path) -> None:
+    """A stage run over two sessions: --merge keeps the cells published before, replaces a cell published
+    again, and names each session's machine in the table's first line."""
+    dest = tmp_path / "results"
+    assert bp.main(["publish", "--runs-dir", str(smoke_runs), "--results", str(dest)]) == 0
+    assert bp.main(["publish", "--runs-dir", str(smoke_runs), "--results", str(dest), "--merge"]) == 0
+    R = json.loads((dest / "budget.json").read_text())
+    assert len(R["cells"]) == 2 and len(R["sessions"]) == 1     # republished: replaced, not doubled
+    later = tmp_path / "later" / "budget" / "cells"
+    later.mkdir(parents=True)
+    rec = json.loads((smoke_runs / "budget" / "cells" / "budget-tiny.cpu@0.7.json").read_text())
+    (later / "budget-tiny.cpu@0.9.json").write_text(json.dumps(rec | {"cell": "budget-tiny.cpu@0.9", "budget": 0.9}))
+    assert bp.main(["publish", "--runs-dir", str(tmp_path / "later"), "--results", str(dest), "--merge"]) == 0
+    R = json.loads((dest / "budget.json").read_text())
+    assert {r["cell"] for r in R["cells"]} >= {"budget-tiny.cpu@0.7", "budget-tiny.cpu@0.9"} and len(R["cells"]) == 3
+    assert [len(g["cells"]) for g in R["sessions"]] == [2, 1]
+    assert bp.render_budget(dest).startswith("2 cells: commit")
+    # without --merge a publish starts the file again
+    assert bp.main(["publish", "--runs-dir", str(tmp_path / "later"), "--results", str(dest)]) == 0
+    assert len(json.loads((dest / "budget.json").read_text())["cells"]) == 1
+
+
 # ------------------------------------------------------------------ the budget's verdict, hand-made
 def _budget_cell(model: str, b: float, ratio: float, lut_error: float | None, res: int = 224) -> dict[str, Any]:
     first = None if lut_error is None else {"predicted_ratio": ratio * (1 + lut_error), "measured_ratio": ratio,

@@ -576,14 +576,6 @@ NOT_RUN = ("{what} has not run yet: there is no `results/hardware-awareness/{whe
            "amendment of 2026-12-02, has its protocol and commands).\n")
 
 
-def machine(env: dict[str, Any]) -> str:
-    """The machine of a final run in words: CPU, its widest vector unit, cores."""
-    flags = set(env.get("cpu_flags") or ())
-    vec = ("AVX-512" + (" with VNNI" if "avx512_vnni" in flags else "") if "avx512f" in flags
-           else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2" if flags else "flags not recorded")
-    return f"{env.get('cpu', '?')} ({vec}), {env.get('cpu_count', '?')} cores"
-
-
 def render_e1(results: Path) -> str:
     """docs/hardware-awareness.md's E1 block, from results/hardware-awareness/e1/ only."""
     root = Path(results) / "e1"
@@ -609,7 +601,7 @@ def render_e1(results: Path) -> str:
             (f"seeds {g['seeds']}: c" if len(groups) > 1 else "C")
             + f"ells by commit `{(g.get('commit') or 'unknown')[:10]}`, started {g['started'][:16]}; final run "
               f"(every network fp32 and INT8 interleaved) {g['measure'].get('rounds')} rounds, "
-              f"{g['measure'].get('seconds', 0):.0f} s; machine {machine(g['measure'].get('environment', {}))}"
+              f"{g['measure'].get('seconds', 0):.0f} s; machine {bm.machine(g['measure'].get('environment', {}))}"
             for g in groups)
         out.append(f"Seeds {run['seeds']}; {sizes.get('train')} training / {sizes.get('val')} validation / "
                    f"{sizes.get('test')} test images; bases {sch['base_epochs']} epochs; every network then "
@@ -707,7 +699,7 @@ def render_e2(results: Path) -> str:
            f"fine-tuning), the DP at budget {b:g} of each source's LUT-predicted as-is cost; "
            f"{e2['runs']} interleaved runs per device; seeds {seeds}"
            + (" — **smoke**: not a result" if run.get("smoke") else "")
-           + f". Machine {machine(env)}."]
+           + f". Machine {bm.machine(env)}."]
     head = ("| measured on ↓ / plan from → | " + " | ".join(sources)
             + " | own plan − best other plan that meets the budget, pt [95 % CI] | label |")
     lines = [head, "|" + "---|" * (len(sources) + 3)]

@@ -954,6 +954,14 @@ def _q(v: list[float]) -> list[float]:
     return [float(x) for x in q]
 
 
+def machine(env: dict[str, Any]) -> str:
+    """The machine of a final run in words: CPU, its widest vector unit, cores."""
+    flags = set(env.get("cpu_flags") or ())
+    vec = ("AVX-512" + (" with VNNI" if "avx512_vnni" in flags else "") if "avx512f" in flags
+           else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2" if flags else "flags not recorded")
+    return f"{env.get('cpu', '?')} ({vec}), {env.get('cpu_count', '?')} cores"
+
+
 def git_commit(where: Path) -> str | None:
     try:
         return subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,

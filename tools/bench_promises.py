@@ -25,7 +25,7 @@ run --config C --seed S``). The queue (resumable, lock files) is tools/bench_met
     python tools/bench_promises.py budget --runs-dir DIR [--models ...] [--targets cpu cpu-int8] [--budgets ...]
                                           [--base MODEL=CKPT ...]
     python tools/bench_promises.py accuracy --runs-dir DIR [--configs quickstart:0-4 fashion_mnist:0-2]
-    python tools/bench_promises.py publish --runs-dir DIR --results results/promises
+    python tools/bench_promises.py publish --runs-dir DIR --results results/promises [--merge]
     python tools/regenerate.py                       # docs/promises.md's tables
 
 A rerun skips every cell that has ``cells/<cell>.json``. ``--smoke`` (tests only) times with tiny budgets
@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import re
 import sys
 import time
@@ -403,38 +402,41 @@ def accuracy(args: argparse.Namespace) -> None:
 
 
 # ------------------------------------------------------------------ publish
-def environment() -> dict[str, Any]:
-    import onnxruntime
-    import torch
-
-    cpu = platform.processor()
-    try:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                    if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__, "onnxruntime": onnxruntime.__version__}
-
-
 def publish(args: argparse.Namespace) -> list[Path]:
     """``results/promises/budget.json`` and ``accuracy.json``: the protocol as run and every finished cell's
-    record (the LUT cells' profiling time; no machine paths), each file only when its stage has cells."""
+    record (the LUT cells' profiling time; no machine paths), each file only when its stage has cells. With
+    ``--merge`` the cells already published stay beside this run's (a cell published again is replaced): a
+    stage may be run over several sessions, each on its own machine; ``sessions`` says which cells each
+    session published, with its commit and machine."""
+    from latopt.latency.timing import environment_info
+
     dest = Path(args.results)
     wrote = []
     for stage in ("budget", "accuracy"):
         cells = sorted((Path(args.runs_dir) / stage / "cells").glob("*.json"))
         if not cells:
             continue
-        recs = [bm.load_json(p) for p in cells]
-        out = {"schema": RESULTS_SCHEMA, "stage": stage, "commit": bm.git_commit(Path(__file__).parent),
-               "published": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "environment": environment(),
+        recs = [{k: v for k, v in bm.load_json(p).items() if k not in ("config",)} for p in cells]
+        env = {k: v for k, v in environment_info().items() if k != "host"}
+        session = {"commit": bm.git_commit(Path(__file__).parent), "published": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                   "environment": env, "cells": [r["cell"] for r in recs]}
+        old: dict[str, Any] = {"cells": [], "sessions": []}
+        if args.merge and (dest / f"{stage}.json").is_file():
+            old = bm.load_json(dest / f"{stage}.json")
+            if old.get("schema") != RESULTS_SCHEMA:
+                raise SystemExit(f"{PROG}: error: --merge: {dest / f'{stage}.json'} has schema {old.get('schema')!r}, "
+                                 f"not {RESULTS_SCHEMA!r}; publish without --merge, or into another --results")
+        new = set(session["cells"])
+        kept = [r for r in old["cells"] if r["cell"] not in new]
+        sessions = [g | {"cells": [c for c in g["cells"] if c not in new]} for g in old.get("sessions", [])]
+        recs = sorted(kept + recs, key=lambda r: str(r["cell"]))
+        out = {"schema": RESULTS_SCHEMA, "stage": stage, **{k: session[k] for k in ("commit", "published", "environment")},
                "smoke": any(r.get("smoke") for r in recs), "protocol": protocol(),
-               "cells": [{k: v for k, v in r.items() if k not in ("config",)} for r in recs]}
+               "sessions": [g for g in sessions if g["cells"]] + [session], "cells": recs}
         dest.mkdir(parents=True, exist_ok=True)
         bm.write_json(dest / f"{stage}.json", out)
         wrote.append(dest / f"{stage}.json")
-        log(f"wrote {dest / f'{stage}.json'} ({len(recs)} cells)")
+        log(f"wrote {dest / f'{stage}.json'} ({len(session['cells'])} cells of this run, {len(kept)} kept)")
     if not wrote:
         print(f"{PROG}: error: nothing to publish: no cells under {args.runs_dir}/budget or /accuracy", file=sys.stderr)
         raise SystemExit(2)
@@ -515,9 +517,11 @@ def _render_block(results: Path, file: str, what: str, body: Callable[[dict[str,
     R = bm.load_json(path)
     if R.get("schema") != RESULTS_SCHEMA:
         raise ValueError(f"{path}: schema {R.get('schema')!r}, expected {RESULTS_SCHEMA!r}")
-    env = R.get("environment", {})
-    head = (f"Commit `{str(R.get('commit'))[:12]}`, {R.get('published', '?')}; machine {env.get('cpu', '?')}, "
-            f"{env.get('cpu_count', '?')} cores" + (" — **smoke**: not a result" if R.get("smoke") else "") + ".")
+    sessions = R.get("sessions") or [R]
+    head = "; ".join((f"{len(g['cells'])} cells: " if len(sessions) > 1 else "")
+                     + f"commit `{str(g.get('commit'))[:12]}`, {g.get('published', '?')}; machine "
+                     + bm.machine(g.get("environment", {})) for g in sessions)
+    head = head[0].upper() + head[1:] + (" — **smoke**: not a result" if R.get("smoke") else "") + "."
     return "\n\n".join([head, *body(R)]) + "\n"
 
 
@@ -724,6 +728,9 @@ def build_parser() -> Parser:
                    metavar="CONFIG:SEEDS")
     p = sub.add_parser("publish", help="the records into results/promises/")
     p.add_argument("--results", required=True, help="results/promises for the docs")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the cells already published there (a stage run over several sessions, each on its "
+                        "own machine); a cell published again is replaced")
     for s in (b, a, p):
         s.add_argument("--runs-dir", required=True)
         s.add_argument("--smoke", action="store_true", help="tests only: tiny timing budgets, a tiny run")
