@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from latopt.errors import LatoptError
-from latopt.latency.backends import Backend, Runner, get_backend
+from latopt.latency.backends import Backend, TimedRunner, get_backend
 from latopt.latency.devices import load_device
 from latopt.latency.onnx_io import OPSET, ExportCache, export_onnx
 from latopt.latency.timing import TimingPolicy, compare
@@ -48,7 +48,7 @@ def test_cpu_backends_run_and_time(device: str) -> None:
         model = tiny()
         a = backend.prepare(model, SHAPE)
         b = backend.prepare(model[:3], SHAPE)
-        assert isinstance(a, Runner)
+        assert isinstance(a, TimedRunner)
         x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
         np.testing.assert_allclose(a.run(x), reference(model, x), rtol=1e-4, atol=1e-5)
         a()  # one synchronised inference on the fixed input

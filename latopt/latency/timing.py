@@ -8,7 +8,7 @@ Public API::
     TimingStats(median_ms, q1_ms, q3_ms, iqr_ms, n)                        .samples_ms: one per round
         (defined in :mod:`latopt.runtime.stats`, part of the deploy runner, whose ``--bench`` summarises
         its calls with it: one statistics routine for both)
-    compare(runners: Mapping[str, Runner], policy) -> dict[str, TimingStats]
+    compare(runners: Mapping[str, TimedRunner], policy) -> dict[str, TimingStats]
     environment_info(cuda_device=None) -> dict        CPU, load, library versions; the GPU ``cuda_device`` if given
 
 Method: every runner is warmed up, then the runners are called in rounds,

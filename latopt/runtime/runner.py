@@ -10,7 +10,7 @@ A runner holds one model on one runtime (:class:`latopt.runtime.OrtRunner` for O
 
 A runner on a GPU also has the device's own timer, ``time_ms()`` and ``time_events_ms(n)`` (CUDA events): the
 same optional methods :mod:`latopt.latency.timing` looks for, so :func:`bench` and the profiler agree on which
-runners have a GPU clock. The latency backends' runner protocol (:class:`latopt.latency.backends.Runner`:
+runners have a GPU clock. The latency backends' runner protocol (:class:`latopt.latency.backends.TimedRunner`:
 call, ``run``, ``close``) is a part of this interface, so these runners also serve as the backends' runners.
 """
 

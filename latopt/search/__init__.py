@@ -62,14 +62,14 @@ from latopt.search._run import (
 )
 from latopt.search._sampler import make_sampler
 from latopt.search._space import BudgetSpace, SearchSpace, space_from_config
-from latopt.search._storage import OBJECTIVES, open_storage, open_study, redact
+from latopt.search._storage import STUDY_OBJECTIVES, open_storage, open_study, redact
 from latopt.search._trial import count_nonlinear
 
 __all__ = [
     "CONFIRM_FRACTION",
     "CONFIRM_LEVEL",
     "CONFIRM_METHOD",
-    "OBJECTIVES",
+    "STUDY_OBJECTIVES",
     "BudgetSpace",
     "SearchOptions",
     "SearchResult",

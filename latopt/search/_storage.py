@@ -38,7 +38,7 @@ _LOG = get_logger("search")
 
 # What each --objective optimises: (metric names, directions). Stored in the study's user attributes.
 Direction = Literal["minimize", "maximize"]
-OBJECTIVES: dict[str, tuple[tuple[str, str], tuple[Direction, Direction]]] = {
+STUDY_OBJECTIVES: dict[str, tuple[tuple[str, str], tuple[Direction, Direction]]] = {
     "latency": (("val_acc", "latency_ms"), ("maximize", "minimize")),
     # measured candidate ms / base ms, both timed in one interleaved run (ratios are comparable across
     # trials; absolute times from different runs are not)
@@ -222,7 +222,7 @@ def open_study(storage: RDBStorage, name: str, objective: str, identity: dict[st
     ``objective``, otherwise :class:`LatoptError` says what differs. The objectives are named
     (``study.set_metric_names``), so optuna-dashboard and ``study.trials_dataframe()`` label them.
     """
-    names, directions = OBJECTIVES[objective]
+    names, directions = STUDY_OBJECTIVES[objective]
     created = True
     try:
         study = optuna.create_study(storage=storage, study_name=name, directions=list(directions),
@@ -265,7 +265,7 @@ def _wait_attrs(study: optuna.Study, wait_s: float = 10.0) -> dict[str, Any]:
 
 def check_compatible(study: optuna.Study, name: str, objective: str, identity: dict[str, Any],
                      attrs: dict[str, Any]) -> None:
-    names, directions = OBJECTIVES[objective]
+    names, directions = STUDY_OBJECTIVES[objective]
     if attrs.get("schema") != STUDY_SCHEMA:
         raise LatoptError(f"study {name!r} was not created by latopt search (no {STUDY_SCHEMA} attributes); "
                           "use another study name", param="study")

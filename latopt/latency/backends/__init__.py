@@ -3,9 +3,9 @@
 Public API::
 
     get_backend(profile: DeviceProfile) -> Backend
-    Backend (Protocol): name; prepare(model | onnx_path, input_shape) -> Runner; environment() -> dict;
+    Backend (Protocol): name; prepare(model | onnx_path, input_shape) -> TimedRunner; environment() -> dict;
                         close() (optional)
-    Runner  (Protocol): __call__() one synchronised inference on a fixed input; run(x) -> np.ndarray;
+    TimedRunner (Protocol): __call__() one synchronised inference on a fixed input; run(x) -> np.ndarray;
                         close(); optional time_ms() -> float (the device's own timer, e.g. CUDA events)
 
     gpu_matches(live, expected) -> bool       the one rule for a profile's ``expected_gpu``
@@ -38,7 +38,7 @@ BACKEND_MODULES = {"onnxruntime": "onnxruntime", "tensorrt": "tensorrt.backend",
 
 
 @runtime_checkable
-class Runner(Protocol):
+class TimedRunner(Protocol):
     def __call__(self) -> None: ...
 
     def run(self, x: np.ndarray) -> np.ndarray: ...
@@ -50,7 +50,7 @@ class Runner(Protocol):
 class Backend(Protocol):
     name: str
 
-    def prepare(self, model: Any | str | Path, input_shape: tuple[int, ...]) -> Runner: ...
+    def prepare(self, model: Any | str | Path, input_shape: tuple[int, ...]) -> TimedRunner: ...
 
     def environment(self) -> dict[str, Any]: ...
 
