@@ -452,7 +452,7 @@ def test_export_measures_at_the_requested_precision_with_its_one_backend(runs: d
     report = (out / "REPORT.md").read_text()
     assert "## Latency (fp16, measured end to end" in report
     engine_gate = next(g for g in rec.gates if g.name == "TensorRT (fp16) vs ONNX Runtime")
-    assert engine_gate["roundoff"] == 2 ** 13 and "the fp16 engine's floor is scaled by 2^13" in report
+    assert engine_gate.roundoff == 2 ** 13 and "the fp16 engine's floor is scaled by 2^13" in report
 
 
 def test_export_times_the_shipped_engine_file(runs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -547,8 +547,8 @@ def test_a_failed_int8_gate_writes_nothing(runs: dict, tmp_path: Path, monkeypat
     real = export_mod.runner_accuracy
 
     def accuracy(runner, task, batch):  # type: ignore[no-untyped-def]
-        acc = real(runner, task, batch)   # the INT8 model made far less accurate than it is
-        return acc - 0.5 if runner.path.name == "model.int8.onnx" else acc
+        acc = real(runner, task, batch)   # the INT8 model made far less accurate than it is: no item right
+        return 0.0 if runner.path.name == "model.int8.onnx" else acc
 
     monkeypatch.setattr(export_mod, "OrtRunner", Runner)
     monkeypatch.setattr(export_mod, "runner_accuracy", accuracy)
@@ -620,9 +620,13 @@ def test_a_gate_against_non_finite_outputs_never_passes() -> None:
 def test_metadata_edited_to_skip_the_accuracy_gate_is_refused(runs: dict, tmp_path: Path, edit_checkpoint, edit,
                                                                 why: str, capsys: pytest.CaptureFixture[str]) -> None:
     def scramble(d: dict) -> None:              # random weights, then the metadata that would hide them
+        # small random weights: a network no better than chance whose activations stay near 1, so that the
+        # numeric gates (ONNX Runtime against PyTorch) pass on every CPU; N(0, 1) weights made outputs of ~300,
+        # where the two runtimes' float32 kernels differed beyond the gate on a CPU without AVX-512
+        g = torch.Generator().manual_seed(0)
         for k, v in d["state_dict"].items():
             if v.is_floating_point() and "running" not in k:
-                v.copy_(torch.randn_like(v))
+                v.copy_(0.1 * torch.randn(v.shape, generator=g, dtype=v.dtype))
         edit(d["meta"])
 
     forged = edit_checkpoint(runs["base"], tmp_path / "forged.pt", scramble)      # SHA-256 recomputed
