@@ -293,8 +293,8 @@ def measure_e1(args: argparse.Namespace) -> None:
     for setting in args.settings:
         ctx = make_ctx(args, setting)
         cells = [c for c, _, _ in e1_cells(args) if parse_cell(c)[0] not in ("base", "importance")]
-        running = [p.stem for p in (ctx.root / "locks").glob("*.lock")
-                   if p.stem in {c for c, _, _ in e1_cells(args)}]
+        mine = {c for c, _, _ in e1_cells(args)}   # a group's cells only: another group may still run
+        running = [p.stem for p in (ctx.root / "locks").glob("*.lock") if p.stem in mine]
         if running:
             raise SystemExit(f"setting {setting}: cells are still running ({', '.join(sorted(running))} in "
                              f"{ctx.root / 'locks'}); measure after `run`")
@@ -382,11 +382,10 @@ def publish(args: argparse.Namespace, dest: Path) -> None:
             if not mpath.is_file():
                 raise SystemExit(f"setting {setting}: no final run ({mpath.name}); run `measure` first")
             ms = bm.load_json(mpath)
-            grouped = bool(args.group)
             d = dest / "e1" / setting
             (d / "cells").mkdir(parents=True, exist_ok=True)
             for old in (d / "cells").glob("*.json"):   # a group replaces its own seeds' cells only
-                if not grouped or int(old.stem.split("-")[0][1:]) in args.seeds:
+                if not args.group or int(old.stem.split("-")[0][1:]) in args.seeds:
                     old.unlink()
             base_rec = None
             for c, seed, _ in e1_cells(args):
@@ -418,7 +417,7 @@ def publish(args: argparse.Namespace, dest: Path) -> None:
                              "ft_lr": ctx.cfg.fold.lr, "train_samples": ctx.cfg.data.train_samples},
                 "luts": luts, "measure": {k: v for k, v in ms.items()
                                           if k not in ("stats", "members", "int8_acc", "int8_correct")}}
-            if grouped:
+            if args.group:
                 rec = group_record(rec, d / "run.json", args.seeds)
             bm.write_json(d / "run.json", rec)
             log(f"wrote {d}")

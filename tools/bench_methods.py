@@ -237,12 +237,13 @@ def export_cell(ckpt: Path, out: Path, task: Any) -> dict[str, Any]:
     """``latopt export`` of a checkpoint (gates + ONNX accuracy); no timing here (the measure stage times)."""
     from latopt.export import export
 
-    r = export(ckpt, "cpu", out, measure=False, progress=False).to_json()   # export.json's content
+    r = export(ckpt, "cpu", out, measure=False, progress=False)
     onnx = out / "model.onnx"
+    assert r.accuracy is not None   # a checkpoint with its task: export's accuracy gate ran
     return {"onnx": str(onnx),
-            "gates": [{"name": g["name"], "passed": g["passed"], "rel": g.get("max_rel")} for g in r["gates"]],
-            "bias_maps": r.get("bias_maps"), "plan": r["folded"],
-            **correctness(task, onnx, r["accuracy"]["test_acc"])}
+            "gates": [{"name": g.name, "passed": g.passed, "rel": g.rel} for g in r.gates],
+            "bias_maps": None if r.bias_maps is None else r.bias_maps.model_dump(mode="json"),
+            "plan": dict(r.folded), **correctness(task, onnx, r.accuracy.test_acc)}
 
 
 PLATEAU_EPOCHS, PLATEAU_PT = 5, 1.0   # docs/evaluation.md §3: validation over the last 5 epochs within 1 point
