@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> None:
     for setting in settings_of(args):
         ctx = make_ctx(args, setting)
         cells = queue(args, setting)
-        ctx.queue_size = len(cells)
+        ctx.queue_cells = {c for c, _, _ in cells}
         ctx.started = time.time()
         log(f"setting {setting}: {len(cells)} cells, {sum(ctx.done(c) is not None for c, _, _ in cells)} done")
         bm.run_queue(ctx, cells, run_cell)
@@ -237,9 +237,11 @@ def run(args: argparse.Namespace) -> None:
 
 def progress(ctx: bm.Ctx, cell: str) -> None:
     """A progress line before each cell: cells done in this setting and an estimate of the time left (the mean
-    wall time of the cells done so far, other than bases, times the cells left, over the processes running)."""
-    done = [bm.load_json(p) for p in (ctx.root / "cells").glob("*.json")]
-    total = getattr(ctx, "queue_size", len(done) + 1)
+    wall time of the cells done so far, other than bases, times the cells left, over the processes running); the
+    cells of this run's queue only (a setting run in groups of seeds has other groups' cells on disk)."""
+    queued = getattr(ctx, "queue_cells", None)
+    done = [bm.load_json(p) for p in (ctx.root / "cells").glob("*.json") if queued is None or p.stem in queued]
+    total = len(queued) if queued is not None else len(done) + 1
     walls = [r["wall_s"] for r in done if r.get("method") != "base" and "wall_s" in r]
     busy = max(1, len(list((ctx.root / "locks").glob("*.lock"))))
     left = (total - len(done)) * (float(np.mean(walls)) if walls else float("nan")) / busy
