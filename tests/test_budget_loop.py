@@ -172,24 +172,26 @@ def test_the_plan_file_records_every_round_and_old_plans_stay_readable(cfg_lut: 
 
     monkeypatch.setattr(bl, "device_timer", fake_timer)
     plan = plan_only(cfg, lut_path, budget=0.55, importance="uniform", progress=False)
-    loop = plan["budget_loop"]
-    assert loop["device"] == "cpu" and loop["asked"] == 0.55 and loop["rounds_max"] == cfg.search.budget_rounds == 3
-    assert len(loop["rounds"]) == len(timer.calls) >= 1
-    kept = loop["rounds"][loop["chosen"]]
-    assert {k: v for k, v in plan["blocks"].items() if v != "none"} == kept["plan"]
-    assert plan["selection"]["budget"] == kept["budget"] and plan["budget"] == 0.55
-    assert plan["predicted"]["ratio"] == pytest.approx(kept["predicted_ratio"])
+    loop = plan.budget_loop
+    assert loop is not None
+    assert loop.device == "cpu" and loop.asked == 0.55 and loop.rounds_max == cfg.search.budget_rounds == 3
+    assert len(loop.rounds) == len(timer.calls) >= 1
+    assert loop.chosen is not None
+    kept = loop.rounds[loop.chosen]
+    assert {str(k): v for k, v in plan.changed.items()} == kept.plan
+    assert plan.selection.budget == kept.budget and plan.budget == 0.55
+    assert plan.predicted.ratio == pytest.approx(kept.predicted_ratio)
     path = write_plan(tmp_path / "plan.json", plan)
     back = read_plan(path)
-    assert back["budget_loop"] == json.loads(json.dumps(loop))
-    for r in back["budget_loop"]["rounds"]:   # budget used, LUT prediction, measurement with quartiles
-        m = r["measured"]
-        assert m["ratio_q1"] <= m["ratio"] <= m["ratio_q3"] and r["predicted_ratio"] <= r["budget"]
+    assert back == plan and back.budget_loop == loop
+    for r in loop.rounds:   # budget used, LUT prediction, measurement with quartiles
+        m = r.measured
+        assert m.ratio_q1 <= m.ratio <= m.ratio_q3 and r.predicted_ratio <= r.budget
     # a plan written before the loop (no budget_loop) reads as it did
-    old = plan_only(cfg, lut_path, budget=0.55, importance="uniform", progress=False, budget_rounds=0)
+    old = plan_only(cfg, lut_path, budget=0.55, importance="uniform", progress=False, budget_rounds=0).to_json()
     old.pop("budget_loop")
-    write_plan(tmp_path / "old.json", old)
-    assert read_plan(tmp_path / "old.json")["budget_loop"] is None
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert read_plan(tmp_path / "old.json").budget_loop is None
     # a record that does not hold together is refused in one line
     for edit, message in ((lambda p: p["budget_loop"].update(asked=0.7), "budget_loop.asked"),
                           (lambda p: p["budget_loop"].update(chosen=7), "chosen"),
@@ -214,11 +216,13 @@ def test_cli_plan_only_times_the_plan_for_real(cfg_lut: tuple[Any, Path], tmp_pa
             "--lut", str(lut), "--importance", "uniform"]
     assert main([*args, "--budget-rounds", "2", "--out", str(tmp_path / "plan.json")]) == 0
     out, err = capsys.readouterr()
-    loop = read_plan(tmp_path / "plan.json")["budget_loop"]
-    assert loop["device"] == "cpu-test" and 1 <= len(loop["rounds"]) <= 2 and loop["status"] in ("met", "under", "over", "noisy")
-    assert "budget loop round 1/2" in err and f"in round {loop['chosen'] + 1}/{len(loop['rounds'])}" in out
+    loop = read_plan(tmp_path / "plan.json").budget_loop
+    assert loop is not None and loop.chosen is not None
+    assert loop.device == "cpu-test" and 1 <= len(loop.rounds) <= 2 and loop.status in ("met", "under", "over", "noisy")
+    assert "budget loop round 1/2" in err and f"in round {loop.chosen + 1}/{len(loop.rounds)}" in out
     assert main([*args, "--budget-rounds", "0", "--out", str(tmp_path / "off.json"), "-q"]) == 0
-    assert read_plan(tmp_path / "off.json")["budget_loop"]["status"] == "off"
+    off = read_plan(tmp_path / "off.json").budget_loop
+    assert off is not None and off.status == "off"
     capsys.readouterr()
     assert main([*args, "--budget-rounds", "11", "-q"]) == 2
     err = capsys.readouterr().err

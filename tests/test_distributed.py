@@ -230,7 +230,7 @@ def test_each_process_draws_its_own_random_numbers(cfg_file: Path, tmp_path: Pat
             latopt.train.train_base(cfg, tmp_path / "base", progress=False)
             torch.distributed.barrier()  # rank 0 has written base.pt
             rep = run_fold(fold_cfg, tmp_path / "base" / "base.pt", tmp_path / "fold", progress=False).report
-        (tmp_path / f"rank{r}.json").write_text(json.dumps({"draws": draws, "alphas": rep["alphas"]}))
+        (tmp_path / f"rank{r}.json").write_text(json.dumps({"draws": draws, "alphas": rep.alphas}))
 
     assert _ranks(rank) == [0, 0]
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
@@ -300,7 +300,7 @@ def test_fold_under_two_processes(cfg_file: Path, tmp_path: Path) -> None:
 
     def rank(r: int) -> None:
         with process_group(cfg.train):
-            rep = run_fold(fold_cfg, tmp_path / "base" / "base.pt", tmp_path / "fold", progress=False).report
+            rep = run_fold(fold_cfg, tmp_path / "base" / "base.pt", tmp_path / "fold", progress=False).report.to_json()
         (tmp_path / f"rank{r}.json").write_text(json.dumps({k: rep[k] for k in ("alphas", "folded", "acc", "val")}))
 
     assert _ranks(rank) == [0, 0]

@@ -431,18 +431,18 @@ def test_run_dp_writes_a_fold_that_export_ships(tiny: dict, tmp_path: Path) -> N
     out = tmp_path / "dp"
     result = run_dp(tiny["cfg"], tiny["ckpt"], out, lut=tiny["lut"], budget=0.55, importance="uniform", progress=False)
     r = result.report
-    plan = {int(k): v for k, v in r["folded"].items()}
-    assert r["selection"]["predicted_ms"] <= 0.55 * r["selection"]["asis_ms"] and plan
-    assert r["fold_check"]["passed"] and r["fold_check"]["max_rel"] <= 1e-4
+    plan = r.plan
+    assert r.selection.predicted_ms <= 0.55 * r.selection.asis_ms and plan
+    assert r.fold_check.passed and r.fold_check.max_rel <= 1e-4
     model, arch, meta = load_checkpoint(out / "folded.pt")
-    assert {int(k): v for k, v in arch["fold"]["plan"].items()} == plan and meta["plan"] == r["folded"]
+    assert {int(k): v for k, v in arch["fold"]["plan"].items()} == plan and meta["plan"] == r.folded
     assert [b.index for b in find_blocks(model)] == list(range(17))  # dropped blocks keep their number
     assert json.loads((out / "report.json").read_text())["schema"] == "latopt.dp_report/1"
     assert "changed" in (out / "report.txt").read_text()
     rc = main(["export", "--checkpoint", str(out / "folded.pt"), "--no-measure", "--out", str(tmp_path / "e"), "-q"])
     assert rc == 0
     exp = json.loads((tmp_path / "e" / "export.json").read_text())
-    assert exp["folded"] == r["folded"] and all(g["passed"] for g in exp["gates"])
+    assert exp["folded"] == r.folded and all(g["passed"] for g in exp["gates"])
     assert {g["name"] for g in exp["gates"]} >= {"fold algebra (float64) vs linearised σ_α network"}
 
 
@@ -495,7 +495,7 @@ def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_plan_only_writes_the_plan_without_training(tiny: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     from latopt.artifacts import file_sha256
-    from latopt.dp import PLAN_SCHEMA, plan_variants
+    from latopt.dp import PLAN_SCHEMA, read_plan
 
     _no_training(monkeypatch)
     args = ["plan", "--config", str(tiny["root"] / "tiny.yaml"), "--plan-only", "--budget", "0.55",
@@ -511,7 +511,7 @@ def test_plan_only_writes_the_plan_without_training(tiny: dict, tmp_path: Path, 
                            "backend": "", "precision": None, "batch": 1, "fold_mode": "exact"}
     assert (plan["budget"], plan["importance"], plan["fold_mode"]) == (0.55, "uniform", "exact")
     assert plan["variants"] == ["full", "pw", "drop"] and plan["base_checkpoint"] is None
-    assert sorted(map(int, plan["blocks"])) == list(range(17)) and plan_variants(plan) == want
+    assert sorted(map(int, plan["blocks"])) == list(range(17)) and read_plan(tmp_path / "plan.json").changed == want
     p = plan["predicted"]
     assert p["ms"] == pytest.approx(info["predicted_ms"]) and p["ms"] <= 0.55 * p["asis_ms"]
     assert p["asis_ms"] == pytest.approx(20.0) and p["speedup"] == pytest.approx(p["asis_ms"] / p["ms"])
@@ -543,11 +543,11 @@ def test_plan_only_writes_the_plan_without_training(tiny: dict, tmp_path: Path, 
 def test_export_plan_ships_the_plan_with_every_gate(tiny: dict, tmp_path: Path) -> None:
     import onnx
 
-    from latopt.dp import plan_only, plan_variants, write_plan
+    from latopt.dp import plan_only, write_plan
 
     plan = plan_only(tiny["cfg"], tiny["lut"], budget=0.55, importance="uniform", progress=False)
     path = write_plan(tmp_path / "plan.json", plan)
-    want = plan_variants(plan)
+    want = plan.changed
     assert want and set(want.values()) <= {"full", "pw", "drop"}
     # applied without fine-tuning, the plan's network does not have the base's recorded accuracy: refused, unless
     # as a timing-only artefact (named so)
@@ -577,6 +577,7 @@ def test_export_plan_ships_the_plan_with_every_gate(tiny: dict, tmp_path: Path) 
 
 def test_export_refuses_a_plan_of_another_network(tiny: dict, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from latopt.artifacts import write_json_atomic
     from latopt.dp import plan_only, write_plan
 
     plan = plan_only(tiny["cfg"], tiny["lut"], budget=0.7, importance="uniform", progress=False)
@@ -590,7 +591,7 @@ def test_export_refuses_a_plan_of_another_network(tiny: dict, tmp_path: Path,
              ({"spans": [[14, 16, 1]]}, "a block of a span must be full, pw or drop"),
              ({"blocks": {"0": "sideways"}}, "field 'blocks.0' is 'sideways'; choose one of none, full")]
     for i, (change, message) in enumerate(cases):
-        path = write_plan(tmp_path / f"plan{i}.json", {**plan, **change})
+        path = write_json_atomic(tmp_path / f"plan{i}.json", {**plan.to_json(), **change})
         assert main([*base, "--plan", str(path)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("latopt: error: ") and err.count("\n") == 1 and message in err, (change, err)
@@ -616,14 +617,14 @@ def test_plans_with_spans_are_exported_merged_and_gated(tiny: dict, tmp_path: Pa
 
     lut = save_lut(_with_spans(_lut_for(MODEL, 16), MODEL, 16), tmp_path / "lut-spans.json")
     plan = plan_only(tiny["cfg"], lut, budget=0.45, importance="uniform", progress=False)
-    assert plan["spans"] and all(len(s) == 3 for s in plan["spans"])
+    assert plan.spans and all(len(s) == 3 for s in plan.spans)
     merged = write_plan(tmp_path / "plan.json", plan)
-    flat = write_plan(tmp_path / "flat.json", {**plan, "spans": []})
+    flat = write_plan(tmp_path / "flat.json", plan.model_copy(update={"spans": []}))
     for path, out in ((merged, "e"), (flat, "f")):
         assert main(["export", "--checkpoint", str(tiny["ckpt"]), "--plan", str(path), "--no-measure", "--timing-only",
                      "--out", str(tmp_path / out), "-q"]) == 0
     exp = json.loads((tmp_path / "e" / "export.json").read_text())
-    assert exp["spans"] == plan["spans"] and exp["bias_maps"]["spans"] == plan["spans"]
+    assert exp["spans"] == plan.spans and exp["bias_maps"]["spans"] == plan.spans
     assert all(g["passed"] for g in exp["gates"])
     names = {g["name"] for g in exp["gates"]}
     assert {"merged spans and deferred bias maps vs exact folded network (float64)",
@@ -637,7 +638,7 @@ def test_plans_with_spans_are_exported_merged_and_gated(tiny: dict, tmp_path: Pa
     # a DP fold keeps its spans for export
     result = run_dp(tiny["cfg"], tiny["ckpt"], tmp_path / "dp", lut=lut, budget=0.45, importance="uniform",
                     progress=False)
-    spans = result.report["selection"]["spans"]
+    spans = result.report.spans
     assert spans and load_checkpoint(tmp_path / "dp" / "folded.pt")[1]["fold"]["spans"] == spans
     assert main(["export", "--checkpoint", str(tmp_path / "dp" / "folded.pt"), "--no-measure",
                  "--out", str(tmp_path / "d"), "-q"]) == 0

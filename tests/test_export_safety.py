@@ -50,10 +50,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     # λ_c = 0 and τ = 1 with a slow α: nothing can be folded
     nothing = run_fold(cfg.with_overrides({"fold.lambda_c": 0.0, "fold.tau": 1.0, "fold.p": 2.0}), base,
                        root / "nothing", progress=False, seed=0)
-    assert nothing.report["n_folded"] == 0
+    assert nothing.report.n_folded == 0
     some = run_fold(cfg.with_overrides({"fold.alpha_lr": 0.3, "fold.lambda_c": 5.0, "fold.tau": 0.6, "fold.p": 2.0}),
                     base, root / "some", progress=False, seed=0)
-    assert some.report["n_folded"] >= 1
+    assert some.report.n_folded >= 1
     return {"root": root, "base": base, "nothing": root / "nothing" / "folded.pt", "some": root / "some" / "folded.pt"}
 
 

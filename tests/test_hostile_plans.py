@@ -34,10 +34,16 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("hostile")
     lut = save_lut(_with_spans(_lut_for(MODEL, 16), MODEL, 16), root / "lut.json")
     plan = plan_only(load_config("quickstart", TINY), lut, budget=0.45, importance="uniform", progress=False)
-    assert plan["spans"] and len(plan["blocks"]) == N_BLOCKS
+    assert plan.spans and len(plan.blocks) == N_BLOCKS
     model = build_model(MODEL, 10).eval()
     ckpt = save_checkpoint(root / "base.pt", model, make_arch(model, MODEL, 10), {"resolution": 16})
-    return {"root": root, "plan": json.loads(json.dumps(plan)), "ckpt": ckpt}
+    return {"root": root, "record": plan, "plan": plan.to_json(), "ckpt": ckpt}
+
+
+def _write(path: Path, data: dict[str, Any]) -> Path:
+    """A plan file holding ``data`` as it is (the writer, write_plan, takes only a valid PlanRecord)."""
+    path.write_text(json.dumps(data))
+    return path
 
 
 def _plan_error(path: Path) -> str:
@@ -116,10 +122,10 @@ def test_read_json_refuses_a_huge_integer_in_one_line(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------ the plan record
 def test_read_plan_returns_the_plan_as_written(tiny: dict[str, Any], tmp_path: Path) -> None:
-    path = write_plan(tmp_path / "plan.json", tiny["plan"])
+    path = write_plan(tmp_path / "plan.json", tiny["record"])
     got = read_plan(path)
-    assert got == tiny["plan"] and type(got) is dict
-    assert plan_variants(got) == plan_variants(tiny["plan"]) and got["lut"]["device"] == "cpu"
+    assert got == tiny["record"] and got.to_json() == json.loads(path.read_text()) == tiny["plan"]
+    assert plan_variants(got) == got.changed == tiny["record"].changed and got.lut.device == "cpu"
 
 
 def _with(plan: dict[str, Any], edit: Any) -> dict[str, Any]:
@@ -192,7 +198,7 @@ def test_read_plan_refuses_a_hostile_field(tiny: dict[str, Any], tmp_path: Path,
     # before: a list or string lut was an AttributeError at export, "²" passed isdigit() and int() raised, "٣"
     # silently overrode block 3, a NaN/negative budget passed, [0, 10**12, 1] was expanded with range() (out of
     # memory), any kernel >= 0 passed, unknown fields were ignored
-    path = write_plan(tmp_path / "plan.json", _with(tiny["plan"], edit))
+    path = _write(tmp_path / "plan.json", _with(tiny["plan"], edit))
     msg = _plan_error(path)
     assert f"'{field}" in msg and "re-create it" in msg, msg
 
@@ -267,8 +273,8 @@ def test_export_refuses_a_plan_whose_span_kernel_is_not_what_its_blocks_compose_
     # before: the forged kernel went into export.json, REPORT.md and the prediction; the ONNX shipped the real one
     a, b, k = tiny["plan"]["spans"][0]
     forged = _with(tiny["plan"], lambda p: p["spans"][0].__setitem__(2, _forged(k)))
-    path = write_plan(tmp_path / "plan.json", forged)
-    assert read_plan(path)["spans"][0] == [a, b, _forged(k)]  # well-formed: only the network tells
+    path = _write(tmp_path / "plan.json", forged)
+    assert read_plan(path).spans[0] == [a, b, _forged(k)]  # well-formed: only the network tells
     out = tmp_path / "e"
     assert main(["export", "--checkpoint", str(tiny["ckpt"]), "--plan", str(path), "--no-measure",
                  "--no-accuracy-gate", "--out", str(out), "-q"]) == 2
@@ -279,18 +285,18 @@ def test_export_refuses_a_plan_whose_span_kernel_is_not_what_its_blocks_compose_
 
 def test_build_plan_checks_the_span_kernels_of_a_plan_and_of_a_folded_checkpoint(tiny: dict[str, Any],
                                                                                 tmp_path: Path) -> None:
-    plan = tiny["plan"]
+    plan = tiny["record"]
     loaded = load_checkpoint(tiny["ckpt"])
-    variants = plan_variants(plan)
-    good = build_plan(tiny["ckpt"], loaded, fold=variants, lut=None, res=16, spans=plan["spans"])
-    assert good.spans == plan["spans"]
-    for a, b, k in plan["spans"]:
-        spans = [[x, y, _forged(k) if (x, y) == (a, b) else z] for x, y, z in plan["spans"]]
+    variants = plan.changed
+    good = build_plan(tiny["ckpt"], loaded, fold=variants, lut=None, res=16, spans=plan.spans)
+    assert good.spans == plan.spans
+    for a, b, k in plan.spans:
+        spans = [[x, y, _forged(k) if (x, y) == (a, b) else z] for x, y, z in plan.spans]
         with pytest.raises(LatoptError) as e:
             build_plan(tiny["ckpt"], load_checkpoint(tiny["ckpt"]), fold=variants, lut=None, res=16, spans=spans)
         assert f"span {a}-{b}" in str(e.value) and e.value.param == "plan", str(e.value)
     # a folded checkpoint's recorded spans (arch.fold.spans) are checked the same way
-    a, b, k = plan["spans"][0]
+    a, b, k = plan.spans[0]
     folded = fold_blocks(build_model(MODEL, 10).eval(), variants, mode="exact", input_size=(16, 16)).eval()
     fold = {"mode": "exact", "input_size": [16, 16], "spans": [[a, b, _forged(k)]]}
     ckpt = save_checkpoint(tmp_path / "folded.pt", folded, make_arch(folded, MODEL, 10, fold=fold), {"resolution": 16})

@@ -360,9 +360,9 @@ def test_load_lut_takes_any_spelling_of_its_model(tmp_path) -> None:
 
 def test_check_plan_takes_any_spelling_of_its_model(tmp_path) -> None:
     # a plan file records the LUT's model name; the checkpoint the canonical one
-    from latopt.dp.planfile import check_plan
+    from latopt.dp.planfile import PlanRecord, check_plan
 
-    plan = {"model": "torchvision/mobilenet_v2?width=1.0", "resolution": 32, "num_classes": 10}
+    plan = PlanRecord.model_construct(model="torchvision/mobilenet_v2?width=1.0", resolution=32, num_classes=10)
     check_plan(plan, tmp_path / "p.json", model="torchvision/mobilenet_v2", resolution=32, num_classes=10)
     with pytest.raises(LatoptError, match="was made for model"):
         check_plan(plan, tmp_path / "p.json", model="torchvision/mobilenet_v2?width=0.5", resolution=32,

@@ -16,9 +16,11 @@ import pytest
 
 from latopt.cli import build_parser, main
 from latopt.config import load_config, write_config
-from latopt.dp import format_dp_summary, format_plan_summary
+from latopt.dp import format_dp_summary, format_plan_summary, read_plan
+from latopt.dp.record import DPReport
 from latopt.engine import seed_everything
 from latopt.latency.lut import save_lut
+from latopt.layerfold.record import read_report
 from latopt.search import SearchOptions, run_dp_search
 from latopt.train import train_base
 from tests.test_dp import MODEL, TINY, _lut_for
@@ -49,9 +51,9 @@ def test_plan_only_writes_the_plan_search_method_dp_wrote(setup: dict[str, Path]
     want = run_dp_search(SearchOptions(config=setup["config"], lut=setup["lut"], runs_dir=tmp_path / "runs",
                                        method="dp", budget=0.55, importance="uniform", plan_only=True,
                                        plan_out=tmp_path / "want.json", progress=False))
-    assert isinstance(want, dict)
+    assert isinstance(want, tuple) and want[1] == tmp_path / "want.json"
     assert _plan(tmp_path / "plan.json") == _plan(tmp_path / "want.json")
-    assert out == format_plan_summary(_plan(tmp_path / "plan.json"), tmp_path / "plan.json") + "\n"
+    assert out == format_plan_summary(read_plan(tmp_path / "plan.json"), tmp_path / "plan.json") + "\n"
     assert "DP plan at budget 0.55 (uniform importance)" in out
     # without --out: the default file of the study, as before
     assert main(args) == 0
@@ -71,13 +73,13 @@ def test_plan_budget_folds_and_fine_tunes_as_search_method_dp_did(setup: dict[st
     out = capsys.readouterr().out
     fold = tmp_path / "cli" / "tinydp" / "search" / "dp-budget0.7"
     report = json.loads((fold / "report.json").read_text())
-    assert (fold / "folded.pt").is_file() and out == format_dp_summary(report) + "\n"
+    assert (fold / "folded.pt").is_file() and out == format_dp_summary(read_report(fold / "report.json", DPReport)) + "\n"
     assert "DP at budget 0.7" in out
     seed_everything(0)
     want = run_dp_search(SearchOptions(config=setup["config"], base=base, lut=setup["lut"], runs_dir=tmp_path / "lib",
                                        method="dp", budget=0.7, importance="uniform", progress=False))
-    assert not isinstance(want, dict)
-    assert report["folded"] == want.report["folded"] and report["selection"] == want.report["selection"]
+    assert not isinstance(want, tuple)
+    assert report["folded"] == want.report.folded and report["selection"] == want.report.selection.model_dump()
     assert sorted(p.name for p in fold.iterdir()) == sorted(
         p.name for p in (tmp_path / "lib" / "tinydp" / "search" / "dp-budget0.7").iterdir())
     # the --out of a plan file is --plan-only's

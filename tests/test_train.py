@@ -15,6 +15,7 @@ from latopt.data import load_task, make_loaders
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
 from latopt.layerfold import CompressionLoss, fold_and_finetune, plan_from_alphas, prefold, run_fold
+from latopt.layerfold.record import LayerFoldReport, read_report
 from latopt.train import train_base
 
 MODEL = "torchvision/mobilenet_v2?width=0.35"
@@ -153,26 +154,27 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
                       progress=False, seed=0)
     r = result.report
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "folded.pt", "prefold.pt", "report.json", "report.txt"]
-    assert json.loads((out / "report.json").read_text())["acc"] == r["acc"]
-    assert set(r["acc"]) >= {"base", "prefold", "folded", "finetuned", "linearized"}
-    assert r["acc"]["base"] == pytest.approx(tiny["metrics"]["test_acc"])
-    alphas = {int(k): v for k, v in r["alphas"].items()}
+    assert read_report(out / "report.json", LayerFoldReport) == r   # the file is the record, read back
+    acc = r.acc
+    assert None not in (acc.base, acc.prefold, acc.folded, acc.finetuned, acc.linearized)
+    assert acc.base == pytest.approx(tiny["metrics"]["test_acc"])
+    alphas = {int(k): v for k, v in r.alphas.items()}
     assert all(0.0 <= a <= 1.0 for vs in alphas.values() for a in vs)
-    assert {int(k) for k in r["folded"]} == {i for i, vs in alphas.items() if vs[0] >= 0.6}
-    assert r["n_folded"] >= 1, "λ_c = 5 with a fast α learning rate must fold something"
-    fc = r["fold_check"]
-    assert fc["passed"] and fc["max_rel"] < 1e-4 and len(fc["per_block"]) == r["n_folded"]
+    assert set(r.plan) == {i for i, vs in alphas.items() if vs[0] >= 0.6}
+    assert r.n_folded >= 1, "λ_c = 5 with a fast α learning rate must fold something"
+    fc = r.fold_check
+    assert fc.passed and fc.max_rel < 1e-4 and len(fc.per_block) == r.n_folded
     # exact mode: the folded network IS the linearised one (same test predictions)
-    assert r["acc"]["folded"] == pytest.approx(r["acc"]["linearized"])
-    assert r["flops"]["folded"] != r["flops"]["base"] and r["latency_pred_ms"] == {"asis": None, "folded": None}
+    assert acc.folded == pytest.approx(acc.linearized)
+    assert r.flops.folded != r.flops.base and r.latency_pred_ms.asis is None and r.latency_pred_ms.folded is None
     model, arch, meta = load_checkpoint(out / "folded.pt", expect_model=MODEL)
-    assert arch["fold"]["mode"] == "exact" and arch["fold"]["plan"] == r["folded"]
+    assert arch["fold"]["mode"] == "exact" and arch["fold"]["plan"] == r.folded
     _, val, test = make_loaders(load_task(cfg), 32)
-    assert evaluate(model, test) == pytest.approx(r["acc"]["finetuned"])
-    assert evaluate(model, val) == pytest.approx(r["val_acc_finetuned"])
+    assert evaluate(model, test) == pytest.approx(acc.finetuned)
+    assert evaluate(model, val) == pytest.approx(r.val_acc_finetuned)
     # the result hands the folded network itself: what the saved checkpoint reloads to
     assert result.paths["folded"] == out / "folded.pt" and result.paths["prefold"] == out / "prefold.pt"
-    assert not result.model.training and evaluate(result.model, test) == pytest.approx(r["acc"]["finetuned"])
+    assert not result.model.training and evaluate(result.model, test) == pytest.approx(acc.finetuned)
     x = next(iter(test))[0]
     with torch.no_grad():
         assert torch.allclose(result.model(x), model.eval()(x), atol=1e-6)
@@ -180,8 +182,8 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
     from latopt.fold import get_alphas
 
     left = get_alphas(model)
-    assert all(v == 0.0 for i, vs in left.items() if str(i) not in r["folded"] for v in vs)
-    assert not [i for i in left if str(i) not in r["folded"]], "unfolded blocks are saved with their plain σ"
+    assert all(v == 0.0 for i, vs in left.items() if str(i) not in r.folded for v in vs)
+    assert not [i for i in left if str(i) not in r.folded], "unfolded blocks are saved with their plain σ"
     text = (out / "report.txt").read_text()
     assert "fold check (exact)" in text and "folded, fine-tuned" in text
     # the exporter re-checks the fold from the saved pre-fold network, on real test samples
@@ -191,7 +193,7 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
     names = [g.name for g in rec.gates]
     assert any(n.startswith("fold algebra") for n in names) and all(g.passed for g in rec.gates)
     assert "test samples" in rec.gates[0].inputs
-    assert rec.accuracy.test_acc == pytest.approx(r["acc"]["finetuned"])
+    assert rec.accuracy.test_acc == pytest.approx(r.acc.finetuned)
 
 
 def test_activation_granularity_partial_folds(tiny: dict) -> None:
@@ -210,10 +212,10 @@ def test_activation_granularity_partial_folds(tiny: dict) -> None:
             alphas[i][0].fill_(a1)
             alphas[i][1].fill_(a2)
     folded, info = fold_and_finetune(cfg, model, load_task(cfg), tau=0.9, mode="exact", progress=False)
-    assert info["plan"] == {two[0]: "full", two[1]: "expand_dw", two[2]: "dw_project"}
-    assert info["fold_check"]["passed"] and info["fold_check"]["max_rel"] < 1e-4
-    assert info["snapped"] == 4  # the kept activations 0.3 and 0.05, both of the unfolded block (0.4, 0.2)
-    assert info["acc"]["folded"] == pytest.approx(info["acc"]["linearized"])
+    assert info.plan == {two[0]: "full", two[1]: "expand_dw", two[2]: "dw_project"}
+    assert info.fold_check.passed and info.fold_check.max_rel < 1e-4
+    assert info.snapped == 4  # the kept activations 0.3 and 0.05, both of the unfolded block (0.4, 0.2)
+    assert info.acc["folded"] == pytest.approx(info.acc["linearized"])
 
 
 def test_prefold_with_lut_freezes_unprofitable_blocks(tiny: dict, tmp_path: Path) -> None:
@@ -241,10 +243,10 @@ def test_prefold_with_lut_freezes_unprofitable_blocks(tiny: dict, tmp_path: Path
     assert any(got[i][0] > 0.0 for i in c if c[i] > 0.0)
     with_lut = tiny["cfg"].with_overrides({**fold, "lut": str(lut_path)})
     r = run_fold(with_lut, tiny["ckpt"], tmp_path / "f", progress=False).report
-    plan = {int(k): v for k, v in r["folded"].items()}
+    plan = r.plan
     assert all(c[i] > 0 for i in plan)
-    assert r["latency_pred_ms"]["asis"] == pytest.approx(0.25 + len(blocks))
-    assert r["latency_pred_ms"]["folded"] == pytest.approx(0.25 + len(blocks) - 0.5 * len(plan))
+    assert r.latency_pred_ms.asis == pytest.approx(0.25 + len(blocks))
+    assert r.latency_pred_ms.folded == pytest.approx(0.25 + len(blocks) - 0.5 * len(plan))
     with pytest.raises(LatoptError, match="profiled for resolution 16, not 32"):
         run_fold(with_lut.with_overrides({"data.resolution": 32}), tiny["ckpt"], tmp_path / "g")
     assert not (tmp_path / "g").exists()
@@ -309,7 +311,7 @@ def test_distillation_pulls_the_student_towards_the_teacher(tiny: dict) -> None:
     pulled = prefold(cfg.with_overrides({"fold.distill": True}), _SaysWhenEval(base, k), task, progress=False).model
     assert _class_shares(pulled.net, test)[k] >= 0.9
     folded, info = fold_and_finetune(cfg, plain, task, tau=0.9, mode="exact", progress=False, teacher=_Says(k))
-    assert info["finetuned"] and _class_shares(folded, test)[k] >= 0.9
+    assert info.finetuned and _class_shares(folded, test)[k] >= 0.9
 
 
 

@@ -296,7 +296,7 @@ def cell_lf(ctx: Ctx, seed: int, out: Path, costs: str, lam: float, *, lut: Path
     lut = (lut or ensure_lut(ctx)) if costs == "lut" else None
     cfg = ctx.cfg.with_overrides({"fold.lambda_c": lam, "fold.granularity": "block"}).model_copy(
         update={"lut": None if lut is None else str(lut)})   # no LUT: uniform c_l, whatever the config names
-    rep = run_fold(cfg, base, out / "fold", seed=seed, progress=True, task=ctx.task).report
+    rep = run_fold(cfg, base, out / "fold", seed=seed, progress=True, task=ctx.task).report.to_json()
     r = {"test_acc": rep["acc"]["finetuned"], "val_acc": rep["val"]["finetuned"],
          "acc_before_ft": rep["acc"]["folded"], "train_seconds": rep["seconds"]["total"],
          "extra_epochs": ft_epochs(ctx.cfg), "n_folded": rep["n_folded"], "n_foldable": rep["n_foldable"],
@@ -347,7 +347,7 @@ def cell_dp(ctx: Ctx, seed: int, out: Path, budget: float, *, variants: tuple[st
     e = ft_epochs(ctx.cfg)
     cfg = ctx.cfg.with_overrides({"fold.post_epochs": e, "fold.post_lr": ctx.cfg.fold.lr})
     rep = run_dp(cfg, base, out / "fold", lut=lut or ensure_variant_lut(ctx), budget=budget, importance=importance,
-                 variants=variants, losses=losses, seed=seed, progress=True, task=ctx.task).report
+                 variants=variants, losses=losses, seed=seed, progress=True, task=ctx.task).report.to_json()
     r = {"test_acc": rep["acc"]["finetuned"], "val_acc": rep["val"]["finetuned"],
          "acc_before_ft": rep["acc"].get("folded"), "train_seconds": rep["seconds"]["total"], "extra_epochs": e,
          "n_folded": rep["n_folded"], "selection": rep["selection"], "lut_pred_ms": rep["latency_pred_ms"],

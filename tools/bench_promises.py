@@ -42,12 +42,15 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):   # run as a script: the checkout's root, for tools.*
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tools import bench_methods as bm  # noqa: E402 - after the checkout is on sys.path
+
+if TYPE_CHECKING:
+    from latopt.dp import PlanRecord
 
 # ------------------------------------------------------------------ the protocol (docs/promises.md)
 BUDGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -271,13 +274,14 @@ def cell_budget(q: Queue, key: str, target: str, budget: float) -> dict[str, Any
 
 
 def budget_record(spec: dict[str, Any], key: str, target: str, budget: float, weights: str, importance: str,
-                  plan: dict[str, Any], exp: dict[str, Any], seconds: dict[str, float]) -> dict[str, Any]:
-    """A budget cell's record (no machine paths) from the plan file's content and export.json's."""
-    loop = plan["budget_loop"]
-    rounds = [{"budget": r["budget"], "changed": len(r["plan"]), "predicted_ratio": r["predicted_ratio"],
-               "measured_ratio": r["measured"]["ratio"], "ratio_q1": r["measured"]["ratio_q1"],
-               "ratio_q3": r["measured"]["ratio_q3"], "asis_ms": r["measured"]["asis_ms"], "n": r["measured"]["n"],
-               "timings": r["timings"], "trusted": r["trusted"]} for r in loop["rounds"]]
+                  plan: PlanRecord, exp: dict[str, Any], seconds: dict[str, float]) -> dict[str, Any]:
+    """A budget cell's record (no machine paths) from the plan and export.json's content."""
+    loop = plan.budget_loop
+    assert loop is not None  # plan_only writes the loop's record (status off when it measured nothing)
+    rounds = [{"budget": r.budget, "changed": len(r.plan), "predicted_ratio": r.predicted_ratio,
+               "measured_ratio": r.measured.ratio, "ratio_q1": r.measured.ratio_q1, "ratio_q3": r.measured.ratio_q3,
+               "asis_ms": r.measured.asis_ms, "n": r.measured.n, "timings": r.timings, "trusted": r.trusted}
+              for r in loop.rounds]
     first = None
     if rounds:
         r0 = rounds[0]
@@ -291,10 +295,10 @@ def budget_record(spec: dict[str, Any], key: str, target: str, budget: float, we
     low, high = band(budget, tol["below"], tol["above"])
     return {"model": key, "model_name": spec["model"], "resolution": spec["resolution"], "target": target,
             "device": exp["device"], "budget": budget, "weights": weights, "importance": importance,
-            "plan": {"changed": {k: v for k, v in plan["blocks"].items() if v != "none"}, "spans": plan["spans"],
-                     "predicted_ratio": plan["predicted"]["ratio"]},
-            "loop": {"status": loop["status"], "note": loop.get("note"), "rounds_max": loop["rounds_max"],
-                     "chosen": loop["chosen"], "rounds": rounds},
+            "plan": {"changed": {str(k): v for k, v in plan.changed.items()}, "spans": plan.spans,
+                     "predicted_ratio": plan.predicted.ratio},
+            "loop": {"status": loop.status, "note": loop.note, "rounds_max": loop.rounds_max, "chosen": loop.chosen,
+                     "rounds": rounds},
             "first_round": first,
             "export": {k: lat[k] for k in keep if k in lat},
             "measured_ratio": measured, "band": [low, high],

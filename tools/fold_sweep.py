@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     for lam in args.lambdas:
         t0 = time.perf_counter()
         r = run_fold(cfg.with_overrides({"fold.lambda_c": lam}), args.checkpoint, out / f"lc{lam:g}", progress=False,
-                     seed=args.seed, task=task).report
+                     seed=args.seed, task=task).report.to_json()
         a, lat = r["acc"], r["latency_pred_ms"]
         row = {"lambda_c": lam, "n_folded": r["n_folded"], "n_foldable": r["n_foldable"], "plan": r["folded"],
                "alpha_mid_fraction": r["alpha_mid_fraction"], "acc": a, "flops": r["flops"],

@@ -308,7 +308,7 @@ class Checks:
 
         if "none" not in self.bases:
             return Row("fold", "skipped", detail="no fp32 base (its training failed)")
-        rep = run_fold(self.cfg, self.bases["none"], self.fold_dir, progress=False).report
+        rep = run_fold(self.cfg, self.bases["none"], self.fold_dir, progress=False).report.to_json()
         fc, acc = rep["fold_check"], rep["acc"]
         n_test = json.loads((self.bases["none"].parent / "metrics.json").read_text())["sizes"]["test"]
         gap = abs(acc["linearized"] - acc["folded"]) * n_test

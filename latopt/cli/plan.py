@@ -85,8 +85,8 @@ def _main(args: argparse.Namespace) -> int:
             runs_dir=args.runs_dir, threads=args.threads, overrides=overrides,
             method="dp", budget=args.budget, importance=args.importance,
             variants=_variants(args.variants), plan_only=args.plan_only, plan_out=args.out))
-        if isinstance(done, dict):   # --plan-only: the plan file's content and its path
-            print(format_plan_summary(done, done["path"]))
+        if isinstance(done, tuple):  # --plan-only: the plan and its file
+            print(format_plan_summary(*done))
         else:                        # the applied plan (a FoldResult)
             print(format_dp_summary(done.report))
         return 0

@@ -26,9 +26,9 @@ API (what a caller such as a method-comparison tool uses)::
         # the plan measured on the LUT's device and re-solved until it meets the budget when measured (the budget
         # loop, latopt.dp.budgetloop.meet_budget; budget_rounds default cfg.search.budget_rounds, 0 = off)
         # select + fold + check + fine-tune + write out_dir, in cfg.fold.mode, distilled when cfg.fold.distill;
-        # a latopt.layerfold.FoldResult: result.model (the folded network), result.report (report["checkpoint"]
-        # is the folded.pt to export; report["val_acc_finetuned"], report["acc"]["finetuned"],
-        # report["selection"]["predicted_ms"]) and result.paths
+        # a latopt.layerfold.FoldResult: result.model (the folded network), result.report (a DPReport,
+        # latopt.dp.record: .checkpoint is the folded.pt to export; .val_acc_finetuned, .acc.finetuned,
+        # .selection.predicted_ms, .budget_loop) and result.paths
 
     solve(options, capacity, *, resolution=20000) -> Solution | None   the knapsack alone
     solve_chain(options, spans, capacity, *, resolution=20000) -> Solution | None
@@ -36,11 +36,11 @@ API (what a caller such as a method-comparison tool uses)::
     check_budget(budget) -> float;  check_importance(method) -> str;  format_dp_report / format_dp_summary -> str
     IMPORTANCE_METHODS, REPORT_SCHEMA
 
-    plan = plan_only(cfg, lut_path, budget=0.55, importance="uniform")   # no training: the plan file's content
+    plan = plan_only(cfg, lut_path, budget=0.55, importance="uniform")   # no training: a PlanRecord
                                               # (measured by the budget loop; budget_rounds=0: the LUT's plan)
     plan, info, record = meet_budget(lut, losses, budget=0.55, rounds=3, device="cpu")   # select_plan + the loop
     write_plan("plan.json", plan);  read_plan(path);  check_plan(plan, path, model=..., resolution=..., num_classes=...)
-    plan_variants(plan) -> {block: variant}   (latopt.dp.planfile: the file's schema, PLAN_SCHEMA)
+    plan.changed == plan_variants(plan) -> {block: variant}   (latopt.dp.planfile: the file's schema, PLAN_SCHEMA)
 
 Losses are per (block, variant) and assumed to add up over blocks; ``losses`` may be given (e.g. computed
 once and reused across budgets: ``variant_losses`` is the expensive part, ``select_plan`` takes
@@ -52,6 +52,7 @@ from latopt.dp.importance import IMPORTANCE_METHODS, candidates, check_importanc
 from latopt.dp.knapsack import Solution, solve, solve_chain
 from latopt.dp.planfile import (
     PLAN_SCHEMA,
+    PlanRecord,
     check_plan,
     format_plan_summary,
     plan_only,
@@ -59,13 +60,18 @@ from latopt.dp.planfile import (
     read_plan,
     write_plan,
 )
+from latopt.dp.record import BudgetLoop, DPReport, Selection
 from latopt.dp.select import check_budget, select_plan
 from latopt.dp.stage import REPORT_SCHEMA, format_dp_report, format_dp_summary, run_dp
 
 __all__ = [
+    "BudgetLoop",
+    "DPReport",
+    "Selection",
     "IMPORTANCE_METHODS",
     "check_importance",
     "PLAN_SCHEMA",
+    "PlanRecord",
     "REPORT_SCHEMA",
     "Solution",
     "candidates",

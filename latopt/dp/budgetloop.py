@@ -35,7 +35,7 @@ Not measured (one note in the record and a progress line): ``rounds`` 0 (status 
 TensorRT without its GPU, status ``skipped``); no device profile of the LUT's device here, or one whose backend,
 precision or batch is not the LUT's (``skipped``). The plan is then the DP's plan on the LUT alone.
 
-The record (``budget_loop`` in the plan file, :mod:`latopt.dp.planfile`, and in the DP's report.json)::
+The record (:class:`latopt.dp.record.BudgetLoop`; ``budget_loop`` in the plan file and in the DP's report.json)::
 
     asked        B, the budget asked for
     rounds_max   the most plans measured;  tolerance [low, high]: the accepted measured ratios
@@ -49,7 +49,7 @@ The record (``budget_loop`` in the plan file, :mod:`latopt.dp.planfile`, and in 
 
 Public API::
 
-    DEFAULT_ROUNDS, TOL_BELOW, TOL_ABOVE, NOISE_FRACTION, TIMINGS, LOOP_STATUS
+    DEFAULT_ROUNDS, TOL_BELOW, TOL_ABOVE, NOISE_FRACTION   (TIMINGS and the statuses: latopt.dp.record)
     meet_budget(lut, losses, budget, *, rounds=DEFAULT_ROUNDS, device=None, measure=None, progress=True,
                 resolution=DEFAULT_RESOLUTION) -> (plan, selection, record)
     Measured(ratio, ratio_q1, ratio_q3, asis_ms, plan_ms, asis_iqr_ms, plan_iqr_ms, n)   a plan's timing
@@ -65,10 +65,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any
 
 from latopt.constants import MAX_BUDGET_ROUNDS
 from latopt.dp.knapsack import DEFAULT_RESOLUTION
+from latopt.dp.record import TIMINGS, BudgetLoop
 from latopt.dp.select import check_budget, select_plan
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT
@@ -79,9 +80,6 @@ DEFAULT_ROUNDS = 3     # plans measured at most (the first one included); 0: the
 TOL_BELOW = 0.03       # a measured ratio down to B·(1 − 3 %) meets the budget without wasting accuracy
 TOL_ABOVE = 0.02       # ... and up to B·(1 + 2 %) meets it within the timing's noise
 NOISE_FRACTION = 0.25  # a measurement is trusted when its ratio's standard error is <= this x the tolerance's width
-TIMINGS = 3            # timings of one plan at most, until one is trusted
-LoopStatus = Literal["met", "under", "over", "noisy", "off", "exact", "skipped"]  # the record's status (module docstring)
-LOOP_STATUS: tuple[str, ...] = get_args(LoopStatus)
 _LOG = get_logger("dp")
 
 
@@ -318,30 +316,30 @@ def _loop(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: float, ro
     return plan, sel, rec
 
 
-def loop_summary(rec: Mapping[str, Any] | None) -> str:
+def loop_summary(rec: BudgetLoop | None) -> str:
     """The budget loop in a few words for a one-line summary ("" without a record)."""
-    if not rec:
+    if rec is None:
         return ""
-    if rec.get("chosen") is None:
-        return f"; not measured ({rec['status']})"
-    m = rec["rounds"][rec["chosen"]]["measured"]
-    return (f"; measured {m['ratio']:.3f} of as-is ({m['ratio_q1']:.3f}-{m['ratio_q3']:.3f}) in round "
-            f"{rec['chosen'] + 1}/{len(rec['rounds'])} of the budget loop: {rec['status']}")
+    if rec.chosen is None:
+        return f"; not measured ({rec.status})"
+    m = rec.rounds[rec.chosen].measured
+    return (f"; measured {m.ratio:.3f} of as-is ({m.ratio_q1:.3f}-{m.ratio_q3:.3f}) in round "
+            f"{rec.chosen + 1}/{len(rec.rounds)} of the budget loop: {rec.status}")
 
 
-def format_loop(rec: Mapping[str, Any] | None) -> list[str]:
+def format_loop(rec: BudgetLoop | None) -> list[str]:
     """The report's lines on the budget loop (none for a record without one: an older report or plan)."""
-    if not rec:
+    if rec is None:
         return []
-    low, high = rec["tolerance"]
-    head = (f"budget loop: asked {rec['asked']:g}, accepted measured ratio [{low:.3f}, {high:.3f}], status "
-            f"{rec['status']}" + (f" ({rec['note']})" if rec.get("note") else ""))
+    low, high = rec.tolerance
+    head = (f"budget loop: asked {rec.asked:g}, accepted measured ratio [{low:.3f}, {high:.3f}], status "
+            f"{rec.status}" + (f" ({rec.note})" if rec.note else ""))
     lines = [head]
-    for i, r in enumerate(rec["rounds"]):
-        m = r["measured"]
-        mark = ("" if r.get("trusted", True) else "  (too noisy)") + ("  <- kept" if i == rec.get("chosen") else "")
-        lines.append(f"  round {i + 1}: DP at {r['budget']:.4f}, {len(r['plan'])} blocks changed, LUT ratio "
-                     f"{r['predicted_ratio']:.3f}, measured {m['ratio']:.3f} (quartiles {m['ratio_q1']:.3f}-"
-                     f"{m['ratio_q3']:.3f}; as-is {m['asis_ms']:.3f} ms, plan {m['plan_ms']:.3f} ms, {m['n']} "
+    for i, r in enumerate(rec.rounds):
+        m = r.measured
+        mark = ("" if r.trusted else "  (too noisy)") + ("  <- kept" if i == rec.chosen else "")
+        lines.append(f"  round {i + 1}: DP at {r.budget:.4f}, {len(r.plan)} blocks changed, LUT ratio "
+                     f"{r.predicted_ratio:.3f}, measured {m.ratio:.3f} (quartiles {m.ratio_q1:.3f}-"
+                     f"{m.ratio_q3:.3f}; as-is {m.asis_ms:.3f} ms, plan {m.plan_ms:.3f} ms, {m.n} "
                      f"rounds){mark}")
     return lines

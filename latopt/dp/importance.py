@@ -135,8 +135,8 @@ def variant_losses(cfg: Any, model: nn.Module | None, task: Task | None, cands: 
     one = cfg.with_overrides({"fold.post_epochs": int(epochs)})
     for n, (b, v) in enumerate(todo):
         _, info = fold_plan_and_finetune(one, model, {b: v}, task, mode="exact", progress=False, seed=seed)
-        out[b][v] = max(floor, base_acc - info["val"]["finetuned"])
+        out[b][v] = max(floor, base_acc - info.val["finetuned"])
         if progress:
             _LOG.info(f"importance (finetune) {n + 1}/{len(todo)}: block {b} {v}: val acc "
-                      f"{info['val']['finetuned']:.4f} (base {base_acc:.4f})")
+                      f"{info.val['finetuned']:.4f} (base {base_acc:.4f})")
     return out

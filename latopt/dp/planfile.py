@@ -46,10 +46,10 @@ Public API::
 
     PLAN_SCHEMA
     plan_only(cfg, lut_path, *, budget, importance="uniform", base_checkpoint=None, variants=None,
-              seed=0, progress=True, budget_rounds=None) -> dict   the plan file's content (no training, no
+              seed=0, progress=True, budget_rounds=None) -> PlanRecord   the plan (no training, no
                                                       fine-tuning; the plan measured by the budget loop)
-    write_plan(path, plan) -> Path;  read_plan(path) -> dict (validated: PlanRecord, returned as plain data)
-    PlanRecord                                        the plan file as a validated record
+    PlanRecord                                        the plan file as a frozen, validated record; .to_json()
+    write_plan(path, plan) -> Path;  read_plan(path) -> PlanRecord   the one writer and the one reader
     plan_variants(plan) -> {block: variant}           the changed blocks, as fold_blocks takes them
     check_plan(plan, path, *, model, resolution, num_classes)   LatoptError when it is not for that network
     format_plan_summary(plan, path) -> str
@@ -73,14 +73,14 @@ from latopt.constants import (
     FOLD_VARIANTS,
     LUT_VARIANTS,
     MAX_BATCH,
-    MAX_BUDGET_ROUNDS,
     FoldMode,
     FoldVariant,
     LutVariant,
     Precision,
 )
-from latopt.dp.budgetloop import TIMINGS, LoopStatus, loop_summary, meet_budget
+from latopt.dp.budgetloop import loop_summary, meet_budget
 from latopt.dp.importance import candidates, variant_losses
+from latopt.dp.record import MAX_PLAN_BLOCKS, BudgetLoop, Ms, NonEmpty, Selection, Span, Text
 from latopt.dp.select import check_budget
 from latopt.errors import LatoptError
 from latopt.fold.span import SPAN_VARIANTS
@@ -93,8 +93,6 @@ from latopt.records import BlockKey, Positive, Resolution, StrictModel, validate
 PLAN_SCHEMA = "latopt.plan/1"
 PlanImportance = Literal["uniform", "proxy"]   # what a plan without training may be scored by
 PLAN_IMPORTANCE: tuple[str, ...] = get_args(PlanImportance)
-MAX_PLAN_BLOCKS = 4096   # blocks of a plan (MobileNetV2 and EfficientNet-lite have 17 to 30)
-MAX_SPAN_KERNEL = 31     # a span's kernel: odd, 1 .. 31 (the blocks' own are 3, 5 or 7)
 _RATIO_RTOL = 1e-9       # predicted ratio/speed-up against ms and asis_ms: float rounding only
 _LOG = get_logger("dp")
 _REDO = "re-create it (latopt plan --plan-only)"
@@ -102,13 +100,13 @@ _REDO = "re-create it (latopt plan --plan-only)"
 
 def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance: str = "uniform",
               base_checkpoint: str | Path | None = None, variants: Iterable[str] | None = None, seed: int = 0,
-              progress: bool = True, budget_rounds: int | None = None) -> dict[str, Any]:
+              progress: bool = True, budget_rounds: int | None = None) -> PlanRecord:
     """The DP's plan for ``cfg``'s model and resolution on the LUT's device at ``budget``, chosen by
     :func:`latopt.dp.select_plan` over ``importance`` losses, without training anything: ``uniform`` needs
     no checkpoint; ``proxy`` scores each variant on the trained ``base_checkpoint`` (forward passes only).
     The plan is measured on the LUT's device and re-solved until it meets the budget when measured
     (:func:`latopt.dp.budgetloop.meet_budget`, at most ``budget_rounds`` plans, default
-    ``cfg.search.budget_rounds``; 0: the LUT's plan). Returns the plan file's content (module docstring)."""
+    ``cfg.search.budget_rounds``; 0: the LUT's plan). Returns the plan (:class:`PlanRecord`; module docstring)."""
     t0 = time.perf_counter()
     budget = check_budget(budget)
     if importance not in PLAN_IMPORTANCE:
@@ -139,7 +137,7 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
     blocks = {str(b.index): plan.get(b.index, "none") for b in lut.blocks}
     allowed = sorted({v for vs in cands.values() for v in vs if v != "none"}, key=LUT_VARIANTS.index)
     out = {
-        "schema": PLAN_SCHEMA, "model": lut.model, "resolution": lut.resolution, "num_classes": num_classes,
+        "model": lut.model, "resolution": lut.resolution, "num_classes": num_classes,
         "task": task_name,
         "lut": {"file": str(lut_path), "sha256": file_sha256(lut_path), "device": lut.device, "backend": lut.backend,
                 "precision": lut.precision, "batch": lut.batch, "fold_mode": lut.fold_mode},
@@ -155,32 +153,21 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
     if progress:
         _LOG.info(f"DP plan at budget {budget} on {lut.device}: {len(plan)} blocks changed {plan}; predicted "
                   f"{sel['predicted_ms']:.3f} ms = {sel['ratio']:.3f} of as-is {sel['asis_ms']:.3f} ms")
-    return out
+    # the DP's own output: a plan it cannot validate is latopt's failure (pydantic's error), not the user's
+    return PlanRecord.model_validate(out, strict=False)
 
 
-def write_plan(path: str | Path, plan: Mapping[str, Any]) -> Path:
-    return write_json_atomic(path, dict(plan))
+def write_plan(path: str | Path, plan: PlanRecord) -> Path:
+    """``plan`` as a plan file at ``path`` (``PLAN_SCHEMA``), written atomically."""
+    return write_json_atomic(path, plan.to_json())
 
 
 # ------------------------------------------------------------------------------------ the record
-_Text = Annotated[str, Field(max_length=4096)]
-_NonEmpty = Annotated[str, Field(min_length=1, max_length=4096)]
-_Variant = LutVariant
-_Ms = Annotated[float, Field(ge=0)]
 
 
 def _sha256(v: str) -> str:
     if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
         raise ValueError(f"must be a SHA-256 (64 lowercase hexadecimal digits), got {v[:80]!r}")
-    return v
-
-
-def _span(v: list[int]) -> list[int]:  # the form; the range (the plan's blocks) is the record's to check
-    start, end, kernel = v
-    if start >= end:
-        raise ValueError(f"is {v}: a span is [start, end, kernel] with start < end")
-    if kernel % 2 == 0 or not 1 <= kernel <= MAX_SPAN_KERNEL:
-        raise ValueError(f"is {v}: a span's kernel is odd, 1 .. {MAX_SPAN_KERNEL}")
     return v
 
 
@@ -190,16 +177,13 @@ def _distinct(v: list[str]) -> list[str]:
     return v
 
 
-_Span = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3), AfterValidator(_span)]
-
-
 class PlanLut(StrictModel):
     """The LUT a plan's times are from."""
 
-    file: _NonEmpty
+    file: NonEmpty
     sha256: Annotated[str, AfterValidator(_sha256)]
-    device: _NonEmpty
-    backend: _Text
+    device: NonEmpty
+    backend: Text
     precision: Precision | None
     batch: Annotated[int, Field(ge=1, le=MAX_BATCH)]
     fold_mode: FoldMode
@@ -222,96 +206,28 @@ class Predicted(StrictModel):
         return self
 
 
-class Selection(StrictModel):
-    """What :func:`latopt.dp.select_plan` reports of its choice."""
-
-    budget: Annotated[float, Field(gt=0, le=1)]
-    asis_ms: Positive
-    target_ms: Positive
-    predicted_ms: Positive
-    ratio: Positive
-    fastest_ms: _Ms
-    loss: float
-    resolution: Annotated[int, Field(ge=1, le=10**9)]
-    slack_ms: _Ms
-    spans: list[_Span] = []   # plans written before spans were chosen have none
-
-
-class LoopMeasured(StrictModel):
-    """One plan timed against the as-is network (:class:`latopt.dp.budgetloop.Measured`)."""
-
-    ratio: Positive
-    ratio_q1: Positive
-    ratio_q3: Positive
-    asis_ms: Positive
-    plan_ms: Positive
-    asis_iqr_ms: _Ms
-    plan_iqr_ms: _Ms
-    n: Annotated[int, Field(ge=1)]
-
-
-class LoopRound(StrictModel):
-    """One round of the budget loop: the DP's plan at ``budget`` and its measurement."""
-
-    budget: Annotated[float, Field(gt=0, le=1)]
-    plan: Annotated[dict[BlockKey, _Variant], Field(max_length=MAX_PLAN_BLOCKS)]
-    spans: list[_Span]
-    loss: float
-    predicted_ms: Positive
-    predicted_ratio: Positive
-    timings: Annotated[int, Field(ge=1, le=TIMINGS)]
-    trusted: bool
-    measured: LoopMeasured
-
-
-class BudgetLoop(StrictModel):
-    """The budget loop's record (:mod:`latopt.dp.budgetloop`)."""
-
-    asked: Annotated[float, Field(gt=0, le=1)]
-    rounds_max: Annotated[int, Field(ge=0, le=MAX_BUDGET_ROUNDS)]
-    tolerance: Annotated[list[Positive], Field(min_length=2, max_length=2)]
-    status: LoopStatus
-    note: _Text | None
-    device: _NonEmpty | None
-    chosen: Annotated[int, Field(ge=0)] | None
-    rounds: Annotated[list[LoopRound], Field(max_length=MAX_BUDGET_ROUNDS)]
-
-    @model_validator(mode="after")
-    def _consistent(self) -> BudgetLoop:
-        if len(self.rounds) > self.rounds_max:
-            raise ValueError(f"has {len(self.rounds)} rounds, more than its rounds_max {self.rounds_max}")
-        if (self.status in ("met", "under", "over", "noisy")) != bool(self.rounds):
-            raise ValueError(f"has status {self.status!r} and {len(self.rounds)} rounds: met, under, over and noisy "
-                             "are the statuses of measured rounds, off, exact and skipped of none")
-        if (self.chosen is None) != (not self.rounds):
-            raise ValueError("field 'chosen' is the kept round's index when rounds were measured, else null")
-        if self.chosen is not None and self.chosen >= len(self.rounds):
-            raise ValueError(f"field 'chosen' {self.chosen} is not one of its {len(self.rounds)} rounds")
-        return self
-
-
 class PlanRecord(StrictModel):
     """A plan file (module docstring): every field typed and bounded, then checked against the others."""
 
     model: Annotated[str, Field(min_length=1, max_length=200)]
     resolution: Resolution
     num_classes: Annotated[int, Field(ge=1, le=MAX_CLASSES)] | None
-    task: _NonEmpty | None
+    task: NonEmpty | None
     lut: PlanLut
     fold_mode: FoldMode
     budget: Annotated[float, Field(gt=0, le=1)]
     importance: PlanImportance
     variants: Annotated[list[FoldVariant], Field(max_length=len(FOLD_VARIANTS)), AfterValidator(_distinct)]
-    base_checkpoint: _NonEmpty | None
-    blocks: Annotated[dict[BlockKey, _Variant], Field(min_length=1, max_length=MAX_PLAN_BLOCKS)]
-    spans: list[_Span]
+    base_checkpoint: NonEmpty | None
+    blocks: Annotated[dict[BlockKey, LutVariant], Field(min_length=1, max_length=MAX_PLAN_BLOCKS)]
+    spans: list[Span]
     predicted: Predicted
     selection: Selection
-    losses: dict[BlockKey, dict[_Variant, float]]
+    losses: dict[BlockKey, dict[LutVariant, float]]
     budget_loop: BudgetLoop | None = None   # plans written before the budget loop have none
-    latopt_version: _Text
-    created: _Text
-    seconds: _Ms
+    latopt_version: Text
+    created: Text
+    seconds: Ms
 
     @model_validator(mode="before")
     @classmethod
@@ -372,40 +288,48 @@ class PlanRecord(StrictModel):
                              f"solved at {solved:.6g}")
         return self
 
+    @property
+    def changed(self) -> dict[int, str]:
+        """The blocks the plan changes, {block index: variant} (``none`` left out), as ``fold_blocks`` takes them."""
+        return {int(k): v for k, v in sorted(self.blocks.items(), key=lambda kv: int(kv[0])) if v != "none"}
 
-def read_plan(path: str | Path) -> dict[str, Any]:
-    """A plan file, validated (:class:`PlanRecord`) and returned as plain data, the fields as the file has
-    them; one :class:`LatoptError` line otherwise, naming the field (``param`` "plan")."""
+    def to_json(self) -> dict[str, Any]:
+        """What the plan file holds: the schema, then the record's fields."""
+        return {"schema": PLAN_SCHEMA, **self.model_dump(mode="json")}
+
+
+def read_plan(path: str | Path) -> PlanRecord:
+    """The plan file at ``path`` as a :class:`PlanRecord`; one :class:`LatoptError` line when it is not one,
+    naming the field (``param`` "plan")."""
     try:
         data = read_json(path, schema=PLAN_SCHEMA, what="plan file")
     except LatoptError as e:
         raise LatoptError(str(e), param="plan") from None
     try:
-        record = validated(PlanRecord, data, prefix=f"plan file {path}: ", key="field")
+        return validated(PlanRecord, data, prefix=f"plan file {path}: ", key="field")
     except LatoptError as e:
         raise LatoptError(f"{e}; {_REDO}", param="plan") from None
-    return {"schema": PLAN_SCHEMA, **record.model_dump()}
 
 
-def plan_variants(plan: Mapping[str, Any]) -> dict[int, str]:
+def plan_variants(plan: PlanRecord) -> dict[int, str]:
     """The blocks a plan changes, {block index: variant} (``none`` left out), as ``fold_blocks`` takes them."""
-    return {int(k): v for k, v in sorted(plan["blocks"].items(), key=lambda kv: int(kv[0])) if v != "none"}
+    return plan.changed
 
 
-def check_plan(plan: Mapping[str, Any], path: str | Path, *, model: str, resolution: int, num_classes: int) -> None:
+def check_plan(plan: PlanRecord, path: str | Path, *, model: str, resolution: int, num_classes: int) -> None:
     """LatoptError (one line) when the plan was made for another model, resolution or number of classes."""
-    have = {"model": model, "resolution": resolution, "num_classes": num_classes}
-    for key, value in have.items():
-        want = plan.get(key)
+    have = {"model": (plan.model, model), "resolution": (plan.resolution, resolution),
+            "num_classes": (plan.num_classes, num_classes)}
+    for key, (want, value) in have.items():
         if want is not None and want != value and not (key == "model" and same_model(str(want), model)):
             raise LatoptError(f"plan file {path} was made for {key} {want!r}, the checkpoint has {value!r}: make a "
                               "plan for this network (latopt plan --plan-only)", param="plan")
 
 
-def format_plan_summary(plan: Mapping[str, Any], path: str | Path) -> str:
-    p, changed = plan["predicted"], {str(k): v for k, v in plan_variants(plan).items()}
-    spans = "".join(f"; span {a}-{b} as one {k}x{k} conv" for a, b, k in plan.get("spans", []))
-    return (f"DP plan at budget {plan['budget']} ({plan['importance']} importance) for {plan['model']} @ "
-            f"{plan['resolution']}px on {plan['lut']['device']}: changed {len(changed)}/{len(plan['blocks'])} blocks "
-            f"{changed}{spans}; LUT latency {p['asis_ms']:.3f} → {p['ms']:.3f} ms "
-            f"({p['speedup']:.2f}x){loop_summary(plan.get('budget_loop'))}; wrote {path}")
+def format_plan_summary(plan: PlanRecord, path: str | Path) -> str:
+    p, changed = plan.predicted, {str(k): v for k, v in plan.changed.items()}
+    spans = "".join(f"; span {a}-{b} as one {k}x{k} conv" for a, b, k in plan.spans)
+    return (f"DP plan at budget {plan.budget} ({plan.importance} importance) for {plan.model} @ "
+            f"{plan.resolution}px on {plan.lut.device}: changed {len(changed)}/{len(plan.blocks)} blocks "
+            f"{changed}{spans}; LUT latency {p.asis_ms:.3f} → {p.ms:.3f} ms "
+            f"({p.speedup:.2f}x){loop_summary(plan.budget_loop)}; wrote {path}")

@@ -6,7 +6,6 @@ import copy
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -15,6 +14,7 @@ from latopt.blocks import find_blocks
 from latopt.config import RunConfig
 from latopt.data import Task, load_task, make_loaders
 from latopt.dp.importance import candidates, check_importance, variant_losses
+from latopt.dp.record import DPReport
 from latopt.dp.select import check_budget
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
@@ -23,14 +23,14 @@ from latopt.layerfold import FoldResult, check_base, fold_plan_and_finetune, rep
 from latopt.log import get_logger
 from latopt.models import model_cost
 
-REPORT_SCHEMA = "latopt.dp_report/1"
+REPORT_SCHEMA = DPReport.SCHEMA
 _LOG = get_logger("dp")
 
 
 def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, lut: LUT | str | Path,
            budget: float, importance: str = "proxy", losses: Mapping[int, Mapping[str, float]] | None = None,
            variants: Iterable[str] | None = None, seed: int = 0, progress: bool = True,
-           task: Task | None = None, budget_rounds: int | None = None) -> FoldResult:
+           task: Task | None = None, budget_rounds: int | None = None) -> FoldResult[DPReport]:
     """Select a plan with the DP (:func:`select_plan`) and apply it: fold exactly (checked against the variant
     network), fine-tune, write ``out_dir`` as ``latopt fold`` does (folded.pt, prefold.pt = the base network
     the fold is recomputed from, report.json, report.txt, config.yaml) so ``latopt export`` ships it with all
@@ -83,12 +83,12 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
                                           seed=seed, accel=accel)
     # torch's stubs of Module.to lack memory_format, which it takes (as Tensor.to does)
     folded.to("cpu", memory_format=torch.contiguous_format).eval()  # type: ignore[call-overload]
-    acc |= info["acc"]
-    val |= info["val"]
+    acc |= info.acc
+    val |= info.val
     res = cfg.data.resolution
     cost_base, cost_folded = model_cost(base, res), model_cost(folded, res)
-    report: dict[str, Any] = {
-        "schema": REPORT_SCHEMA, "method": "dp", "model": arch["model"], "task": task.name, "resolution": res,
+    report = DPReport.model_validate({
+        "method": "dp", "model": arch["model"], "task": task.name, "resolution": res,
         "seed": seed, "base_checkpoint": str(base_checkpoint), "lut": lut_path, "mode": mode, "distill": distill,
         "importance": source, "budget": budget, "selection": sel, "budget_loop": loop, "losses": {str(b): ls for b, ls in sorted(losses.items())},
         "folded": {str(k): v for k, v in plan.items()}, "n_blocks": len(find_blocks(base)), "n_folded": len(plan),
@@ -96,41 +96,41 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
         "flops": {"base": cost_base["flops"], "folded": cost_folded["flops"]},
         "params": {"base": cost_base["params"], "folded": cost_folded["params"]},
         "latency_pred_ms": {"asis": sel["asis_ms"], "folded": sel["predicted_ms"]},
-        "fold_check": info["fold_check"], "history": {"postfold": info["postfold_history"]},
-        "seconds": {"importance": t_imp, **info["seconds"], "total": time.perf_counter() - t_start},
-    }
+        "fold_check": info.fold_check, "history": {"postfold": info.postfold_history},
+        "seconds": {"importance": t_imp, **info.seconds, "total": time.perf_counter() - t_start},
+    }, strict=False)
     return write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, format_dp_report, accel)
 
 
-def format_dp_report(r: Mapping[str, Any]) -> str:
+def format_dp_report(r: DPReport) -> str:
     from latopt.dp.budgetloop import format_loop
 
-    s = r["selection"]
-    asked = r.get("budget", s["budget"])   # reports from before the budget loop: the budget solved at
-    solved = "" if asked == s["budget"] else f", solved at {s['budget']:.4f} by the budget loop"
-    lines = [f"latopt DP report: {r['model']} on {r['task']} @ {r['resolution']}px, seed {r['seed']}",
-             f"budget {asked}{solved} of the as-is LUT latency {s['asis_ms']:.4f} ms (target {s['target_ms']:.4f} ms); "
-             f"importance {r['importance']}; mode {r['mode']}; lut {r['lut']}",
+    s = r.selection
+    solved = "" if r.budget == s.budget else f", solved at {s.budget:.4f} by the budget loop"
+    lines = [f"latopt DP report: {r.model} on {r.task} @ {r.resolution}px, seed {r.seed}",
+             f"budget {r.budget}{solved} of the as-is LUT latency {s.asis_ms:.4f} ms (target {s.target_ms:.4f} ms); "
+             f"importance {r.importance}; mode {r.mode}; lut {r.lut}",
              "", f"{'block':>5}  {'variant':<10} {'loss':>9}   candidates (loss)"]
-    for k, ls in r["losses"].items():
-        v = r["folded"].get(k, "none")
+    for k, ls in r.losses.items():
+        v = r.folded.get(k, "none")
         others = "  ".join(f"{name} {x:.4f}" for name, x in ls.items() if name != v)
-        lines.append(f"{k:>5}  {v:<10} {ls.get(v, 0.0):>9.4f}   {others}")
-    lines += ["", f"changed {r['n_folded']}/{r['n_blocks']} blocks; total loss {s['loss']:.4f}",
-              f"LUT-predicted latency {s['asis_ms']:.4f} ms → {s['predicted_ms']:.4f} ms ({s['ratio']:.3f} of as-is, "
-              f"{s['asis_ms'] / s['predicted_ms']:.3f}x)", *format_loop(r.get("budget_loop"))]
+        chosen = next((x for name, x in ls.items() if name == v), 0.0)
+        lines.append(f"{k:>5}  {v:<10} {chosen:>9.4f}   {others}")
+    lines += ["", f"changed {r.n_folded}/{r.n_blocks} blocks; total loss {s.loss:.4f}",
+              f"LUT-predicted latency {s.asis_ms:.4f} ms → {s.predicted_ms:.4f} ms ({s.ratio:.3f} of as-is, "
+              f"{s.asis_ms / s.predicted_ms:.3f}x)", *format_loop(r.budget_loop)]
     lines += report_tail(r, (("base", "base"), ("linearized", "variant network"), ("folded", "folded, before FT"),
                              ("finetuned", "folded, fine-tuned")))
-    lines.append(f"checkpoint {r['checkpoint']}")
+    lines.append(f"checkpoint {r.checkpoint}")
     return "\n".join(lines) + "\n"
 
 
-def format_dp_summary(r: Mapping[str, Any]) -> str:
+def format_dp_summary(r: DPReport) -> str:
     from latopt.dp.budgetloop import loop_summary
 
-    s, a = r["selection"], r["acc"]
-    return (f"DP at budget {r.get('budget', s['budget'])}: changed {r['n_folded']}/{r['n_blocks']} blocks {r['folded']}; "
-            f"LUT latency {s['asis_ms']:.3f} → {s['predicted_ms']:.3f} ms ({s['asis_ms'] / s['predicted_ms']:.2f}x)"
-            f"{loop_summary(r.get('budget_loop'))}; test acc base "
-            f"{a['base']:.4f}, variant network {a['linearized']:.4f}, fine-tuned {a['finetuned']:.4f}; "
-            f"wrote {r['checkpoint']}")
+    s, a = r.selection, r.acc
+    return (f"DP at budget {r.budget}: changed {r.n_folded}/{r.n_blocks} blocks {dict(r.folded)}; "
+            f"LUT latency {s.asis_ms:.3f} → {s.predicted_ms:.3f} ms ({s.asis_ms / s.predicted_ms:.2f}x)"
+            f"{loop_summary(r.budget_loop)}; test acc base "
+            f"{a.base:.4f}, variant network {a.linearized:.4f}, fine-tuned {a.finetuned:.4f}; "
+            f"wrote {r.checkpoint}")

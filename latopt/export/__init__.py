@@ -87,7 +87,7 @@ from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_te
 from latopt.checkpoint import load_checkpoint, recorded_test_acc
 from latopt.config import check_resolution
 from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS, FoldVariant, Precision
-from latopt.dp.planfile import Predicted, check_plan, plan_variants, read_plan
+from latopt.dp.planfile import PlanRecord, check_plan, read_plan
 from latopt.errors import LatoptError
 from latopt.export.engine import (
     ENGINE_BATCH,
@@ -216,10 +216,10 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
         if fold is not None:
             raise LatoptError("give a plan or a fold, not both: the plan file says what to fold", param="plan")
         plan_file = read_plan(plan)
-        if mode is not None and mode != plan_file["fold_mode"]:
-            raise LatoptError(f"mode {mode!r}: the plan file {plan} was made for {plan_file['fold_mode']}-mode folds "
+        if mode is not None and mode != plan_file.fold_mode:
+            raise LatoptError(f"mode {mode!r}: the plan file {plan} was made for {plan_file.fold_mode}-mode folds "
                               "(its LUT's times are of those); give no mode", param="mode")
-        mode = plan_file["fold_mode"]
+        mode = plan_file.fold_mode
     mode = mode or "exact"
     # One backend for the whole export, at the requested precision: it builds the engine (--format
     # engine|all) and times the networks; opened before any work (a device this machine cannot drive, or a
@@ -238,7 +238,7 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
 def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt: str, precision: str,
             fold: str | None, lut_path: str | None, resolution: int | None, samples: int, seed: int,
             measure: bool, say: Any, mode: str, bias_maps: str, gate_accuracy: bool,
-            plan: tuple[str | Path, dict[str, Any]] | None, timing_only: bool = False) -> ExportRecord:
+            plan: tuple[str | Path, PlanRecord] | None, timing_only: bool = False) -> ExportRecord:
     trt_backend = backend if fmt in ("engine", "all") else None
     say(f"loading {checkpoint}")
     loaded = load_checkpoint(checkpoint)
@@ -251,7 +251,7 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     what: str | dict[int, str] | None = fold  # the --fold spec, or a plan file's {block: variant}
     if plan is not None:
         what, plan_record, plan_notes = _plan_fold(checkpoint, loaded[1], res, device, *plan)
-        spans = plan[1].get("spans", [])
+        spans = plan[1].spans
     p = build_plan(checkpoint, loaded, fold=what, lut=lut, res=res, mode=mode, spans=spans)
     if plan_record is not None:
         p.notes.extend(plan_notes)
@@ -331,7 +331,7 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
 
 
 def _plan_fold(checkpoint: str | Path, arch: dict[str, Any], res: int, device: Any, path: str | Path,
-               plan: dict[str, Any]) -> tuple[dict[int, str], PlanSection, list[str]]:
+               plan: PlanRecord) -> tuple[dict[int, str], PlanSection, list[str]]:
     """A plan file's {block: variant} for this unfolded checkpoint (refused when the plan is for another
     model, resolution or number of classes), what export.json records of it (the file, its device and
     prediction) and the notes it adds (a plan made for another device is measured here; its LUT is not
@@ -340,17 +340,15 @@ def _plan_fold(checkpoint: str | Path, arch: dict[str, Any], res: int, device: A
         raise LatoptError(f"{checkpoint} is already folded; a plan applies to an unfolded (base) checkpoint",
                           param="checkpoint")
     check_plan(plan, path, model=arch["model"], resolution=res, num_classes=int(arch["num_classes"]))
-    lut = plan["lut"]   # read_plan validated every field
-    made_for = lut["device"]
-    record = PlanSection(file=str(path), sha256=file_sha256(path), device=made_for, lut_sha256=lut["sha256"],
-                         budget=plan["budget"], importance=plan["importance"],
-                         predicted=Predicted.model_validate(plan["predicted"]))
+    made_for = plan.lut.device
+    record = PlanSection(file=str(path), sha256=file_sha256(path), device=made_for, lut_sha256=plan.lut.sha256,
+                         budget=plan.budget, importance=plan.importance, predicted=plan.predicted)
     notes = [f"the plan file {path} (budget {record.budget}, {record.importance} importance) is applied through the "
              "fold algebra, not fine-tuned"]
     if made_for != device.name:
         notes.append(f"the plan was made for device {made_for!r}, measured here on {device.name!r}: its "
                      "predicted speed-up (from the other device's LUT) is not compared")
-    return plan_variants(plan), record, notes
+    return plan.changed, record, notes
 
 
 def _write_int8(p: Plan, onnx_path: Path, int8_path: Path, task: Any | None, x: Any, onnx_acc: float | None,

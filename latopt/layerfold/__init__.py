@@ -5,6 +5,7 @@ What ``latopt fold`` runs and every ``latopt search`` trial runs. One job per mo
     penalty.py   the compression loss L_c and the block times it weighs (its derivation is there)
     phases.py    pre-fold, the plan from the α's, fold + check + post-fold (optimisation, unfolded α, fold check)
     stage.py     run_fold: the whole stage on a config, its FoldResult and the fold directory it writes
+    record.py    the report as a record (report.json, written and read there): LayerFoldReport, FoldReport
     report.py    the report as text (summary, report.txt, the lines a DP report shares)
 
 Public API::
@@ -12,7 +13,10 @@ Public API::
     run_fold(cfg, base_checkpoint, out_dir, *, progress=True, seed=0, task=None) -> FoldResult
         the whole stage with cfg.fold (λ_c, τ, p, granularity, distill, mode) and cfg.lut (c_l; none: uniform);
         writes folded.pt, prefold.pt, report.json, report.txt and config.yaml
-    FoldResult(model, report, paths)          the folded network, the report dict, the files written
+    FoldResult(model, report, paths)          the folded network, its report (a LayerFoldReport; the DP's: a
+                                              latopt.dp.record.DPReport), the files written
+    FoldOutcome                               what folding a plan made besides the network (phases.py)
+    LayerFoldReport, FoldReport, read_report(path, cls)      report.json as a record (record.py)
     check_base(cfg, base_checkpoint) -> (model, arch, meta)   a base checkpoint fit to fold with ``cfg``
     prefold, Prefolded, plan_from_alphas, fold_and_finetune, fold_plan_and_finetune
                                               the training phases (their signatures: phases.py)
@@ -27,12 +31,14 @@ Public API::
 
 from latopt.layerfold.penalty import CompressionLoss, block_variant_times
 from latopt.layerfold.phases import (
+    FoldOutcome,
     Prefolded,
     fold_and_finetune,
     fold_plan_and_finetune,
     plan_from_alphas,
     prefold,
 )
+from latopt.layerfold.record import FoldReport, LayerFoldReport, read_report
 from latopt.layerfold.report import format_report, format_summary, report_tail, undertrained_warning
 from latopt.layerfold.stage import (
     FOLDED_CHECKPOINT,
@@ -49,7 +55,10 @@ __all__ = [
     "PREFOLD_CHECKPOINT",
     "REPORT_SCHEMA",
     "CompressionLoss",
+    "FoldOutcome",
+    "FoldReport",
     "FoldResult",
+    "LayerFoldReport",
     "Prefolded",
     "block_variant_times",
     "check_base",
@@ -58,6 +67,7 @@ __all__ = [
     "format_report",
     "format_summary",
     "plan_from_alphas",
+    "read_report",
     "prefold",
     "report_tail",
     "run_fold",

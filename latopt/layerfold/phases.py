@@ -7,10 +7,11 @@ Public API::
     Prefolded(model, history, frozen)                       what pre-fold made
     plan_from_alphas(alphas, tau) -> {block index: variant}
     fold_and_finetune(cfg, prefolded, task, *, tau, mode, progress=True, teacher=None, seed=0, accel=None)
-        -> (folded nn.Module, info dict)
+        -> (folded nn.Module, FoldOutcome)
     fold_plan_and_finetune(cfg, source, plan, task, *, mode, progress=True, teacher=None, seed=0, accel=None)
-        -> (folded nn.Module, info dict)      any plan {block: variant}: fold, check against the variant
+        -> (folded nn.Module, FoldOutcome)   any plan {block: variant}: fold, check against the variant
                                               network, fine-tune (also the DP's apply step, latopt.dp)
+    FoldOutcome(plan, fold_check, acc, val, postfold_history, seconds, source, finetuned, alphas, snapped)
 
 **Optimisation.** The weights use cfg.train's optimizer and LR schedule at ``fold.lr`` (post-fold:
 ``fold.post_lr``), built by :mod:`latopt.engine` (timm's factories); the α's have their own Adam at
@@ -36,9 +37,11 @@ border ring differs by design: the numbers are reported, not enforced.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -61,7 +64,28 @@ from latopt.fold import (
     verify_fold,
 )
 from latopt.layerfold.penalty import CompressionLoss, block_variant_times
+from latopt.layerfold.record import FoldCheck
 from latopt.layers import AlphaActivation
+
+
+@dataclass(frozen=True)
+class FoldOutcome:
+    """What folding a plan made besides the folded network: the plan ({block: variant}), the fold's check
+    (:class:`~latopt.layerfold.record.FoldCheck`), test accuracy of the variant network (``linearized``), test
+    and validation accuracy of the fold before (``folded``) and after fine-tuning (``finetuned``), the fine-tuning's
+    epochs, each phase's seconds, the network the fold was computed from (``source``, on the CPU) and whether it
+    was fine-tuned. Layer Folding's adds the α's learnt ({block: [α, ...]}) and how many were snapped to 0."""
+
+    plan: dict[int, str]
+    fold_check: FoldCheck
+    acc: dict[str, float]
+    val: dict[str, float]
+    postfold_history: list[dict[str, float]]
+    seconds: dict[str, float]
+    source: nn.Module
+    finetuned: bool
+    alphas: dict[int, list[float]] = field(default_factory=dict)
+    snapped: int = 0
 
 
 @dataclass
@@ -172,8 +196,8 @@ def _snap_unfolded_(model: nn.Module, plan: Mapping[int, str]) -> int:
 
 def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: float, mode: str,
                       progress: bool = True, teacher: nn.Module | None = None,
-                      seed: int = 0, accel: Accel | None = None) -> tuple[nn.Module, dict[str, Any]]:
-    """Fold every activation with α ≥ τ, check the fold, fine-tune; returns (folded model, info)
+                      seed: int = 0, accel: Accel | None = None) -> tuple[nn.Module, FoldOutcome]:
+    """Fold every activation with α ≥ τ, check the fold, fine-tune; returns (folded model, outcome)
     (:func:`fold_plan_and_finetune` on a CPU copy of ``prefolded`` with its unfolded α's snapped)."""
     alphas = get_alphas(prefolded)
     plan = plan_from_alphas(alphas, tau)
@@ -181,21 +205,20 @@ def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: 
     n_snapped = _snap_unfolded_(snapped, plan) if cfg.fold.unfolded_alpha == "zero" else 0
     folded, info = fold_plan_and_finetune(cfg, snapped, plan, task, mode=mode, progress=progress, teacher=teacher,
                                           seed=seed, accel=accel)
-    return folded, {"alphas": alphas, "snapped": n_snapped, **info}
+    return folded, dataclasses.replace(info, alphas=alphas, snapped=n_snapped)
 
 
 def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int, str], task: Task, *, mode: str,
                            progress: bool = True, teacher: nn.Module | None = None,
-                           seed: int = 0, accel: Accel | None = None) -> tuple[nn.Module, dict[str, Any]]:
+                           seed: int = 0, accel: Accel | None = None) -> tuple[nn.Module, FoldOutcome]:
     """Fold ``plan`` ({block: variant}, any variant) of ``source``, check the fold against the variant
     network ``linearize(source, plan)`` (exact mode: VerificationError above ``fold.max_fold_error``), then
     fine-tune the folded network (``fold.post_epochs`` at ``fold.post_lr``; σ_α frozen). Returns (folded,
-    info: plan, fold_check, acc / val of the variant network ("linearized"), the fold before and after
-    fine-tuning, postfold_history, seconds, source, finetuned).
+    :class:`FoldOutcome`).
 
     The fold and its check run on a CPU copy of ``source`` (float64 algebra, float32 check), whatever device
     it trained on; evaluation and fine-tuning run on ``accel`` (default: resolved from ``cfg.train``), where
-    the folded model is returned. ``info["source"]`` stays on the CPU."""
+    the folded model is returned. The outcome's ``source`` stays on the CPU."""
     accel = accel or resolve(cfg)
     source = _cpu_copy(source)
     res = cfg.data.resolution
@@ -203,14 +226,16 @@ def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int,
     t0 = time.perf_counter()
     reference = linearize(source, plan)
     folded = fold_blocks(source, plan, mode=mode, input_size=(res, res))
-    check = verify_fold(reference, folded, (res, res), seed=seed)
-    check = {k: v for k, v in check.items() if k != "per_block"} | {
-        "per_block": {str(k): v for k, v in check["per_block"].items()}, "mode": mode,
-        "limit": cfg.fold.max_fold_error if mode == "exact" else None}
-    check["passed"] = mode != "exact" or check["max_rel"] <= cfg.fold.max_fold_error
-    if not check["passed"]:
+    got = verify_fold(reference, folded, (res, res), seed=seed)
+    if not (math.isfinite(got["max_abs"]) and math.isfinite(got["max_rel"])):   # any mode: a NaN is no fold
         raise VerificationError(f"folded network differs from the linearised σ_α network: max abs "
-                                f"{check['max_abs']:.3g}, max rel {check['max_rel']:.3g} > {cfg.fold.max_fold_error}")
+                                f"{got['max_abs']:.3g}, max rel {got['max_rel']:.3g} (not finite)")
+    limit = cfg.fold.max_fold_error if mode == "exact" else None
+    check = FoldCheck.model_validate({**got, "per_block": {str(k): v for k, v in got["per_block"].items()}, "mode": mode,
+                                      "limit": limit, "passed": limit is None or got["max_rel"] <= limit}, strict=False)
+    if not check.passed:
+        raise VerificationError(f"folded network differs from the linearised σ_α network: max abs "
+                                f"{check.max_abs:.3g}, max rel {check.max_rel:.3g} > {cfg.fold.max_fold_error}")
     fold_seconds = time.perf_counter() - t0
     accel.prepare(reference)
     accel.prepare(folded)
@@ -237,10 +262,9 @@ def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int,
                       clip_grad=cfg.train.clip_grad, best=BestWeights() if cfg.train.keep_best else None)
     acc["finetuned"] = evaluate(folded, test_loader, accel)
     val["finetuned"] = evaluate(folded, val_loader, accel)
-    info = {"plan": plan, "fold_check": check, "acc": acc, "val": val,
-            "postfold_history": history, "seconds": {"fold": fold_seconds, "postfold": time.perf_counter() - t1},
-            "source": source, "finetuned": bool(history)}
-    return folded, info
+    return folded, FoldOutcome(plan=plan, fold_check=check, acc=acc, val=val, postfold_history=history,
+                               seconds={"fold": fold_seconds, "postfold": time.perf_counter() - t1}, source=source,
+                               finetuned=bool(history))
 
 
 def _cpu_copy(model: nn.Module) -> nn.Module:

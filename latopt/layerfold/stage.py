@@ -6,7 +6,8 @@ Public API::
         pre-fold → fold → check → post-fold with ``cfg.fold`` (λ_c, τ, p, granularity, distill, mode) and
         ``cfg.lut`` (the LUT giving c_l; none: uniform); writes folded.pt, prefold.pt, report.json,
         report.txt and config.yaml into out_dir
-    FoldResult(model, report, paths)         the folded network (CPU, eval), the report dict, the files written
+    FoldResult(model, report, paths)         the folded network (CPU, eval), its report (a record,
+                                             :mod:`latopt.layerfold.record`), the files written
     check_base(cfg, base_checkpoint) -> (model, arch, meta)   a base checkpoint fit to fold with ``cfg``
     write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, text, accel=None)
         -> FoldResult                        folded.pt / prefold.pt / report.* / config.yaml, as export reads them
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -38,23 +39,26 @@ from latopt.errors import LatoptError, VerificationError
 from latopt.fold import plain_activations_
 from latopt.latency.lut import LUT, check_blocks, load_lut, predict
 from latopt.latency.lut import costs as lut_costs
-from latopt.layerfold.phases import fold_and_finetune, prefold
+from latopt.layerfold.phases import FoldOutcome, fold_and_finetune, prefold
+from latopt.layerfold.record import FoldParams, FoldReport, LayerFoldReport, LutLatency
 from latopt.layerfold.report import format_report
 from latopt.models import model_cost
 
-REPORT_SCHEMA = "latopt.fold_report/1"
+REPORT_SCHEMA = LayerFoldReport.SCHEMA
 PREFOLD_CHECKPOINT = "prefold.pt"
+R = TypeVar("R", bound=FoldReport)
 FOLDED_CHECKPOINT = "folded.pt"
 
 
-@dataclass
-class FoldResult:
+@dataclass(frozen=True)
+class FoldResult(Generic[R]):
     """A fold (Layer Folding's or the DP's): the folded network (on the CPU, in eval mode, σ_α at α = 0 as
-    the plain activation), its report (``report.json``'s content) and the files written, by role:
-    ``folded``, ``prefold``, ``report``, ``text``, ``config``."""
+    the plain activation), its report (``report.json``'s record: :class:`LayerFoldReport` or the DP's
+    :class:`latopt.dp.record.DPReport`) and the files written, by role: ``folded``, ``prefold``, ``report``,
+    ``text``, ``config``."""
 
     model: nn.Module
-    report: dict[str, Any]
+    report: R
     paths: dict[str, Path]
 
 
@@ -84,7 +88,7 @@ def check_base(cfg: RunConfig, base_checkpoint: str | Path) -> tuple[nn.Module, 
 
 
 def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, progress: bool = True,
-             seed: int = 0, task: Task | None = None) -> FoldResult:
+             seed: int = 0, task: Task | None = None) -> FoldResult[LayerFoldReport]:
     """Pre-fold → fold → check → post-fold with ``cfg.fold`` and ``cfg.lut``; writes folded.pt, report.json/.txt,
     config.yaml into ``out_dir``; returns the folded network, the report and the paths (:class:`FoldResult`)."""
     f = cfg.fold
@@ -112,72 +116,71 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     for m in (folded, base):  # costs, checkpoints and the reload check on the CPU
         # torch's stubs of Module.to lack memory_format, which it takes (as Tensor.to does)
         m.to("cpu", memory_format=torch.contiguous_format).eval()  # type: ignore[call-overload]
-    acc |= info["acc"]
-    val |= info["val"]
+    acc |= info.acc
+    val |= info.val
     foldable = [b.index for b in find_blocks(base) if b.foldable]
-    trainable = [v for i, vs in info["alphas"].items() if i not in pre.frozen for v in vs]
+    trainable = [v for i, vs in info.alphas.items() if i not in pre.frozen for v in vs]
     cost_base, cost_folded = model_cost(base, cfg.data.resolution), model_cost(folded, cfg.data.resolution)
-    latency: dict[str, float | None] = {"asis": None, "folded": None}
+    latency = LutLatency(asis=None, folded=None)
     if lut_obj is not None:
-        latency = {"asis": predict(lut_obj, {}), "folded": predict(lut_obj, info["plan"])}
-    report: dict[str, Any] = {
-        "schema": REPORT_SCHEMA, "model": arch["model"], "task": task.name, "resolution": cfg.data.resolution,
+        latency = LutLatency(asis=predict(lut_obj, {}), folded=predict(lut_obj, info.plan))
+    report = LayerFoldReport.model_validate({
+        "model": arch["model"], "task": task.name, "resolution": cfg.data.resolution,
         "seed": seed, "base_checkpoint": str(base_checkpoint),
-        "params_fold": {"lambda_c": f.lambda_c, "tau": f.tau, "p": f.p, "granularity": f.granularity,
-                        "distill": f.distill, "mode": f.mode, "unfolded_alpha": f.unfolded_alpha, "lut": cfg.lut},
+        "params_fold": FoldParams(lambda_c=f.lambda_c, tau=f.tau, p=f.p, granularity=f.granularity, distill=f.distill,
+                                  mode=f.mode, unfolded_alpha=f.unfolded_alpha, lut=cfg.lut),
         "costs": None if costs is None else {str(k): v for k, v in costs.items()},
         "frozen": pre.frozen,
-        "alphas": {str(k): v for k, v in info["alphas"].items()},
+        "alphas": {str(k): v for k, v in info.alphas.items()},
         "alpha_mid_fraction": (sum(0.1 < v < 0.9 for v in trainable) / len(trainable)) if trainable else 0.0,
-        "folded": {str(k): v for k, v in info["plan"].items()},
-        "n_foldable": len(foldable), "n_folded": len(info["plan"]),
-        "n_folded_full": sum(v == "full" for v in info["plan"].values()),
-        "snapped_alphas": info["snapped"],
+        "folded": {str(k): v for k, v in info.plan.items()},
+        "n_foldable": len(foldable), "n_folded": len(info.plan),
+        "n_folded_full": sum(v == "full" for v in info.plan.values()),
+        "snapped_alphas": info.snapped,
         "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"], "test_samples": task.sizes()["test"],
         "flops": {"base": cost_base["flops"], "folded": cost_folded["flops"]},
         "params": {"base": cost_base["params"], "folded": cost_folded["params"]},
-        "latency_pred_ms": latency, "fold_check": info["fold_check"],
-        "history": {"prefold": pre.history, "postfold": info["postfold_history"]},
-        "seconds": {"prefold": t_pre, **info["seconds"], "total": time.perf_counter() - t_start},
-    }
+        "latency_pred_ms": latency, "fold_check": info.fold_check,
+        "history": {"prefold": pre.history, "postfold": info.postfold_history},
+        "seconds": {"prefold": t_pre, **info.seconds, "total": time.perf_counter() - t_start},
+    }, strict=False)
     return write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, format_report, accel)
 
 
-def write_fold_outputs(out_dir: str | Path, cfg: RunConfig, report: dict[str, Any], folded: nn.Module,
-                       info: Mapping[str, Any], arch: Mapping[str, Any], test_loader: Any, seed: int,
-                       text: Callable[[Mapping[str, Any]], str], accel: Accel | None = None) -> FoldResult:
+def write_fold_outputs(out_dir: str | Path, cfg: RunConfig, report: R, folded: nn.Module, info: FoldOutcome,
+                       arch: Mapping[str, Any], test_loader: Any, seed: int, text: Callable[[R], str],
+                       accel: Accel | None = None) -> FoldResult[R]:
     """Write a fold's directory atomically (on the main process of ``accel``'s job only; ``folded`` and
-    ``info["source"]`` on the CPU), as ``latopt export`` reads it: ``folded.pt`` (plan, accuracies),
-    ``prefold.pt`` (``info["source"]``: the network the fold is recomputed from and checked against),
+    ``info.source`` on the CPU), as ``latopt export`` reads it: ``folded.pt`` (plan, accuracies),
+    ``prefold.pt`` (``info.source``: the network the fold is recomputed from and checked against),
     ``report.json``, ``report.txt`` (``text(report)``) and ``config.yaml``; the saved checkpoint is
     reloaded and must reproduce ``folded`` (the file's integrity). Returns ``folded``, ``report`` (with the
-    checkpoint paths) and the paths (:class:`FoldResult`)."""
+    checkpoint paths and, where written, ``reload_max_abs``) and the paths (:class:`FoldResult`)."""
     out_dir = Path(out_dir)
     plain_activations_(folded)  # σ_α at α = 0 is σ: save (and later export) the plain activation
     res = cfg.data.resolution
-    spans = (report.get("selection") or {}).get("spans") or []  # the DP's merged spans, shipped by export
-    folded_arch = make_arch(folded, arch["model"], arch["num_classes"],
-                            fold={"mode": cfg.fold.mode, "input_size": [res, res], "spans": spans})
-    source = info["source"]
-    report["checkpoint"] = str(out_dir / FOLDED_CHECKPOINT)
-    report["prefold_checkpoint"] = str(out_dir / PREFOLD_CHECKPOINT)
-    result = FoldResult(folded, report, {"folded": out_dir / FOLDED_CHECKPOINT, "prefold": out_dir / PREFOLD_CHECKPOINT,
-                                         "report": out_dir / "report.json", "text": out_dir / "report.txt",
-                                         "config": out_dir / "config.yaml"})
+    folded_arch = make_arch(folded, arch["model"], arch["num_classes"],   # the DP's merged spans: export ships them
+                            fold={"mode": cfg.fold.mode, "input_size": [res, res], "spans": report.spans})
+    source = info.source
+    report = report.model_copy(update={"checkpoint": str(out_dir / FOLDED_CHECKPOINT),
+                                       "prefold_checkpoint": str(out_dir / PREFOLD_CHECKPOINT)})
+    paths = {"folded": out_dir / FOLDED_CHECKPOINT, "prefold": out_dir / PREFOLD_CHECKPOINT,
+             "report": out_dir / "report.json", "text": out_dir / "report.txt", "config": out_dir / "config.yaml"}
     if accel is not None and not accel.is_main:  # under torchrun every process holds the same result: rank 0 writes
-        return result
+        return FoldResult(folded, report, paths)
+    plan = {str(k): v for k, v in report.folded.items()}
     with atomic_dir(out_dir) as tmp:
         # the σ_α network the fold was computed from: lets `latopt export` re-check the fold exactly
         source_arch = make_arch(source, arch["model"], arch["num_classes"])
-        source_meta = {**data_meta(cfg), "seed": seed, "plan": report["folded"]}
+        source_meta = {**data_meta(cfg), "seed": seed, "plan": plan}
         save_checkpoint(tmp / PREFOLD_CHECKPOINT, source, source_arch, source_meta)
         # the pre-fold is bound by content: export re-checks against the file whose digest this is, wherever
         # the directory was copied to (a path would point at another fold's prefold.pt after cp -r and a re-fold)
         save_checkpoint(tmp / FOLDED_CHECKPOINT, folded, folded_arch,
-                        {**data_meta(cfg), "seed": seed, "acc": report["acc"], "val": report["val"],
-                         "plan": report["folded"], "prefold_checkpoint": str((out_dir / PREFOLD_CHECKPOINT).resolve()),
+                        {**data_meta(cfg), "seed": seed, "acc": report.acc.model_dump(), "val": report.val.model_dump(),
+                         "plan": plan, "prefold_checkpoint": str((out_dir / PREFOLD_CHECKPOINT).resolve()),
                          "prefold_sha256": content_digest(source, source_arch, source_meta),
-                         "finetuned": info["finetuned"]})
+                         "finetuned": info.finetuned})
         reloaded, _, _ = load_checkpoint(tmp / FOLDED_CHECKPOINT)
         x, _ = next(iter(test_loader))
         folded.eval()
@@ -187,10 +190,10 @@ def write_fold_outputs(out_dir: str | Path, cfg: RunConfig, report: dict[str, An
             diff = float((reloaded(x) - ref).abs().max())
         if diff > 1e-6 * max(1.0, float(ref.abs().max())):
             raise VerificationError(f"the saved folded checkpoint does not reproduce the model (max abs {diff:.3g})")
-        report["reload_max_abs"] = diff
-        write_json_atomic(tmp / "report.json", report)
+        report = report.model_copy(update={"reload_max_abs": diff})
+        write_json_atomic(tmp / "report.json", report.to_json())
         write_text_atomic(tmp / "report.txt", text(report))
         write_config(cfg, tmp / "config.yaml")
-    return result
+    return FoldResult(folded, report, paths)
 
 

@@ -34,7 +34,16 @@ from latopt.blocks import find_blocks
 from latopt.config import load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.data import load_task, split_validation
-from latopt.dp import candidates, check_budget, check_importance, plan_only, run_dp, select_plan, write_plan
+from latopt.dp import (
+    PlanRecord,
+    candidates,
+    check_budget,
+    check_importance,
+    plan_only,
+    run_dp,
+    select_plan,
+    write_plan,
+)
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
 from latopt.latency.lut import check_blocks, default_lut_path, load_lut
@@ -132,12 +141,12 @@ def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tupl
     return lut, path
 
 
-def run_dp_search(o: SearchOptions) -> FoldResult | dict[str, Any]:
+def run_dp_search(o: SearchOptions) -> FoldResult | tuple[PlanRecord, Path]:
     """``latopt plan --budget B``: the DP's plan at budget B, applied (:func:`latopt.dp.run_dp`)
     into ``runs/<study>/search/dp-budget<B>/`` (the study's base, as a search uses it: ``--base`` or trained
     once per study; the LUT as the search finds it, required). Returns the fold (a :class:`FoldResult`).
-    ``plan_only``: the plan file alone (:func:`latopt.dp.plan_only`; no training) at ``plan_out``; returns its
-    content and ``path``."""
+    ``plan_only``: the plan file alone (:func:`latopt.dp.plan_only`; no training) at ``plan_out``; returns the
+    plan and the file's path."""
     cfg = load_config(o.config, o.overrides or None)
     if o.budget is None:
         raise LatoptError("method dp needs a budget (a fraction of the as-is LUT latency, e.g. 0.6)", param="budget")
@@ -152,7 +161,7 @@ def run_dp_search(o: SearchOptions) -> FoldResult | dict[str, Any]:
         plan = plan_only(cfg, lut_path, budget=budget, importance=o.importance, base_checkpoint=o.base,
                          variants=o.variants, seed=o.seed, progress=o.progress)
         path = Path(o.plan_out) if o.plan_out else study_dir / f"plan-budget{budget:g}.json"
-        return {**plan, "path": str(write_plan(path, plan))}
+        return plan, write_plan(path, plan)
     candidates(lut, o.variants)  # an unknown or unprofiled variant fails before any training
     task = load_task(cfg)
     base = ensure_base(cfg, study_dir, o.base, seed=o.seed, progress=o.progress, task=task)

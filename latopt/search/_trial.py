@@ -41,6 +41,7 @@ from latopt.fold import AlphaActivation, as_shipped
 from latopt.latency.lut import predict
 from latopt.latency.profiler import measure_networks
 from latopt.layerfold import FoldResult, check_base, run_fold
+from latopt.layerfold.record import FoldReport
 from latopt.log import get_logger
 from latopt.readers import read_json
 from latopt.search._confirm import correct, paired_counts
@@ -217,24 +218,23 @@ def evaluate_plan(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) ->
     assert ctx.lut_path is not None  # the DP's study needs its LUT (resolve_lut, required)
     result = run_dp(ctx.cfg, ctx.base.checkpoint, trial_dir, lut=ctx.lut_path, budget=params["budget"],
                     losses=ctx.losses(), variants=ctx.variants, seed=ctx.seed, progress=False, task=ctx.task())
-    return {**_candidate(ctx, result, trial_dir), "predicted_ratio": result.report["selection"]["ratio"]}
+    return {**_candidate(ctx, result, trial_dir), "predicted_ratio": result.report.selection.ratio}
 
 
-def _candidate(ctx: TrialContext, result: FoldResult, trial_dir: Path) -> dict[str, Any]:
+def _candidate(ctx: TrialContext, result: FoldResult[Any], trial_dir: Path) -> dict[str, Any]:
     """The record of a folded candidate from its fold (the network in memory, not reloaded from its file)."""
-    report, folded_model = result.report, result.model
-    plan = {int(k): str(v) for k, v in (report.get("folded") or {}).items()}
-    ckpt = Path(report["checkpoint"])
-    val = report.get("val") or {}
+    report: FoldReport = result.report
+    plan = report.plan
+    assert report.checkpoint is not None  # write_fold_outputs names it
     rec: dict[str, Any] = {
-        "val_acc": float(report["val_acc_finetuned"]), "base_acc": _metric(val, "base"),
-        "test_acc": _metric(report.get("acc"), "finetuned"), "fold_set": {str(k): v for k, v in sorted(plan.items())},
-        "checkpoint": str(ckpt.resolve()), "report": str((trial_dir / "report.json").resolve()),
-        "latency_ms": _predict(ctx.lut, plan), "nonlinear_layers": count_nonlinear(folded_model),
-        "flops": (report.get("flops") or {}).get("folded"), **ctx.confirmation(folded_model),
+        "val_acc": report.val_acc_finetuned, "base_acc": report.val.base, "test_acc": report.acc.finetuned,
+        "fold_set": {str(k): v for k, v in sorted(plan.items())},
+        "checkpoint": str(Path(report.checkpoint).resolve()), "report": str((trial_dir / "report.json").resolve()),
+        "latency_ms": _predict(ctx.lut, plan), "nonlinear_layers": count_nonlinear(result.model),
+        "flops": report.flops.folded, **ctx.confirmation(result.model),
     }
     if ctx.objective == "latency-measured":
-        rec.update(_measure(ctx, folded_model))
+        rec.update(_measure(ctx, result.model))
     return rec
 
 
