@@ -8,7 +8,8 @@ constraints, choices as the ``Literal`` types of :mod:`latopt.constants`. :func:
 place that turns a ``pydantic.ValidationError`` into a one-line :class:`LatoptError` naming the key path,
 the bad value and what is allowed (``config key 'fold.tau' must be in (0, 1], got 1.5``).
 
-Public API: :class:`StrictModel`, :func:`validated`, and the field types ``Name`` (an identifier that can be
+Public API: :class:`StrictModel`, :class:`Artefact` (a record that is a file: its ``schema`` field),
+:func:`validated`, and the field types ``Name`` (an identifier that can be
 one path component, :func:`latopt.artifacts.check_name`), ``Resolution`` (``RESOLUTION_RANGE``),
 ``Positive`` and ``BlockKey`` (a block index as a JSON mapping key: ASCII decimal digits without a sign or a
 leading zero, so ``"3"`` and not ``"03"``, ``"+3"``, ``"²"`` or the Arabic-Indic ``"٣"``; whether the index is
@@ -20,9 +21,18 @@ from __future__ import annotations
 import re
 import types
 import typing
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from latopt.artifacts import check_name
 from latopt.constants import RESOLUTION_RANGE
@@ -33,6 +43,22 @@ class StrictModel(BaseModel):
     """Base of latopt's validated records (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class Artefact(StrictModel):
+    """A record that is a JSON file of its own, whose ``schema`` field names its kind (``SCHEMA``): the reader
+    checks it (:func:`latopt.readers.read_json`) and the record leaves it out; :meth:`to_json` writes it first."""
+
+    SCHEMA: ClassVar[str] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schema(cls, d: Any) -> Any:
+        return {k: v for k, v in d.items() if k != "schema"} if isinstance(d, Mapping) else d
+
+    def to_json(self) -> dict[str, Any]:
+        """What the file holds: the schema, then the record's fields."""
+        return {"schema": self.SCHEMA, **self.model_dump(mode="json")}
 
 
 M = TypeVar("M", bound=BaseModel)

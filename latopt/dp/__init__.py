@@ -40,7 +40,7 @@ API (what a caller such as a method-comparison tool uses)::
                                               # (measured by the budget loop; budget_rounds=0: the LUT's plan)
     plan, info, record = meet_budget(lut, losses, budget=0.55, rounds=3, device="cpu")   # select_plan + the loop
     write_plan("plan.json", plan);  read_plan(path);  check_plan(plan, path, model=..., resolution=..., num_classes=...)
-    plan.changed == plan_variants(plan) -> {block: variant}   (latopt.dp.planfile: the file's schema, PLAN_SCHEMA)
+    plan.changed -> {block: variant}   (latopt.dp.planfile: the file's schema, PLAN_SCHEMA)
 
 Losses are per (block, variant) and assumed to add up over blocks; ``losses`` may be given (e.g. computed
 once and reused across budgets: ``variant_losses`` is the expensive part, ``select_plan`` takes
@@ -56,7 +56,6 @@ from latopt.dp.planfile import (
     check_plan,
     format_plan_summary,
     plan_only,
-    plan_variants,
     read_plan,
     write_plan,
 )
@@ -82,7 +81,6 @@ __all__ = [
     "format_plan_summary",
     "meet_budget",
     "plan_only",
-    "plan_variants",
     "read_plan",
     "run_dp",
     "select_plan",

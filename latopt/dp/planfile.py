@@ -50,7 +50,7 @@ Public API::
                                                       fine-tuning; the plan measured by the budget loop)
     PlanRecord                                        the plan file as a frozen, validated record; .to_json()
     write_plan(path, plan) -> Path;  read_plan(path) -> PlanRecord   the one writer and the one reader
-    plan_variants(plan) -> {block: variant}           the changed blocks, as fold_blocks takes them
+    plan.changed -> {block: variant}                  the changed blocks, as fold_blocks takes them
     check_plan(plan, path, *, model, resolution, num_classes)   LatoptError when it is not for that network
     format_plan_summary(plan, path) -> str
 """
@@ -59,9 +59,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -88,7 +88,7 @@ from latopt.latency.lut import load_lut
 from latopt.log import get_logger
 from latopt.models import same_model
 from latopt.readers import read_json
-from latopt.records import BlockKey, Positive, Resolution, StrictModel, validated
+from latopt.records import Artefact, BlockKey, Positive, Resolution, StrictModel, validated
 
 PLAN_SCHEMA = "latopt.plan/1"
 PlanImportance = Literal["uniform", "proxy"]   # what a plan without training may be scored by
@@ -206,8 +206,10 @@ class Predicted(StrictModel):
         return self
 
 
-class PlanRecord(StrictModel):
+class PlanRecord(Artefact):
     """A plan file (module docstring): every field typed and bounded, then checked against the others."""
+
+    SCHEMA: ClassVar[str] = PLAN_SCHEMA
 
     model: Annotated[str, Field(min_length=1, max_length=200)]
     resolution: Resolution
@@ -228,11 +230,6 @@ class PlanRecord(StrictModel):
     latopt_version: Text
     created: Text
     seconds: Ms
-
-    @model_validator(mode="before")
-    @classmethod
-    def _schema(cls, d: Any) -> Any:  # read_json checked it
-        return {k: v for k, v in d.items() if k != "schema"} if isinstance(d, Mapping) else d
 
     @model_validator(mode="after")
     def _consistent(self) -> PlanRecord:
@@ -293,10 +290,6 @@ class PlanRecord(StrictModel):
         """The blocks the plan changes, {block index: variant} (``none`` left out), as ``fold_blocks`` takes them."""
         return {int(k): v for k, v in sorted(self.blocks.items(), key=lambda kv: int(kv[0])) if v != "none"}
 
-    def to_json(self) -> dict[str, Any]:
-        """What the plan file holds: the schema, then the record's fields."""
-        return {"schema": PLAN_SCHEMA, **self.model_dump(mode="json")}
-
 
 def read_plan(path: str | Path) -> PlanRecord:
     """The plan file at ``path`` as a :class:`PlanRecord`; one :class:`LatoptError` line when it is not one,
@@ -309,11 +302,6 @@ def read_plan(path: str | Path) -> PlanRecord:
         return validated(PlanRecord, data, prefix=f"plan file {path}: ", key="field")
     except LatoptError as e:
         raise LatoptError(f"{e}; {_REDO}", param="plan") from None
-
-
-def plan_variants(plan: PlanRecord) -> dict[int, str]:
-    """The blocks a plan changes, {block index: variant} (``none`` left out), as ``fold_blocks`` takes them."""
-    return plan.changed
 
 
 def check_plan(plan: PlanRecord, path: str | Path, *, model: str, resolution: int, num_classes: int) -> None:

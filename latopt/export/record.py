@@ -40,7 +40,6 @@ Public API::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -50,7 +49,7 @@ from latopt.artifacts import write_json_atomic
 from latopt.constants import BiasMaps, Clock, FoldMode, FoldVariant, Precision
 from latopt.dp.planfile import PlanImportance, Predicted
 from latopt.readers import read_json
-from latopt.records import BlockKey, Resolution, StrictModel, validated
+from latopt.records import Artefact, BlockKey, Resolution, StrictModel, validated
 
 EXPORT_SCHEMA = "latopt.export/1"
 
@@ -218,8 +217,10 @@ class BiasMapsSection(Record):
         return self
 
 
-class ExportRecord(Record):
-    """``export.json`` (module docstring)."""
+class ExportRecord(Record, Artefact):
+    """``export.json`` (module docstring); ``to_json()`` leaves out the keys that do not apply."""
+
+    SCHEMA: ClassVar[str] = EXPORT_SCHEMA
 
     _absent_when: ClassVar[dict[str, str]] = {"plan": "plan", "int8": "int8", "latency": "latency"}
 
@@ -243,20 +244,11 @@ class ExportRecord(Record):
     latency: LatencySection | None = None
     files: list[str]
 
-    @model_validator(mode="before")
-    @classmethod
-    def _schema(cls, d: Any) -> Any:  # read_json checked it; the writer adds it
-        return {k: v for k, v in d.items() if k != "schema"} if isinstance(d, Mapping) else d
-
     @model_validator(mode="after")
     def _gate_said(self) -> ExportRecord:
         if self.accuracy_gate == (self.accuracy_gate_reason is not None):
             raise ValueError("gives accuracy_gate_reason exactly when accuracy_gate is false")
         return self
-
-    def to_json(self) -> dict[str, Any]:
-        """What export.json holds: the schema, then the record's fields (the keys that do not apply left out)."""
-        return {"schema": EXPORT_SCHEMA, **self.model_dump(mode="json")}
 
 
 def write_export_record(path: str | Path, record: ExportRecord) -> Path:

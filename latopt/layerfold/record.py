@@ -30,15 +30,14 @@ Public API::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from latopt.constants import FoldMode, FoldVariant, Granularity, UnfoldedAlpha
 from latopt.readers import read_json
-from latopt.records import BlockKey, Resolution, StrictModel, validated
+from latopt.records import Artefact, BlockKey, Resolution, StrictModel, validated
 
 _Acc = Annotated[float, Field(ge=0, le=1)]
 _Count = Annotated[int, Field(ge=0)]
@@ -103,10 +102,9 @@ class FoldParams(StrictModel):
     lut: str | None
 
 
-class FoldReport(StrictModel):
+class FoldReport(Artefact):
     """What every fold reports (module docstring); :class:`LayerFoldReport` and the DP's report add theirs."""
 
-    SCHEMA: ClassVar[str] = ""
 
     model: str
     task: str
@@ -129,11 +127,6 @@ class FoldReport(StrictModel):
     prefold_checkpoint: str | None = None
     reload_max_abs: float | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _schema(cls, d: Any) -> Any:  # read_json checked it; to_json adds it
-        return {k: v for k, v in d.items() if k != "schema"} if isinstance(d, Mapping) else d
-
     @property
     def plan(self) -> dict[int, str]:
         """The folded blocks, {block index: variant}, as ``fold_blocks`` takes them."""
@@ -144,9 +137,6 @@ class FoldReport(StrictModel):
         """The merged spans ([start, end, kernel]) the folded network ships; none but for the DP's."""
         return []
 
-    def to_json(self) -> dict[str, Any]:
-        """What report.json holds: the schema, then the record's fields."""
-        return {"schema": self.SCHEMA, **self.model_dump(mode="json")}
 
 
 class LayerFoldReport(FoldReport):
