@@ -93,6 +93,16 @@ def test_holm_over_challengers(tmp_path: Path) -> None:
     assert r["best"]["p_holm"] == pytest.approx(min(holm(ps)))
 
 
+def test_run_without_paper_layer_folding(tmp_path: Path) -> None:
+    """The pruning run (docs/pruning.md) has no lf-uniform and no ablations: its page names its own results
+    directory, has Q1 and the pruning front, and no Q4 or Q2 built on cells that did not run."""
+    root = _results(tmp_path, {"lf-lut@1": (1.3, 0.9), "dp@0.6": (1.6, 0.9)})
+    text = bm.render_doc(root)
+    assert f"from `results/{root.name}/`" in text
+    assert "### Q1: ours against the alternatives" in text and "### The pruning front" in text
+    assert "### Q4" not in text and "### Q2" not in text and "paper Layer Folding" not in text
+
+
 @pytest.mark.slow
 def test_smoke_end_to_end(tmp_path: Path) -> None:
     """Every stage on a tiny run (one seed, 96 images, one epoch per stage, short timing budgets): the cells

@@ -178,6 +178,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "exact-fashion-mnist": _compress_report("exact-fashion-mnist/report.json"),
     "method-table": _tool("bench_methods", "render_doc", "method-table"),
     "method-table-summary": _tool("bench_methods", "render_summary", "method-table"),
+    "pruning": _tool("bench_methods", "render_doc", "pruning"),
     "hardware-awareness": _tool("bench_devices", "render", "hardware-awareness"),
     "hardware-awareness-summary": _tool("bench_devices", "render_summary", "hardware-awareness"),
     "hardware-awareness-e1": _tool("bench_costs", "render_e1", "hardware-awareness"),
