@@ -17,9 +17,11 @@ from torch.utils.data import TensorDataset
 
 from latopt.data import Task, split_validation
 from latopt.errors import LatoptError
+from latopt.run.record import SearchPick
 from latopt.run.report import constraint_lines
 from latopt.search import format_table, front_summary, open_storage, open_study, recommend, recommendation
 from latopt.search._confirm import confirm, drop_bound, paired_counts, upper_pi
+from latopt.search.record import Confirmation
 
 DISTS = {"lambda_c": FloatDistribution(0.05, 5.0, log=True)}
 SPLIT = {"fraction": 0.5, "seed": 0, "n_validation": 200, "n_selection": 100, "n_confirmation": 100,
@@ -130,13 +132,13 @@ def test_the_fastest_trial_not_confirmed_falls_back_to_the_next_fastest_that_is(
     _add(st, 0.895, 6.0, 4, 0)           # 2 within on selection, 4 lost of 100 on confirmation: not confirmed
     _add(st, 0.85, 4.0, 0, 0)            # 3 fastest, over the constraint on selection: never tried
     rec = recommendation(st)
-    assert rec["trial"].number == 1 and recommend(st).number == 1
-    assert [r["trial"] for r in rec["rejected"]] == [2] and rec["rejected"][0]["bound"] == pytest.approx(0.04)
-    assert rec["confirm"]["bound"] == pytest.approx(drop_bound(1, 1, 100)) and rec["note"] is None
+    assert rec.trial == 1 and recommend(st).number == 1
+    assert [r.trial for r in rec.rejected] == [2] and rec.rejected[0].bound == pytest.approx(0.04)
+    assert rec.confirm is not None and rec.confirm.bound == pytest.approx(drop_bound(1, 1, 100)) and rec.note is None
     s = front_summary(st)
-    assert s["recommended"] == 1
-    rows = {r["trial"]: r for r in s["rows"]}
-    assert rows[2]["confirmed"] is False and rows[1]["confirmed"] is True and rows[2]["confirm_drop"] == 0.04
+    assert s.recommended == 1
+    rows = {r.trial: r for r in s.rows}
+    assert rows[2].confirmed is False and rows[1].confirmed is True and rows[2].confirm_drop == 0.04
     table = format_table(s)
     assert "trial 2 not confirmed: confirmed drop +4.00% (4 lost, 0 won of 100), bound +4.00% > 2.00%" in table
     assert "recommended trial 1: confirmed drop +0.00%" in table
@@ -150,17 +152,17 @@ def test_no_folded_trial_confirmed_recommends_the_base_and_says_so(tmp_path) -> 
     _add(st, 0.89, 8.0, 3, 0)
     _add(st, 0.895, 6.0, 5, 2)
     rec = recommendation(st)
-    assert rec["trial"].number == 0 and [r["trial"] for r in rec["rejected"]] == [2, 1]
-    assert "no folded trial within the accuracy constraint was confirmed" in rec["note"]
-    assert rec["note"] in format_table(front_summary(st))
+    assert rec.trial == 0 and [r.trial for r in rec.rejected] == [2, 1]
+    assert rec.note is not None and "no folded trial within the accuracy constraint was confirmed" in rec.note
+    assert rec.note in format_table(front_summary(st))
 
 
 def test_nothing_to_recommend_is_said(tmp_path) -> None:
     st = _study(tmp_path)
     _add(st, 0.89, 8.0, 0, 0)              # no base trial completed
     rec = recommendation(st)
-    assert rec["trial"] is None and "base trial has not completed" in rec["note"]
-    assert rec["note"] in format_table(front_summary(st))
+    assert rec.trial is None and rec.note is not None and "base trial has not completed" in rec.note
+    assert rec.note in format_table(front_summary(st))
 
 
 def test_a_study_made_before_the_split_is_shown_without_a_recommendation(tmp_path) -> None:
@@ -168,10 +170,10 @@ def test_a_study_made_before_the_split_is_shown_without_a_recommendation(tmp_pat
     _add(st, 0.90, 10.0, None, base=True)
     _add(st, 0.895, 6.0, None)
     rec = recommendation(st)
-    assert rec["trial"] is None and "made before latopt held out part of the validation split" in rec["note"]
+    assert rec.trial is None and rec.note is not None and "made before latopt held out" in rec.note
     s = front_summary(st)   # still readable: its table, without confirmation columns
-    assert s["recommended"] is None and all(r["confirm_drop"] is None for r in s["rows"])
-    assert rec["note"] in format_table(s)
+    assert s.recommended is None and all(r.confirm_drop is None for r in s.rows)
+    assert rec.note in format_table(s)
 
 
 def test_resuming_a_study_made_before_the_split_is_refused_in_one_line(tmp_path) -> None:
@@ -189,8 +191,9 @@ def test_resuming_a_study_made_before_the_split_is_refused_in_one_line(tmp_path)
 # the run's summary -------------------------------------------------------------------------------------------
 def test_the_summary_prints_the_constraint_the_confirmed_drop_and_the_test_drop() -> None:
     c = confirm(1, 0, 179, 0.01)
-    srch = {"max_acc_drop": 0.01, "confirm_split": {**SPLIT, "seed": 3}, "confirm": c,
-            "rejected": [{"trial": 5, **confirm(4, 1, 179, 0.01)}]}
+    srch = SearchPick.model_validate(
+        {"trial": 2, "checkpoint": "t.pt", "max_acc_drop": 0.01, "confirm_split": {**SPLIT, "seed": 3}, "confirm": c,
+         "rejected": [{"trial": 5, **confirm(4, 1, 179, 0.01)}, {"trial": 4, "why": "no confirmation counts"}]})
     lines = constraint_lines(srch, 0.9889, 0.9667)
     text = "\n".join(lines)
     assert "constraint      accuracy drop ≤ 1.00 pt" in lines[0]
@@ -199,7 +202,8 @@ def test_the_summary_prints_the_constraint_the_confirmed_drop_and_the_test_drop(
     assert "not confirmed   trial 5 (drop +1.68 pt" in text
     assert "test drop       +2.22 pt (98.89% → 96.67%): over the constraint by 1.22 pt" in text
     assert "within the constraint" in constraint_lines(srch, 0.9889, 0.9861)[-1]
-    base = {**srch, "confirm": {"n": 0, "lost": 0, "won": 0, "drop": 0.0, "bound": 0.0, "level": None,
-                                "passed": True}, "rejected": []}
+    base = srch.model_copy(update={"confirm": Confirmation.of_base(), "rejected": []})
     assert "the base model itself" in "\n".join(constraint_lines(base, 0.99, 0.99))
-    assert constraint_lines({}, 0.99, 0.98) == []   # a record without the constraint: nothing made up
+    assert "not confirmed" not in "\n".join(constraint_lines(base, 0.99, 0.99))
+    # a record without the constraint: nothing made up
+    assert constraint_lines(SearchPick(trial=None, checkpoint=None), 0.99, 0.98) == []

@@ -66,7 +66,7 @@ def test_front_and_recommendation(study, tmp_path):
     assert recommend(study, max_acc_drop=0.05).number == 3   # a looser constraint admits the fastest
     assert recommend(study, max_acc_drop=0.0).number == 0    # only the base is within 0
     s = front_summary(study)
-    assert s["base_trial"] == 0 and s["recommended"] == 2 and s["n_front"] == 3
+    assert s.base_trial == 0 and s.recommended == 2 and s.n_front == 3
     files = write_front(study, tmp_path / "out")
     data = json.loads(files["json"].read_text())
     assert data["schema"] == "latopt.pareto/1"
@@ -104,9 +104,9 @@ def test_dominated_base_still_shown(tmp_path):
     _add(st, 0.90, 10.0, base=True)
     _add(st, 0.91, 7.0, folded=4, max_drop=0.01)     # better on both: base is dominated
     s = front_summary(st)
-    assert [r["trial"] for r in s["rows"] if r["on_front"]] == [1]
-    base_row = [r for r in s["rows"] if r["base"]]
-    assert len(base_row) == 1 and base_row[0]["on_front"] is False
+    assert s.front == [1]
+    base_row = [r for r in s.rows if r.base]
+    assert len(base_row) == 1 and base_row[0].on_front is False
 
 
 @pytest.mark.parametrize("section, msg", [

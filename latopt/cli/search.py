@@ -7,12 +7,16 @@ from __future__ import annotations
 import argparse
 import shlex
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import yaml
 
 from latopt.cli.common import common_parser
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.errors import LatoptError
+
+if TYPE_CHECKING:
+    from latopt.search.record import FrontSummary
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -196,11 +200,11 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_front(summary: dict, files: dict) -> None:
+def _print_front(summary: FrontSummary, files: dict) -> None:
     from latopt.search import format_table
 
     print(format_table(summary))
-    for other in summary.get("others", []):   # the DP's study beside it
+    for other in summary.others:   # the DP's study beside it
         print()
         print(format_table(other))
     print("files: " + ", ".join(str(p) for p in files.values()))

@@ -58,7 +58,9 @@ def plan_stages(job: Job, fresh: bool) -> tuple[dict[str, str | None], str | Non
             continue
         try:
             why = state.stale(name, stage.made_from(job))
-        except (KeyError, TypeError, AttributeError, OSError):   # a hand-edited run.json
+            if not why and stage.kind is not None and stage.kind.read(state.record(name)) is None:
+                raise TypeError(f"{name}'s record is not a {stage.kind.__name__}")
+        except (KeyError, TypeError, AttributeError, OSError):   # a hand-edited run.json, an older latopt's
             why = ["its record in run.json is unreadable"]
         if name == "search":   # a search made from the same inputs resumes its study, with more trials too
             new_study = bool(why) and why != ["interrupted"]
@@ -105,7 +107,8 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
              runs_dir: str | Path = "runs", seed: int = 0, fresh: bool = False) -> dict[str, Any]:
     """The whole job (see :mod:`latopt.run`). Progress goes to the ``latopt.run`` logger; nothing is
     printed. Returns ``{"root", "summary" (the one-screen summary), "report" (REPORT.md), "export" (the export
-    record, :class:`latopt.export.ExportRecord`), "search", "base", "stages" (what was done with each stage, and
+    record, :class:`latopt.export.ExportRecord`), "search" (:class:`latopt.run.record.SearchPick`), "base"
+    (:class:`latopt.run.record.BaseStage`), "stages" (what was done with each stage, and
     why), "seconds"}``."""
     if trials is not None and trials < 1:
         raise LatoptError(f"trials must be >= 1, got {trials}", param="trials")

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from latopt.artifacts import write_bytes_atomic, write_figure_atomic, write_text_atomic
 from latopt.export.record import ExportRecord
 from latopt.layerfold import undertrained_warning
+from latopt.run.record import BaseStage, SearchPick
 from latopt.run.state import NOT_RUN_YET
 
 
@@ -45,7 +46,7 @@ def latency_chart(lut: Any, folded: Mapping[int, str], path: Path) -> Path:
     return write_figure_atomic(path, fig, dpi=110)
 
 
-def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dict[str, Any],
+def write_report(root: Path, cfg: Any, lut: Any, base: BaseStage, srch: SearchPick,
                  exported: ExportRecord, times: dict[str, float], plan: dict[str, str | None] | None = None) -> str:
     """REPORT.md (+ the per-block chart and the Pareto plot) in ``root``; returns the one-screen summary.
 
@@ -53,18 +54,17 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
     else why it was re-run)."""
     folded = {int(k): v for k, v in exported.folded.items()}
     latency_chart(lut, folded, root / "latency_blocks.png")
-    pareto = Path(srch.get("pareto_png") or "")
+    pareto = Path(srch.pareto_png)
     if pareto.is_file():
         write_bytes_atomic(root / "pareto.png", pareto.read_bytes())
     lat = exported.latency
     acc_after = None if exported.accuracy is None else exported.accuracy.test_acc
-    acc_before = base.get("test_acc")
+    acc_before = base.test_acc
     lines = [
         f"latopt run — {cfg.name}: {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution}, device {lut.device}",
         f"  folded blocks   {len(folded)}/{len(lut.foldable())}: {sorted(folded) or 'none'}"
-        + (f"  (trial {srch['trial']}: λ_c={srch['params'].get('lambda_c', float('nan')):.3g}, "
-           f"τ={srch['params'].get('tau', float('nan')):.2f})" if srch.get("trial") is not None and srch.get("params")
-           and "lambda_c" in srch["params"] and not (srch.get("row") or {}).get("base") else ""),
+        + (f"  (trial {srch.trial}: λ_c={srch.params['lambda_c']:.3g}, τ={srch.params.get('tau', float('nan')):.2f})"
+           if srch.trial is not None and "lambda_c" in srch.params and not srch.is_base else ""),
         f"  test accuracy   {_pct(acc_before)} → {_pct(acc_after)}",
     ]
     if lat is not None:
@@ -78,8 +78,8 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
             lines.append(f"  LUT prediction  {lat.lut_speedup:.2f}× (per-block sums from the LUT{when}{clock}; "
                          f"{lat.lut_speedup_error:+.1%} against the speed-up measured in this run)")
     lines += constraint_lines(srch, acc_before, acc_after)
-    if srch.get("note"):
-        lines.append(f"  note            {srch['note']}")
+    if srch.note:
+        lines.append(f"  note            {srch.note}")
     warning = undertrained_warning(acc_before, acc_after, None if exported.accuracy is None else exported.accuracy.samples)
     if warning:
         lines.append(f"  warning         {warning}")
@@ -93,32 +93,32 @@ def write_report(root: Path, cfg: Any, lut: Any, base: dict[str, Any], srch: dic
         md += ["## Pareto front (search)", "", "![Pareto front](pareto.png)", ""]
     md += ["## Stages", "", "| stage | this invocation | seconds |", "|---|---|---|"]
     md += [f"| {k} | {action(plan[k]) if k in plan else 'ran'} | {v:.1f} |" for k, v in times.items()]
-    md += ["", "## Artefacts", "", f"- base checkpoint: `{base['checkpoint']}`",
-           f"- search study: `{srch.get('study_dir', '')}`", f"- export: `{root / 'export'}` (see its REPORT.md)", ""]
+    md += ["", "## Artefacts", "", f"- base checkpoint: `{base.checkpoint}`",
+           f"- search study: `{srch.study_dir}`", f"- export: `{root / 'export'}` (see its REPORT.md)", ""]
     write_text_atomic(root / "REPORT.md", "\n".join(md))
     return summary
 
 
-def constraint_lines(srch: dict[str, Any], acc_before: float | None, acc_after: float | None) -> list[str]:
+def constraint_lines(srch: SearchPick, acc_before: float | None, acc_after: float | None) -> list[str]:
     """The accuracy constraint and how the shipped network keeps it: the constraint; the drop confirmed on the
     held-out validation images with its one-sided bound (:mod:`latopt.search._confirm`) and the faster trials it
     rejected; the test drop (base → exported network, both on the test split, read for these figures only)."""
-    m = srch.get("max_acc_drop")
+    m = srch.max_acc_drop
     if m is None:
         return []
     lines = [f"  constraint      accuracy drop ≤ {_pt(m)} (search.max_acc_drop), chosen on validation only"]
-    split, c = srch.get("confirm_split") or {}, srch.get("confirm")
-    if split and c is not None:
-        if c.get("level") is None:   # the base trial: the same network, drop 0 by definition
+    split, c = srch.confirm_split, srch.confirm
+    if split is not None and c is not None:
+        if c.level is None:   # the base trial: the same network, drop 0 by definition
             lines.append("  confirmed drop  0 (the base model itself: no folded trial was confirmed)")
         else:
-            lines.append(f"  confirmed drop  {_pt(c['drop'], sign=True)} on {c['n']} held-out validation images "
-                         f"({c['lost']} lost, {c['won']} won), ≤ {_pt(c['bound'], sign=True)} at {c['level']:.0%} "
-                         f"one-sided (exact McNemar bound; seed {split['seed']})")
-    rejected = [r for r in srch.get("rejected") or [] if "bound" in r]
+            lines.append(f"  confirmed drop  {_pt(c.drop, sign=True)} on {c.n} held-out validation images "
+                         f"({c.lost} lost, {c.won} won), ≤ {_pt(c.bound, sign=True)} at {c.level:.0%} "
+                         f"one-sided (exact McNemar bound; seed {split.seed})")
+    rejected = [(r.trial, c) for r in srch.rejected if (c := r.confirmation) is not None]
     if rejected:
-        lines.append("  not confirmed   " + "; ".join(f"trial {r['trial']} (drop {_pt(r['drop'], sign=True)}, bound "
-                                                      f"{_pt(r['bound'], sign=True)})" for r in rejected))
+        lines.append("  not confirmed   " + "; ".join(f"trial {t} (drop {_pt(c.drop, sign=True)}, bound "
+                                                      f"{_pt(c.bound, sign=True)})" for t, c in rejected))
     if acc_before is not None and acc_after is not None:
         drop = acc_before - acc_after
         verdict = "within the constraint" if drop <= m + 1e-12 else f"over the constraint by {_pt(drop - m)}"

@@ -10,10 +10,11 @@ still valid. :data:`STAGES` lists them in order; :func:`latopt.run.pipeline.run_
 =========  ===================================================================================
 stage      result (``job.results[name]``)
 =========  ===================================================================================
-base       its record: checkpoint, test_acc, val_acc (:func:`latopt.train.train_base`)
+base       its record, :class:`latopt.run.record.BaseStage`: checkpoint, test and validation accuracy
 profile    the LUT (profiled on the device, or the config's ``lut``)
-search     its record: the recommended trial, its checkpoint (None: the base), fold set, params, the
-           constraint and its confirmation (held-out validation images), the faster trials rejected
+search     its record, :class:`latopt.run.record.SearchPick`: the recommended trial, its checkpoint (None:
+           the base), fold set, params, the constraint and its confirmation (held-out validation images), the
+           faster trials rejected
 export     the export record (:class:`latopt.export.ExportRecord`, export.json; :func:`latopt.export.export`)
 report     the one-screen summary (REPORT.md, the charts and config.yaml written)
 =========  ===================================================================================
@@ -39,6 +40,7 @@ from latopt.export import ExportRecord, export, read_export_record
 from latopt.latency.lut import load_lut, save_lut
 from latopt.latency.profiler import format_lut, profile_model
 from latopt.log import get_logger
+from latopt.run.record import BaseStage, SearchPick, StageRecord
 from latopt.run.report import write_report
 from latopt.run.state import REPORT_FILES, RunState
 from latopt.search import (
@@ -46,6 +48,7 @@ from latopt.search import (
     CONFIRM_LEVEL,
     CONFIRM_METHOD,
     SearchOptions,
+    SearchResult,
     format_table,
     run_search,
 )
@@ -85,13 +88,14 @@ class Job:
         return {f"config section {n}": self.sections[n] for n in names}
 
     # the fingerprints read run.json's records: they are computed for the plan, before any stage runs
-    def checkpoint(self, stage: str) -> str:
-        """The checkpoint a stage recorded in run.json."""
-        return self.state.record(stage)["checkpoint"]  # type: ignore[index]
+    def base_checkpoint(self) -> str:
+        """The base checkpoint run.json records (AttributeError when its record is not a :class:`BaseStage`)."""
+        return BaseStage.read(self.state.record("base")).checkpoint  # type: ignore[union-attr]
 
     def exported_checkpoint(self) -> str:
         """What the export stage ships, as run.json records it: the recommended trial's fold, else the base."""
-        return self.state.record("search")["checkpoint"] or self.checkpoint("base")  # type: ignore[index]
+        pick = SearchPick.read(self.state.record("search"))
+        return pick.checkpoint or self.base_checkpoint()  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class Stage:
     make: Callable[[Job, Say], tuple[dict[str, Any], Any]]
     reuse: Callable[[Job, dict[str, Any]], tuple[str, Any]] | None = None   # None: always made
     start_info: Callable[[Job], dict[str, Any]] = lambda job: {}            # recorded when it starts
+    kind: type[StageRecord] | None = None   # its record's type: a record in run.json that is not one is re-made
 
 
 # 1. base ----------------------------------------------------------------------------------------------
@@ -111,17 +116,24 @@ def _base_made_from(job: Job) -> dict[str, Any]:
     return {**job.config_sections("model", "data", "train"), "seed": job.seed, "latopt version": __version__}
 
 
-def _base_make(job: Job, say: Say) -> tuple[dict[str, Any], Any]:
+def _base_make(job: Job, say: Say) -> tuple[dict[str, Any], BaseStage]:
     m = train_base(job.cfg, job.root / "base", progress=True, seed=job.seed).metrics
-    rec = {"checkpoint": str(m["checkpoint"]), "test_acc": m.get("test_acc"), "val_acc": m.get("val_acc")}
-    say(f"base test accuracy {rec['test_acc']:.4f}")
-    return rec, rec
+    rec = BaseStage.model_validate({"checkpoint": str(m["checkpoint"]), "test_acc": m.get("test_acc"),
+                                    "val_acc": m.get("val_acc")}, strict=False)
+    say(f"base test accuracy {rec.test_acc:.4f}")
+    return rec.to_json(), rec
+
+
+def _base_reuse(job: Job, rec: dict[str, Any]) -> tuple[str, BaseStage]:
+    base = BaseStage.read(rec)
+    assert base is not None   # plan_stages re-makes a stage whose record is not its kind
+    return base.checkpoint, base
 
 
 BASE = Stage(
     "base", (), _base_made_from, lambda job: [job.root / "base"],
     lambda job: f"train {job.cfg.model.name} on {job.cfg.data.task} @{job.cfg.data.resolution}",
-    _base_make, reuse=lambda job, rec: (rec["checkpoint"], rec))
+    _base_make, reuse=_base_reuse, kind=BaseStage)
 
 
 # 2. profile -------------------------------------------------------------------------------------------
@@ -157,54 +169,59 @@ PROFILE = Stage(
 
 # 3. search --------------------------------------------------------------------------------------------
 def _search_made_from(job: Job) -> dict[str, Any]:
-    return {**job.config_sections("fold", "search"), "base checkpoint": file_sha256(job.checkpoint("base")),
+    return {**job.config_sections("fold", "search"), "base checkpoint": file_sha256(job.base_checkpoint()),
             "LUT": file_sha256(job.lut_path), "seed": job.seed, "latopt version": __version__,
             # a search of a latopt that chose and confirmed on the same validation images is re-run
             "validation": f"selection/confirmation {1 - CONFIRM_FRACTION:g}/{CONFIRM_FRACTION:g}, "
                           f"{CONFIRM_METHOD} at {CONFIRM_LEVEL:g}"}
 
 
-def _search_make(job: Job, say: Say) -> tuple[dict[str, Any], Any]:
+def _search_make(job: Job, say: Say) -> tuple[dict[str, Any], SearchPick]:
     n = job.n_trials
     # two 1-thread workers on a 2-core machine train far faster than one 2-thread process (one trial: one)
     workers = 2 if (os.cpu_count() or 1) >= 2 and n >= 2 else 1
-    res = run_search(SearchOptions(config=job.config, trials=n, base=job.checkpoint("base"), lut=job.lut_path,
+    res = run_search(SearchOptions(config=job.config, trials=n, base=job.base_checkpoint(), lut=job.lut_path,
                                    seed=job.seed, runs_dir=job.runs_dir, overrides=job.overrides, workers=workers))
     if not res.finished:
         raise LatoptError(f"the search stopped with {res.n_complete}/{n} complete trials; "
                           "rerun `latopt run` to resume it")
     _LOG.info(format_table(res.summary))
-    rec = {**recommended(res), "trials": n}
-    return rec, rec
+    rec = recommended(res, trials=n)
+    return rec.to_json(), rec
 
 
-def recommended(res: Any) -> dict[str, Any]:
+def recommended(res: SearchResult, trials: int | None = None) -> SearchPick:
     """The search stage's record: the study's recommended trial (:class:`latopt.search.SearchResult`)."""
-    study = optuna.load_study(study_name=res.study_name, storage=res.storage)
     summary = res.summary
-    rec = res.recommended
-    rows = {r["trial"]: r for r in summary["rows"]}
-    chosen = summary.get("recommendation") or {}
+    chosen = summary.recommendation
     # what the summary prints about the accuracy constraint: the split, the confirmation, the rejected trials
-    judged = {"max_acc_drop": summary.get("max_acc_drop"), "confirm_split": summary.get("confirm_split"),
-              "confirm": chosen.get("confirm"), "rejected": chosen.get("rejected") or [],
-              "pareto_png": str(res.files.get("png", "")), "study_dir": str(res.study_dir)}
-    if rec is None:
-        return {"trial": None, "checkpoint": None, "fold_set": {},
-                "note": chosen.get("note") or "no trial met the accuracy constraint", **judged}
-    trial = next(t for t in study.trials if t.number == rec)
+    judged: dict[str, Any] = {
+        "max_acc_drop": summary.max_acc_drop, "confirm_split": summary.confirm_split,
+        "confirm": None if chosen is None else chosen.confirm, "rejected": [] if chosen is None else chosen.rejected,
+        "pareto_png": str(res.files.get("png", "")), "study_dir": str(res.study_dir), "trials": trials}
+    note = None if chosen is None else chosen.note
+    if res.recommended is None:
+        return SearchPick(trial=None, checkpoint=None, note=note or "no trial met the accuracy constraint", **judged)
+    study = optuna.load_study(study_name=res.study_name, storage=res.storage)
+    trial = next(t for t in study.trials if t.number == res.recommended)
     ua = trial.user_attrs
-    return {"trial": rec, "checkpoint": None if ua.get("base") else ua.get("checkpoint"),
-            "fold_set": ua.get("fold_set", {}), "val_acc": ua.get("val_acc"), "base_acc": ua.get("base_acc"),
-            "latency_ms": ua.get("latency_ms"), "params": dict(trial.params), "row": rows.get(rec),
-            **({"note": chosen["note"]} if chosen.get("note") else {}), **judged}
+    return SearchPick.model_validate(
+        {"trial": res.recommended, "checkpoint": None if ua.get("base") else ua.get("checkpoint"),
+         "fold_set": ua.get("fold_set", {}), "val_acc": ua.get("val_acc"), "base_acc": ua.get("base_acc"),
+         "latency_ms": ua.get("latency_ms"), "params": dict(trial.params), "row": summary.row(res.recommended),
+         "note": note, **judged}, strict=False)
+
+
+def _search_reuse(job: Job, rec: dict[str, Any]) -> tuple[str, SearchPick]:
+    pick = SearchPick.read(rec)
+    assert pick is not None   # plan_stages re-makes a stage whose record is not its kind
+    return f"trial {pick.trial}", pick
 
 
 SEARCH = Stage(
     "search", ("base", "profile"), _search_made_from, lambda job: [job.root / "search"],
     lambda job: f"{job.n_trials} Optuna trials over (λ_c, τ, p), accuracy vs LUT latency",
-    _search_make, reuse=lambda job, rec: (f"trial {rec['trial']}", rec),
-    start_info=lambda job: {"trials": job.n_trials})
+    _search_make, reuse=_search_reuse, start_info=lambda job: {"trials": job.n_trials}, kind=SearchPick)
 
 
 # 4. export --------------------------------------------------------------------------------------------
@@ -214,8 +231,8 @@ def _export_made_from(job: Job) -> dict[str, Any]:
 
 
 def _export_make(job: Job, say: Say) -> tuple[dict[str, Any], ExportRecord]:
-    folded = job.results["search"]["checkpoint"]   # None: the recommendation is the base itself
-    result = export(folded or job.results["base"]["checkpoint"], job.cfg.device, job.root / "export", fmt="onnx",
+    folded = job.results["search"].checkpoint   # None: the recommendation is the base itself
+    result = export(folded or job.results["base"].checkpoint, job.cfg.device, job.root / "export", fmt="onnx",
                     fold=None if folded else "none", lut_path=str(job.lut_path), seed=job.seed)
     return {"dir": str(job.root / "export")}, result
 

@@ -9,6 +9,8 @@ Public API::
     front = pareto_front(study)              # list[FrozenTrial]: feasible, non-dominated, fastest first
     best = recommend(study, max_acc_drop=0.01)   # FrozenTrial | None: fastest within the constraint, confirmed
     best.user_attrs["checkpoint"]            # the folded checkpoint of that trial
+    summary = front_summary(study)           # FrontSummary (latopt.search.record): what pareto.json holds
+    summary.recommendation.rejected          # the faster trials whose drop was not confirmed, and why
 
 ``run_dp_search(SearchOptions(config=..., method="dp", budget=0.6))`` (``latopt plan --budget 0.6``) is the
 other method: the DP of :mod:`latopt.dp` picks one variant per block under the budget
@@ -64,6 +66,7 @@ from latopt.search._sampler import make_sampler
 from latopt.search._space import BudgetSpace, SearchSpace, space_from_config
 from latopt.search._storage import STUDY_OBJECTIVES, open_storage, open_study, redact
 from latopt.search._trial import count_nonlinear
+from latopt.search.record import Confirmation, FrontRow, FrontSummary, Recommendation, Rejected
 
 __all__ = [
     "CONFIRM_FRACTION",
@@ -71,6 +74,11 @@ __all__ = [
     "CONFIRM_METHOD",
     "STUDY_OBJECTIVES",
     "BudgetSpace",
+    "Confirmation",
+    "FrontRow",
+    "FrontSummary",
+    "Recommendation",
+    "Rejected",
     "SearchOptions",
     "SearchResult",
     "SearchSpace",

@@ -26,8 +26,9 @@ from optuna.trial import FrozenTrial, TrialState
 from latopt.artifacts import write_figure_atomic, write_json_atomic, write_text_atomic
 from latopt.errors import LatoptError
 from latopt.search._confirm import CONFIRM_LEVEL, confirm
+from latopt.search.record import Confirmation, FrontRow, FrontSummary, Recommendation, Rejected
 
-PARETO_SCHEMA = "latopt.pareto/1"
+PARETO_SCHEMA = FrontSummary.SCHEMA
 _EPS = 1e-12
 COLUMNS = ("trial", "val_acc", "metric", "acc_drop", "feasible", "confirm_drop", "confirm_bound", "confirmed",
            "lambda_c", "tau", "p", "granularity", "budget", "n_folded", "base", "on_front", "on_full_front",
@@ -71,61 +72,59 @@ def non_dominated(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 
 def recommend(study: optuna.Study, max_acc_drop: float | None = None) -> FrozenTrial | None:
     """The recommended trial (:func:`recommendation`), or None when there is none."""
-    return recommendation(study, max_acc_drop)["trial"]
+    n = recommendation(study, max_acc_drop).trial
+    return None if n is None else next(t for t in complete_trials(study) if t.number == n)
 
 
-def trial_confirmation(study: optuna.Study, t: FrozenTrial, max_acc_drop: float) -> dict[str, Any] | None:
+def trial_confirmation(study: optuna.Study, t: FrozenTrial, max_acc_drop: float) -> Confirmation | None:
     """``t``'s confirmation (:func:`latopt.search._confirm.confirm` at the study's level) from its paired counts on
     the confirmation part; None for a trial without them (a study made before the split)."""
     a = t.user_attrs
     if not all(isinstance(a.get(k), int) for k in ("confirm_n", "confirm_lost", "confirm_won")):
         return None
     level = float((study.user_attrs.get("confirm") or {}).get("level", CONFIRM_LEVEL))
-    return confirm(a["confirm_lost"], a["confirm_won"], a["confirm_n"], max_acc_drop, level)
+    return Confirmation.model_validate(confirm(a["confirm_lost"], a["confirm_won"], a["confirm_n"], max_acc_drop,
+                                               level), strict=False)
 
 
-def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> dict[str, Any]:
+def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Recommendation:
     """The fastest COMPLETE trial whose drop below the base model is within ``max_acc_drop`` on the selection part
     of the validation split (the study's objective ``val_acc``) *and* confirmed on the confirmation part: the
     one-sided bound of :mod:`latopt.search._confirm` at most ``max_acc_drop``. The trials within the constraint
     are tried fastest first (ties: the more accurate, then the earlier); a trial whose bound is over is
     rejected and the next one tried; the base trial (drop 0 by definition) ends the list.
 
-    Returns ``{"trial": FrozenTrial | None, "confirm": its confirmation, "rejected": [{"trial", **confirmation}
-    of the faster trials rejected], "max_acc_drop", "note": why there is none, or that no folded trial was
-    confirmed}``. ``max_acc_drop`` defaults to the value the study was created with. A study made before the
-    split (no ``confirm`` attribute) has no recommendation: the note says so."""
+    Returns a :class:`~latopt.search.record.Recommendation`: the trial's number (None: none, ``note`` says why),
+    its confirmation, the faster trials rejected, the constraint, and a note when no folded trial was confirmed.
+    ``max_acc_drop`` defaults to the value the study was created with. A study made before the split (no
+    ``confirm`` attribute) has no recommendation: the note says so."""
     if max_acc_drop is None:
         max_acc_drop = study.user_attrs.get("max_acc_drop")
     if max_acc_drop is None:
         raise LatoptError("no max_acc_drop given and the study does not record one", param="max_acc_drop")
     m = float(max_acc_drop)
-    out: dict[str, Any] = {"trial": None, "confirm": None, "rejected": [], "max_acc_drop": m, "note": None}
     if "confirm" not in study.user_attrs:
-        out["note"] = ("no recommendation: the study was made before latopt held out part of the validation split "
-                       "to confirm it; rerun the search into a new study")
-        return out
+        return Recommendation(max_acc_drop=m, note="no recommendation: the study was made before latopt held out "
+                              "part of the validation split to confirm it; rerun the search into a new study")
     base_acc = base_accuracy(study)
     if base_acc is None:
-        out["note"] = "no recommendation: the base trial has not completed yet"
-        return out
+        return Recommendation(max_acc_drop=m, note="no recommendation: the base trial has not completed yet")
     ok = [t for t in complete_trials(study) if base_acc - t.values[0] <= m + _EPS]
+    rejected: list[Rejected] = []
     for t in sorted(ok, key=lambda t: (t.values[1], -t.values[0], t.number)):
-        c = {"n": 0, "lost": 0, "won": 0, "drop": 0.0, "bound": 0.0, "level": None, "passed": True} \
-            if t.user_attrs.get("base") else trial_confirmation(study, t, m)
+        is_base = bool(t.user_attrs.get("base"))
+        c = Confirmation.of_base() if is_base else trial_confirmation(study, t, m)
         if c is None:
-            out["rejected"].append({"trial": t.number, "passed": False, "why": "no confirmation counts"})
-        elif not c["passed"]:
-            out["rejected"].append({"trial": t.number, **c})
+            rejected.append(Rejected(trial=t.number, why="no confirmation counts"))
+        elif not c.passed:
+            rejected.append(Rejected(trial=t.number, **c.model_dump()))
         else:
-            out["trial"], out["confirm"] = t, c
-            break
-    if out["trial"] is None:
-        out["note"] = "no recommendation: no completed trial within the accuracy constraint was confirmed"
-    elif out["trial"].user_attrs.get("base") and out["rejected"]:
-        out["note"] = (f"no folded trial within the accuracy constraint was confirmed on the held-out validation "
-                       f"images ({len(out['rejected'])} rejected): the base model is recommended")
-    return out
+            note = (f"no folded trial within the accuracy constraint was confirmed on the held-out validation "
+                    f"images ({len(rejected)} rejected): the base model is recommended") if is_base and rejected \
+                else None
+            return Recommendation(trial=t.number, confirm=c, rejected=rejected, max_acc_drop=m, note=note)
+    return Recommendation(rejected=rejected, max_acc_drop=m,
+                          note="no recommendation: no completed trial within the accuracy constraint was confirmed")
 
 
 def _feasible(t: FrozenTrial) -> bool:
@@ -133,17 +132,17 @@ def _feasible(t: FrozenTrial) -> bool:
 
 
 def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_front: bool,
-         recommended: bool, confirmed: dict[str, Any] | None) -> dict[str, Any]:
+         recommended: bool, confirmed: Confirmation | None) -> FrontRow:
     fold = t.user_attrs.get("fold_set") or {}
-    return {
+    return FrontRow.model_validate({
         "trial": t.number,
         "val_acc": float(t.values[0]),
         "metric": float(t.values[1]),
         "acc_drop": None if base_acc is None else base_acc - float(t.values[0]),
         "feasible": _feasible(t),
-        "confirm_drop": None if confirmed is None else confirmed["drop"],
-        "confirm_bound": None if confirmed is None else confirmed["bound"],
-        "confirmed": None if confirmed is None else confirmed["passed"],
+        "confirm_drop": None if confirmed is None else confirmed.drop,
+        "confirm_bound": None if confirmed is None else confirmed.bound,
+        "confirmed": None if confirmed is None else confirmed.passed,
         "lambda_c": t.params.get("lambda_c"),
         "tau": t.params.get("tau"),
         "p": t.params.get("p"),
@@ -160,7 +159,7 @@ def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_fron
         "measured_ms": t.user_attrs.get("measured_ms"),
         "measured_ratio": t.user_attrs.get("measured_ratio"),
         "nonlinear_layers": t.user_attrs.get("nonlinear_layers"),
-    }
+    }, strict=False)
 
 
 def comparable(study: optuna.Study, others: Sequence[optuna.Study]) -> list[optuna.Study]:
@@ -169,16 +168,17 @@ def comparable(study: optuna.Study, others: Sequence[optuna.Study]) -> list[optu
 
 
 def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
-                  others: Sequence[optuna.Study] = ()) -> dict[str, Any]:
-    """Everything ``--show`` prints and writes: front rows (+ the base row, always), the recommendation;
-    ``others``: the same for each comparable study (:func:`comparable`)."""
+                  others: Sequence[optuna.Study] = ()) -> FrontSummary:
+    """Everything ``--show`` prints and writes (pareto.json): front rows (+ the base row, always), the
+    recommendation; ``others``: the same for each comparable study (:func:`comparable`)."""
     if max_acc_drop is None:
         max_acc_drop = study.user_attrs.get("max_acc_drop")
     names = study.user_attrs.get("metric_names") or ["objective0", "objective1"]
     front = pareto_front(study)
     front_ids = {t.number for t in front}
     chosen = recommendation(study, max_acc_drop) if max_acc_drop is not None else None
-    rec = None if chosen is None else chosen["trial"]
+    rec = None if chosen is None or chosen.trial is None else \
+        next(t for t in complete_trials(study) if t.number == chosen.trial)
     base = base_trial(study)
     base_acc = base_accuracy(study)
     full = non_dominated(complete_trials(study))
@@ -195,8 +195,7 @@ def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
     counts = {s.name: 0 for s in TrialState}
     for t in study.get_trials(deepcopy=False):
         counts[t.state.name] += 1
-    return {
-        "schema": PARETO_SCHEMA,
+    return FrontSummary.model_validate({
         "study": study.study_name,
         "objective": study.user_attrs.get("objective"),
         "metric_names": list(names),
@@ -204,63 +203,64 @@ def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
         "base_acc": base_acc,
         "base_trial": None if base is None else base.number,
         "recommended": None if rec is None else rec.number,
-        "recommendation": None if chosen is None else {k: v for k, v in chosen.items() if k != "trial"},
+        "recommendation": chosen,
         "confirm_split": study.user_attrs.get("confirm"),
         "n_front": len(front),
         "n_full_front": len(full),
         "trial_states": {k: v for k, v in counts.items() if v},
         "rows": rows,
         "others": [front_summary(o, max_acc_drop) for o in comparable(study, others)],
-    }
+    }, strict=False)
 
 
-def format_table(summary: dict[str, Any]) -> str:
-    metric = summary["metric_names"][1]
+def format_table(summary: FrontSummary) -> str:
+    metric = summary.metric_names[1]
     head = (f"{'trial':>5} {'val_acc':>8} {metric:>16} {'drop':>7} {'c.drop':>7} {'c.bound':>7} {'λ_c':>8} {'τ':>5} "
             f"{'p':>5} {'gran':>10} {'folded':>6}  note")
-    lines = [f"study {summary['study']!r}: objective {summary['objective']}, {summary['n_front']} non-dominated "
-             f"feasible trial(s) ({summary['n_full_front']} without the constraint); states {summary['trial_states']}; "
-             f"max acc drop {summary['max_acc_drop']}", head]
-    for r in summary["rows"]:
-        notes = [n for n, on in (("base", r["base"]), ("front", r["on_front"]), ("RECOMMENDED", r["recommended"]),
-                                 ("infeasible", not r["feasible"]),
-                                 ("front without constraint", r["on_full_front"] and not r["on_front"])) if on]
-        if r["base"] and not r["on_front"]:
+    lines = [f"study {summary.study!r}: objective {summary.objective}, {summary.n_front} non-dominated "
+             f"feasible trial(s) ({summary.n_full_front} without the constraint); states {summary.trial_states}; "
+             f"max acc drop {summary.max_acc_drop}", head]
+    for r in summary.rows:
+        notes = [n for n, on in (("base", r.base), ("front", r.on_front), ("RECOMMENDED", r.recommended),
+                                 ("infeasible", not r.feasible),
+                                 ("front without constraint", r.on_full_front and not r.on_front)) if on]
+        if r.base and not r.on_front:
             notes.append("dominated")
-        if r["budget"] is not None and not r["base"]:
-            notes.append(f"budget {r['budget']:g}")
-        if r.get("confirmed") is False and not r["base"]:
+        if r.budget is not None and not r.base:
+            notes.append(f"budget {r.budget:g}")
+        if r.confirmed is False and not r.base:
             notes.append("not confirmed")
-        drop = "" if r["acc_drop"] is None else f"{r['acc_drop']:+.4f}"
-        cdrop, cbound = ("", "") if r.get("confirm_drop") is None else \
-            (f"{r['confirm_drop']:+.4f}", f"{r['confirm_bound']:+.4f}")
-        gran = r["granularity"] or ""
-        lines.append(f"{r['trial']:>5} {r['val_acc']:>8.4f} {r['metric']:>16.4f} {drop:>7} {cdrop:>7} {cbound:>7} "
-                     f"{_f(r['lambda_c'], '8.3g')} {_f(r['tau'], '5.2f')} {_f(r['p'], '5.2f')} {gran:>10} "
-                     f"{r['n_folded']:>6}  {', '.join(notes)}")
+        drop = "" if r.acc_drop is None else f"{r.acc_drop:+.4f}"
+        cdrop, cbound = ("", "") if r.confirm_drop is None or r.confirm_bound is None else \
+            (f"{r.confirm_drop:+.4f}", f"{r.confirm_bound:+.4f}")
+        lines.append(f"{r.trial:>5} {r.val_acc:>8.4f} {r.metric:>16.4f} {drop:>7} {cdrop:>7} {cbound:>7} "
+                     f"{_f(r.lambda_c, '8.3g')} {_f(r.tau, '5.2f')} {_f(r.p, '5.2f')} {r.granularity or '':>10} "
+                     f"{r.n_folded:>6}  {', '.join(notes)}")
     lines += recommendation_lines(summary)
     return "\n".join(lines)
 
 
-def recommendation_lines(summary: dict[str, Any]) -> list[str]:
+def recommendation_lines(summary: FrontSummary) -> list[str]:
     """What the table says under its rows about the recommendation: the split, the rejected trials, the note."""
-    rec, split = summary.get("recommendation") or {}, summary.get("confirm_split") or {}
+    rec, split = summary.recommendation, summary.confirm_split
     lines = []
-    if split:
-        lines.append(f"drop = base − trial on the selection part ({split['n_selection']} validation images); c.drop, "
-                     f"c.bound: on the confirmation part ({split['n_confirmation']}, seed {split['seed']}), the "
-                     f"bound one-sided at {split['level']:.0%}: {split['method']}")
-    for r in rec.get("rejected") or []:
-        lines.append(f"trial {r['trial']} not confirmed: " + (r["why"] if "why" in r else
-                     f"confirmed drop {r['drop']:+.2%} ({r['lost']} lost, {r['won']} won of {r['n']}), bound "
-                     f"{r['bound']:+.2%} > {rec['max_acc_drop']:.2%}"))
-    c = rec.get("confirm")
-    if summary["recommended"] is not None and c is not None and c.get("level") is not None:
-        lines.append(f"recommended trial {summary['recommended']}: confirmed drop {c['drop']:+.2%} ({c['lost']} lost, "
-                     f"{c['won']} won of {c['n']}), bound {c['bound']:+.2%} <= {rec['max_acc_drop']:.2%}")
-    if rec.get("note"):
-        lines.append(rec["note"])
-    elif summary["recommended"] is None:
+    if split is not None:
+        lines.append(f"drop = base − trial on the selection part ({split.n_selection} validation images); c.drop, "
+                     f"c.bound: on the confirmation part ({split.n_confirmation}, seed {split.seed}), the "
+                     f"bound one-sided at {split.level:.0%}: {split.method}")
+    if rec is not None:
+        for r in rec.rejected:
+            c = r.confirmation
+            lines.append(f"trial {r.trial} not confirmed: " + (
+                f"confirmed drop {c.drop:+.2%} ({c.lost} lost, {c.won} won of {c.n}), bound {c.bound:+.2%} > "
+                f"{rec.max_acc_drop:.2%}" if c is not None else r.why or "no confirmation"))
+        c = rec.confirm
+        if summary.recommended is not None and c is not None and c.level is not None:
+            lines.append(f"recommended trial {summary.recommended}: confirmed drop {c.drop:+.2%} ({c.lost} lost, "
+                         f"{c.won} won of {c.n}), bound {c.bound:+.2%} <= {rec.max_acc_drop:.2%}")
+    if rec is not None and rec.note:
+        lines.append(rec.note)
+    elif summary.recommended is None:
         lines.append("no recommendation: no completed trial within the accuracy constraint yet")
     return lines
 
@@ -277,14 +277,14 @@ def write_front(study: optuna.Study, out_dir: str | Path, max_acc_drop: float | 
     the plot and the JSON hold the fronts of ``others`` too (the CSV holds ``study``'s rows)."""
     out = Path(out_dir)
     summary = front_summary(study, max_acc_drop, others)
-    paths = {"json": write_json_atomic(out / "pareto.json", summary)}
+    paths = {"json": write_json_atomic(out / "pareto.json", summary.to_json())}
     buf = io.StringIO()
     w = csv.writer(buf)
-    metric = summary["metric_names"][1]
+    metric = summary.metric_names[1]
     w.writerow([c if c != "metric" else metric for c in COLUMNS] + ["fold_set"])
-    for r in summary["rows"]:
-        fold = ";".join(f"{k}:{v}" for k, v in sorted(r["fold_set"].items(), key=lambda kv: int(kv[0])))
-        w.writerow([r[c] for c in COLUMNS] + [fold])
+    for r in summary.rows:
+        fold = ";".join(f"{k}:{v}" for k, v in sorted(r.fold_set.items(), key=lambda kv: int(kv[0])))
+        w.writerow([getattr(r, c) for c in COLUMNS] + [fold])
     paths["csv"] = write_text_atomic(out / "pareto.csv", buf.getvalue())
     paths["png"] = _plot_png(study, summary, out / "pareto.png", comparable(study, others))
     html = _plot_html(study, summary, out / "pareto.html")
@@ -297,13 +297,13 @@ def _targets(t: FrozenTrial) -> tuple[float, float]:
     return (t.values[1], t.values[0])
 
 
-def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path, others: Sequence[optuna.Study] = ()) -> Path:
+def _plot_png(study: optuna.Study, summary: FrontSummary, path: Path, others: Sequence[optuna.Study] = ()) -> Path:
     """Every COMPLETE trial (front, other feasible, infeasible), the front as a step line, the base model,
     the recommended trial and the accuracy constraint; each of ``others``: its trials, front and
     recommendation in a colour of its own."""
-    names = summary["metric_names"]
-    front = [r for r in summary["rows"] if r["on_front"]]
-    on_front = {r["trial"] for r in front}
+    names = summary.metric_names
+    front = [r for r in summary.rows if r.on_front]
+    on_front = {r.trial for r in front}
     trials = complete_trials(study)
     fig = Figure(figsize=(7, 5))
     ax = fig.subplots()
@@ -312,36 +312,36 @@ def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path, others: 
             ("trial", [t for t in trials if _feasible(t) and t.number not in on_front], "tab:cyan"),
             ("Pareto front", [t for t in trials if t.number in on_front], "tab:blue")):
         if group:
-            label = f"{summary['study']}: {label}" if others else label
+            label = f"{summary.study}: {label}" if others else label
             ax.scatter([t.values[1] for t in group], [t.values[0] for t in group], s=36, label=label, zorder=3,
                        edgecolors="black", linewidths=0.3, color=color)
     if front:
-        ax.step([r["metric"] for r in front], [r["val_acc"] for r in front], where="post",
+        ax.step([r.metric for r in front], [r.val_acc for r in front], where="post",
                 color="tab:blue", alpha=0.5, lw=1)
-    for r in summary["rows"]:
-        if r["base"]:
-            ax.scatter([r["metric"]], [r["val_acc"]], marker="*", s=260, color="black", zorder=5, label="base model")
-        if r["recommended"]:
-            ax.scatter([r["metric"]], [r["val_acc"]], marker="o", s=320, facecolors="none", edgecolors="red",
+    for r in summary.rows:
+        if r.base:
+            ax.scatter([r.metric], [r.val_acc], marker="*", s=260, color="black", zorder=5, label="base model")
+        if r.recommended:
+            ax.scatter([r.metric], [r.val_acc], marker="o", s=320, facecolors="none", edgecolors="red",
                        linewidths=2.0, zorder=6,
-                       label=f"{summary['study'] + ': ' if others else ''}recommended (trial {r['trial']})")
-    for other, osum, colour in zip(others, summary["others"], ("tab:orange", "tab:green", "tab:purple"), strict=False):
+                       label=f"{summary.study + ': ' if others else ''}recommended (trial {r.trial})")
+    for other, osum, colour in zip(others, summary.others, ("tab:orange", "tab:green", "tab:purple"), strict=False):
         trials_o = [t for t in complete_trials(other) if not t.user_attrs.get("base")]
-        ofront = [r for r in osum["rows"] if r["on_front"]]
+        ofront = [r for r in osum.rows if r.on_front]
         if trials_o:
             ax.scatter([t.values[1] for t in trials_o], [t.values[0] for t in trials_o], s=36, marker="D", zorder=3,
-                       color=colour, alpha=0.5, edgecolors="black", linewidths=0.3, label=f"{osum['study']}: trial")
+                       color=colour, alpha=0.5, edgecolors="black", linewidths=0.3, label=f"{osum.study}: trial")
         if ofront:
-            ax.step([r["metric"] for r in ofront], [r["val_acc"] for r in ofront], where="post", color=colour,
-                    lw=1.2, label=f"{osum['study']}: Pareto front")
-        for r in osum["rows"]:
-            if r["recommended"] and not r["base"]:
-                ax.scatter([r["metric"]], [r["val_acc"]], marker="D", s=200, facecolors="none", edgecolors=colour,
-                           linewidths=2.0, zorder=6, label=f"{osum['study']}: recommended (trial {r['trial']})")
-    if summary["base_acc"] is not None and summary["max_acc_drop"] is not None:
-        ax.axhline(summary["base_acc"] - summary["max_acc_drop"], color="grey", ls="--", lw=0.8,
-                   label=f"accuracy constraint (−{summary['max_acc_drop']})")
-    studies = " and ".join([summary["study"], *(o["study"] for o in summary["others"])])
+            ax.step([r.metric for r in ofront], [r.val_acc for r in ofront], where="post", color=colour,
+                    lw=1.2, label=f"{osum.study}: Pareto front")
+        for r in osum.rows:
+            if r.recommended and not r.base:
+                ax.scatter([r.metric], [r.val_acc], marker="D", s=200, facecolors="none", edgecolors=colour,
+                           linewidths=2.0, zorder=6, label=f"{osum.study}: recommended (trial {r.trial})")
+    if summary.base_acc is not None and summary.max_acc_drop is not None:
+        ax.axhline(summary.base_acc - summary.max_acc_drop, color="grey", ls="--", lw=0.8,
+                   label=f"accuracy constraint (−{summary.max_acc_drop})")
+    studies = " and ".join([summary.study, *(o.study for o in summary.others)])
     ax.set_title(f"latopt search {studies}: accuracy vs {names[1]}")
     ax.set_xlabel(names[1])
     ax.set_ylabel(names[0])
@@ -350,12 +350,12 @@ def _plot_png(study: optuna.Study, summary: dict[str, Any], path: Path, others: 
     return write_figure_atomic(path, fig, dpi=120, bbox_inches="tight")
 
 
-def _plot_html(study: optuna.Study, summary: dict[str, Any], path: Path) -> Path | None:
+def _plot_html(study: optuna.Study, summary: FrontSummary, path: Path) -> Path | None:
     try:
         import plotly  # noqa: F401
     except ImportError:
         return None
-    names = summary["metric_names"]
+    names = summary.metric_names
     fig = optuna.visualization.plot_pareto_front(study, target_names=[names[1], names[0]], targets=_targets)
     write_text_atomic(path, fig.to_html(include_plotlyjs="cdn"))
     return path

@@ -70,6 +70,7 @@ from latopt.search._storage import (
 )
 from latopt.search._trial import TrialContext, ensure_base, objective
 from latopt.search._workers import default_threads, join, start, worker_options
+from latopt.search.record import FrontSummary
 from latopt.signals import Terminated, sigterm_raises
 from latopt.torch_settings import set_threads
 
@@ -85,7 +86,7 @@ class SearchResult:
     finished: bool                 # the requested number of COMPLETE trials is reached
     recommended: int | None
     front: list[int]
-    summary: dict[str, Any]
+    summary: FrontSummary
     files: dict[str, Path]
 
 
@@ -297,8 +298,8 @@ def _run_search(o: SearchOptions) -> SearchResult:
     files = write_front(study, study_dir) if o.summary else {}
     c = _counts(study)
     return SearchResult(study_name=name, storage=url, study_dir=study_dir, n_complete=c[TrialState.COMPLETE],
-                        finished=finished, recommended=summary["recommended"],
-                        front=[r["trial"] for r in summary["rows"] if r["on_front"]], summary=summary, files=files)
+                        finished=finished, recommended=summary.recommended, front=summary.front, summary=summary,
+                        files=files)
 
 
 def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool:
@@ -371,7 +372,7 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
 
 
 def show_front(name: str, *, storage: str | None = None, runs_dir: str | Path = "runs", out: str | Path | None = None,
-               max_acc_drop: float | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
+               max_acc_drop: float | None = None) -> tuple[FrontSummary, dict[str, Path]]:
     """The front of an existing study (``runs/<name>/search/study.db`` unless ``storage`` is given): its
     summary, and ``pareto.{json,csv,png}`` written to ``out`` (default: the study directory). The DP's study
     beside it (``<name>-dp``, in ``storage`` or its own default file), when there is one, is summarised and
@@ -381,7 +382,7 @@ def show_front(name: str, *, storage: str | None = None, runs_dir: str | Path = 
 
 
 def _show_front(name: str, *, storage: str | None, runs_dir: str | Path, out: str | Path | None,
-                max_acc_drop: float | None) -> tuple[dict[str, Any], dict[str, Path]]:
+                max_acc_drop: float | None) -> tuple[FrontSummary, dict[str, Path]]:
     study_dir = Path(runs_dir) / check_name(name, "study", param="study") / "search"
     url = storage or default_storage_url(study_dir)
     db = sqlite_file(url)
