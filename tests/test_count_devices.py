@@ -67,3 +67,20 @@ def test_a_count_device_counts_modules_only(tmp_path) -> None:
     runner = backend.prepare(nn.Conv2d(3, 4, 1), (1, 3, 8, 8))
     assert runner() is None and runner.time_ms() == pytest.approx(3 * 4 * 64 / 1e6)
     assert runner.run(torch.zeros(1, 3, 8, 8).numpy()).shape == (1, 4, 8, 8)
+
+
+def test_ensure_lut_profiles_once_and_then_leaves_the_file(tmp_path) -> None:
+    """What tools/ share: the LUT file is profiled and saved when it is missing, and an existing file is reused
+    unread (a second call neither profiles nor rewrites it)."""
+    from latopt.latency.lut import load_lut
+    from latopt.latency.profiler import ensure_lut
+
+    path = tmp_path / "lut" / "flops.json"
+    said: list[str] = []
+    assert ensure_lut(path, MODEL, load_device("flops"), 32, variants=("full", "pw"), num_classes=10,
+                      say=said.append) == path
+    lut = load_lut(path, model=MODEL, resolution=32)
+    assert lut.device == "flops" and "pw" in lut.blocks[1].ms and len(said) == 1 and "flops" in said[0]
+    stamp = path.stat().st_mtime_ns
+    ensure_lut(path, MODEL, load_device("flops"), 32, say=said.append)
+    assert path.stat().st_mtime_ns == stamp and len(said) == 1

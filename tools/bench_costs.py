@@ -118,17 +118,13 @@ def lut_path(ctx: bm.Ctx, cost: str) -> Path:
     if path.is_file():
         return path
     from latopt.latency.devices import load_device
-    from latopt.latency.lut import save_lut
-    from latopt.latency.profiler import profile_model
+    from latopt.latency.profiler import ensure_lut as profiled
 
     device = load_device(cost)
     if ctx.args.smoke and device.backend != "count":
         device = device.model_copy(update=SMOKE_POLICY | {"warmup": 1})
-    log(f"profiling {ctx.cfg.model.name} @{ctx.cfg.data.resolution} on {cost} with variants {VARIANTS} → {path}")
-    lut = profile_model(ctx.cfg.model.name, device, ctx.cfg.data.resolution, 1, variants=VARIANTS, progress=False,
-                        num_classes=10)
-    save_lut(lut, path)
-    return path
+    return profiled(path, ctx.cfg.model.name, device, ctx.cfg.data.resolution, variants=VARIANTS, num_classes=10,
+                    say=log)
 
 
 def e1_cells(args: argparse.Namespace) -> list[tuple[str, int, list[str]]]:

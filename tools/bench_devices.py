@@ -83,16 +83,10 @@ def device(root: Path, name: str) -> Any:
 
 
 def ensure_lut(root: Path, model: str, dev: str, res: int) -> Path:
-    from latopt.latency.lut import save_lut
-    from latopt.latency.profiler import profile_model
+    from latopt.latency.profiler import ensure_lut as profiled
 
     path = root / "lut" / f"{model}-{dev}-r{res}.json"
-    if not path.is_file():
-        d = device(root, dev)
-        log(f"profiling {model} @{res} on {dev} (batch {d.batch}, {d.threads} thread(s), {d.precision})")
-        lut = profile_model(model, d, res, d.batch, variants=VARIANTS, progress=False, num_classes=1000)
-        save_lut(lut, path)
-    return path
+    return path if path.is_file() else profiled(path, model, device(root, dev), res, variants=VARIANTS, say=log)
 
 
 def make_plans(root: Path, models: list[str], devices: list[str], res: int, budget: float) -> dict[str, Any]:

@@ -200,17 +200,11 @@ class Ctx:
 
 def ensure_lut(ctx: Ctx) -> Path:
     """The device LUT of the model at the training resolution (made once, shared by every seed)."""
-    if ctx.lut_path.is_file():
-        return ctx.lut_path
     from latopt.latency.devices import load_device
-    from latopt.latency.lut import save_lut
-    from latopt.latency.profiler import profile_model
+    from latopt.latency.profiler import ensure_lut as profiled
 
-    log(f"profiling {ctx.cfg.model.name} @{ctx.cfg.data.resolution} on cpu → {ctx.lut_path}")
-    lut = profile_model(ctx.cfg.model.name, load_device("cpu"), ctx.cfg.data.resolution, 1, progress=False,
-                        num_classes=10)
-    save_lut(lut, ctx.lut_path)
-    return ctx.lut_path
+    return profiled(ctx.lut_path, ctx.cfg.model.name, load_device("cpu"), ctx.cfg.data.resolution, num_classes=10,
+                    say=log)
 
 
 def onnx_correct(path: str | Path, task: Any) -> np.ndarray:
@@ -309,18 +303,11 @@ def cell_lf(ctx: Ctx, seed: int, out: Path, costs: str, lam: float, *, lut: Path
 
 def ensure_variant_lut(ctx: Ctx) -> Path:
     """The device LUT with the DP's variants (full, pw, drop) at the training resolution (made once)."""
-    path = ctx.root / "lut" / f"cpu-variants-r{ctx.cfg.data.resolution}.json"
-    if path.is_file():
-        return path
     from latopt.latency.devices import load_device
-    from latopt.latency.lut import save_lut
-    from latopt.latency.profiler import profile_model
+    from latopt.latency.profiler import ensure_lut as profiled
 
-    log(f"profiling {ctx.cfg.model.name} @{ctx.cfg.data.resolution} on cpu with variants {DP_VARIANTS} → {path}")
-    lut = profile_model(ctx.cfg.model.name, load_device("cpu"), ctx.cfg.data.resolution, 1, variants=DP_VARIANTS,
-                        progress=False, num_classes=10)
-    save_lut(lut, path)
-    return path
+    return profiled(ctx.root / "lut" / f"cpu-variants-r{ctx.cfg.data.resolution}.json", ctx.cfg.model.name,
+                    load_device("cpu"), ctx.cfg.data.resolution, variants=DP_VARIANTS, num_classes=10, say=log)
 
 
 def plan_losses(plan: dict[str, str], blocks: list[int]) -> dict[int, dict[str, float]]:

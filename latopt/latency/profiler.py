@@ -4,6 +4,8 @@ Public API::
 
     profile_model(model_name_or_module, device, resolution, batch=1, variants=("full",), progress=True, *,
                   num_classes=1000, fold_mode="exact", name=None) -> LUT
+    ensure_lut(path, model, device, resolution, *, variants=("full",), num_classes=1000, say=None) -> Path
+                                  the LUT file at path, profiled and saved only when it is missing
     measure_networks(nets, device, input_shape, *, backend=None, progress=False) -> dict[str, TimingStats]
     format_lut(lut) -> str
 
@@ -49,7 +51,8 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -62,7 +65,16 @@ from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_block_module
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import DeviceProfile
-from latopt.latency.lut import LUT, BlockEntry, SpanEntry, calibrate, check_variants, lut_model_name, predict
+from latopt.latency.lut import (
+    LUT,
+    BlockEntry,
+    SpanEntry,
+    calibrate,
+    check_variants,
+    lut_model_name,
+    predict,
+    save_lut,
+)
 from latopt.latency.spans import (
     check_span_profile,
     span_candidates,
@@ -182,6 +194,24 @@ def calibration_plans(blocks: Any, variants: tuple[str, ...]) -> dict[str, dict[
     if len(variants) > 1:
         plans[HELD_OUT_MIXED] = mixed_plan(blocks, variants)
     return plans
+
+
+def ensure_lut(path: str | Path, model: str, device: DeviceProfile, resolution: int, *,
+               variants: Iterable[str] = ("full",), num_classes: int = 1000,
+               say: Callable[[str], None] | None = None) -> Path:
+    """The LUT file at ``path``: when it is missing, ``model`` is profiled on ``device`` at ``resolution`` with the
+    device's batch (:func:`profile_model`, no progress bar; ``say`` gets one line first) and saved there; when it
+    exists it is left as it is (whoever loads it checks that it is the model's, :func:`latopt.latency.load_lut`).
+    What the benchmarks in ``tools/`` profile once and share between their cells."""
+    path = Path(path)
+    if not path.is_file():
+        variants = list(variants)
+        if say is not None:
+            say(f"profiling {model} @{resolution} on {device.name} (batch {device.batch}, variants "
+                f"{','.join(variants)}) → {path}")
+        save_lut(profile_model(model, device, resolution, device.batch, variants=variants, progress=False,
+                               num_classes=num_classes), path)
+    return path
 
 
 def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: int, batch: int = 1,
