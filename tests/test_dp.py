@@ -446,6 +446,25 @@ def test_run_dp_writes_a_fold_that_export_ships(tiny: dict, tmp_path: Path) -> N
     assert {g["name"] for g in exp["gates"]} >= {"fold algebra (float64) vs linearised σ_α network"}
 
 
+def test_apply_plan_applies_the_given_plan_and_refuses_what_the_dp_cannot_choose(tiny: dict, tmp_path: Path) -> None:
+    """A plan chosen elsewhere (Layer Folding's fold set in the method table's lf-direct cell) is applied as the
+    DP applies its own: the same blocks changed, a DPReport whose importance says the losses were given."""
+    from latopt.dp import apply_plan
+    from latopt.latency.lut import load_lut
+
+    cands = candidates(load_lut(tiny["lut"]))
+    plan = {}
+    for v in ("full", "pw", "drop"):   # one block of each variant the LUT offers, each block once
+        plan[str(next(b for b in sorted(cands) if v in cands[b] and str(b) not in plan))] = v
+    r = apply_plan(tiny["cfg"], tiny["ckpt"], tmp_path / "given", plan, lut=tiny["lut"], progress=False).report
+    assert r.folded == plan and r.importance == "given" and r.budget == 1.0 and r.fold_check.passed
+    assert r.budget_loop.status == "off" and r.selection.predicted_ms < r.selection.asis_ms
+    no_drop = next(b for b in sorted(cands) if "drop" not in cands[b])   # a block without a residual
+    with pytest.raises(LatoptError, match=f"block {no_drop} the variant 'drop'") as e:
+        apply_plan(tiny["cfg"], tiny["ckpt"], tmp_path / "bad", {no_drop: "drop"}, lut=tiny["lut"], progress=False)
+    assert e.value.param == "plan" and not (tmp_path / "bad").exists()   # refused before anything is written
+
+
 def test_cli_plan(tiny: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["plan", "--config", str(tiny["root"] / "tiny.yaml"), "--base", str(tiny["ckpt"]),
             "--lut", str(tiny["lut"]), "--runs-dir", str(tmp_path), "--importance", "uniform"]

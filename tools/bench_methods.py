@@ -310,31 +310,28 @@ def ensure_variant_lut(ctx: Ctx) -> Path:
                     load_device("cpu"), ctx.cfg.data.resolution, variants=DP_VARIANTS, num_classes=10, say=log)
 
 
-def plan_losses(plan: dict[str, str], blocks: list[int]) -> dict[int, dict[str, float]]:
-    """DP losses under which the least-loss plan is exactly ``plan`` (its blocks ``full``, the rest as they
-    are): how :func:`cell_lf_direct` hands Layer Folding's fold set to the DP's fine-tuning path."""
-    want = {int(k) for k, v in plan.items() if v == "full"}
-    if len(want) != len(plan):
-        raise ValueError(f"plan {plan} is not a set of full folds")
-    return {b: ({"none": 1.0, "full": 0.0} if b in want else {"none": 0.0, "full": 1.0}) for b in blocks}
-
-
 def cell_dp(ctx: Ctx, seed: int, out: Path, budget: float, *, variants: tuple[str, ...] = DP_VARIANTS,
             importance: str = "proxy", losses: dict[int, dict[str, float]] | None = None,
-            lut: Path | None = None) -> dict[str, Any]:
+            lut: Path | None = None, plan: dict[str, str] | None = None) -> dict[str, Any]:
     """Block variants chosen by the DP under a latency budget (fraction of the LUT-predicted as-is latency),
     then fine-tuned directly (no σ_α pre-fold) for the same budget as every method: ``fold.post_epochs`` is
     set to fold.epochs + fold.post_epochs, at ``fold.lr`` like every other method (``fold.post_lr`` is set
-    to it). ``variants`` / ``importance`` / ``losses``: the ablations' changes (:data:`DP_ABLATIONS`,
-    :func:`cell_lf_direct`); ``lut``: the variant LUT the DP solves on (default: the cpu one,
-    :func:`ensure_variant_lut`)."""
-    from latopt.dp import run_dp
+    to it). ``variants`` / ``importance`` / ``losses``: the ablations' changes (:data:`DP_ABLATIONS`);
+    ``plan``: a given plan applied the same way instead (``latopt.dp.apply_plan``, :func:`cell_lf_direct`);
+    ``lut``: the variant LUT the DP solves on (default: the cpu one, :func:`ensure_variant_lut`)."""
+    from latopt.dp import apply_plan, run_dp
 
     base = ctx.cell_dir(f"s{seed}-base") / "base.pt"
     e = ft_epochs(ctx.cfg)
     cfg = ctx.cfg.with_overrides({"fold.post_epochs": e, "fold.post_lr": ctx.cfg.fold.lr})
-    rep = run_dp(cfg, base, out / "fold", lut=lut or ensure_variant_lut(ctx), budget=budget, importance=importance,
-                 variants=variants, losses=losses, seed=seed, progress=True, task=ctx.task).report.to_json()
+    lut = lut or ensure_variant_lut(ctx)
+    if plan is not None:
+        variants = tuple(sorted(set(plan.values())))
+        result = apply_plan(cfg, base, out / "fold", plan, lut=lut, seed=seed, progress=True, task=ctx.task)
+    else:
+        result = run_dp(cfg, base, out / "fold", lut=lut, budget=budget, importance=importance, variants=variants,
+                        losses=losses, seed=seed, progress=True, task=ctx.task)
+    rep = result.report.to_json()
     r = {"test_acc": rep["acc"]["finetuned"], "val_acc": rep["val"]["finetuned"],
          "acc_before_ft": rep["acc"].get("folded"), "train_seconds": rep["seconds"]["total"], "extra_epochs": e,
          "n_folded": rep["n_folded"], "selection": rep["selection"], "lut_pred_ms": rep["latency_pred_ms"],
@@ -346,15 +343,10 @@ def cell_dp(ctx: Ctx, seed: int, out: Path, budget: float, *, variants: tuple[st
 
 def cell_lf_direct(ctx: Ctx, seed: int, out: Path, lam: str) -> dict[str, Any]:
     """Layer Folding's fold set (the LUT-c_l cell at λ of the same seed) folded from the base and fine-tuned
-    directly like the DP: the same structure as that cell, without its σ_α pre-fold (docs/evaluation.md, Q2)."""
-    from latopt.latency.lut import load_lut
-
+    directly like the DP (``latopt.dp.apply_plan``): the same structure as that cell, without its σ_α pre-fold
+    (docs/evaluation.md, Q2)."""
     plan = ctx.done(f"s{seed}-lf-lut@{lam}")["structure"]["plan"]
-    blocks = [b.index for b in load_lut(ensure_variant_lut(ctx)).blocks]
-    r = cell_dp(ctx, seed, out, 1.0, variants=("full",), losses=plan_losses(plan, blocks))
-    if r["structure"]["plan"] != plan:
-        raise RuntimeError(f"the DP applied {r['structure']['plan']}, not Layer Folding's set {plan}")
-    return r | {"source": f"lf-lut@{lam}"}
+    return cell_dp(ctx, seed, out, 1.0, plan=plan) | {"source": f"lf-lut@{lam}"}
 
 
 # -- channel pruning (torch-pruning) -------------------------------------------------------------

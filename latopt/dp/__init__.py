@@ -29,6 +29,8 @@ API (what a caller such as a method-comparison tool uses)::
         # a latopt.layerfold.FoldResult: result.model (the folded network), result.report (a DPReport,
         # latopt.dp.record: .checkpoint is the folded.pt to export; .val_acc_finetuned, .acc.finetuned,
         # .selection.predicted_ms, .budget_loop) and result.paths
+    result = apply_plan(cfg, base_checkpoint, out_dir, {3: "full", 7: "pw"}, lut=lut_path)
+        # a plan chosen elsewhere (e.g. Layer Folding's fold set) applied as run_dp applies its own
 
     solve(options, capacity, *, resolution=20000) -> Solution | None   the knapsack alone
     solve_chain(options, spans, capacity, *, resolution=20000) -> Solution | None
@@ -61,7 +63,7 @@ from latopt.dp.planfile import (
 )
 from latopt.dp.record import BudgetLoop, DPReport, Selection
 from latopt.dp.select import check_budget, select_plan
-from latopt.dp.stage import REPORT_SCHEMA, format_dp_report, format_dp_summary, run_dp
+from latopt.dp.stage import REPORT_SCHEMA, apply_plan, format_dp_report, format_dp_summary, run_dp
 
 __all__ = [
     "BudgetLoop",
@@ -73,6 +75,7 @@ __all__ = [
     "PlanRecord",
     "REPORT_SCHEMA",
     "Solution",
+    "apply_plan",
     "candidates",
     "check_budget",
     "check_plan",

@@ -102,6 +102,36 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
     return write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, format_dp_report, accel)
 
 
+def apply_plan(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, plan: Mapping[int | str, str], *,
+               lut: LUT | str | Path, seed: int = 0, progress: bool = True, task: Task | None = None
+               ) -> FoldResult[DPReport]:
+    """A plan chosen elsewhere ({block: variant}, e.g. Layer Folding's fold set) applied as :func:`run_dp`
+    applies its own: folded exactly, checked, fine-tuned and written to ``out_dir``. A variant the LUT does not
+    offer for its block is refused first, in one line. The DP is asked at budget 1
+    with losses under which ``plan`` is its only loss-free choice (each of its blocks: the variant 0, as-is 1;
+    every other block stays as it is) and without the budget loop, so the report is a
+    :class:`DPReport` like any other (``importance`` "given", ``selection`` the plan's LUT prediction). A plan
+    that is not the DP's choice (a variant the LUT lacks, a plan slower than as-is, or one the LUT's timed spans
+    would merge) is refused in one line."""
+    want = {int(b): v for b, v in plan.items() if v != "none"}
+    if not want:
+        raise LatoptError("the plan changes no block: there is nothing to apply", param="plan")
+    offered = candidates(lut if isinstance(lut, LUT) else load_lut(lut))
+    for b, v in sorted(want.items()):
+        if v not in offered.get(b, ()):
+            raise LatoptError(f"the plan gives block {b} the variant {v!r}, which the LUT does not offer there (it "
+                              f"offers {', '.join(offered.get(b, ('none',)))}); give variants the LUT times",
+                              param="plan")
+    losses = {b: {"none": 1.0, v: 0.0} for b, v in want.items()}
+    result = run_dp(cfg, base_checkpoint, out_dir, lut=lut, budget=1.0, losses=losses, seed=seed, progress=progress,
+                    task=task, budget_rounds=0)
+    got = {int(b): v for b, v in result.report.folded.items()}
+    if got != want or result.report.spans:
+        raise LatoptError(f"the DP applied {got} (spans {result.report.spans}), not the plan {want} it was given; "
+                          "give a plan of variants the LUT times, no slower than the network as it is")
+    return result
+
+
 def format_dp_report(r: DPReport) -> str:
     from latopt.dp.budgetloop import format_loop
 
