@@ -12,9 +12,8 @@ one process).
 Public API::
 
     evaluate(model, loader, accel=None) -> float         top-1 accuracy in [0, 1] (eval mode, no grad, float32)
-    fit(model, loader, epochs, optimizer, scheduler, step_loss, *, val_loader=None, progress=True,
-        desc="train", after_step=None, extra_optimizers=(), report_every=1, accel=None, scaler=None,
-        start_epoch=0, history=None, on_epoch_end=None) -> list[dict]   per-epoch records
+    fit(model, loader, epochs, Step(loss, optimizer, scheduler, ...), *, val_loader, best, accel,
+        report=Report(...), resume=Resume(...)) -> list[dict]   the per-epoch records
     cross_entropy_loss(label_smoothing) -> StepLoss
     make_optimizer(model, train_cfg, lr, *, exclude=(), nesterov=True)   timm's create_optimizer_v2
     make_scheduler(optimizer, train_cfg, epochs, steps_per_epoch)        timm's create_scheduler_v2, per update
@@ -42,6 +41,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -134,44 +134,67 @@ def cross_entropy_loss(label_smoothing: float = 0.0) -> StepLoss:
     return step_loss
 
 
-def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.Optimizer,
-        scheduler: Scheduler | None, step_loss: StepLoss, *, val_loader: Iterable | None = None,
-        progress: bool = True, desc: str = "train", after_step: Callable[[], None] | None = None,
-        extra_optimizers: tuple[torch.optim.Optimizer, ...] = (), report_every: int = 1,
-        accel: Accel | None = None, scaler: torch.amp.GradScaler | None = None, start_epoch: int = 0,
-        history: list[dict[str, float]] | None = None,
-        on_epoch_end: Callable[[list[dict[str, float]]], None] | None = None,
-        clip_grad: float | None = None, best: BestWeights | None = None,
-        watch: tuple[str, ...] = ("loss", "val")) -> list[dict[str, float]]:
-    """Train up to epoch ``epochs``; returns the per-epoch records {epoch, loss, train_acc, val_acc?, lr,
-    seconds, ...extras}.
+@dataclass(frozen=True)
+class Step:
+    """What one training step does: ``loss`` (a :data:`StepLoss`) under autocast, backward (through ``scaler``,
+    default the :class:`~latopt.accel.Accel`'s: fp16 only), the global gradient norm of each optimizer's
+    parameters clipped to ``clip_grad`` (after unscaling), a step of ``optimizer`` and of each of
+    ``extra_optimizers`` (not scheduled: the pre-fold α's Adam), ``scheduler.step_update``, then ``after_step()``
+    (σ_α clipping)."""
 
-    Each batch (moved to ``accel``'s device): ``step_loss`` under ``accel``'s autocast (and global batch
-    norm under torchrun), backward (through ``scaler``, default ``accel.grad_scaler()``: fp16 only), a
-    step of ``optimizer`` and of every one of ``extra_optimizers`` (not scheduled),
-    ``scheduler.step_update``, ``after_step()``. Under torchrun the model is trained wrapped in
-    DistributedDataParallel and the epoch's sums are added over the processes. A sampler with
-    ``set_epoch`` (:func:`latopt.data.make_loaders`) is told each epoch.
+    loss: StepLoss
+    optimizer: torch.optim.Optimizer
+    scheduler: Scheduler | None = None
+    extra_optimizers: tuple[torch.optim.Optimizer, ...] = ()
+    clip_grad: float | None = None
+    after_step: Callable[[], None] | None = None
+    scaler: torch.amp.GradScaler | None = None
 
-    The loop never waits for the device: loss, accuracy and extras are summed on it and read once per
-    epoch; a non-finite loss is caught every :data:`CHECK_EVERY` steps and at the epoch's end (one line,
-    :class:`LatoptError`). ``start_epoch`` / ``history`` continue a run whose first ``start_epoch``
-    epochs are done (resume); ``on_epoch_end(history)`` runs after each epoch (an epoch checkpoint). With
-    ``progress`` a line (logger ``latopt.train``) every ``report_every`` epochs (and after the last), with an
-    estimate of the time left (the mean epoch of this run so far times the epochs to go), and a bar while it
-    runs (on a terminal only).
 
-    ``clip_grad``: the global gradient norm of each optimizer's parameters is clipped to it before the
-    step (after unscaling under fp16). ``best`` (with ``val_loader``): the weights of the best-validation
-    epoch are kept there and put back into ``model`` at the end (:class:`BestWeights`). A run going wrong
-    is one warning line each (not one per epoch), for what ``watch`` names: ``loss``, an epoch's mean loss
-    :data:`SPIKE` times the lowest so far; ``val``, a validation accuracy :data:`COLLAPSE` below the best so
-    far (pre-fold watches the loss only: its accuracy falls by design while it removes non-linearity)."""
+@dataclass(frozen=True)
+class Report:
+    """What a run says while it runs: with ``show``, a line named ``desc`` (logger ``latopt.train``) every
+    ``every`` epochs and after the last, with the time left, and a bar on a terminal; one warning line for each
+    sign of trouble ``watch`` names (``loss``: a spike; ``val``: a collapse of validation accuracy)."""
+
+    show: bool = True
+    desc: str = "train"
+    every: int = 1
+    watch: tuple[str, ...] = ("loss", "val")
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A run whose first ``start_epoch`` epochs are done (their records in ``history``) continues from there;
+    ``on_epoch_end(history)`` runs after every epoch (an epoch checkpoint, :mod:`latopt.resume`)."""
+
+    start_epoch: int = 0
+    history: tuple[dict[str, float], ...] | list[dict[str, float]] = ()
+    on_epoch_end: Callable[[list[dict[str, float]]], None] | None = None
+
+
+def fit(model: nn.Module, loader: Iterable, epochs: int, step: Step, *, val_loader: Iterable | None = None,
+        best: BestWeights | None = None, accel: Accel | None = None, report: Report = Report(),
+        resume: Resume = Resume()) -> list[dict[str, float]]:
+    """Train up to epoch ``epochs``, each batch one :class:`Step`; returns the per-epoch records {epoch, loss,
+    train_acc, val_acc?, lr, seconds, ...the loss's extras}.
+
+    Batches are moved to ``accel``'s device; under torchrun the model is trained wrapped in
+    DistributedDataParallel (with global batch norm) and the epoch's sums are added over the processes. A sampler
+    with ``set_epoch`` (:func:`latopt.data.make_loaders`) is told each epoch. The loop never waits for the
+    device: loss, accuracy and extras are summed on it and read once per epoch; a non-finite loss is caught
+    every :data:`CHECK_EVERY` steps and at the epoch's end (one line, :class:`LatoptError`). ``best`` (with
+    ``val_loader``): the weights of the best-validation epoch are kept there and put back into ``model`` at the
+    end (:class:`BestWeights`). ``report`` says what is printed (:class:`Report`: :data:`SPIKE` and
+    :data:`COLLAPSE` are the thresholds of its warnings; pre-fold watches the loss only, since its accuracy falls
+    by design while it removes non-linearity); ``resume`` continues a run (:class:`Resume`)."""
     accel = accel or Accel()
-    scaler = scaler if scaler is not None else accel.grad_scaler()
+    scaler = step.scaler if step.scaler is not None else accel.grad_scaler()
     net = accel.wrap(model)
-    optimizers = (optimizer, *extra_optimizers)
-    history = list(history or [])
+    optimizer, scheduler, step_loss, clip_grad = step.optimizer, step.scheduler, step.loss, step.clip_grad
+    optimizers = (optimizer, *step.extra_optimizers)
+    start_epoch, history = resume.start_epoch, list(resume.history)
+    progress, desc = report.show, report.desc
     updates = start_epoch * len(loader) if start_epoch else 0  # type: ignore[arg-type]
     sampler = getattr(loader, "sampler", None)
     for epoch in range(start_epoch, epochs):
@@ -183,8 +206,8 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
         extras_sum: dict[str, torch.Tensor] = {}
         seen = 0
         bar = progress_bar(loader, desc=f"{desc} {epoch + 1}/{epochs}", enabled=progress)
-        step = 0
-        for step, (xb, yb) in enumerate(bar, 1):
+        batch = 0
+        for batch, (xb, yb) in enumerate(bar, 1):
             x, y = accel.batch(xb, yb)
             with accel.autocast(), accel.batch_norm():
                 loss, logits, extras = step_loss(net, x, y)
@@ -207,19 +230,19 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
             updates += 1
             if scheduler is not None:
                 scheduler.step_update(updates)
-            if after_step is not None:
-                after_step()
+            if step.after_step is not None:
+                step.after_step()
             n = int(y.numel())
             seen += n
             sums += torch.stack([loss.detach().double() * n, (logits.detach().argmax(1) == y).sum().double()])
             for k, v in extras.items():
                 extras_sum[k] = extras_sum.get(k, 0.0) + torch.as_tensor(v, device=accel.device).detach().double() * n
-            if step % CHECK_EVERY == 0:
-                _check_finite(accel, sums[0], desc, epoch, step)
-            if not bar.disable and step % CHECK_EVERY == 0:  # drawn on a terminal only: a read per CHECK_EVERY steps
+            if batch % CHECK_EVERY == 0:
+                _check_finite(accel, sums[0], desc, epoch, batch)
+            if not bar.disable and batch % CHECK_EVERY == 0:  # drawn on a terminal only: a read per CHECK_EVERY steps
                 shown = {"loss": sums[0] / seen, "acc": sums[1] / seen, **{k: v / seen for k, v in extras_sum.items()}}
                 bar.set_postfix({k: f"{float(v):.3f}" for k, v in shown.items()})
-        _check_finite(accel, sums[0], desc, epoch, step)
+        _check_finite(accel, sums[0], desc, epoch, batch)
         keys = list(extras_sum)
         totals = accel.all_reduce(torch.cat([sums, sums.new_tensor([float(seen)]),
                                              *(extras_sum[k].reshape(1) for k in keys)])).tolist()
@@ -230,13 +253,13 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, optimizer: torch.optim.
         if val_loader is not None:
             row["val_acc"] = evaluate(model, val_loader, accel)
         row["seconds"] = time.perf_counter() - t0
-        _warn_if_going_wrong(history, row, desc, watch)
+        _warn_if_going_wrong(history, row, desc, report.watch)
         history.append(row)
         if best is not None and "val_acc" in row:
             best.update(model, row["epoch"], row["val_acc"])
-        if on_epoch_end is not None:
-            on_epoch_end(history)
-        if progress and ((epoch + 1) % max(1, report_every) == 0 or epoch + 1 == epochs):
+        if resume.on_epoch_end is not None:
+            resume.on_epoch_end(history)
+        if progress and ((epoch + 1) % max(1, report.every) == 0 or epoch + 1 == epochs):
             shown_row = ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "epoch")
             left = f"; about {time_left([r['seconds'] for r in history[start_epoch:]], epochs - epoch - 1)} left" \
                 if epoch + 1 < epochs else ""

@@ -32,6 +32,9 @@ from latopt.config import RunConfig, dump_config, write_config
 from latopt.data import data_fingerprint, data_meta, load_task, make_loaders
 from latopt.engine import (
     BestWeights,
+    Report,
+    Resume,
+    Step,
     cross_entropy_loss,
     evaluate,
     fit,
@@ -95,9 +98,9 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
                             optimizer=optimizer, scheduler=scheduler, scaler=scaler, loader=train_loader, best=best)
     start, done = state.resume()
     t0 = time.perf_counter()
-    history = fit(model, train_loader, t.epochs, optimizer, scheduler, cross_entropy_loss(t.label_smoothing),
-                  val_loader=val_loader, progress=progress, desc="base", accel=accel, scaler=scaler,
-                  start_epoch=start, history=done, on_epoch_end=state.save, clip_grad=t.clip_grad, best=best)
+    step = Step(cross_entropy_loss(t.label_smoothing), optimizer, scheduler, clip_grad=t.clip_grad, scaler=scaler)
+    history = fit(model, train_loader, t.epochs, step, val_loader=val_loader, best=best, accel=accel,
+                  report=Report(progress, "base"), resume=Resume(start, done, state.save))
     seconds = time.perf_counter() - t0
     metrics: dict[str, Any] = {
         "schema": METRICS_SCHEMA, "model": cfg.model.name, "task": task.name, "sizes": task.sizes(), "split": task.split,

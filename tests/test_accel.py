@@ -20,7 +20,7 @@ from latopt.checkpoint import checkpoint_digest, load_checkpoint, make_arch, sav
 from latopt.cli import main
 from latopt.config import TrainConfig, load_config
 from latopt.data import Task, make_loaders
-from latopt.engine import fit, make_optimizer
+from latopt.engine import Report, Step, fit, make_optimizer
 from latopt.errors import LatoptError
 from latopt.models import build_model
 
@@ -140,8 +140,8 @@ def test_bf16_and_channels_last_train_on_the_cpu() -> None:
     for acc in (Accel(amp="bf16"), Accel(channels_last=True)):
         net = acc.prepare(_conv_net())
         opt = make_optimizer(net, TrainConfig(), 0.01)
-        hist = fit(net, make_loaders(task, 4, accel=acc)[0], 2, opt, None, _ce, progress=False, accel=acc,
-                   val_loader=make_loaders(task, 4, accel=acc)[1])
+        hist = fit(net, make_loaders(task, 4, accel=acc)[0], 2, Step(_ce, opt), accel=acc,
+                   val_loader=make_loaders(task, 4, accel=acc)[1], report=Report(show=False))
         assert all(torch.isfinite(torch.tensor(h["loss"])) for h in hist) and hist[0]["scaled"] == pytest.approx(2.0)
         assert all(p.dtype == torch.float32 for p in net.parameters())  # autocast: float32 master weights
     assert net[0].weight.is_contiguous(memory_format=torch.channels_last)
@@ -204,7 +204,7 @@ def test_fit_reads_the_device_once_per_epoch_not_per_step(monkeypatch: pytest.Mo
         net = _conv_net()
         opt = make_optimizer(net, TrainConfig(), 0.01)
         reads["n"] = 0
-        fit(net, make_loaders(task, 2)[0], 1, opt, None, _ce, progress=False)
+        fit(net, make_loaders(task, 2)[0], 1, Step(_ce, opt), report=Report(show=False))
         return reads["n"]
 
     assert run(4) == run(24)  # 2 steps or 12 steps: the same reads

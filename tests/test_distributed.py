@@ -29,7 +29,7 @@ from latopt.accel import Accel, process_group, resolve
 from latopt.cli import main
 from latopt.config import TrainConfig, load_config
 from latopt.data import Task, make_loaders
-from latopt.engine import fit, make_optimizer, make_scheduler
+from latopt.engine import Report, Step, fit, make_optimizer, make_scheduler
 from latopt.fold import alpha_parameters, clamp_alphas_, install_alpha
 from latopt.layerfold import CompressionLoss, block_variant_times, run_fold
 from latopt.models import build_model
@@ -131,8 +131,9 @@ def _prefold_like(accel: Accel, out: Path) -> None:
         lc = comp()
         return F.cross_entropy(logits, y) + lc, logits, {"L_c": lc.detach()}
 
-    hist = fit(model, train, 2, opt, make_scheduler(opt, cfg, 2, len(train)), step_loss, val_loader=val,
-               progress=False, accel=accel, after_step=lambda: clamp_alphas_(model), extra_optimizers=(alpha_opt,))
+    step = Step(step_loss, opt, make_scheduler(opt, cfg, 2, len(train)), extra_optimizers=(alpha_opt,),
+                after_step=lambda: clamp_alphas_(model))
+    hist = fit(model, train, 2, step, val_loader=val, accel=accel, report=Report(show=False))
     torch.save({"state": model.state_dict(), "history": hist}, out)
 
 
@@ -219,7 +220,7 @@ def test_each_process_draws_its_own_random_numbers(cfg_file: Path, tmp_path: Pat
 
         def staged_fit(module):
             def fit(*args, **kwargs):
-                stage[0] = kwargs["desc"]
+                stage[0] = kwargs["report"].desc
                 return fits[module](*args, **kwargs)
             return fit
 

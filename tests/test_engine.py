@@ -11,6 +11,8 @@ from torch import nn
 from latopt.config import TrainConfig
 from latopt.engine import (
     BestWeights,
+    Report,
+    Step,
     cross_entropy_loss,
     fit,
     make_optimizer,
@@ -99,8 +101,8 @@ def test_fit_steps_schedule_hook_extras_and_extra_optimizer() -> None:
     def hook() -> None:
         seen_lrs.append((opt.param_groups[0]["lr"], alpha_opt.param_groups[0]["lr"]))
 
-    history = fit(net, loader, 2, opt, make_scheduler(opt, cfg, 2, len(loader)), step_loss, progress=False,
-                  after_step=hook, extra_optimizers=(alpha_opt,), val_loader=[(x, y)])
+    step = Step(step_loss, opt, make_scheduler(opt, cfg, 2, len(loader)), extra_optimizers=(alpha_opt,), after_step=hook)
+    history = fit(net, loader, 2, step, val_loader=[(x, y)], report=Report(show=False))
     assert len(seen_lrs) == 6  # the hook runs after every update, after the schedule's step
     assert [a for a, _ in seen_lrs] == pytest.approx([0.1, 0.1, 0.05, 0.05, 0.05, 0.025])
     assert {b for _, b in seen_lrs} == {0.05}  # the extra optimizer is not scheduled
@@ -119,8 +121,8 @@ def test_fit_stops_on_a_non_finite_loss_with_one_line() -> None:
         return logits.sum() * float("nan"), logits, {}
 
     with pytest.raises(LatoptError) as e:
-        fit(net, [(torch.ones(1, 2), torch.zeros(1, dtype=torch.long))], 3, opt, None, nan_loss, progress=False,
-            desc="post-fold")
+        fit(net, [(torch.ones(1, 2), torch.zeros(1, dtype=torch.long))], 3, Step(nan_loss, opt),
+            report=Report(False, "post-fold"))
     assert str(e.value) == "post-fold: the loss became nan in epoch 1 (by step 1); lower the learning rate"
 
 
@@ -132,7 +134,7 @@ def test_clip_grad_bounds_the_update() -> None:
         net = nn.Linear(4, 3)
         before = torch.cat([q.detach().flatten().clone() for q in net.parameters()])
         opt = make_optimizer(net, TrainConfig(optimizer="sgd", momentum=0.0, weight_decay=0.0), 1.0)
-        fit(net, [(x, y)], 1, opt, None, cross_entropy_loss(), progress=False, clip_grad=clip)
+        fit(net, [(x, y)], 1, Step(cross_entropy_loss(), opt, clip_grad=clip), report=Report(show=False))
         step = torch.cat([q.detach().flatten() for q in net.parameters()]) - before
         if clip is None:
             assert float(step.norm()) > 1.0    # the unclipped gradient of these large inputs is large
@@ -159,8 +161,8 @@ def _collapsing_run(keep_best: bool, caplog: pytest.LogCaptureFixture) -> tuple[
 
     best = BestWeights() if keep_best else None
     with caplog.at_level("INFO", logger="latopt"):
-        history = fit(net, loader, 5, opt, None, cross_entropy_loss(), val_loader=[(x, y)], progress=False,
-                      desc="base", after_step=wreck, best=best)
+        history = fit(net, loader, 5, Step(cross_entropy_loss(), opt, after_step=wreck), val_loader=[(x, y)],
+                      best=best, report=Report(False, "base"))
     return net, history
 
 
@@ -208,8 +210,8 @@ def test_a_smooth_run_warns_nothing(caplog: pytest.LogCaptureFixture) -> None:
     net = nn.Linear(4, 2)
     opt = make_optimizer(net, TrainConfig(optimizer="sgd", weight_decay=0.0), 0.05)
     with caplog.at_level("INFO", logger="latopt"):
-        fit(net, tensor_loader(x, y, 16, seed=0), 6, opt, None, cross_entropy_loss(), val_loader=[(x, y)],
-            progress=False, best=BestWeights())
+        fit(net, tensor_loader(x, y, 16, seed=0), 6, Step(cross_entropy_loss(), opt), val_loader=[(x, y)],
+            best=BestWeights(), report=Report(show=False))
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
@@ -249,8 +251,8 @@ def test_a_run_that_watches_the_loss_only_says_nothing_of_its_accuracy(caplog: p
         opt = make_optimizer(net, TrainConfig(optimizer="sgd", momentum=0.0, weight_decay=0.0), 0.5)
         caplog.clear()
         with caplog.at_level("INFO", logger="latopt"):
-            fit(net, tensor_loader(x, y, 16, seed=0), 4, opt, None, cross_entropy_loss(), val_loader=Val(),
-                progress=False, after_step=worse_labels, watch=watch)
+            fit(net, tensor_loader(x, y, 16, seed=0), 4, Step(cross_entropy_loss(), opt, after_step=worse_labels),
+                val_loader=Val(), report=Report(show=False, watch=watch))
         assert any("validation accuracy fell" in r.getMessage() for r in caplog.records) == warned, watch
 
 

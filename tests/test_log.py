@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from latopt import log
 from latopt.checkpoint import make_arch, save_checkpoint
 from latopt.cli import build_parser, main
-from latopt.engine import cross_entropy_loss, fit
+from latopt.engine import Report, Step, cross_entropy_loss, fit
 from latopt.latency.devices import load_device
 from latopt.models import build_model
 from latopt.run import latency_chart
@@ -36,8 +36,8 @@ def _fit(progress: bool) -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     data = TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,)))
-    fit(model, DataLoader(data, batch_size=8), 2, torch.optim.SGD(model.parameters(), lr=0.1), None,
-        cross_entropy_loss(), progress=progress, desc="tiny")
+    fit(model, DataLoader(data, batch_size=8), 2, Step(cross_entropy_loss(), torch.optim.SGD(model.parameters(), lr=0.1)),
+        report=Report(progress, "tiny"))
 
 
 def test_a_library_call_never_prints_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,7 +179,7 @@ def test_each_epoch_line_estimates_the_time_left(caplog: pytest.LogCaptureFixtur
     loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,))), batch_size=8)
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     with caplog.at_level("INFO", logger="latopt"):
-        fit(net, loader, 3, opt, None, cross_entropy_loss(), desc="base")
+        fit(net, loader, 3, Step(cross_entropy_loss(), opt), report=Report(desc="base"))
     lines = [r.getMessage() for r in caplog.records if "epoch" in r.getMessage()]
     assert len(lines) == 3 and all(re.search(r"; about \d+ (s|min) left$", ln) for ln in lines[:2])
     assert "left" not in lines[2]

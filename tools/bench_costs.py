@@ -2,8 +2,8 @@
 """E1 and E2: does measuring the device pay? The protocol is docs/evaluation.md's amendment of
 2026-12-02 ("E1 and E2"), written before any of their runs; the tables go to docs/hardware-awareness.md.
 
-A thin layer over tools/bench_methods.py: its cells (base, as-is, Layer Folding, the DP), its queue (resumable,
-lock files, ``--workers``) and its final interleaved run (fp32 and INT8 together) are used as they are. This
+A thin layer over tools/bench_methods.py: its cells (base, as-is, Layer Folding, the DP), its queue (:mod:`latopt.jobqueue`:
+resumable, lock files, ``--workers``) and its final interleaved run (fp32 and INT8 together) are used as they are. This
 tool adds which LUT gives c_l (a *cost model*: a device profile, :data:`COST_MODELS`; ``flops`` and ``uniform``
 count instead of timing, latopt/latency/backends/count.py), the DP importance computed once per seed and shared
 by every cost model, E2's timing on every device, publishing and the two tables.
@@ -179,7 +179,6 @@ def cell_importance(ctx: bm.Ctx, seed: int) -> dict[str, Any]:
 
 def run_cell(ctx: bm.Ctx, cell: str, seed: int) -> dict[str, Any]:
     """One cell: bench_methods' base and as-is; the importance; Layer Folding or the DP with a cost model's LUT."""
-    progress(ctx, cell)
     kind, cost, x = parse_cell(cell)
     if kind in ("base", "asis"):
         return bm.run_cell(ctx, cell, seed)
@@ -225,25 +224,8 @@ def run(args: argparse.Namespace) -> None:
     for setting in settings_of(args):
         ctx = make_ctx(args, setting)
         cells = queue(args, setting)
-        ctx.queue_cells = {c for c, _, _ in cells}
-        ctx.started = time.time()
         log(f"setting {setting}: {len(cells)} cells, {sum(ctx.done(c) is not None for c, _, _ in cells)} done")
         bm.run_queue(ctx, cells, run_cell)
-
-
-def progress(ctx: bm.Ctx, cell: str) -> None:
-    """A progress line before each cell: cells done in this setting and an estimate of the time left (the mean
-    wall time of the cells done so far, other than bases, times the cells left, over the processes running); the
-    cells of this run's queue only (a setting run in groups of seeds has other groups' cells on disk)."""
-    queued = getattr(ctx, "queue_cells", None)
-    done = [bm.load_json(p) for p in (ctx.root / "cells").glob("*.json") if queued is None or p.stem in queued]
-    total = len(queued) if queued is not None else len(done) + 1
-    walls = [r["wall_s"] for r in done if r.get("method") != "base" and "wall_s" in r]
-    busy = max(1, len(list((ctx.root / "locks").glob("*.lock"))))
-    left = (total - len(done)) * (float(np.mean(walls)) if walls else float("nan")) / busy
-    log(f"{ctx.root.name}: {len(done)}/{total} cells done; starting {cell}; "
-        + (f"~{left / 60:.0f} min left at {np.mean(walls):.0f} s a cell with {busy} running" if walls else
-           "no estimate yet"))
 
 
 def run_record(args: argparse.Namespace, setting: str) -> dict[str, Any]:
@@ -854,7 +836,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.stage in ("run", "all"):
         prepare(args)
-        bm.with_workers(__file__, argv, args.stage, args.workers, lambda: run(args))
+        from latopt.jobqueue import spawn_workers
+
+        spawn_workers(__file__, argv, args.stage, args.workers, lambda: run(args))
     if args.stage in ("measure", "all"):
         if "e1" in args.experiments:
             measure_e1(args)

@@ -32,8 +32,9 @@ random weights at 224 px. ``publish`` writes the raw results to ``results/method
 ``tools/regenerate.py`` makes docs/method-table.md's tables and README's summary from them (:func:`render_doc`,
 :func:`render_summary`: two-way dominance with crossed seed-t intervals and Holm over challengers, tools/compare.py).
 
-Resumable: a finished cell has ``cells/<cell>.json`` and is skipped by a rerun; several processes
-(``--workers N``) share the queue through lock files (``locks/``; a lock whose process is gone is taken over).
+Resumable (:mod:`latopt.jobqueue`): a finished cell has ``cells/<cell>.json`` and is skipped by a rerun; several
+processes (``--workers N``) share the queue through lock files (``locks/``; a lock whose process is gone is taken
+over).
 
     python tools/bench_methods.py run --runs-dir DIR [--set KEY=VALUE ...] [--workers 2]
                                       [--prune-arms global local] [--prune-epochs 6 18]
@@ -50,11 +51,9 @@ import copy
 import functools
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -591,6 +590,8 @@ def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int
     from latopt.data import make_loaders
     from latopt.engine import (
         BestWeights,
+        Report,
+        Step,
         cross_entropy_loss,
         evaluate,
         fit,
@@ -613,8 +614,9 @@ def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int
         best = BestWeights() if k == len(share) - 1 else None
         opt = make_optimizer(model, cfg.train, cfg.fold.lr)
         sched = make_scheduler(opt, cfg.train, e, len(train))
-        h = fit(model, train, e, opt, sched, cross_entropy_loss(cfg.train.label_smoothing), val_loader=val,
-                progress=True, desc=f"prune-ft step {k + 1}/{PRUNE_STEPS}", clip_grad=cfg.train.clip_grad, best=best)
+        step = Step(cross_entropy_loss(cfg.train.label_smoothing), opt, sched, clip_grad=cfg.train.clip_grad)
+        h = fit(model, train, e, step, val_loader=val, best=best,
+                report=Report(desc=f"prune-ft step {k + 1}/{PRUNE_STEPS}"))
         hist += [{**r, "step": k + 1} for r in h]
     model.eval()
     return {"test_acc": evaluate(model, test), "val_acc": evaluate(model, val),
@@ -708,105 +710,24 @@ def run_cell(ctx: Ctx, cell: str, seed: int) -> dict[str, Any]:
     raise ValueError(f"unknown cell {cell}")
 
 
-# ------------------------------------------------------------------ the queue (locks, resumable)
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def try_lock(path: Path) -> bool:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                host, pid = path.read_text().split()
-                if host == socket.gethostname() and not _alive(int(pid)):
-                    path.unlink(missing_ok=True)  # its process is gone: take it over
-                    continue
-            except (OSError, ValueError):
-                pass
-            return False
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{socket.gethostname()} {os.getpid()}")
-        return True
-    return False
-
-
+# ------------------------------------------------------------------ the queue (latopt.jobqueue)
 def run_queue(ctx: Ctx, cells: list[tuple[str, int, list[str]]] | None = None,
-              run: Callable[[Ctx, str, int], dict[str, Any]] | None = None) -> int:
-    """Run ``cells`` (default: :func:`cell_names`) with ``run`` (default: :func:`run_cell`), resumable, shared
-    with other processes through lock files."""
+              run: Callable[[Ctx, str, int], dict[str, Any]] | None = None) -> list[str]:
+    """Run ``cells`` (default: :func:`cell_names`) with ``run`` (default: :func:`run_cell`) on
+    :class:`latopt.jobqueue.JobQueue` (resumable, shared with other processes through lock files), one thread a
+    process; each cell's record also names its method, the config and whether it was a smoke run. Returns the
+    cells not done."""
+    from latopt.jobqueue import JobQueue
     from latopt.torch_settings import set_threads
 
     set_threads(1)
     cells = cell_names(ctx.args) if cells is None else cells
-    failed: set[str] = set()
-    while True:
-        pending = [c for c in cells if ctx.done(c[0]) is None and c[0] not in failed]
-        if not pending:
-            break
-        started = False
-        known = {c for c, _, _ in cells}
-        for cell, seed, deps in pending:
-            if any(d in failed or (d not in known and ctx.done(d) is None) for d in deps):
-                failed.add(cell)
-                log(f"{cell}: skipped, a dependency failed")
-                started = True
-                break
-            if any(ctx.done(d) is None for d in deps):
-                continue
-            lock = ctx.root / "locks" / f"{cell}.lock"
-            if not try_lock(lock):
-                continue
-            started = True  # done, skipped or failed: scan the queue again at once
-            try:
-                if ctx.done(cell) is not None:
-                    continue
-                log(f"{cell}: start (load {' '.join(f'{v:.1f}' for v in os.getloadavg())})")
-                t0 = time.perf_counter()
-                try:
-                    rec = (run or run_cell)(ctx, cell, seed)
-                except Exception as e:  # noqa: BLE001 - one failed cell must not stop the others
-                    log(f"{cell}: FAILED: {type(e).__name__}: {e}\n{traceback.format_exc()}")
-                    failed.add(cell)
-                    continue
-                rec |= {"cell": cell, "seed": seed, "method": method_of(cell), "wall_s": time.perf_counter() - t0,
-                        "smoke": bool(ctx.args.smoke), "config": ctx.args.config}
-                write_json(ctx.cell_file(cell), rec)
-                log(f"{cell}: done in {rec['wall_s']:.0f} s, test acc {rec.get('test_acc')}")
-            finally:
-                lock.unlink(missing_ok=True)
-            break
-        if not started:
-            time.sleep(20)  # the rest waits for cells other processes are running
-    if failed:
-        log(f"not done: {sorted(failed)}")
-    return 0
 
+    def work(cell: str, seed: int) -> dict[str, Any]:
+        rec = (run or run_cell)(ctx, cell, seed)
+        return rec | {"method": method_of(cell), "smoke": bool(ctx.args.smoke), "config": ctx.args.config}
 
-def with_workers(script: str, argv: list[str] | None, stage: str, workers: int, work: Callable[[], Any]) -> None:
-    """Run ``work`` (a queue) here and, beside it, ``workers - 1`` more processes of ``script`` with this command
-    line (``argv``, default ``sys.argv[1:]``) but stage ``run`` and ``--workers 1``, started 5 s apart, sharing the
-    queue through its lock files; return when all are done (the workers' exit codes are not looked at: a cell that
-    failed is in the queue's files)."""
-    procs = []
-    if workers > 1:
-        argv_w = list(argv if argv is not None else sys.argv[1:])
-        argv_w[argv_w.index(stage)] = "run"
-        argv_w += ["--workers", "1"]
-        for _ in range(workers - 1):
-            procs.append(subprocess.Popen([sys.executable, script, *argv_w]))
-            time.sleep(5)
-    work()
-    for p in procs:
-        p.wait()
+    return JobQueue(ctx.root, say=log, kind=lambda c: method_of(c).split("@")[0]).run(cells, work)
 
 
 # ------------------------------------------------------------------ INT8 (ONNX Runtime static quantisation)
@@ -1574,7 +1495,9 @@ def main(argv: list[str] | None = None) -> int:
             ensure_lut(ctx)  # once, before any worker starts (workers would race to profile it)
         if "dp" in args.methods:
             ensure_variant_lut(ctx)
-        with_workers(__file__, argv, args.stage, args.workers, lambda: run_queue(ctx))
+        from latopt.jobqueue import spawn_workers
+
+        spawn_workers(__file__, argv, args.stage, args.workers, lambda: run_queue(ctx))
     if args.stage in ("measure", "all"):
         for res in args.resolutions:
             measure(ctx, res)

@@ -10,7 +10,7 @@ A thin layer over the package: the plan is :func:`latopt.dp.plan_only` (what the
 :func:`latopt.export.export` with that plan file (``latopt export --plan FILE --timing-only``: the as-is and
 the planned network timed in one interleaved run), the LUT is :func:`latopt.latency.profiler.profile_model`
 (``latopt profile --variants full,pw,drop``), and the accuracy runs are :func:`latopt.run.run_main` (``latopt
-run --config C --seed S``). The queue (resumable, lock files) is tools/bench_methods.py's ``run_queue``.
+run --config C --seed S``). The queue (resumable, lock files) is :class:`latopt.jobqueue.JobQueue`.
 
 - **budget** (:data:`MODELS` × :data:`TARGETS` × :data:`BUDGETS`): per model and target a LUT (cell
   ``lut-<model>.<target>``); per budget (cell ``budget-<model>.<target>@<B>``) the DP's plan with the budget
@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):   # run as a script: the checkout's root, for tools.*
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from latopt.jobqueue import JobQueue  # noqa: E402
 from tools import bench_methods as bm  # noqa: E402 - after the checkout is on sys.path
 
 if TYPE_CHECKING:
@@ -94,54 +95,25 @@ def tolerances() -> dict[str, float]:
     return {"below": TOL_BELOW, "above": TOL_ABOVE}
 
 
-# ------------------------------------------------------------------ the queue (bench_methods.run_queue)
-class Queue:
-    """What :func:`tools.bench_methods.run_queue` needs of a context: ``root``, ``args`` (``smoke``, ``config``),
-    ``cell_file`` and ``done``; cells in ``root/cells/``, locks in ``root/locks/``."""
+# ------------------------------------------------------------------ the queue (latopt.jobqueue)
+class Queue(JobQueue):
+    """One part's queue (:class:`latopt.jobqueue.JobQueue`: resumable, lock files) under ``DIR/<part>``, with
+    this invocation's options (``opts``) and whether it is a smoke run (``smoke``)."""
 
     def __init__(self, root: Path, args: argparse.Namespace) -> None:
-        self.root = Path(root)
-        self.args = argparse.Namespace(smoke=bool(args.smoke), config=None)
+        super().__init__(root, say=log, kind=lambda cell: cell.split("-", 1)[0])
         self.opts = args
-        self.total: dict[str, int] = {}   # cells of this invocation's queue, per kind
-        self.cells: set[str] = set()
+        self.smoke = bool(args.smoke)
         self.root.mkdir(parents=True, exist_ok=True)
-
-    def cell_file(self, cell: str) -> Path:
-        return self.root / "cells" / f"{cell}.json"
-
-    def done(self, cell: str) -> dict[str, Any] | None:
-        f = self.cell_file(cell)
-        return bm.load_json(f) if f.is_file() else None
-
-    def progress(self, cell: str) -> None:
-        """A line before each cell: cells done, and the time left (per kind of cell, the mean wall time of
-        those done times those left)."""
-        kind = cell.split("-", 1)[0]
-        done = [bm.load_json(p) for p in (self.root / "cells").glob("*.json") if p.stem in self.cells]
-        left, unknown = 0.0, []
-        for k, total in self.total.items():
-            walls = [r["wall_s"] for r in done if str(r.get("cell", "")).startswith(f"{k}-") and "wall_s" in r]
-            n_left = total - sum(str(r.get("cell", "")).startswith(f"{k}-") for r in done)
-            if n_left > 0 and walls:
-                left += n_left * sum(walls) / len(walls)
-            elif n_left > 0:
-                unknown.append(k)
-        eta = f"~{left / 60:.0f} min left" + (f" (no estimate yet for {', '.join(unknown)} cells)" if unknown else "")
-        log(f"{len(done)}/{sum(self.total.values())} cells done; starting {cell} ({kind}); {eta}")
 
 
 def run_cells(q: Queue, cells: list[tuple[str, int, list[str]]], run: Any) -> None:
-    q.total, q.cells = {}, {c for c, _, _ in cells}
-    for c, _, _ in cells:
-        k = c.split("-", 1)[0]
-        q.total[k] = q.total.get(k, 0) + 1
+    """``run(q, cell, seed)`` for each cell not done, one thread a process; each record says whether the run
+    was a smoke run."""
+    from latopt.torch_settings import set_threads
 
-    def one(ctx: Queue, cell: str, seed: int) -> dict[str, Any]:
-        ctx.progress(cell)
-        return run(ctx, cell, seed)
-
-    bm.run_queue(q, cells, one)   # type: ignore[arg-type]
+    set_threads(1)
+    q.run(cells, lambda cell, seed: run(q, cell, seed) | {"smoke": q.smoke})
 
 
 # ------------------------------------------------------------------ the budget
@@ -159,7 +131,7 @@ def model_spec(key: str, smoke: bool = False) -> dict[str, Any]:
 def device_spec(q: Queue, target: str) -> str:
     """The device profile timed on: ``target``, or with ``--smoke`` a copy named ``<target>-smoke`` with tiny
     timing budgets (a YAML file in ``DIR/devices/``; passed to the package as a path, as ``--device`` takes it)."""
-    if not q.args.smoke:
+    if not q.smoke:
         return target
     import yaml
 
@@ -199,7 +171,7 @@ def checkpoint(q: Queue, key: str) -> tuple[Path, str]:
     given = q.opts.base.get(key)
     if given:
         return Path(given), "trained"
-    spec = model_spec(key, q.args.smoke)
+    spec = model_spec(key, q.smoke)
     path = q.root / "checkpoints" / f"{key}-r{spec['resolution']}.pt"
     if not path.is_file():
         import torch
@@ -219,7 +191,7 @@ def run_config(q: Queue, key: str, target: str) -> Any:
     """The model's config, on the target (its LUT given explicitly), model and resolution as :func:`model_spec`."""
     from latopt.config import load_config
 
-    spec = model_spec(key, q.args.smoke)
+    spec = model_spec(key, q.smoke)
     return load_config(spec["config"], {"model.name": spec["model"], "data.resolution": spec["resolution"],
                                         "device": device_spec(q, target), "lut": None})
 
@@ -234,7 +206,7 @@ def cell_lut(q: Queue, key: str, target: str) -> dict[str, Any]:
     from latopt.latency.lut import save_lut
     from latopt.latency.profiler import profile_model
 
-    spec = model_spec(key, q.args.smoke)
+    spec = model_spec(key, q.smoke)
     _, weights = checkpoint(q, key)
     nc = spec["num_classes"]
     if weights == "trained":
@@ -256,7 +228,7 @@ def cell_budget(q: Queue, key: str, target: str, budget: float) -> dict[str, Any
     from latopt.dp import plan_only, write_plan
     from latopt.export import export
 
-    spec = model_spec(key, q.args.smoke)
+    spec = model_spec(key, q.smoke)
     ckpt, weights = checkpoint(q, key)
     importance = "proxy" if weights == "trained" else "uniform"
     cfg = run_config(q, key, target)
@@ -343,7 +315,7 @@ def cell_accuracy(q: Queue, cell: str, seed: int) -> dict[str, Any]:
     from latopt.run import run_main
 
     config = cell.split("-", 1)[1].rsplit(".s", 1)[0]
-    r = run_main(smoke_config(q, config) if q.args.smoke else config, runs_dir=run_dir(q, config, seed), seed=seed)
+    r = run_main(smoke_config(q, config) if q.smoke else config, runs_dir=run_dir(q, config, seed), seed=seed)
     return accuracy_record(Path(r["root"]), config, seed)
 
 

@@ -48,7 +48,7 @@ from latopt.accel import Accel
 from latopt.blocks import find_blocks
 from latopt.config import TrainConfig
 from latopt.data import get_task, make_loaders, subsample_train
-from latopt.engine import cross_entropy_loss, fit, make_optimizer, seed_everything
+from latopt.engine import Report, Step, cross_entropy_loss, fit, make_optimizer, seed_everything
 from latopt.fold import fold_blocks, install_alpha
 from latopt.latency.timing import environment_info
 from latopt.models import build_model
@@ -125,7 +125,7 @@ def _gpu_busy_fraction(model: torch.nn.Module, loader: Any, opt: torch.optim.Opt
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
-        fit(model, loader, 1, opt, None, cross_entropy_loss(), progress=False, accel=accel)
+        fit(model, loader, 1, Step(cross_entropy_loss(), opt), accel=accel, report=Report(show=False))
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
     kernels_us = sum(e.self_device_time_total for e in prof.key_averages() if e.device_type.name == "CUDA")
@@ -170,7 +170,7 @@ class Case:
             images = steps * int(self.source.batch[1].shape[0])
         else:
             loader = _Lazy(self.source, steps)
-        fit(self.model, loader, 1, self.opt, None, self.loss, progress=False, accel=self.accel)
+        fit(self.model, loader, 1, Step(self.loss, self.opt), accel=self.accel, report=Report(show=False))
         seconds = time.perf_counter() - t0  # fit reads its sums once at the epoch's end: the device's work is done
         if isinstance(loader, _Lazy):
             images = loader.images
@@ -204,7 +204,7 @@ def loss_check(setting: str, net: str, args: argparse.Namespace, task: Any) -> f
     opt = make_optimizer(model, TrainConfig(optimizer="sgd", lr=0.01), 0.01)
     loader, _, _ = make_loaders(replace(sub, train=train), args.batch, 0, accel=accel)
     seed_everything(0)  # the augmentation draws the same random numbers in every setting of one loader kind
-    return fit(model, loader, 1, opt, None, cross_entropy_loss(), progress=False, accel=accel)[0]["loss"]
+    return fit(model, loader, 1, Step(cross_entropy_loss(), opt), accel=accel, report=Report(show=False))[0]["loss"]
 
 
 def _quartiles(v: list[float]) -> tuple[float, float, float]:

@@ -35,7 +35,7 @@ from torch import nn
 from latopt.artifacts import write_figure_atomic, write_json_atomic
 from latopt.config import TrainConfig
 from latopt.data import get_task
-from latopt.engine import evaluate, fit, make_optimizer, seed_everything, tensor_loader
+from latopt.engine import Report, Step, evaluate, fit, make_optimizer, seed_everything, tensor_loader
 from latopt.fold import AlphaActivation, alpha_parameters, clamp_alphas_
 from latopt.layerfold import CompressionLoss
 from latopt.torch_settings import set_threads
@@ -80,8 +80,8 @@ def train(net: nn.Sequential, data: dict, epochs: int, lr: float, *, lambda_c: f
         loss = F.cross_entropy(logits, y)
         return (loss + lambda_c * comp() if prefold else loss), logits, {}
 
-    fit(net, tensor_loader(*data["train"], batch, seed), epochs, opt, None, step_loss, progress=False,
-        after_step=(lambda: clamp_alphas_(net)) if prefold else None, extra_optimizers=extra)
+    step = Step(step_loss, opt, extra_optimizers=extra, after_step=(lambda: clamp_alphas_(net)) if prefold else None)
+    fit(net, tensor_loader(*data["train"], batch, seed), epochs, step, report=Report(show=False))
 
 
 def fold_fc(net: nn.Sequential, tau: float) -> tuple[nn.Sequential, nn.Sequential]:

@@ -44,7 +44,7 @@ from torch import nn
 
 from latopt.config import TrainConfig
 from latopt.data import split_indices
-from latopt.engine import fit, make_optimizer, make_scheduler, seed_everything, tensor_loader
+from latopt.engine import Report, Step, fit, make_optimizer, make_scheduler, seed_everything, tensor_loader
 from latopt.errors import LatoptError, first_line
 from latopt.exact.network import from_module
 from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
@@ -236,8 +236,8 @@ def train_mlp(
         return (loss + l1 * first.abs().sum() if l1 > 0 else loss), logits, {}
 
     t0 = time.perf_counter()
-    fit(model, loader, epochs, opt, make_scheduler(opt, recipe, epochs, len(loader)), step_loss,
-        progress=progress, desc="train-mlp", report_every=max(1, epochs // 10))
+    fit(model, loader, epochs, Step(step_loss, opt, make_scheduler(opt, recipe, epochs, len(loader))),
+        report=Report(progress, "train-mlp", every=max(1, epochs // 10)))
     model.eval()
     meta = {
         "data": name,

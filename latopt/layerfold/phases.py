@@ -52,7 +52,16 @@ from latopt.accel import Accel, resolve
 from latopt.blocks import find_blocks
 from latopt.config import RunConfig
 from latopt.data import Task, make_loaders
-from latopt.engine import BestWeights, evaluate, fit, make_optimizer, make_scheduler, seed_everything
+from latopt.engine import (
+    BestWeights,
+    Report,
+    Step,
+    evaluate,
+    fit,
+    make_optimizer,
+    make_scheduler,
+    seed_everything,
+)
 from latopt.errors import LatoptError, VerificationError
 from latopt.fold import (
     alpha_parameters,
@@ -153,9 +162,10 @@ def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping
         lc = comp()
         return lt + f.lambda_c * lc, logits, {"L_c": lc.detach()}
 
-    history = fit(model, train_loader, f.epochs, optimizer, scheduler, step_loss, val_loader=val_loader,
-                  progress=progress, desc="pre-fold", after_step=lambda: clamp_alphas_(model),
-                  extra_optimizers=extra, accel=accel, clip_grad=cfg.train.clip_grad, watch=("loss",))
+    step = Step(step_loss, optimizer, scheduler, extra_optimizers=extra, clip_grad=cfg.train.clip_grad,
+                after_step=lambda: clamp_alphas_(model))
+    history = fit(model, train_loader, f.epochs, step, val_loader=val_loader, accel=accel,
+                  report=Report(progress, "pre-fold", watch=("loss",)))
     return Prefolded(model, history, comp.frozen)
 
 
@@ -257,9 +267,10 @@ def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int,
             loss, logits = task_loss(m, x, y)
             return loss, logits, {}
 
-        history = fit(folded, train_loader, f.post_epochs, optimizer, scheduler, step_loss,
-                      val_loader=val_loader, progress=progress, desc="post-fold", accel=accel,
-                      clip_grad=cfg.train.clip_grad, best=BestWeights() if cfg.train.keep_best else None)
+        history = fit(folded, train_loader, f.post_epochs,
+                      Step(step_loss, optimizer, scheduler, clip_grad=cfg.train.clip_grad), val_loader=val_loader,
+                      best=BestWeights() if cfg.train.keep_best else None, accel=accel,
+                      report=Report(progress, "post-fold"))
     acc["finetuned"] = evaluate(folded, test_loader, accel)
     val["finetuned"] = evaluate(folded, val_loader, accel)
     return folded, FoldOutcome(plan=plan, fold_check=check, acc=acc, val=val, postfold_history=history,
