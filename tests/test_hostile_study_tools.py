@@ -121,7 +121,7 @@ def test_good_budgets_are_read_as_given() -> None:
 
 def test_the_library_refuses_no_budgets_and_duplicates(dp_tiny: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     import latopt.search._run as run
-    from latopt.search import BudgetSpace, SearchOptions, run_search
+    from latopt.search import BudgetSpace, PlanOptions, SearchOptions, run_search
 
     with pytest.raises(LatoptError, match="twice") as e:
         BudgetSpace((0.6, 0.7, 0.6))
@@ -132,7 +132,7 @@ def test_the_library_refuses_no_budgets_and_duplicates(dp_tiny: dict, monkeypatc
 
     monkeypatch.setattr(run, "resolve_lut", work)
     with pytest.raises(LatoptError) as e:   # an empty tuple silently became the five default budgets
-        run_search(SearchOptions(config=dp_tiny["config"], method="dp", budgets=(), progress=False))
+        run_search(SearchOptions(config=dp_tiny["config"], plan=PlanOptions(budgets=()), progress=False))
     assert e.value.param == "budgets"
 
 

@@ -21,7 +21,7 @@ from latopt.dp.record import DPReport
 from latopt.engine import seed_everything
 from latopt.latency.lut import save_lut
 from latopt.layerfold.record import read_report
-from latopt.search import SearchOptions, run_dp_search
+from latopt.search import PlanOptions, SearchOptions, run_dp_search
 from latopt.train import train_base
 from tests.test_dp import MODEL, TINY, _lut_for
 
@@ -49,8 +49,8 @@ def test_plan_only_writes_the_plan_search_method_dp_wrote(setup: dict[str, Path]
     # what `latopt search --method dp --plan-only ...` ran: the same options, the same library call
     seed_everything(0)
     want = run_dp_search(SearchOptions(config=setup["config"], lut=setup["lut"], runs_dir=tmp_path / "runs",
-                                       method="dp", budget=0.55, importance="uniform", plan_only=True,
-                                       plan_out=tmp_path / "want.json", progress=False))
+                                       plan=PlanOptions(budget=0.55, importance="uniform", plan_only=True,
+                                                        plan_out=tmp_path / "want.json"), progress=False))
     assert isinstance(want, tuple) and want[1] == tmp_path / "want.json"
     assert _plan(tmp_path / "plan.json") == _plan(tmp_path / "want.json")
     assert out == format_plan_summary(read_plan(tmp_path / "plan.json"), tmp_path / "plan.json") + "\n"
@@ -77,7 +77,7 @@ def test_plan_budget_folds_and_fine_tunes_as_search_method_dp_did(setup: dict[st
     assert "DP at budget 0.7" in out
     seed_everything(0)
     want = run_dp_search(SearchOptions(config=setup["config"], base=base, lut=setup["lut"], runs_dir=tmp_path / "lib",
-                                       method="dp", budget=0.7, importance="uniform", progress=False))
+                                       plan=PlanOptions(budget=0.7, importance="uniform"), progress=False))
     assert not isinstance(want, tuple)
     assert report["folded"] == want.report.folded and report["selection"] == want.report.selection.model_dump()
     assert sorted(p.name for p in fold.iterdir()) == sorted(

@@ -188,7 +188,7 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, monkeypatch, capsys):
 
 def test_a_local_worker_runs_the_study_this_process_resolved(tmp_path):
     """workers=N starts N-1 processes, each running the search with what this process resolved."""
-    from latopt.search import SearchOptions
+    from latopt.search import PlanOptions, SearchOptions
     from latopt.search._workers import worker_options
 
     o = SearchOptions(config=tmp_path / "c.yaml", objective="depth", costs="uniform", seed=7, runs_dir=tmp_path,
@@ -201,12 +201,11 @@ def test_a_local_worker_runs_the_study_this_process_resolved(tmp_path):
     assert (w.config, w.objective, w.costs, w.seed, w.runs_dir, w.heartbeat_interval, w.grace_period, w.overrides) \
         == (o.config, "depth", "uniform", 7, tmp_path, 5, 20, {"fold.post_epochs": 2})
     # a worker of the DP's study runs the same study (``study`` is the Layer Folding study's name)
-    dp = SearchOptions(config=tmp_path / "c.yaml", method="dp", importance="uniform", variants=("full", "pw"),
-                       budgets=(0.55, 0.7), workers=2)
+    dp = SearchOptions(config=tmp_path / "c.yaml", workers=2,
+                       plan=PlanOptions(importance="uniform", variants=("full", "pw"), budgets=(0.55, 0.7)))
     w = worker_options(dp, study="s", storage="sqlite:///x.db", trials=3, sampler="tpe", max_acc_drop=0.01,
                        base=tmp_path / "b.pt", lut=None, timeout=None, threads=1)
-    assert (w.method, w.study, w.importance, w.budget, w.variants, w.budgets, w.timeout) == \
-        ("dp", "s", "uniform", None, ("full", "pw"), (0.55, 0.7), None)
+    assert (w.plan, w.study, w.timeout) == (dp.plan, "s", None)
 
 
 def _report(o) -> None:

@@ -72,7 +72,7 @@ def _main(args: argparse.Namespace) -> int:
         overrides["search.budget_rounds"] = check_rounds(args.budget_rounds, "budget_rounds")
     # start-up time: Optuna and the training stack load when a plan is made, not for `latopt --help`
     from latopt.engine import seed_everything
-    from latopt.search import SearchOptions, run_dp_search, run_search
+    from latopt.search import PlanOptions, SearchOptions, run_dp_search, run_search
 
     seed_everything(args.seed)
     if args.budget is not None or args.plan_only:
@@ -83,8 +83,8 @@ def _main(args: argparse.Namespace) -> int:
         done = run_dp_search(SearchOptions(
             config=args.config, study=args.study, base=args.base, lut=args.lut, seed=args.seed,
             runs_dir=args.runs_dir, threads=args.threads, overrides=overrides,
-            method="dp", budget=args.budget, importance=args.importance,
-            variants=_variants(args.variants), plan_only=args.plan_only, plan_out=args.out))
+            plan=PlanOptions(budget=args.budget, importance=args.importance, variants=_variants(args.variants),
+                             plan_only=args.plan_only, plan_out=args.out)))
         if isinstance(done, tuple):  # --plan-only: the plan and its file
             print(format_plan_summary(*done))
         else:                        # the applied plan (a FoldResult)
@@ -96,7 +96,7 @@ def _main(args: argparse.Namespace) -> int:
         base=args.base, lut=args.lut, seed=args.seed, runs_dir=args.runs_dir,
         heartbeat_interval=args.heartbeat_interval, grace_period=args.grace_period, workers=args.workers,
         threads=args.threads, summary=not args.no_summary, overrides=overrides,
-        method="dp", importance=args.importance, variants=_variants(args.variants), budgets=budgets))
+        plan=PlanOptions(importance=args.importance, variants=_variants(args.variants), budgets=budgets)))
     if not args.no_summary:
         _print_front(res.summary, res.files)
     return 0

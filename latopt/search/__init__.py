@@ -12,10 +12,10 @@ Public API::
     summary = front_summary(study)           # FrontSummary (latopt.search.record): what pareto.json holds
     summary.recommendation.rejected          # the faster trials whose drop was not confirmed, and why
 
-``run_dp_search(SearchOptions(config=..., method="dp", budget=0.6))`` (``latopt plan --budget 0.6``) is the
+``run_dp_search(SearchOptions(config=..., plan=PlanOptions(budget=0.6)))`` (``latopt plan --budget 0.6``) is the
 other method: the DP of :mod:`latopt.dp` picks one variant per block under the budget
 and applies it (one fold directory ``runs/<study>/search/dp-budget<B>/``, no study).
-``run_search(SearchOptions(config=..., method="dp"))`` (``latopt plan`` without ``--budget``)
+``run_search(SearchOptions(config=..., plan=PlanOptions()))`` (``latopt plan`` without ``--budget``)
 runs the DP as a study, ``<study>-dp`` (:func:`dp_study_name`; ``runs/<study>-dp/search/``): one trial per
 budget of ``budgets`` (``--budgets``; :class:`BudgetSpace`, the parameter ``budget``), each the DP's plan folded and
 fine-tuned, with the same objectives, attributes, front and recommendation; the base model is the Layer
@@ -44,7 +44,7 @@ study opens in optuna-dashboard as it is. Layout: ``runs/<study>/search/{study.d
 from __future__ import annotations
 
 from latopt.search._confirm import CONFIRM_FRACTION, CONFIRM_LEVEL, CONFIRM_METHOD, drop_bound
-from latopt.search._options import SearchOptions
+from latopt.search._options import PlanOptions, SearchOptions
 from latopt.search._pareto import (
     base_trial,
     format_table,
@@ -79,6 +79,7 @@ __all__ = [
     "FrontSummary",
     "Recommendation",
     "Rejected",
+    "PlanOptions",
     "SearchOptions",
     "SearchResult",
     "SearchSpace",

@@ -37,10 +37,17 @@ class SearchOptions:
     progress: bool = True           # progress lines (logger latopt.search) and bars; False: none, quiet workers
     summary: bool = True            # write pareto.* at the end (``latopt search`` then prints the front table)
     overrides: dict[str, Any] = field(default_factory=dict)
-    method: str = "optuna"          # "optuna": Layer Folding's (λ_c, τ, p) study; "dp": latopt.dp at ``budget``
-    budget: float | None = None     # dp: the latency budget, a fraction of the as-is LUT latency
-    importance: str = "proxy"       # dp: how each (block, variant) is scored (latopt.dp.IMPORTANCE_METHODS)
-    variants: tuple[str, ...] | None = None   # dp: the variants the blocks may take (default: the LUT's)
-    budgets: tuple[float, ...] | None = None  # dp without budget: the DP's study, a trial per budget (default 0.5..0.9)
-    plan_only: bool = False         # dp: write the plan file only (latopt.dp.plan_only): no training
-    plan_out: str | Path | None = None   # dp plan-only: the plan file (default runs/<study>/search/plan-budget<B>.json)
+    plan: PlanOptions | None = None   # the DP's study or plan (``latopt plan``); None: Layer Folding's study
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The DP's part of a search (``latopt plan``): with ``budget``, one plan at that budget
+    (:func:`latopt.search.run_dp_search`); without, the DP's study, a trial per budget of ``budgets``."""
+
+    budget: float | None = None     # the latency budget, a fraction of the as-is LUT latency
+    importance: str = "proxy"       # how each (block, variant) is scored (latopt.dp.IMPORTANCE_METHODS)
+    variants: tuple[str, ...] | None = None   # the variants the blocks may take (default: the LUT's)
+    budgets: tuple[float, ...] | None = None  # the DP's study: a trial per budget (default 0.5..0.9)
+    plan_only: bool = False         # with budget: write the plan file only (latopt.dp.plan_only): no training
+    plan_out: str | Path | None = None   # plan-only: the plan file (default runs/<study>/search/plan-budget<B>.json)

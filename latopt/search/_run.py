@@ -51,7 +51,7 @@ from latopt.layerfold import FoldResult
 from latopt.log import get_logger, time_left
 from latopt.models import build_model
 from latopt.search._confirm import CONFIRM_FRACTION, CONFIRM_LEVEL, CONFIRM_METHOD
-from latopt.search._options import SearchOptions
+from latopt.search._options import PlanOptions, SearchOptions
 from latopt.search._pareto import front_summary, write_front
 from latopt.search._sampler import FAILED_CHECK, TrialSeeded
 from latopt.search._space import DEFAULT_BUDGETS, BudgetSpace, space_from_config
@@ -149,25 +149,26 @@ def run_dp_search(o: SearchOptions) -> FoldResult | tuple[PlanRecord, Path]:
     ``plan_only``: the plan file alone (:func:`latopt.dp.plan_only`; no training) at ``plan_out``; returns the
     plan and the file's path."""
     cfg = load_config(o.config, o.overrides or None)
-    if o.budget is None:
-        raise LatoptError("method dp needs a budget (a fraction of the as-is LUT latency, e.g. 0.6)", param="budget")
-    budget = check_budget(o.budget)
-    check_importance(o.importance)
+    d = o.plan or PlanOptions()
+    if d.budget is None:
+        raise LatoptError("a plan needs a budget (a fraction of the as-is LUT latency, e.g. 0.6)", param="budget")
+    budget = check_budget(d.budget)
+    check_importance(d.importance)
     set_threads(o.threads)
     name = check_name(o.study, "study", param="study") if o.study is not None else cfg.name
     study_dir = Path(o.runs_dir) / name / "search"
     lut, lut_path = resolve_lut(cfg, o.lut, required=True)
     assert lut_path is not None  # required=True: found, or LatoptError
-    if o.plan_only:   # the plan alone, as a file: no base trained, nothing fine-tuned
-        plan = plan_only(cfg, lut_path, budget=budget, importance=o.importance, base_checkpoint=o.base,
-                         variants=o.variants, seed=o.seed, progress=o.progress)
-        path = Path(o.plan_out) if o.plan_out else study_dir / f"plan-budget{budget:g}.json"
+    if d.plan_only:   # the plan alone, as a file: no base trained, nothing fine-tuned
+        plan = plan_only(cfg, lut_path, budget=budget, importance=d.importance, base_checkpoint=o.base,
+                         variants=d.variants, seed=o.seed, progress=o.progress)
+        path = Path(d.plan_out) if d.plan_out else study_dir / f"plan-budget{budget:g}.json"
         return plan, write_plan(path, plan)
-    candidates(lut, o.variants)  # an unknown or unprofiled variant fails before any training
+    candidates(lut, d.variants)  # an unknown or unprofiled variant fails before any training
     task = load_task(cfg)
     base = ensure_base(cfg, study_dir, o.base, seed=o.seed, progress=o.progress, task=task)
     return run_dp(cfg, base.checkpoint, study_dir / f"dp-budget{budget:g}", lut=lut_path, budget=budget,
-                  importance=o.importance, variants=o.variants, seed=o.seed, progress=o.progress, task=task)
+                  importance=d.importance, variants=d.variants, seed=o.seed, progress=o.progress, task=task)
 
 
 def dp_study_name(name: str) -> str:
@@ -176,11 +177,11 @@ def dp_study_name(name: str) -> str:
     return f"{name}-dp"
 
 
-def _check_budgets(o: SearchOptions, space: Any, lut: Any, trials: int) -> None:
+def _check_budgets(d: PlanOptions, space: Any, lut: Any, trials: int) -> None:
     """The DP's study: a known importance, variants the LUT timed, every budget reachable (one line each,
     before any training), and no more trials than budgets (+ the base)."""
-    check_importance(o.importance)
-    cands = candidates(lut, o.variants)
+    check_importance(d.importance)
+    cands = candidates(lut, d.variants)
     if trials > len(space.grid()) + 1:
         raise LatoptError(f"trials={trials}: the DP's study has {len(space.grid())} budgets and the "
                           f"base, {len(space.grid()) + 1} trials at most", param="trials")
@@ -219,8 +220,8 @@ def _run_search(o: SearchOptions) -> SearchResult:
     optuna.logging.set_verbosity(optuna.logging.ERROR)   # latopt logs trial failures itself, on one line
     cfg = load_config(o.config, o.overrides or None)
     s = cfg.search
-    dp = o.method == "dp"
-    budget_space = BudgetSpace(DEFAULT_BUDGETS if o.budgets is None else tuple(o.budgets)) if dp else None
+    dp = o.plan
+    budget_space = None if dp is None else BudgetSpace(DEFAULT_BUDGETS if dp.budgets is None else tuple(dp.budgets))
     space = budget_space if budget_space is not None else space_from_config(cfg)
     trials = int(o.trials if o.trials is not None else
                  (len(budget_space.grid()) + 1 if budget_space is not None else s.trials))
@@ -231,11 +232,11 @@ def _run_search(o: SearchOptions) -> SearchResult:
     set_threads(threads)
     objective_key = "latency-measured" if o.measure else o.objective
     stem = check_name(o.study, "study", param="study") if o.study is not None else cfg.name  # runs/<study>/
-    name = dp_study_name(stem) if dp else stem
+    name = stem if dp is None else dp_study_name(stem)
     study_dir = Path(o.runs_dir) / name / "search"
-    lut, lut_path = resolve_lut(cfg, o.lut, required=dp or (o.objective == "latency" and not o.measure))
-    if dp:
-        _check_budgets(o, space, lut, trials)
+    lut, lut_path = resolve_lut(cfg, o.lut, required=dp is not None or (o.objective == "latency" and not o.measure))
+    if dp is not None:
+        _check_budgets(dp, space, lut, trials)
     if o.costs == "lut" and lut is None and o.progress:
         _LOG.info("no LUT found: c_l = 1 for every block (uniform costs, the paper's default)")
     device = None
@@ -253,8 +254,8 @@ def _run_search(o: SearchOptions) -> SearchResult:
                            max_retry=o.max_retry)
     identity = {"model": cfg.model.name, "task": cfg.data.task, "resolution": int(cfg.data.resolution),
                 "space": space.as_dict(), "max_acc_drop": max_drop}
-    identity |= ({"method": "dp", "importance": o.importance, "variants": None if o.variants is None else list(o.variants)}
-                 if dp else {"costs": o.costs if lut is not None else "uniform"})
+    identity |= ({"costs": o.costs if lut is not None else "uniform"} if dp is None else
+                 {"method": "dp", "importance": dp.importance, "variants": None if dp.variants is None else list(dp.variants)})
     identity["confirm"] = {**split, "level": CONFIRM_LEVEL, "method": CONFIRM_METHOD}
     check_existing(storage, name, objective_key, identity)     # before training a base for a wrong study
     if base is None:   # the DP's study uses the base of the Layer Folding study of the same name
@@ -274,7 +275,8 @@ def _run_search(o: SearchOptions) -> SearchResult:
         study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     ctx = TrialContext(cfg=cfg, space=space, base=base, study_dir=study_dir, objective=objective_key,
                        max_acc_drop=max_drop, lut=lut, lut_path=lut_path, costs=o.costs, device=device, seed=o.seed,
-                       progress=o.progress, importance=o.importance if dp else None, variants=o.variants,
+                       progress=o.progress, importance=None if dp is None else dp.importance,
+                       variants=None if dp is None else dp.variants,
                        confirm=confirm_part, _task=task)
     if o.progress:
         c = _counts(study)
