@@ -13,8 +13,11 @@ import torch
 from latopt.checkpoint import make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import VerificationError
+from latopt.export.options import CheckOptions
 from latopt.export.record import read_export_record
 from latopt.models import build_model
+
+UNGATED4 = CheckOptions(samples=4, measure=False, gate_accuracy=False)   # the gates on 4 inputs, no accuracy gate
 
 MODEL = "mobilenetv2_035"
 RES = 32
@@ -69,6 +72,7 @@ def test_export_fold_all_end_to_end(ckpt: Path, tmp_path: Path, fast_cpu_device:
 def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        fast_cpu_device: str) -> None:
     from latopt.export import export, gates, plan
+    from latopt.export.options import ShipOptions
     from latopt.fold import FoldedBlock
 
     real = plan.fold_blocks
@@ -85,7 +89,7 @@ def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: 
         monkeypatch.setattr(module, "fold_blocks", corrupted)
     out = tmp_path / "bad"
     with pytest.raises(VerificationError, match="numeric gate failed"):
-        export(ckpt, fast_cpu_device, out, fold="all", samples=4, measure=False, progress=False, gate_accuracy=False)
+        export(ckpt, fast_cpu_device, out, ship=ShipOptions(fold="all"), checks=UNGATED4, progress=False)
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bad")]
 
@@ -95,6 +99,7 @@ def test_gate_checks_the_shipped_network_not_a_recomputed_fold(ckpt: Path, tmp_p
                                                                 fast_cpu_device: str) -> None:
     """Only the network export ships is corrupted (the gates' own fold is right): still refused."""
     from latopt.export import export, plan
+    from latopt.export.options import ShipOptions
     from latopt.fold import FoldedBlock
 
     real = plan.fold_blocks
@@ -109,7 +114,7 @@ def test_gate_checks_the_shipped_network_not_a_recomputed_fold(ckpt: Path, tmp_p
     monkeypatch.setattr(plan, "fold_blocks", corrupted)
     out = tmp_path / "bad"
     with pytest.raises(VerificationError, match="shipped folded network vs linearised"):
-        export(ckpt, fast_cpu_device, out, fold="all", samples=4, measure=False, progress=False, gate_accuracy=False)
+        export(ckpt, fast_cpu_device, out, ship=ShipOptions(fold="all"), checks=UNGATED4, progress=False)
     assert not out.exists()
 
 
@@ -179,8 +184,10 @@ def test_plain_activations_restore_sigma_where_alpha_is_zero() -> None:
 
 def test_export_paper_mode_checks_blocks_away_from_the_border(ckpt: Path, tmp_path: Path) -> None:
     from latopt.export import export
+    from latopt.export.options import ShipOptions
 
-    rec = export(ckpt, "cpu", tmp_path / "paper", fold="all", mode="paper", samples=4, measure=False, progress=False, gate_accuracy=False)
+    rec = export(ckpt, "cpu", tmp_path / "paper", ship=ShipOptions(fold="all", mode="paper"), checks=UNGATED4,
+                 progress=False)
     assert rec.mode == "paper"
     assert [g.name for g in rec.gates][0].startswith("fold algebra per block, away from the border")
     assert all(g.passed for g in rec.gates) and any("paper mode" in n for n in rec.notes)

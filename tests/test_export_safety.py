@@ -418,12 +418,14 @@ def test_engine_branch_gates_and_accuracy(runs: dict, tmp_path: Path, monkeypatc
     out = tmp_path / "engine"
     if shift:
         with pytest.raises(VerificationError, match="TensorRT .* FAILED"):
-            export_mod.export(runs["some"], "titanx", out, fmt="all", samples=4, measure=False, progress=False)
+            export_mod.export(runs["some"], "titanx", out, fmt="all", checks=export_mod.CheckOptions(samples=4, measure=False),
+                              progress=False)
         assert not out.exists()
         (backend,) = _StandInTrtBackend.opened
         assert backend.closed == 1
         return
-    rec = export_mod.export(runs["some"], "titanx", out, fmt="all", samples=4, measure=False, progress=False)
+    rec = export_mod.export(runs["some"], "titanx", out, fmt="all", checks=export_mod.CheckOptions(samples=4, measure=False),
+                              progress=False)
     (backend,) = _StandInTrtBackend.opened
     assert backend.closed == 1 and backend.built == [(1, 3, RES, RES)]
     assert rec.files == ["model.onnx", "model.engine"] and (out / "model.engine").read_bytes() == b"engine"
@@ -443,7 +445,8 @@ def test_export_measures_at_the_requested_precision_with_its_one_backend(runs: d
     export_mod = stand_in_trt
     monkeypatch.setattr(export_mod.engine, "TrtEngineRunner", _StandInEngine)
     out = tmp_path / "fp16"
-    rec = export_mod.export(runs["some"], "titanx", out, fmt="all", precision="fp16", samples=4, progress=False)
+    rec = export_mod.export(runs["some"], "titanx", out, fmt="all", precision="fp16",
+                            checks=export_mod.CheckOptions(samples=4), progress=False)
     (backend,) = _StandInTrtBackend.opened
     assert backend.profile.name == "titanx" and backend.profile.precision == "fp16" and backend.precision == "fp16"
     assert backend.prepared == [(1, 3, RES, RES)] * 2 and backend.closed == 1
@@ -465,7 +468,8 @@ def test_export_times_the_shipped_engine_file(runs: dict, tmp_path: Path, monkey
     profile = tmp_path / "trt-b4.yaml"
     profile.write_text("name: trt-b4\nbackend: tensorrt\nprecision: fp32\nbatch: 4\n")
     out = tmp_path / "engine-b4"
-    rec = export_mod.export(runs["some"], str(profile), out, fmt="engine", samples=4, progress=False)
+    rec = export_mod.export(runs["some"], str(profile), out, fmt="engine", checks=export_mod.CheckOptions(samples=4),
+                            progress=False)
     (backend,) = _StandInTrtBackend.opened
     assert backend.built == [(1, 3, RES, RES)]   # one engine: the shipped one
     asis, folded = backend.timed
@@ -480,11 +484,11 @@ def test_export_times_the_shipped_engine_file(runs: dict, tmp_path: Path, monkey
 def test_export_precision_the_device_cannot_time_fails_first(runs: dict, tmp_path: Path) -> None:
     """ONNX Runtime times fp32 and int8, not fp16: --precision fp16 on the cpu profile fails before any work (it
     used to be measured at fp32 and reported as fp16)."""
-    from latopt.export import export
+    from latopt.export import CheckOptions, export
 
     out = tmp_path / "x"
     with pytest.raises(LatoptError, match=r"onnxruntime backend times fp32 \(any provider\) and int8 .*not fp16") as e:
-        export(runs["some"], "cpu", out, precision="fp16", samples=4, progress=False)
+        export(runs["some"], "cpu", out, precision="fp16", checks=CheckOptions(samples=4), progress=False)
     assert "\n" not in str(e.value) and not out.exists()
 
 
@@ -500,7 +504,7 @@ def test_export_int8_ships_a_gated_int8_model_and_times_that_file(runs: dict, tm
     task's training images, its accuracy gated against the ONNX file's; the folded network timed is the
     shipped model.int8.onnx itself, byte for byte, and the as-is one is quantised by the backend."""
     import latopt.export.report as report_mod
-    from latopt.export import ACC_TOL_INT8, export
+    from latopt.export import ACC_TOL_INT8, CheckOptions, export
     from latopt.latency.quantize import is_quantized
 
     timed: dict[str, object] = {}
@@ -514,7 +518,7 @@ def test_export_int8_ships_a_gated_int8_model_and_times_that_file(runs: dict, tm
 
     monkeypatch.setattr(report_mod, "measure_networks", spy)
     out = tmp_path / "int8"
-    rec = export(runs["base"], fast_cpu_device, out, precision="int8", samples=4, progress=False)
+    rec = export(runs["base"], fast_cpu_device, out, precision="int8", checks=CheckOptions(samples=4), progress=False)
     assert rec.precision == "int8" and rec.files == ["model.onnx", "model.int8.onnx"]
     assert _qdq_nodes(out / "model.int8.onnx") > 0 and _qdq_nodes(out / "model.onnx") == 0
     q, acc = rec.int8, rec.accuracy
@@ -555,7 +559,8 @@ def test_a_failed_int8_gate_writes_nothing(runs: dict, tmp_path: Path, monkeypat
     out = tmp_path / "bad"
     with pytest.raises(VerificationError, match=r"INT8 accuracy gate failed, nothing written: .* more than 0\.01 "
                                                 r"\+ one test sample \(1/96\)") as e:
-        export_mod.export(runs["base"], "cpu", out, precision="int8", samples=4, measure=False, progress=False)
+        export_mod.export(runs["base"], "cpu", out, precision="int8",
+                          checks=export_mod.CheckOptions(samples=4, measure=False), progress=False)
     assert "\n" not in str(e.value)
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".bad")]
 

@@ -19,6 +19,7 @@ from latopt.blocks import find_blocks
 from latopt.checkpoint import make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import VerificationError
+from latopt.export.options import CheckOptions
 from latopt.fold import FoldedBlock, defer_bias_maps, find_chains, fold_blocks, randomize_bn_
 from latopt.models import build_model
 
@@ -118,6 +119,7 @@ def test_paper_mode_and_unfolded_models_come_back_unchanged(model: nn.Module) ->
 
 
 # ------------------------------------------------------------------------------------------------- export
+UNGATED4 = CheckOptions(samples=4, measure=False, gate_accuracy=False)   # the gates on 4 inputs, no accuracy gate
 EXPORT_FOLD = "1,2,3,5,6,8"   # chains [1, 2, 3], [5, 6], [8]; blocks 4, 7, 9, ... are residual blocks left as-is
 
 
@@ -135,9 +137,9 @@ def _add_blocks(onnx_path: Path) -> list[str]:
 
 
 def test_export_ships_one_add_per_chain(ckpt: Path, tmp_path: Path) -> None:
-    from latopt.export import export
+    from latopt.export import ShipOptions, export
 
-    rec = export(ckpt, "cpu", tmp_path / "deferred", fold=EXPORT_FOLD, samples=4, measure=False, progress=False, gate_accuracy=False)
+    rec = export(ckpt, "cpu", tmp_path / "deferred", ship=ShipOptions(fold=EXPORT_FOLD), checks=UNGATED4, progress=False)
     bm = rec.bias_maps
     assert bm is not None and bm.model_dump() == {"form": "deferred", "chains": [[1, 2, 3], [5, 6], [8]], "adds_per_block": 6, "adds_deferred": 3,
                   "adds_saved": 3}
@@ -151,8 +153,8 @@ def test_export_ships_one_add_per_chain(ckpt: Path, tmp_path: Path) -> None:
     per_block = json.loads((tmp_path / "per-block" / "export.json").read_text())
     assert per_block["bias_maps"] == {"form": "per-block"}
     assert not any(n.startswith("deferred") for n in (g["name"] for g in per_block["gates"]))
-    paper = export(ckpt, "cpu", tmp_path / "paper", fold=EXPORT_FOLD, mode="paper", samples=4, measure=False,
-                   progress=False, gate_accuracy=False)
+    paper = export(ckpt, "cpu", tmp_path / "paper", ship=ShipOptions(fold=EXPORT_FOLD, mode="paper"), checks=UNGATED4,
+                   progress=False)
     assert paper.bias_maps is None
     adds = {k: _add_blocks(tmp_path / k / "model.onnx") for k in ("deferred", "per-block", "paper")}
     # paper mode: only the residual Adds of the blocks left as they are; exact mode adds one bias-map Add
@@ -170,13 +172,13 @@ def _scaled_d(real):  # type: ignore[no-untyped-def]
 
 
 def test_export_refuses_a_wrong_chain_map(ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from latopt.export import export
+    from latopt.export import ShipOptions, export
     from latopt.fold import defer
 
     monkeypatch.setattr(defer, "_chain_offset", _scaled_d(defer._chain_offset))
     out = tmp_path / "bad"
     with pytest.raises(VerificationError) as e:
-        export(ckpt, "cpu", out, fold=EXPORT_FOLD, samples=4, measure=False, progress=False, gate_accuracy=False)
+        export(ckpt, "cpu", out, ship=ShipOptions(fold=EXPORT_FOLD), checks=UNGATED4, progress=False)
     msg = str(e.value)
     assert "deferred bias maps vs exact folded network (float64)" in msg
     assert "deferred bias maps vs exact folded network (float32, shipped)" in msg

@@ -183,13 +183,14 @@ def test_a_resolution_the_checkpoint_does_not_record_is_refused(ck: dict, tmp_pa
 
 
 def test_the_python_api_refuses_too_and_names_the_parameter(ck: dict, tmp_path: Path) -> None:
-    from latopt.export import export
+    from latopt.export import CheckOptions, ShipOptions, export
 
     with pytest.raises(LatoptError, match="without fine-tuning") as e:
-        export(ck["base"], "cpu", tmp_path / "o", fold="all", samples=4, measure=False, progress=False)
+        export(ck["base"], "cpu", tmp_path / "o", ship=ShipOptions(fold="all"), checks=CheckOptions(samples=4, measure=False),
+               progress=False)
     assert type(e.value) is LatoptError and e.value.param == "gate_accuracy" and not (tmp_path / "o").exists()
-    rec = export(ck["base"], "cpu", tmp_path / "t", plan=ck["plan"], samples=4, measure=False, progress=False,
-                 timing_only=True)
+    rec = export(ck["base"], "cpu", tmp_path / "t", ship=ShipOptions(plan=ck["plan"]),
+                 checks=CheckOptions(samples=4, measure=False, timing_only=True), progress=False)
     assert rec.files == [TIMING] and rec.timing_only and not rec.accuracy_gate
 
 
@@ -224,8 +225,8 @@ def test_timing_only_engine_is_named_so(ck: dict, tmp_path: Path, monkeypatch: p
 
     monkeypatch.setattr(export_mod.engine, "TrtEngineRunner", Engine)
     out = tmp_path / "e"
-    rec = export_mod.export(ck["base"], "titanx", out, fmt="all", plan=ck["plan"], samples=4, measure=False,
-                            progress=False, timing_only=True)
+    rec = export_mod.export(ck["base"], "titanx", out, fmt="all", ship=export_mod.ShipOptions(plan=ck["plan"]),
+                            checks=export_mod.CheckOptions(samples=4, measure=False, timing_only=True), progress=False)
     assert rec.files == [TIMING, "model.timing-only.engine"] and not rec.accuracy_gate
     assert sorted(p.name for p in out.iterdir()) == ["REPORT.md", "export.json", "model.timing-only.engine", TIMING]
 

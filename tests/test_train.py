@@ -187,9 +187,10 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
     text = (out / "report.txt").read_text()
     assert "fold check (exact)" in text and "folded, fine-tuned" in text
     # the exporter re-checks the fold from the saved pre-fold network, on real test samples
-    from latopt.export import export
+    from latopt.export import CheckOptions, export
 
-    rec = export(out / "folded.pt", "cpu", tiny["root"] / "export", samples=8, measure=False, progress=False)
+    rec = export(out / "folded.pt", "cpu", tiny["root"] / "export", checks=CheckOptions(samples=8, measure=False),
+                 progress=False)
     names = [g.name for g in rec.gates]
     assert any(n.startswith("fold algebra") for n in names) and all(g.passed for g in rec.gates)
     assert "test samples" in rec.gates[0].inputs

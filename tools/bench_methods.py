@@ -228,9 +228,9 @@ def correctness(task: Any, path: str | Path, recorded: float | None = None) -> d
 
 def export_cell(ckpt: Path, out: Path, task: Any) -> dict[str, Any]:
     """``latopt export`` of a checkpoint (gates + ONNX accuracy); no timing here (the measure stage times)."""
-    from latopt.export import export
+    from latopt.export import CheckOptions, export
 
-    r = export(ckpt, "cpu", out, measure=False, progress=False)
+    r = export(ckpt, "cpu", out, checks=CheckOptions(measure=False), progress=False)
     onnx = out / "model.onnx"
     assert r.accuracy is not None   # a checkpoint with its task: export's accuracy gate ran
     return {"onnx": str(onnx),

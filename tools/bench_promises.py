@@ -226,7 +226,7 @@ def cell_budget(q: Queue, key: str, target: str, budget: float) -> dict[str, Any
     """The DP's plan at ``budget`` with the budget loop (:func:`latopt.dp.plan_only`), exported on the target with
     that plan file (:func:`latopt.export.export`, timing-only: the plan is not fine-tuned) and measured there."""
     from latopt.dp import plan_only, write_plan
-    from latopt.export import export
+    from latopt.export import CheckOptions, ShipOptions, export
 
     spec = model_spec(key, q.smoke)
     ckpt, weights = checkpoint(q, key)
@@ -239,8 +239,8 @@ def cell_budget(q: Queue, key: str, target: str, budget: float) -> dict[str, Any
                      else None, seed=0, progress=True)
     plan_path = write_plan(out / "plan.json", plan)
     t1 = time.perf_counter()
-    exp = export(ckpt, device_spec(q, target), out / "export", plan=plan_path, timing_only=True, lut_path=str(lut),
-                 seed=0, progress=False).to_json()   # export.json's content
+    exp = export(ckpt, device_spec(q, target), out / "export", ship=ShipOptions(plan=plan_path, lut=lut),
+                 checks=CheckOptions(timing_only=True), progress=False).to_json()   # export.json's content
     t2 = time.perf_counter()
     return budget_record(spec, key, target, budget, weights, importance, plan, exp, {"plan": t1 - t0, "export": t2 - t1})
 

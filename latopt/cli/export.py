@@ -18,13 +18,14 @@ from latopt.constants import (
 
 def _cmd_export(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
-    from latopt.export import export
+    from latopt.export import CheckOptions, ShipOptions, export
 
     out = Path(args.out or Path("runs") / "export" / Path(args.checkpoint).stem)
-    r = export(args.checkpoint, args.device, out, fmt=args.format, precision=args.precision, fold=args.fold, lut_path=args.lut,
-               resolution=args.resolution, samples=args.samples, seed=args.seed, measure=not args.no_measure,
-               mode=args.mode, bias_maps=args.bias_maps, gate_accuracy=not args.no_accuracy_gate, plan=args.plan,
-               timing_only=args.timing_only)
+    ship = ShipOptions(fold=args.fold, plan=args.plan, mode=args.mode, bias_maps=args.bias_maps, lut=args.lut,
+                       resolution=args.resolution)
+    checks = CheckOptions(samples=args.samples, seed=args.seed, gate_accuracy=not args.no_accuracy_gate,
+                          timing_only=args.timing_only, measure=not args.no_measure)
+    r = export(args.checkpoint, args.device, out, fmt=args.format, precision=args.precision, ship=ship, checks=checks)
     print(f"wrote {out}/export.json, REPORT.md and {', '.join(r.files)}")
     lat = r.latency
     if lat is not None:

@@ -80,6 +80,7 @@ closed on every path, errors included (with pycuda a backend left open aborts th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -121,6 +122,7 @@ from latopt.export.gates import (
     torch_out,
 )
 from latopt.export.graph import tag_block_nodes, write_onnx
+from latopt.export.options import CheckOptions, ShipOptions
 from latopt.export.plan import (
     Plan,
     auto_plan,
@@ -167,15 +169,13 @@ _LOG = get_logger("export")
 
 
 def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: str = "onnx",
-           precision: str | None = None, fold: str | None = None, lut_path: str | None = None,
-           resolution: int | None = None, samples: int = 32, seed: int = 0, measure: bool = True,
-           progress: bool = True, mode: str | None = None, bias_maps: str = "deferred",
-           gate_accuracy: bool = True, plan: str | Path | None = None, timing_only: bool = False) -> ExportRecord:
-    """The whole export; returns the export record (export.json). Raises LatoptError / VerificationError.
+           precision: str | None = None, ship: ShipOptions = ShipOptions(), checks: CheckOptions = CheckOptions(),
+           progress: bool = True) -> ExportRecord:
+    """The whole export of ``checkpoint`` for the device ``device_name`` into ``out``, as ``fmt`` at ``precision``
+    (default: the device's); returns the export record (export.json). Raises LatoptError / VerificationError.
 
-    ``fold`` None exports the checkpoint as it is (never folds it); see the module docstring. ``plan``: a plan
-    file (:mod:`latopt.dp.planfile`) applied to an unfolded checkpoint instead of ``fold``, in its fold mode
-    (``mode`` default: the plan's, else exact).
+    ``ship`` says which network (:class:`ShipOptions`: by default the checkpoint as it is, never folded here),
+    ``checks`` how it is gated and timed (:class:`CheckOptions`); see the module docstring.
     The shipped network's test accuracy is gated against the checkpoint's record; an export the record does not
     describe (:func:`latopt.export.gates.ungated_reason`: a fold or plan applied here, another resolution, ...)
     is refused (LatoptError, param ``gate_accuracy``) unless ``gate_accuracy=False`` (``--no-accuracy-gate``:
@@ -187,10 +187,11 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
         if progress:
             _LOG.info(msg)
 
+    samples, resolution, mode = checks.samples, ship.resolution, ship.mode
     if fmt not in EXPORT_FORMATS:
         raise LatoptError(f"fmt {fmt!r}: choose {', '.join(EXPORT_FORMATS)}", param="fmt")
-    if bias_maps not in BIAS_MAPS:
-        raise LatoptError(f"bias_maps {bias_maps!r}: choose {' or '.join(BIAS_MAPS)}", param="bias_maps")
+    if ship.bias_maps not in BIAS_MAPS:
+        raise LatoptError(f"bias_maps {ship.bias_maps!r}: choose {' or '.join(BIAS_MAPS)}", param="bias_maps")
     if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_GATE_SAMPLES:
         raise LatoptError(f"samples {samples}: the numeric gates need 1 .. {MAX_GATE_SAMPLES} inputs (default 32)",
                           param="samples")
@@ -212,43 +213,41 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     if not Path(checkpoint).is_file():
         raise LatoptError(f"checkpoint {checkpoint} does not exist")
     plan_file = None
-    if plan is not None:
-        if fold is not None:
+    if ship.plan is not None:
+        if ship.fold is not None:
             raise LatoptError("give a plan or a fold, not both: the plan file says what to fold", param="plan")
-        plan_file = read_plan(plan)
+        plan_file = read_plan(ship.plan)
         if mode is not None and mode != plan_file.fold_mode:
-            raise LatoptError(f"mode {mode!r}: the plan file {plan} was made for {plan_file.fold_mode}-mode folds "
-                              "(its LUT's times are of those); give no mode", param="mode")
+            raise LatoptError(f"mode {mode!r}: the plan file {ship.plan} was made for {plan_file.fold_mode}-mode "
+                              "folds (its LUT's times are of those); give no mode", param="mode")
         mode = plan_file.fold_mode
-    mode = mode or "exact"
     # One backend for the whole export, at the requested precision: it builds the engine (--format
     # engine|all) and times the networks; opened before any work (a device this machine cannot drive, or a
     # precision its backend cannot time, fails here) and closed on every path.
-    backend = open_backend(device, precision, engine=fmt in ("engine", "all"), measure=measure)
+    backend = open_backend(device, precision, engine=fmt in ("engine", "all"), measure=checks.measure)
     try:
-        return _export(checkpoint, device, out, backend, fmt=fmt, precision=precision, fold=fold,
-                       lut_path=lut_path, resolution=resolution, samples=samples, seed=seed, measure=measure,
-                       say=say, mode=mode, bias_maps=bias_maps, gate_accuracy=gate_accuracy,
-                       plan=None if plan is None or plan_file is None else (plan, plan_file),  # both or neither
-                       timing_only=bool(timing_only))
+        return _export(checkpoint, device, out, backend, fmt=fmt, precision=precision,
+                       ship=replace(ship, mode=mode or "exact"), checks=checks, say=say,
+                       plan=None if ship.plan is None or plan_file is None else (ship.plan, plan_file))  # both or neither
     finally:
         close_backend(backend)
 
 
 def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt: str, precision: str,
-            fold: str | None, lut_path: str | None, resolution: int | None, samples: int, seed: int,
-            measure: bool, say: Any, mode: str, bias_maps: str, gate_accuracy: bool,
-            plan: tuple[str | Path, PlanRecord] | None, timing_only: bool = False) -> ExportRecord:
+            ship: ShipOptions, checks: CheckOptions, say: Any,
+            plan: tuple[str | Path, PlanRecord] | None) -> ExportRecord:
+    """:func:`export` once its options are checked (``ship.mode`` resolved) and its backend open."""
+    mode, timing_only = str(ship.mode), bool(checks.timing_only)
     trt_backend = backend if fmt in ("engine", "all") else None
     say(f"loading {checkpoint}")
     loaded = load_checkpoint(checkpoint)
     recorded_test_acc(loaded[2])  # a malformed record is refused before any work
-    res = export_resolution(loaded[1], loaded[2], resolution)
-    lut = export_lut(lut_path, loaded[1], device, res)
+    res = export_resolution(loaded[1], loaded[2], ship.resolution)
+    lut = export_lut(None if ship.lut is None else str(ship.lut), loaded[1], device, res)
     plan_record: PlanSection | None = None
     plan_notes: list[str] = []
     spans: list[list[int]] = []
-    what: str | dict[int, str] | None = fold  # the --fold spec, or a plan file's {block: variant}
+    what: str | dict[int, str] | None = ship.fold  # the --fold spec, or a plan file's {block: variant}
     if plan is not None:
         what, plan_record, plan_notes = _plan_fold(checkpoint, loaded[1], res, device, *plan)
         spans = plan[1].spans
@@ -257,18 +256,18 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
         p.notes.extend(plan_notes)
     task = checkpoint_task(p.meta, p.resolution)
     # before anything is written: the gate cannot be edited away, and export.json says whether it held
-    ungated = require_accuracy_gate(p, task, gate_accuracy, timing_only=timing_only)
+    ungated = require_accuracy_gate(p, task, checks.gate_accuracy, timing_only=timing_only)
     names = artefact_names(timing_only)
     if ungated is not None:
         what = "a timing-only artefact, not a deployable model" if timing_only else "shipped unchecked"
         say(f"accuracy not gated ({what}): {ungated}")
-    x, inputs = gate_inputs(task, p.resolution, samples, seed)
+    x, inputs = gate_inputs(task, p.resolution, checks.samples, checks.seed)
     floor = noise_floor(p.folded, x)
-    exact = defer_plan(p, bias_maps)  # p.folded becomes what is shipped
+    exact = defer_plan(p, ship.bias_maps)  # p.folded becomes what is shipped
     gates = fold_gates(p, x, inputs)
     if exact is not None:
         gates += deferred_gates(exact, p.folded, p.resolution, x, inputs, floor, spans=p.spans,
-                                deferred=bias_maps == "deferred")
+                                deferred=ship.bias_maps == "deferred")
     for g in gates:
         say(g.line())
     check_gates(gates)
@@ -306,7 +305,7 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
             shipped = tmp / int8.file
             files.append(int8.file)
         latency = None
-        if measure:
+        if checks.measure:
             lut_precision = None if lut is None else (lut.precision or device.precision)  # older LUTs: the profile's
             if lut is not None and precision != lut_precision:
                 p.notes.append(f"latency measured at --precision {precision}; the LUT (timed at {lut_precision}) is "
@@ -374,7 +373,7 @@ def _write_int8(p: Plan, onnx_path: Path, int8_path: Path, task: Any | None, x: 
 
 
 __all__ = ["ACC_TOL_INT8", "EXPORT_FILES", "EXPORT_SCHEMA", "INT8_FILE", "NOISE_K", "TIMING_ONLY_STEM", "TOL_ONNX",
-           "ExportRecord", "Gate", "Plan", "accuracy_gate", "artefact_names", "auto_plan", "build_plan", "check_fold_size",
+           "CheckOptions", "ExportRecord", "ShipOptions", "Gate", "Plan", "accuracy_gate", "artefact_names", "auto_plan", "build_plan", "check_fold_size",
            "checkpoint_task", "compare_outputs", "defer_plan", "deferred_gates", "engine_gate", "export", "fold_gates",
            "gate_inputs", "int8_gate", "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report",
            "read_export_record", "runner_accuracy", "runner_correct", "tag_block_nodes", "torch_out",

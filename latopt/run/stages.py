@@ -36,7 +36,7 @@ from latopt import __version__
 from latopt.artifacts import file_sha256
 from latopt.config import dump_config, write_config
 from latopt.errors import LatoptError
-from latopt.export import ExportRecord, export, read_export_record
+from latopt.export import CheckOptions, ExportRecord, ShipOptions, export, read_export_record
 from latopt.latency.lut import load_lut, save_lut
 from latopt.latency.profiler import format_lut, profile_model
 from latopt.log import get_logger
@@ -233,7 +233,8 @@ def _export_made_from(job: Job) -> dict[str, Any]:
 def _export_make(job: Job, say: Say) -> tuple[dict[str, Any], ExportRecord]:
     folded = job.results["search"].checkpoint   # None: the recommendation is the base itself
     result = export(folded or job.results["base"].checkpoint, job.cfg.device, job.root / "export", fmt="onnx",
-                    fold=None if folded else "none", lut_path=str(job.lut_path), seed=job.seed)
+                    ship=ShipOptions(fold=None if folded else "none", lut=job.lut_path),
+                    checks=CheckOptions(seed=job.seed))
     return {"dir": str(job.root / "export")}, result
 
 
