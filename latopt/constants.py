@@ -12,9 +12,7 @@ from typing import Literal, get_args
 # Layer Folding
 Granularity = Literal["block", "activation"]      # one α per MBConv block, or one per activation
 FoldMode = Literal["exact", "paper"]              # exact: bias map for one input size; paper: constant bias
-# what is removed from a block: full / expand_dw / dw_project remove both / the first / the second activation;
-# pw removes the depthwise convolution, its BN and both activations (the block becomes one 1x1 convolution);
-# drop removes a residual block (it becomes the identity). latopt.fold.transform defines each variant network.
+# the fold variants; latopt.variants has one record each (what it removes, which blocks it applies to, its module)
 FoldVariant = Literal["full", "expand_dw", "dw_project", "pw", "drop"]
 UnfoldedAlpha = Literal["zero", "keep"]           # α of blocks left unfolded: back to 0, or kept
 ActKind = Literal["relu", "relu6", "hardswish", "silu"]  # activations σ_α can replace (latopt.layers.ACTIVATIONS)
@@ -42,7 +40,6 @@ LutVariant = Literal["none", FoldVariant]         # a LUT's variants: "none" = t
 GRANULARITIES: tuple[str, ...] = get_args(Granularity)
 FOLD_MODES: tuple[str, ...] = get_args(FoldMode)
 FOLD_VARIANTS: tuple[str, ...] = get_args(FoldVariant)
-PARTIAL_VARIANTS: tuple[str, ...] = ("expand_dw", "dw_project")  # one activation removed (granularity activation)
 LUT_VARIANTS: tuple[str, ...] = get_args(LutVariant)  # "none", then FOLD_VARIANTS
 SPAN_FOLD_MODE = "exact"  # merged spans are exact-mode rewrites: export merges them in this fold mode only
 UNFOLDED_ALPHA: tuple[str, ...] = get_args(UnfoldedAlpha)

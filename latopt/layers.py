@@ -50,8 +50,9 @@ import torch.nn.functional as F
 from timm.layers import Conv2dSame
 from torch import nn
 
-from latopt.constants import ACT_KINDS, FOLD_MODES, FOLD_VARIANTS
+from latopt.constants import ACT_KINDS, FOLD_MODES
 from latopt.errors import LatoptError
+from latopt.variants import VARIANTS
 
 
 def _relu6(x: torch.Tensor) -> torch.Tensor:
@@ -129,7 +130,7 @@ class FoldInfo:
 
     @property
     def has_bias_map(self) -> bool:
-        return self.mode == "exact" and self.has_expand and self.variant in ("full", "expand_dw")
+        return self.mode == "exact" and self.has_expand and VARIANTS[self.variant].bias_map
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -155,32 +156,25 @@ class FoldedBlock(nn.Module):
 
     def __init__(self, info: FoldInfo, act: nn.Module | None = None) -> None:
         super().__init__()
-        if info.variant not in FOLD_VARIANTS or info.mode not in FOLD_MODES:
+        if info.variant not in VARIANTS or info.mode not in FOLD_MODES:
             raise LatoptError(f"bad fold variant/mode {info.variant!r}/{info.mode!r}")
         self.info = info
         i = info
-        if i.variant == "full":
-            self.conv = make_kxk(i.cin, i.cout, i.kernel, i.stride, i.padding)
-            map_ch = i.cout
-        elif i.variant == "pw":
-            self.conv = nn.Conv2d(i.cin, i.cout, 1, i.stride, bias=True)
-            map_ch = 0
-        elif i.variant == "drop":
-            if not i.residual:
-                raise LatoptError("only a residual block can be dropped (the identity needs cin == cout, stride 1)")
-            map_ch = 0
-        elif i.variant == "expand_dw":
-            self.conv = make_kxk(i.cin, i.hidden, i.kernel, i.stride, i.padding)
-            self.act = act if act is not None else nn.Identity()
-            self.project = nn.Conv2d(i.hidden, i.cout, 1, bias=True)
-            map_ch = i.hidden
-        else:
-            self.expand = nn.Conv2d(i.cin, i.hidden, 1, bias=True)
-            self.act = act if act is not None else nn.Identity()
-            self.conv = make_kxk(i.hidden, i.cout, i.kernel, i.stride, i.padding)
-            map_ch = 0
-        if i.post_act and i.variant != "drop":
-            if i.variant != "full":
+        spec = VARIANTS[i.variant]   # its convolutions and its forward (latopt.variants)
+        if spec.needs_residual and not i.residual:
+            raise LatoptError("only a residual block can be dropped (the identity needs cin == cout, stride 1)")
+        channels = {"cin": i.cin, "hidden": i.hidden, "cout": i.cout}
+        map_ch = 0
+        for k, (name, kernel, c_in, c_out, strided) in enumerate(spec.convs):
+            stride = i.stride if strided else 1
+            setattr(self, name, make_kxk(channels[c_in], channels[c_out], i.kernel, stride, i.padding) if kernel == "kxk"
+                    else nn.Conv2d(channels[c_in], channels[c_out], 1, stride, bias=True))
+            if kernel == "kxk" and spec.bias_map:
+                map_ch = channels[c_out]
+            if k == 0 and spec.kept_act is not None:   # the kept activation sits between the two convolutions
+                self.act = act if act is not None else nn.Identity()
+        if i.post_act and spec.convs:
+            if spec.mbconv_only:
                 raise LatoptError(f"a block with an activation after its residual addition folds only in full, "
                                   f"not {i.variant!r}")
             self.post = make_activation(i.post_act)
@@ -201,17 +195,19 @@ class FoldedBlock(nn.Module):
         return y + self.bias_map
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        v = self.info.variant
-        if v in ("full", "pw"):
-            y = self._add_map(self.conv(x))
-            return self.post(y) if self.info.post_act else y
-        if v == "drop":
-            return self._add_map(x)
-        if v == "expand_dw":
-            y = self.project(self.act(self._add_map(self.conv(x))))
-        else:
-            y = self.conv(self.act(self.expand(x)))
-        return y + x if self.info.residual else y
+        y = x
+        for step in VARIANTS[self.info.variant].steps:   # the variant's forward (latopt.variants)
+            if step == "map":
+                y = self._add_map(y)
+            elif step == "act":
+                y = self.act(y)
+            elif step == "post":
+                y = self.post(y) if self.info.post_act else y
+            elif step == "residual":
+                y = y + x if self.info.residual else y
+            else:
+                y = getattr(self, step)(y)
+        return y
 
     def extra_repr(self) -> str:
         i = self.info

@@ -11,8 +11,9 @@ from typing import Any
 from timm.layers import Conv2dSame
 from torch import nn
 
-from latopt.constants import ACT_KINDS, FOLD_MODES, PARTIAL_VARIANTS
+from latopt.constants import ACT_KINDS, FOLD_MODES
 from latopt.layers import activation_kind
+from latopt.variants import allowed
 
 
 @dataclass(frozen=True)
@@ -69,15 +70,11 @@ class Block:
 
     @property
     def variants(self) -> tuple[str, ...]:
-        """Variants this block allows: "full" always; for an ``mbconv`` block "pw" too and the partial folds
-        with an expansion conv; "drop" only for a residual block (the identity needs cin == cout and stride 1).
-        A block that does not fold allows "drop" alone when it is ``drop_only``, else nothing."""
-        if not self.foldable:
-            return ("drop",) if self.drop_only else ()
-        drop = ("drop",) if self.residual else ()
-        if self.layout != "mbconv" or self.post_act:  # a kept activation after the block: one conv + it
-            return ("full", *drop)
-        return ("full",) + (PARTIAL_VARIANTS if self.has_expand else ()) + ("pw",) + drop
+        """The variants this block allows (:func:`latopt.variants.allowed`: each variant says which blocks it
+        applies to): "full" for every foldable block; for an ``mbconv`` block "pw" too and the partial folds with
+        an expansion conv; "drop" for a residual block (the identity needs cin == cout and stride 1), also one
+        that does not fold when it is ``drop_only``."""
+        return allowed(self)
 
 
 # ---------------------------------------------------------------------------------------------- helpers

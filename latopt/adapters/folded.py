@@ -12,10 +12,11 @@ from torch import nn
 from latopt.adapters import BlockAdapter, register_block
 from latopt.adapters.base import Block
 from latopt.layers import FoldedBlock, FoldInfo, PointwiseBlock
+from latopt.variants import VARIANTS
 
-_PARTS = {  # variant -> (convs, bns) of latopt's block modules
-    "full": (("conv",), ()), "expand_dw": (("conv", "project"), ()), "dw_project": (("expand", "conv"), ()),
-    "pw": (("conv",), ()), "drop": ((), ()), "span": (("conv.conv",), ()), "merged": ((), ()),
+_PARTS = {  # variant -> (convs, bns) of latopt's block modules: a fold variant's (latopt.variants), a span's
+    **{n: (tuple(c[0] for c in v.convs), ()) for n, v in VARIANTS.items()},
+    "span": (("conv.conv",), ()), "merged": ((), ()),
 }
 
 

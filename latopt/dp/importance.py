@@ -50,6 +50,7 @@ from latopt.fold import linearize
 from latopt.latency.lut import LUT
 from latopt.layerfold import fold_plan_and_finetune
 from latopt.log import get_logger
+from latopt.variants import VARIANTS
 
 _LOG = get_logger("dp")
 
@@ -68,7 +69,8 @@ def candidates(lut: LUT, variants: Iterable[str] | None = None) -> dict[int, tup
                           param="variants")
     out: dict[int, tuple[str, ...]] = {}
     for b in lut.blocks:
-        out[b.index] = ("none", *(v for v in allowed if v != "none" and (b.foldable or v == "drop") and v in b.ms))
+        out[b.index] = ("none", *(v for v in allowed if v != "none" and v in b.ms
+                                  and (b.foldable or VARIANTS[v].on_unfoldable)))
     return out
 
 

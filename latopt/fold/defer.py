@@ -44,14 +44,16 @@ from torch import nn
 
 from latopt.blocks import block_io, find_blocks, input_channels
 from latopt.layers import FoldedBlock
-
-CHAIN_VARIANTS = ("full", "pw", "drop")  # the affine FoldedBlocks whose maps can be deferred
+from latopt.variants import VARIANTS
 
 
 def _chain_member(m: nn.Module) -> bool:
-    # a fold that keeps an activation after its residual addition (a ResNet block) is not affine: it ends a chain
-    return (isinstance(m, FoldedBlock) and m.info.variant in CHAIN_VARIANTS and m.info.mode == "exact"
-            and not (m.info.post_act and m.info.variant != "drop"))
+    # the affine FoldedBlocks (latopt.variants) in exact mode; a fold that keeps an activation after its residual
+    # addition (a ResNet block) is not affine: it ends a chain (a dropped one is the identity, its activation too)
+    if not isinstance(m, FoldedBlock) or m.info.mode != "exact":
+        return False
+    spec = VARIANTS[m.info.variant]
+    return spec.affine and not (m.info.post_act and spec.convs)
 
 
 def find_chains(model: nn.Module, input_size: tuple[int, int]) -> list[list[int]]:

@@ -43,8 +43,9 @@ from torch import nn
 from latopt.errors import LatoptError
 from latopt.fold.compose import Padding, border_mask, same_pads
 from latopt.layers import FoldedBlock, FoldInfo, make_kxk
+from latopt.variants import SPAN_INNER, VARIANTS
 
-SPAN_INNER = ("pw", "drop")  # what a span's blocks other than its one full fold may be (1x1, identity)
+# what a span's blocks other than its one full fold may be (latopt.variants: pw, drop: a 1x1, the identity)
 SPAN_VARIANTS = ("full", *SPAN_INNER)  # the affine variants; at most one full per span
 
 
@@ -63,7 +64,7 @@ def span_exact(variants: Sequence[str], strides: Sequence[int], *, kernel: int =
             return False, f"block {i} of the span is as-is (its activations are not linear)"
         if v not in SPAN_VARIANTS:
             return False, f"block {i} of the span is the partial fold {v!r} (it keeps an activation)"
-        if v == "drop" and strides[i] != 1:
+        if not VARIANTS[v].convs and strides[i] != 1:   # dropped: the identity has no stride
             return False, f"block {i} of the span is dropped but has stride {strides[i]}"
     fulls = [i for i, v in enumerate(variants) if v == "full"]
     if len(fulls) > 1:
@@ -95,7 +96,7 @@ def _infos(blocks: Sequence[nn.Module]) -> list:
     for i, m in enumerate(blocks):
         if not isinstance(m, FoldedBlock):
             return [f"block {i} of the span is not folded ({type(m).__name__}: as-is, not linear)"]
-        if m.info.post_act and m.info.variant != "drop":
+        if m.info.post_act and VARIANTS[m.info.variant].convs:
             return [f"block {i} of the span keeps its {m.info.post_act} after the residual addition (not linear)"]
         out.append(m.info)
     return out
@@ -178,7 +179,7 @@ def compose_span(blocks: Sequence[nn.Module], input_size: tuple[int, int]) -> Sp
     stride, needs_map, seen_bias = 1, False, False
     for m, i in zip(folded, infos, strict=True):
         needs_map = needs_map or m.bias_map is not None
-        if i.variant == "drop":
+        if not VARIANTS[i.variant].convs:   # dropped: the identity
             continue
         if i.variant == "full":
             padding = i.padding

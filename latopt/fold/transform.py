@@ -28,8 +28,8 @@ The algebra runs in float64 (``compose.py``) and the result is cast back to the 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -46,6 +46,7 @@ from latopt.constants import FOLD_MODES, FOLD_VARIANTS
 from latopt.errors import LatoptError
 from latopt.fold import compose
 from latopt.layers import FoldedBlock, FoldInfo, PointwiseBlock, activation_kind
+from latopt.variants import VARIANTS
 
 BlockPlan = Sequence[int] | str | Mapping[int, str] | Mapping[str, str] | Mapping[int | str, str]
 
@@ -75,17 +76,9 @@ def check_variant(block: Block, variant: str) -> None:
     """LatoptError when ``variant`` does not apply to the (foldable) ``block``, saying why."""
     if variant in block.variants:
         return
-    why = ("it has no residual connection to become" if variant == "drop" else
-           "it is a t = 1 block (no expansion convolution)" if variant in ("expand_dw", "dw_project") else
-           block.reason or "unknown variant")
+    why = VARIANTS[variant].why_not(block) if variant in VARIANTS else "unknown variant"
     raise LatoptError(f"variant {variant!r} does not apply to block {block.index} ({block.path}): {why}; "
                       f"it allows {', '.join(block.variants)}")
-
-
-def _removed_acts(block: Block, variant: str) -> tuple[str, ...]:
-    if variant in ("full", "pw", "drop"):
-        return block.acts
-    return (block.acts[0],) if variant == "expand_dw" else (block.acts[1],)
 
 
 def _info(block: Block, variant: str, mode: str, in_size: tuple[int, int] | None,
@@ -118,7 +111,7 @@ def linearize(model: nn.Module, blocks: BlockPlan) -> nn.Module:
     by_index = {b.index: b for b in find_blocks(out)}
     for i, v in plan.items():
         b = by_index[i]
-        for path in _removed_acts(b, v):  # first: timm's activations live inside its BN modules
+        for path in VARIANTS[v].removed_acts(b.acts):  # first: timm's activations live inside its BN modules
             out.set_submodule(path, nn.Identity())
         if v == "drop":
             out.set_submodule(b.path, FoldedBlock(_info(b, v, "exact", None, None)))
@@ -146,6 +139,35 @@ def _set_conv(conv: nn.Conv2d, weight: torch.Tensor, bias: torch.Tensor, like: t
         conv.bias.copy_(bias.to(like.dtype))
 
 
+class _Fused(NamedTuple):
+    """An MBConv block's three convolutions with their BNs fused: (weight, bias) each; no expansion: (None, None)."""
+
+    expand: tuple[torch.Tensor | None, torch.Tensor | None]
+    dw: tuple[torch.Tensor, torch.Tensor]
+    project: tuple[torch.Tensor, torch.Tensor]
+
+
+def _need(wb: tuple[torch.Tensor | None, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor]:
+    w, b = wb
+    assert w is not None and b is not None  # the variant needs an expansion (check_variant)
+    return w, b
+
+
+Composed = tuple[compose.AffineConv, dict[str, tuple[torch.Tensor, torch.Tensor]]]
+# The fold algebra of each variant with convolutions (latopt.variants), on an MBConv block: its k×k (or 1x1)
+# convolution composed in float64, and the 1x1 convolutions its folded module keeps as they are, by name.
+COMPOSERS: dict[str, Callable[[_Fused, Block], Composed]] = {
+    "full": lambda f, b: (compose.compose_full(*f.expand, *f.dw, *f.project, residual=b.residual, stride=b.stride,
+                                               padding=b.padding), {}),
+    "pw": lambda f, b: (compose.compose_pw(*f.expand, *f.project, residual=b.residual, stride=b.stride), {}),
+    "expand_dw": lambda f, b: (compose.compose_expand_dw(*_need(f.expand), *f.dw, stride=b.stride, padding=b.padding),
+                               {"project": f.project}),
+    "dw_project": lambda f, b: (compose.compose_dw_project(*f.dw, *f.project, stride=b.stride, padding=b.padding),
+                                {"expand": _need(f.expand)}),
+}
+assert set(COMPOSERS) == {n for n, v in VARIANTS.items() if v.convs}, "every variant with convolutions composes"
+
+
 def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mode: str = "exact",
                       input_size: Sequence[int] | None = None, *,
                       net_input_size: tuple[int, int] | None = None) -> FoldedBlock:
@@ -163,38 +185,19 @@ def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mod
     like_conv = model.get_submodule(block.convs[-2])
     assert isinstance(like_conv, nn.Conv2d)  # a foldable block's
     like = like_conv.weight
-    if variant == "drop":
+    spec = VARIANTS[variant]
+    if not spec.convs:   # drop: the identity
         return FoldedBlock(info).to(dtype=like.dtype, device=like.device).train(model.training)
     if block.layout != "mbconv":
         return _fold_whole(model, block, info, in_size, like)
-    w1: torch.Tensor | None
-    b1: torch.Tensor | None
-    if block.has_expand:
-        w1, b1 = _fused(model, block.convs[0], block.bns[0])
-    else:
-        w1 = b1 = None
-    w2, b2 = _fused(model, block.convs[-2], block.bns[-2])
-    w3, b3 = _fused(model, block.convs[-1], block.bns[-1])
-    stride, padding = block.stride, block.padding
-    kept_act: nn.Module | None = None
-    if variant == "pw":
-        ac = compose.compose_pw(w1, b1, w3, b3, residual=block.residual, stride=block.stride)
-    elif variant == "full":
-        ac = compose.compose_full(w1, b1, w2, b2, w3, b3, residual=block.residual, stride=stride, padding=padding)
-    elif variant == "expand_dw":
-        assert w1 is not None and b1 is not None  # the variant needs an expansion (check_variant)
-        ac = compose.compose_expand_dw(w1, b1, w2, b2, stride=stride, padding=padding)
-        kept_act = copy.deepcopy(model.get_submodule(block.acts[1]))
-    else:
-        ac = compose.compose_dw_project(w2, b2, w3, b3, stride=stride, padding=padding)
-        kept_act = copy.deepcopy(model.get_submodule(block.acts[0]))
+    fused = _Fused(_fused(model, block.convs[0], block.bns[0]) if block.has_expand else (None, None),
+                   _fused(model, block.convs[-2], block.bns[-2]), _fused(model, block.convs[-1], block.bns[-1]))
+    ac, convs = COMPOSERS[variant](fused, block)
+    kept_act = None if spec.kept_act is None else copy.deepcopy(model.get_submodule(block.acts[spec.kept_act]))
     fb = FoldedBlock(info, kept_act).to(dtype=like.dtype, device=like.device)
     _set_conv(fb.conv, ac.weight, ac.interior_bias, like)
-    if variant == "expand_dw":
-        _set_conv(fb.project, w3, b3, like)
-    elif variant == "dw_project":
-        assert w1 is not None and b1 is not None  # the variant needs an expansion (check_variant)
-        _set_conv(fb.expand, w1, b1, like)
+    for name, (w, bias) in convs.items():   # the 1x1 a partial fold keeps beside its k×k
+        _set_conv(getattr(fb, name), w, bias, like)
     if fb.bias_map is not None:
         assert in_size is not None  # a bias map: exact mode, which needs the input size (checked above)
         delta = compose.bias_map(ac, in_size) - ac.interior_bias[:, None, None]

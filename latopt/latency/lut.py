@@ -69,7 +69,6 @@ from latopt.artifacts import write_json_atomic
 from latopt.constants import (
     FOLD_VARIANTS,
     LUT_VARIANTS,
-    PARTIAL_VARIANTS,
     SPAN_FOLD_MODE,
     FoldMode,
     FoldVariant,
@@ -81,6 +80,8 @@ from latopt.latency.devices import profiles_dir
 from latopt.readers import read_json
 from latopt.records import StrictModel, validated
 from latopt.runtime import TimingStats
+from latopt.variants import PARTIAL_VARIANTS
+from latopt.variants import VARIANTS as SPECS
 
 LUT_SCHEMA = "latopt.lut/1"
 VARIANTS = LUT_VARIANTS  # "none" (as-is) and the fold variants
@@ -348,7 +349,7 @@ def _plan(lut: LUT, folded: Iterable[int] | Mapping[int, str] | str) -> dict[int
     for i, v in asked.items():
         b = lut.block(i)
         if v != "none":
-            if not b.foldable and not (v == "drop" and v in b.ms):
+            if not b.foldable and not (v in SPECS and SPECS[v].on_unfoldable and v in b.ms):
                 raise LatoptError(f"block {i} ({b.path}) cannot be folded: {b.reason}")
             if v not in b.ms:
                 hint = f" (profile the variants {','.join(('full', v))})" if v in VARIANTS else ""

@@ -89,6 +89,7 @@ from latopt.models import build_model
 from latopt.runtime import TimingStats
 from latopt.stemhead import fixed_parts
 from latopt.torch_settings import torch_threads
+from latopt.variants import VARIANTS
 
 _LOG = get_logger("profile")
 
@@ -184,7 +185,7 @@ def calibration_plans(blocks: Any, variants: tuple[str, ...]) -> dict[str, dict[
         return plans
     plans["full"] = dict.fromkeys(foldable, "full")
     for v in variants:
-        if v in ("full", "drop"):  # drop is not timed: nothing to calibrate
+        if v == "full" or not VARIANTS[v].timed:  # full: above; an untimed variant (drop): nothing to calibrate
             continue
         plan = {b.index: v for b in blocks if v in b.variants}
         if plan:
@@ -259,7 +260,7 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         for b in blocks:
             shape = shapes[b.index]
             parts[f"{b.index}:none"] = (model.get_submodule(b.path), shape)
-            for v in (v for v in variants if v in b.variants and v != "drop"):
+            for v in (v for v in variants if v in b.variants and VARIANTS[v].timed):
                 fb = fold_block_module(model, b, v, fold_mode, (int(shape[-2]), int(shape[-1])), net_input_size=(R, R))
                 if v == "full":
                     fb.bias_map = None  # shipped: its map is deferred to its chain's end (module docstring)
@@ -311,8 +312,8 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
     for b in blocks:
         st = {k.split(":", 1)[1]: s for k, s in stats.items() if k.split(":", 1)[0] == str(b.index)}
         ms = {v: scales[v] * s.median_ms for v, s in st.items()}
-        if "drop" in variants and "drop" in b.variants:
-            ms["drop"] = 0.0  # not timed: the block is gone (lut.py)
+        for v in (v for v in variants if v in b.variants and not VARIANTS[v].timed):
+            ms[v] = 0.0  # not timed: the block is gone (lut.py)
         # the keys are variant names, the values' types the record's: BlockEntry validates them
         entries.append(BlockEntry(index=b.index, path=b.path, kind=b.kind, input_shape=tuple(shapes[b.index]),
                                   foldable=b.foldable, reason=b.reason, raw=cast("dict[LutVariant, TimingStats]", st),
@@ -336,7 +337,8 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         sp = span_nets[k][1] if k in span_nets else []
         covered = {i for a, b, _ in sp for i in range(a, b + 1)}
         raw_sum = fixed_raw + sum(span_raw[s] for s in sp) + sum(
-            0.0 if plan.get(i) == "drop" else raw[i][plan.get(i, "none")] for i in raw if i not in covered)
+            0.0 if plan.get(i) in VARIANTS and not VARIANTS[plan[i]].timed else raw[i][plan.get(i, "none")]
+            for i in raw if i not in covered)
         pred = predict(lut, plan, sp)
         lut.end_to_end[k] = {"folded": {str(i): v for i, v in plan.items()}, "calibration": k in fit,
                              **({"spans": [list(s) for s in sp]} if sp else {}),

@@ -44,6 +44,7 @@ from latopt.constants import SPAN_FOLD_MODE
 from latopt.errors import LatoptError
 from latopt.fold import SPAN_INNER, SpanConv, span_exact
 from latopt.layers import make_kxk
+from latopt.variants import VARIANTS
 
 MAX_SPAN = 6
 
@@ -65,7 +66,7 @@ def check_span_profile(variants: Sequence[str], fold_mode: str) -> None:
 
 
 def _inner_ok(b: Any, variants: Sequence[str]) -> bool:
-    return any(v in b.variants and (v == "drop" or v in variants) for v in SPAN_INNER)
+    return any(v in b.variants and (not VARIANTS[v].timed or v in variants) for v in SPAN_INNER)  # drop: untimed
 
 
 def span_candidates(blocks: Sequence[Any], shapes: dict[int, tuple[int, ...]], variants: Sequence[str], *,

@@ -4,7 +4,7 @@ Public API::
 
     CompressionLoss(alphas, *, p, variant_times)             L_c over the α parameters (a callable)
     block_variant_times(blocks, *, costs=None, lut=None, granularity="block") -> {block: {variant: t}}
-    UNIFORM_TIMES                                            the times without a LUT
+    UNIFORM_TIMES (latopt.variants)                          the times without a LUT
 
 **Compression loss.** q = α^p. For a block l with fold variants v ∈ {none, full[, expand_dw, dw_project]}
 of times t_l(v), the α's of the block give a distribution P_l(v): one shared α → P(full) = q,
@@ -31,8 +31,7 @@ from torch import nn
 
 from latopt.errors import LatoptError
 from latopt.latency.lut import variant_times
-
-UNIFORM_TIMES = {"none": 1.0, "full": 0.0, "expand_dw": 0.5, "dw_project": 0.5}
+from latopt.variants import PARTIAL_VARIANTS, UNIFORM_TIMES
 
 
 class CompressionLoss:
@@ -48,7 +47,7 @@ class CompressionLoss:
             t = dict(variant_times[i])
             if len(params) == 1:
                 t = {"none": t["none"], "full": t["full"]}
-            elif len(params) != 2 or not {"expand_dw", "dw_project"} <= t.keys():
+            elif len(params) != 2 or not set(PARTIAL_VARIANTS) <= t.keys():
                 raise LatoptError(f"block {i}: per-activation α needs the times of the partial fold variants; "
                                   "profile them (latopt profile, with the variants full, expand_dw and dw_project) "
                                   "or use granularity 'block'", param="granularity")

@@ -75,6 +75,7 @@ from latopt.fold import (
 from latopt.layerfold.penalty import CompressionLoss, block_variant_times
 from latopt.layerfold.record import FoldCheck
 from latopt.layers import AlphaActivation
+from latopt.variants import VARIANTS
 
 
 @dataclass(frozen=True)
@@ -192,8 +193,7 @@ def _snap_unfolded_(model: nn.Module, plan: Mapping[int, str]) -> int:
     changed = 0
     for b in find_blocks(model):
         v = plan.get(b.index)
-        removed = () if v is None else (b.acts if v == "full" else
-                                        (b.acts[0],) if v == "expand_dw" else (b.acts[1],))
+        removed = () if v is None else VARIANTS[v].removed_acts(b.acts)
         for path in b.acts:
             m = model.get_submodule(path)
             if path not in removed and isinstance(m, AlphaActivation) and float(m.alpha) != 0.0:
