@@ -163,3 +163,32 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
     # resumable: a rerun skips every cell and publishes the same cells
     assert bm.main(["run", *common]) == 0
     assert {p.stem for p in (runs / "cells").glob("*.json")} == set(cells)
+
+
+def _grouped(root: Path, groups: list[list[int]]) -> Path:
+    """``root``'s run.json as a run in seed groups (publish --group), the cells of the other seeds removed."""
+    run = json.loads((root / "run.json").read_text())
+    keep = [s for g in groups for s in g]
+    run["groups"] = [{"seeds": g, "commit": f"{i}" * 40, "started": f"2026-01-0{i + 1}T00:00:00+0000", "luts": {},
+                      "measure": run["measure"]} for i, g in enumerate(groups)]
+    for k in ("measure", "luts"):
+        run.pop(k)
+    run["seeds"], run["planned_seeds"] = keep, [0, 1, 2, 3, 4]
+    (root / "run.json").write_text(json.dumps(run))
+    for p in (root / "cells").glob("*.json"):
+        if json.loads(p.read_text())["seed"] not in keep:
+            p.unlink()
+    return root
+
+
+def test_a_run_in_seed_groups_waits_for_every_seed_then_names_each_groups_machine(tmp_path: Path) -> None:
+    points = {"lf-lut@1": (1.3, 0.9), "dp@0.6": (1.6, 0.9)}
+    part = bm.render_doc(_grouped(_results(tmp_path / "a", points), [[0, 1]]))
+    assert "**Seeds [0, 1] of [0, 1, 2, 3, 4] are published.**" in part
+    assert "### Q1" not in part and "### All points" not in part   # no table before every seed is in
+    assert "- Seeds [0, 1]: machine test CPU" in part
+    whole = bm.render_doc(_grouped(_results(tmp_path / "b", points), [[0, 1], [2, 3, 4]]))
+    assert "### Q1: ours against the alternatives" in whole and "are published" not in whole
+    assert "seeds [0, 1]: cells run by commit `0000000000`" in whole
+    assert "seeds [2, 3, 4]: cells run by commit `1111111111`" in whole
+    assert "- Seeds [2, 3, 4]: final run @32 px" in whole
