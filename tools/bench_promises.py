@@ -532,7 +532,9 @@ def _budget_paragraphs(R: dict[str, Any]) -> list[str]:
                          f"{len(c['loop']['rounds'])} round(s){lut})")
         lines.append(f"| {p['models'].get(m, m)} | {t} | {w} | " + " | ".join(cellv) + " |")
     out.append("\n".join(lines))
-    verdict = "**met**" if V["met"] else "**not met**"
+    # a stage run over several sessions: the goal is decided once every case has run (a case that fails is a miss)
+    verdict = ("**pending**: decided when every case has run" if V["missing"] and not R.get("smoke") else
+               "**met**" if V["met"] else "**not met**")
     out.append(f"Within the band: {V['within']} of {V['total']} cases ({V['over']} over, {V['under']} under"
                + (f", {V['missing']} not run" if V["missing"] else "") + f"); goal ≥ {100 * p['band_goal']:.0f} %: "
                f"{verdict}.")
