@@ -130,7 +130,8 @@ class FoldInfo:
 
     @property
     def has_bias_map(self) -> bool:
-        return self.mode == "exact" and self.has_expand and VARIANTS[self.variant].bias_map
+        spec = VARIANTS.get(self.variant)   # a span's or a merged block's info names no fold variant
+        return self.mode == "exact" and self.has_expand and spec is not None and spec.bias_map
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

@@ -1,9 +1,11 @@
 """The fold variants, one record each: what a variant does to a block, which blocks it applies to, what its
 folded module is (its convolutions and the order its forward runs them in), how the profiler, the chains of
 deferred bias maps, the merged spans and Layer Folding's uniform costs treat it. Every module that needs one
-of these facts reads it here (a variant's name appears elsewhere only where a value is spelt: a plan, a LUT
-key); the fold algebra of each variant (its composition into weights) is in :mod:`latopt.fold.transform`
-(``COMPOSERS``). Adding a variant is a record here, its composer there, and its test.
+of these facts reads it here. The fold algebra of each variant (its composition into weights) is in
+:mod:`latopt.fold.transform` (``COMPOSERS``). Adding a variant is a record here, its composer there, its name in
+:data:`latopt.constants.FoldVariant`, and its test. A variant's name is still spelt elsewhere where it is a value
+(a plan, a LUT key) or a role no record describes: ``full`` is Layer Folding's fold and c_l's reference, the
+``pw`` variant network is a :class:`~latopt.layers.PointwiseBlock`, a span composes around its one ``full``.
 
 - ``full``: both activations linear: the block is one k×k convolution (the residual a centre-tap identity);
 - ``expand_dw`` / ``dw_project``: the first / the second activation linear (Layer Folding with one α per
@@ -47,7 +49,7 @@ class Block(Protocol):
 ConvSpec = tuple[str, Literal["kxk", "1x1"], str, str, bool]
 # the steps of a folded module's forward, in order: a convolution by name, "map" (the exact-mode bias map),
 # "act" (the kept activation), "post" (an activation after the residual addition), "residual" (+ x)
-Step = str
+ForwardStep = str
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,10 @@ class Variant:
     on_unfoldable: bool      # applies to a block whose activations cannot be folded (a residual SE block)
     timed: bool              # the profiler times it (a dropped block is gone: 0 ms)
     affine: bool             # its module is an affine map of its input: a chain's maps defer (export), spans
-    kernel: Literal["kxk", "1x1", "none"]   # an affine variant's one convolution ("none": the identity)
     span_inner: bool         # may stand in a merged span beside the span's one full fold
     uniform_time: float | None   # Layer Folding's uniform costs: the block's time in this variant (as-is = 1)
     convs: tuple[ConvSpec, ...]  # the folded module's convolutions
-    steps: tuple[Step, ...]      # its forward
+    steps: tuple[ForwardStep, ...]   # its forward
     kept_act: int | None         # the block activation the folded module keeps (index into Block.acts)
     bias_map: bool               # exact mode, with an expansion: a bias map after the k×k convolution
 
@@ -94,21 +95,21 @@ def _v(name: str, **kw: object) -> Variant:
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     _v("full", removes="all", mbconv_only=False, needs_expand=False, needs_residual=False, on_unfoldable=False,
-       timed=True, affine=True, kernel="kxk", span_inner=False, uniform_time=0.0,
+       timed=True, affine=True, span_inner=False, uniform_time=0.0,
        convs=(("conv", "kxk", "cin", "cout", True),), steps=("conv", "map", "post"), kept_act=None, bias_map=True),
     _v("expand_dw", removes="first", mbconv_only=True, needs_expand=True, needs_residual=False, on_unfoldable=False,
-       timed=True, affine=False, kernel="kxk", span_inner=False, uniform_time=0.5,
+       timed=True, affine=False, span_inner=False, uniform_time=0.5,
        convs=(("conv", "kxk", "cin", "hidden", True), ("project", "1x1", "hidden", "cout", False)),
        steps=("conv", "map", "act", "project", "residual"), kept_act=1, bias_map=True),
     _v("dw_project", removes="second", mbconv_only=True, needs_expand=True, needs_residual=False,
-       on_unfoldable=False, timed=True, affine=False, kernel="kxk", span_inner=False, uniform_time=0.5,
+       on_unfoldable=False, timed=True, affine=False, span_inner=False, uniform_time=0.5,
        convs=(("expand", "1x1", "cin", "hidden", False), ("conv", "kxk", "hidden", "cout", True)),
        steps=("expand", "act", "conv", "residual"), kept_act=0, bias_map=False),
     _v("pw", removes="all", mbconv_only=True, needs_expand=False, needs_residual=False, on_unfoldable=False,
-       timed=True, affine=True, kernel="1x1", span_inner=True, uniform_time=None,
+       timed=True, affine=True, span_inner=True, uniform_time=None,
        convs=(("conv", "1x1", "cin", "cout", True),), steps=("conv", "map", "post"), kept_act=None, bias_map=False),
     _v("drop", removes="all", mbconv_only=False, needs_expand=False, needs_residual=True, on_unfoldable=True,
-       timed=False, affine=True, kernel="none", span_inner=True, uniform_time=None,
+       timed=False, affine=True, span_inner=True, uniform_time=None,
        convs=(), steps=("map",), kept_act=None, bias_map=False),
 )}
 assert tuple(VARIANTS) == get_args(FoldVariant), "latopt.constants.FoldVariant lists the variants in this order"

@@ -908,9 +908,12 @@ def publish(ctx: Ctx, dest: Path, *, group: bool = False) -> Path:
     if cfg.data.resolution not in meas:
         raise SystemExit(f"no final run at {cfg.data.resolution} px in {ctx.root}: run the measure stage first")
     done = {c: ctx.done(c) for c, _, _ in cell_names(ctx.args)}
+    seeds = set(ctx.args.seeds)
+    before = load_json(dest / "run.json") if group and (dest / "run.json").is_file() else {}
+    if group:
+        _check_group(seeds, before)
     cells_out = dest / "cells"
     cells_out.mkdir(parents=True, exist_ok=True)
-    seeds = set(ctx.args.seeds)
     for old in cells_out.glob("*.json"):
         if not group or int(load_json(old)["seed"]) in seeds:
             old.unlink()
@@ -958,9 +961,12 @@ def publish(ctx: Ctx, dest: Path, *, group: bool = False) -> Path:
                                   if k not in ("stats", "members", "int8_acc", "int8_correct")}
                        for res, ms in meas.items()}}
     if group:
-        before = load_json(dest / "run.json") if (dest / "run.json").is_file() else {}
+        differ = [k for k in GROUP_SAME if before and before.get(k) != run.get(k)]
+        if differ:
+            raise SystemExit(f"publish --group: {dest}/run.json's groups were run with other settings ({', '.join(differ)}"
+                             "); a group must repeat the others' run with its own seeds")
         groups = [g for g in before.get("groups", []) if not set(g["seeds"]) & seeds]
-        groups.append({k: run.pop(k) for k in ("seeds", "commit", "started", "luts", "measure")})
+        groups.append({k: run.pop(k) for k in ("seeds", "commit", "started", "luts", "measure")} | {"seeds": sorted(seeds)})
         run["groups"] = sorted(groups, key=lambda g: min(g["seeds"]))
         run["seeds"] = sorted(s for g in run["groups"] for s in g["seeds"])
         run["planned_seeds"] = list(SEEDS)
@@ -968,6 +974,27 @@ def publish(ctx: Ctx, dest: Path, *, group: bool = False) -> Path:
     write_json(dest / "run.json", run)
     log(f"wrote {dest}/run.json and {sum(r is not None for r in done.values())} cells")
     return dest
+
+
+# the settings every seed group of one run shares (publish --group refuses a group that differs)
+GROUP_SAME = ("config", "overrides", "smoke", "lambdas", "budgets", "ablation_budget", "prune_targets", "match_tol",
+              "round_to", "prune_steps", "int8_calibration", "prune_kinds", "prune_max_layer", "prune_rematch", "model",
+              "task", "resolution", "schedule")
+
+
+def _check_group(seeds: set[int], before: dict[str, Any]) -> None:
+    """publish --group's refusals, before anything is written: seeds that are not a part of the protocol's, a
+    results directory published without groups, a group overlapping a published one in part."""
+    if not seeds < set(SEEDS):
+        raise SystemExit(f"publish --group: --seeds {' '.join(map(str, sorted(seeds)))} must be a part of the "
+                         f"protocol's seeds {list(SEEDS)} (a group of them)")
+    if before and "groups" not in before:
+        raise SystemExit("publish --group: the results directory holds a run published without groups; publish the "
+                         "groups into an empty directory")
+    for g in before.get("groups", []):
+        if set(g["seeds"]) & seeds and set(g["seeds"]) != seeds:
+            raise SystemExit(f"publish --group: seeds {sorted(seeds)} overlap the published group {g['seeds']} in part; "
+                             "republish a group with exactly its seeds")
 
 
 # ------------------------------------------------------------------ the report (from results/ only)
@@ -1091,7 +1118,7 @@ def _fmt_sp(v: list[float]) -> str:
 
 
 def render_table(R: Results) -> str:
-    hi = sorted({r for g in (R.run.get("groups") or [R.run]) for r in g["measure"] if r != R.res}, key=int)
+    hi = list(dict.fromkeys(r for g in (R.run.get("groups") or [R.run]) for r in g["measure"] if r != R.res))
     head = ["method", "fine-tuning", "seeds", "blocks changed / pruning ratio", "test acc fp32 (%)",
             f"speed-up fp32 @{R.res}", "test acc INT8 (%)", f"INT8 speed-up @{R.res} vs fp32 as-is",
             f"INT8 vs INT8 as-is @{R.res}"]
@@ -1330,6 +1357,9 @@ def render_doc(root: Path) -> str:
     (results/pruning: no paper Layer Folding, no ablations), from ``root`` only."""
     from tools.compare import MARGIN, MATCH_TOL, MIN_SEEDS, N_ITEM_DRAWS
 
+    if not (Path(root) / "run.json").is_file():
+        return (f"No results yet: `results/{Path(root).name}/run.json` is written by `tools/bench_methods.py publish` "
+                "when the run's final runs are done.\n")
     R = load_results(root)
     run, sch = R.run, R.run["schedule"]
     sizes = run.get("sizes") or {}
@@ -1341,9 +1371,9 @@ def render_doc(root: Path) -> str:
                            f"**Seeds {run['seeds']} of {run['planned_seeds']} are published.** The run is made in seed "
                            "groups, each trained and timed on one machine; the tables, the matches and the verdicts "
                            "are computed over every seed once all groups are in, and not before.", ""]
-                          + [ln for g in groups for ln in _group_lines(g)]) + "\n")
+                          + [ln for g in groups for ln in _group_lines(g, str(run["resolution"]))]) + "\n")
     meta = [f"Generated by `python tools/regenerate.py` from `results/{Path(root).name}/` ("
-            + "; ".join(_group_origin(g) for g in groups)
+            + "; ".join(_group_origin(g, R.res) for g in groups)
             + (", **smoke**: not a result" if run.get("smoke") else "") + ").",
             "",
             f"- `{run['model']}` on `{run['task']}` @{run['resolution']} px, config `{run['config']}` with "
@@ -1362,7 +1392,7 @@ def render_doc(root: Path) -> str:
             "point's challengers; mutual dominance is *equivalent*, not a win; a point off its own family's front "
             "is shown but not counted."]
     for g in groups:
-        meta += _group_lines(g)
+        meta += _group_lines(g, R.res)
     out = ["\n".join(meta), "### Bases", render_bases(R), "### All points", render_table(R),
            "Speed-ups: per seed the median of per-round ratios against that seed's fp32 (or INT8) as-is network in "
            "the final run; shown as the median over seeds [min, max over seeds]. Accuracy: the exported ONNX "
@@ -1394,26 +1424,33 @@ def render_doc(root: Path) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def _group_origin(g: dict[str, Any]) -> str:
+def _main_measure(g: dict[str, Any], res: str) -> dict[str, Any]:
+    """A run's (or seed group's) final run at the training resolution ``res`` (else its first)."""
+    ms = g.get("measure") or {}
+    return ms.get(res) or next(iter(ms.values()), {})
+
+
+def _group_origin(g: dict[str, Any], res: str) -> str:
     """Which commit ran a run's (or seed group's) cells and final runs, and when."""
-    m = next(iter(g["measure"].values()), {}) if g.get("measure") else {}
+    m = _main_measure(g, res)
     mcommit, commit = m.get("commit"), g.get("commit") or "unknown"
     return ((f"seeds {g['seeds']}: " if "schedule" not in g else "")   # a seed group's entry (run.json's groups)
             + f"cells run by commit `{commit[:10]}`, started {g['started'][:16].replace('T', ' ')}"
             + (f"; final runs by commit `{mcommit[:10]}`" if mcommit and mcommit != commit else ""))
 
 
-def _group_lines(g: dict[str, Any]) -> list[str]:
+def _group_lines(g: dict[str, Any], res: str) -> list[str]:
     """A run's (or seed group's) machine and final runs, one bullet each."""
     grouped = "schedule" not in g   # an entry of run.json's groups
-    label = f"Seeds {g['seeds']}: " if grouped else ""
-    env = next(iter(g["measure"].values()), {}).get("environment", {}) if g.get("measure") else {}
-    out = [f"- {label}machine {env.get('cpu', '?')}, flags {' '.join(env.get('cpu_flags', [])) or '?'}, "
-           f"{env.get('cpu_count', '?')} cores."]
-    for res, mm in sorted(g.get("measure", {}).items(), key=lambda kv: int(kv[0])):
-        out.append(f"- {label}final run @{res} px: all networks fp32 and INT8 interleaved, {mm['rounds']} rounds, "
-                   f"{mm['seconds']:.0f} s, load average after {[round(x, 1) for x in mm['loadavg_after']]}"
-                   + ("; random weights (structures only)" if mm.get("random_weights") else "") + ".")
+    env = _main_measure(g, res).get("environment", {})
+    machine = (f"{env.get('cpu', '?')}, flags {' '.join(env.get('cpu_flags', [])) or '?'}, "
+               f"{env.get('cpu_count', '?')} cores.")
+    out = [f"- Seeds {g['seeds']}: machine {machine}" if grouped else f"- Machine: {machine}"]
+    for r, mm in g.get("measure", {}).items():
+        what = (f"inal run @{r} px: all networks fp32 and INT8 interleaved, {mm['rounds']} rounds, "
+                f"{mm['seconds']:.0f} s, load average after {[round(x, 1) for x in mm['loadavg_after']]}"
+                + ("; random weights (structures only)" if mm.get("random_weights") else "") + ".")
+        out.append(f"- Seeds {g['seeds']}: f{what}" if grouped else f"- F{what}")
     return out
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Figures of how cheap the code is to change, counted with ``ast`` over a package (``latopt/`` by default):
 string-key subscripts (``d["key"]``) and ``.get("key")`` calls (dicts read by key, which a type checker cannot
-follow), the largest parameter lists, the fold-variant names spelt as literals, and lines.
+follow), the largest parameter lists, the string constants equal to a fold variant's name (whatever they mean
+there: a plan's value, a LUT key, a comparison), and lines.
 
     python tools/house_counts.py [latopt] [--top 10]
 
@@ -47,8 +48,11 @@ def counts(root: Path) -> dict[str, object]:
                 params.append((n, f"{rel}:{node.lineno} {node.name}"))
             elif isinstance(node, ast.ClassDef):
                 fields = [s for s in node.body if isinstance(s, ast.AnnAssign)]
-                if any(isinstance(d, ast.Name) and d.id == "dataclass" or isinstance(d, ast.Call)
-                       and getattr(d.func, "id", "") == "dataclass" for d in node.decorator_list):
+                def named(d: ast.expr) -> str:   # @dataclass, @dataclass(...), @dataclasses.dataclass
+                    d = d.func if isinstance(d, ast.Call) else d
+                    return d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else ""
+
+                if any(named(d) == "dataclass" for d in node.decorator_list):
                     params.append((len(fields), f"{rel}:{node.lineno} {node.name} (dataclass fields)"))
     return {"files": len(files), "lines": lines, "str_subscripts": sum(subs.values()), "get_calls": sum(gets.values()),
             "variant_literals": variants, "params": sorted(params, reverse=True), "by_file": subs}

@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 # from the function keyword). Everything else maps by ``dest``.
 PARAM_FLAGS: dict[str, str] = {
     "fmt": "format",            # latopt.export.export(fmt=...)
-    "lut_path": "lut",          # export(lut_path=...)
+    "lut_path": "lut",          # export's LUT (ShipOptions.lut; export.plan.export_lut's parameter)
     "device_name": "device",    # export(device_name=...)
     "gate_accuracy": "no_accuracy_gate",
     "spec": "data",             # latopt.data.get_task(spec)

@@ -53,8 +53,8 @@ What it does, in order (nothing is written unless every gate passes):
    (:func:`.gates.require_accuracy_gate`): an export the record does not describe (export folds here, by
    ``--fold`` or ``--plan``, without fine-tuning; another resolution than the recorded one; no recorded
    accuracy or resolution; no task; a test split under 30 samples) is refused (LatoptError, exit 2) unless the
-   gate is off: ``gate_accuracy=False`` (``--no-accuracy-gate``) ships it unchecked under the usual names, and
-   ``timing_only=True`` (``--timing-only``) ships a timing-only artefact whose files are named so
+   gate is off: ``CheckOptions(gate_accuracy=False)`` (``--no-accuracy-gate``) ships it unchecked under the usual
+   names, and ``CheckOptions(timing_only=True)`` (``--timing-only``) ships a timing-only artefact whose files are named so
    (``model.timing-only.onnx``, ``.engine``, ``.int8.onnx``). Either way the accuracy is reported, not gated,
    and export.json says ``accuracy_gate: false`` with ``accuracy_gate_reason`` (and ``timing_only``); it says
    ``accuracy_gate: true`` only for an export it gated.
@@ -178,9 +178,9 @@ def export(checkpoint: str | Path, device_name: str, out: str | Path, *, fmt: st
     ``checks`` how it is gated and timed (:class:`CheckOptions`); see the module docstring.
     The shipped network's test accuracy is gated against the checkpoint's record; an export the record does not
     describe (:func:`latopt.export.gates.ungated_reason`: a fold or plan applied here, another resolution, ...)
-    is refused (LatoptError, param ``gate_accuracy``) unless ``gate_accuracy=False`` (``--no-accuracy-gate``:
-    shipped unchecked as ``model.onnx``) or ``timing_only=True`` (``--timing-only``: ``model.timing-only.onnx``,
-    for timing only); both are recorded in export.json (``accuracy_gate`` false, ``accuracy_gate_reason``,
+    is refused (LatoptError, param ``gate_accuracy``) unless ``checks.gate_accuracy`` is False
+    (``--no-accuracy-gate``: shipped unchecked as ``model.onnx``) or ``checks.timing_only`` is True
+    (``--timing-only``: ``model.timing-only.onnx``, for timing only); both are recorded in export.json (``accuracy_gate`` false, ``accuracy_gate_reason``,
     ``timing_only``) and REPORT.md."""
 
     def say(msg: str) -> None:
