@@ -147,6 +147,9 @@ def test_budget_verdict_counts_a_missing_case_as_a_miss(tmp_path: Path) -> None:
     t = bp.render_budget(tmp_path)
     assert "Within the band: 9 of 10 cases (0 over, 0 under, 1 not run)" in t and "| not run |" in t
     assert "**pending**" in t and "**met**" not in t   # a stage run over sessions: decided once every case ran
+    R = _budget_results({"a": [1.0, 1.1, 1.1, 1.0, 1.0], "b": [1.0] * 5}, [0.0] * 10, drop=1)   # 7 within, 1 missing
+    (tmp_path / "budget.json").write_text(json.dumps(R))
+    assert "**not met** (at most 8 of 10 even if every case not run yet lands in the band)" in bp.render_budget(tmp_path)
     V = bp.budget_verdict(_budget_results({"a": [1.0] * 5, "b": [1.0, 1.0, 1.0, 1.1, 1.0]}, [0.0] * 10, drop=1))
     assert (V["within"], V["total"], V["met"]) == (8, 10, False)
 
