@@ -103,7 +103,9 @@ class JobQueue:
         busy = max(1, len(list((self.root / "locks").glob("*.lock"))))
         n_done = sum(r is not None for r in recs.values())
         text = f"{n_done}/{len(names)} done"
-        if n_done < len(names):
+        if n_done < len(names) and not left:
+            text += f"; no estimate yet ({', '.join(sorted(unknown))} jobs: none done)"
+        elif n_done < len(names):
             text += f"; ~{left / busy / 60:.0f} min left with {busy} running" + (
                 f" (no estimate yet for {', '.join(sorted(unknown))} jobs)" if unknown else "")
         return text

@@ -218,9 +218,13 @@ def test_accuracy_verdict_the_two_se_rule_and_coverage(tmp_path: Path) -> None:
     assert "more than 2 standard errors: 1 of 3: **not met**" in t and "covers the test drop in 2 of 3: **not met**" in t
 
 
-def test_accuracy_verdict_counts_a_run_not_done() -> None:
-    V = bp.accuracy_verdict(_acc_results([_acc_cell("q", 0, 1000, 0, 0, 0.0)], {"q": [0, 1]}))
+def test_accuracy_verdict_counts_a_run_not_done(tmp_path: Path) -> None:
+    R = _acc_results([_acc_cell("q", 0, 1000, 0, 0, 0.0)], {"q": [0, 1]})
+    V = bp.accuracy_verdict(R)
     assert (V["n"], V["total"], V["missing"], V["misses"], V["met"]) == (1, 2, 1, 0, False)
+    (tmp_path / "accuracy.json").write_text(json.dumps(R))   # a stage run over sessions: not decided yet
+    t = bp.render_accuracy(tmp_path)
+    assert "0 of 1; 1 of 2 runs not done: **pending**" in t and "in 1 of 1: **pending**" in t
 
 
 def test_accuracy_record_reads_a_run_directory(tmp_path: Path) -> None:

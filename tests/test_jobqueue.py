@@ -104,7 +104,8 @@ def test_the_progress_line_estimates_the_time_left_per_kind(tmp_path) -> None:
         (tmp_path / "cells" / f"{name}.json").write_text(json.dumps({"cell": name, "wall_s": wall}))
     assert q.eta([n for n, _, _ in JOBS]) == "2/4 done; ~11 min left with 1 running"   # 600 s + 60 s
     assert q.eta(["s0-base", "s0-fold"]) == "2/2 done"
-    assert "no estimate yet for probe jobs" in q.eta(["s0-base", "s0-probe"])
+    assert "no estimate yet for probe jobs" in q.eta(["s0-base", "s0-probe", "s1-base"])
+    assert q.eta(["s0-probe"]) == "0/1 done; no estimate yet (probe jobs: none done)"
 
 
 @pytest.mark.parametrize("bad", ["", "host", "host notapid"])

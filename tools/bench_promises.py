@@ -611,9 +611,12 @@ def _accuracy_paragraphs(R: dict[str, Any]) -> list[str]:
                      f"{'–' if c['covered'] is None else ('yes' if c['covered'] else '**no**')} |")
     out.append("\n".join(lines))
     missing = f"; {V['missing']} of {V['total']} runs not done" if V["missing"] else ""
+    # a stage run over several sessions: a goal not yet missed is decided once every run is done
+    pending = "**pending**: decided when every run is done"
+    goal = ("**met**" if V["met"] else "**not met**") if not V["missing"] or V["misses"] else pending
+    cover = ("**met**" if V["covered_all"] else "**not met**") if not V["missing"] or V["uncovered"] else pending
     out.append(f"Seeds over the constraint by more than {k:g} standard errors: {V['misses']} of {V['n']}{missing}: "
-               f"{'**met**' if V['met'] else '**not met**'}. The confirmed bound covers the test drop in "
-               f"{V['n'] - V['uncovered']} of {V['n']}: {'**met**' if V['covered_all'] else '**not met**'}.")
+               f"{goal}. The confirmed bound covers the test drop in {V['n'] - V['uncovered']} of {V['n']}: {cover}.")
     out.append("Test drop: base − recommended trial on the whole test split, both checkpoints classified by "
                "PyTorch; SE: the standard deviation of the per-image paired difference over √n. Confirmed drop and "
                "bound: the run's confirmation on held-out validation images (run.json). Raw records: "
