@@ -11,9 +11,11 @@ only — ``{"schema", "arch", "meta", "state_dict", "sha256"}`` — read back wi
                              "plan": {"<index>": "full" | "expand_dw" | "dw_project"}}}
 
 ``fold`` None means *unfolded*; a model that went through ``fold_blocks`` records its fold even when
-the plan folded nothing (``"plan": {}``), so a checkpoint always says what it is. Every field is typed
-and bounded on save and load (:class:`Arch`; a hand-edited field of the wrong type is a one-line
-LatoptError naming it).
+the plan folded nothing (``"plan": {}``), so a checkpoint always says what it is. ``meta`` is a
+:class:`CheckpointMeta`: the data, seed, accuracies and (for a fold) the plan and its pre-fold checkpoint.
+Both are records, read in one place each (:func:`read_arch`, :func:`read_meta`) and handed to callers as
+typed objects: every field is typed and bounded on save and load (a hand-edited field of the wrong type is
+a one-line LatoptError naming it).
 
 **Integrity.** ``sha256`` is :func:`checkpoint_digest` of arch, meta and every tensor (name, dtype,
 shape, raw bytes), written by ``save_checkpoint`` and recomputed by ``load_checkpoint``: a mismatch
@@ -23,7 +25,8 @@ line. A digest that matches proves nothing about the values, so both ends also c
 (:func:`check_weights`): a network with a NaN or Inf weight or a negative batch-norm variance is neither
 written nor loaded.
 
-Public API: ``CHECKPOINT_SCHEMA``, ``make_arch``, ``build_from_arch``, ``save_checkpoint``,
+Public API: ``CHECKPOINT_SCHEMA``, the records ``Arch`` (``AlphaArch``, ``FoldArch``) and ``CheckpointMeta``,
+``FoldHow``, ``make_arch``, ``read_arch``, ``read_meta``, ``build_from_arch``, ``save_checkpoint``,
 ``load_checkpoint``, ``check_weights``, ``content_digest``, ``checkpoint_digest``, ``recorded_test_acc``.
 """
 
@@ -33,36 +36,36 @@ import hashlib
 import json
 import pickle
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import torch
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticSerializationError
 from torch import nn
 
 from latopt.constants import FoldMode, FoldVariant, Granularity
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.fold import alpha_spec, fold_blocks, fold_spec, install_alpha
 from latopt.models import build_model, canonical_name, parse_name
-from latopt.records import BlockKey, Resolution, StrictModel, validated
+from latopt.records import Accuracies, Accuracy, BlockKey, Resolution, StrictModel, validated
 from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
 MAX_CLASSES = 100_000
 
 
-def make_arch(model: nn.Module, name: str, num_classes: int, *,
-              fold: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON-able architecture description of ``model`` (σ_α and folds read from the model). ``fold``: the
-    ``fold_blocks`` call's mode and input size (``{"mode", "input_size"}``) when the model was folded, so an
-    empty plan is recorded as folded (:func:`latopt.fold.fold_spec`)."""
-    how = {} if fold is None else {"mode": fold["mode"], "input_size": fold.get("input_size")}
-    spec = fold_spec(model, **how)
-    if spec is not None and fold is not None and fold.get("spans"):
-        spec["spans"] = [[int(x) for x in s] for s in fold["spans"]]  # merged at export (latopt.fold.merge)
-    return {"model": canonical_name(name), "num_classes": int(num_classes),
-            "alpha": alpha_spec(model), "fold": spec}
+def make_arch(model: nn.Module, name: str, num_classes: int, *, fold: FoldHow | None = None) -> Arch:
+    """The architecture record of ``model`` (σ_α and folds read from the model). ``fold``: how the
+    ``fold_blocks`` call folded it (mode, input size, the merged spans) when the model was folded, so an empty
+    plan is recorded as folded (:func:`latopt.fold.fold_spec`)."""
+    spec = fold_spec(model) if fold is None else fold_spec(model, mode=fold.mode, input_size=fold.input_size)
+    if spec is not None and fold is not None and fold.spans:
+        spec["spans"] = [[int(x) for x in s] for s in fold.spans]  # merged at export (latopt.fold.merge)
+    return read_arch({"model": canonical_name(name), "num_classes": int(num_classes),
+                      "alpha": alpha_spec(model), "fold": spec})
 
 
 def _distinct(blocks: list[int]) -> list[int]:
@@ -105,28 +108,76 @@ class Arch(StrictModel):
     fold: FoldArch | None = None
 
 
-def _check_arch(arch: Any, where: str = "") -> dict[str, Any]:
-    """``arch`` (a plain dict, returned as it is) when it is a valid :class:`Arch`; a one-line LatoptError
-    naming the field otherwise. What depends on the model (block indices in range, a variant that applies
-    to that block) is checked when the model is built."""
-    validated(Arch, arch, prefix=f"{where}: " if where else "", key="architecture field")
-    checked: dict[str, Any] = arch  # a mapping: it validated as an Arch
-    parse_name(checked["model"])
-    return checked
+@dataclass(frozen=True)
+class FoldHow:
+    """How a network was folded, for :func:`make_arch`: ``fold_blocks``'s mode and input size ([H, W], None in
+    paper mode) and the spans ([start, end, kernel]) export merges."""
+
+    mode: str
+    input_size: Sequence[int] | None = None
+    spans: Sequence[Sequence[int]] = ()
 
 
-def build_from_arch(arch: dict[str, Any]) -> nn.Module:
+class CheckpointMeta(BaseModel):
+    """What a checkpoint records beside its architecture: the data it was trained on (``latopt.data.data_meta``),
+    the seed, its accuracies (``latopt train``: ``val_acc``, ``test_acc``; ``latopt fold``: ``acc`` and ``val`` by
+    phase) and, for a fold, its plan, whether it was fine-tuned and the pre-fold checkpoint it came from (path and
+    content digest). Every field is optional and typed; other JSON-able keys are kept as they are."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
+
+    task: str | None = None
+    split_seed: Annotated[int, Field(ge=0)] | None = None
+    resolution: Resolution | None = None
+    train_samples: Annotated[int, Field(ge=1)] | None = None
+    max_samples: Annotated[int, Field(ge=1)] | None = None
+    seed: int | None = None
+    val_acc: Accuracy | None = None
+    test_acc: Accuracy | None = None
+    acc: Accuracies | None = None
+    val: Accuracies | None = None
+    plan: dict[BlockKey, FoldVariant] | None = None
+    prefold_checkpoint: str | None = None
+    prefold_sha256: str | None = None
+    finetuned: bool | None = None
+
+    def plain(self) -> dict[str, Any]:
+        """The JSON-able dict the checkpoint stores (the fields given, the extra keys as they are)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+def _plain_arch(arch: Arch) -> dict[str, Any]:
+    return arch.model_dump(mode="json", exclude_unset=True)
+
+
+def read_arch(data: Any, where: str = "") -> Arch:
+    """The :class:`Arch` record of plain data (a checkpoint's ``arch``); a one-line LatoptError naming the field
+    otherwise (``where``: what the line names). What depends on the model (block indices in range, a variant that
+    applies to that block) is checked when the model is built."""
+    arch = validated(Arch, data, prefix=f"{where}: " if where else "", key="architecture field")
+    parse_name(arch.model)
+    return arch
+
+
+def read_meta(data: Any, where: str = "") -> CheckpointMeta:
+    """The :class:`CheckpointMeta` record of a checkpoint's plain ``meta``; a one-line LatoptError naming the field
+    otherwise."""
+    if not isinstance(data, Mapping):
+        raise LatoptError(f"{where}: meta must be a mapping, got {type(data).__name__}")
+    return validated(CheckpointMeta, data, prefix=f"{where}: " if where else "", key="meta field")
+
+
+def build_from_arch(arch: Arch) -> nn.Module:
     """Rebuild the module structure described by ``arch`` (weights are random until a state_dict is
     loaded). The global RNG state is left untouched."""
-    _check_arch(arch)
     with torch.random.fork_rng(devices=[]):
-        model = build_model(arch["model"], arch["num_classes"])
-        if arch.get("alpha"):
-            install_alpha(model, arch["alpha"]["blocks"], arch["alpha"]["granularity"])
-        fold = arch.get("fold")
+        model = build_model(arch.model, arch.num_classes)
+        if arch.alpha is not None:
+            install_alpha(model, arch.alpha.blocks, arch.alpha.granularity)
+        fold = arch.fold
         if fold is not None:  # folded, possibly with an empty plan (still recorded as folded)
-            size = fold["input_size"]
-            model = fold_blocks(model, {int(k): v for k, v in fold["plan"].items()}, fold["mode"],
+            size = fold.input_size
+            model = fold_blocks(model, {int(k): v for k, v in fold.plan.items()}, fold.mode,
                                 None if size is None else (size[0], size[1]))
     return model.eval()
 
@@ -136,9 +187,10 @@ def _canonical_json(obj: Any) -> bytes:
     return json.dumps(json.loads(json.dumps(obj)), sort_keys=True, separators=(",", ":")).encode()
 
 
-def checkpoint_digest(arch: dict[str, Any], meta: dict[str, Any], state: dict[str, torch.Tensor]) -> str:
+def checkpoint_digest(arch: Mapping[str, Any], meta: Mapping[str, Any], state: dict[str, torch.Tensor]) -> str:
     """SHA-256 (hex) of a checkpoint's content: the canonical JSON of ``arch`` and ``meta``, then every
-    tensor of ``state`` in name order as (name, dtype, shape, byte count) and its raw bytes."""
+    tensor of ``state`` in name order as (name, dtype, shape, byte count) and its raw bytes. ``arch`` and
+    ``meta`` are the plain data the file stores."""
     h = hashlib.sha256(b"latopt.checkpoint.digest/1\n")
     h.update(_canonical_json(arch) + b"\n" + _canonical_json(meta) + b"\n")
     for name in sorted(state):
@@ -165,27 +217,29 @@ def check_weights(model: nn.Module, what: str) -> None:
                               "used: re-create it")
 
 
-def save_checkpoint(path: str | Path, model: nn.Module, arch: dict[str, Any],
-                    meta: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(path: str | Path, model: nn.Module, arch: Arch, meta: CheckpointMeta | None = None) -> Path:
     """Write a ``latopt.checkpoint/2`` file atomically, with the SHA-256 of its content. ``arch`` must
-    describe ``model`` (its σ_α and folds are checked against the model); ``meta`` is any JSON-able dict
-    (metrics, config, ...). A model with non-finite weights is refused (:func:`check_weights`)."""
+    describe ``model`` (its σ_α and folds are checked against the model: build it with :func:`make_arch`);
+    ``meta``'s extra keys must be JSON-able. A model with non-finite weights is refused (:func:`check_weights`)."""
     path = Path(path)
-    _check_arch(arch, f"checkpoint {path}")
     check_weights(model, f"the model to be saved as {path}")
-    actual = make_arch(model, arch["model"], arch["num_classes"], fold=arch.get("fold"))
+    fold = arch.fold
+    how = None if fold is None else FoldHow(fold.mode, fold.input_size, fold.spans)
+    actual = make_arch(model, arch.model, arch.num_classes, fold=how)
     for key in ("alpha", "fold"):
-        if arch.get(key) != actual[key]:
-            raise LatoptError(f"arch[{key!r}] = {arch.get(key)} does not describe the model ({actual[key]}); "
-                              "build it with latopt.checkpoint.make_arch(model, name, num_classes)")
-    meta = dict(meta or {})
+        if getattr(arch, key) != getattr(actual, key):
+            raise LatoptError(f"arch[{key!r}] = {getattr(arch, key)} does not describe the model "
+                              f"({getattr(actual, key)}); build it with latopt.checkpoint.make_arch(model, name, "
+                              "num_classes)")
     try:
-        json.dumps(meta)
-    except (TypeError, ValueError) as e:
-        raise LatoptError(f"checkpoint meta is not JSON-able ({e})") from None
+        plain_meta = (meta or CheckpointMeta()).plain()
+        json.dumps(plain_meta)
+    except (TypeError, ValueError, PydanticSerializationError) as e:
+        raise LatoptError(f"checkpoint meta is not JSON-able ({first_line(e, 120)})") from None
     state = _cpu_state(model)
-    payload = {"schema": CHECKPOINT_SCHEMA, "arch": arch, "meta": meta, "state_dict": state,
-               "sha256": checkpoint_digest(arch, meta, state)}
+    plain_arch = _plain_arch(arch)
+    payload = {"schema": CHECKPOINT_SCHEMA, "arch": plain_arch, "meta": plain_meta, "state_dict": state,
+               "sha256": checkpoint_digest(plain_arch, plain_meta, state)}
     if path.is_dir():
         raise LatoptError(f"checkpoint path {path} is a directory; give a file name")
     write_torch_atomic(path, payload)
@@ -197,13 +251,13 @@ def _cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", memory_format=torch.contiguous_format).clone() for k, v in model.state_dict().items()}
 
 
-def content_digest(model: nn.Module, arch: dict[str, Any], meta: dict[str, Any]) -> str:
+def content_digest(model: nn.Module, arch: Arch, meta: CheckpointMeta) -> str:
     """The SHA-256 that :func:`save_checkpoint` records for ``model`` with ``arch`` and ``meta`` (and that a
     loaded checkpoint reproduces): binds one checkpoint to another by content, not by path."""
-    return checkpoint_digest(arch, meta, _cpu_state(model))
+    return checkpoint_digest(_plain_arch(arch), meta.plain(), _cpu_state(model))
 
 
-def _verify_digest(path: Path, recorded: Any, arch: dict[str, Any], meta: dict[str, Any],
+def _verify_digest(path: Path, recorded: Any, arch: Mapping[str, Any], meta: Mapping[str, Any],
                    state: dict[str, torch.Tensor]) -> None:
     if not isinstance(recorded, str):
         raise VerificationError(f"checkpoint {path} has no SHA-256 digest although its schema "
@@ -216,8 +270,8 @@ def _verify_digest(path: Path, recorded: Any, arch: dict[str, Any], meta: dict[s
 
 
 def load_checkpoint(path: str | Path, *, expect_model: str | None = None
-                    ) -> tuple[nn.Module, dict[str, Any], dict[str, Any]]:
-    """(model in eval mode, arch, meta) from a latopt checkpoint; one-line LatoptError when the file
+                    ) -> tuple[nn.Module, Arch, CheckpointMeta]:
+    """(model in eval mode, its :class:`Arch`, its :class:`CheckpointMeta`) from a latopt checkpoint; one-line LatoptError when the file
     is missing, unreadable, not a latopt checkpoint, malformed, or of another architecture than
     ``expect_model``; VerificationError when its content does not match its recorded SHA-256."""
     path = Path(path)
@@ -240,41 +294,35 @@ def load_checkpoint(path: str | Path, *, expect_model: str | None = None
     if schema != CHECKPOINT_SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise LatoptError(f"{path} is not a latopt checkpoint (schema {got!r}, expected {CHECKPOINT_SCHEMA!r})")
-    arch = _check_arch(data.get("arch"), f"checkpoint {path}")
-    meta = data.get("meta") or {}
-    if not isinstance(meta, dict):
-        raise LatoptError(f"checkpoint {path}: meta must be a dict, got {type(meta).__name__}")
+    raw_arch, raw_meta = data.get("arch"), data.get("meta") or {}
+    arch = read_arch(raw_arch, f"checkpoint {path}")
+    meta = read_meta(raw_meta, f"checkpoint {path}")
     state = data.get("state_dict")
     if not isinstance(state, dict):
         raise LatoptError(f"checkpoint {path} has no state_dict")
     bad = next((k for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)), None)
     if bad is not None:
         raise LatoptError(f"checkpoint {path}: state_dict entry {str(bad)[:60]!r} is not a named tensor")
-    _verify_digest(path, data.get("sha256"), arch, meta, state)
-    if expect_model is not None and canonical_name(expect_model) != canonical_name(arch["model"]):
-        raise LatoptError(f"checkpoint {path} is for model {arch['model']!r}, not {canonical_name(expect_model)!r}")
+    _verify_digest(path, data.get("sha256"), raw_arch, raw_meta, state)
+    if expect_model is not None and canonical_name(expect_model) != canonical_name(arch.model):
+        raise LatoptError(f"checkpoint {path} is for model {arch.model!r}, not {canonical_name(expect_model)!r}")
     model = build_from_arch(arch)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:
         detail = " ".join(str(e).split())[:200]
-        raise LatoptError(f"checkpoint {path} does not match its architecture {arch['model']!r}: {detail}") from None
+        raise LatoptError(f"checkpoint {path} does not match its architecture {arch.model!r}: {detail}") from None
     check_weights(model, f"checkpoint {path}")
     return model.eval(), arch, meta
 
 
-def recorded_test_acc(meta: dict[str, Any]) -> tuple[float, str] | None:
+def recorded_test_acc(meta: CheckpointMeta) -> tuple[float, str] | None:
     """(test accuracy, where) that a checkpoint records for the weights it holds, or None.
 
-    ``latopt fold`` writes ``folded.pt`` with ``meta["acc"]`` = the accuracies of every stage; the
-    saved weights are the fine-tuned ones, ``meta["acc"]["finetuned"]``. ``latopt train`` writes
-    ``base.pt`` with ``meta["test_acc"]``. Both are measured on the test split that ``meta`` names
-    (task, split_seed, max_samples) at ``meta["resolution"]``. ``prefold.pt`` records none."""
-    acc = meta.get("acc")
-    value, where = ((acc.get("finetuned"), "meta.acc.finetuned") if isinstance(acc, dict)
-                    else (meta.get("test_acc"), "meta.test_acc"))
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
-        raise LatoptError(f"the checkpoint's recorded test accuracy ({where}) is {value!r}, not a number in [0, 1]")
-    return float(value), where
+    ``latopt fold`` writes ``folded.pt`` with ``meta.acc`` = the accuracies of every stage; the saved weights
+    are the fine-tuned ones, ``meta.acc.finetuned``. ``latopt train`` writes ``base.pt`` with ``meta.test_acc``.
+    Both are measured on the test split that ``meta`` names (task, split_seed, max_samples) at
+    ``meta.resolution``. ``prefold.pt`` records none."""
+    value, where = ((meta.acc.finetuned, "meta.acc.finetuned") if meta.acc is not None
+                    else (meta.test_acc, "meta.test_acc"))
+    return None if value is None else (value, where)

@@ -11,9 +11,10 @@ the bad value and what is allowed (``config key 'fold.tau' must be in (0, 1], go
 Public API: :class:`StrictModel`, :class:`Artefact` (a record that is a file: its ``schema`` field),
 :func:`validated`, and the field types ``Name`` (an identifier that can be
 one path component, :func:`latopt.artifacts.check_name`), ``Resolution`` (``RESOLUTION_RANGE``),
-``Positive`` and ``BlockKey`` (a block index as a JSON mapping key: ASCII decimal digits without a sign or a
+``Positive``, ``Accuracy`` (a fraction in [0, 1]) and ``BlockKey`` (a block index as a JSON mapping key: ASCII decimal digits without a sign or a
 leading zero, so ``"3"`` and not ``"03"``, ``"+3"``, ``"²"`` or the Arabic-Indic ``"٣"``; whether the index is
-in range is the record's to check).
+in range is the record's to check); :class:`Accuracies` (accuracy by phase, shared by fold reports and
+checkpoints).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
+    model_serializer,
     model_validator,
 )
 
@@ -190,3 +193,22 @@ def _block_key(v: str) -> str:  # str.isdigit() alone passes "²" (int() raises)
 
 
 BlockKey = Annotated[str, AfterValidator(_block_key)]
+
+
+Accuracy = Annotated[float, Field(ge=0, le=1)]
+
+
+class Accuracies(StrictModel):
+    """Accuracy by phase: the base, the σ_α network after pre-fold (Layer Folding's), the variant network
+    (``linearized``: the folded activations at α = 1), the fold before fine-tuning and after it. A phase a
+    method does not have (or a split it did not evaluate) is absent from the JSON, not null."""
+
+    base: Accuracy | None = None
+    prefold: Accuracy | None = None
+    linearized: Accuracy | None = None
+    folded: Accuracy | None = None
+    finetuned: Accuracy | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}

@@ -27,7 +27,7 @@ from torch import nn
 
 from latopt.accel import resolve
 from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_json_atomic
-from latopt.checkpoint import load_checkpoint, make_arch, save_checkpoint
+from latopt.checkpoint import CheckpointMeta, load_checkpoint, make_arch, save_checkpoint
 from latopt.config import RunConfig, dump_config, write_config
 from latopt.data import data_fingerprint, data_meta, load_task, make_loaders
 from latopt.engine import (
@@ -74,10 +74,10 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
         if not Path(checkpoint).is_file():
             raise LatoptError(f"checkpoint {checkpoint} does not exist")
         model, arch, _meta = load_checkpoint(checkpoint, expect_model=cfg.model.name)
-        if arch.get("alpha") or arch.get("fold"):
+        if arch.alpha is not None or arch.fold is not None:
             raise LatoptError(f"checkpoint {checkpoint} is a pre-folded/folded model; give a base checkpoint")
-        if int(arch["num_classes"]) != task.num_classes:
-            raise LatoptError(f"checkpoint {checkpoint} has {arch['num_classes']} classes but task "
+        if arch.num_classes != task.num_classes:
+            raise LatoptError(f"checkpoint {checkpoint} has {arch.num_classes} classes but task "
                               f"{task.name!r} has {task.num_classes}")
     else:
         model = build_model(cfg.model.name, task.num_classes, pretrained=pretrained)
@@ -114,7 +114,7 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
     }
     if accel.is_main:  # under torchrun the other processes hold the same model: rank 0 writes
         with atomic_dir(out_dir) as tmp:
-            meta = {**data_meta(cfg), "seed": seed, "val_acc": metrics["val_acc"], "test_acc": metrics["test_acc"]}
+            meta = CheckpointMeta(**data_meta(cfg), seed=seed, val_acc=metrics["val_acc"], test_acc=metrics["test_acc"])
             save_checkpoint(tmp / BASE_CHECKPOINT, model, arch, meta)
             write_json_atomic(tmp / "metrics.json", metrics)
             write_config(cfg, tmp / "config.yaml")

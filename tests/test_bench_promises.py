@@ -232,10 +232,14 @@ def test_accuracy_record_reads_a_run_directory(tmp_path: Path) -> None:
     digits task): run.json's constraint and confirmation, the paired counts on the whole test split."""
     import torch
 
-    from latopt.checkpoint import make_arch, save_checkpoint
+    from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
     from latopt.config import load_config, write_config
     from latopt.data import load_task
+    from latopt.export import write_export_record
     from latopt.models import build_model
+    from latopt.run.record import BaseStage, SearchPick
+    from latopt.search.record import Confirmation, ConfirmSplit, Rejected
+    from tests.harness.records import export_record
 
     model = "mobilenetv2_035"
     root = tmp_path / "quickstart"
@@ -245,16 +249,20 @@ def test_accuracy_record_reads_a_run_directory(tmp_path: Path) -> None:
         torch.manual_seed(seed)
         m = build_model(model, num_classes=10).eval()
         (root / name).parent.mkdir(parents=True, exist_ok=True)
-        save_checkpoint(root / name, m, make_arch(m, model, 10), {"resolution": 32})
+        save_checkpoint(root / name, m, make_arch(m, model, 10), CheckpointMeta(resolution=32))
     confirm = {"n": 180, "lost": 2, "won": 1, "drop": 1 / 180, "bound": 0.02, "level": 0.95, "passed": False}
-    run = {"schema": "latopt.run/2", "stages": {
-        "base": {"checkpoint": "base/base.pt", "test_acc": 0.1},
-        "search": {"trial": 1, "checkpoint": str(root / "search/trial-1/folded.pt"), "fold_set": {"2": "full"},
-                   "max_acc_drop": 0.01, "confirm": confirm, "rejected": [{"trial": 2}],
-                   "confirm_split": {"n_confirmation": 180, "confirmation_sha256": "x"}}}}
+    split = ConfirmSplit(seed=0, n_selection=180, n_confirmation=180, level=0.95, method="exact-binomial",
+                         confirmation_sha256="x")
+    search = SearchPick(trial=1, checkpoint=str(root / "search/trial-1/folded.pt"), fold_set={"2": "full"},
+                        max_acc_drop=0.01, confirm=Confirmation(**confirm), rejected=[Rejected(trial=2)],
+                        confirm_split=split)
+    run = {"schema": "latopt.run/2", "stages": {"base": BaseStage(checkpoint="base/base.pt", test_acc=0.1).to_json(),
+                                                 "search": search.to_json()}}
     (root / "run.json").write_text(json.dumps(run))
-    (root / "export").mkdir()
-    (root / "export" / "export.json").write_text(json.dumps({"accuracy": {"test_acc": 0.11}}))
+    acc = export_record().accuracy
+    assert acc is not None
+    write_export_record(root / "export" / "export.json",
+                        export_record(accuracy=acc.model_copy(update={"test_acc": 0.11})))
     rec = bp.accuracy_record(root, "quickstart", 0)
     n = len(load_task(cfg).test)
     assert rec["test"]["n"] == n and rec["recommended"] == "fold" and rec["trial"] == 1

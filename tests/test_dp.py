@@ -435,7 +435,7 @@ def test_run_dp_writes_a_fold_that_export_ships(tiny: dict, tmp_path: Path) -> N
     assert r.selection.predicted_ms <= 0.55 * r.selection.asis_ms and plan
     assert r.fold_check.passed and r.fold_check.max_rel <= 1e-4
     model, arch, meta = load_checkpoint(out / "folded.pt")
-    assert {int(k): v for k, v in arch["fold"]["plan"].items()} == plan and meta["plan"] == r.folded
+    assert arch.fold is not None and {int(k): v for k, v in arch.fold.plan.items()} == plan and meta.plan == r.folded
     assert [b.index for b in find_blocks(model)] == list(range(17))  # dropped blocks keep their number
     assert json.loads((out / "report.json").read_text())["schema"] == "latopt.dp_report/1"
     assert "changed" in (out / "report.txt").read_text()
@@ -658,7 +658,7 @@ def test_plans_with_spans_are_exported_merged_and_gated(tiny: dict, tmp_path: Pa
     result = run_dp(tiny["cfg"], tiny["ckpt"], tmp_path / "dp", lut=lut, budget=0.45, importance="uniform",
                     progress=False)
     spans = result.report.spans
-    assert spans and load_checkpoint(tmp_path / "dp" / "folded.pt")[1]["fold"]["spans"] == spans
+    assert spans and load_checkpoint(tmp_path / "dp" / "folded.pt")[1].fold.spans == spans
     assert main(["export", "--checkpoint", str(tmp_path / "dp" / "folded.pt"), "--no-measure",
                  "--out", str(tmp_path / "d"), "-q"]) == 0
     exp = json.loads((tmp_path / "d" / "export.json").read_text())

@@ -11,7 +11,7 @@ from sklearn.datasets import load_digits
 
 from latopt.cli import main
 from latopt.data import split_indices
-from latopt.exact.mlp import SPLIT, load_mlp, load_split, save_mlp, split_of
+from latopt.exact.mlp import SPLIT, MlpMeta, load_mlp, load_split, save_mlp, split_of
 
 
 @pytest.fixture(scope="module")
@@ -114,10 +114,10 @@ def test_mlp_split_is_the_cnn_split_and_older_checkpoints_get_no_accuracy(tmp_pa
     np.testing.assert_array_equal(sp.x_test, (d.data[test] / 16).astype(np.float32))  # the CNN tasks' test digits
     np.testing.assert_array_equal(sp.y_train, d.target[np.sort(np.concatenate([train, val]))])  # train + val
     assert len(sp.y_test) == 360 and len(sp.y_train) == 1437 and sp.box == (0.0, 1.0)
-    assert split_of({"data": "digits", "split": SPLIT, "split_seed": 3}).y_test.tolist() == sp.y_test.tolist()
-    assert split_of({"data": "digits", "split_seed": 3}) is None and split_of({"data": "random"}) is None
+    assert split_of(MlpMeta(data="digits", split=SPLIT, split_seed=3)).y_test.tolist() == sp.y_test.tolist()
+    assert split_of(MlpMeta(data="digits", split_seed=3)) is None and split_of(MlpMeta(data="random")) is None
     old = save_mlp(tmp_path / "old.pt", torch.nn.Sequential(torch.nn.Linear(64, 4), torch.nn.ReLU(), torch.nn.Linear(4, 10)),
-                   {"data": "digits", "split_seed": 0, "box": [0.0, 1.0]})  # made before meta["split"]
+                   MlpMeta(data="digits", split_seed=0, box=[0.0, 1.0]))  # made before meta.split
     assert main(["compress", str(old), "--samples", "200", "--out", str(tmp_path / "c")]) == 0
     out, err = capsys.readouterr()
     assert "older digits split: no test accuracy" in out + err

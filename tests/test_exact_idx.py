@@ -68,12 +68,12 @@ def test_train_mlp_records_the_split(idx_dir, trained, capsys):
     model, meta = load_mlp(trained)
     assert [m.in_features for m in model if isinstance(m, torch.nn.Linear)][0] == 784
     assert model[-1].out_features == 10
-    assert meta["data"] == "fashion-mnist" and meta["split"] == IDX_SPLIT and meta["split_seed"] == 1
-    assert meta["data_dir"] == str(d.resolve()) and meta["box"] == [0.0, 1.0] and meta["epochs"] == 4
+    assert meta.data == "fashion-mnist" and meta.split == IDX_SPLIT and meta.split_seed == 1
+    assert meta.data_dir == str(d.resolve()) and meta.box == [0.0, 1.0] and meta.epochs == 4
     tr, va = split_train_val(N_TRAIN, 1)
-    assert meta["train_images"] == len(tr) == N_TRAIN - 6 and meta["test_images"] == N_TEST
-    assert "outside the validation split" in meta["split_detail"] and "split_seed 1" in meta["split_detail"]
-    assert 0 <= meta["val_acc"] <= 1 and 0 <= meta["test_acc"] <= 1
+    assert meta.train_images == len(tr) == N_TRAIN - 6 and meta.test_images == N_TEST
+    assert "outside the validation split" in meta.split_detail and "split_seed 1" in meta.split_detail
+    assert 0 <= meta.val_acc <= 1 and 0 <= meta.test_acc <= 1
     # the split the checkpoint names: the non-validation training images /255, flattened; the test images
     sp = split_of(meta)
     np.testing.assert_array_equal(sp.x_train, arrays["train_images"][tr].reshape(len(tr), 784) / np.float32(255))
@@ -103,11 +103,11 @@ def test_compress_checks_in_float64_and_reports_test_accuracy(trained, tmp_path,
     assert acc["data"] == "fashion-mnist" and acc["test_points"] == N_TEST
     assert acc["before"] == acc["after"] and acc["prediction_changes"] == 0
     model, meta = load_mlp(trained)
-    assert acc["before"] == pytest.approx(meta["test_acc"])
+    assert acc["before"] == pytest.approx(meta.test_acc)
     comp, cmeta = load_mlp(out / "compressed.pt")
     sizes = [m.out_features for m in comp if isinstance(m, torch.nn.Linear)]
     assert sum(sizes[:-1]) == rep["compression"]["hidden_units_after"] <= 14
-    assert cmeta["data"] == "fashion-mnist" and cmeta["box"] == [0.0, 1.0]
+    assert cmeta.data == "fashion-mnist" and cmeta.box == [0.0, 1.0]
     # the compressed network equals the original on the test images too (float64)
     x = torch.as_tensor(split_of(meta).x_test, dtype=torch.float64)
     with torch.no_grad():
@@ -124,7 +124,7 @@ def test_compress_finds_moved_files_by_latopt_data_and_refuses_other_files(idx_d
     shutil.copy(trained, moved)
     _, meta = load_mlp(moved)
     # the recorded directory is gone: LATOPT_DATA/fashion-mnist holds the same files
-    meta_gone = {**meta, "data_dir": str(tmp_path / "gone")}
+    meta_gone = meta.model_copy(update={"data_dir": str(tmp_path / "gone")})
     monkeypatch.setenv("LATOPT_DATA", str(tmp_path / "data"))
     shutil.copytree(d, tmp_path / "data" / "fashion-mnist")
     assert split_of(meta_gone).y_test.tolist() == split_of(meta).y_test.tolist()
@@ -150,8 +150,8 @@ def test_latopt_data_mnist_and_the_default_epochs(tmp_path, monkeypatch):
     assert main(["train-mlp", "--data", "mnist", "--hidden", "4", "--out", str(ck)]) == 0
     _, meta = load_mlp(ck)
     assert DEFAULT_EPOCHS == {"digits": 600, "fashion-mnist": 120, "mnist": 120}
-    assert meta["data"] == "mnist" and meta["epochs"] == 120 and meta["split"] == IDX_SPLIT
-    assert meta["data_dir"] == str((tmp_path / "data" / "mnist").resolve())
+    assert meta.data == "mnist" and meta.epochs == 120 and meta.split == IDX_SPLIT
+    assert meta.data_dir == str((tmp_path / "data" / "mnist").resolve())
     assert len(load_split("mnist", 0).y_test) == N_TEST
 
 

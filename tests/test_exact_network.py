@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from latopt.errors import LatoptError
-from latopt.exact.mlp import build_mlp, load_mlp, save_mlp
+from latopt.exact.mlp import MlpMeta, build_mlp, load_mlp, save_mlp
 from latopt.exact.network import Box, from_module
 
 pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
@@ -74,9 +74,9 @@ def test_box_corners_and_sampling():
 def test_checkpoint_roundtrip_and_bad_files(tmp_path):
     torch.manual_seed(0)
     m = build_mlp([4, 6, 2]).eval()
-    p = save_mlp(tmp_path / "a.pt", m, {"note": "x"})
+    p = save_mlp(tmp_path / "a.pt", m, MlpMeta(note="x"))   # an extra key is kept as it is
     m2, meta = load_mlp(p)
-    assert meta == {"note": "x"}
+    assert meta == MlpMeta(note="x") and meta.plain() == {"note": "x"}
     for a, b in zip(m.state_dict().values(), m2.state_dict().values(), strict=True):
         assert torch.equal(a, b)
 

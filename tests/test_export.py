@@ -10,7 +10,7 @@ import onnx
 import pytest
 import torch
 
-from latopt.checkpoint import make_arch, save_checkpoint
+from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import VerificationError
 from latopt.export.options import CheckOptions
@@ -34,7 +34,7 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
             mod.weight.data.uniform_(0.5, 1.0)
             mod.bias.data.uniform_(-0.2, 0.2)
     path = tmp_path_factory.mktemp("ckpt") / "base.pt"
-    save_checkpoint(path, m, make_arch(m, MODEL, 10), {"resolution": RES})
+    save_checkpoint(path, m, make_arch(m, MODEL, 10), CheckpointMeta(resolution=RES))
     return path
 
 
@@ -194,16 +194,20 @@ def test_export_paper_mode_checks_blocks_away_from_the_border(ckpt: Path, tmp_pa
 
 
 def test_export_resolution_comes_from_the_checkpoint_record() -> None:
+    from latopt.checkpoint import read_arch
     from latopt.errors import LatoptError
     from latopt.export.plan import export_resolution
 
-    folded = {"fold": {"input_size": [48, 48]}}
-    assert export_resolution(folded, {"resolution": 32}, None) == 48  # an exact fold's own size first
-    assert export_resolution({}, {"resolution": 32}, None) == 32
-    assert export_resolution({}, {"resolution": 32}, 64) == 64
-    # only meta["resolution"] (latopt.data.data_meta) is read: nothing writes a "config" record into meta
+    unfolded = read_arch({"model": MODEL, "num_classes": 10})
+    folded = read_arch({"model": MODEL, "num_classes": 10,
+                        "fold": {"mode": "exact", "input_size": [48, 48], "plan": {"1": "full"}}})
+    at_32 = CheckpointMeta(resolution=32)
+    assert export_resolution(folded, at_32, None) == 48  # an exact fold's own size first
+    assert export_resolution(unfolded, at_32, None) == 32
+    assert export_resolution(unfolded, at_32, 64) == 64
+    # only meta.resolution (latopt.data.data_meta) is read: a "config" record kept in meta is not
     with pytest.raises(LatoptError, match="does not record its input resolution"):
-        export_resolution({}, {"config": {"data": {"resolution": 32}}}, None)
+        export_resolution(unfolded, CheckpointMeta(config={"data": {"resolution": 32}}), None)
 
 
 def test_a_stale_engine_never_outlives_a_new_export_and_out_dot_is_refused_first(

@@ -20,27 +20,11 @@ from latopt.export.record import (
     read_export_record,
     write_export_record,
 )
-
-
-def _record(**over: Any) -> ExportRecord:
-    gate = GateRecord(name="ONNX Runtime vs PyTorch", max_abs=1e-6, scale=2.0, rel=5e-7, tol=1e-4, samples=4,
-                      inputs="random-normal", floor=None, roundoff=1.0, passed=True)
-    lat = LatencySection(as_is_ms=2.0, as_is_iqr_ms=0.1, folded_ms=1.0, folded_iqr_ms=0.1, speedup=2.0,
-                         speedup_range=[1.8, 2.2], repeats=Repeats(as_is=5, folded=5), precision="fp32", batch=1,
-                         clock="wall")
-    fields: dict[str, Any] = dict(
-        checkpoint="runs/x/folded.pt", device="cpu", model="mobilenetv2_035", resolution=32, mode="exact",
-        precision="fp32", folded={"1": "full", "3": "full"}, spans=[],
-        bias_maps=BiasMapsSection(form="deferred", chains=[[1], [3]], adds_per_block=2, adds_deferred=2, adds_saved=0),
-        notes=["a note"], accuracy_gate=True, accuracy_gate_reason=None, timing_only=False, gates=[gate],
-        accuracy=AccuracySection(task="digits", samples=100, test_acc=0.9, engine_test_acc=None, recorded=0.9,
-                                 recorded_at="meta.acc.finetuned", gated=True, tolerance=0.01),
-        latency=lat, files=["model.onnx"])
-    return ExportRecord(**(fields | over))
+from tests.harness.records import export_record
 
 
 def test_a_written_export_json_reads_back_into_the_same_record(tmp_path: Path) -> None:
-    rec = _record()
+    rec = export_record()
     path = write_export_record(tmp_path / "export.json", rec)
     data = json.loads(path.read_text())
     assert data["schema"] == EXPORT_SCHEMA and data == rec.to_json()
@@ -53,12 +37,12 @@ def test_a_written_export_json_reads_back_into_the_same_record(tmp_path: Path) -
 
 
 def test_the_lut_keys_are_written_all_together(tmp_path: Path) -> None:
-    lat = _record().latency
+    lat = export_record().latency
     assert lat is not None
     with_lut = LatencySection(**(lat.model_dump() | dict(lut_as_is_ms=2.2, lut_folded_ms=1.0, lut_error_as_is=0.1,
                                                         lut_error_folded=0.0, lut_speedup=2.2, lut_speedup_error=0.1,
                                                         lut_created=None)))
-    data = json.loads(write_export_record(tmp_path / "e.json", _record(latency=with_lut)).read_text())
+    data = json.loads(write_export_record(tmp_path / "e.json", export_record(latency=with_lut)).read_text())
     assert data["latency"]["lut_created"] is None and data["latency"]["lut_speedup"] == 2.2
     assert read_export_record(tmp_path / "e.json").latency == with_lut
 
@@ -71,9 +55,9 @@ def test_the_lut_keys_are_written_all_together(tmp_path: Path) -> None:
     (lambda d: d.update(schema="latopt.export/0"), "has schema 'latopt.export/0'"),
 ])
 def test_an_export_json_that_is_not_a_record_is_refused_in_one_line(tmp_path: Path, edit: Any, said: str) -> None:
-    lat = _record().latency
+    lat = export_record().latency
     assert lat is not None
-    rec = _record(latency=LatencySection(**(lat.model_dump() | dict(
+    rec = export_record(latency=LatencySection(**(lat.model_dump() | dict(
         lut_as_is_ms=2.2, lut_folded_ms=1.0, lut_error_as_is=0.1, lut_error_folded=0.0, lut_speedup=2.2,
         lut_speedup_error=0.1, lut_created="2026-01-01"))))
     data = rec.to_json()

@@ -18,7 +18,14 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
-from latopt.checkpoint import load_checkpoint, make_arch, recorded_test_acc, save_checkpoint
+from latopt.checkpoint import (
+    CheckpointMeta,
+    FoldArch,
+    load_checkpoint,
+    make_arch,
+    recorded_test_acc,
+    save_checkpoint,
+)
 from latopt.cli import main
 from latopt.config import load_config
 from latopt.engine import evaluate
@@ -27,6 +34,7 @@ from latopt.export import checkpoint_task, noise_floor, onnx_gate, torch_out
 from latopt.latency.onnx_io import export_onnx
 from latopt.layerfold import run_fold
 from latopt.models import build_model
+from latopt.records import Accuracies
 from latopt.train import train_base
 
 MODEL = "mobilenetv2_035"
@@ -73,7 +81,7 @@ def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_a_fold_that_folded_nothing_is_exported_as_it_is(runs: dict, tmp_path: Path,
                                                          check_fold_structure) -> None:
     _, arch, meta = load_checkpoint(runs["nothing"])
-    assert arch["fold"] == {"mode": "exact", "input_size": [RES, RES], "plan": {}}  # folded, with nothing folded
+    assert arch.fold == FoldArch(mode="exact", input_size=[RES, RES], plan={})  # folded, with nothing folded
     out = tmp_path / "nothing"
     assert _export(runs["nothing"], out) == 0  # no --fold, as `latopt run` exports its recommended trial
     rec = json.loads((out / "export.json").read_text())
@@ -144,7 +152,7 @@ def test_the_untampered_folded_checkpoint_passes_every_gate(runs: dict, tmp_path
     assert _export(runs["some"], tmp_path / "ok") == 0
     rec = json.loads((tmp_path / "ok" / "export.json").read_text())
     _, arch, _ = load_checkpoint(runs["some"])
-    assert rec["folded"] == arch["fold"]["plan"] != {}               # the checkpoint's own plan, shipped
+    assert arch.fold is not None and rec["folded"] == arch.fold.plan != {}               # the checkpoint's own plan, shipped
     check_fold_structure(tmp_path / "ok" / "model.onnx", MODEL, 10, rec["folded"])
     assert all(g["passed"] for g in rec["gates"]) and rec["accuracy"]["gated"]
     onnx_gate_rec = next(g for g in rec["gates"] if g["name"].startswith("ONNX Runtime"))
@@ -179,15 +187,16 @@ def test_export_counts_and_sizes_are_bounded(runs: dict, tmp_path: Path, capsys:
 
 
 @pytest.mark.parametrize("meta,what", [
-    ({"split_seed": "x"}, "data record is malformed"), ({"max_samples": 0}, "data record is malformed"),
-    ({"task": 7}, "data record is malformed"), ({"resolution": "abc"}, "meta resolution"),
-    ({"resolution": 100000}, "too large"), ({"test_acc": "high"}, "recorded test accuracy"),
+    ({"split_seed": "x"}, "'split_seed'"), ({"max_samples": 0}, "'max_samples'"), ({"task": 7}, "'task'"),
+    ({"resolution": "abc"}, "'resolution'"), ({"resolution": 100000}, "'resolution'"), ({"test_acc": "high"}, "'test_acc'"),
+    ({"acc": {"finetuned": 2}}, "'acc.finetuned'"), ({"plan": {"01": "full"}}, "'plan'"),
 ])
 def test_hand_edited_meta_is_one_line_exit_2(runs: dict, tmp_path: Path, edit_checkpoint,
                                             capsys: pytest.CaptureFixture[str], meta: dict, what: str) -> None:
     path = edit_checkpoint(runs["base"], tmp_path / "edited.pt", lambda d: d["meta"].update(meta))
-    assert _export(path, tmp_path / "o") == 2
-    assert what in _one_error_line(capsys) and not (tmp_path / "o").exists()
+    assert _export(path, tmp_path / "o") == 2   # the record is read in one place: each field named, exit 2
+    line = _one_error_line(capsys)
+    assert "meta field" in line and what in line and not (tmp_path / "o").exists()
 
 
 def test_inspect_and_profile_resolution_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -315,14 +324,18 @@ def test_fp16_engine_gate_scales_the_noise_floor_by_fp16_roundoff() -> None:
     assert fp32.tol == max(TOL_ENGINE["fp32"], NOISE_K * floor) and not fp32.passed
 
 
-def test_recorded_accuracy_where_each_checkpoint_keeps_it(tmp_path: Path) -> None:
-    assert recorded_test_acc({"test_acc": 0.5}) == (0.5, "meta.test_acc")
-    assert recorded_test_acc({"test_acc": 0.4, "acc": {"base": 0.4, "finetuned": 0.6}}) == (0.6, "meta.acc.finetuned")
-    assert recorded_test_acc({"plan": {}}) is None
+def test_recorded_accuracy_where_each_checkpoint_keeps_it(tmp_path: Path, edit_checkpoint) -> None:
+    assert recorded_test_acc(CheckpointMeta(test_acc=0.5)) == (0.5, "meta.test_acc")
+    fold_meta = CheckpointMeta(test_acc=0.4, acc=Accuracies(base=0.4, finetuned=0.6))
+    assert recorded_test_acc(fold_meta) == (0.6, "meta.acc.finetuned")
+    assert recorded_test_acc(CheckpointMeta(plan={})) is None
     m = build_model(MODEL, 10)
-    path = save_checkpoint(tmp_path / "x.pt", m, make_arch(m, MODEL, 10), {"test_acc": "high"})
-    with pytest.raises(LatoptError, match="recorded test accuracy"):
-        recorded_test_acc(load_checkpoint(path)[2])
+    path = save_checkpoint(tmp_path / "x.pt", m, make_arch(m, MODEL, 10), CheckpointMeta(test_acc=0.5))
+    # an edited file, its digest recomputed: refused when it is read
+    edit_checkpoint(path, path, lambda d: d["meta"].update(test_acc="high"))
+    with pytest.raises(LatoptError, match="test_acc") as e:
+        load_checkpoint(path)
+    assert "meta field" in str(e.value) and "a number" in str(e.value)
 
 
 # ----------------------------------------------------------------------------- the engine branch, without a GPU
@@ -584,7 +597,7 @@ def test_a_checkpoint_with_invalid_values_is_refused_everywhere(tmp_path: Path, 
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     model = build_model(MODEL, 10)
     good = save_checkpoint(tmp_path / "good.pt", model, make_arch(model, MODEL, 10),
-                           {"task": "digits", "resolution": RES, "max_samples": 96})
+                           CheckpointMeta(task="digits", resolution=RES, max_samples=96))
     bad = edit_checkpoint(good, tmp_path / "bad.pt", lambda d: edit(d["state_dict"]))   # SHA-256 recomputed
     with pytest.raises(LatoptError, match=r"non-finite values|negative batch-norm running variance"):
         load_checkpoint(bad)

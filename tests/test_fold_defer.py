@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from latopt.blocks import find_blocks
-from latopt.checkpoint import make_arch, save_checkpoint
+from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import VerificationError
 from latopt.export.options import CheckOptions
@@ -126,7 +126,7 @@ EXPORT_FOLD = "1,2,3,5,6,8"   # chains [1, 2, 3], [5, 6], [8]; blocks 4, 7, 9, .
 @pytest.fixture(scope="module")
 def ckpt(model: nn.Module, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("defer") / "base.pt"
-    save_checkpoint(path, model, make_arch(model, MODEL, 10), {"resolution": RES})
+    save_checkpoint(path, model, make_arch(model, MODEL, 10), CheckpointMeta(resolution=RES))
     return path
 
 

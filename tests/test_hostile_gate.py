@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from latopt.checkpoint import make_arch, save_checkpoint
+from latopt.checkpoint import CheckpointMeta, FoldHow, make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import LatoptError
 from latopt.models import build_model
+from latopt.records import Accuracies
 from tests.test_export_safety import _StandInEngine, stand_in_trt  # noqa: F401  (a fixture, used by name)
 
 MODEL = "mobilenetv2_035"
@@ -64,13 +65,13 @@ def ck(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         if isinstance(mod, torch.nn.BatchNorm2d):
             mod.running_mean.uniform_(-0.3, 0.3)
             mod.running_var.uniform_(0.5, 1.5)
-    task = checkpoint_task(META, RES)
+    task = checkpoint_task(CheckpointMeta(**META), RES)
     acc = evaluate(model, torch.utils.data.DataLoader(task.test, batch_size=256))
-    base = save_checkpoint(root / "base.pt", model, make_arch(model, MODEL, 10), {**META, "test_acc": acc})
+    base = save_checkpoint(root / "base.pt", model, make_arch(model, MODEL, 10), CheckpointMeta(**META, test_acc=acc))
     # a fold that folded nothing (exact mode, 16x16): exported as it is, at its own size
     nothing = save_checkpoint(root / "nothing.pt", model,
-                              make_arch(model, MODEL, 10, fold={"mode": "exact", "input_size": [RES, RES]}),
-                              {**META, "acc": {"finetuned": acc}})
+                              make_arch(model, MODEL, 10, fold=FoldHow("exact", [RES, RES])),
+                              CheckpointMeta(**META, acc=Accuracies(finetuned=acc)))
     lut = _lut(root / "lut.json")
     (root / "c.yaml").write_text(CONFIG)
     plan = write_plan(root / "plan.json", plan_only(load_config(root / "c.yaml"), lut, budget=0.55,

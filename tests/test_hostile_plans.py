@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from latopt.checkpoint import load_checkpoint, make_arch, save_checkpoint
+from latopt.checkpoint import CheckpointMeta, FoldHow, load_checkpoint, make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.config import load_config
 from latopt.dp import plan_only, read_plan, write_plan
@@ -36,7 +36,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     plan = plan_only(load_config("quickstart", TINY), lut, budget=0.45, importance="uniform", progress=False)
     assert plan.spans and len(plan.blocks) == N_BLOCKS
     model = build_model(MODEL, 10).eval()
-    ckpt = save_checkpoint(root / "base.pt", model, make_arch(model, MODEL, 10), {"resolution": 16})
+    ckpt = save_checkpoint(root / "base.pt", model, make_arch(model, MODEL, 10), CheckpointMeta(resolution=16))
     return {"root": root, "record": plan, "plan": plan.to_json(), "ckpt": ckpt}
 
 
@@ -298,8 +298,8 @@ def test_build_plan_checks_the_span_kernels_of_a_plan_and_of_a_folded_checkpoint
     # a folded checkpoint's recorded spans (arch.fold.spans) are checked the same way
     a, b, k = plan.spans[0]
     folded = fold_blocks(build_model(MODEL, 10).eval(), variants, mode="exact", input_size=(16, 16)).eval()
-    fold = {"mode": "exact", "input_size": [16, 16], "spans": [[a, b, _forged(k)]]}
-    ckpt = save_checkpoint(tmp_path / "folded.pt", folded, make_arch(folded, MODEL, 10, fold=fold), {"resolution": 16})
+    fold = FoldHow("exact", [16, 16], [[a, b, _forged(k)]])
+    ckpt = save_checkpoint(tmp_path / "folded.pt", folded, make_arch(folded, MODEL, 10, fold=fold), CheckpointMeta(resolution=16))
     with pytest.raises(LatoptError) as e:
         build_plan(ckpt, load_checkpoint(ckpt), fold=None, lut=None, res=16)
     assert f"span {a}-{b}" in str(e.value) and e.value.param == "checkpoint", str(e.value)

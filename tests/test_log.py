@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from latopt import log
-from latopt.checkpoint import make_arch, save_checkpoint
+from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
 from latopt.cli import build_parser, main
 from latopt.engine import Report, Step, cross_entropy_loss, fit
 from latopt.latency.devices import load_device
@@ -66,7 +66,7 @@ def test_cli_results_on_stdout_progress_on_stderr_and_quiet(capsys: pytest.Captu
 
 def test_export_progress_on_stderr_files_on_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     m = build_model("mobilenetv2_035", num_classes=10)
-    ckpt = save_checkpoint(tmp_path / "base.pt", m, make_arch(m, "mobilenetv2_035", 10), {"resolution": 16})
+    ckpt = save_checkpoint(tmp_path / "base.pt", m, make_arch(m, "mobilenetv2_035", 10), CheckpointMeta(resolution=16))
     out_dir = tmp_path / "out"
     assert main(["export", "--no-accuracy-gate", "--checkpoint", str(ckpt), "--fold", "all", "--samples", "4", "--no-measure",
                  "--out", str(out_dir)]) == 0

@@ -10,7 +10,17 @@ import pytest
 import torch
 from torch import nn
 
-from latopt.checkpoint import checkpoint_digest, load_checkpoint, make_arch, save_checkpoint
+from latopt.checkpoint import (
+    AlphaArch,
+    CheckpointMeta,
+    FoldArch,
+    FoldHow,
+    checkpoint_digest,
+    load_checkpoint,
+    make_arch,
+    read_arch,
+    save_checkpoint,
+)
 from latopt.cli import main
 from latopt.errors import LatoptError, VerificationError
 from latopt.fold import alpha_parameters, fold_blocks, get_alphas, install_alpha, randomize_bn_
@@ -124,12 +134,12 @@ def test_round_trip_alpha_model(tmp_path: Path) -> None:
         with torch.no_grad():
             p.fill_(i / 20)
     arch = make_arch(m, "mobilenetv2_035", 10)
-    assert arch["alpha"] == {"granularity": "block", "blocks": list(range(17))} and arch["fold"] is None
-    path = save_checkpoint(tmp_path / "a.pt", m, arch, {"val_acc": 0.5})
+    assert arch.alpha == AlphaArch(granularity="block", blocks=list(range(17))) and arch.fold is None
+    path = save_checkpoint(tmp_path / "a.pt", m, arch, CheckpointMeta(val_acc=0.5))
     rng = torch.get_rng_state()
     m2, arch2, meta = load_checkpoint(path, expect_model="timm/mobilenetv2_035")
     assert torch.equal(rng, torch.get_rng_state())  # loading does not disturb the global RNG
-    assert arch2 == arch and meta == {"val_acc": 0.5}
+    assert arch2 == arch and meta == CheckpointMeta(val_acc=0.5)
     assert get_alphas(m2) == get_alphas(m)
     assert len(alpha_parameters(m2)) == 17  # still one shared α per block
     _same_outputs(m, m2, 40)
@@ -146,7 +156,7 @@ def test_round_trip_folded_model(tmp_path: Path, name: str, mode: str, plan) -> 
     install_alpha(m, [1, 2, 3, 4, 6], "activation")
     f = fold_blocks(m, plan, mode, (40, 40))
     arch = make_arch(f, name, 10)
-    assert arch["fold"]["mode"] == mode and arch["fold"]["input_size"] == [40, 40]
+    assert arch.fold is not None and arch.fold.mode == mode and arch.fold.input_size == [40, 40]
     path = save_checkpoint(tmp_path / "f.pt", f, arch)
     f2, arch2, _ = load_checkpoint(path)
     assert arch2 == arch and get_alphas(f2) == get_alphas(f)
@@ -183,11 +193,11 @@ def test_save_refuses_inconsistent_arch_and_writes_nothing(tmp_path: Path) -> No
     m = build_model("mobilenetv2_035", 10)
     install_alpha(m, [2])
     with pytest.raises(LatoptError, match="does not describe the model"):
-        save_checkpoint(tmp_path / "x.pt", m, {"model": "mobilenetv2_035", "num_classes": 10, "alpha": None, "fold": None})
+        save_checkpoint(tmp_path / "x.pt", m, read_arch({"model": "mobilenetv2_035", "num_classes": 10}))
     with pytest.raises(LatoptError, match="not JSON-able"):
-        save_checkpoint(tmp_path / "x.pt", m, make_arch(m, "mobilenetv2_035", 10), {"bad": object()})
+        save_checkpoint(tmp_path / "x.pt", m, make_arch(m, "mobilenetv2_035", 10), CheckpointMeta(bad=object()))
     with pytest.raises(LatoptError, match="unknown model"):
-        save_checkpoint(tmp_path / "x.pt", m, {"model": "vgg", "num_classes": 10})
+        read_arch({"model": "vgg", "num_classes": 10})
     assert list(tmp_path.iterdir()) == []
 
 
@@ -195,24 +205,24 @@ def test_empty_fold_plan_is_saved_as_folded_not_unfolded(tmp_path: Path) -> None
     m = randomize_bn_(build_model("mobilenetv2_035", 10), 0)
     f = fold_blocks(m, {}, "exact", (32, 32))
     # the network holds no trace of a fold that folded nothing: the caller says how it folded
-    assert make_arch(f, "mobilenetv2_035", 10)["fold"] is None
-    how = {"mode": "exact", "input_size": [32, 32]}
+    assert make_arch(f, "mobilenetv2_035", 10).fold is None
+    how = FoldHow("exact", [32, 32])
     arch = make_arch(f, "mobilenetv2_035", 10, fold=how)
-    assert arch["fold"] == {"mode": "exact", "input_size": [32, 32], "plan": {}}
+    assert arch.fold == FoldArch(mode="exact", input_size=[32, 32], plan={})
     assert not hasattr(f, "latopt_fold")  # nothing hung on the module
     f2, arch2, _ = load_checkpoint(save_checkpoint(tmp_path / "f.pt", f, arch))
     assert arch2 == arch and make_arch(f2, "mobilenetv2_035", 10, fold=how) == arch
     _same_outputs(f, f2, 32)
     g = fold_blocks(m, {1: "full"}, "exact", (32, 32))  # a folded block cannot be saved as unfolded, nor as nothing
-    for fold in (None, arch["fold"]):
+    for fold in (None, arch.fold):
         with pytest.raises(LatoptError, match=r"arch\['fold'\].*does not describe the model"):
-            save_checkpoint(tmp_path / "x.pt", g, {**arch, "fold": fold})
+            save_checkpoint(tmp_path / "x.pt", g, arch.model_copy(update={"fold": fold}))
 
 
 def test_digest_detects_a_corrupted_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                edit_checkpoint) -> None:
     m = build_model("mobilenetv2_035", 10)
-    good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10), {"test_acc": 0.5})
+    good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10), CheckpointMeta(test_acc=0.5))
     data = torch.load(good, weights_only=True)
     assert data["schema"] == "latopt.checkpoint/2"
     assert data["sha256"] == checkpoint_digest(data["arch"], data["meta"], data["state_dict"])

@@ -19,7 +19,7 @@ import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from latopt.checkpoint import make_arch, save_checkpoint
+from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
 from latopt.models import build_model
 from latopt.search._storage import open_storage
 
@@ -42,7 +42,7 @@ def wait_for(cond: Callable[[], object], proc: subprocess.Popen | None, timeout:
 @pytest.fixture(scope="module")
 def base_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     m = build_model(MODEL, num_classes=10)
-    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "base.pt", m, make_arch(m, MODEL, 10), {"resolution": 16})
+    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "base.pt", m, make_arch(m, MODEL, 10), CheckpointMeta(resolution=16))
 
 
 def test_sigterm_raises_once_and_restores_the_handler() -> None:

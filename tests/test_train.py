@@ -102,7 +102,7 @@ def test_train_base_writes_checkpoint_metrics_config(tiny: dict) -> None:
     assert len(saved["history"]) == 1 and {"loss", "train_acc", "val_acc", "lr"} <= saved["history"][0].keys()
     assert 0.0 <= m["test_acc"] <= 1.0 and m["flops"] > 0 and m["params"] > 0
     model, arch, meta = load_checkpoint(base / "base.pt", expect_model=MODEL)
-    assert arch["alpha"] is None and arch["fold"] is None and meta["task"] == "digits"
+    assert arch.alpha is None and arch.fold is None and meta.task == "digits"
     _, _, test = make_loaders(load_task(tiny["cfg"]), 32)
     assert evaluate(model, test) == pytest.approx(m["test_acc"])
     assert load_config(base / "config.yaml") == tiny["cfg"]
@@ -168,7 +168,7 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
     assert acc.folded == pytest.approx(acc.linearized)
     assert r.flops.folded != r.flops.base and r.latency_pred_ms.asis is None and r.latency_pred_ms.folded is None
     model, arch, meta = load_checkpoint(out / "folded.pt", expect_model=MODEL)
-    assert arch["fold"]["mode"] == "exact" and arch["fold"]["plan"] == r.folded
+    assert arch.fold is not None and arch.fold.mode == "exact" and arch.fold.plan == r.folded
     _, val, test = make_loaders(load_task(cfg), 32)
     assert evaluate(model, test) == pytest.approx(acc.finetuned)
     assert evaluate(model, val) == pytest.approx(r.val_acc_finetuned)

@@ -176,14 +176,15 @@ def checkpoint(q: Queue, key: str) -> tuple[Path, str]:
     if not path.is_file():
         import torch
 
-        from latopt.checkpoint import make_arch, save_checkpoint
+        from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
         from latopt.fold import randomize_bn_
         from latopt.models import build_model
 
         torch.manual_seed(0)
         m = build_model(spec["model"], num_classes=spec["num_classes"]).eval()
         randomize_bn_(m, seed=0)
-        save_checkpoint(path, m, make_arch(m, spec["model"], spec["num_classes"]), {"resolution": spec["resolution"]})
+        save_checkpoint(path, m, make_arch(m, spec["model"], spec["num_classes"]),
+                        CheckpointMeta(resolution=spec["resolution"]))
     return path, "random"
 
 
@@ -212,7 +213,7 @@ def cell_lut(q: Queue, key: str, target: str) -> dict[str, Any]:
     if weights == "trained":
         from latopt.checkpoint import load_checkpoint
 
-        nc = int(load_checkpoint(q.opts.base[key])[1]["num_classes"])
+        nc = load_checkpoint(q.opts.base[key])[1].num_classes
     device = load_device(device_spec(q, target))
     lut = profile_model(spec["model"], device, spec["resolution"], device.batch, variants=VARIANTS, progress=False,
                         num_classes=nc)
@@ -344,30 +345,36 @@ def accuracy_record(root: Path, config: str, seed: int) -> dict[str, Any]:
     shipped file's test accuracy (export/export.json)."""
     from latopt.config import load_config
     from latopt.data import load_task
+    from latopt.export import read_export_record
+    from latopt.run.record import BaseStage, SearchPick
 
-    run = bm.load_json(root / "run.json")["stages"]
-    base, search = run["base"], run["search"]
+    stages = bm.load_json(root / "run.json")["stages"]
+    base, search = BaseStage.read(stages.get("base")), SearchPick.read(stages.get("search"))
+    if base is None or search is None:
+        raise SystemExit(f"{root / 'run.json'}: its base or search stage holds no record; run it again")
 
     def at(p: str) -> Path:
         return Path(p) if Path(p).is_absolute() else root / p
 
     cfg = load_config(root / "config.yaml")
     task = load_task(cfg)
-    base_ok = test_correct(at(base["checkpoint"]), task)
-    trial_ok = base_ok if not search.get("checkpoint") else test_correct(at(search["checkpoint"]), task)
+    base_ok = test_correct(at(base.checkpoint), task)
+    trial_ok = base_ok if not search.checkpoint else test_correct(at(search.checkpoint), task)
     n, lost, won = int(base_ok.size), int((base_ok & ~trial_ok).sum()), int((~base_ok & trial_ok).sum())
-    exp = bm.load_json(root / "export" / "export.json")
-    conf = search.get("confirm") or {}
+    exp = read_export_record(root / "export" / "export.json")
+    conf, split = search.confirm, search.confirm_split
     return {"run_config": config, "seed": seed, "name": cfg.name, "task": cfg.data.task,
-            "max_acc_drop": search["max_acc_drop"], "trial": search.get("trial"),
-            "recommended": "fold" if search.get("checkpoint") else "base",
-            "fold_set": search.get("fold_set") or {}, "note": search.get("note"),
-            "base_test_acc_recorded": base.get("test_acc"), "base_test_acc": float(base_ok.mean()),
+            "max_acc_drop": search.max_acc_drop, "trial": search.trial,
+            "recommended": "fold" if search.checkpoint else "base",
+            "fold_set": search.fold_set, "note": search.note,
+            "base_test_acc_recorded": base.test_acc, "base_test_acc": float(base_ok.mean()),
             "trial_test_acc": float(trial_ok.mean()), "test": {"n": n, "lost": lost, "won": won},
-            "shipped_test_acc": (exp.get("accuracy") or {}).get("test_acc"),
-            "confirm": {k: conf.get(k) for k in ("n", "lost", "won", "drop", "bound", "level", "passed")},
-            "confirm_split": {k: v for k, v in (search.get("confirm_split") or {}).items() if k != "confirmation_sha256"},
-            "rejected": len(search.get("rejected") or [])}
+            "shipped_test_acc": None if exp.accuracy is None else exp.accuracy.test_acc,
+            "confirm": dict.fromkeys(("n", "lost", "won", "drop", "bound", "level", "passed")) if conf is None
+            else conf.model_dump(mode="json"),
+            "confirm_split": {} if split is None
+            else split.model_dump(mode="json", exclude_unset=True, exclude={"confirmation_sha256"}),
+            "rejected": len(search.rejected)}
 
 
 def accuracy(args: argparse.Namespace) -> None:

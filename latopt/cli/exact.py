@@ -116,9 +116,9 @@ def _train(args: argparse.Namespace) -> int:
     path, meta = tools.make_mlp(_parse_hidden(args.hidden), data=args.data, l1=args.l1, epochs=args.epochs,
                                 lr=args.lr, batch=args.batch, inputs=args.inputs, outputs=args.outputs,
                                 seed=args.seed, out=args.out)
-    acc = f", test accuracy {meta['test_acc']:.4f}" if "test_acc" in meta else ""
-    if "val_acc" in meta:
-        acc = f", validation accuracy {meta['val_acc']:.4f}{acc}"
+    acc = "" if meta.test_acc is None else f", test accuracy {meta.test_acc:.4f}"
+    if meta.val_acc is not None:
+        acc = f", validation accuracy {meta.val_acc:.4f}{acc}"
     print(f"saved {path}{acc}")
     return 0
 

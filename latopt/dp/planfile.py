@@ -125,12 +125,9 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
         from latopt.layerfold import check_base
 
         assert base_checkpoint is not None  # importance 'proxy' needs one: checked above
-        base, arch, _ = check_base(cfg, base_checkpoint)
         task = load_task(cfg)
-        if int(arch["num_classes"]) != task.num_classes:
-            raise LatoptError(f"base checkpoint {base_checkpoint} has {arch['num_classes']} classes, task "
-                              f"{task.name!r} has {task.num_classes}")
-        num_classes, task_name = int(arch["num_classes"]), task.name
+        base, arch, _ = check_base(cfg, base_checkpoint, task)
+        num_classes, task_name = arch.num_classes, task.name
         losses = variant_losses(cfg, base, task, cands, method="proxy", seed=seed, progress=progress)
     rounds = cfg.search.budget_rounds if budget_rounds is None else budget_rounds
     plan, sel, loop = meet_budget(lut, losses, budget, rounds=rounds, device=cfg.device, progress=progress)

@@ -46,15 +46,13 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
     check_budget(budget)
     lut_path = str(lut) if isinstance(lut, (str, Path)) else None
     cfg = cfg.with_overrides({"lut": lut_path})
-    base, arch, _ = check_base(cfg, base_checkpoint)
     task = task or load_task(cfg)
-    if int(arch["num_classes"]) != task.num_classes:
-        raise LatoptError(f"base checkpoint has {arch['num_classes']} classes, task {task.name!r} has {task.num_classes}")
+    base, arch, _ = check_base(cfg, base_checkpoint, task)
     if lut_path is not None:
         if not Path(lut_path).is_file():
             raise LatoptError(f"LUT {lut_path} does not exist; profile the device first (latopt profile, with the "
                               "variants full, pw and drop)", param="lut")
-        lut = load_lut(lut_path, model=arch["model"], resolution=cfg.data.resolution, fold_mode=cfg.fold.mode)
+        lut = load_lut(lut_path, model=arch.model, resolution=cfg.data.resolution, fold_mode=cfg.fold.mode)
     assert isinstance(lut, LUT)  # loaded from lut_path, or given as one
     check_blocks(lut, find_blocks(base), lut_path or "the LUT")
     cands = candidates(lut, variants)
@@ -88,7 +86,7 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
     res = cfg.data.resolution
     cost_base, cost_folded = model_cost(base, res), model_cost(folded, res)
     report = DPReport.model_validate({
-        "method": "dp", "model": arch["model"], "task": task.name, "resolution": res,
+        "method": "dp", "model": arch.model, "task": task.name, "resolution": res,
         "seed": seed, "base_checkpoint": str(base_checkpoint), "lut": lut_path, "mode": mode, "distill": distill,
         "importance": source, "budget": budget, "selection": sel, "budget_loop": loop, "losses": {str(b): ls for b, ls in sorted(losses.items())},
         "folded": {str(k): v for k, v in plan.items()}, "n_blocks": len(find_blocks(base)), "n_folded": len(plan),

@@ -33,12 +33,13 @@ import pickle
 import re
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 from sklearn.datasets import load_digits
 from torch import nn
 
@@ -47,16 +48,53 @@ from latopt.data import split_indices
 from latopt.engine import Report, Step, fit, make_optimizer, make_scheduler, seed_everything, tensor_loader
 from latopt.errors import LatoptError, first_line
 from latopt.exact.network import from_module
+from latopt.records import Accuracy, validated
 from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 SCHEMA = "latopt.mlp/1"
 IDX_DATASETS = ("fashion-mnist", "mnist")   # read from IDX files: NAME or NAME:PATH
 DATASETS = ("digits", *IDX_DATASETS)
 DATA_FORMS = "digits, fashion-mnist[:PATH], mnist[:PATH]"
-SPLIT = "digits-60/20/20"  # meta["split"]: train = train + val, test = test of latopt.data.split_indices
-IDX_SPLIT = "idx-train-without-val/test"   # meta["split"] of fashion-mnist/mnist: train = the training images
+SPLIT = "digits-60/20/20"  # meta.split: train = train + val, test = test of latopt.data.split_indices
+IDX_SPLIT = "idx-train-without-val/test"   # meta.split of fashion-mnist/mnist: train = the training images
 # outside latopt.data.mnist.split_train_val's validation split, test = the test images
 DEFAULT_EPOCHS = {"digits": 600, "fashion-mnist": 120, "mnist": 120}   # digits: ~45x fewer images than MNIST
+
+
+class MlpMeta(BaseModel):
+    """How an MLP checkpoint was made (the ``meta`` of a ``latopt.mlp/1`` file): the data set, split and split
+    seed, the recipe, the accuracies, the input box; for IDX sets the directory and test digest
+    (:func:`split_of`); for a compressed or shallow network the file it came from. Every field is optional and
+    typed; other JSON-able keys are kept as they are."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
+
+    data: str | None = None
+    split: str | None = None
+    split_seed: Annotated[int, Field(ge=0)] | None = None
+    seed: int | None = None
+    l1: Annotated[float, Field(ge=0)] | None = None
+    epochs: Annotated[int, Field(ge=1)] | None = None
+    lr: float | None = None
+    momentum: float | None = None
+    batch: Annotated[int, Field(ge=1)] | None = None
+    box: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None
+    train_acc: Accuracy | None = None
+    val_acc: Accuracy | None = None
+    test_acc: Accuracy | None = None
+    train_seconds: float | None = None
+    split_detail: str | None = None
+    train_images: int | None = None
+    test_images: int | None = None
+    data_dir: str | None = None
+    test_digest: str | None = None
+    compressed_from: str | None = None
+    shallow_from: str | None = None
+    epsilon: float | None = None
+
+    def plain(self) -> dict[str, Any]:
+        """The JSON-able dict the checkpoint stores (the fields given, the extra keys as they are)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 @dataclass(frozen=True)
@@ -72,10 +110,11 @@ class Split:
     x_val: np.ndarray | None = None   # fashion-mnist / mnist: the validation split (never trained on)
     y_val: np.ndarray | None = None
     description: str = ""
-    source: dict = field(default_factory=dict)   # IDX sets: data_dir, test_digest (recorded in meta)
+    data_dir: str | None = None      # IDX sets: the directory the files were read from (recorded in meta)
+    test_digest: str | None = None   # IDX sets: a digest of the test split (recorded in meta)
 
 
-def build_mlp(layers: list[int] | tuple[int, ...]):
+def build_mlp(layers: list[int] | tuple[int, ...]) -> nn.Sequential:
     """``nn.Sequential(Linear, ReLU, ..., Linear)`` for widths ``[n_in, n_1, ..., n_out]``."""
 
     layers = [int(n) for n in layers]
@@ -120,7 +159,8 @@ def load_split(data: str, seed: int, root: Path | None = None) -> Split:
 
 def _pixels(images: np.ndarray) -> np.ndarray:
     """uint8 images N x H x W -> float32 N x (H*W) in [0, 1] (/255)."""
-    return images.reshape(len(images), -1).astype(np.float32) / np.float32(255.0)
+    pixels: np.ndarray = images.reshape(len(images), -1).astype(np.float32) / np.float32(255.0)
+    return pixels
 
 
 def _digest(images: np.ndarray, labels: np.ndarray) -> str:
@@ -140,50 +180,51 @@ def _load_idx(name: str, root: Path | None, seed: int) -> Split:
     tr, va = split_train_val(len(ytr), seed)
     desc = (f"train: the {len(tr)} of the {len(ytr)} training images outside the validation split ({len(va)} "
             f"images, latopt.data.mnist.split_train_val, split_seed {seed}); test: the {len(yte)} test images")
-    source = {"data_dir": str(d.resolve()), "test_digest": _digest(xte, yte)}
     return Split(_pixels(xtr[tr]), ytr[tr], _pixels(xte), yte, (0.0, 1.0), name,
-                 x_val=_pixels(xtr[va]), y_val=ytr[va], description=desc, source=source)
+                 x_val=_pixels(xtr[va]), y_val=ytr[va], description=desc, data_dir=str(d.resolve()),
+                 test_digest=_digest(xte, yte))
 
 
-def split_of(meta: dict) -> Split | None:
+def split_of(meta: MlpMeta) -> Split | None:
     """The split a checkpoint was trained on, from its ``meta``; None for random networks and for
     checkpoints made with another split (digits before ``SPLIT``: 75/25), whose test digits would overlap.
 
     fashion-mnist / mnist: the files are read from the directory ``meta`` records, else from the default
     places (``$LATOPT_DATA/<name>``, ...); a LatoptError when they are not found or their test split is not
     the one the checkpoint recorded (``test_digest``)."""
-    data = meta.get("data")
+    data, seed = meta.data, meta.split_seed or 0
     if data == "digits":
-        if meta.get("split") != SPLIT:
+        if meta.split != SPLIT:
             return None
-        return load_split("digits", int(meta.get("split_seed", 0)))
-    if data not in IDX_DATASETS or meta.get("split") != IDX_SPLIT:
+        return load_split("digits", seed)
+    if data not in IDX_DATASETS or meta.split != IDX_SPLIT:
         return None
-    recorded = meta.get("data_dir")
-    root = Path(recorded) if isinstance(recorded, str) and Path(recorded).is_dir() else None
+    recorded = meta.data_dir
+    root = Path(recorded) if recorded is not None and Path(recorded).is_dir() else None
     try:
-        sp = load_split(data, int(meta.get("split_seed", 0)), root=root)
+        sp = load_split(data, seed, root=root)
     except LatoptError as e:
         gone = f"the directory it was trained from ({recorded}) is gone and " if recorded and root is None else ""
         raise LatoptError(f"cannot re-read the {data} test split: {gone}{e}") from None
-    want = meta.get("test_digest")
-    if want and sp.source["test_digest"] != want:
-        raise LatoptError(f"the {data} files in {sp.source['data_dir']} are not the ones the network was trained "
-                          f"on (test split digest {sp.source['test_digest']}, recorded {want}); put the original "
+    want = meta.test_digest
+    if want and sp.test_digest != want:
+        raise LatoptError(f"the {data} files in {sp.data_dir} are not the ones the network was trained "
+                          f"on (test split digest {sp.test_digest}, recorded {want}); put the original "
                           f"files in $LATOPT_DATA/{data}")
     return sp
 
 
-def accuracy(module, x: np.ndarray, y: np.ndarray) -> float:
+def accuracy(module: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
     return float((predict(module, x) == y).mean())
 
 
-def predict(module, x: np.ndarray) -> np.ndarray:
+def predict(module: nn.Module, x: np.ndarray) -> np.ndarray:
     module.eval()
     p = next(module.parameters())
     with torch.no_grad():
         out = module(torch.as_tensor(x, dtype=p.dtype))
-    return out.argmax(1).numpy()
+    labels: np.ndarray = out.argmax(1).numpy()
+    return labels
 
 
 def train_mlp(
@@ -197,7 +238,7 @@ def train_mlp(
     batch: int = 64,
     seed: int = 0,
     progress: bool = False,
-) -> tuple[Any, dict]:
+) -> tuple[Any, MlpMeta]:
     """Train a Linear/ReLU classifier on ``data`` (``digits``, ``fashion-mnist[:PATH]``, ``mnist[:PATH]``) for
     ``epochs`` (None: :data:`DEFAULT_EPOCHS` of the data set); returns ``(model, meta)`` with accuracies in
     ``meta``."""
@@ -228,55 +269,47 @@ def train_mlp(
                          schedule="step", step_size=max(1, round(epochs * 50 / 120)), gamma=0.1)
     loader = tensor_loader(torch.from_numpy(split.x_train), torch.from_numpy(split.y_train), batch, seed)
     opt = make_optimizer(model, recipe, lr, nesterov=False)
-    first = model[0].weight
+    first = model[0]
+    assert isinstance(first, nn.Linear)  # build_mlp's first layer
 
-    def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
+    def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         logits = m(x)
         loss = nn.functional.cross_entropy(logits, y)
-        return (loss + l1 * first.abs().sum() if l1 > 0 else loss), logits, {}
+        return (loss + l1 * first.weight.abs().sum() if l1 > 0 else loss), logits, {}
 
     t0 = time.perf_counter()
     fit(model, loader, epochs, Step(step_loss, opt, make_scheduler(opt, recipe, epochs, len(loader))),
         report=Report(progress, "train-mlp", every=max(1, epochs // 10)))
     model.eval()
-    meta = {
-        "data": name,
-        "split": SPLIT if name == "digits" else IDX_SPLIT,
-        "split_seed": seed,
-        "seed": seed,
-        "l1": l1,
-        "epochs": epochs,
-        "lr": lr,
-        "momentum": momentum,
-        "batch": batch,
-        "box": list(split.box),
-        "train_acc": accuracy(model, split.x_train, split.y_train),
-        "test_acc": accuracy(model, split.x_test, split.y_test),
-        "train_seconds": round(time.perf_counter() - t0, 2),
-    }
+    meta = MlpMeta(data=name, split=SPLIT if name == "digits" else IDX_SPLIT, split_seed=seed, seed=seed, l1=float(l1),
+                   epochs=epochs, lr=float(lr), momentum=float(momentum), batch=batch, box=[float(v) for v in split.box],
+                   train_acc=accuracy(model, split.x_train, split.y_train),
+                   test_acc=accuracy(model, split.x_test, split.y_test),
+                   train_seconds=round(time.perf_counter() - t0, 2))
     if name in IDX_DATASETS:
         assert split.x_val is not None and split.y_val is not None  # an IDX set's split has a validation part
-        meta.update(split_detail=split.description, val_acc=accuracy(model, split.x_val, split.y_val),
-                    train_images=len(split.y_train), test_images=len(split.y_test), **split.source)
+        meta = MlpMeta(**meta.plain(), split_detail=split.description, val_acc=accuracy(model, split.x_val, split.y_val),
+                       train_images=len(split.y_train), test_images=len(split.y_test),
+                       data_dir=split.data_dir, test_digest=split.test_digest)
     return model, meta
 
 
-def save_mlp(path: str | Path, model, meta: dict | None = None) -> Path:
+def save_mlp(path: str | Path, model: nn.Module, meta: MlpMeta | None = None) -> Path:
     """Write a ``latopt.mlp/1`` checkpoint atomically (temp file + rename)."""
 
 
 
     net = from_module(model)  # validates: Linear/ReLU only
     sd = {k: v.detach().cpu().clone() for k, v in net.to_module(next(model.parameters()).dtype).state_dict().items()}
-    obj = {"schema": SCHEMA, "layers": list(net.sizes), "activation": "relu", "state_dict": sd, "meta": dict(meta or {})}
+    obj = {"schema": SCHEMA, "layers": list(net.sizes), "activation": "relu", "state_dict": sd, "meta": (meta or MlpMeta()).plain()}
 
     path = Path(path)
     write_torch_atomic(path, obj)
     return path
 
 
-def load_mlp(path: str | Path) -> tuple[Any, dict]:
-    """Load a ``latopt.mlp/1`` checkpoint -> ``(nn.Sequential, meta)``; anything else is a LatoptError."""
+def load_mlp(path: str | Path) -> tuple[Any, MlpMeta]:
+    """Load a ``latopt.mlp/1`` checkpoint -> ``(nn.Sequential, its MlpMeta)``; anything else is a LatoptError."""
 
 
     path = Path(path)
@@ -330,4 +363,6 @@ def load_mlp(path: str | Path) -> tuple[Any, dict]:
         raise LatoptError(f"checkpoint {path} does not match its layers {layers}: {first[:200]}") from None
     model.eval()
     meta = obj.get("meta") or {}
-    return model, dict(meta)
+    if not isinstance(meta, dict):
+        raise LatoptError(f"checkpoint {path}: meta must be a mapping, got {type(meta).__name__}")
+    return model, validated(MlpMeta, meta, prefix=f"checkpoint {path}: ", key="meta field")

@@ -23,7 +23,7 @@ import torch
 from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
 from latopt.engine import seed_everything
 from latopt.errors import LatoptError, VerificationError
-from latopt.exact.mlp import build_mlp, load_mlp, parse_data, predict, save_mlp, split_of, train_mlp
+from latopt.exact.mlp import MlpMeta, build_mlp, load_mlp, parse_data, predict, save_mlp, split_of, train_mlp
 from latopt.exact.network import Box, ReluMLP, from_module
 from latopt.exact.regions import RegionLimits, enumerate_regions, plot_regions, sampled_patterns
 from latopt.exact.shallow import IndicatorNet, collect_hyperplanes, eps_network, region_margin, widths
@@ -34,13 +34,12 @@ from latopt.log import get_logger
 _LOG = get_logger("exact")
 
 
-def load_network(checkpoint: str | Path, box: str | None) -> tuple[torch.nn.Module, dict, ReluMLP, Box]:
+def load_network(checkpoint: str | Path, box: str | None) -> tuple[torch.nn.Module, MlpMeta, ReluMLP, Box]:
     """(module, meta, network, box) of an MLP checkpoint; ``box`` "LO,HI" (default: the checkpoint's, else 0,1)."""
     model, meta = load_mlp(checkpoint)
     net = from_module(model)
     if box is None:
-        b = meta.get("box")
-        box = f"{b[0]},{b[1]}" if isinstance(b, list) and len(b) == 2 else "0,1"
+        box = "0,1" if meta.box is None else f"{meta.box[0]},{meta.box[1]}"
     return model, meta, net, Box.parse(box, net.sizes[0])
 
 
@@ -50,7 +49,7 @@ def default_out(checkpoint: str | Path, prefix: str) -> Path:
 
 def make_mlp(hidden: list[int], *, data: str = "digits", l1: float, epochs: int | None = None, lr: float,
              batch: int, inputs: int = 2, outputs: int = 1, seed: int = 0,
-             out: str | Path | None = None) -> tuple[Path, dict]:
+             out: str | Path | None = None) -> tuple[Path, MlpMeta]:
     """Train a Linear/ReLU classifier on ``data`` (digits, fashion-mnist[:PATH], mnist[:PATH]; ``epochs``
     None: the data set's default) or make a random one with ``data="random"``, and save it."""
     if not hidden or any(v < 1 for v in hidden):
@@ -63,12 +62,12 @@ def make_mlp(hidden: list[int], *, data: str = "digits", l1: float, epochs: int 
                 raise LatoptError(f"{name} must be >= 1, got {value}", param=name)
         seed_everything(seed)
         model = build_mlp([inputs, *hidden, outputs]).eval()
-        meta: dict[str, Any] = {"data": "random", "seed": seed, "box": [-1.0, 1.0]}
+        meta = MlpMeta(data="random", seed=seed, box=[-1.0, 1.0])
         name = f"random-{inputs}-{'x'.join(map(str, hidden))}-{outputs}-s{seed}"
     else:
         model, meta = train_mlp(hidden, data=data, l1=l1, epochs=epochs, lr=lr, batch=batch, seed=seed,
                                 progress=True)
-        name = f"{meta['data']}-{'x'.join(map(str, hidden))}-l1{l1:g}-s{seed}"
+        name = f"{meta.data}-{'x'.join(map(str, hidden))}-l1{l1:g}-s{seed}"
     return save_mlp(out or Path("runs") / "mlp" / f"{name}.pt", model, meta), meta
 
 
@@ -84,9 +83,9 @@ def _accuracy(split, model, compressed) -> dict | None:
             "test_points": len(split.y_test)}
 
 
-def _training_split(checkpoint, meta: dict, log: Callable[[str], None]) -> tuple[Any, str | None]:
+def _training_split(checkpoint, meta: MlpMeta, log: Callable[[str], None]) -> tuple[Any, str | None]:
     """(the checkpoint's split or None, why there is none: a line for the report, or None)."""
-    data = meta.get("data")
+    data = meta.data
     try:
         split = split_of(meta)
     except LatoptError as e:   # the IDX files are missing or changed: compress anyway, without accuracy
@@ -97,7 +96,7 @@ def _training_split(checkpoint, meta: dict, log: Callable[[str], None]) -> tuple
         if data == "digits":
             log(f"{checkpoint} was trained on an older digits split: no test accuracy (retrain with `latopt train-mlp`)")
             return None, "trained on an older digits split (retrain with `latopt train-mlp`)"
-        note = f"latopt does not re-create data {data!r} with split {meta.get('split')!r}"
+        note = f"latopt does not re-create data {data!r} with split {meta.split!r}"
     log(f"{checkpoint}: no test accuracy: {note}")
     return None, note
 
@@ -142,7 +141,8 @@ def compress_checkpoint(checkpoint: str | Path, out: str | Path | None = None, *
     report["wall_seconds"] = round(time.perf_counter() - t0, 3)
     out = Path(out) if out else default_out(checkpoint, "compress")
     with atomic_dir(out) as d:
-        save_mlp(d / "compressed.pt", comp, {**meta, "compressed_from": str(checkpoint), "box": _box_list(b)})
+        save_mlp(d / "compressed.pt", comp,
+                 meta.model_copy(update={"compressed_from": str(checkpoint), "box": _box_list(b)}))
         write_json_atomic(d / "report.json", report)
         write_json_atomic(d / "certificates.json", rep.analysis.to_json())
         write_text_atomic(d / "report.txt", compress_text(report))
@@ -271,7 +271,7 @@ def shallow_of(checkpoint: str | Path, out: str | Path | None = None, *, box: st
     out = Path(out) if out else default_out(checkpoint, "shallow")
     with atomic_dir(out) as d:
         save_mlp(d / "eps_network.pt", eps_net.to_module(torch.float64),
-                 {"shallow_from": str(checkpoint), "epsilon": epsilon, "box": _box_list(b)})
+                 MlpMeta(shallow_from=str(checkpoint), epsilon=float(epsilon), box=_box_list(b)))
         torch.save({"schema": "latopt.indicator-net/1", "state_dict": exact.state_dict(), "n_in": b.dim},
                    d / "exact_network.pt")
         write_json_atomic(d / "report.json", report)

@@ -16,7 +16,7 @@ export record (:class:`.record.ExportRecord`, what export.json holds). The job b
 
 What it does, in order (nothing is written unless every gate passes):
 
-1. Load the checkpoint (``weights_only``, SHA-256 verified). A folded checkpoint (``arch["fold"]``, its
+1. Load the checkpoint (``weights_only``, SHA-256 verified). A folded checkpoint (``arch.fold``, its
    plan possibly empty) is exported as it is; an exact-mode one only at the input size it was folded
    for (checked first). An unfolded one is exported as it is unless ``--fold`` asks for a fold (``all``,
    ``auto`` = every block whose fold lowers the latency on this device according to its LUT, or indices
@@ -85,7 +85,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_text_atomic
-from latopt.checkpoint import load_checkpoint, recorded_test_acc
+from latopt.checkpoint import Arch, load_checkpoint
 from latopt.config import check_resolution
 from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS, FoldVariant, Precision
 from latopt.dp.planfile import PlanRecord, check_plan, read_plan
@@ -240,8 +240,7 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     mode, timing_only = str(ship.mode), bool(checks.timing_only)
     trt_backend = backend if fmt in ("engine", "all") else None
     say(f"loading {checkpoint}")
-    loaded = load_checkpoint(checkpoint)
-    recorded_test_acc(loaded[2])  # a malformed record is refused before any work
+    loaded = load_checkpoint(checkpoint)   # a malformed record (arch, meta) is refused here, before any work
     res = export_resolution(loaded[1], loaded[2], ship.resolution)
     lut = export_lut(None if ship.lut is None else str(ship.lut), loaded[1], device, res)
     plan_record: PlanSection | None = None
@@ -316,7 +315,7 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
                 timed_on, lut = engine_timing(timed_on, lut, p.notes)
             latency = measure_latency(p, timed_on, lut, say, backend=backend, folded=shipped)
         record = ExportRecord(
-            checkpoint=str(checkpoint), device=device.name, model=p.arch["model"], resolution=p.resolution,
+            checkpoint=str(checkpoint), device=device.name, model=p.arch.model, resolution=p.resolution,
             # the plan's mode and variants, and --precision, were checked against their choices before any work
             mode=cast(ExportMode, p.mode), precision=cast(Precision, precision),
             folded=cast(dict[str, FoldVariant], {str(k): v for k, v in p.plan.items()}), spans=p.spans,
@@ -329,16 +328,16 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     return record
 
 
-def _plan_fold(checkpoint: str | Path, arch: dict[str, Any], res: int, device: Any, path: str | Path,
+def _plan_fold(checkpoint: str | Path, arch: Arch, res: int, device: Any, path: str | Path,
                plan: PlanRecord) -> tuple[dict[int, str], PlanSection, list[str]]:
     """A plan file's {block: variant} for this unfolded checkpoint (refused when the plan is for another
     model, resolution or number of classes), what export.json records of it (the file, its device and
     prediction) and the notes it adds (a plan made for another device is measured here; its LUT is not
     compared)."""
-    if arch.get("fold") is not None:
+    if arch.fold is not None:
         raise LatoptError(f"{checkpoint} is already folded; a plan applies to an unfolded (base) checkpoint",
                           param="checkpoint")
-    check_plan(plan, path, model=arch["model"], resolution=res, num_classes=int(arch["num_classes"]))
+    check_plan(plan, path, model=arch.model, resolution=res, num_classes=arch.num_classes)
     made_for = plan.lut.device
     record = PlanSection(file=str(path), sha256=file_sha256(path), device=made_for, lut_sha256=plan.lut.sha256,
                          budget=plan.budget, importance=plan.importance, predicted=plan.predicted)

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from latopt.checkpoint import recorded_test_acc
+from latopt.checkpoint import CheckpointMeta, recorded_test_acc
 from latopt.data import collate, get_task, limit_task
 from latopt.errors import LatoptError, VerificationError
 from latopt.export.plan import Plan
@@ -196,7 +196,7 @@ def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
     ref32 = torch_out(linearize(p.source, p.plan).eval(), x)
     # the network that is shipped, when it is the fold itself (folded here, or folded and not fine-tuned);
     # fine-tuned weights have no unfolded twin, so then the fold is recomputed from the pre-fold network
-    shipped = not p.asis or p.meta.get("finetuned") is False
+    shipped = not p.asis or p.meta.finetuned is False
     folded32 = p.folded if shipped else fold_blocks(p.source, p.plan, mode=p.mode, input_size=res).eval()
     name32 = "shipped folded network" if shipped else "folded (float32, recomputed)"
     out32 = torch_out(folded32, x)
@@ -223,16 +223,12 @@ def deferred_gates(exact: nn.Module, shipped: nn.Module, resolution: int, x: tor
                             inputs, floor)]
 
 
-def checkpoint_task(meta: dict[str, Any], resolution: int) -> Any | None:
+def checkpoint_task(meta: CheckpointMeta, resolution: int) -> Any | None:
     """The task a checkpoint was trained on (as ``latopt train`` records it in ``meta``), or None."""
-    spec = meta.get("task")
+    spec = meta.task
     if not spec:
         return None
-    seed, cap = meta.get("split_seed") or 0, meta.get("max_samples")
-    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (seed, 1 if cap is None else cap))
-    if not isinstance(spec, str) or not ints or (cap is not None and cap < 1):
-        raise LatoptError(f"the checkpoint's data record is malformed (task {spec!r}, split_seed {seed!r}, "
-                          f"max_samples {cap!r}); re-create the checkpoint")
+    seed, cap = meta.split_seed or 0, meta.max_samples
     try:
         task = get_task(spec, resolution, seed)
     except LatoptError as e:
@@ -282,14 +278,14 @@ def ungated_reason(p: Plan, task: Any | None) -> str | None:
     if task is None:
         return "it names no task (meta.task), so its exported accuracy cannot be measured; re-create it with latopt train / fold"
     if len(task.test) < MIN_GATE_SAMPLES:
-        return (f"its test split has {len(task.test)} sample(s) (meta.max_samples {p.meta.get('max_samples')}), "
+        return (f"its test split has {len(task.test)} sample(s) (meta.max_samples {p.meta.max_samples}), "
                 f"too few to gate anything (at least {MIN_GATE_SAMPLES}); re-create it with latopt train / fold")
     if not p.asis:
         return (f"export folds {len(p.plan)} block(s) here without fine-tuning, so the accuracy the checkpoint records "
                 "is the unfolded network's, not the shipped one's (latopt fold / search fold, fine-tune and record it)")
     if recorded_test_acc(p.meta) is None:
         return "it records no test accuracy to check the exported one against; re-create it with latopt train / fold"
-    rec_res = p.meta.get("resolution")
+    rec_res = p.meta.resolution
     if rec_res is None:
         return (f"it records no resolution for its test accuracy (meta.resolution), so the accuracy at {p.resolution} "
                 "px cannot be held to it; re-create it with latopt train / fold")

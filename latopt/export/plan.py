@@ -27,11 +27,19 @@ from typing import Any
 from torch import nn
 
 from latopt.blocks import find_blocks
-from latopt.checkpoint import content_digest, load_checkpoint
+from latopt.checkpoint import (
+    Arch,
+    CheckpointMeta,
+    FoldArch,
+    FoldHow,
+    content_digest,
+    load_checkpoint,
+    make_arch,
+)
 from latopt.config import check_resolution
 from latopt.constants import FOLD_MODES
 from latopt.errors import LatoptError
-from latopt.fold import as_shipped, fold_blocks, fold_spec, merge_spans, normalize_plan, plain_activations_
+from latopt.fold import as_shipped, fold_blocks, merge_spans, normalize_plan, plain_activations_
 from latopt.fold.span import span_kernel
 from latopt.latency.lut import LUT, check_blocks, costs, default_lut_path, load_lut
 from latopt.models import build_model
@@ -43,8 +51,8 @@ class Plan:
 
     folded: nn.Module
     source: nn.Module | None   # the unfolded σ_α network the fold was computed from (None: no fold gate)
-    arch: dict[str, Any]
-    meta: dict[str, Any]
+    arch: Arch
+    meta: CheckpointMeta
     plan: dict[int, str]
     mode: str
     resolution: int
@@ -54,16 +62,15 @@ class Plan:
     spans: list[list[int]] = field(default_factory=list)  # [start, end, kernel]: merged into one conv each
 
 
-def find_prefold(checkpoint: str | Path, meta: dict[str, Any]) -> tuple[str | None, nn.Module | None, str | None]:
+def find_prefold(checkpoint: str | Path, meta: CheckpointMeta) -> tuple[str | None, nn.Module | None, str | None]:
     """The σ_α network a folded checkpoint came from: ``prefold.pt`` beside it, else the path it records, and
     only the one whose content digest is the one it records (``meta.prefold_sha256``; ``latopt fold`` writes
     both), so a copied fold directory is checked against its own pre-fold, never another fold's. Returns
     (path, network, note): (None, None, why) when none is found or none matches (fold gates skipped; the
     ONNX and accuracy gates still apply). A checkpoint without a digest (older latopt) takes the first file."""
-    recorded = meta.get("prefold_checkpoint")
-    want = meta.get("prefold_sha256")
+    recorded, want = meta.prefold_checkpoint, meta.prefold_sha256
     seen: list[str] = []
-    for c in (Path(checkpoint).parent / "prefold.pt", Path(recorded) if isinstance(recorded, str) else None):
+    for c in (Path(checkpoint).parent / "prefold.pt", None if recorded is None else Path(recorded)):
         if c is None or not c.is_file() or str(c.resolve()) in seen:
             continue
         seen.append(str(c.resolve()))
@@ -77,29 +84,28 @@ def find_prefold(checkpoint: str | Path, meta: dict[str, Any]) -> tuple[str | No
     return None, None, "no pre-fold checkpoint recorded or found: fold gates skipped (ONNX gate still applies)"
 
 
-def asis_network(arch: dict[str, Any]) -> nn.Module:
+def asis_network(arch: Arch) -> nn.Module:
     """The unfolded network of ``arch`` (random weights: what the latency comparison times as-is)."""
-    return build_model(arch["model"], num_classes=int(arch["num_classes"])).eval()
+    return build_model(arch.model, num_classes=arch.num_classes).eval()
 
 
-def export_resolution(arch: dict[str, Any], meta: dict[str, Any], override: int | None) -> int:
+def export_resolution(arch: Arch, meta: CheckpointMeta, override: int | None) -> int:
     """``--resolution`` when given, else the fold's input size, else the resolution the checkpoint records
-    (``meta["resolution"]``, written by ``latopt train`` / ``latopt fold`` through ``latopt.data.data_meta``)."""
+    (``meta.resolution``, written by ``latopt train`` / ``latopt fold`` through ``latopt.data.data_meta``)."""
     if override is not None:
         return check_resolution(override, "resolution", param="resolution")
-    fold = arch.get("fold") or {}
-    if fold.get("input_size"):
-        return check_resolution(fold["input_size"][0], "the checkpoint's fold input size")
-    if meta.get("resolution") is not None:
-        return check_resolution(meta["resolution"], "the checkpoint's meta resolution")
+    if arch.fold is not None and arch.fold.input_size:
+        return check_resolution(arch.fold.input_size[0], "the checkpoint's fold input size")
+    if meta.resolution is not None:
+        return check_resolution(meta.resolution, "the checkpoint's meta resolution")
     raise LatoptError("the checkpoint does not record its input resolution; give the resolution", param="resolution")
 
 
-def export_lut(path: str | None, arch: dict[str, Any], device: Any, resolution: int) -> Any | None:
+def export_lut(path: str | None, arch: Arch, device: Any, resolution: int) -> Any | None:
     """The LUT ``path`` (``--lut``), else the device's default LUT for this model when it exists, else None.
     A given LUT must be of this model, resolution, device and batch: export compares its prediction with what
     it measures on ``device``, and a LUT timed on another device or batch predicts something else."""
-    model_name = arch["model"]
+    model_name = arch.model
     lut: LUT | None
     if path:
         lut = load_lut(path, model=model_name, resolution=resolution, device=device.name, batch=device.batch)
@@ -111,10 +117,10 @@ def export_lut(path: str | None, arch: dict[str, Any], device: Any, resolution: 
     return lut
 
 
-def check_fold_size(checkpoint: str | Path, fspec: dict[str, Any], res: int) -> None:
+def check_fold_size(checkpoint: str | Path, fspec: FoldArch, res: int) -> None:
     """An exact-mode fold holds bias maps for one input size: refuse another ``res`` up front."""
-    size = fspec.get("input_size")
-    if fspec["mode"] != "exact" or not fspec["plan"] or size is None or list(size) == [res, res]:
+    size = fspec.input_size
+    if fspec.mode != "exact" or not fspec.plan or size is None or list(size) == [res, res]:
         return
     h, w = size
     raise LatoptError(f"{checkpoint} was folded in exact mode for {h}x{w} inputs (its bias maps hold for that "
@@ -169,7 +175,7 @@ def check_span_kernels(net: nn.Module, spans: Sequence[Sequence[int]], what: str
                               f"compose to a {composed}x{composed} one; re-create it", param=param)
 
 
-def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], dict[str, Any]], *,
+def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, Arch, CheckpointMeta], *,
                fold: str | Mapping[int, str] | None, lut: Any | None, res: int, mode: str = "exact",
                spans: Sequence[Sequence[int]] = ()) -> Plan:
     """What to export from the ``loaded`` checkpoint (``load_checkpoint``'s result) at resolution ``res``.
@@ -180,7 +186,7 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
     the blocks (:func:`check_span_kernels`)."""
     model, arch, meta = loaded
     model.eval()
-    fspec = arch.get("fold")
+    fspec = arch.fold
     if fspec is not None:
         if fold is not None:
             raise LatoptError(f"{checkpoint} is already folded; give no fold (it applies to unfolded checkpoints)",
@@ -192,19 +198,19 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
     if n_plain:
         notes.append(f"{n_plain} σ_α activations with α = 0 exported as the plain activation they equal")
     if fspec is not None:
-        plan = {int(k): v for k, v in fspec["plan"].items()}
+        plan = {int(k): str(v) for k, v in fspec.plan.items()}
         if not plan:
             notes.append("the checkpoint's fold folded no block (its plan is empty): exported as it is")
-            return Plan(model, None, arch, meta, {}, fspec["mode"], res, notes, asis=True)
+            return Plan(model, None, arch, meta, {}, fspec.mode, res, notes, asis=True)
         prefold, source, note = find_prefold(checkpoint, meta)
-        if prefold and meta.get("finetuned", True):
+        if prefold and meta.finetuned is not False:
             notes.append("the fold gates check the fold recomputed from the pre-fold checkpoint "
                          f"({prefold}); the exported weights were fine-tuned after folding")
         if note:
             notes.append(note)
-        fold_spans = [list(s) for s in fspec.get("spans", [])]
+        fold_spans = [list(s) for s in fspec.spans]
         check_span_kernels(model, fold_spans, f"checkpoint {checkpoint} (arch.fold.spans)", "checkpoint")
-        return Plan(model, source, arch, meta, plan, fspec["mode"], res, notes, asis=True, spans=fold_spans)
+        return Plan(model, source, arch, meta, plan, fspec.mode, res, notes, asis=True, spans=fold_spans)
     spec = dict(fold) if isinstance(fold, Mapping) else parse_fold_spec("none" if fold is None else fold, lut)
     if not spec:  # export the network as it is (no fold gate)
         if isinstance(fold, Mapping):
@@ -225,8 +231,7 @@ def build_plan(checkpoint: str | Path, loaded: tuple[nn.Module, dict[str, Any], 
     if mode == "paper":
         notes.append("paper mode: a constant bias per folded block, wrong on the border ring by design "
                      "(fine-tune after folding to repair it); the fold gate checks each block away from its border")
-    new_arch = dict(arch)
-    new_arch["fold"] = fold_spec(folded, mode=mode, input_size=(res, res))
+    new_arch = make_arch(folded, arch.model, arch.num_classes, fold=FoldHow(mode, [res, res]))
     plan_spans = [[int(x) for x in s] for s in spans]
     if plan_spans and mode != "exact":
         raise LatoptError(f"mode {mode!r}: the plan merges spans, which are exact-mode rewrites; give mode 'exact'",

@@ -17,7 +17,7 @@ Public API (see the submodules for details)::
     compose_span(blocks, input_size) -> SpanConv         consecutive affine folds as one convolution
     merge_spans(folded, spans, input_size) -> nn.Module  each span (start, end) of a folded network merged
     randomize_bn_(model, seed=0, *, plan="all") -> model   random BN statistics for fold checks
-    fold_spec(model, *, mode=None, input_size=None) -> dict | None   the checkpoint's arch["fold"] entry
+    fold_spec(model, *, mode=None, input_size=None) -> dict | None   the checkpoint's arch.fold entry (as plain data)
     normalize_plan(model, blocks) -> {block index: variant}   "all", indices, "1,3" or a dict, checked
     check_variant(block, variant)            LatoptError saying why a variant does not apply to a block
     check_mode(block, mode)                  LatoptError when a block does not fold in that mode (BasicBlock: paper)

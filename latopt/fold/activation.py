@@ -90,7 +90,7 @@ def clamp_alphas_(model: nn.Module) -> None:
 
 
 def alpha_spec(model: nn.Module) -> dict | None:
-    """The JSON-able ``arch["alpha"]`` entry describing where σ_α is installed (None if nowhere)."""
+    """The JSON-able ``arch.alpha`` entry describing where σ_α is installed (None if nowhere)."""
     per_block = _block_alpha_params(model)
     if not per_block:
         return None
@@ -105,7 +105,7 @@ def plain_activations_(model: nn.Module) -> int:
     """Give back the plain σ (nn.ReLU, nn.ReLU6, nn.Hardswish, nn.SiLU) wherever σ_α is exactly σ, in place.
 
     σ_α with α = 0 *is* σ, but it costs extra element-wise ops in an exported graph (and so latency).
-    A block is restored only when every σ_α module in it has α = 0 (so the checkpoint's ``arch["alpha"]``
+    A block is restored only when every σ_α module in it has α = 0 (so the checkpoint's ``arch.alpha``
     stays block-granular and rebuildable). Returns the number of activations replaced."""
     paths = [b.path for b in find_blocks(model)]
     groups: dict[str, list[tuple[str, AlphaActivation]]] = {}

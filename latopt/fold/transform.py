@@ -272,7 +272,7 @@ def fold_blocks(model: nn.Module, blocks: BlockPlan, mode: str = "exact",
 
 def fold_spec(model: nn.Module, *, mode: str | None = None,
               input_size: Sequence[int] | None = None) -> dict | None:
-    """The JSON-able ``arch["fold"]`` entry of a model: ``{"mode", "input_size", "plan"}`` read from its
+    """The JSON-able ``arch.fold`` entry of a model: ``{"mode", "input_size", "plan"}`` read from its
     FoldedBlocks. A model without one is unfolded (None) unless the caller folded it with an empty plan and
     says so (``mode``, ``input_size`` of that ``fold_blocks`` call): then ``plan == {}``, so a checkpoint of it
     says explicitly that it is folded with nothing folded. Given ``mode``/``input_size`` must agree with the

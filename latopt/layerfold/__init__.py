@@ -17,7 +17,7 @@ Public API::
                                               latopt.dp.record.DPReport), the files written
     FoldOutcome                               what folding a plan made besides the network (phases.py)
     LayerFoldReport, FoldReport, read_report(path, cls)      report.json as a record (record.py)
-    check_base(cfg, base_checkpoint) -> (model, arch, meta)   a base checkpoint fit to fold with ``cfg``
+    check_base(cfg, base_checkpoint, task) -> (model, arch, meta)   a base checkpoint fit to fold with ``cfg``
     prefold, Prefolded, plan_from_alphas, fold_and_finetune, fold_plan_and_finetune
                                               the training phases (their signatures: phases.py)
     write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, text, accel=None)

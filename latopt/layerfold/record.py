@@ -33,30 +33,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field
 
 from latopt.constants import FoldMode, FoldVariant, Granularity, UnfoldedAlpha
 from latopt.readers import read_json
-from latopt.records import Artefact, BlockKey, Resolution, StrictModel, validated
+from latopt.records import Accuracies, Accuracy, Artefact, BlockKey, Resolution, StrictModel, validated
 
-_Acc = Annotated[float, Field(ge=0, le=1)]
 _Count = Annotated[int, Field(ge=0)]
-
-
-class Accuracies(StrictModel):
-    """Accuracy by phase: the base, the σ_α network after pre-fold (Layer Folding's), the variant network
-    (``linearized``: the folded activations at α = 1), the fold before fine-tuning and after it. A phase a
-    method does not have (or a split it did not evaluate) is absent from the JSON, not null."""
-
-    base: _Acc | None = None
-    prefold: _Acc | None = None
-    linearized: _Acc | None = None
-    folded: _Acc | None = None
-    finetuned: _Acc | None = None
-
-    @model_serializer(mode="wrap")
-    def _drop_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 class Counts(StrictModel):
@@ -115,7 +98,7 @@ class FoldReport(Artefact):
     n_folded: _Count
     acc: Accuracies
     val: Accuracies
-    val_acc_finetuned: _Acc
+    val_acc_finetuned: Accuracy
     test_samples: Annotated[int, Field(ge=1)]
     flops: Counts
     params: Counts
@@ -148,7 +131,7 @@ class LayerFoldReport(FoldReport):
     costs: dict[BlockKey, float] | None       # c_l of each block from the LUT; null: uniform (no LUT)
     frozen: list[int]                         # blocks whose α was frozen (not foldable)
     alphas: dict[BlockKey, list[float]]       # each block's α's after pre-fold
-    alpha_mid_fraction: _Acc                  # the trainable α's strictly between 0.1 and 0.9
+    alpha_mid_fraction: Accuracy                  # the trainable α's strictly between 0.1 and 0.9
     n_foldable: _Count
     n_folded_full: _Count
     snapped_alphas: _Count                    # unfolded α's set back to 0 (fold.unfolded_alpha zero)

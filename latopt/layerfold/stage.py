@@ -8,7 +8,7 @@ Public API::
         report.txt and config.yaml into out_dir
     FoldResult(model, report, paths)         the folded network (CPU, eval), its report (a record,
                                              :mod:`latopt.layerfold.record`), the files written
-    check_base(cfg, base_checkpoint) -> (model, arch, meta)   a base checkpoint fit to fold with ``cfg``
+    check_base(cfg, base_checkpoint, task) -> (model, arch, meta)   a base checkpoint fit to fold with ``cfg``
     write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, text, accel=None)
         -> FoldResult                        folded.pt / prefold.pt / report.* / config.yaml, as export reads them
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -31,7 +31,15 @@ from torch import nn
 from latopt.accel import Accel, resolve
 from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
 from latopt.blocks import find_blocks
-from latopt.checkpoint import content_digest, load_checkpoint, make_arch, save_checkpoint
+from latopt.checkpoint import (
+    Arch,
+    CheckpointMeta,
+    FoldHow,
+    content_digest,
+    load_checkpoint,
+    make_arch,
+    save_checkpoint,
+)
 from latopt.config import RunConfig, write_config
 from latopt.data import Task, data_meta, load_task, make_loaders
 from latopt.engine import evaluate
@@ -72,18 +80,24 @@ def _load_lut(cfg: RunConfig, model_name: str) -> LUT | None:
     return load_lut(cfg.lut, model=model_name, resolution=cfg.data.resolution, fold_mode=cfg.fold.mode)
 
 
-def check_base(cfg: RunConfig, base_checkpoint: str | Path) -> tuple[nn.Module, dict, dict]:
+def check_base(cfg: RunConfig, base_checkpoint: str | Path, task: Task) -> tuple[nn.Module, Arch, CheckpointMeta]:
+    """The base checkpoint ``base_checkpoint`` (model, arch, meta) when it is fit to fold with ``cfg`` on ``task``:
+    the config's model, unfolded (no σ_α, no fold), trained on the config's data (another resolution or training
+    subset is fine: the test split is the same), as many classes as ``task``; a one-line LatoptError otherwise."""
     if not Path(base_checkpoint).is_file():
         raise LatoptError(f"base checkpoint {base_checkpoint} does not exist; train one with `latopt train`")
     model, arch, meta = load_checkpoint(base_checkpoint, expect_model=cfg.model.name)
-    if arch.get("alpha") or arch.get("fold"):
+    if arch.alpha is not None or arch.fold is not None:
         raise LatoptError(f"checkpoint {base_checkpoint} is already pre-folded/folded; give the base checkpoint")
     # another resolution or another subset of the training split is fine (the test split is the same)
     want = {k: v for k, v in data_meta(cfg).items() if k not in ("resolution", "train_samples")}
-    got = {k: meta[k] for k in want if k in meta}
+    got = {k: getattr(meta, k) for k in want if k in meta.model_fields_set}
     if any(v != want[k] for k, v in got.items()):
         raise LatoptError(f"base checkpoint {base_checkpoint} was trained with data {got} but the config says "
                           f"{want}; fold with the base model's data settings (the test split must be the same)")
+    if arch.num_classes != task.num_classes:
+        raise LatoptError(f"base checkpoint {base_checkpoint} has {arch.num_classes} classes but task {task.name!r} "
+                          f"has {task.num_classes}; give a base trained on the config's task", param="base")
     return model, arch, meta
 
 
@@ -92,11 +106,9 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     """Pre-fold → fold → check → post-fold with ``cfg.fold`` and ``cfg.lut``; writes folded.pt, report.json/.txt,
     config.yaml into ``out_dir``; returns the folded network, the report and the paths (:class:`FoldResult`)."""
     f = cfg.fold
-    base, arch, _meta = check_base(cfg, base_checkpoint)
     task = task or load_task(cfg)
-    if int(arch["num_classes"]) != task.num_classes:
-        raise LatoptError(f"base checkpoint has {arch['num_classes']} classes, task {task.name!r} has {task.num_classes}")
-    lut_obj = _load_lut(cfg, arch["model"])
+    base, arch, _meta = check_base(cfg, base_checkpoint, task)
+    lut_obj = _load_lut(cfg, arch.model)
     if lut_obj is not None:
         assert cfg.lut is not None  # what _load_lut loaded
         check_blocks(lut_obj, find_blocks(base), cfg.lut)
@@ -125,7 +137,7 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     if lut_obj is not None:
         latency = LutLatency(asis=predict(lut_obj, {}), folded=predict(lut_obj, info.plan))
     report = LayerFoldReport.model_validate({
-        "model": arch["model"], "task": task.name, "resolution": cfg.data.resolution,
+        "model": arch.model, "task": task.name, "resolution": cfg.data.resolution,
         "seed": seed, "base_checkpoint": str(base_checkpoint),
         "params_fold": FoldParams(lambda_c=f.lambda_c, tau=f.tau, p=f.p, granularity=f.granularity, distill=f.distill,
                                   mode=f.mode, unfolded_alpha=f.unfolded_alpha, lut=cfg.lut),
@@ -148,7 +160,7 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
 
 
 def write_fold_outputs(out_dir: str | Path, cfg: RunConfig, report: R, folded: nn.Module, info: FoldOutcome,
-                       arch: Mapping[str, Any], test_loader: Any, seed: int, text: Callable[[R], str],
+                       arch: Arch, test_loader: Any, seed: int, text: Callable[[R], str],
                        accel: Accel | None = None) -> FoldResult[R]:
     """Write a fold's directory atomically (on the main process of ``accel``'s job only; ``folded`` and
     ``info.source`` on the CPU), as ``latopt export`` reads it: ``folded.pt`` (plan, accuracies),
@@ -159,8 +171,8 @@ def write_fold_outputs(out_dir: str | Path, cfg: RunConfig, report: R, folded: n
     out_dir = Path(out_dir)
     plain_activations_(folded)  # σ_α at α = 0 is σ: save (and later export) the plain activation
     res = cfg.data.resolution
-    folded_arch = make_arch(folded, arch["model"], arch["num_classes"],   # the DP's merged spans: export ships them
-                            fold={"mode": cfg.fold.mode, "input_size": [res, res], "spans": report.spans})
+    folded_arch = make_arch(folded, arch.model, arch.num_classes,   # the DP's merged spans: export ships them
+                            fold=FoldHow(cfg.fold.mode, [res, res], report.spans))
     source = info.source
     report = report.model_copy(update={"checkpoint": str(out_dir / FOLDED_CHECKPOINT),
                                        "prefold_checkpoint": str(out_dir / PREFOLD_CHECKPOINT)})
@@ -171,16 +183,16 @@ def write_fold_outputs(out_dir: str | Path, cfg: RunConfig, report: R, folded: n
     plan = {str(k): v for k, v in report.folded.items()}
     with atomic_dir(out_dir) as tmp:
         # the σ_α network the fold was computed from: lets `latopt export` re-check the fold exactly
-        source_arch = make_arch(source, arch["model"], arch["num_classes"])
-        source_meta = {**data_meta(cfg), "seed": seed, "plan": plan}
+        source_arch = make_arch(source, arch.model, arch.num_classes)
+        source_meta = CheckpointMeta(**data_meta(cfg), seed=seed, plan=plan)
         save_checkpoint(tmp / PREFOLD_CHECKPOINT, source, source_arch, source_meta)
         # the pre-fold is bound by content: export re-checks against the file whose digest this is, wherever
         # the directory was copied to (a path would point at another fold's prefold.pt after cp -r and a re-fold)
         save_checkpoint(tmp / FOLDED_CHECKPOINT, folded, folded_arch,
-                        {**data_meta(cfg), "seed": seed, "acc": report.acc.model_dump(), "val": report.val.model_dump(),
-                         "plan": plan, "prefold_checkpoint": str((out_dir / PREFOLD_CHECKPOINT).resolve()),
-                         "prefold_sha256": content_digest(source, source_arch, source_meta),
-                         "finetuned": info.finetuned})
+                        CheckpointMeta(**data_meta(cfg), seed=seed, acc=report.acc, val=report.val, plan=plan,
+                                       prefold_checkpoint=str((out_dir / PREFOLD_CHECKPOINT).resolve()),
+                                       prefold_sha256=content_digest(source, source_arch, source_meta),
+                                       finetuned=info.finetuned))
         reloaded, _, _ = load_checkpoint(tmp / FOLDED_CHECKPOINT)
         x, _ = next(iter(test_loader))
         folded.eval()

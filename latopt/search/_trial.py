@@ -71,13 +71,8 @@ def ensure_base(cfg: Any, study_dir: Path, base: str | Path | None, *, seed: int
     """
     if base is not None:
         path = Path(base)
-        _, arch, meta = check_base(cfg, path)
-        n_classes = (task or load_task(cfg)).num_classes
-        if int(arch["num_classes"]) != n_classes:
-            raise LatoptError(f"base checkpoint {path} has {arch['num_classes']} classes but task "
-                              f"{cfg.data.task!r} has {n_classes}; give a base trained on the config's task",
-                              param="base")
-        return BaseModel(path.resolve(), _metric(meta, "val_acc"), _metric(meta, "test_acc"))
+        _, _, meta = check_base(cfg, path, task or load_task(cfg))
+        return BaseModel(path.resolve(), meta.val_acc, meta.test_acc)
 
 
     make_dirs(study_dir)
