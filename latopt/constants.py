@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+# the fold variants: their names and one record each (what it removes, which blocks it applies to, its module, its
+# algebra) are in latopt.variants, where a new variant is added
+from latopt.variants import FoldVariant
+
 # Layer Folding
 Granularity = Literal["block", "activation"]      # one α per MBConv block, or one per activation
 FoldMode = Literal["exact", "paper"]              # exact: bias map for one input size; paper: constant bias
-# the fold variants; latopt.variants has one record each (what it removes, which blocks it applies to, its module)
-FoldVariant = Literal["full", "expand_dw", "dw_project", "pw", "drop"]
 UnfoldedAlpha = Literal["zero", "keep"]           # α of blocks left unfolded: back to 0, or kept
 ActKind = Literal["relu", "relu6", "hardswish", "silu"]  # activations σ_α can replace (latopt.layers.ACTIVATIONS)
 

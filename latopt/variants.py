@@ -1,9 +1,11 @@
 """The fold variants, one record each: what a variant does to a block, which blocks it applies to, what its
 folded module is (its convolutions and the order its forward runs them in), how the profiler, the chains of
 deferred bias maps, the merged spans and Layer Folding's uniform costs treat it. Every module that needs one
-of these facts reads it here. The fold algebra of each variant (its composition into weights) is in
-:mod:`latopt.fold.transform` (``COMPOSERS``). Adding a variant is a record here, its composer there, its name in
-:data:`latopt.constants.FoldVariant`, and its test. A variant's name is still spelt elsewhere where it is a value
+of these facts reads it here, and so does the fold: each record holds its fold algebra (``compose``: the block's
+BN-fused convolutions composed into the folded module's weights, with the primitives of
+:mod:`latopt.fold.compose`). The names are :data:`FoldVariant` (re-exported by :mod:`latopt.constants`, which
+derives the LUT's vocabulary from it). Adding a variant is its name and its record here, and its test. A
+variant's name is still spelt elsewhere where it is a value
 (a plan, a LUT key) or a role no record describes: ``full`` is Layer Folding's fold and c_l's reference, the
 ``pw`` variant network is a :class:`~latopt.layers.PointwiseBlock`, a span composes around its one ``full``.
 
@@ -14,15 +16,23 @@ of these facts reads it here. The fold algebra of each variant (its composition 
   sampled with the block's stride); a different network, trained into (the DP);
 - ``drop``: a residual block removed: the identity.
 
-This module is a leaf (no torch): the block adapters, the modules and the profiler all import it.
+This module is a leaf (no torch when imported; a composer imports :mod:`latopt.fold.compose` when it runs): the
+block adapters, the modules, the fold and the profiler all import it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
-from latopt.constants import FoldVariant
+if TYPE_CHECKING:
+    import torch
+
+    from latopt.fold.compose import AffineConv
+
+# the fold variants, in the order every list of them follows (a LUT's columns, the DP's options)
+FoldVariant = Literal["full", "expand_dw", "dw_project", "pw", "drop"]
 
 
 class Block(Protocol):
@@ -43,6 +53,27 @@ class Block(Protocol):
     def post_act(self) -> str: ...
     @property
     def has_expand(self) -> bool: ...
+    @property
+    def stride(self) -> int: ...
+    @property
+    def padding(self) -> int | str: ...
+
+
+class Fused(Protocol):
+    """An MBConv block's three convolutions with their BNs fused: (weight, bias) each; no expansion: (None, None)."""
+
+    @property
+    def expand(self) -> tuple[torch.Tensor | None, torch.Tensor | None]: ...
+    @property
+    def dw(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+    @property
+    def project(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+# a composer's result: the k×k (or 1x1) convolution composed in float64, and the 1x1 convolutions the folded module
+# keeps as they are, by name
+Composed = tuple["AffineConv", dict[str, tuple["torch.Tensor", "torch.Tensor"]]]
+Composer = Callable[[Fused, Block], Composed]
 
 # a folded module's convolution: (name, kernel: "kxk" | "1x1", input channels, output channels, strided), the
 # channels named by FoldInfo's fields ("cin", "hidden", "cout")
@@ -68,6 +99,7 @@ class Variant:
     steps: tuple[ForwardStep, ...]   # its forward
     kept_act: int | None         # the block activation the folded module keeps (index into Block.acts)
     bias_map: bool               # exact mode, with an expansion: a bias map after the k×k convolution
+    compose: Composer | None     # its fold algebra on an MBConv block (None: no convolution, drop)
 
     def removed_acts(self, acts: tuple[str, ...]) -> tuple[str, ...]:
         """The block's activations (paths) the variant makes linear."""
@@ -93,26 +125,55 @@ def _v(name: str, **kw: object) -> Variant:
     return Variant(name=name, **kw)  # type: ignore[arg-type]
 
 
+def _need(wb: tuple[Any, Any]) -> tuple[Any, Any]:
+    w, b = wb
+    assert w is not None and b is not None  # the variant needs an expansion (why_not refused the block otherwise)
+    return w, b
+
+
+def _full(f: Fused, b: Block) -> Composed:
+    from latopt.fold.compose import compose_full
+    return compose_full(*f.expand, *f.dw, *f.project, residual=b.residual, stride=b.stride, padding=b.padding), {}
+
+
+def _pw(f: Fused, b: Block) -> Composed:
+    from latopt.fold.compose import compose_pw
+    return compose_pw(*f.expand, *f.project, residual=b.residual, stride=b.stride), {}
+
+
+def _expand_dw(f: Fused, b: Block) -> Composed:
+    from latopt.fold.compose import compose_expand_dw
+    return compose_expand_dw(*_need(f.expand), *f.dw, stride=b.stride, padding=b.padding), {"project": f.project}
+
+
+def _dw_project(f: Fused, b: Block) -> Composed:
+    from latopt.fold.compose import compose_dw_project
+    return compose_dw_project(*f.dw, *f.project, stride=b.stride, padding=b.padding), {"expand": _need(f.expand)}
+
+
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     _v("full", removes="all", mbconv_only=False, needs_expand=False, needs_residual=False, on_unfoldable=False,
        timed=True, affine=True, span_inner=False, uniform_time=0.0,
-       convs=(("conv", "kxk", "cin", "cout", True),), steps=("conv", "map", "post"), kept_act=None, bias_map=True),
+       convs=(("conv", "kxk", "cin", "cout", True),), steps=("conv", "map", "post"), kept_act=None, bias_map=True,
+       compose=_full),
     _v("expand_dw", removes="first", mbconv_only=True, needs_expand=True, needs_residual=False, on_unfoldable=False,
        timed=True, affine=False, span_inner=False, uniform_time=0.5,
        convs=(("conv", "kxk", "cin", "hidden", True), ("project", "1x1", "hidden", "cout", False)),
-       steps=("conv", "map", "act", "project", "residual"), kept_act=1, bias_map=True),
+       steps=("conv", "map", "act", "project", "residual"), kept_act=1, bias_map=True, compose=_expand_dw),
     _v("dw_project", removes="second", mbconv_only=True, needs_expand=True, needs_residual=False,
        on_unfoldable=False, timed=True, affine=False, span_inner=False, uniform_time=0.5,
        convs=(("expand", "1x1", "cin", "hidden", False), ("conv", "kxk", "hidden", "cout", True)),
-       steps=("expand", "act", "conv", "residual"), kept_act=0, bias_map=False),
+       steps=("expand", "act", "conv", "residual"), kept_act=0, bias_map=False, compose=_dw_project),
     _v("pw", removes="all", mbconv_only=True, needs_expand=False, needs_residual=False, on_unfoldable=False,
        timed=True, affine=True, span_inner=True, uniform_time=None,
-       convs=(("conv", "1x1", "cin", "cout", True),), steps=("conv", "map", "post"), kept_act=None, bias_map=False),
+       convs=(("conv", "1x1", "cin", "cout", True),), steps=("conv", "map", "post"), kept_act=None, bias_map=False,
+       compose=_pw),
     _v("drop", removes="all", mbconv_only=False, needs_expand=False, needs_residual=True, on_unfoldable=True,
        timed=False, affine=True, span_inner=True, uniform_time=None,
-       convs=(), steps=("map",), kept_act=None, bias_map=False),
+       convs=(), steps=("map",), kept_act=None, bias_map=False, compose=None),
 )}
-assert tuple(VARIANTS) == get_args(FoldVariant), "latopt.constants.FoldVariant lists the variants in this order"
+assert tuple(VARIANTS) == get_args(FoldVariant), "FoldVariant lists the variants in this order"
+assert all((v.compose is None) == (not v.convs) for v in VARIANTS.values()), "a variant with convolutions composes"
 
 PARTIAL_VARIANTS: tuple[str, ...] = tuple(n for n, v in VARIANTS.items() if v.removes != "all")  # one α each
 SPAN_INNER: tuple[str, ...] = tuple(n for n, v in VARIANTS.items() if v.span_inner)

@@ -28,7 +28,7 @@ The algebra runs in float64 (``compose.py``) and the result is cast back to the 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -140,32 +140,11 @@ def _set_conv(conv: nn.Conv2d, weight: torch.Tensor, bias: torch.Tensor, like: t
 
 
 class _Fused(NamedTuple):
-    """An MBConv block's three convolutions with their BNs fused: (weight, bias) each; no expansion: (None, None)."""
+    """An MBConv block's three convolutions with their BNs fused (:class:`latopt.variants.Fused`)."""
 
     expand: tuple[torch.Tensor | None, torch.Tensor | None]
     dw: tuple[torch.Tensor, torch.Tensor]
     project: tuple[torch.Tensor, torch.Tensor]
-
-
-def _need(wb: tuple[torch.Tensor | None, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor]:
-    w, b = wb
-    assert w is not None and b is not None  # the variant needs an expansion (check_variant)
-    return w, b
-
-
-Composed = tuple[compose.AffineConv, dict[str, tuple[torch.Tensor, torch.Tensor]]]
-# The fold algebra of each variant with convolutions (latopt.variants), on an MBConv block: its k×k (or 1x1)
-# convolution composed in float64, and the 1x1 convolutions its folded module keeps as they are, by name.
-COMPOSERS: dict[str, Callable[[_Fused, Block], Composed]] = {
-    "full": lambda f, b: (compose.compose_full(*f.expand, *f.dw, *f.project, residual=b.residual, stride=b.stride,
-                                               padding=b.padding), {}),
-    "pw": lambda f, b: (compose.compose_pw(*f.expand, *f.project, residual=b.residual, stride=b.stride), {}),
-    "expand_dw": lambda f, b: (compose.compose_expand_dw(*_need(f.expand), *f.dw, stride=b.stride, padding=b.padding),
-                               {"project": f.project}),
-    "dw_project": lambda f, b: (compose.compose_dw_project(*f.dw, *f.project, stride=b.stride, padding=b.padding),
-                                {"expand": _need(f.expand)}),
-}
-assert set(COMPOSERS) == {n for n, v in VARIANTS.items() if v.convs}, "every variant with convolutions composes"
 
 
 def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mode: str = "exact",
@@ -192,7 +171,8 @@ def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mod
         return _fold_whole(model, block, info, in_size, like)
     fused = _Fused(_fused(model, block.convs[0], block.bns[0]) if block.has_expand else (None, None),
                    _fused(model, block.convs[-2], block.bns[-2]), _fused(model, block.convs[-1], block.bns[-1]))
-    ac, convs = COMPOSERS[variant](fused, block)
+    assert spec.compose is not None   # a variant with convolutions composes (latopt.variants)
+    ac, convs = spec.compose(fused, block)
     kept_act = None if spec.kept_act is None else copy.deepcopy(model.get_submodule(block.acts[spec.kept_act]))
     fb = FoldedBlock(info, kept_act).to(dtype=like.dtype, device=like.device)
     _set_conv(fb.conv, ac.weight, ac.interior_bias, like)
