@@ -189,7 +189,7 @@ def run_cell(ctx: bm.Ctx, cell: str, seed: int) -> dict[str, Any]:
     if kind == "lf":
         return bm.cell_lf(ctx, seed, out, "lut", x, lut=lut) | {"cost_model": cost}
     if kind == "dp":
-        losses = {int(b): ls for b, ls in ctx.done(f"s{seed}-importance")["losses"].items()}
+        losses = {int(b): ls for b, ls in ctx.queue.done(f"s{seed}-importance")["losses"].items()}
         return bm.cell_dp(ctx, seed, out, x, losses=losses, lut=lut) | {"cost_model": cost}
     raise ValueError(f"unknown cell {cell}")
 
@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> None:
     for setting in settings_of(args):
         ctx = make_ctx(args, setting)
         cells = queue(args, setting)
-        log(f"setting {setting}: {len(cells)} cells, {sum(ctx.done(c) is not None for c, _, _ in cells)} done")
+        log(f"setting {setting}: {len(cells)} cells, {sum(ctx.queue.done(c) is not None for c, _, _ in cells)} done")
         bm.run_queue(ctx, cells, run_cell)
 
 
@@ -278,7 +278,7 @@ def measure_e1(args: argparse.Namespace) -> None:
         if running:
             raise SystemExit(f"setting {setting}: cells are still running ({', '.join(sorted(running))} in "
                              f"{ctx.root / 'locks'}); measure after `run`")
-        missing = [c for c in cells if ctx.done(c) is None]
+        missing = [c for c in cells if ctx.queue.done(c) is None]
         if f"s{args.seeds[0]}-asis" in missing:
             raise SystemExit(f"setting {setting}: the as-is networks are not done; run `run` first")
         if missing:   # failed cells (e.g. a budget a LUT cannot reach): no point there, said in the log
@@ -313,7 +313,7 @@ def measure_e2(args: argparse.Namespace) -> None:
     ctx = make_ctx(args, args.e2_setting)
     res = ctx.cfg.data.resolution
     cells = {f"s{s}-asis": s for s in args.seeds} | {c: s for s in args.seeds for c in e2_members(args, s).values()}
-    recs = {c: ctx.done(c) for c in cells}
+    recs = {c: ctx.queue.done(c) for c in cells}
     missing = [c for c, r in recs.items() if r is None]
     if missing:
         raise SystemExit(f"E2: {len(missing)} cells not done (e.g. {missing[0]}); run `run --experiments e2` first")
@@ -369,7 +369,7 @@ def publish(args: argparse.Namespace, dest: Path) -> None:
                     old.unlink()
             base_rec = None
             for c, seed, _ in e1_cells(args):
-                rec = ctx.done(c)
+                rec = ctx.queue.done(c)
                 if rec is None:
                     continue
                 if c.endswith("-base"):
@@ -412,7 +412,7 @@ def publish(args: argparse.Namespace, dest: Path) -> None:
         members = {s: e2_members(args, s) for s in args.seeds}
         cells = [f"s{s}-asis" for s in args.seeds] + [c for s in args.seeds for c in members[s].values()]
         for c in cells:
-            bm.write_json(d / "cells" / f"{c}.json", _public(ctx.done(c)) | int8[c])
+            bm.write_json(d / "cells" / f"{c}.json", _public(ctx.queue.done(c)) | int8[c])
         timing = []
         for p in sorted(src.glob("*-run*.json")):
             t = bm.load_json(p)

@@ -171,11 +171,17 @@ def method_of(cell: str) -> str:
 
 
 class Ctx:
+    """A run's settings, its task and its queue of cells (:class:`latopt.jobqueue.JobQueue` under ``--runs-dir``:
+    ``ctx.queue.done(cell)`` is a finished cell's record, or None)."""
+
     def __init__(self, args: argparse.Namespace) -> None:
+        from latopt.jobqueue import JobQueue
+
         self.args = args
         self.root = Path(args.runs_dir)
         self.cfg = cfg_for(args)
         self.lut_path = Path(args.lut) if args.lut else self.root / "lut" / f"cpu-r{self.cfg.data.resolution}.json"
+        self.queue = JobQueue(self.root, say=log, kind=lambda c: method_of(c).split("@")[0])
 
     @property
     def task(self) -> Any:
@@ -186,17 +192,9 @@ class Ctx:
             self._task = load_task(self.cfg)
         return self._task
 
-    def cell_file(self, cell: str) -> Path:
-        return self.root / "cells" / f"{cell}.json"
-
     def cell_dir(self, cell: str) -> Path:
         seed, method = cell.split("-", 1)
         return self.root / f"seed{seed[1:]}" / method.replace(">", "_to_").replace("@", "_")
-
-    def done(self, cell: str) -> dict[str, Any] | None:
-        f = self.cell_file(cell)
-        return load_json(f) if f.is_file() else None
-
 
 def ensure_lut(ctx: Ctx) -> Path:
     """The device LUT of the model at the training resolution (made once, shared by every seed)."""
@@ -345,7 +343,7 @@ def cell_lf_direct(ctx: Ctx, seed: int, out: Path, lam: str) -> dict[str, Any]:
     """Layer Folding's fold set (the LUT-c_l cell at λ of the same seed) folded from the base and fine-tuned
     directly like the DP (``latopt.dp.apply_plan``): the same structure as that cell, without its σ_α pre-fold
     (docs/evaluation.md, Q2)."""
-    plan = ctx.done(f"s{seed}-lf-lut@{lam}")["structure"]["plan"]
+    plan = ctx.queue.done(f"s{seed}-lf-lut@{lam}")["structure"]["plan"]
     return cell_dp(ctx, seed, out, 1.0, plan=plan) | {"source": f"lf-lut@{lam}"}
 
 
@@ -642,7 +640,7 @@ def cell_prune(ctx: Ctx, seed: int, out: Path, target: str, arm: str = "global",
     a = ctx.args
     res = ctx.cfg.data.resolution
     epochs = ft_epochs(ctx.cfg) if epochs is None else epochs
-    tgt = ctx.done(f"s{seed}-{target}")
+    tgt = ctx.queue.done(f"s{seed}-{target}")
     base, _, _ = load_checkpoint(ctx.cell_dir(f"s{seed}-base") / "base.pt")
     policy = MATCH_POLICY_SMOKE if a.smoke else MATCH_POLICY
     match = match_prune_ratio(base, tgt["onnx"], res, a.round_to, a.match_tol,
@@ -718,7 +716,6 @@ def run_queue(ctx: Ctx, cells: list[tuple[str, int, list[str]]] | None = None,
     :class:`latopt.jobqueue.JobQueue` (resumable, shared with other processes through lock files), one thread a
     process; each cell's record also names its method, the config and whether it was a smoke run. Returns the
     cells not done."""
-    from latopt.jobqueue import JobQueue
     from latopt.torch_settings import set_threads
 
     set_threads(1)
@@ -728,7 +725,7 @@ def run_queue(ctx: Ctx, cells: list[tuple[str, int, list[str]]] | None = None,
         rec = (run or run_cell)(ctx, cell, seed)
         return rec | {"method": method_of(cell), "smoke": bool(ctx.args.smoke), "config": ctx.args.config}
 
-    return JobQueue(ctx.root, say=log, kind=lambda c: method_of(c).split("@")[0]).run(cells, work)
+    return ctx.queue.run(cells, work)
 
 
 # ------------------------------------------------------------------ INT8 (ONNX Runtime static quantisation)
@@ -782,7 +779,7 @@ def measure(ctx: Ctx, res: int, cells: list[str] | None = None, *, name: str | N
     out_json = ctx.root / (name or f"measure-r{res}.json")
     if out_json.is_file() and not ctx.args.remeasure:
         return load_json(out_json)
-    cells = {c: ctx.done(c) for c in (cells if cells is not None else [c for c, _, _ in cell_names(ctx.args)])}
+    cells = {c: ctx.queue.done(c) for c in (cells if cells is not None else [c for c, _, _ in cell_names(ctx.args)])}
     cells = {c: r for c, r in cells.items() if r is not None and "structure" in r}
     from latopt.latency.quantize import CALIB_IMAGES
 
@@ -907,7 +904,7 @@ def publish(ctx: Ctx, dest: Path, *, group: bool = False) -> Path:
             if (ctx.root / f"measure-r{res}.json").is_file()}
     if cfg.data.resolution not in meas:
         raise SystemExit(f"no final run at {cfg.data.resolution} px in {ctx.root}: run the measure stage first")
-    done = {c: ctx.done(c) for c, _, _ in cell_names(ctx.args)}
+    done = {c: ctx.queue.done(c) for c, _, _ in cell_names(ctx.args)}
     seeds = set(ctx.args.seeds)
     before = load_json(dest / "run.json") if group and (dest / "run.json").is_file() else {}
     if group:
