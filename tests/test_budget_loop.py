@@ -54,15 +54,15 @@ def test_a_lut_off_by_a_factor_meets_the_budget_in_the_second_round(factor: floa
     plan, sel, rec = meet_budget(lut, losses, budget, measure=timer, progress=False)
     first, _ = select_plan(lut, losses, budget)
     low, high = budget * (1 - TOL_BELOW), budget * (1 + TOL_ABOVE)
-    assert rec["tolerance"] == pytest.approx([low, high])
-    r1, r2 = rec["rounds"]          # the LUT's plan misses by the factor; the corrected one meets the budget
-    assert timer.calls == [first, plan] and r1["plan"] == {str(k): v for k, v in first.items()}
-    assert r1["budget"] == budget and not low <= r1["measured"]["ratio"] <= high
-    assert r2["budget"] == pytest.approx(min(1.0, budget * r1["predicted_ratio"] / r1["measured"]["ratio"]))
-    assert low <= r2["measured"]["ratio"] <= high and r2["measured"]["ratio"] == pytest.approx(factor * sel["ratio"])
-    assert (rec["status"], rec["chosen"], rec["note"]) == ("met", 1, None)
-    assert sel["budget"] == r2["budget"] and sel["ratio"] == r2["predicted_ratio"] and plan != first
-    assert {str(k): v for k, v in plan.items()} == r2["plan"]
+    assert rec.tolerance == pytest.approx([low, high])
+    r1, r2 = rec.rounds          # the LUT's plan misses by the factor; the corrected one meets the budget
+    assert timer.calls == [first, plan] and r1.plan == {str(k): v for k, v in first.items()}
+    assert r1.budget == budget and not low <= r1.measured.ratio <= high
+    assert r2.budget == pytest.approx(min(1.0, budget * r1.predicted_ratio / r1.measured.ratio))
+    assert low <= r2.measured.ratio <= high and r2.measured.ratio == pytest.approx(factor * sel.ratio)
+    assert (rec.status, rec.chosen, rec.note) == ("met", 1, None)
+    assert sel.budget == r2.budget and sel.ratio == r2.predicted_ratio and plan != first
+    assert {str(k): v for k, v in plan.items()} == r2.plan
 
 
 def test_a_plan_within_the_tolerance_is_kept_without_another_round() -> None:
@@ -71,7 +71,7 @@ def test_a_plan_within_the_tolerance_is_kept_without_another_round() -> None:
     timer = FakeTimer(lut, 1.0)
     plan, sel, rec = meet_budget(lut, losses, 0.6, measure=timer, progress=False)
     assert (plan, sel) == select_plan(lut, losses, 0.6) and len(timer.calls) == 1
-    assert (rec["status"], rec["chosen"], len(rec["rounds"])) == ("met", 0, 1)
+    assert (rec.status, rec.chosen, len(rec.rounds)) == ("met", 0, 1)
 
 
 def test_the_loop_stops_when_the_rounds_are_spent_or_a_plan_repeats() -> None:
@@ -80,44 +80,44 @@ def test_the_loop_stops_when_the_rounds_are_spent_or_a_plan_repeats() -> None:
     # the LUT's error changes with every plan (1.2, then 0.7, then 1.2): three plans, none within the tolerance
     timer = FakeTimer(lut, {1: 1.2, 2: 0.7, 3: 1.2})
     _, sel, rec = meet_budget(lut, losses, 0.6, rounds=3, measure=timer, progress=False)
-    ratios = [r["measured"]["ratio"] for r in rec["rounds"]]
-    assert len(timer.calls) == 3 and not any(rec["tolerance"][0] <= r <= rec["tolerance"][1] for r in ratios)
-    meets = [i for i, r in enumerate(ratios) if r <= rec["tolerance"][1]]
-    assert meets and rec["status"] == "under" and rec["chosen"] in meets   # kept: a plan that meets the budget
-    assert rec["chosen"] == min(meets, key=lambda i: rec["rounds"][i]["loss"]) and sel["budget"] == rec["rounds"][
-        rec["chosen"]]["budget"]
+    ratios = [r.measured.ratio for r in rec.rounds]
+    assert len(timer.calls) == 3 and not any(rec.tolerance[0] <= r <= rec.tolerance[1] for r in ratios)
+    meets = [i for i, r in enumerate(ratios) if r <= rec.tolerance[1]]
+    assert meets and rec.status == "under" and rec.chosen in meets   # kept: a plan that meets the budget
+    assert rec.chosen == min(meets, key=lambda i: rec.rounds[i].loss) and sel.budget == rec.rounds[
+        rec.chosen].budget
     # uniform losses change the fewest blocks (9 drops at 0.6: 0.55 on the LUT, measured 0.567, under the
     # tolerance), so the small correction gives the same plan: no new information, the loop stops
     uniform = {b.index: dict.fromkeys(b.ms, 1.0) | {"none": 0.0} for b in lut.blocks}
     timer = FakeTimer(lut, 1.03)
     plan, _, rec = meet_budget(lut, uniform, 0.6, rounds=3, measure=timer, progress=False)
-    assert len(timer.calls) == 1 and rec["status"] == "under" and "already measured" in rec["note"]
-    assert rec["rounds"][0]["measured"]["ratio"] < rec["tolerance"][0] and plan == select_plan(lut, uniform, 0.6)[0]
+    assert len(timer.calls) == 1 and rec.status == "under" and "already measured" in rec.note
+    assert rec.rounds[0].measured.ratio < rec.tolerance[0] and plan == select_plan(lut, uniform, 0.6)[0]
     # a device slower than the fastest plan allows: the corrected budget is out of reach, the plan measured lowest kept
     timer = FakeTimer(lut, 3.0)
     _, _, rec = meet_budget(lut, losses, 0.6, rounds=3, measure=timer, progress=False)
-    assert len(timer.calls) == 1 and rec["status"] == "over" and "below the fastest network" in rec["note"]
+    assert len(timer.calls) == 1 and rec.status == "over" and "below the fastest network" in rec.note
 
 
 def test_noisy_timings_are_pooled_and_never_correct_the_budget() -> None:
     lut = _lut_for(MODEL, 16)
     losses = _filling_losses(lut)
     first = select_plan(lut, losses, 0.6)
-    assert FakeTimer(lut, 1.0)(first[0], []).ratio == pytest.approx(first[1]["ratio"])   # the fake is what it says
+    assert FakeTimer(lut, 1.0)(first[0], []).ratio == pytest.approx(first[1].ratio)   # the fake is what it says
     # quartiles at ± 5 %: one timing's standard error is over a quarter of the tolerance, two pooled are under
     timer = FakeTimer(lut, 1.0, spread=0.05)
     one = timer(first[0], [])
     assert one.ratio_se > 0.25 * 0.05 * 0.6 >= one.pooled(one).ratio_se
     timer.calls.clear()
     plan, sel, rec = meet_budget(lut, losses, 0.6, measure=timer, progress=False)
-    assert (plan, sel) == first and len(timer.calls) == 2 and rec["status"] == "met"
-    assert (rec["rounds"][0]["timings"], rec["rounds"][0]["trusted"], rec["rounds"][0]["measured"]["n"]) == (2, True, 82)
+    assert (plan, sel) == first and len(timer.calls) == 2 and rec.status == "met"
+    assert (rec.rounds[0].timings, rec.rounds[0].trusted, rec.rounds[0].measured.n) == (2, True, 82)
     # never calm (± 30 %, the LUT off by 1.5): the LUT's plan is kept, the loop says why, no budget was corrected
     timer = FakeTimer(lut, 1.5, spread=0.3)
     plan, sel, rec = meet_budget(lut, losses, 0.6, measure=timer, progress=False)
-    assert (plan, sel) == first and len(timer.calls) == bl.TIMINGS and len(rec["rounds"]) == 1
-    assert (rec["status"], rec["chosen"], rec["rounds"][0]["trusted"]) == ("noisy", 0, False)
-    assert "too noisy" in rec["note"]
+    assert (plan, sel) == first and len(timer.calls) == bl.TIMINGS and len(rec.rounds) == 1
+    assert (rec.status, rec.chosen, rec.rounds[0].trusted) == ("noisy", 0, False)
+    assert "too noisy" in rec.note
 
 
 def test_off_count_devices_and_devices_that_cannot_run_here_are_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -129,12 +129,12 @@ def test_off_count_devices_and_devices_that_cannot_run_here_are_not_measured(mon
         raise AssertionError("measured")
 
     plan, sel, rec = meet_budget(lut, losses, 0.6, rounds=0, measure=never, progress=False)
-    assert (plan, sel) == want and (rec["status"], rec["rounds"], rec["chosen"]) == ("off", [], None)
+    assert (plan, sel) == want and (rec.status, rec.rounds, rec.chosen) == ("off", [], None)
     # flops, params, uniform: the counts are exact, nothing to measure
     count = lut.model_copy(update={"device": "flops", "backend": "count"})
     assert loop_device(count)[2] == "exact"
     plan, sel, rec = meet_budget(count, losses, 0.6, progress=False)
-    assert (plan, sel) == want and rec["status"] == "exact" and "exact" in rec["note"] and rec["rounds"] == []
+    assert (plan, sel) == want and rec.status == "exact" and "exact" in rec.note and rec.rounds == []
     # a device whose backend cannot run on this machine (TensorRT without its GPU): skipped, with the reason
     trt = lut.model_copy(update={"device": "gpu-trt-fp16", "backend": "tensorrt", "precision": "fp16"})
     assert loop_device(trt)[2] == "measure"
@@ -144,7 +144,7 @@ def test_off_count_devices_and_devices_that_cannot_run_here_are_not_measured(mon
 
     monkeypatch.setattr("latopt.latency.backends.get_backend", no_gpu)
     plan, sel, rec = meet_budget(trt, losses, 0.6, progress=False)
-    assert (plan, sel) == want and rec["status"] == "skipped" and "no CUDA GPU here" in rec["note"]
+    assert (plan, sel) == want and rec.status == "skipped" and "no CUDA GPU here" in rec.note
     # a LUT whose device profile is not here, or is not the one it was timed with
     assert loop_device(lut.model_copy(update={"device": "nowhere"}))[2] == "skipped"
     note = loop_device(lut.model_copy(update={"backend": "onnxruntime", "batch": 8}))[1]

@@ -250,15 +250,15 @@ def test_select_plan_meets_the_budget_and_is_least_loss() -> None:
     assert cands[0] == ("none", "full", "pw") and cands[2] == ("none", "full", "pw", "drop")
     uniform = variant_losses(None, None, None, cands, method="uniform")
     plan, info = select_plan(lut, uniform, 0.61)  # 12.2 ms: 7.8 ms to save; drop saves 1, pw 0.8, full 0.4
-    assert info["predicted_ms"] == pytest.approx(predict(lut, plan)) and info["predicted_ms"] <= 12.2
-    assert info["asis_ms"] == pytest.approx(20.0) and info["ratio"] <= 0.61
+    assert info.predicted_ms == pytest.approx(predict(lut, plan)) and info.predicted_ms <= 12.2
+    assert info.asis_ms == pytest.approx(20.0) and info.ratio <= 0.61
     assert len(plan) == 8 and set(plan.values()) == {"drop"}  # the fewest changed blocks: 8 drops
     # exactly on the budget (8 drops = 12.0 ms at 0.6) the rounded-up costs miss it: one more block (documented)
     assert len(select_plan(lut, uniform, 0.6)[0]) == 9
     # pw cheap in loss, drop dear: the DP trades
     losses = {b: {v: {"none": 0.0, "full": 0.2, "pw": 0.1, "drop": 1.0}[v] for v in vs} for b, vs in cands.items()}
     plan, info = select_plan(lut, losses, 0.61)
-    assert set(plan.values()) == {"pw"} and len(plan) == 10 and info["loss"] == pytest.approx(1.0)
+    assert set(plan.values()) == {"pw"} and len(plan) == 10 and info.loss == pytest.approx(1.0)
     only_full = candidates(lut, ["full"])
     with pytest.raises(LatoptError, match=r"budget 0.6 .* is below the fastest network these variants allow "
                                           r"\(13.200 ms = 0.660 of as-is\)"):
@@ -359,21 +359,21 @@ def test_select_plan_with_spans_against_brute_force() -> None:
         except LatoptError:
             assert _brute_force(lut, losses, budget * asis) == math.inf
             continue
-        assert info["predicted_ms"] == pytest.approx(predict(lut, plan, info["spans"]))
-        assert info["predicted_ms"] <= budget * asis * (1 + 1e-12)
-        covered = {i for a, b, _ in info["spans"] for i in range(a, b + 1)}
+        assert info.predicted_ms == pytest.approx(predict(lut, plan, info.spans))
+        assert info.predicted_ms <= budget * asis * (1 + 1e-12)
+        covered = {i for a, b, _ in info.spans for i in range(a, b + 1)}
         assert all(plan.get(i) in ("full", "pw", "drop") for i in covered)
         loss = sum(losses[i][plan.get(i, "none")] for i in range(5))
-        assert loss == pytest.approx(info["loss"])
+        assert loss == pytest.approx(info.loss)
         assert _brute_force(lut, losses, budget * asis) <= loss + 1e-9
-        assert loss <= _brute_force(lut, losses, budget * asis - info["slack_ms"]) + 1e-9
+        assert loss <= _brute_force(lut, losses, budget * asis - info.slack_ms) + 1e-9
         assert select_plan(lut, losses, budget, resolution=2000) == (plan, info)  # deterministic
         no_spans, _ = select_plan(lut, losses, budget, resolution=2000, spans=False)
         assert sum(losses[i][no_spans.get(i, "none")] for i in range(5)) >= loss - 1e-9
         # the fastest network (spans included): brute force reaches it and nothing below it
         zero = {i: dict.fromkeys(ls, 0.0) for i, ls in losses.items()}
-        assert _brute_force(lut, zero, info["fastest_ms"] + 1e-9) == 0.0
-        assert _brute_force(lut, zero, info["fastest_ms"] - 1e-6) == math.inf
+        assert _brute_force(lut, zero, info.fastest_ms + 1e-9) == 0.0
+        assert _brute_force(lut, zero, info.fastest_ms - 1e-6) == math.inf
 
 
 def test_select_plan_takes_spans_where_they_pay() -> None:
@@ -385,10 +385,10 @@ def test_select_plan_takes_spans_where_they_pay() -> None:
     uniform = variant_losses(None, None, None, candidates(lut), method="uniform")
     plan, info = select_plan(lut, uniform, 0.5)  # beyond what the 8 free drops give: spans pay
     flat, flat_info = select_plan(lut, uniform, 0.5, spans=False)
-    assert info["spans"] and flat_info["spans"] == []
-    assert len(plan) <= len(flat) and info["predicted_ms"] < flat_info["predicted_ms"]
+    assert info.spans and flat_info.spans == []
+    assert len(plan) <= len(flat) and info.predicted_ms < flat_info.predicted_ms
     blocks = find_blocks(build_model("mobilenetv2_035", 10))
-    for a, b, k in info["spans"]:
+    for a, b, k in info.spans:
         vs = [plan[i] for i in range(a, b + 1)]
         full = [blocks[i] for i in range(a, b + 1) if plan[i] == "full"]
         assert span_exact(vs, [blocks[i].stride for i in range(a, b + 1)],
@@ -532,7 +532,7 @@ def test_plan_only_writes_the_plan_without_training(tiny: dict, tmp_path: Path, 
     assert plan["variants"] == ["full", "pw", "drop"] and plan["base_checkpoint"] is None
     assert sorted(map(int, plan["blocks"])) == list(range(17)) and read_plan(tmp_path / "plan.json").changed == want
     p = plan["predicted"]
-    assert p["ms"] == pytest.approx(info["predicted_ms"]) and p["ms"] <= 0.55 * p["asis_ms"]
+    assert p["ms"] == pytest.approx(info.predicted_ms) and p["ms"] <= 0.55 * p["asis_ms"]
     assert p["asis_ms"] == pytest.approx(20.0) and p["speedup"] == pytest.approx(p["asis_ms"] / p["ms"])
     assert not (tmp_path / "runs").exists()   # no base trained, no run directory
     # proxy scores the variants on the trained base (forward passes only); it needs one

@@ -11,12 +11,7 @@ import pytest
 from latopt.errors import LatoptError
 from latopt.export.record import (
     EXPORT_SCHEMA,
-    AccuracySection,
-    BiasMapsSection,
-    ExportRecord,
-    GateRecord,
     LatencySection,
-    Repeats,
     read_export_record,
     write_export_record,
 )

@@ -153,7 +153,7 @@ def test_the_dp_front_is_a_study_beside_the_search(tiny):
     d, res = tiny
     lut = load_lut(d / "lut.json")
     _, info = select_plan(lut, {i: dict.fromkeys(c, 0.0) for i, c in candidates(lut).items()}, 1.0)
-    fastest = info["fastest_ms"] / info["asis_ms"]
+    fastest = info.fastest_ms / info.asis_ms
     budgets = [math.ceil((fastest + (1 - fastest) * f) * 1000) / 1000 for f in (0.3, 0.8)]
     p = _cli(d, "--importance", "uniform", "--budgets", ",".join(map(str, budgets)), command="plan")
     out, _ = p.communicate(timeout=600)

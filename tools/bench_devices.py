@@ -109,9 +109,9 @@ def make_plans(root: Path, models: list[str], devices: list[str], res: int, budg
                 losses = variant_losses(None, None, None, cands, method="uniform")
                 try:
                     plan, info = select_plan(lut, losses, budget)
-                    plans[key] = {"plan": {str(k): v for k, v in plan.items()}, "predicted_ratio": info["ratio"],
-                                  "predicted_speedup": info["asis_ms"] / info["predicted_ms"],
-                                  "fastest_ratio": info["fastest_ms"] / info["asis_ms"]}
+                    plans[key] = {"plan": {str(k): v for k, v in plan.items()}, "predicted_ratio": info.ratio,
+                                  "predicted_speedup": info.asis_ms / info.predicted_ms,
+                                  "fastest_ratio": info.fastest_ms / info.asis_ms}
                 except LatoptError as e:
                     plans[key] = {"plan": None, "why": str(e)}
                 log(f"{key}: {plans[key]}")

@@ -153,10 +153,10 @@ def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> d
             continue
         losses = variant_losses(None, None, None, candidates(lut), method="uniform")
         sets[key], sel = select_plan(lut, losses, args.dp_budget, spans=key == "dp")
-        spans[key] = sel["spans"]
+        spans[key] = sel.spans
         print(f"(c) {key} at budget {args.dp_budget} (uniform importance, variants {', '.join(lut.variants)}, "
-              f"{len(lut.spans)} timed spans): {sets[key]}; spans {sel['spans']}; LUT {sel['predicted_ms']:.3f} ms = "
-              f"{sel['ratio']:.3f} of as-is {sel['asis_ms']:.3f} ms")
+              f"{len(lut.spans)} timed spans): {sets[key]}; spans {sel.spans}; LUT {sel.predicted_ms:.3f} ms = "
+              f"{sel.ratio:.3f} of as-is {sel.asis_ms:.3f} ms")
     if spans.get("dp"):  # what merging itself buys: the same plan, its spans not merged
         sets["dp-unmerged"], spans["dp-unmerged"] = sets["dp"], []
         print(f"(c) dp-unmerged: the dp plan with its spans {spans['dp']} left as separate blocks")

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     randomize_bn_(model, seed=args.seed)
     folded = as_shipped(model, plan, input_size=(res, res))[0]
     merged, runs = merge_runs(folded, plan)
-    print(f"DP plan at {args.budget}: {plan} (LUT ratio {sel['ratio']:.3f}); merged runs {runs}")
+    print(f"DP plan at {args.budget}: {plan} (LUT ratio {sel.ratio:.3f}); merged runs {runs}")
     x = torch.randn(4, 3, res, res, dtype=torch.float64)
     with torch.no_grad():
         ref, got = copy.deepcopy(folded).double()(x), copy.deepcopy(merged).double()(x)

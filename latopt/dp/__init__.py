@@ -19,8 +19,8 @@ API (what a caller such as a method-comparison tool uses)::
     cands = candidates(lut, variants=None)    # {block: ("none", "full", "pw", ...)}: what each block may take
     losses = variant_losses(cfg, base_model, task, cands, method="proxy")   # {block: {variant: loss}}
                                               # methods: proxy (cheap), finetune (expensive), uniform
-    plan, info = select_plan(lut, losses, budget=0.55)   # {block: variant}; info: predicted_ms, ratio, spans,
-                                              # ... (spans=False: without the LUT's timed spans)
+    plan, info = select_plan(lut, losses, budget=0.55)   # {block: variant}; info: a Selection (.predicted_ms,
+                                              # .ratio, .spans, ...; spans=False: without the LUT's timed spans)
     result = run_dp(cfg, base_checkpoint, out_dir, lut=lut_path, budget=0.55, importance="proxy",
                     losses=None, variants=None, seed=0, progress=True, task=None, budget_rounds=None)
         # the plan measured on the LUT's device and re-solved until it meets the budget when measured (the budget
@@ -40,7 +40,8 @@ API (what a caller such as a method-comparison tool uses)::
 
     plan = plan_only(cfg, lut_path, budget=0.55, importance="uniform")   # no training: a PlanRecord
                                               # (measured by the budget loop; budget_rounds=0: the LUT's plan)
-    plan, info, record = meet_budget(lut, losses, budget=0.55, rounds=3, device="cpu")   # select_plan + the loop
+    plan, info, record = meet_budget(lut, losses, budget=0.55, rounds=3, device="cpu")   # select_plan + the loop:
+                                              # a Selection and a BudgetLoop record (latopt.dp.record)
     write_plan("plan.json", plan);  read_plan(path);  check_plan(plan, path, model=..., resolution=..., num_classes=...)
     plan.changed -> {block: variant}   (latopt.dp.planfile: the file's schema, PLAN_SCHEMA)
 

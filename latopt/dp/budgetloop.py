@@ -69,7 +69,7 @@ from typing import Any
 
 from latopt.constants import MAX_BUDGET_ROUNDS
 from latopt.dp.knapsack import DEFAULT_RESOLUTION
-from latopt.dp.record import TIMINGS, BudgetLoop
+from latopt.dp.record import TIMINGS, BudgetLoop, LoopMeasured, LoopRound, Selection
 from latopt.dp.select import check_budget, select_plan
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT
@@ -117,9 +117,9 @@ class Measured:
         σ ≈ IQR / 1.349, SE(median) ≈ 1.2533 σ / √n)."""
         return 1.2533 * (self.ratio_q3 - self.ratio_q1) / 1.349 / max(self.n, 1) ** 0.5
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> LoopMeasured:
         """The plan file's ``measured`` (the rounds themselves are not kept)."""
-        return {k: v for k, v in asdict(self).items() if k != "rounds"}
+        return LoopMeasured(**{k: v for k, v in asdict(self).items() if k != "rounds"})
 
 
 Timer = Callable[[Mapping[int, str], Sequence[Sequence[int]]], Measured]
@@ -195,14 +195,20 @@ def device_timer(lut: LUT, profile: Any) -> Iterator[Timer]:
         close_backend(backend)
 
 
-def _record(budget: float, rounds: int, status: str, note: str | None, device: str | None) -> dict[str, Any]:
-    return {"asked": budget, "rounds_max": rounds, "tolerance": [budget * (1 - TOL_BELOW), budget * (1 + TOL_ABOVE)],
-            "status": status, "note": note, "device": device, "chosen": None, "rounds": []}
+def _record(budget: float, rounds_max: int, status: str, note: str | None, device: str | None,
+            chosen: int | None = None, rounds: Sequence[LoopRound] = ()) -> BudgetLoop:
+    return BudgetLoop.model_validate({
+        "asked": budget, "rounds_max": rounds_max, "tolerance": list(_tolerance(budget)), "status": status,
+        "note": note, "device": device, "chosen": chosen, "rounds": list(rounds)})
+
+
+def _tolerance(budget: float) -> tuple[float, float]:
+    return budget * (1 - TOL_BELOW), budget * (1 + TOL_ABOVE)
 
 
 def meet_budget(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: float, *, rounds: int = DEFAULT_ROUNDS,
                 device: Any = None, measure: Timer | None = None, progress: bool = True,
-                resolution: int = DEFAULT_RESOLUTION) -> tuple[dict[int, str], dict[str, Any], dict[str, Any]]:
+                resolution: int = DEFAULT_RESOLUTION) -> tuple[dict[int, str], Selection, BudgetLoop]:
     """The DP's plan at ``budget`` (:func:`latopt.dp.select_plan`), measured and re-solved until it meets the
     budget when measured (module docstring). ``measure`` times a plan (tests give a fake); else the plans are
     timed on ``device`` (:func:`loop_device`). Returns (plan, the selection info of the plan kept, the record)."""
@@ -216,22 +222,24 @@ def meet_budget(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
         status, note = "measure", None
     else:
         profile, note, status = loop_device(lut, device)
-    rec = _record(budget, rounds, status, note, None if profile is None else profile.name)
     if status != "measure":
         if progress:
             _LOG.info(f"budget loop: {note}")
-        return plan, sel, rec
+        return plan, sel, _record(budget, rounds, status, note, None if profile is None else profile.name)
     with contextlib.ExitStack() as stack:
         if measure is None:
             assert profile is not None  # loop_device's, with status "measure"
             try:
                 measure = stack.enter_context(device_timer(lut, profile))
             except LatoptError as e:   # the backend cannot run on this machine (TensorRT without its GPU, ...)
-                rec.update(status="skipped", note=f"device {profile.name} cannot be timed here: {e}", device=None)
+                note = f"device {profile.name} cannot be timed here: {e}"
                 if progress:
-                    _LOG.info(f"budget loop: {rec['note']}")
-                return plan, sel, rec
-        return _loop(lut, losses, budget, rounds, plan, sel, measure, rec, progress, resolution)
+                    _LOG.info(f"budget loop: {note}")
+                return plan, sel, _record(budget, rounds, "skipped", note, None)
+        plan, sel, chosen, status, note, done = _loop(lut, losses, budget, rounds, plan, sel, measure, progress,
+                                                      resolution)
+        return plan, sel, _record(budget, rounds, status, note, None if profile is None else profile.name, chosen,
+                                  done)
 
 
 def _timed(measure: Timer, plan: Mapping[int, str], spans: Sequence[Sequence[int]],
@@ -247,22 +255,24 @@ def _timed(measure: Timer, plan: Mapping[int, str], spans: Sequence[Sequence[int
 
 
 def _loop(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: float, rounds: int, plan: dict[int, str],
-          sel: dict[str, Any], measure: Timer, rec: dict[str, Any], progress: bool,
-          resolution: int) -> tuple[dict[int, str], dict[str, Any], dict[str, Any]]:
-    low, high = rec["tolerance"]
+          sel: Selection, measure: Timer, progress: bool, resolution: int
+          ) -> tuple[dict[int, str], Selection, int, str, str | None, list[LoopRound]]:
+    """The measured rounds: (the plan kept, its selection, its round's index, the status, the note, the rounds)."""
+    low, high = _tolerance(budget)
     max_se = NOISE_FRACTION * (high - low)
     first = (plan, sel)
-    tried: list[tuple[dict[int, str], dict[str, Any]]] = []
+    tried: list[tuple[dict[int, str], Selection]] = []
+    done: list[LoopRound] = []
     note = None
     for k in range(rounds):
-        m, timings, trusted = _timed(measure, plan, sel["spans"], max_se)
+        m, timings, trusted = _timed(measure, plan, sel.spans, max_se)
         tried.append((plan, sel))
-        rec["rounds"].append({"budget": sel["budget"], "plan": {str(i): v for i, v in plan.items()},
-                              "spans": sel["spans"], "loss": sel["loss"], "predicted_ms": sel["predicted_ms"],
-                              "predicted_ratio": sel["ratio"], "timings": timings, "trusted": trusted,
-                              "measured": m.record()})
-        line = (f"budget loop round {k + 1}/{rounds}: DP at {sel['budget']:.4f} changed {len(plan)} blocks, LUT ratio "
-                f"{sel['ratio']:.3f}; measured {m.ratio:.3f} (quartiles {m.ratio_q1:.3f}-{m.ratio_q3:.3f}, standard "
+        done.append(LoopRound.model_validate({
+            "budget": sel.budget, "plan": {str(i): v for i, v in plan.items()}, "spans": sel.spans, "loss": sel.loss,
+            "predicted_ms": sel.predicted_ms, "predicted_ratio": sel.ratio, "timings": timings, "trusted": trusted,
+            "measured": m.record()}))
+        line = (f"budget loop round {k + 1}/{rounds}: DP at {sel.budget:.4f} changed {len(plan)} blocks, LUT ratio "
+                f"{sel.ratio:.3f}; measured {m.ratio:.3f} (quartiles {m.ratio_q1:.3f}-{m.ratio_q3:.3f}, standard "
                 f"error {m.ratio_se:.4f}, as-is {m.asis_ms:.3f} ms, {m.n} rounds in {timings} timing(s)) against {budget:g} "
                 f"[{low:.3f}, {high:.3f}]")
         if not trusted:
@@ -279,16 +289,16 @@ def _loop(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: float, ro
             if progress:
                 _LOG.info(line + ": outside, no rounds left")
             break
-        nxt = min(1.0, budget * sel["ratio"] / m.ratio)
+        nxt = min(1.0, budget * sel.ratio / m.ratio)
         try:
             plan2, sel2 = select_plan(lut, losses, nxt, resolution=resolution)
         except LatoptError:
             note = (f"the corrected budget {nxt:.4f} is below the fastest network the variants allow "
-                    f"({sel['fastest_ms'] / sel['asis_ms']:.4f} of as-is on the LUT)")
+                    f"({sel.fastest_ms / sel.asis_ms:.4f} of as-is on the LUT)")
             if progress:
                 _LOG.info(line + f": outside; {note}")
             break
-        if any(p == plan2 and s["spans"] == sel2["spans"] for p, s in tried):
+        if any(p == plan2 and s.spans == sel2.spans for p, s in tried):
             note = f"the DP at the corrected budget {nxt:.4f} chose a plan already measured"
             if progress:
                 _LOG.info(line + f": outside; {note}")
@@ -296,24 +306,23 @@ def _loop(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: float, ro
         if progress:
             _LOG.info(line + f": outside, re-solving at {nxt:.4f}")
         plan, sel = plan2, sel2
-    ratios = {i: r["measured"]["ratio"] for i, r in enumerate(rec["rounds"]) if r["trusted"]}
+    ratios = {i: r.measured.ratio for i, r in enumerate(done) if r.trusted}
     within = [i for i, r in ratios.items() if low <= r <= high]
     meets = [i for i, r in ratios.items() if r <= high]
     if within:
         chosen, status = within[0], "met"
     elif meets:
-        chosen, status = min(meets, key=lambda i: (tried[i][1]["loss"], ratios[i])), "under"
+        chosen, status = min(meets, key=lambda i: (tried[i][1].loss, ratios[i])), "under"
     elif ratios:
         chosen, status = min(ratios, key=lambda i: ratios[i]), "over"
     else:   # nothing trusted: the DP's plan on the LUT (the first round's)
         chosen, status = 0, "noisy"
-    rec.update(status=status, chosen=chosen, note=note)
     plan, sel = tried[chosen]
     assert status != "noisy" or (plan, sel) == first
     if progress:
-        _LOG.info(f"budget loop: kept round {chosen + 1} (measured {rec['rounds'][chosen]['measured']['ratio']:.3f} "
+        _LOG.info(f"budget loop: kept round {chosen + 1} (measured {done[chosen].measured.ratio:.3f} "
                   f"for budget {budget:g}: {status})")
-    return plan, sel, rec
+    return plan, sel, chosen, status, note, done
 
 
 def loop_summary(rec: BudgetLoop | None) -> str:

@@ -140,16 +140,16 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
                 "precision": lut.precision, "batch": lut.batch, "fold_mode": lut.fold_mode},
         "fold_mode": lut.fold_mode, "budget": budget, "importance": importance, "variants": allowed,
         "base_checkpoint": None if base_checkpoint is None else str(base_checkpoint),
-        "blocks": blocks, "spans": sel["spans"],
-        "predicted": {"asis_ms": sel["asis_ms"], "ms": sel["predicted_ms"], "ratio": sel["ratio"],
-                      "speedup": sel["asis_ms"] / sel["predicted_ms"]},
+        "blocks": blocks, "spans": sel.spans,
+        "predicted": {"asis_ms": sel.asis_ms, "ms": sel.predicted_ms, "ratio": sel.ratio,
+                      "speedup": sel.asis_ms / sel.predicted_ms},
         "selection": sel, "budget_loop": loop, "losses": {str(b): ls for b, ls in sorted(losses.items())},
         "latopt_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seconds": time.perf_counter() - t0,
     }
     if progress:
         _LOG.info(f"DP plan at budget {budget} on {lut.device}: {len(plan)} blocks changed {plan}; predicted "
-                  f"{sel['predicted_ms']:.3f} ms = {sel['ratio']:.3f} of as-is {sel['asis_ms']:.3f} ms")
+                  f"{sel.predicted_ms:.3f} ms = {sel.ratio:.3f} of as-is {sel.asis_ms:.3f} ms")
     # the DP's own output: a plan it cannot validate is latopt's failure (pydantic's error), not the user's
     return PlanRecord.model_validate(out, strict=False)
 

@@ -6,9 +6,9 @@ re-solves, and the stage, which runs the loop, import it without a circle."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from latopt.dp.knapsack import DEFAULT_RESOLUTION, cheapest, solve_chain
+from latopt.dp.record import Selection
 from latopt.dp.spans import decode, span_options
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT, predict
@@ -23,16 +23,16 @@ def check_budget(budget: float, param: str = "budget") -> float:
 
 
 def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: float, *,
-                resolution: int = DEFAULT_RESOLUTION, spans: bool = True) -> tuple[dict[int, str], dict[str, Any]]:
+                resolution: int = DEFAULT_RESOLUTION, spans: bool = True) -> tuple[dict[int, str], Selection]:
     """The least-loss plan whose LUT-predicted latency is ≤ ``budget`` × the as-is prediction.
 
     ``losses[block][variant]`` (``none`` included; :func:`latopt.dp.importance.variant_losses`): the
     options of each block; a block missing from ``losses`` stays as it is. With ``spans`` and a LUT that
     times spans, the DP chooses over spans and single blocks together (:func:`latopt.dp.knapsack.solve_chain`,
     :mod:`latopt.dp.spans`). Returns (plan {block: variant} without the ``none`` blocks, the blocks of a span
-    included, info: budget, asis_ms, target_ms, predicted_ms (undiscretised, ≤ target), ratio, loss,
-    resolution, slack_ms = the most the discretisation can leave unused, spans = [[start, end, kernel], ...]
-    merged into one convolution each)."""
+    included, and its :class:`~latopt.dp.record.Selection`: budget, asis_ms, target_ms, predicted_ms (undiscretised,
+    ≤ target), ratio, loss, resolution, slack_ms = the most the discretisation can leave unused, spans =
+    [[start, end, kernel], ...] merged into one convolution each)."""
     budget = check_budget(budget)
     asis = predict(lut, {})
     target = budget * asis
@@ -62,7 +62,6 @@ def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
     pred = predict(lut, plan, merged)
     if pred > target * (1 + 1e-12):  # the final check, on the undiscretised prediction
         raise LatoptError(f"the DP's plan is predicted at {pred:.4f} ms > the budget's {target:.4f} ms")
-    info = {"budget": budget, "asis_ms": asis, "target_ms": target, "predicted_ms": pred, "ratio": pred / asis,
-            "fastest_ms": fastest, "loss": sol.loss, "resolution": resolution,
-            "slack_ms": len(options) * capacity / resolution, "spans": merged}
-    return plan, info
+    return plan, Selection(budget=budget, asis_ms=asis, target_ms=target, predicted_ms=pred, ratio=pred / asis,
+                           fastest_ms=fastest, loss=float(sol.loss), resolution=resolution,
+                           slack_ms=len(options) * capacity / resolution, spans=merged)

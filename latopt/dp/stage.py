@@ -69,8 +69,8 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
     rounds = cfg.search.budget_rounds if budget_rounds is None else budget_rounds
     plan, sel, loop = meet_budget(lut, losses, budget, rounds=rounds, device=cfg.device, progress=progress)
     if progress:
-        _LOG.info(f"DP at budget {budget}: {len(plan)} blocks changed {plan}; predicted {sel['predicted_ms']:.3f} ms "
-                  f"= {sel['ratio']:.3f} of as-is {sel['asis_ms']:.3f} ms; total loss {sel['loss']:.4f}")
+        _LOG.info(f"DP at budget {budget}: {len(plan)} blocks changed {plan}; predicted {sel.predicted_ms:.3f} ms "
+                  f"= {sel.ratio:.3f} of as-is {sel.asis_ms:.3f} ms; total loss {sel.loss:.4f}")
     accel = resolve(cfg)      # evaluation and fine-tuning on train.device; the fold and its check on the CPU
     _, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
     base.eval()
@@ -93,7 +93,7 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
         "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"], "test_samples": task.sizes()["test"],
         "flops": {"base": cost_base["flops"], "folded": cost_folded["flops"]},
         "params": {"base": cost_base["params"], "folded": cost_folded["params"]},
-        "latency_pred_ms": {"asis": sel["asis_ms"], "folded": sel["predicted_ms"]},
+        "latency_pred_ms": {"asis": sel.asis_ms, "folded": sel.predicted_ms},
         "fold_check": info.fold_check, "history": {"postfold": info.postfold_history},
         "seconds": {"importance": t_imp, **info.seconds, "total": time.perf_counter() - t_start},
     }, strict=False)

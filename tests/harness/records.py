@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from latopt.export.record import AccuracySection, BiasMapsSection, ExportRecord, GateRecord, LatencySection, Repeats
+from latopt.export.record import (
+    AccuracySection,
+    BiasMapsSection,
+    ExportRecord,
+    GateRecord,
+    LatencySection,
+    Repeats,
+)
 
 
 def export_record(**over: Any) -> ExportRecord:
