@@ -236,11 +236,12 @@ def check_fold(model: nn.Module, resolution: int, mode: str = "exact", seed: int
         finally:
             h.remove()
     floor = max(_rel(outs["32"], outs["64"])["max_rel"], _rel(feats["32"], feats["64"])["max_rel"])
-    worst_block = max(e["max_rel"] for e in res["per_block"].values())
-    return {"per_block": res["per_block"], "output": res["output"], "features": res["features"],
-            "noise_floor": floor,
-            "float64": {"output": res64["output"], "features": res64["features"], "max_rel": res64["max_rel"]},
-            "max_rel": max(worst_block, res64["max_rel"]), "folded": len(plan)}
+    worst_block = max(e.max_rel for e in res.per_block.values())
+    found, found64 = res.to_json(), res64.to_json()
+    return {"per_block": {int(k): v for k, v in found["per_block"].items()}, "output": found["output"],
+            "features": found["features"], "noise_floor": floor,
+            "float64": {"output": found64["output"], "features": found64["features"], "max_rel": res64.max_rel},
+            "max_rel": max(worst_block, res64.max_rel), "folded": len(plan)}
 
 
 # ------------------------------------------------------------------------------------------------ CLI

@@ -288,7 +288,14 @@ def count_flops(module: nn.Module, input_shape: tuple[int, ...]) -> int:
     return int(fc.get_total_flops())
 
 
-def model_cost(model: nn.Module, resolution: int) -> dict[str, int]:
+class Cost(NamedTuple):
+    """A network's FLOPs (2 per multiply-add) on one 3xRxR image, and its parameter count."""
+
+    flops: int
+    params: int
+
+
+def model_cost(model: nn.Module, resolution: int) -> Cost:
     """FLOPs (2 per multiply-add) of one 3xRxR image, and the parameter count."""
-    return {"flops": count_flops(model, (1, 3, resolution, resolution)),
-            "params": int(sum(q.numel() for q in model.parameters()))}
+    return Cost(flops=count_flops(model, (1, 3, resolution, resolution)),
+                params=int(sum(q.numel() for q in model.parameters())))

@@ -107,7 +107,7 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
         "train_samples": cfg.data.train_samples,
         "resolution": cfg.data.resolution, "seed": seed, "init": init,
         "epochs": t.epochs, "history": history, "best_epoch": best.epoch if best is not None else t.epochs, "val_acc": evaluate(model, val_loader, accel),
-        "test_acc": evaluate(model, test_loader, accel), **model_cost(model, cfg.data.resolution),
+        "test_acc": evaluate(model, test_loader, accel), **model_cost(model, cfg.data.resolution)._asdict(),
         "train_seconds": seconds, "resumed_after_epoch": start,
         "device": str(accel.device), "amp": t.amp, "processes": accel.world_size,
         "checkpoint": str(out_dir / BASE_CHECKPOINT),

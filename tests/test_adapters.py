@@ -128,8 +128,8 @@ def test_basic_block_folds_in_paper_mode_only(stride: int, kernel: int) -> None:
     randomize_bn_(m, 1)
     ref, folded = linearize(m, "all"), fold_blocks(m, "all", "paper")
     res = verify_fold(ref, folded, (16, 16))
-    assert res["per_block"][0]["max_rel_interior"] < TOL
-    assert res["per_block"][0]["max_rel"] > 10 * TOL  # the border is not exact: the reason for paper only
+    assert res.per_block[0].max_rel_interior < TOL
+    assert res.per_block[0].max_rel > 10 * TOL  # the border is not exact: the reason for paper only
 
 
 def test_torchvision_resnet_blocks_get_their_own_activations() -> None:

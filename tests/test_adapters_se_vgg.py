@@ -136,9 +136,9 @@ def test_vgg_pairs_fold_to_5x5_in_paper_mode() -> None:
     f0 = folded.get_submodule(find_blocks(m)[0].path)
     assert type(f0).__name__ == "FoldedBlock" and f0.conv.kernel_size == (5, 5) and isinstance(f0.post, nn.ReLU)
     res = verify_fold(ref, folded, (64, 64))
-    assert len(res["per_block"]) == 3
-    assert all(e["max_rel_interior"] < TOL for e in res["per_block"].values())
-    assert res["per_block"][0]["max_rel"] > 10 * TOL  # the border is not exact: the reason for paper only
+    assert len(res.per_block) == 3
+    assert all(e.max_rel_interior < TOL for e in res.per_block.values())
+    assert res.per_block[0].max_rel > 10 * TOL  # the border is not exact: the reason for paper only
 
 
 def test_torchvision_vgg_pairs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,15 +36,15 @@ def _check(name: str, res: int, plan, seed: int) -> None:
     ref = linearize(model, plan)
     exact = verify_fold(ref, fold_blocks(model, plan, "exact", (res, res)), (res, res), batch=2, seed=seed)
     expected = {b.index for b in blocks if b.foldable} if plan == "all" else set(plan)
-    assert set(exact["per_block"]) == expected
-    for i, e in exact["per_block"].items():
-        assert e["max_rel"] <= TOL, (name, i, e)
-    assert exact["output"]["max_rel"] <= TOL and exact["features"]["max_rel"] <= TOL, (name, exact)
+    assert set(exact.per_block) == expected
+    for i, e in exact.per_block.items():
+        assert e.max_rel <= TOL, (name, i, e)
+    assert exact.output.max_rel <= TOL and exact.features.max_rel <= TOL, (name, exact)
     paper = verify_fold(ref, fold_blocks(model, plan, "paper", (res, res)), (res, res), batch=2, seed=seed)
-    for i, e in paper["per_block"].items():
-        assert e["max_rel_interior"] <= TOL, (name, i, e)
+    for i, e in paper.per_block.items():
+        assert e.max_rel_interior <= TOL, (name, i, e)
     # the paper mode really differs on the border of blocks with an expansion (not a vacuous check)
-    assert max(e["max_rel"] for e in paper["per_block"].values()) > 1e-3
+    assert max(e.max_rel for e in paper.per_block.values()) > 1e-3
 
 
 @pytest.mark.parametrize("name,res", CASES)

@@ -187,10 +187,9 @@ def fold_gates(p: Plan, x: torch.Tensor, inputs: str) -> list[Gate]:
         # that error spreads through the network: check each folded block alone, away from its border
         chk = verify_fold(linearize(src64, p.plan).eval(), fold_blocks(src64, p.plan, mode="paper", input_size=res),
                           res, batch=2, seed=0)
-        worst = max(chk["per_block"].values(), key=lambda e: e["max_rel_interior"])
+        worst = chk.worst_interior()
         return [Gate("fold algebra per block, away from the border (float64, paper mode)",
-                     worst["max_abs_interior"], worst["ref_max"], worst["max_rel_interior"], TOL_FOLD64, 2,
-                     "random normal")]
+                     worst.max_abs_interior, worst.ref_max, worst.max_rel_interior, TOL_FOLD64, 2, "random normal")]
     ref64 = torch_out(linearize(src64, p.plan).eval(), x.double())
     out64 = torch_out(fold_blocks(src64, p.plan, mode=p.mode, input_size=res).eval(), x.double())
     ref32 = torch_out(linearize(p.source, p.plan).eval(), x)

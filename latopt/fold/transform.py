@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -276,15 +277,59 @@ def fold_spec(model: nn.Module, *, mode: str | None = None,
     return {"mode": modes.pop(), "input_size": None if size is None else list(size), "plan": plan}
 
 
+@dataclass(frozen=True)
+class ErrorStat:
+    """Outputs against their reference: the largest absolute difference, it over the reference's largest
+    magnitude (``max_rel``), and that magnitude (``ref_max``)."""
+
+    max_abs: float
+    max_rel: float
+    ref_max: float
+
+
+@dataclass(frozen=True)
+class BlockError:
+    """One folded block against the reference block, fed the reference block's input: over all positions and away
+    from the border ring (``*_interior``: what the paper mode guarantees)."""
+
+    variant: str
+    mode: str
+    max_abs: float
+    ref_max: float
+    max_rel: float
+    max_abs_interior: float
+    max_rel_interior: float
+
+
+@dataclass(frozen=True)
+class FoldErrors:
+    """What :func:`verify_fold` found: the worse of the network's output and its last block's features
+    (``max_abs``, ``max_rel``, ``ref_max``), each of the two, and each folded block (by index)."""
+
+    max_abs: float
+    max_rel: float
+    ref_max: float
+    output: ErrorStat
+    features: ErrorStat
+    per_block: dict[int, BlockError]
+
+    def worst_interior(self) -> BlockError:
+        """The folded block with the largest relative error away from its border."""
+        return max(self.per_block.values(), key=lambda e: e.max_rel_interior)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data (a fold report's ``fold_check``): ``per_block`` keyed by the index as a string."""
+        d = asdict(self)
+        d["per_block"] = {str(k): v for k, v in d["per_block"].items()}
+        return d
+
+
 @torch.no_grad()
 def verify_fold(reference: nn.Module, folded: nn.Module, input_size: tuple[int, int], batch: int = 2,
-                seed: int = 0) -> dict:
-    """Compare ``folded`` with ``reference`` (normally ``linearize(model, plan)``) on random inputs.
-
-    Returns ``{"max_abs", "max_rel", "ref_max", "per_block": {index: {...}}}`` where max_rel =
-    max_abs / max|reference|. Each folded block is also checked alone, fed the reference block's input:
-    ``max_abs``/``max_rel`` over all positions and ``max_abs_interior``/``max_rel_interior`` away from
-    the border ring (what the paper mode guarantees)."""
+                seed: int = 0) -> FoldErrors:
+    """Compare ``folded`` with ``reference`` (normally ``linearize(model, plan)``) on random inputs: a
+    :class:`FoldErrors`, where max_rel = max_abs / max|reference|. Each folded block is also checked alone, fed
+    the reference block's input (:class:`BlockError`)."""
     g = torch.Generator().manual_seed(int(seed))
     p = next(reference.parameters())
     last = {m: find_blocks(m)[-1].path for m in (reference, folded)}
@@ -314,33 +359,33 @@ def verify_fold(reference: nn.Module, folded: nn.Module, input_size: tuple[int, 
     try:
         ref = reference(x)
         out = folded(x)
-        per_block: dict[int, dict] = {}
+        per_block: dict[int, BlockError] = {}
         for i, b in folded_blocks.items():
             fb = folded.get_submodule(b.path)
             assert isinstance(fb, FoldedBlock)  # its kind says so
             bx, by = captured[i]
             diff = (fb(bx) - by).abs()
             scale = float(by.abs().max()) or 1.0
-            entry: dict[str, Any] = {"variant": fb.info.variant, "mode": fb.info.mode, "max_abs": float(diff.max()),
-                     "ref_max": scale, "max_rel": float(diff.max()) / scale}
             mask = compose.border_mask((int(bx.shape[-2]), int(bx.shape[-1])), b.kernel, b.stride, b.padding).to(diff.device)
             inner = diff[..., ~mask]
-            entry["max_abs_interior"] = float(inner.max()) if inner.numel() else 0.0
-            entry["max_rel_interior"] = entry["max_abs_interior"] / scale
-            per_block[i] = entry
+            interior = float(inner.max()) if inner.numel() else 0.0
+            per_block[i] = BlockError(variant=fb.info.variant, mode=fb.info.mode, max_abs=float(diff.max()),
+                                      ref_max=scale, max_rel=float(diff.max()) / scale, max_abs_interior=interior,
+                                      max_rel_interior=interior / scale)
     finally:
         for h in handles:
             h.remove()
         reference.train(modes[0])
         folded.train(modes[1])
-    result: dict = {}
-    for key, (got, want) in (("output", (out, ref)), ("features", (feats["fold"], feats["ref"]))):
+    def stat(got: torch.Tensor, want: torch.Tensor) -> ErrorStat:
         scale = float(want.abs().max()) or 1.0
         err = float((got - want).abs().max())
-        result[key] = {"max_abs": err, "max_rel": err / scale, "ref_max": scale}
-    worst = max(result.values(), key=lambda r: r["max_rel"])
-    return {"max_abs": worst["max_abs"], "max_rel": worst["max_rel"], "ref_max": worst["ref_max"],
-            **result, "per_block": per_block}
+        return ErrorStat(max_abs=err, max_rel=err / scale, ref_max=scale)
+
+    output, features = stat(out, ref), stat(feats["fold"], feats["ref"])
+    worst = max((output, features), key=lambda r: r.max_rel)
+    return FoldErrors(max_abs=worst.max_abs, max_rel=worst.max_rel, ref_max=worst.ref_max, output=output,
+                      features=features, per_block=per_block)
 
 
 @torch.no_grad()

@@ -237,12 +237,12 @@ def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int,
     reference = linearize(source, plan)
     folded = fold_blocks(source, plan, mode=mode, input_size=(res, res))
     got = verify_fold(reference, folded, (res, res), seed=seed)
-    if not (math.isfinite(got["max_abs"]) and math.isfinite(got["max_rel"])):   # any mode: a NaN is no fold
+    if not (math.isfinite(got.max_abs) and math.isfinite(got.max_rel)):   # any mode: a NaN is no fold
         raise VerificationError(f"folded network differs from the linearised σ_α network: max abs "
-                                f"{got['max_abs']:.3g}, max rel {got['max_rel']:.3g} (not finite)")
+                                f"{got.max_abs:.3g}, max rel {got.max_rel:.3g} (not finite)")
     limit = cfg.fold.max_fold_error if mode == "exact" else None
-    check = FoldCheck.model_validate({**got, "per_block": {str(k): v for k, v in got["per_block"].items()}, "mode": mode,
-                                      "limit": limit, "passed": limit is None or got["max_rel"] <= limit}, strict=False)
+    check = FoldCheck.model_validate({**got.to_json(), "mode": mode, "limit": limit,
+                                      "passed": limit is None or got.max_rel <= limit}, strict=False)
     if not check.passed:
         raise VerificationError(f"folded network differs from the linearised σ_α network: max abs "
                                 f"{check.max_abs:.3g}, max rel {check.max_rel:.3g} > {cfg.fold.max_fold_error}")
