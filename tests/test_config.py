@@ -46,7 +46,7 @@ def test_resolved_yaml_round_trip(tmp_path: Path) -> None:
     assert config_from_dict(dump_config(cfg)) == cfg
 
 
-@pytest.mark.parametrize("name", ["quickstart", "digits_clutter", "mobilenetv2_100", "efficientnet_lite0"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "latopt" / "configs").glob("*.yaml")))
 def test_shipped_configs_are_valid(name: str) -> None:
     cfg = load_config(name)  # shipped inside the package (latopt/configs/), found by name
     assert cfg.name == name and load_config(REPO / "latopt" / "configs" / f"{name}.yaml") == cfg
