@@ -224,8 +224,8 @@ class PointwiseBlock(nn.Module):
     def __init__(self, info: FoldInfo, expand: nn.Module | None, bn1: nn.Module | None, project: nn.Module,
                  bn3: nn.Module) -> None:
         super().__init__()
-        if info.variant != "pw":
-            raise LatoptError(f"a PointwiseBlock is the pw variant, not {info.variant!r}")
+        if VARIANTS[info.variant].reference != "pointwise":
+            raise LatoptError(f"a PointwiseBlock is a pointwise variant (pw), not {info.variant!r}")
         self.info = info
         self.expand, self.bn1, self.project, self.bn3 = expand, bn1, project, bn3
 

@@ -4,10 +4,10 @@ deferred bias maps, the merged spans and Layer Folding's uniform costs treat it.
 of these facts reads it here, and so does the fold: each record holds its fold algebra (``compose``: the block's
 BN-fused convolutions composed into the folded module's weights, with the primitives of
 :mod:`latopt.fold.compose`). The names are :data:`FoldVariant` (re-exported by :mod:`latopt.constants`, which
-derives the LUT's vocabulary from it). Adding a variant is its name and its record here, and its test. A
-variant's name is still spelt elsewhere where it is a value
-(a plan, a LUT key) or a role no record describes: ``full`` is Layer Folding's fold and c_l's reference, the
-``pw`` variant network is a :class:`~latopt.layers.PointwiseBlock`, a span composes around its one ``full``.
+derives the LUT's vocabulary from it). Adding a variant is its name and its record here (its algebra, and its
+variant network: ``reference``), and its test. A variant's name is still spelt elsewhere where it is a value
+(a plan, a LUT key) or a role no record describes: ``full`` is Layer Folding's fold and c_l's reference, a span
+composes around its one ``full``.
 
 - ``full``: both activations linear: the block is one k×k convolution (the residual a centre-tap identity);
 - ``expand_dw`` / ``dw_project``: the first / the second activation linear (Layer Folding with one α per
@@ -100,6 +100,10 @@ class Variant:
     kept_act: int | None         # the block activation the folded module keeps (index into Block.acts)
     bias_map: bool               # exact mode, with an expansion: a bias map after the k×k convolution
     compose: Composer | None     # its fold algebra on an MBConv block (None: no convolution, drop)
+    # the variant network (what a fold of it is checked against, and what the DP fine-tunes into): the block with
+    # its removed activations linear, the block as one pointwise map (latopt.layers.PointwiseBlock: expand 1x1 →
+    # project 1x1 on the strided input [+ x]), or the identity
+    reference: Literal["linear", "pointwise", "identity"] = "linear"
 
     def removed_acts(self, acts: tuple[str, ...]) -> tuple[str, ...]:
         """The block's activations (paths) the variant makes linear."""
@@ -167,10 +171,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     _v("pw", removes="all", mbconv_only=True, needs_expand=False, needs_residual=False, on_unfoldable=False,
        timed=True, affine=True, span_inner=True, uniform_time=None,
        convs=(("conv", "1x1", "cin", "cout", True),), steps=("conv", "map", "post"), kept_act=None, bias_map=False,
-       compose=_pw),
+       compose=_pw, reference="pointwise"),
     _v("drop", removes="all", mbconv_only=False, needs_expand=False, needs_residual=True, on_unfoldable=True,
        timed=False, affine=True, span_inner=True, uniform_time=None,
-       convs=(), steps=("map",), kept_act=None, bias_map=False, compose=None),
+       convs=(), steps=("map",), kept_act=None, bias_map=False, compose=None, reference="identity"),
 )}
 assert tuple(VARIANTS) == get_args(FoldVariant), "FoldVariant lists the variants in this order"
 assert all((v.compose is None) == (not v.convs) for v in VARIANTS.values()), "a variant with convolutions composes"

@@ -22,6 +22,8 @@ def test_the_records_are_the_vocabulary_and_their_derived_lists() -> None:
     assert PARTIAL_VARIANTS == ("expand_dw", "dw_project") and SPAN_INNER == ("pw", "drop")
     assert UNIFORM_TIMES == {"none": 1.0, "full": 0.0, "expand_dw": 0.5, "dw_project": 0.5}
     assert all((v.compose is not None) == bool(v.convs) for v in VARIANTS.values())   # a module variant: its algebra
+    assert {n: v.reference for n, v in VARIANTS.items() if v.reference != "linear"} == {"pw": "pointwise",
+                                                                                          "drop": "identity"}
     for v in VARIANTS.values():   # a forward uses only the convolutions the record builds
         convs = {c[0] for c in v.convs}
         assert {s for s in v.steps if s not in ("map", "act", "post", "residual")} <= convs

@@ -104,9 +104,10 @@ def _post_act(model: nn.Module, block: Block) -> str:
 
 
 def linearize(model: nn.Module, blocks: BlockPlan) -> nn.Module:
-    """The variant network of the plan ``blocks`` (module docstring): a deep copy of ``model`` with the
-    planned blocks' activations replaced by the identity, a ``pw`` block by its :class:`PointwiseBlock`
-    and a dropped block by the identity (a ``drop`` FoldedBlock, so that the block keeps its index)."""
+    """The variant network of the plan ``blocks`` (module docstring), as each variant's record says
+    (:attr:`latopt.variants.Variant.reference`): a deep copy of ``model`` with the planned blocks' removed
+    activations replaced by the identity, a ``pointwise`` one (``pw``) by its :class:`PointwiseBlock` and an
+    ``identity`` one (``drop``) by the identity (a FoldedBlock, so that the block keeps its index)."""
     plan = normalize_plan(model, blocks)
     out = copy.deepcopy(model)
     by_index = {b.index: b for b in find_blocks(out)}
@@ -114,9 +115,9 @@ def linearize(model: nn.Module, blocks: BlockPlan) -> nn.Module:
         b = by_index[i]
         for path in VARIANTS[v].removed_acts(b.acts):  # first: timm's activations live inside its BN modules
             out.set_submodule(path, nn.Identity())
-        if v == "drop":
+        if VARIANTS[v].reference == "identity":
             out.set_submodule(b.path, FoldedBlock(_info(b, v, "exact", None, None)))
-        elif v == "pw":
+        elif VARIANTS[v].reference == "pointwise":
             get = out.get_submodule
             expand, bn1 = (get(b.convs[0]), get(b.bns[0])) if b.has_expand else (None, None)
             pw = PointwiseBlock(_info(b, v, "exact", None, None), expand, bn1, get(b.convs[-1]), get(b.bns[-1]))
