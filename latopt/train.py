@@ -6,8 +6,9 @@ Public API::
         trains cfg.model on cfg.data from scratch (default; offline), from a latopt checkpoint (fine-tune)
         or from the library's pretrained weights; writes ``base.pt`` (latopt checkpoint), ``metrics.json``
         and the resolved ``config.yaml`` into ``out_dir`` (built atomically)
-    TrainResult(model, metrics, paths)   the trained network, metrics.json's content, the files written
-                                         (``checkpoint``, ``metrics``, ``config``)
+    TrainResult(model, metrics, paths)   the trained network, metrics.json's content (a TrainMetrics), the files
+                                         written (``checkpoint``, ``metrics``, ``config``)
+    TrainMetrics                         metrics.json as a record: read_metrics(path) reads one back
 
 The loop itself is :mod:`latopt.engine`'s, on the device, precision and processes of ``cfg.train``
 (:mod:`latopt.accel`; under torchrun only rank 0 writes). After every epoch the run's state is saved
@@ -21,8 +22,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
+from pydantic import Field
 from torch import nn
 
 from latopt.accel import resolve
@@ -44,10 +46,49 @@ from latopt.engine import (
 )
 from latopt.errors import LatoptError
 from latopt.models import build_model, model_cost
+from latopt.readers import read_json
+from latopt.records import Accuracy, Artefact, Resolution, validated
 from latopt.resume import EpochCheckpoint, fingerprint, resume_path
 
 METRICS_SCHEMA = "latopt.train_metrics/1"
 BASE_CHECKPOINT = "base.pt"
+_Count = Annotated[int, Field(ge=0)]
+
+
+class TrainMetrics(Artefact):
+    """``metrics.json``: what was trained on what (model, task, split sizes, resolution, seed, how it started),
+    the per-epoch history (:func:`latopt.engine.fit`'s rows), the accuracies of the weights kept, their FLOPs and
+    parameters, the time and where it ran."""
+
+    SCHEMA: ClassVar[str] = METRICS_SCHEMA
+
+    model: str
+    task: str
+    sizes: dict[str, _Count]
+    split: str
+    train_samples: Annotated[int, Field(ge=1)] | None
+    resolution: Resolution
+    seed: int
+    init: str                       # scratch, pretrained or checkpoint
+    epochs: _Count
+    history: list[dict[str, Any]]   # latopt.engine.fit's rows as it makes them (a diverged loss is NaN)
+    best_epoch: _Count
+    val_acc: Accuracy
+    test_acc: Accuracy
+    flops: _Count
+    params: _Count
+    train_seconds: Annotated[float, Field(ge=0)]
+    resumed_after_epoch: _Count
+    device: str
+    amp: str
+    processes: Annotated[int, Field(ge=1)]
+    checkpoint: str
+
+
+def read_metrics(path: str | Path) -> TrainMetrics:
+    """The ``metrics.json`` at ``path``; one LatoptError line when it is not one (schema, a field)."""
+    data = read_json(path, schema=METRICS_SCHEMA, what="base model metrics")
+    return validated(TrainMetrics, data, prefix=f"{path}: ", key="field")
 
 
 @dataclass
@@ -56,7 +97,7 @@ class TrainResult:
     ``metrics.json``'s content and the files written, by role: ``checkpoint``, ``metrics``, ``config``."""
 
     model: nn.Module
-    metrics: dict[str, Any]
+    metrics: TrainMetrics
     paths: dict[str, Path]
 
 
@@ -102,21 +143,22 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
     history = fit(model, train_loader, t.epochs, step, val_loader=val_loader, best=best, accel=accel,
                   report=Report(progress, "base"), resume=Resume(start, done, state.save))
     seconds = time.perf_counter() - t0
-    metrics: dict[str, Any] = {
-        "schema": METRICS_SCHEMA, "model": cfg.model.name, "task": task.name, "sizes": task.sizes(), "split": task.split,
+    cost = model_cost(model, cfg.data.resolution)
+    metrics = TrainMetrics.model_validate({
+        "model": cfg.model.name, "task": task.name, "sizes": task.sizes(), "split": task.split,
         "train_samples": cfg.data.train_samples,
         "resolution": cfg.data.resolution, "seed": seed, "init": init,
         "epochs": t.epochs, "history": history, "best_epoch": best.epoch if best is not None else t.epochs, "val_acc": evaluate(model, val_loader, accel),
-        "test_acc": evaluate(model, test_loader, accel), **model_cost(model, cfg.data.resolution)._asdict(),
+        "test_acc": evaluate(model, test_loader, accel), "flops": cost.flops, "params": cost.params,
         "train_seconds": seconds, "resumed_after_epoch": start,
         "device": str(accel.device), "amp": t.amp, "processes": accel.world_size,
         "checkpoint": str(out_dir / BASE_CHECKPOINT),
-    }
+    })
     if accel.is_main:  # under torchrun the other processes hold the same model: rank 0 writes
         with atomic_dir(out_dir) as tmp:
-            meta = CheckpointMeta(**data_meta(cfg), seed=seed, val_acc=metrics["val_acc"], test_acc=metrics["test_acc"])
+            meta = CheckpointMeta(**data_meta(cfg), seed=seed, val_acc=metrics.val_acc, test_acc=metrics.test_acc)
             save_checkpoint(tmp / BASE_CHECKPOINT, model, arch, meta)
-            write_json_atomic(tmp / "metrics.json", metrics)
+            write_json_atomic(tmp / "metrics.json", metrics.to_json())
             write_config(cfg, tmp / "config.yaml")
         state.remove()
     return TrainResult(model.eval(), metrics, {"checkpoint": out_dir / BASE_CHECKPOINT, "metrics": out_dir / "metrics.json",
@@ -137,4 +179,4 @@ def _fingerprint(cfg: RunConfig, seed: int, init: str, checkpoint: str | Path | 
                         "checkpoint": None if checkpoint is None else file_sha256(checkpoint)})
 
 
-__all__ = ["BASE_CHECKPOINT", "METRICS_SCHEMA", "TrainResult", "train_base"]
+__all__ = ["BASE_CHECKPOINT", "METRICS_SCHEMA", "TrainMetrics", "TrainResult", "read_metrics", "train_base"]

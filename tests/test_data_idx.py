@@ -217,9 +217,9 @@ def test_a_base_trains_on_it_and_records_its_split(tmp_path: Path) -> None:
                                         "train.lr": 0.05, "data.train_samples": 150})
     r = train_base(cfg, tmp_path / "base", progress=False)
     m = r.metrics
-    assert m["sizes"] == {"train": 150, "val": 20, "test": 50} and m["train_samples"] == 150
-    assert "20 of the 200 training images (split_seed 0)" in m["split"]
-    assert m["history"][-1]["loss"] < m["history"][0]["loss"]
+    assert m.sizes == {"train": 150, "val": 20, "test": 50} and m.train_samples == 150
+    assert "20 of the 200 training images (split_seed 0)" in m.split
+    assert m.history[-1]["loss"] < m.history[0]["loss"]
 
 
 @pytest.mark.skipif(not DEBIAN.is_dir(), reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")

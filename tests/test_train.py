@@ -16,7 +16,7 @@ from latopt.engine import evaluate
 from latopt.errors import LatoptError
 from latopt.layerfold import CompressionLoss, fold_and_finetune, plan_from_alphas, prefold, run_fold
 from latopt.layerfold.record import LayerFoldReport, read_report
-from latopt.train import train_base
+from latopt.train import read_metrics, train_base
 
 MODEL = "torchvision/mobilenet_v2?width=0.35"
 TINY = f"""
@@ -100,15 +100,15 @@ def test_train_base_writes_checkpoint_metrics_config(tiny: dict) -> None:
     saved = json.loads((base / "metrics.json").read_text())
     assert saved["schema"] == "latopt.train_metrics/1" and saved["init"] == "scratch"
     assert len(saved["history"]) == 1 and {"loss", "train_acc", "val_acc", "lr"} <= saved["history"][0].keys()
-    assert 0.0 <= m["test_acc"] <= 1.0 and m["flops"] > 0 and m["params"] > 0
+    assert 0.0 <= m.test_acc <= 1.0 and m.flops > 0 and m.params > 0 and read_metrics(base / "metrics.json") == m
     model, arch, meta = load_checkpoint(base / "base.pt", expect_model=MODEL)
     assert arch.alpha is None and arch.fold is None and meta.task == "digits"
     _, _, test = make_loaders(load_task(tiny["cfg"]), 32)
-    assert evaluate(model, test) == pytest.approx(m["test_acc"])
+    assert evaluate(model, test) == pytest.approx(m.test_acc)
     assert load_config(base / "config.yaml") == tiny["cfg"]
     # the result hands the trained network itself (the one the checkpoint holds) and names the files
     result = tiny["result"]
-    assert not result.model.training and evaluate(result.model, test) == pytest.approx(m["test_acc"])
+    assert not result.model.training and evaluate(result.model, test) == pytest.approx(m.test_acc)
     assert result.paths == {"checkpoint": base / "base.pt", "metrics": base / "metrics.json",
                             "config": base / "config.yaml"}
 
@@ -129,13 +129,13 @@ def test_train_is_reproducible_and_resumes_from_checkpoint(tiny: dict) -> None:
 
     root, cfg = tiny["root"], tiny["cfg"]
     again = train_base(cfg, root / "again", progress=False, seed=0).metrics
-    assert again["test_acc"] == tiny["metrics"]["test_acc"]
-    assert again["history"][0]["loss"] == pytest.approx(tiny["metrics"]["history"][0]["loss"], rel=1e-6)
+    assert again.test_acc == tiny["metrics"].test_acc
+    assert again.history[0]["loss"] == pytest.approx(tiny["metrics"].history[0]["loss"], rel=1e-6)
     base = _conv_weights(tiny["ckpt"])
     # 0 epochs from the checkpoint reproduce it: its weights, its accuracy
     zero = train_base(cfg.with_overrides({"train.epochs": 0}), root / "zero", checkpoint=tiny["ckpt"],
                       progress=False, seed=1).metrics
-    assert zero["init"] == "checkpoint" and zero["history"] == [] and zero["test_acc"] == tiny["metrics"]["test_acc"]
+    assert zero.init == "checkpoint" and zero.history == [] and zero.test_acc == tiny["metrics"].test_acc
     assert _distance(_conv_weights(root / "zero" / "base.pt"), base) == 0.0
     # 1 epoch from the checkpoint starts there: it moves off the checkpoint's weights by far less than the
     # distance of a fresh initialisation (what a run that ignored --checkpoint would start from)
@@ -157,7 +157,7 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
     assert read_report(out / "report.json", LayerFoldReport) == r   # the file is the record, read back
     acc = r.acc
     assert None not in (acc.base, acc.prefold, acc.folded, acc.finetuned, acc.linearized)
-    assert acc.base == pytest.approx(tiny["metrics"]["test_acc"])
+    assert acc.base == pytest.approx(tiny["metrics"].test_acc)
     alphas = {int(k): v for k, v in r.alphas.items()}
     assert all(0.0 <= a <= 1.0 for vs in alphas.values() for a in vs)
     assert set(r.plan) == {i for i, vs in alphas.items() if vs[0] >= 0.6}

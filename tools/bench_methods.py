@@ -251,18 +251,18 @@ def plateau(history: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cell_base(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
-    from latopt.train import train_base
+    from latopt.train import read_metrics, train_base
 
     if (out / "base.pt").is_file() and (out / "metrics.json").is_file():
-        m = load_json(out / "metrics.json")   # trained before (e.g. by `latopt train` with this --out)
-        if m.get("seed") != seed or m.get("epochs") != ctx.cfg.train.epochs:
-            raise RuntimeError(f"{out} holds another base (seed {m.get('seed')}, epochs {m.get('epochs')})")
+        m = read_metrics(out / "metrics.json")   # trained before (e.g. by `latopt train` with this --out)
+        if m.seed != seed or m.epochs != ctx.cfg.train.epochs:
+            raise RuntimeError(f"{out} holds another base (seed {m.seed}, epochs {m.epochs})")
     else:
         m = train_base(ctx.cfg, out, seed=seed, progress=True).metrics
-    hist = m.get("history", [])
-    return {"test_acc": m["test_acc"], "val_acc": m["val_acc"], "train_seconds": m["train_seconds"],
-            "epochs": m["epochs"], "checkpoint": str(out / "base.pt"), "extra_epochs": 0,
-            "test_samples": m["sizes"]["test"], "sizes": m["sizes"],
+    hist = m.history
+    return {"test_acc": m.test_acc, "val_acc": m.val_acc, "train_seconds": m.train_seconds,
+            "epochs": m.epochs, "checkpoint": str(out / "base.pt"), "extra_epochs": 0,
+            "test_samples": m.sizes["test"], "sizes": m.sizes,
             "curve": [{k: h[k] for k in ("epoch", "loss", "val_acc") if k in h} for h in hist],
             "plateau": plateau(hist)}
 
@@ -274,7 +274,7 @@ def cell_asis(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
     e = ft_epochs(ctx.cfg)
     cfg = ctx.cfg.with_overrides({"train.epochs": e, "train.lr": ctx.cfg.fold.lr})
     m = train_base(cfg, out / "train", checkpoint=base, seed=seed, progress=True).metrics
-    r = {"test_acc": m["test_acc"], "val_acc": m["val_acc"], "train_seconds": m["train_seconds"],
+    r = {"test_acc": m.test_acc, "val_acc": m.val_acc, "train_seconds": m.train_seconds,
          "extra_epochs": e, "structure": {"kind": "asis"}}
     r |= export_cell(out / "train" / "base.pt", out / "export", ctx.task)
     return r

@@ -244,13 +244,13 @@ class Checks:
             return Row(f"{name} (refused)", "FAIL", detail="fp16 on the CPU was not refused")
         out = self.out / f"base-{amp}"
         m = train_base(cfg, out, progress=False).metrics
-        secs = [float(h["seconds"]) for h in m["history"]]
-        finite = all(math.isfinite(h["loss"]) for h in m["history"])
+        secs = [float(h["seconds"]) for h in m.history]
+        finite = all(math.isfinite(h["loss"]) for h in m.history)
         bar = 0.0 if self.smoke else 3.0 / 10  # digits: 10 classes
-        ok = finite and m["test_acc"] > bar and m["device"].startswith(self.device) and len(secs) == self.args.epochs
+        ok = finite and m.test_acc > bar and m.device.startswith(self.device) and len(secs) == self.args.epochs
         self.bases[amp] = out / "base.pt"
-        return Row(name, "pass" if ok else "FAIL", secs, float(m["test_acc"]),
-                   f"device {m['device']}, final loss {m['history'][-1]['loss']:.3f}, val {m['val_acc']:.3f}"
+        return Row(name, "pass" if ok else "FAIL", secs, m.test_acc,
+                   f"device {m.device}, final loss {m.history[-1]['loss']:.3f}, val {m.val_acc:.3f}"
                    + ("" if ok else f"; needs finite losses and test acc > {bar}"))
 
     # ------------------------------------------------------------------------------------------ 2. resume

@@ -75,9 +75,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     with process_group(cfg.train):  # torchrun: one process of a DistributedDataParallel job
         m = train_base(cfg, out, checkpoint=args.checkpoint, pretrained=args.pretrained, seed=args.seed).metrics
         if is_main_process():
-            resumed = f", resumed after epoch {m['resumed_after_epoch']}" if m["resumed_after_epoch"] else ""
-            print(f"base {cfg.model.name} on {m['task']}: val {m['val_acc']:.4f}, test {m['test_acc']:.4f} "
-                  f"({m['train_seconds']:.0f} s on {m['device']}{resumed}); wrote {m['checkpoint']}")
+            resumed = f", resumed after epoch {m.resumed_after_epoch}" if m.resumed_after_epoch else ""
+            print(f"base {cfg.model.name} on {m.task}: val {m.val_acc:.4f}, test {m.test_acc:.4f} "
+                  f"({m.train_seconds:.0f} s on {m.device}{resumed}); wrote {m.checkpoint}")
     return 0
 
 

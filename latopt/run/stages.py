@@ -118,8 +118,7 @@ def _base_made_from(job: Job) -> dict[str, Any]:
 
 def _base_make(job: Job, say: Say) -> tuple[dict[str, Any], BaseStage]:
     m = train_base(job.cfg, job.root / "base", progress=True, seed=job.seed).metrics
-    rec = BaseStage.model_validate({"checkpoint": str(m["checkpoint"]), "test_acc": m.get("test_acc"),
-                                    "val_acc": m.get("val_acc")}, strict=False)
+    rec = BaseStage(checkpoint=m.checkpoint, test_acc=m.test_acc, val_acc=m.val_acc)
     say(f"base test accuracy {rec.test_acc:.4f}")
     return rec.to_json(), rec
 

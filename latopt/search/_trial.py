@@ -43,10 +43,9 @@ from latopt.latency.profiler import measure_networks
 from latopt.layerfold import FoldResult, check_base, run_fold
 from latopt.layerfold.record import FoldReport
 from latopt.log import get_logger
-from latopt.readers import read_json
 from latopt.search._confirm import correct, paired_counts
 from latopt.search._space import BudgetSpace, SearchSpace
-from latopt.train import BASE_CHECKPOINT, METRICS_SCHEMA, train_base
+from latopt.train import BASE_CHECKPOINT, read_metrics, train_base
 
 TRIAL_SCHEMA = "latopt.search-trial/1"
 _LOG = get_logger("search")
@@ -79,22 +78,12 @@ def ensure_base(cfg: Any, study_dir: Path, base: str | Path | None, *, seed: int
     base_dir = study_dir / "base"
     with FileLock(str(study_dir / ".base.lock")):
         if (base_dir / "metrics.json").is_file() and (base_dir / BASE_CHECKPOINT).is_file():
-            m = read_json(base_dir / "metrics.json", schema=METRICS_SCHEMA, what="cached base model metrics")
+            m = read_metrics(base_dir / "metrics.json")
         else:
             if progress:
                 _LOG.info(f"training the base model once for this study into {base_dir}")
             m = train_base(cfg, base_dir, progress=progress, seed=seed).metrics
-    return BaseModel((base_dir / BASE_CHECKPOINT).resolve(), _metric(m, "val_acc"), _metric(m, "test_acc"))
-
-
-def _metric(d: Any, *keys: str) -> float | None:
-    if not isinstance(d, dict):
-        return None
-    for k in keys:
-        v = d.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
-    return None
+    return BaseModel((base_dir / BASE_CHECKPOINT).resolve(), m.val_acc, m.test_acc)
 
 
 def count_nonlinear(model: Any) -> int:
