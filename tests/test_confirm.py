@@ -55,8 +55,8 @@ def test_the_drop_bound_from_paired_counts() -> None:
     for lost, won in ((2, 1), (5, 5), (0, 3)):   # the bound is above the observed drop
         assert drop_bound(lost, won, n) > (lost - won) / n
     c = confirm(2, 0, 100, 0.02)
-    assert c["drop"] == pytest.approx(0.02) and c["bound"] == pytest.approx(0.02) and c["passed"]
-    assert not confirm(3, 0, 100, 0.02)["passed"]
+    assert c.drop == pytest.approx(0.02) and c.bound == pytest.approx(0.02) and c.passed
+    assert not confirm(3, 0, 100, 0.02).passed
     with pytest.raises(ValueError):
         drop_bound(60, 50, 100)
 
@@ -193,7 +193,7 @@ def test_the_summary_prints_the_constraint_the_confirmed_drop_and_the_test_drop(
     c = confirm(1, 0, 179, 0.01)
     srch = SearchPick.model_validate(
         {"trial": 2, "checkpoint": "t.pt", "max_acc_drop": 0.01, "confirm_split": {**SPLIT, "seed": 3}, "confirm": c,
-         "rejected": [{"trial": 5, **confirm(4, 1, 179, 0.01)}, {"trial": 4, "why": "no confirmation counts"}]})
+         "rejected": [{"trial": 5, **confirm(4, 1, 179, 0.01).model_dump()}, {"trial": 4, "why": "no confirmation counts"}]})
     lines = constraint_lines(srch, 0.9889, 0.9667)
     text = "\n".join(lines)
     assert "constraint      accuracy drop ≤ 1.00 pt" in lines[0]

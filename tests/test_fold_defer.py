@@ -86,7 +86,7 @@ def test_one_chain_over_every_block_is_exact(name: str, res: int) -> None:
     exact = fold_blocks(m, "all", "exact", (res, res)).double().eval()
     deferred, info = defer_bias_maps(exact, (res, res))
     n = len(find_blocks(m))
-    assert info["chains"] == [list(range(n))] and info["adds_deferred"] == 1
+    assert info.chains == [list(range(n))] and info.adds_deferred == 1
     assert [i for i, t in _maps(deferred).items() if t is not None] == [n - 1]
     x = torch.randn(2, 3, res, res, dtype=torch.float64)
     with torch.no_grad():
@@ -196,7 +196,7 @@ def test_float32_gate_checks_the_shipped_copy(model: nn.Module) -> None:
     floor = noise_floor(exact, x)
     g64, g32 = deferred_gates(exact, shipped, RES, x, "random", floor)
     assert g64.passed and g32.passed and g64.rel < 1e-12
-    end = shipped.get_submodule(find_blocks(shipped)[info["chains"][0][-1]].path)
+    end = shipped.get_submodule(find_blocks(shipped)[info.chains[0][-1]].path)
     with torch.no_grad():
         end.bias_map.mul_(1.05)
     g64, g32 = deferred_gates(exact, shipped, RES, x, "random", floor)
@@ -265,7 +265,7 @@ def test_as_shipped_is_the_deferred_fold_with_plain_activations(model: nn.Module
     assert not shipped.training
     assert not any(isinstance(m, AlphaActivation) for m in shipped.modules())
     assert any(isinstance(m, AlphaActivation) for m in with_alpha.modules())  # the input is unchanged
-    assert info["chains"] == [[1, 2], [4, 5], [8, 9], [11]] and info["adds_saved"] > 0
+    assert info.chains == [[1, 2], [4, 5], [8, 9], [11]] and info.adds_saved > 0
     per_block = fold_blocks(model, PLAN, "exact", (RES, RES)).eval()
     x = torch.randn(2, 3, RES, RES, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from latopt.artifacts import write_json_atomic
+from latopt.checkpoint import CheckpointMeta, read_arch
 from latopt.dp import candidates, select_plan, variant_losses
 from latopt.engine import seed_everything
 from latopt.export import (
@@ -104,19 +105,20 @@ def fold_forms(model: Any, name: str, plan: dict[int, str], res: int, x: Any, in
     (the fold, the deferred rewrite, ONNX Runtime vs PyTorch on the file). Returns (networks, the
     rewrite's record, gates)."""
     size = (res, res)
-    arch = {"model": name, "num_classes": 1000}
-    p = Plan(fold_blocks(model, plan, mode="exact", input_size=size).eval(), model, arch, {}, plan, "exact", res, [],
+    arch = read_arch({"model": name, "num_classes": 1000})
+    p = Plan(fold_blocks(model, plan, mode="exact", input_size=size).eval(), model, arch, CheckpointMeta(), plan, "exact", res, [],
              spans=spans or [])
     floor = noise_floor(p.folded, x)
     exact = defer_plan(p, "deferred")
     gates = fold_gates(p, x, inputs) + deferred_gates(exact, p.folded, res, x, inputs, floor, spans=p.spans)
     nets = {"per-block": exact, "deferred": p.folded}
     if "paper" in forms:
-        paper = Plan(fold_blocks(model, plan, mode="paper", input_size=size).eval(), model, arch, {}, plan, "paper",
+        paper = Plan(fold_blocks(model, plan, mode="paper", input_size=size).eval(), model, arch, CheckpointMeta(), plan, "paper",
                      res, [])
         gates += fold_gates(paper, x, inputs)
         nets["paper"] = paper.folded
-    return {f: nets[f] for f in forms}, p.bias_maps, gates
+    assert p.bias_maps is not None   # defer_plan records how it shipped them
+    return {f: nets[f] for f in forms}, p.bias_maps.model_dump(mode="json", exclude_none=True), gates
 
 
 def bench_model(name: str, res: int, device: Any, args: argparse.Namespace) -> dict[str, Any]:

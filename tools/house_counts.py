@@ -6,13 +6,17 @@ there: a plan's value, a LUT key, a comparison), and lines.
 
     python tools/house_counts.py [latopt] [--top 10]
 
-``--by-file`` lists the string-key subscripts per file (where dicts are still read by key).
+``--by-file`` lists the string-key subscripts per file (where dicts are still read by key). ``--handoffs`` lists
+the functions that hand a record-like dict (their return annotation names ``dict[str, Any]``, ``dict[str, object]``,
+a bare ``dict`` or ``Mapping[str, Any]``) to another module of the package that imports them: the places where one
+stage would read another's dict by key.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -58,11 +62,43 @@ def counts(root: Path) -> dict[str, object]:
             "variant_literals": variants, "params": sorted(params, reverse=True), "by_file": subs}
 
 
+RECORD_DICT = re.compile(r"dict\[str, (Any|object)\]|Mapping\[str, (Any|object)\]|(?<![\w.\[])dict(?![\w\[])")
+
+
+def handoffs(root: Path) -> list[str]:
+    """``module.function -> importing modules`` for every function that returns a record-like dict and is imported
+    by another module of the package (see the module docstring)."""
+    pkg = root.name
+    defs: dict[tuple[str, str], str] = {}       # (module, function) -> its return annotation
+    imports: dict[tuple[str, str], set[str]] = {}
+    for f in sorted(root.rglob("*.py")):
+        parts = list(f.with_suffix("").relative_to(root.parent).parts)
+        mod = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        tree = ast.parse(f.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.returns is not None:
+                ret = ast.unparse(node.returns)
+                if RECORD_DICT.search(ret):
+                    defs[(mod, node.name)] = ret
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(pkg):
+                for a in node.names:
+                    imports.setdefault((node.module, a.name), set()).add(mod)
+    out = []
+    for (mod, name), ret in sorted(defs.items()):
+        users = sorted(u for (m, n), us in imports.items() if n == name and (m == mod or mod.startswith(m + "."))
+                       for u in us if u != mod and not u.startswith(mod + "."))
+        if users:
+            out.append(f"{mod}.{name} -> {ret}: imported by {', '.join(sorted(set(users)))}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("root", nargs="?", default="latopt")
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--by-file", action="store_true")
+    ap.add_argument("--handoffs", action="store_true")
     a = ap.parse_args(argv)
     root = Path(a.root)
     if not root.is_dir():
@@ -74,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     print("largest parameter lists:")
     for n, where in c["params"][: a.top]:  # type: ignore[index]
         print(f"  {n:3d}  {where}")
+    if a.handoffs:
+        found = handoffs(root)
+        print(f"functions handing a record-like dict to another module: {len(found)}")
+        for line in found:
+            print(f"  {line}")
     if a.by_file:
         for f, n in c["by_file"].most_common():  # type: ignore[attr-defined]
             print(f"  {n:4d}  {f}")

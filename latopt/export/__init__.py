@@ -135,7 +135,6 @@ from latopt.export.plan import (
 )
 from latopt.export.record import (
     EXPORT_SCHEMA,
-    BiasMapsSection,
     Calibration,
     ExportMode,
     ExportRecord,
@@ -319,7 +318,7 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
             # the plan's mode and variants, and --precision, were checked against their choices before any work
             mode=cast(ExportMode, p.mode), precision=cast(Precision, precision),
             folded=cast(dict[str, FoldVariant], {str(k): v for k, v in p.plan.items()}), spans=p.spans,
-            bias_maps=None if p.bias_maps is None else BiasMapsSection.model_validate(p.bias_maps),
+            bias_maps=p.bias_maps,
             notes=list(p.notes), accuracy_gate=ungated is None, accuracy_gate_reason=ungated,
             timing_only=timing_only, plan=plan_record, gates=[g.record() for g in gates], accuracy=accuracy,
             int8=int8, latency=latency, files=files)

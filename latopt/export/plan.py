@@ -39,6 +39,7 @@ from latopt.checkpoint import (
 from latopt.config import check_resolution
 from latopt.constants import FOLD_MODES
 from latopt.errors import LatoptError
+from latopt.export.record import BiasMapsSection
 from latopt.fold import as_shipped, fold_blocks, merge_spans, normalize_plan, plain_activations_
 from latopt.fold.span import span_kernel
 from latopt.latency.lut import LUT, check_blocks, costs, default_lut_path, load_lut
@@ -58,7 +59,7 @@ class Plan:
     resolution: int
     notes: list[str] = field(default_factory=list)
     asis: bool = False         # export folded nothing: the checkpoint's own network is what is shipped
-    bias_maps: dict[str, Any] | None = None   # exact mode: how the bias maps are shipped (``defer_plan``)
+    bias_maps: BiasMapsSection | None = None   # exact mode: how the bias maps are shipped (``defer_plan``)
     spans: list[list[int]] = field(default_factory=list)  # [start, end, kernel]: merged into one conv each
 
 
@@ -249,15 +250,14 @@ def defer_plan(p: Plan, bias_maps: str) -> nn.Module | None:
     if p.mode != "exact" or not p.plan:
         return None
     exact, size = p.folded, (p.resolution, p.resolution)
+    spans = p.spans or None
     if bias_maps == "per-block":
-        p.bias_maps = {"form": "per-block"}
+        p.bias_maps = BiasMapsSection(form="per-block", spans=spans)
         if not p.spans:
             return None
         p.folded = merge_spans(exact, [(s[0], s[1]) for s in p.spans], size).eval()
-        p.bias_maps["spans"] = p.spans
         return exact
     p.folded, info = as_shipped(exact, spans=[s[:2] for s in p.spans], input_size=size)
-    p.bias_maps = {"form": "deferred", **info}
-    if p.spans:
-        p.bias_maps["spans"] = p.spans
+    p.bias_maps = BiasMapsSection(form="deferred", chains=info.chains, adds_per_block=info.adds_per_block,
+                                  adds_deferred=info.adds_deferred, adds_saved=info.adds_saved, spans=spans)
     return exact

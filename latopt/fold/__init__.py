@@ -9,8 +9,8 @@ Public API (see the submodules for details)::
     fold_blocks(model, blocks, mode="exact", input_size=(H, W)) -> nn.Module
     fold_block_module(model, block, variant="full", mode="exact", input_size=None) -> FoldedBlock
     verify_fold(reference, folded, input_size, batch=2, seed=0) -> FoldErrors   (.per_block: BlockError by index)
-    defer_bias_maps(model, input_size) -> (copy, info)   one bias map per chain of exact full folds (export)
-    as_shipped(model, plan=None, *, mode, input_size) -> (net, info)   the folded network as export ships it
+    defer_bias_maps(model, input_size) -> (copy, Deferred)   one bias map per chain of exact full folds (export)
+    as_shipped(model, plan=None, *, mode, input_size) -> (net, Deferred)   the folded network as export ships it
     find_chains(model, input_size) -> list[list[int]]    those chains, as block indices
     span_exact(variants, strides, *, kernel, padding, in_size) -> (bool, reason)   is a span one conv
     span_exact_blocks(blocks, in_size) -> (bool, reason)   the same, read from FoldedBlocks

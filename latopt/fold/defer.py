@@ -24,8 +24,8 @@ layout, so every folded block pays a reorder pair and an ``Add`` that paper mode
 Public API::
 
     find_chains(model, input_size) -> list[list[int]]       the chains, as lists of block indices
-    defer_bias_maps(model, input_size) -> (copy, info)      info: {"chains", "adds_per_block",
-                                                            "adds_deferred", "adds_saved"}
+    defer_bias_maps(model, input_size) -> (copy, Deferred)  Deferred: chains, adds_per_block, adds_deferred,
+                                                            adds_saved
 
 It is an export-time rewrite: a checkpoint's architecture and state dict never hold the deferred form
 (``fold_spec`` and ``verify_fold`` work on the per-block form; in a deferred copy the blocks inside a
@@ -37,7 +37,7 @@ gate "deferred bias maps vs exact folded network" compares the outputs, so such 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -101,12 +101,21 @@ def _chain_offset(mods: list[FoldedBlock]) -> torch.Tensor:
     return with_maps - without
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """What :func:`defer_bias_maps` did: the chains (block indices), the bias-map Adds of the chains' blocks before
+    (``adds_per_block``), after (``adds_deferred``: one per chain that had a map) and the difference."""
+
+    chains: list[list[int]]
+    adds_per_block: int
+    adds_deferred: int
+    adds_saved: int
+
+
 @torch.no_grad()
-def defer_bias_maps(model: nn.Module, input_size: tuple[int, int]) -> tuple[nn.Module, dict[str, Any]]:
-    """A copy of ``model`` with one bias map per chain (module docstring) and what was done:
-    ``{"chains": [[block index, ...], ...], "adds_per_block": bias-map Adds of the chains' blocks before,
-    "adds_deferred": after (one per chain that had a map), "adds_saved": the difference}``. ``model`` is
-    unchanged; a model with no exact-mode ``full`` fold comes back as an unchanged copy."""
+def defer_bias_maps(model: nn.Module, input_size: tuple[int, int]) -> tuple[nn.Module, Deferred]:
+    """A copy of ``model`` with one bias map per chain (module docstring) and what was done (:class:`Deferred`).
+    ``model`` is unchanged; a model with no exact-mode ``full`` fold comes back as an unchanged copy."""
     out = copy.deepcopy(model)
     paths = {b.index: b.path for b in find_blocks(out)}
     chains = find_chains(out, input_size)
@@ -124,4 +133,4 @@ def defer_bias_maps(model: nn.Module, input_size: tuple[int, int]) -> tuple[nn.M
         for m in mods:
             m.bias_map = None
         mods[-1].bias_map = d.to(dtype=like.dtype, device=like.device)
-    return out, {"chains": chains, "adds_per_block": before, "adds_deferred": after, "adds_saved": before - after}
+    return out, Deferred(chains=chains, adds_per_block=before, adds_deferred=after, adds_saved=before - after)

@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from latopt.accel import Accel
 from latopt.data import collate
+from latopt.search.record import Confirmation
 from latopt.torch_settings import strict_fp32
 
 CONFIRM_FRACTION = 0.5   # of the validation split: the confirmation part (the rest: the selection part)
@@ -65,11 +66,11 @@ def drop_bound(lost: int, won: int, n: int, level: float = CONFIRM_LEVEL) -> flo
     return 0.0 if d == 0 else d / n * (2 * upper_pi(lost, d, level) - 1)
 
 
-def confirm(lost: int, won: int, n: int, max_acc_drop: float, level: float = CONFIRM_LEVEL) -> dict[str, Any]:
+def confirm(lost: int, won: int, n: int, max_acc_drop: float, level: float = CONFIRM_LEVEL) -> Confirmation:
     """The confirmation of one trial: its drop, the bound and whether the bound is within ``max_acc_drop``."""
     bound = drop_bound(lost, won, n, level)
-    return {"n": n, "lost": lost, "won": won, "drop": (lost - won) / n, "bound": bound, "level": level,
-            "passed": bound <= float(max_acc_drop) + 1e-12}
+    return Confirmation(n=n, lost=lost, won=won, drop=(lost - won) / n, bound=bound, level=level,
+                        passed=bound <= float(max_acc_drop) + 1e-12)
 
 
 @torch.no_grad()

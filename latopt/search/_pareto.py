@@ -83,8 +83,7 @@ def trial_confirmation(study: optuna.Study, t: FrozenTrial, max_acc_drop: float)
     if not all(isinstance(a.get(k), int) for k in ("confirm_n", "confirm_lost", "confirm_won")):
         return None
     level = float((study.user_attrs.get("confirm") or {}).get("level", CONFIRM_LEVEL))
-    return Confirmation.model_validate(confirm(a["confirm_lost"], a["confirm_won"], a["confirm_n"], max_acc_drop,
-                                               level), strict=False)
+    return confirm(a["confirm_lost"], a["confirm_won"], a["confirm_n"], max_acc_drop, level)
 
 
 def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Recommendation:
