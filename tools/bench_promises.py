@@ -317,7 +317,7 @@ def cell_accuracy(q: Queue, cell: str, seed: int) -> dict[str, Any]:
 
     config = cell.split("-", 1)[1].rsplit(".s", 1)[0]
     r = run_main(smoke_config(q, config) if q.smoke else config, runs_dir=run_dir(q, config, seed), seed=seed)
-    return accuracy_record(Path(r["root"]), config, seed)
+    return accuracy_record(r.root, config, seed)
 
 
 def test_correct(ckpt: Path, task: Any) -> Any:

@@ -18,8 +18,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           param="config")
     r = run_main(args.config if args.config is not None else args.config_flag, device=args.device, trials=args.trials, runs_dir=args.runs_dir, seed=args.seed,
                  fresh=args.fresh)
-    print(r["summary"])
-    print(f"finished in {r['seconds']:.0f} s (this invocation); report: {r['report']}")
+    print(r.summary)
+    print(f"finished in {r.seconds:.0f} s (this invocation); report: {r.report}")
     return 0
 
 

@@ -35,12 +35,12 @@ clean-up), ``stages.py`` (the five stages, declared: fingerprint, outputs, make,
 
 Public API::
 
-    run_main(config=None, *, device=None, trials=None, runs_dir="runs", seed=0, fresh=False) -> dict
+    run_main(config=None, *, device=None, trials=None, runs_dir="runs", seed=0, fresh=False) -> RunResult
     write_report(root, cfg, lut, base, srch, exported, times, plan=None) -> summary str
     latency_chart(lut, folded, path) -> Path
 """
 
-from latopt.run.pipeline import DEFAULT_CONFIG, run_main
+from latopt.run.pipeline import DEFAULT_CONFIG, RunResult, run_main
 from latopt.run.report import latency_chart, write_report
 
-__all__ = ["DEFAULT_CONFIG", "latency_chart", "run_main", "write_report"]
+__all__ = ["DEFAULT_CONFIG", "RunResult", "latency_chart", "run_main", "write_report"]

@@ -2,7 +2,7 @@
 
 Public API::
 
-    run_main(config=None, *, device=None, trials=None, runs_dir="runs", seed=0, fresh=False) -> dict
+    run_main(config=None, *, device=None, trials=None, runs_dir="runs", seed=0, fresh=False) -> RunResult
     plan_stages(job, fresh) -> (plan, first_rerun, new_study)   what to do with each stage, and why
     DEFAULT_CONFIG
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import optuna
 
@@ -23,11 +23,13 @@ from latopt.config import config_path, load_config
 from latopt.data import load_task
 from latopt.engine import seed_everything
 from latopt.errors import LatoptError
+from latopt.export import ExportRecord
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import load_device
 from latopt.latency.lut import check_blocks, load_lut
 from latopt.log import get_logger
 from latopt.models import build_model
+from latopt.run.record import BaseStage, SearchPick
 from latopt.run.stages import STAGES, Job, Stage
 from latopt.run.state import NOT_RUN_YET, RunState, clear, remove_path
 from latopt.search import open_storage, redact
@@ -103,13 +105,25 @@ def _run_stage(job: Job, i: int, stage: Stage) -> None:
     job.state.finish(stage.name, record)
 
 
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`run_main` did: the run's directory, the one-screen summary, REPORT.md's path, the export record,
+    the search's and the base's stage records, what was done with each stage and why, and the seconds taken."""
+
+    root: Path
+    summary: str
+    report: Path
+    export: ExportRecord
+    search: SearchPick
+    base: BaseStage
+    stages: dict[str, str | None]
+    seconds: float
+
+
 def run_main(config: str | Path | None = None, *, device: str | None = None, trials: int | None = None,
-             runs_dir: str | Path = "runs", seed: int = 0, fresh: bool = False) -> dict[str, Any]:
+             runs_dir: str | Path = "runs", seed: int = 0, fresh: bool = False) -> RunResult:
     """The whole job (see :mod:`latopt.run`). Progress goes to the ``latopt.run`` logger; nothing is
-    printed. Returns ``{"root", "summary" (the one-screen summary), "report" (REPORT.md), "export" (the export
-    record, :class:`latopt.export.ExportRecord`), "search" (:class:`latopt.run.record.SearchPick`), "base"
-    (:class:`latopt.run.record.BaseStage`), "stages" (what was done with each stage, and
-    why), "seconds"}``."""
+    printed. Returns a :class:`RunResult`."""
     if trials is not None and trials < 1:
         raise LatoptError(f"trials must be >= 1, got {trials}", param="trials")
     config = config_path(config or DEFAULT_CONFIG)
@@ -164,8 +178,8 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
             if stage.reuse is not None:   # the report's stage table times the stages before it
                 job.times[stage.name] = time.perf_counter() - t
         r = job.results
-        return {"root": str(root), "summary": r["report"], "report": str(root / "REPORT.md"), "export": r["export"],
-                "search": r["search"], "base": r["base"], "stages": job.plan, "seconds": time.perf_counter() - t0}
+        return RunResult(root=root, summary=r["report"], report=root / "REPORT.md", export=r["export"],
+                         search=r["search"], base=r["base"], stages=dict(job.plan), seconds=time.perf_counter() - t0)
     except LatoptError:
         # bad input found only once a stage read it (e.g. a corrupt image): a run directory this invocation
         # created and in which no stage finished is removed, so that nothing half-written stays behind
