@@ -20,7 +20,8 @@ Public API::
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -29,6 +30,7 @@ from latopt.blocks import block_input_shapes, find_blocks, input_channels
 from latopt.constants import FOLD_CHECK_TOLERANCE
 from latopt.errors import LatoptError, first_line
 from latopt.fold import fold_block_module, fold_blocks, foldable_in, linearize, randomize_bn_, verify_fold
+from latopt.fold.transform import BlockError, ErrorStat, FoldErrors
 from latopt.models import count_flops
 from latopt.stemhead import FixedParts, fixed_parts
 
@@ -189,16 +191,49 @@ def inspect_model(model: nn.Module, resolution: int, mode: str = "exact", name: 
     )
 
 
-def _rel(out: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     scale = float(ref.abs().max()) or 1.0
-    err = float((out.double() - ref.double()).abs().max())
-    return {"max_abs": err, "max_rel": err / scale, "ref_max": scale}
+    return float((out.double() - ref.double()).abs().max()) / scale
 
 
-def check_fold(model: nn.Module, resolution: int, mode: str = "exact", seed: int = 0, batch: int = 2) -> dict:
+@dataclass(frozen=True)
+class FoldCheckResult:
+    """What :func:`check_fold` found (its docstring says what each part measures); ``output``, ``features`` and
+    ``float64`` are None when no block folds."""
+
+    folded: int
+    per_block: dict[int, BlockError]
+    max_rel: float
+    output: ErrorStat | None = None
+    features: ErrorStat | None = None
+    noise_floor: float | None = None
+    float64: FoldErrors | None = None
+
+    def worst(self, interior: bool = False) -> float:
+        """The largest per-block relative error (``interior``: away from the border); 0 when nothing folds."""
+        return max((e.max_rel_interior if interior else e.max_rel for e in self.per_block.values()), default=0.0)
+
+    def gated(self, mode: str) -> float:
+        """The error ``--check-fold`` holds to its tolerance: :attr:`max_rel` in exact mode, the worst per-block error
+        away from the border in paper mode."""
+        return self.max_rel if mode == "exact" else self.worst(interior=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """``inspect --json``'s ``check_fold``."""
+        out: dict[str, Any] = {"per_block": {str(i): asdict(e) for i, e in self.per_block.items()},
+                               "max_rel": self.max_rel, "folded": self.folded}
+        if self.float64 is not None and self.output is not None and self.features is not None:
+            f64 = self.float64.to_json()
+            out |= {"output": asdict(self.output), "features": asdict(self.features), "noise_floor": self.noise_floor,
+                    "float64": {"output": f64["output"], "features": f64["features"], "max_rel": self.float64.max_rel}}
+        return out
+
+
+def check_fold(model: nn.Module, resolution: int, mode: str = "exact", seed: int = 0,
+               batch: int = 2) -> FoldCheckResult:
     """Randomise BN statistics (in place), fold every block that folds in ``mode``, compare with the
-    linearised model (``linearize(model, plan)``). With no such block: ``{"per_block": {}, "max_rel": 0.0,
-    "folded": 0}`` and nothing run.
+    linearised model (``linearize(model, plan)``). With no such block: nothing folded (``folded`` 0) and nothing
+    run.
 
     - ``per_block``: each folded block alone, in float32, fed the reference block's input (``verify_fold``).
     - ``output`` / ``features``: the whole float32 model (logits / last block's output). Its error is the
@@ -213,7 +248,7 @@ def check_fold(model: nn.Module, resolution: int, mode: str = "exact", seed: int
 
     plan = foldable_in(model, mode)
     if not plan:
-        return {"per_block": {}, "max_rel": 0.0, "folded": 0}
+        return FoldCheckResult(folded=0, per_block={}, max_rel=0.0)
     randomize_bn_(model, seed, plan=plan)
     size = (resolution, resolution)
     reference = linearize(model, plan)
@@ -235,13 +270,10 @@ def check_fold(model: nn.Module, resolution: int, mode: str = "exact", seed: int
                 outs[key] = net.eval()(xx)
         finally:
             h.remove()
-    floor = max(_rel(outs["32"], outs["64"])["max_rel"], _rel(feats["32"], feats["64"])["max_rel"])
+    floor = max(_rel(outs["32"], outs["64"]), _rel(feats["32"], feats["64"]))
     worst_block = max(e.max_rel for e in res.per_block.values())
-    found, found64 = res.to_json(), res64.to_json()
-    return {"per_block": {int(k): v for k, v in found["per_block"].items()}, "output": found["output"],
-            "features": found["features"], "noise_floor": floor,
-            "float64": {"output": found64["output"], "features": found64["features"], "max_rel": res64.max_rel},
-            "max_rel": max(worst_block, res64.max_rel), "folded": len(plan)}
+    return FoldCheckResult(folded=len(plan), per_block=res.per_block, max_rel=max(worst_block, res64.max_rel),
+                           output=res.output, features=res.features, noise_floor=floor, float64=res64)
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -287,24 +319,23 @@ def format_report(rep: InspectReport) -> str:
     return "\n".join(out)
 
 
-def format_check(res: dict, mode: str) -> str:
-    if not res.get("folded", len(res["per_block"])):
+def format_check(res: FoldCheckResult, mode: str) -> str:
+    if not res.folded or res.output is None or res.features is None or res.float64 is None:
         return f"fold check: no block of this model folds in {mode} mode; nothing to check"
     out = ["fold check (random BN statistics; folded vs linearize(model, 'all'); rel = abs / max|reference|):",
            f"{'idx':>4}  {'variant':<8}  {'max abs':>10}  {'max rel':>10}  {'rel interior':>12}"]
-    for i, e in sorted(res["per_block"].items()):
-        out.append(f"{i:>4}  {e['variant']:<8}  {e['max_abs']:>10.3e}  {e['max_rel']:>10.3e}  {e['max_rel_interior']:>12.3e}")
-    worst = max((e["max_rel"] for e in res["per_block"].values()), default=0.0)
-    worst_in = max((e["max_rel_interior"] for e in res["per_block"].values()), default=0.0)
+    for i, e in sorted(res.per_block.items()):
+        out.append(f"{i:>4}  {e.variant:<8}  {e.max_abs:>10.3e}  {e.max_rel:>10.3e}  {e.max_rel_interior:>12.3e}")
+    worst, worst_in = res.worst(), res.worst(interior=True)
     out.append(f"per block worst: rel {worst:.3e} (interior {worst_in:.3e})")
-    out.append(f"whole model, float32: logits max abs {res['output']['max_abs']:.3e} rel {res['output']['max_rel']:.3e}; "
-               f"last block output max abs {res['features']['max_abs']:.3e} rel {res['features']['max_rel']:.3e} "
-               f"(the linearised network's own float32 rounding, unfolded vs float64: rel {res['noise_floor']:.3e})")
-    f64 = res["float64"]
-    out.append(f"whole model, float64 (the fold algebra): logits rel {f64['output']['max_rel']:.3e}; "
-               f"last block output rel {f64['features']['max_rel']:.3e}")
+    out.append(f"whole model, float32: logits max abs {res.output.max_abs:.3e} rel {res.output.max_rel:.3e}; "
+               f"last block output max abs {res.features.max_abs:.3e} rel {res.features.max_rel:.3e} "
+               f"(the linearised network's own float32 rounding, unfolded vs float64: rel {res.noise_floor:.3e})")
+    f64 = res.float64
+    out.append(f"whole model, float64 (the fold algebra): logits rel {f64.output.max_rel:.3e}; "
+               f"last block output rel {f64.features.max_rel:.3e}")
     if mode == "exact":
-        out.append(f"overall relative error {res['max_rel']:.3e}: the worse of per block (float32) and whole model "
+        out.append(f"overall relative error {res.max_rel:.3e}: the worse of per block (float32) and whole model "
                    f"(float64) (tolerance {FOLD_CHECK_TOLERANCE:g})")
     else:
         out.append(f"paper mode: interior per-block error {worst_in:.3e} (tolerance {FOLD_CHECK_TOLERANCE:g}); "

@@ -58,7 +58,7 @@ def test_any_supported_activation_folds_and_sigma_alpha_at_1_is_the_fold(act: ty
     assert b0.foldable and b1.foldable and b0.variants == ("full", "expand_dw", "dw_project", "pw", "drop")
     randomize_bn_(m, 0)
     res = check_fold(m, 12, "exact")
-    assert res["folded"] == 2 and res["max_rel"] < TOL
+    assert res.folded == 2 and res.max_rel < TOL
     ref, folded = linearize(m, "all"), fold_blocks(m, "all", "exact", (12, 12))
     x = torch.randn(2, 3, 12, 12)
     with torch.no_grad():
@@ -79,7 +79,7 @@ def test_se_blocks_are_listed_never_folded() -> None:
     (b,) = find_blocks(m)
     assert not b.foldable and "squeeze-excitation" in b.reason and "not exact" in b.reason
     assert b.variants == ("drop",) and b.acts == ()  # residual: it may be dropped (tests/test_adapters_se_vgg.py)
-    assert check_fold(m, 8)["folded"] == 0
+    assert check_fold(m, 8).folded == 0
 
 
 @pytest.mark.parametrize("stride", [1, 2])
@@ -90,7 +90,7 @@ def test_edge_residual_folds_exactly(stride: int) -> None:
     assert b.variants == (("full", "drop") if stride == 1 else ("full",))
     for mode in ("exact", "paper"):  # no bias kernel: a 1x1 after the k×k, so paper mode is exact too
         res = check_fold(m, 11, mode)
-        assert res["folded"] == 1 and res["max_rel"] < TOL
+        assert res.folded == 1 and res.max_rel < TOL
 
 
 def _downsample(cin: int, cout: int, stride: int) -> nn.Module:
@@ -105,7 +105,7 @@ def test_bottleneck_folds_exactly_with_its_shortcut(stride: int) -> None:
     assert (b0.layout, b0.kernel, b0.stride, b0.residual, b1.residual) == ("dense", 3, stride, False, True)
     assert b0.shortcut and b0.post_act.endswith("act3") and b1.variants == ("full", "drop")
     res = check_fold(m, 13, "exact")
-    assert res["folded"] == 2 and res["max_rel"] < TOL
+    assert res.folded == 2 and res.max_rel < TOL
     folded = fold_blocks(m, "all", "exact", (13, 13))
     assert [type(folded[i]).__name__ for i in (1, 2)] == ["FoldedBlock", "FoldedBlock"]
     assert isinstance(folded[1].post, nn.ReLU) and folded[1].conv.kernel_size == (3, 3)
@@ -124,7 +124,7 @@ def test_basic_block_folds_in_paper_mode_only(stride: int, kernel: int) -> None:
     assert (b.layout, b.kernel, b.stride, b.padding, b.fold_modes) == ("basic", kernel, stride, kernel // 2, ("paper",))
     with pytest.raises(LatoptError, match="folds only in paper mode"):
         fold_blocks(m, "all", "exact", (16, 16))
-    assert check_fold(m, 16, "exact")["folded"] == 0
+    assert check_fold(m, 16, "exact").folded == 0
     randomize_bn_(m, 1)
     ref, folded = linearize(m, "all"), fold_blocks(m, "all", "paper")
     res = verify_fold(ref, folded, (16, 16))
@@ -154,8 +154,8 @@ def test_cifar_resnet20() -> None:
     assert len(blocks) == 9 and [b.stride for b in blocks] == [1, 1, 1, 2, 1, 1, 2, 1, 1]
     assert sum(p.numel() for p in m.parameters()) < 300_000  # ~0.27 M, as in He et al.
     res = check_fold(m, 16, "paper")
-    assert res["folded"] == 9
-    assert max(e["max_rel_interior"] for e in res["per_block"].values()) < TOL
+    assert res.folded == 9
+    assert res.worst(interior=True) < TOL
 
 
 def test_inspect_lists_what_no_adapter_knows(capsys: pytest.CaptureFixture[str]) -> None:
@@ -176,7 +176,7 @@ def test_activation_after_the_projection_without_skip_is_kept() -> None:
     assert b0.foldable and b0.post_act == "1.bn2.act" and b0.variants == ("full",)
     assert not b1.foldable and "before the residual addition" in b1.reason  # the act sits before the skip's add
     res = check_fold(m, 12, "exact")
-    assert res["folded"] == 1 and res["max_rel"] < TOL
+    assert res.folded == 1 and res.max_rel < TOL
 
 
 @pytest.mark.parametrize("name", ["mobilenetv3_large_100", "efficientnet_b0", "mixnet_s", "resnet18",

@@ -160,9 +160,9 @@ def test_whole_model_gate_is_the_float64_fold(capsys: pytest.CaptureFixture[str]
     assert "whole model, float64 (the fold algebra)" in capsys.readouterr().out
     torch.manual_seed(0)
     res = check_fold(build_model("mobilenetv3_large_100"), 32)
-    worst = max(e["max_rel"] for e in res["per_block"].values())
-    assert worst < 1e-6 and res["float64"]["max_rel"] < 1e-9 and res["max_rel"] == worst
-    assert res["noise_floor"] > 1e-6 and res["features"]["max_rel"] < 8 * res["noise_floor"]
+    worst = res.worst()
+    assert worst < 1e-6 and res.float64.max_rel < 1e-9 and res.max_rel == worst
+    assert res.noise_floor > 1e-6 and res.features.max_rel < 8 * res.noise_floor
 
 
 def test_whole_model_gate_catches_what_no_block_check_sees(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,5 +179,5 @@ def test_whole_model_gate_catches_what_no_block_check_sees(monkeypatch: pytest.M
     monkeypatch.setattr(inspection, "fold_blocks", tampered)
     torch.manual_seed(0)
     res = check_fold(build_model("mobilenetv3_large_100"), 32)
-    assert max(e["max_rel"] for e in res["per_block"].values()) < 1e-6
-    assert res["float64"]["max_rel"] > TOL and res["max_rel"] > TOL
+    assert res.worst() < 1e-6
+    assert res.float64.max_rel > TOL and res.max_rel > TOL

@@ -92,11 +92,10 @@ def check_model(name: str, resolution: int = 32, seed: int = 0) -> dict:
     mode = "exact" if exact else "paper" if paper_only else None
     if mode is not None:
         res = check_fold(model, resolution, mode, seed=seed, batch=1)
-        key = "max_rel" if mode == "exact" else "max_rel_interior"
-        rec["check"] = {"mode": mode, "folded": res["folded"],
-                        "per_block_worst": max(e[key] for e in res["per_block"].values()),
-                        "whole_model": res["output"]["max_rel"], "noise_floor": res["noise_floor"],
-                        "whole_model_float64": res["float64"]["max_rel"]}
+        assert res.output is not None and res.float64 is not None   # mode is one its blocks fold in
+        rec["check"] = {"mode": mode, "folded": res.folded, "per_block_worst": res.worst(interior=mode == "paper"),
+                        "whole_model": res.output.max_rel, "noise_floor": res.noise_floor,
+                        "whole_model_float64": res.float64.max_rel}
     rec["folds"] = mode is not None and rec["check"]["per_block_worst"] <= FOLD_CHECK_TOLERANCE and (
         mode == "paper" or rec["check"]["whole_model_float64"] <= FOLD_CHECK_TOLERANCE)
     return rec

@@ -39,9 +39,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if args.check_fold:
         res = check_fold(model, args.resolution, args.mode, args.seed)
         print(format_check(res, args.mode))
-        payload["check_fold"] = res
-        worst_in = max((e["max_rel_interior"] for e in res["per_block"].values()), default=0.0)
-        err = res["max_rel"] if args.mode == "exact" else worst_in
+        payload["check_fold"] = res.to_json()
+        err = res.gated(args.mode)
         if args.json:
             write_json_atomic(args.json, payload)
         if err > FOLD_CHECK_TOLERANCE:
