@@ -21,6 +21,7 @@ from latopt.cli import main
 from latopt.errors import VerificationError
 from latopt.export.options import CheckOptions
 from latopt.fold import FoldedBlock, defer_bias_maps, find_chains, fold_blocks, randomize_bn_
+from latopt.fold.defer import Deferred
 from latopt.models import build_model
 
 MODEL = "mobilenetv2_035"
@@ -51,8 +52,8 @@ def test_chains_end_at_partial_variants_and_unfolded_blocks(model: nn.Module) ->
     assert find_chains(exact, (RES, RES)) == [[1, 2], [4, 5], [8, 9], [11]]
     before = {i: None if t is None else t.clone() for i, t in _maps(exact).items()}
     deferred, info = defer_bias_maps(exact, (RES, RES))
-    assert info == {"chains": [[1, 2], [4, 5], [8, 9], [11]], "adds_per_block": 7, "adds_deferred": 4,
-                    "adds_saved": 3}
+    assert info == Deferred(chains=[[1, 2], [4, 5], [8, 9], [11]], adds_per_block=7, adds_deferred=4,
+                            adds_saved=3)
     after = _maps(deferred)
     assert [i for i, t in after.items() if t is None] == [1, 4, 7, 8]  # in-chain blocks; dw_project never had one
     assert torch.equal(after[3], before[3]) and torch.equal(after[11], before[11])  # expand_dw, lone block: as they were
@@ -71,7 +72,7 @@ def test_pw_and_drop_blocks_join_chains(model: nn.Module) -> None:
     plan = {1: "full", 2: "drop", 3: "pw", 4: "full", 5: "drop", 6: "pw", 7: "expand_dw"}
     exact = fold_blocks(model, plan, "exact", (RES, RES)).eval()
     deferred, info = defer_bias_maps(exact, (RES, RES))
-    assert info == {"chains": [[1, 2, 3, 4, 5, 6]], "adds_per_block": 2, "adds_deferred": 1, "adds_saved": 1}
+    assert info == Deferred(chains=[[1, 2, 3, 4, 5, 6]], adds_per_block=2, adds_deferred=1, adds_saved=1)
     assert [i for i, t in _maps(deferred).items() if t is not None] == [6, 7]  # the chain's end; expand_dw's own
     x = torch.randn(2, 3, RES, RES)
     with torch.no_grad():
@@ -114,7 +115,7 @@ def test_an_op_between_two_blocks_breaks_the_chain(model: nn.Module) -> None:
 def test_paper_mode_and_unfolded_models_come_back_unchanged(model: nn.Module) -> None:
     for m in (model, fold_blocks(model, "all", "paper", (RES, RES))):
         out, info = defer_bias_maps(m, (RES, RES))
-        assert out is not m and info == {"chains": [], "adds_per_block": 0, "adds_deferred": 0, "adds_saved": 0}
+        assert out is not m and info == Deferred(chains=[], adds_per_block=0, adds_deferred=0, adds_saved=0)
         assert all(torch.equal(a, b) for a, b in zip(out.state_dict().values(), m.state_dict().values(), strict=True))
 
 
