@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import torch
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import PydanticSerializationError
 from torch import nn
 
@@ -50,7 +50,7 @@ from latopt.constants import FoldMode, FoldVariant, Granularity
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.fold import alpha_spec, fold_blocks, fold_spec, install_alpha
 from latopt.models import build_model, canonical_name, parse_name
-from latopt.records import Accuracies, Accuracy, BlockKey, Resolution, StrictModel, validated
+from latopt.records import Accuracies, Accuracy, BlockKey, OpenRecord, Resolution, StrictModel, validated
 from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
@@ -118,13 +118,11 @@ class FoldHow:
     spans: Sequence[Sequence[int]] = ()
 
 
-class CheckpointMeta(BaseModel):
+class CheckpointMeta(OpenRecord):
     """What a checkpoint records beside its architecture: the data it was trained on (``latopt.data.data_meta``),
     the seed, its accuracies (``latopt train``: ``val_acc``, ``test_acc``; ``latopt fold``: ``acc`` and ``val`` by
     phase) and, for a fold, its plan, whether it was fine-tuned and the pre-fold checkpoint it came from (path and
     content digest). Every field is optional and typed; other JSON-able keys are kept as they are."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
 
     task: str | None = None
     split_seed: Annotated[int, Field(ge=0)] | None = None
@@ -140,10 +138,6 @@ class CheckpointMeta(BaseModel):
     prefold_checkpoint: str | None = None
     prefold_sha256: str | None = None
     finetuned: bool | None = None
-
-    def plain(self) -> dict[str, Any]:
-        """The JSON-able dict the checkpoint stores (the fields given, the extra keys as they are)."""
-        return self.model_dump(mode="json", exclude_unset=True)
 
 
 def _plain_arch(arch: Arch) -> dict[str, Any]:

@@ -8,9 +8,9 @@ constraints, choices as the ``Literal`` types of :mod:`latopt.constants`. :func:
 place that turns a ``pydantic.ValidationError`` into a one-line :class:`LatoptError` naming the key path,
 the bad value and what is allowed (``config key 'fold.tau' must be in (0, 1], got 1.5``).
 
-Public API: :class:`StrictModel`, :class:`Artefact` (a record that is a file: its ``schema`` field),
-:func:`validated`, and the field types ``Name`` (an identifier that can be
-one path component, :func:`latopt.artifacts.check_name`), ``Resolution`` (``RESOLUTION_RANGE``),
+Public API: :class:`StrictModel`, :class:`OpenRecord` (unknown keys kept), :class:`Artefact` (a record that is
+a file: its ``schema`` field), :func:`validated`, and the field types ``Name`` (an identifier that can be one path
+component, :func:`latopt.artifacts.check_name`), ``Resolution`` (``RESOLUTION_RANGE``),
 ``Positive``, ``Accuracy`` (a fraction in [0, 1]) and ``BlockKey`` (a block index as a JSON mapping key: ASCII decimal digits without a sign or a
 leading zero, so ``"3"`` and not ``"03"``, ``"+3"``, ``"²"`` or the Arabic-Indic ``"٣"``; whether the index is
 in range is the record's to check); :class:`Accuracies` (accuracy by phase, shared by fold reports and
@@ -46,6 +46,17 @@ class StrictModel(BaseModel):
     """Base of latopt's validated records (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class OpenRecord(BaseModel):
+    """A validated record that keeps keys it does not know as they are (a checkpoint's ``meta``): its fields are
+    typed and bounded like a :class:`StrictModel`'s, other JSON-able keys pass through."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
+
+    def plain(self) -> dict[str, Any]:
+        """The JSON-able dict the file stores (the fields given, the extra keys as they are)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class Artefact(StrictModel):

@@ -39,7 +39,7 @@ from typing import Annotated, Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from sklearn.datasets import load_digits
 from torch import nn
 
@@ -48,7 +48,7 @@ from latopt.data import split_indices
 from latopt.engine import Report, Step, fit, make_optimizer, make_scheduler, seed_everything, tensor_loader
 from latopt.errors import LatoptError, first_line
 from latopt.exact.network import from_module
-from latopt.records import Accuracy, validated
+from latopt.records import Accuracy, OpenRecord, validated
 from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 SCHEMA = "latopt.mlp/1"
@@ -61,13 +61,11 @@ IDX_SPLIT = "idx-train-without-val/test"   # meta.split of fashion-mnist/mnist: 
 DEFAULT_EPOCHS = {"digits": 600, "fashion-mnist": 120, "mnist": 120}   # digits: ~45x fewer images than MNIST
 
 
-class MlpMeta(BaseModel):
+class MlpMeta(OpenRecord):
     """How an MLP checkpoint was made (the ``meta`` of a ``latopt.mlp/1`` file): the data set, split and split
     seed, the recipe, the accuracies, the input box; for IDX sets the directory and test digest
     (:func:`split_of`); for a compressed or shallow network the file it came from. Every field is optional and
     typed; other JSON-able keys are kept as they are."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
 
     data: str | None = None
     split: str | None = None
@@ -91,10 +89,6 @@ class MlpMeta(BaseModel):
     compressed_from: str | None = None
     shallow_from: str | None = None
     epsilon: float | None = None
-
-    def plain(self) -> dict[str, Any]:
-        """The JSON-able dict the checkpoint stores (the fields given, the extra keys as they are)."""
-        return self.model_dump(mode="json", exclude_unset=True)
 
 
 @dataclass(frozen=True)
