@@ -153,6 +153,7 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
         assert set(r["speedup"]) == {"32", "48"}
     assert pub["s0-asis"]["speedup"]["32"]["fp32"]["vs_fp32_asis"] == [1.0, 1.0, 1.0]  # rounds aligned
     assert "vs_target" in pub["s0-prune>lf-uniform@10"]["speedup"]["32"]
+    assert 0 < pub["s0-lf-uniform@10"]["nonlinear_ops"] < pub["s0-asis"]["nonlinear_ops"]  # the fold removed some
     blob = (results / "run.json").read_text() + "".join(p.read_text() for p in (results / "cells").glob("*.json"))
     assert str(tmp_path) not in blob
     text = bm.render_doc(results)

@@ -892,9 +892,9 @@ def run_meta(ctx: Ctx, commit: str | None = None, started: str | None = None) ->
 def publish(ctx: Ctx, dest: Path, *, group: bool = False) -> Path:
     """Write the run's raw results to ``dest`` (``results/method-table``): ``run.json`` (the run's settings,
     schedule, splits, LUTs, measurement runs and machine) and ``cells/<cell>.json`` per finished cell (its
-    record without machine paths, its per-sample correctness fp32 and INT8, and its speed-ups from the final
-    runs: per-round t(as-is)/t(network) against the fp32 and INT8 as-is networks of its seed, [median, q1,
-    q3]; pruning also t(pruned)/t(target) per round).
+    record without machine paths, the non-linear layers of its ONNX file (``nonlinear_ops``), its per-sample
+    correctness fp32 and INT8, and its speed-ups from the final runs: per-round t(as-is)/t(network) against the
+    fp32 and INT8 as-is networks of its seed, [median, q1, q3]; pruning also t(pruned)/t(target) per round).
 
     ``group``: the run is one seed group of several, each trained and timed on its own machine (this run's
     ``--seeds``); its cells replace only those of its seeds in ``dest``, and ``run.json`` keeps one entry per
@@ -918,6 +918,10 @@ def publish(ctx: Ctx, dest: Path, *, group: bool = False) -> Path:
         if r is None:
             continue
         rec = {k: v for k, v in r.items() if k not in MACHINE_KEYS}
+        if r.get("onnx") and Path(r["onnx"]).is_file():
+            from tools.depth_table import onnx_nonlinear
+
+            rec["nonlinear_ops"] = onnx_nonlinear(r["onnx"])   # the shipped file's activation layers
         if "structure" in rec:
             rec["structure"] = {k: v for k, v in rec["structure"].items() if k != "module"}
             sp: dict[str, Any] = {}

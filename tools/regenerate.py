@@ -186,6 +186,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "promises-budget": _tool("bench_promises", "render_budget", "promises"),
     "promises-accuracy": _tool("bench_promises", "render_accuracy", "promises"),
     "compatibility": _tool("compat", "render", "compatibility/compat.json"),
+    "resnet20-fold": _tool("depth_table", "render_depth", "resnet-fold/resnet20"),
     "cli": cli_reference,
 }
 
