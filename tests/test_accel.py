@@ -47,7 +47,7 @@ def two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_device_resolution_without_a_gpu(no_gpu: None) -> None:
     assert resolve_device("auto") == resolve_device("cpu") == torch.device("cpu")
     for spec in ("cuda", "cuda:1"):
-        with pytest.raises(LatoptError, match=rf"train.device {spec}: torch sees no CUDA GPU .*use train.device auto or cpu"):
+        with pytest.raises(LatoptError, match=rf"train\.device {spec}: .*no CUDA GPU"):
             resolve_device(spec)
 
 
@@ -55,25 +55,25 @@ def test_device_resolution_with_gpus(two_gpus: None) -> None:
     assert resolve_device("auto") == resolve_device("cuda") == torch.device("cuda", 0)
     assert resolve_device("cuda:1") == torch.device("cuda", 1)
     assert resolve_device("auto", local_rank=1, local_world=2) == torch.device("cuda", 1)  # torchrun: LOCAL_RANK
-    with pytest.raises(LatoptError, match=r"train.device cuda:2 but torch sees 2 GPU\(s\)"):
+    with pytest.raises(LatoptError, match=r"cuda:2 .*sees 2 GPU"):
         resolve_device("cuda:2")
-    with pytest.raises(LatoptError, match="would put all 2 processes of this machine on GPU 0"):
+    with pytest.raises(LatoptError, match="all 2 processes .*on GPU 0"):
         resolve_device("cuda:0", local_rank=1, local_world=2)
     with pytest.raises(LatoptError, match="LOCAL_RANK 2 needs GPU 2"):
         resolve_device("cuda", local_rank=2, local_world=3)
 
 
 def test_config_keys_are_validated(tmp_path: Path) -> None:
-    with pytest.raises(LatoptError, match=r"config key 'train.device' must be one of auto, cpu, cuda, cuda:N"):
+    with pytest.raises(LatoptError, match=r"'train\.device' must be one of .*cuda:N"):
         load_config(None, {"train.device": "gpu"})
-    with pytest.raises(LatoptError, match=r"config key 'train.amp' is 'fp8'; choose one of none, bf16, fp16"):
+    with pytest.raises(LatoptError, match=r"'train\.amp' is 'fp8'"):
         load_config(None, {"train.amp": "fp8"})
     cfg = load_config(None, {"train.device": "cuda:3", "train.amp": "bf16"})
     assert (cfg.train.device, cfg.train.amp, cfg.data.workers) == ("cuda:3", "bf16", None)
 
 
 def test_amp_fp16_on_the_cpu_is_refused_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(LatoptError, match="train.amp fp16 needs a CUDA GPU .*use train.amp bf16 or none on the CPU"):
+    with pytest.raises(LatoptError, match=r"train\.amp fp16 needs a CUDA GPU"):
         resolve(load_config(None, {"train.amp": "fp16", "train.device": "cpu"}))
     (tmp_path / "c.yaml").write_text(CONFIG)
     out = tmp_path / "out"
@@ -120,7 +120,7 @@ def test_loaders_split_the_global_batch_over_processes() -> None:
     assert batches(one, 0) != batches(one, 1)
     val = [list(make_loaders(task, 9, accel=Accel(world_size=3, rank=r))[1].sampler) for r in range(3)]
     assert sorted(sum(val, [])) == list(range(16))  # every sample once, no padding
-    with pytest.raises(LatoptError, match="data.batch_size 30 does not split over 4 processes"):
+    with pytest.raises(LatoptError, match=r"batch_size 30 .*4 processes"):
         make_loaders(task, 30, accel=Accel(world_size=4))
 
 
@@ -217,5 +217,5 @@ def test_torchrun_runs_train_and_fold_only(monkeypatch: pytest.MonkeyPatch, caps
     for argv in (["inspect", "mobilenetv2_035"], ["search", "--config", "quickstart"]):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert f"latopt {argv[0]} does not run under torchrun (WORLD_SIZE=2); only train and fold do" in err
+        assert f"latopt {argv[0]} " in err and "torchrun" in err, err
         assert err.count("\n") == 1

@@ -210,7 +210,7 @@ def test_unwritable_paths_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     with monkeypatch.context() as m:
         m.setattr(artifacts.os, "open", deny)
-        with pytest.raises(OutputError, match=r"cannot write .*a\.json: Permission denied \(.*\); choose a writable"):
+        with pytest.raises(OutputError, match=r"write .*a\.json: Permission denied"):
             write_json_atomic(tmp_path / "a.json", {})
 
     def full(self, *a, **k):  # the write itself fails: disk full
@@ -218,7 +218,7 @@ def test_unwritable_paths_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     with monkeypatch.context() as m:
         m.setattr(Path, "write_text", full)
-        with pytest.raises(OutputError, match=r"cannot write .*b\.json: No space left on device; free some"):
+        with pytest.raises(OutputError, match=r"write .*b\.json: No space left"):
             write_json_atomic(tmp_path / "b.json", {})
         with pytest.raises(OutputError, match=r"cannot write .*out/c\.txt: No space left"):  # named under final
             with atomic_dir(tmp_path / "out") as d:
@@ -235,7 +235,7 @@ def test_unwritable_paths_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyP
             save_checkpoint(tmp_path / "c.pt", m_, make_arch(m_, "mobilenetv2_035", 10))
     with monkeypatch.context() as m:  # a checkpoint's bytes are written by Python: a full disk is its OSError
         m.setattr(Path, "write_bytes", full)
-        with pytest.raises(OutputError, match=r"cannot write .*d\.pt: No space left on device"):
+        with pytest.raises(OutputError, match=r"write .*d\.pt: No space left"):
             save_checkpoint(tmp_path / "d.pt", m_, make_arch(m_, "mobilenetv2_035", 10))
     assert not hidden(tmp_path) and sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -447,7 +447,7 @@ def test_a_fifo_in_an_output_directory_is_one_line_and_nothing_changes(tmp_path:
     out = tmp_path / "out"
     out.mkdir()
     os.mkfifo(out / "pipe")
-    with pytest.raises(LatoptError, match=r"holds .*pipe, which is not a regular file, directory or link"):
+    with pytest.raises(LatoptError, match=r"pipe.*not a regular file"):
         with atomic_dir(out) as tmp:
             (tmp / "new.json").write_text("{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and sorted(os.listdir(out)) == ["pipe"]
@@ -544,7 +544,7 @@ def test_a_pipe_whose_reader_closes_early_is_a_failed_write(tmp_path: Path) -> N
 
     t = threading.Thread(target=reader)
     t.start()
-    with pytest.raises(OutputError, match=r"cannot write .*pipe: its reader closed it before everything was written"):
+    with pytest.raises(OutputError, match=r"write .*pipe: its reader closed"):
         artifacts.write_bytes_atomic(fifo, b"x" * 8_000_000)
     t.join()
 
@@ -608,7 +608,7 @@ def test_a_file_where_a_directory_must_be_is_one_line(tmp_path: Path, capsys: py
     (tmp_path / "file").write_text("x")
     from latopt.search._storage import open_storage
 
-    with pytest.raises(LatoptError, match=r"cannot create its directory \(Not a directory"):
+    with pytest.raises(LatoptError, match=r"cannot create .*Not a directory"):
         open_storage(f"sqlite:///{tmp_path / 'file' / 'sub' / 'x.db'}", heartbeat_interval=None)
     assert main(["run", "--runs-dir", str(tmp_path / "file"), "--trials", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

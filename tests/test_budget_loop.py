@@ -228,4 +228,5 @@ def test_cli_plan_only_times_the_plan_for_real(cfg_lut: tuple[Any, Path], tmp_pa
     err = capsys.readouterr().err
     assert err.startswith("latopt: error: budget_rounds 11") and err.count("\n") == 1, err
     assert main(["search", "--config", str(tmp_path / "tiny.yaml"), "--budget-rounds", "1", "-q"]) == 2
-    assert "--budget-rounds is an option of the DP, now its own command: latopt plan" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--budget-rounds" in err and "latopt plan" in err, err

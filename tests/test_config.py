@@ -112,7 +112,7 @@ def test_missing_config_file(tmp_path: Path) -> None:
 def test_config_named_after_an_unusable_file_name_says_to_add_name(tmp_path) -> None:
     p = tmp_path / "my config.yaml"
     p.write_text("train: {epochs: 1}\n")
-    with pytest.raises(LatoptError, match="has no 'name:' key, and its file name 'my config' is not a valid name"):
+    with pytest.raises(LatoptError, match=r"no 'name:' key.*'my config'"):
         load_config(p)
     p.write_text("name: mine\ntrain: {epochs: 1}\n")
     assert load_config(p).name == "mine"
@@ -131,7 +131,7 @@ def test_yaml_quirks(tmp_path: Path) -> None:
 
 def test_fold_params_share_the_config_bounds() -> None:
     validate_fold_params(0.0, 1.0, 1.5)
-    with pytest.raises(LatoptError, match=r"^fold parameter 'tau' must be in \(0, 1\], got 1.5$"):
+    with pytest.raises(LatoptError, match=r"'tau' .*\(0, 1\].*1\.5"):
         validate_fold_params(1.0, 1.5, 2.0)
     with pytest.raises(LatoptError, match=r"^fold parameter 'p' must be > 1, got 1$"):
         validate_fold_params(1.0, 0.5, 1)

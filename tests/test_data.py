@@ -291,7 +291,7 @@ def test_cifar10_errors(tmp_path: Path) -> None:
     with pytest.raises(LatoptError, match="does not exist"):
         get_task(f"cifar10:{tmp_path / 'none'}", 32, 0)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(LatoptError, match="lacks data_batch_1..5, test_batch and batches.meta .the python"):
+    with pytest.raises(LatoptError, match=r"lacks data_batch_1\.\.5.*batches\.meta"):
         get_task(f"cifar10:{tmp_path / 'empty'}", 32, 0)
     d = _cifar(tmp_path / "a")
     (d / "data_batch_3").unlink()
@@ -326,8 +326,10 @@ def test_unknown_specs(spec: str) -> None:
 def test_the_unknown_task_error_lists_the_registered_tasks() -> None:
     with pytest.raises(LatoptError) as e:
         get_task("emnist", 32, 0)
-    assert str(e.value) == ("unknown data task 'emnist'; choose one of digits, digits-clutter, fashion-mnist[:PATH], "
-                            "mnist[:PATH], imagefolder:PATH, cifar10:PATH")
+    msg = str(e.value)
+    assert "'emnist'" in msg and "\n" not in msg, msg
+    for task in ("digits", "digits-clutter", "fashion-mnist[:PATH]", "mnist[:PATH]", "imagefolder:PATH", "cifar10:PATH"):
+        assert task in msg, (task, msg)
 
 
 def test_a_registered_task_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -348,7 +350,7 @@ def test_a_registered_task_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     task = get_task(f"toy:{tmp_path}", 8, 5, augment=True)
     assert calls == [(f"toy:{tmp_path}", tmp_path, 8, 5, True)]
     assert task.name == f"toy:{tmp_path}" and task.sizes() == {"train": 3, "val": 3, "test": 3}
-    with pytest.raises(LatoptError, match="choose one of digits, .*, cifar10:PATH, toy:PATH$"):
+    with pytest.raises(LatoptError, match=r"'toys'; choose one of digits.*toy:PATH$"):
         get_task("toys", 8, 0)
     with pytest.raises(LatoptError, match="needs a directory: toy:PATH"):
         get_task("toy:", 8, 0)

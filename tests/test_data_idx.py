@@ -205,7 +205,7 @@ def test_train_samples_is_a_seeded_subset_of_the_training_split(tmp_path: Path) 
     assert other.train.indices != a.train.indices
     loader, _, _ = make_loaders(a, 8, 0)
     assert sum(len(y) for _, y in loader) == 30
-    with pytest.raises(LatoptError, match="data.train_samples 91 exceeds the 90 images"):
+    with pytest.raises(LatoptError, match=r"train_samples 91 .*90 images"):
         subsample_train(full, 91, 0)
 
 

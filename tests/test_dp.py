@@ -110,7 +110,7 @@ def test_knapsack_ties_and_infeasible_budgets() -> None:
 def test_knapsack_bad_input() -> None:
     with pytest.raises(LatoptError, match="capacity must be a finite number > 0"):
         solve({0: {"a": (1.0, 0.0)}}, 0.0)
-    with pytest.raises(LatoptError, match="group 0 option 'a': cost must be finite >= 0"):
+    with pytest.raises(LatoptError, match=r"group 0 option 'a'.*cost.*finite"):
         solve({0: {"a": (-1.0, 0.0)}}, 1.0)
     with pytest.raises(LatoptError, match="group 3 has no option"):
         solve({3: {}}, 1.0)
@@ -220,11 +220,11 @@ def test_chain_takes_a_cheaper_span_when_the_budget_needs_it_and_breaks_ties_by_
 def test_chain_bad_spans() -> None:
     options = {0: {"a": (1.0, 0.0)}, 1: {"a": (1.0, 0.0)}, 3: {"a": (1.0, 0.0)}}
     for bad in [(1, 1), (1, 0), (0, 3), (3, 4)]:
-        with pytest.raises(LatoptError, match=rf"span \({bad[0]}, {bad[1]}\): a span is a run of at least two"):
+        with pytest.raises(LatoptError, match=rf"\({bad[0]}, {bad[1]}\).*at least two"):
             solve_chain(options, {bad: {"m": (1.0, 0.0)}}, 10.0)
     with pytest.raises(LatoptError, match=r"span \(0, 1\) has no option"):
         solve_chain(options, {(0, 1): {}}, 10.0)
-    with pytest.raises(LatoptError, match=r"span \(0, 1\) option 'm': cost must be finite >= 0"):
+    with pytest.raises(LatoptError, match=r"span \(0, 1\) option 'm'.*finite"):
         solve_chain(options, {(0, 1): {"m": (math.nan, 0.0)}}, 10.0)
 
 
@@ -260,10 +260,9 @@ def test_select_plan_meets_the_budget_and_is_least_loss() -> None:
     plan, info = select_plan(lut, losses, 0.61)
     assert set(plan.values()) == {"pw"} and len(plan) == 10 and info.loss == pytest.approx(1.0)
     only_full = candidates(lut, ["full"])
-    with pytest.raises(LatoptError, match=r"budget 0.6 .* is below the fastest network these variants allow "
-                                          r"\(13.200 ms = 0.660 of as-is\)"):
+    with pytest.raises(LatoptError, match=r"budget 0\.6 .*fastest.*13\.200 ms"):
         select_plan(lut, variant_losses(None, None, None, only_full, method="uniform"), 0.6)
-    with pytest.raises(LatoptError, match=r"budget 1.5: a fraction of the as-is latency in \(0, 1\]"):
+    with pytest.raises(LatoptError, match=r"budget 1\.5: .*\(0, 1\]"):
         select_plan(lut, uniform, 1.5)
     with pytest.raises(LatoptError, match="variant 'expand_dw' is not in the LUT"):
         candidates(lut, ["expand_dw"])

@@ -188,7 +188,8 @@ def test_compress_on_a_pickle_with_code_prints_one_line_only(tmp_path, capsys, f
 
 def test_compress_refuses_a_nan_time_limit(random_ckpt, tmp_path, capsys):
     assert main(["compress", str(random_ckpt), "--time-limit", "nan", "--out", str(tmp_path / "c")]) == 2
-    assert "time_limit must be > 0 seconds, got nan (option --time-limit)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--time-limit" in err and "got nan" in err, err
     assert not (tmp_path / "c").exists()
 
 

@@ -220,7 +220,7 @@ def test_fold_auto_that_folds_nothing_says_why(runs: dict, tmp_path: Path) -> No
                    tmp_path / "lut.json")
     assert _export(runs["base"], tmp_path / "o", "--fold", "auto", "--lut", str(lut)) == 0
     notes = json.loads((tmp_path / "o" / "export.json").read_text())["notes"]
-    assert "--fold auto: no block's fold pays on this device per the LUT; exported as it is" in notes
+    assert any(n.startswith("--fold auto:") and "exported as it is" in n for n in notes), notes
     assert not any("--fold none" in n for n in notes)
 
 
@@ -500,7 +500,7 @@ def test_export_precision_the_device_cannot_time_fails_first(runs: dict, tmp_pat
     from latopt.export import CheckOptions, export
 
     out = tmp_path / "x"
-    with pytest.raises(LatoptError, match=r"onnxruntime backend times fp32 \(any provider\) and int8 .*not fp16") as e:
+    with pytest.raises(LatoptError, match=r"onnxruntime .*not fp16") as e:
         export(runs["some"], "cpu", out, precision="fp16", checks=CheckOptions(samples=4), progress=False)
     assert "\n" not in str(e.value) and not out.exists()
 
@@ -570,8 +570,7 @@ def test_a_failed_int8_gate_writes_nothing(runs: dict, tmp_path: Path, monkeypat
     monkeypatch.setattr(export_mod, "OrtRunner", Runner)
     monkeypatch.setattr(export_mod, "runner_accuracy", accuracy)
     out = tmp_path / "bad"
-    with pytest.raises(VerificationError, match=r"INT8 accuracy gate failed, nothing written: .* more than 0\.01 "
-                                                r"\+ one test sample \(1/96\)") as e:
+    with pytest.raises(VerificationError, match=r"INT8 accuracy gate failed.*0\.01.*1/96") as e:
         export_mod.export(runs["base"], "cpu", out, precision="int8",
                           checks=export_mod.CheckOptions(samples=4, measure=False), progress=False)
     assert "\n" not in str(e.value)
@@ -599,7 +598,7 @@ def test_a_checkpoint_with_invalid_values_is_refused_everywhere(tmp_path: Path, 
     good = save_checkpoint(tmp_path / "good.pt", model, make_arch(model, MODEL, 10),
                            CheckpointMeta(task="digits", resolution=RES, max_samples=96))
     bad = edit_checkpoint(good, tmp_path / "bad.pt", lambda d: edit(d["state_dict"]))   # SHA-256 recomputed
-    with pytest.raises(LatoptError, match=r"non-finite values|negative batch-norm running variance"):
+    with pytest.raises(LatoptError, match=r"non-finite|negative batch-norm"):
         load_checkpoint(bad)
     cfg = tmp_path / "c.yaml"
     cfg.write_text(CONFIG)
@@ -616,7 +615,7 @@ def test_a_model_with_invalid_values_is_never_written(tmp_path: Path) -> None:
     model = build_model(MODEL, 10)
     with torch.no_grad():
         model.bn1.running_var[0] = -1.0
-    with pytest.raises(LatoptError, match="negative batch-norm running variance in 'bn1'"):
+    with pytest.raises(LatoptError, match=r"negative batch-norm.*'bn1'"):
         save_checkpoint(tmp_path / "m.pt", model, make_arch(model, MODEL, 10))
     assert list(tmp_path.iterdir()) == []
 

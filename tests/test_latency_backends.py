@@ -78,9 +78,9 @@ def test_onnxruntime_from_onnx_path_and_errors(tmp_path) -> None:
     (tmp_path / "bad.onnx").write_bytes(b"not a model")
     with pytest.raises(LatoptError, match="ONNX Runtime cannot load"):
         backend.prepare(tmp_path / "bad.onnx", SHAPE)
-    with pytest.raises(LatoptError, match=r"input shape \[1, 5, 16, 16\] does not fit the model's input"):
+    with pytest.raises(LatoptError, match=r"\[1, 5, 16, 16\] does not fit"):
         backend.prepare(path, (1, 5, 16, 16))
-    with pytest.raises(LatoptError, match="provider 'CUDAExecutionProvider'.*not available"):
+    with pytest.raises(LatoptError, match="'CUDAExecutionProvider'.*not available"):
         get_backend(load_device("cpu").model_copy(update={"provider": "CUDAExecutionProvider"}))
     with pytest.raises(LatoptError, match="times nn.Modules, not ONNX files"):
         get_backend(fast("cpu-torch")).prepare(path, SHAPE)
@@ -123,17 +123,16 @@ def test_onnxruntime_int8_times_static_int8_models(tmp_path) -> None:
 
 def test_int8_is_refused_by_every_backend_but_onnxruntime_on_the_cpu() -> None:
     cases = {
-        "titanx": "TensorRT precision must be fp32 or fp16, got 'int8'; TensorRT INT8 is not supported by latopt",
-        "gpu-trt-fp16": "TensorRT INT8 is not supported by latopt",
-        "cpu-torch": "int8 on the CPU is not supported by the torch backend; int8 is ONNX Runtime static INT8",
-        "gpu-torch": "int8 is not supported by the torch backend; int8 is ONNX Runtime static INT8",
+        "titanx": "TensorRT precision .*got 'int8'",
+        "gpu-trt-fp16": "TensorRT INT8 is not supported",
+        "cpu-torch": "int8 on the CPU .*torch backend",
+        "gpu-torch": "'gpu-torch': int8 is not supported",
     }
     for name, msg in cases.items():
         with pytest.raises(LatoptError, match=msg) as e:
             get_backend(load_device(name).model_copy(update={"precision": "int8"}))
         assert "\n" not in str(e.value), name
-    with pytest.raises(LatoptError, match=r"times fp32 \(any provider\) and int8 \(CPUExecutionProvider\), not int8 "
-                                          "on CUDAExecutionProvider"):
+    with pytest.raises(LatoptError, match="not int8 on CUDAExecutionProvider"):
         get_backend(load_device("cpu-int8").model_copy(update={"provider": "CUDAExecutionProvider"}))
 
 

@@ -45,7 +45,7 @@ def test_readme_documents_every_key() -> None:
 
 
 def test_unknown_device_lists_known_ones() -> None:
-    with pytest.raises(LatoptError, match="unknown device 'nope'; known devices: .*cpu.*gpu-torch"):
+    with pytest.raises(LatoptError, match="unknown device 'nope'.*cpu.*gpu-torch"):
         load_device("nope")
 
 
@@ -105,7 +105,7 @@ def test_user_profiles_come_before_the_shipped_ones(tmp_path, monkeypatch) -> No
     assert load_device("edge").path == str(Path("profiles") / "edge.yaml")
     assert load_device("cpu").backend == "torch" and load_device("titanx").path.startswith(str(SHIPPED_PROFILES))
     assert default_lut_path("edge", "mobilenetv2_100", 224, 1) == Path("profiles/edge/mobilenetv2_100-r224-b1.json")
-    with pytest.raises(LatoptError, match=r"unknown device 'nope'.*\(or add nope.yaml to profiles/, or pass a YAML path\)"):
+    with pytest.raises(LatoptError, match=r"'nope'.*add nope\.yaml to profiles/"):
         load_device("nope")
 
     # $LATOPT_PROFILES_DIR takes the place of ./profiles, for device files and LUTs alike

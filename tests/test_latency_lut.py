@@ -74,8 +74,7 @@ def test_lut_without_variants_times_full_and_one_with_partial_is_refused(tmp_pat
     assert lut.variants == ("full",) and not lut.partial
     for partial in (True, False):
         (tmp_path / "old.json").write_text(json.dumps({**data, "partial": partial}))
-        with pytest.raises(LatoptError, match=r"old\.json is corrupt: it records 'partial' instead of 'variants' "
-                                              r"\(an older LUT format\): profile the model again") as e:
+        with pytest.raises(LatoptError, match=r"old\.json.*corrupt.*'partial'.*older") as e:
             load_lut(tmp_path / "old.json")
         assert "\n" not in str(e.value)
 
@@ -112,7 +111,7 @@ def test_predict_costs_and_variants() -> None:
         predict(lut, [2])
     with pytest.raises(LatoptError, match="block 7 is not in the LUT"):
         predict(lut, [7])
-    with pytest.raises(LatoptError, match="no time for block 0 in variant 'expand_dw' \\(profile the variants full,expand_dw\\)"):
+    with pytest.raises(LatoptError, match=r"block 0 .*'expand_dw'.*full,expand_dw"):
         predict(lut, {0: "expand_dw"})
     with pytest.raises(LatoptError, match="fold set 'some'"):
         predict(lut, "some")
@@ -120,14 +119,14 @@ def test_predict_costs_and_variants() -> None:
 
 def test_load_lut_errors(tmp_path) -> None:
     path = save_lut(make_lut(), tmp_path / "lut.json")
-    with pytest.raises(LatoptError, match="profiled for model 'mobilenetv2_100', not 'efficientnet_lite0'"):
+    with pytest.raises(LatoptError, match="'mobilenetv2_100'.*'efficientnet_lite0'"):
         load_lut(path, model="efficientnet_lite0")
-    with pytest.raises(LatoptError, match="resolution 224, not 160; profile .*latopt profile.*resolution 160, batch 1"):
+    with pytest.raises(LatoptError, match="resolution 224, not 160.*latopt profile"):
         load_lut(path, resolution=160)
     with pytest.raises(LatoptError, match="batch 1, not 8"):
         load_lut(path, batch=8)
     # a LUT of exact folds (bias maps timed) used to fold in paper mode, or the reverse
-    with pytest.raises(LatoptError, match="fold_mode 'exact', not 'paper'.*fold mode paper"):
+    with pytest.raises(LatoptError, match="'exact', not 'paper'.*fold mode paper"):
         load_lut(path, fold_mode="paper")
     assert load_lut(path, fold_mode="exact").fold_mode == "exact"
     with pytest.raises(LatoptError, match="does not exist"):
@@ -229,7 +228,7 @@ def _set(d: dict, path: tuple, value) -> dict:  # type: ignore[no-untyped-def]
 def test_malformed_lut_is_one_line_naming_the_field(tmp_path, path, value, match) -> None:
     data = _set(make_lut().to_dict(), path, value)
     (tmp_path / "lut.json").write_text(json.dumps(data))
-    with pytest.raises(LatoptError, match=rf"latency LUT .*lut\.json is corrupt: {match}") as e:
+    with pytest.raises(LatoptError, match=rf"lut\.json is corrupt: {match}") as e:
         load_lut(tmp_path / "lut.json")
     assert "\n" not in str(e.value) and str(e.value).endswith("re-create it with latopt profile")
 
@@ -237,12 +236,13 @@ def test_malformed_lut_is_one_line_naming_the_field(tmp_path, path, value, match
 def test_lut_without_as_is_time_or_required_field(tmp_path) -> None:
     data = make_lut().to_dict()
     del data["blocks"][1]["ms"]["none"]
-    with pytest.raises(LatoptError, match=r"field 'blocks\[1\]' has no ms time for variant 'none'"):
+    with pytest.raises(LatoptError, match=r"'blocks\[1\]'.*variant 'none'"):
         validated(LUT, data, key="field")
     data = make_lut().to_dict()
     del data["blocks"][0]["raw"]["none"]["median_ms"]
-    with pytest.raises(LatoptError, match=r"field 'blocks\[0\].raw.none.median_ms' is missing"):
+    with pytest.raises(LatoptError, match="is missing") as e:
         validated(LUT, data, key="field")
+    assert "'blocks[0].raw.none.median_ms'" in str(e.value)
     with pytest.raises(LatoptError, match=r"expected a mapping of fields, got \[\]"):
         validated(LUT, [], key="field")
     (tmp_path / "list.json").write_text(json.dumps([]))
@@ -317,9 +317,9 @@ def test_a_lut_must_time_every_block_of_its_model(tmp_path, edit) -> None:
         check_blocks(load_lut(tmp_path / "lut.json"), model_blocks, tmp_path / "lut.json")
     assert "\n" not in str(e.value)
     if edit == "drop-last":   # indices still 0..n-1: only the model says a block is missing
-        assert f"times {len(model_blocks) - 1} blocks but the model mobilenetv2_100 has {len(model_blocks)}" in str(e.value)
+        assert f"times {len(model_blocks) - 1} blocks" in str(e.value) and f"has {len(model_blocks)}" in str(e.value)
     if edit == "other-path":
-        assert "times block 3 at 'blocks.9.9' but the model mobilenetv2_100 has it at" in str(e.value)
+        assert "block 3 at 'blocks.9.9'" in str(e.value)
 
 
 @pytest.mark.parametrize("span,match", [
@@ -335,14 +335,14 @@ def test_malformed_spans_are_refused(tmp_path, span, match) -> None:
     data = make_lut().to_dict()
     data["spans"] = [{"raw": st(0.2).to_dict(), "ms": 0.2, **span}]
     (tmp_path / "lut.json").write_text(json.dumps(data))
-    with pytest.raises(LatoptError, match=rf"latency LUT .*lut\.json is corrupt: .*{match}") as e:
+    with pytest.raises(LatoptError, match=rf"lut\.json is corrupt: .*{match}") as e:
         load_lut(tmp_path / "lut.json")
     assert "\n" not in str(e.value)
     data["spans"] = [{"start": 0, "end": 1, "kernel": 1, "raw": st(0.2).to_dict(), "ms": 0.2}]
     (tmp_path / "ok.json").write_text(json.dumps(data))
     lut = load_lut(tmp_path / "ok.json")
     assert predict(lut, {0: "full", 1: "full"}, [(0, 1, 1)]) == pytest.approx(1.0 + 0.2 + 0.25)
-    with pytest.raises(LatoptError, match="has no time for the span 0-1 as a 3x3 convolution"):
+    with pytest.raises(LatoptError, match="span 0-1 as a 3x3"):
         predict(lut, {0: "full", 1: "full"}, [(0, 1, 3)])
 
 
@@ -353,8 +353,7 @@ def test_load_lut_takes_any_spelling_of_its_model(tmp_path) -> None:
     path = save_lut(lut, tmp_path / "lut.json")
     assert load_lut(path, model="torchvision/mobilenet_v2").model == "torchvision/mobilenet_v2?width=1.0"
     assert load_lut(path, model="torchvision/mobilenet_v2?width=1").resolution == 224
-    with pytest.raises(LatoptError, match="profiled for model 'torchvision/mobilenet_v2\\?width=1.0', not "
-                                          "'torchvision/mobilenet_v2\\?width=0.5'"):
+    with pytest.raises(LatoptError, match=r"width=1\.0', not '.*width=0\.5'"):
         load_lut(path, model="torchvision/mobilenet_v2?width=0.5")
 
 

@@ -96,7 +96,7 @@ def test_profile_int8_times_every_network_as_static_int8(tmp_path, monkeypatch) 
     assert set(lut.end_to_end) == {"asis", "full", HELD_OUT} and "cpu-int8 (onnxruntime, int8)" in format_lut(lut)
     path = save_lut(lut, tmp_path / "lut.json")
     assert load_lut(path).precision == "int8"
-    with pytest.raises(LatoptError, match="was profiled for device 'cpu-int8', not 'cpu'"):
+    with pytest.raises(LatoptError, match="device 'cpu-int8', not 'cpu'"):
         load_lut(path, device="cpu")
 
 

@@ -86,7 +86,7 @@ def test_thread_clock_and_policy_validation() -> None:
 
     s = compare({"w": work}, TimingPolicy(warmup=1, min_repeats=5, max_repeats=5, budget_s=60, clock="thread"))["w"]
     assert s.n == 5 and s.median_ms > 0 and s.wall_median_ms is not None
-    with pytest.raises(LatoptError, match="key 'clock' is 'tsc'; choose one of wall, thread"):
+    with pytest.raises(LatoptError, match="'clock' is 'tsc'.*wall, thread"):
         validated(TimingPolicy, {"clock": "tsc"}, key="key")
     with pytest.raises(LatoptError, match=r"min_repeats > max_repeats \(6 > 5\)"):
         validated(TimingPolicy, {"min_repeats": 6, "max_repeats": 5})

@@ -105,8 +105,8 @@ def test_pretrained_offline_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, t
     assert "\n" not in msg and lookups == []
     with pytest.raises(LatoptError) as e:  # timm's own error: there are no pretrained weights for this one
         build_model("mobilenetv2_035", pretrained=True)
-    assert str(e.value) == ("could not get pretrained weights for mobilenetv2_035 (RuntimeError: No pretrained "
-                            "weights exist for mobilenetv2_035) — leave pretrained off to start from random weights")
+    msg = str(e.value)
+    assert "mobilenetv2_035" in msg and "No pretrained weights exist" in msg and "leave pretrained off" in msg, msg
     assert e.value.param == "pretrained"
 
     def no_net(*a, **k):
@@ -114,9 +114,9 @@ def test_pretrained_offline_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, t
 
     monkeypatch.setattr(torch.hub, "urlopen", no_net)
     monkeypatch.setattr(torch.hub, "_hub_dir", str(tmp_path / "torch"))
-    with pytest.raises(LatoptError, match=r"could not get pretrained weights for torchvision/mobilenet_v2 "
-                                          r"\(URLError: .*offline \(test\).*the torch hub cache — leave pretrained off"):
+    with pytest.raises(LatoptError, match=r"mobilenet_v2 \(URLError.*offline \(test") as e:
         build_model("torchvision/mobilenet_v2", pretrained=True)
+    assert "leave pretrained off" in str(e.value)
     with pytest.raises(LatoptError, match="only for width 1.0"):
         build_model("torchvision/mobilenet_v2?width=0.75", pretrained=True)
 
@@ -215,7 +215,7 @@ def test_empty_fold_plan_is_saved_as_folded_not_unfolded(tmp_path: Path) -> None
     _same_outputs(f, f2, 32)
     g = fold_blocks(m, {1: "full"}, "exact", (32, 32))  # a folded block cannot be saved as unfolded, nor as nothing
     for fold in (None, arch.fold):
-        with pytest.raises(LatoptError, match=r"arch\['fold'\].*does not describe the model"):
+        with pytest.raises(LatoptError, match=r"arch\['fold'\].*does not describe"):
             save_checkpoint(tmp_path / "x.pt", g, arch.model_copy(update={"fold": fold}))
 
 
@@ -261,8 +261,7 @@ def test_a_checkpoint_of_another_schema_is_refused_in_one_line(tmp_path: Path, c
         d.pop("sha256")
 
     old = edit_checkpoint(good, tmp_path / "old.pt", old_schema, digest=False)
-    with pytest.raises(LatoptError, match=r"has schema 'latopt\.checkpoint/1'; this latopt reads only "
-                                          r"'latopt\.checkpoint/2': re-create it") as e:
+    with pytest.raises(LatoptError, match=r"checkpoint/1'.*reads only.*checkpoint/2") as e:
         load_checkpoint(old)
     assert not isinstance(e.value, VerificationError) and "\n" not in str(e.value)
     capsys.readouterr()

@@ -353,7 +353,7 @@ def test_fresh_deletes_only_what_latopt_wrote(tmp_path: Path, capsys: pytest.Cap
     (root / "link").symlink_to(tmp_path / "precious")
     (tmp_path / "precious" / "data.txt").write_text("keep")
     (root / "notes.txt").write_text("mine")
-    with pytest.raises(LatoptError, match=r"holds entries latopt did not write \(link, notes.txt\)"):
+    with pytest.raises(LatoptError, match=r"did not write \(link, notes\.txt\)"):
         clear(root, [root / "my.yaml"], root / "lut-cpu.json")
     assert (root / "run.json").exists() and (tmp_path / "precious" / "data.txt").exists()   # nothing removed
     (root / "link").unlink()
@@ -368,7 +368,7 @@ def test_the_declared_stages_read_only_earlier_stages() -> None:
 
     assert [s.name for s in STAGES] == ["base", "profile", "search", "export", "report"]
     assert check_order(STAGES) == STAGES
-    with pytest.raises(ValueError, match=r"stage 'search' reads \['base', 'profile'\] before they are made"):
+    with pytest.raises(ValueError, match=r"'search' reads \['base', 'profile'\]"):
         check_order((SEARCH, BASE, EXPORT, REPORT))
 
 

@@ -146,7 +146,7 @@ def test_study_identity_is_checked(tmp_path):
     assert optuna.load_study(study_name="t", storage=storage).metric_names == ["val_acc", "latency_ms"]
     again = open_study(storage, "t", "latency", {"model": "a"})
     assert not again.created and again.attrs["objective"] == "latency"
-    with pytest.raises(LatoptError, match="created with objective 'latency', not 'depth'"):
+    with pytest.raises(LatoptError, match="objective 'latency', not 'depth'"):
         open_study(storage, "t", "depth", {"model": "a"})
     with pytest.raises(LatoptError, match="model='a'"):
         open_study(storage, "t", "latency", {"model": "b"})
@@ -236,7 +236,7 @@ def test_local_workers_are_processes_that_log_as_their_parent(tmp_path, capfd):
     finally:
         log.setup(log.DEFAULT)
     join(ok, ok=True)
-    with pytest.raises(LatoptError, match=r"1 extra worker\(s\) failed \(pid, exit code\): \[\(\d+, 2\)\]"):
+    with pytest.raises(LatoptError, match=r"1 extra worker.*failed.*\[\(\d+, 2\)\]"):
         join(bad, ok=True)
     seen = json.loads((tmp_path / "ok" / "seen.json").read_text())
     assert seen == {"study": "s", "verbosity": log.VERBOSE, "parent": os.getpid()}

@@ -420,7 +420,7 @@ def test_precision_plan_per_version():
         assert p.set_flags == () and p.clear_flags == ("TF32",) and not p.fp16_onnx
         assert p.network_flags == ()
     for old in ("8.5.3", "7.2.3", "9.2.0"):  # 9.x: an LLM-only release line, not supported
-        with pytest.raises(LatoptError, match=r"not supported: latopt needs TensorRT 8\.6, 10\.x or 11\.x"):
+        with pytest.raises(LatoptError, match=r"not supported.*8\.6, 10\.x or 11\.x"):
             trt_precision.precision_plan(old, "fp32")
     with pytest.raises(LatoptError, match="fp32 or fp16"):
         trt_precision.precision_plan("10.3.0", "int8")
@@ -557,8 +557,8 @@ def test_missing_tensorrt_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorrt", None)
     with pytest.raises(LatoptError) as e:
         get_backend(load_device("gpu-trt-fp16"))  # the real dispatch from the profile
-    assert str(e.value) == ("TensorRT is not installed: pip install 'latopt[trt]' on a machine with an "
-                            "NVIDIA GPU, or time on the CPU with the device profile 'cpu'")
+    msg = str(e.value)
+    assert "TensorRT is not installed" in msg and "latopt[trt]" in msg and "'cpu'" in msg and "\n" not in msg, msg
     assert e.value.param == "device"  # the CLI adds the flag that chose the profile
 
 
@@ -775,7 +775,7 @@ def test_compute_capability_table(version, sm, ok, fix):
 def test_no_fp16_where_tensorrt_lists_none():
     trt_precision.check_compute_capability("8.6.1", (6, 0), "Tesla P100", "fp16")  # P100: full-rate FP16
     for sm in ((6, 1), (5, 2)):
-        with pytest.raises(LatoptError, match=f"no fp16 on GPU .compute capability {sm[0]}.{sm[1]}") as e:
+        with pytest.raises(LatoptError, match=rf"no fp16 .*capability {sm[0]}\.{sm[1]}") as e:
             trt_precision.check_compute_capability("8.6.1", sm, "GPU", "fp16")
         assert "\n" not in str(e.value) and "use precision fp32 (the device profile titanx)" in str(e.value)
         assert e.value.param == "precision"
@@ -961,8 +961,8 @@ def test_engine_on_another_backend_names_the_device_parameter():
 
     with pytest.raises(LatoptError) as e:
         open_backend(load_device("cpu"), "fp32", engine=True, measure=False)
-    assert str(e.value) == ("an engine needs a TensorRT device profile, but device 'cpu' uses onnxruntime; use "
-                            "device titanx or gpu-trt-fp16")
+    msg = str(e.value)
+    assert "TensorRT" in msg and "'cpu'" in msg and "onnxruntime" in msg and "titanx" in msg, msg
     assert e.value.param == "device" and flag_for(build_parser(), "export", e.value.param) == "--device"
 
 
