@@ -12,6 +12,7 @@ from sklearn.datasets import load_digits
 from latopt.cli import main
 from latopt.data import split_indices
 from latopt.exact.mlp import SPLIT, MlpMeta, load_mlp, load_split, save_mlp, split_of
+from latopt.exact.record import CompressToolReport, RegionsReport, ShallowReport, read_report
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +53,13 @@ def _region_radius(model: torch.nn.Module, pattern: str, lo: float, hi: float) -
 def test_regions_and_shallow_cli(random_ckpt, tmp_path, capsys):
     out = tmp_path / "reg"
     assert main(["regions", str(random_ckpt), "--out", str(out)]) == 0
-    rep = json.loads((out / "report.json").read_text())
-    assert rep["schema"] == "latopt.regions/1" and rep["regions"] == len(set(rep["patterns"])) > 1
+    rep = read_report(out / "report.json", RegionsReport)   # schema latopt.regions/1
+    assert rep.regions == len(set(rep.patterns)) > 1 and rep.out is None   # out is not written
     # the grid cross-check, redone here: the activation patterns at the centres of the 1000 x 1000 cells
     model, _ = load_mlp(random_ckpt)
-    lo, hi, n = rep["box"]["lo"], rep["box"]["hi"], rep["grid"]["resolution"]
+    g = rep.grid
+    assert g is not None and isinstance(rep.box.lo, float) and isinstance(rep.box.hi, float)
+    lo, hi, n = rep.box.lo, rep.box.hi, g.resolution
     centres = lo + (np.arange(n) + 0.5) * (hi - lo) / n
     x = torch.as_tensor(np.stack(np.meshgrid(centres, centres, indexing="ij"), -1).reshape(-1, 2))
     units, h = [], x
@@ -67,21 +70,23 @@ def test_regions_and_shallow_cli(random_ckpt, tmp_path, capsys):
                 units.append(h > 0)
     bits = torch.cat(units[:-1], 1).numpy()
     grid = set(np.unique(bits @ (1 << np.arange(bits.shape[1], dtype=np.int64))).tolist())  # one int per pattern
-    enumerated = {int(p[::-1], 2): p for p in rep["patterns"]}
+    enumerated = {int(p[::-1], 2): p for p in rep.patterns}
     assert grid <= set(enumerated)                           # every pattern the grid sees was enumerated
     missed = [p for key, p in enumerated.items() if key not in grid]
-    g = rep["grid"]
-    assert (g["distinct_patterns"], g["missed_regions"]) == (len(grid), len(missed))
+    assert (g.distinct_patterns, g.missed_regions) == (len(grid), len(missed))
     # a region the grid missed holds no cell centre, so no ball of half a cell diagonal fits inside it
     half_diagonal = (hi - lo) / n * 2**0.5 / 2
-    assert g["half_cell_diagonal"] == pytest.approx(half_diagonal)
+    assert g.half_cell_diagonal == pytest.approx(half_diagonal)
     assert all(_region_radius(model, p, lo, hi) < half_diagonal for p in missed)
     assert (out / "regions.png").stat().st_size > 1000
     sh = tmp_path / "sh"
     assert main(["shallow", str(random_ckpt), "--epsilon", "1e-3", "--out", str(sh)]) == 0
-    rep = json.loads((sh / "report.json").read_text())
-    assert rep["exact_network"]["verification"]["ok"] and rep["exact_network"]["verification"]["points"] >= 100_000
-    assert rep["eps_network"]["verification"]["ok"]
+    sr = read_report(sh / "report.json", ShallowReport)
+    assert sr.exact_network.verification.ok and sr.exact_network.verification.points >= 100_000
+    ver = sr.eps_network.verification
+    assert ver.ok and ver.fraction_of_points_used is not None   # the share of the same samples at least eps away
+    assert ver.points == round(ver.fraction_of_points_used * sr.exact_network.verification.points)
+    assert "fraction_of_points_used" not in json.loads((sh / "report.json").read_text())["exact_network"]["verification"]
     eps_model, _ = load_mlp(sh / "eps_network.pt")
     assert len([m for m in eps_model if isinstance(m, torch.nn.Linear)]) == 3  # two hidden layers
     text = capsys.readouterr().out
@@ -93,14 +98,14 @@ def test_train_and_compress_digits(tmp_path, capsys):
     assert main(["train-mlp", "--hidden", "12,12", "--epochs", "15", "--l1", "0.01", "--out", str(ck)]) == 0
     out = tmp_path / "c"
     assert main(["compress", str(ck), "--samples", "2000", "--out", str(out)]) == 0
-    rep = json.loads((out / "report.json").read_text())
-    acc = rep["accuracy"]
-    assert acc["before"] == acc["after"] and acc["prediction_changes"] == 0
-    assert acc["test_points"] == 360  # the CNN tasks' test split: 20 % of the 1797 digits
-    assert rep["verification"]["ok"] and rep["verification"]["points"] >= 100_000
+    rep = read_report(out / "report.json", CompressToolReport)
+    acc = rep.accuracy
+    assert acc is not None and acc.before == acc.after and acc.prediction_changes == 0
+    assert acc.test_points == 360  # the CNN tasks' test split: 20 % of the 1797 digits
+    assert rep.verification.ok and rep.verification.points >= 100_000
     comp, meta = load_mlp(out / "compressed.pt")
     sizes = [m.out_features for m in comp if isinstance(m, torch.nn.Linear)]
-    assert sum(sizes[:-1]) == rep["compression"]["hidden_units_after"] <= 24
+    assert sum(sizes[:-1]) == rep.compression.hidden_units_after <= 24
     cert = json.loads((out / "certificates.json").read_text())
     assert cert["schema"] == "latopt.stability/1" and len(cert["units"]) == 2
     text = capsys.readouterr().out

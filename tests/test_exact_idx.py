@@ -16,6 +16,7 @@ import torch
 from latopt.cli import main
 from latopt.data.mnist import split_train_val
 from latopt.exact.mlp import DEFAULT_EPOCHS, IDX_SPLIT, load_mlp, load_split, split_of
+from latopt.exact.record import CompressToolReport, read_report
 
 N_TRAIN, N_TEST = 60, 20
 
@@ -95,24 +96,24 @@ def test_compress_checks_in_float64_and_reports_test_accuracy(trained, tmp_path,
     out = tmp_path / "c"
     assert main(["compress", str(trained), "--samples", "1000", "--time-limit", "10", "--threads", "1",
                  "--out", str(out)]) == 0
-    rep = json.loads((out / "report.json").read_text())
-    assert rep["box"]["dim"] == 784
-    v = rep["verification"]
-    assert v["ok"] and v["points"] >= 100_000 and v["max_rel_float64"] <= v["rtol"] == 1e-5
-    acc = rep["accuracy"]
-    assert acc["data"] == "fashion-mnist" and acc["test_points"] == N_TEST
-    assert acc["before"] == acc["after"] and acc["prediction_changes"] == 0
+    rep = read_report(out / "report.json", CompressToolReport)
+    assert rep.box.dim == 784
+    v = rep.verification
+    assert v.ok and v.points >= 100_000 and v.max_rel_float64 is not None and v.max_rel_float64 <= v.rtol == 1e-5
+    acc = rep.accuracy
+    assert acc is not None and acc.data == "fashion-mnist" and acc.test_points == N_TEST
+    assert acc.before == acc.after and acc.prediction_changes == 0
     model, meta = load_mlp(trained)
-    assert acc["before"] == pytest.approx(meta.test_acc)
+    assert acc.before == pytest.approx(meta.test_acc)
     comp, cmeta = load_mlp(out / "compressed.pt")
     sizes = [m.out_features for m in comp if isinstance(m, torch.nn.Linear)]
-    assert sum(sizes[:-1]) == rep["compression"]["hidden_units_after"] <= 14
+    assert sum(sizes[:-1]) == rep.compression.hidden_units_after <= 14
     assert cmeta.data == "fashion-mnist" and cmeta.box == [0.0, 1.0]
     # the compressed network equals the original on the test images too (float64)
     x = torch.as_tensor(split_of(meta).x_test, dtype=torch.float64)
     with torch.no_grad():
         diff = (model.double()(x) - comp.double()(x)).abs().max().item()
-    assert diff <= 1e-5 * max(v["output_scale"], 1.0)
+    assert diff <= 1e-5 * max(v.output_scale, 1.0)
     text = capsys.readouterr().out
     assert "hidden units 14 ->" in text and f"on {N_TEST} test fashion-mnist images" in text
 
@@ -136,9 +137,11 @@ def test_compress_finds_moved_files_by_latopt_data_and_refuses_other_files(idx_d
     save_mlp(moved, model, meta_gone)
     out = tmp_path / "c"
     assert main(["compress", str(moved), "--samples", "500", "--out", str(out)]) == 0
-    rep = json.loads((out / "report.json").read_text())
-    assert rep["accuracy"] is None and rep["verification"]["ok"]
-    assert "are not the ones the network was trained on" in rep["accuracy_note"]
+    data = json.loads((out / "report.json").read_text())
+    assert data["accuracy"] is None   # written as null, not left out
+    rep = read_report(out / "report.json", CompressToolReport)
+    assert rep.accuracy is None and rep.verification.ok
+    assert rep.accuracy_note is not None and "are not the ones the network was trained on" in rep.accuracy_note
     captured = capsys.readouterr()
     assert "accuracy not measured" in captured.out and "test split digest" in captured.out + captured.err
 

@@ -93,15 +93,19 @@ def test_shallow_rewrites(enum_2d):
     net, enum = enum_2d
     hp = collect_hyperplanes(enum)
     w = widths(enum, hp)
-    assert w["exact_network_hidden"] == [2 + hp.count, enum.count * 2]
+    assert w.exact_network_hidden == [2 + hp.count, enum.count * 2]
     eps = 1e-3
     a = eps_network(enum, hp, eps)
-    assert a.n_hidden_layers == 2 and list(a.hidden) == w["eps_network_hidden"]
+    assert a.n_hidden_layers == 2 and list(a.hidden) == w.eps_network_hidden
     pts = BOX2.sample(100_000, np.random.default_rng(0))
     far = region_margin(net, enum, hp, pts) >= eps
     assert far.mean() > 0.95
     ver = verify_equal(net, a, BOX2, points=pts[far], dtypes=("float64",))
-    assert ver["max_rel_float64"] < 1e-9
+    assert ver.max_rel_float64 is not None and ver.max_rel_float64 < 1e-9
+    assert ver.max_abs_float32 is None and ver.fraction_of_points_used is None   # not compared; no mask
+    masked = verify_equal(net, a, BOX2, points=pts, mask=lambda x: region_margin(net, enum, hp, x) >= eps,
+                          dtypes=("float64",))
+    assert masked.points == ver.points and masked.fraction_of_points_used == pytest.approx(far.mean())
     # inside the eps-band it is only an approximation: the check does fail there
     with pytest.raises(VerificationError):
         verify_equal(net, a, BOX2, points=pts[~far], dtypes=("float64",))
@@ -110,7 +114,7 @@ def test_shallow_rewrites(enum_2d):
     assert max(np.abs(x).max() for x in a2.weights) > 10 * max(np.abs(x).max() for x in a.weights)
     exact = IndicatorNet.build(enum, hp)
     ver = verify_equal(net, exact, BOX2, points=pts, dtypes=("float64",))
-    assert ver["max_rel_float64"] < 1e-9
+    assert ver.max_rel_float64 is not None and ver.max_rel_float64 < 1e-9
     assert exact.w1.dtype == torch.float64  # verification leaves the module as it was
     # exact on region boundaries too: polygon vertices and edge midpoints
     bnd = np.concatenate([np.concatenate([v, (v + np.roll(v, 1, 0)) / 2]) for v in (polygon(r, BOX2) for r in enum.regions)])

@@ -99,14 +99,14 @@ def test_compression_removes_units_and_is_verified():
     box = Box.uniform(64, 0, 1)
     module, rep = compress(net, box, samples=2000, time_limit=20, seed=0, dtype=torch.float64)
     s = rep.result.summary()
-    st = rep.analysis.summary()["total"]
-    assert st["undecided"] == 0
+    st = rep.analysis.summary().total
+    assert st is not None and st.undecided == 0
     assert rep.result.removed_inactive[0] >= 3 and rep.result.removed_dependent[0] >= 1
-    assert s["units_removed"] == sum(rep.result.removed_inactive) + sum(rep.result.removed_dependent) + sum(
+    assert s.units_removed == sum(rep.result.removed_inactive) + sum(rep.result.removed_dependent) + sum(
         net.hidden[k] - rep.result.removed_inactive[k] - rep.result.removed_dependent[k] for k in rep.result.collapsed
     )
-    assert rep.verification["ok"] and rep.verification["points"] >= 100_000
-    assert rep.verification["max_rel_float64"] < 1e-12  # float64 weights: equal up to rounding
+    assert rep.verification.ok and rep.verification.points >= 100_000
+    assert rep.verification.max_rel_float64 is not None and rep.verification.max_rel_float64 < 1e-12  # float64 weights: equal up to rounding
     # the plain module really is smaller and equal (independent check on fresh points)
     assert sum(p.numel() for p in module.parameters()) < net.n_params
     rng = np.random.default_rng(9)
@@ -165,12 +165,14 @@ def test_collapse_and_constant_networks():
     net = ReluMLP(tuple(w), tuple(b))
     module, rep = compress(net, box, samples=500)
     assert 1 in rep.result.collapsed and rep.result.compressed.n_hidden_layers == 1
-    assert rep.verification["ok"]
+    assert rep.verification.ok
     # a dead layer makes the whole network constant
     b2 = [b[0], np.full(3, -100.0), b[2]]
     dead = ReluMLP(tuple(w), tuple(b2))
     module, rep = compress(dead, box, samples=500)
     assert rep.result.constant and rep.result.compressed.sizes == (4, 2)
+    c = rep.record().compression
+    assert c.constant and c.layers_collapsed == 2 and c.hidden_units_after == 0 and c.units_removed_fraction == 1.0
     assert np.allclose(rep.result.compressed.biases[0], dead.forward(box.center)[0])
     assert np.all(rep.analysis.states()[1] == INACTIVE)
     assert np.all(rep.analysis.states()[0][np.array([u.verdict == "active" for u in rep.analysis.layers[0]])] == ACTIVE)

@@ -16,6 +16,8 @@ from latopt.errors import LatoptError
 if TYPE_CHECKING:
     from types import ModuleType
 
+    from latopt.exact.record import CompressToolReport, RegionsReport, ShallowReport
+
 # start-up time: each handler imports latopt.exact.tools (numpy, torch, HiGHS) when it runs, not for --help
 
 
@@ -126,39 +128,40 @@ def _train(args: argparse.Namespace) -> int:
 def _compress(args: argparse.Namespace) -> int:
     tools = _tools(args)
     _set_threads(args.threads)
-    report = tools.compress_checkpoint(args.checkpoint, args.out, box=args.box, time_limit=args.time_limit,
-                                       samples=args.samples, verify_points=args.verify_points, seed=args.seed)
+    report: CompressToolReport = tools.compress_checkpoint(
+        args.checkpoint, args.out, box=args.box, time_limit=args.time_limit, samples=args.samples,
+        verify_points=args.verify_points, seed=args.seed)
     print(tools.compress_text(report))
-    print(f"wrote {report['out']}/compressed.pt, report.json, certificates.json, report.txt")
+    print(f"wrote {report.out}/compressed.pt, report.json, certificates.json, report.txt")
     return 0
 
 
 def _regions(args: argparse.Namespace) -> int:
     tools = _tools(args)
     limits = tools.region_limits(args.max_regions, args.max_inputs, args.max_units)
-    r = tools.regions_of(args.checkpoint, args.out, box=args.box, limits=limits, grid=args.grid)
-    dim = r["box"]["dim"]
-    print(f"{r['regions']} linear regions of {r['sizes']} over the box ({r['lps']} LPs, {r['seconds']:.2f}s)")
-    g = r.get("grid")
+    r: RegionsReport = tools.regions_of(args.checkpoint, args.out, box=args.box, limits=limits, grid=args.grid)
+    dim = r.box.dim
+    print(f"{r.regions} linear regions of {r.sizes} over the box ({r.lps} LPs, {r.seconds:.2f}s)")
+    g = r.grid
     if g:
-        print(f"grid {g['resolution']}^{dim}: {g['distinct_patterns']} distinct patterns, "
-              f"{'all' if g['all_in_enumeration'] else 'NOT all'} among the enumerated regions"
-              + (f"; {g['missed_regions']} region(s) missed by the grid, all thinner than half a cell diagonal"
-                 if g["missed_regions"] and g["missed_are_thin"] else ""))
-    print(f"wrote {r['out']}/report.json" + (", regions.png" if dim == 2 else ""))
+        print(f"grid {g.resolution}^{dim}: {g.distinct_patterns} distinct patterns, "
+              f"{'all' if g.all_in_enumeration else 'NOT all'} among the enumerated regions"
+              + (f"; {g.missed_regions} region(s) missed by the grid, all thinner than half a cell diagonal"
+                 if g.missed_regions and g.missed_are_thin else ""))
+    print(f"wrote {r.out}/report.json" + (", regions.png" if dim == 2 else ""))
     return 0
 
 
 def _shallow(args: argparse.Namespace) -> int:
     tools = _tools(args)
     limits = tools.region_limits(args.max_regions, args.max_inputs, args.max_units)
-    r = tools.shallow_of(args.checkpoint, args.out, box=args.box, limits=limits, epsilon=args.epsilon,
-                         samples=args.samples, seed=args.seed)
-    w, ver_a, ver_b = r["widths"], r["eps_network"]["verification"], r["exact_network"]["verification"]
-    print(f"{w['regions']} regions, {w['hyperplanes']} facet hyperplanes; hidden widths: original {w['original_hidden']}, "
-          f"eps-network {w['eps_network_hidden']}, exact network {w['exact_network_hidden']}")
-    print(f"eps-network (eps={args.epsilon:g}): max |diff| {ver_a['max_abs_float64']:.2e} on {ver_a['points']} points "
-          f"at least eps from region boundaries ({100 * ver_a['fraction_of_points_used']:.1f}% of the samples)")
-    print(f"exact network: max |diff| {ver_b['max_abs_float64']:.2e} on {ver_b['points']} points")
-    print(f"wrote {r['out']}/eps_network.pt, exact_network.pt, report.json")
+    r: ShallowReport = tools.shallow_of(args.checkpoint, args.out, box=args.box, limits=limits, epsilon=args.epsilon,
+                                        samples=args.samples, seed=args.seed)
+    w, ver_a, ver_b = r.widths, r.eps_network.verification, r.exact_network.verification
+    print(f"{w.regions} regions, {w.hyperplanes} facet hyperplanes; hidden widths: original {w.original_hidden}, "
+          f"eps-network {w.eps_network_hidden}, exact network {w.exact_network_hidden}")
+    print(f"eps-network (eps={args.epsilon:g}): max |diff| {ver_a.max_abs_float64:.2e} on {ver_a.points} points "
+          f"at least eps from region boundaries ({100 * (ver_a.fraction_of_points_used or 0.0):.1f}% of the samples)")
+    print(f"exact network: max |diff| {ver_b.max_abs_float64:.2e} on {ver_b.points} points")
+    print(f"wrote {r.out}/eps_network.pt, exact_network.pt, report.json")
     return 0

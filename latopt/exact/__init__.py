@@ -6,7 +6,10 @@
   collapse affine layers; the result is a plain ``nn.Sequential`` verified equal on >= 100,000 points;
 * :func:`enumerate_regions` -- the linear regions of a small network (counted, certified, plotted for 2-D);
 * :func:`eps_network` / :class:`IndicatorNet` -- shallow rewrites built from the regions;
-* :mod:`latopt.exact.mlp` -- Linear/ReLU classifiers on scikit-learn's digits, ``latopt.mlp/1`` checkpoints.
+* :mod:`latopt.exact.mlp` -- Linear/ReLU classifiers on scikit-learn's digits, ``latopt.mlp/1`` checkpoints;
+* :mod:`latopt.exact.record` -- the validated records the tools return and write (:class:`Verification`,
+  :class:`Widths`, :class:`CompressRecord`, and the ``latopt compress | regions | shallow`` reports
+  :class:`CompressToolReport`, :class:`RegionsReport`, :class:`ShallowReport`, read back with :func:`read_report`).
 
 The exact tools are an extra: ``pip install 'latopt[exact]'`` brings what they import beyond latopt's own
 dependencies (HiGHS, through ``highspy``). This package imports lazily, so ``import latopt.exact`` works
@@ -37,6 +40,8 @@ _API: dict[str, str] = {
     "region_margin": "shallow", "widths": "shallow",
     "CompressionResult": "stability", "CompressReport": "stability", "compress": "stability",
     "stability_compression": "stability",
+    "CompressRecord": "record", "CompressToolReport": "record", "RegionsReport": "record", "ShallowReport": "record",
+    "Verification": "record", "Widths": "record", "read_report": "record",
     "verify_equal": "verify",
 }
 
@@ -59,14 +64,20 @@ def load(module: str, what: str) -> ModuleType:
 
 __all__ = [  # _API's names (tests/test_exact_extra.py checks that the two agree)
     "Box",
+    "CompressRecord",
     "CompressReport",
+    "CompressToolReport",
     "CompressionResult",
     "IndicatorNet",
     "RegionEnumeration",
     "RegionLimits",
+    "RegionsReport",
     "ReluMLP",
+    "ShallowReport",
     "StabilityAnalysis",
     "UnitVerdict",
+    "Verification",
+    "Widths",
     "analyze_stability",
     "build_mlp",
     "collect_hyperplanes",
@@ -77,6 +88,7 @@ __all__ = [  # _API's names (tests/test_exact_extra.py checks that the two agree
     "load_mlp",
     "load_split",
     "plot_regions",
+    "read_report",
     "region_margin",
     "sampled_patterns",
     "save_mlp",
@@ -90,6 +102,15 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from latopt.exact.analysis import StabilityAnalysis, UnitVerdict, analyze_stability
     from latopt.exact.mlp import build_mlp, load_mlp, load_split, save_mlp, train_mlp
     from latopt.exact.network import Box, ReluMLP, from_module
+    from latopt.exact.record import (
+        CompressRecord,
+        CompressToolReport,
+        RegionsReport,
+        ShallowReport,
+        Verification,
+        Widths,
+        read_report,
+    )
     from latopt.exact.regions import (
         RegionEnumeration,
         RegionLimits,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from latopt.exact.bounds import interval_layer, lp_bounds, post_activation
 from latopt.exact.encoding import ACTIVE, INACTIVE, UNSTABLE, build_encoding
 from latopt.exact.milp import SignDecider
 from latopt.exact.network import Box, ReluMLP
+from latopt.exact.record import LayerStability, StabilityCounts, StabilitySummary, StabilityTimings
 
 METHODS = ("interval", "lp", "milp")
 
@@ -67,32 +69,36 @@ class StabilityAnalysis:
     def states(self) -> list[np.ndarray]:
         return [np.array([u.state for u in layer], dtype=np.int8) for layer in self.layers]
 
-    def summary(self) -> dict:
+    def summary(self) -> StabilitySummary:
+        """The counts by layer and in all, the seconds and the stages' seconds (rounded to ms), the points sampled."""
         per_layer = []
         for k, layer in enumerate(self.layers):
-            row = {
-                "layer": k,
-                "units": len(layer),
-                "inactive": sum(u.verdict == "inactive" for u in layer),
-                "active": sum(u.verdict == "active" for u in layer),
-                "unstable": sum(u.verdict == "unstable" and u.decided for u in layer),
-                "undecided": sum(not u.decided for u in layer),
-                "sampled_upper_bound": self.sampled_possibly_stable[k],
-            }
-            for m in METHODS:
-                row[f"stable_by_{m}"] = sum(u.verdict != "unstable" and u.method == m for u in layer)
-            row["milp_solves"] = sum(len(u.milp) for u in layer)
-            per_layer.append(row)
-        tot = {k: sum(r[k] for r in per_layer) for k in per_layer[0] if k != "layer"} if per_layer else {}
-        return {"layers": per_layer, "total": tot, "seconds": round(self.seconds, 3), "samples": self.n_samples,
-                "timings": {k: round(v, 3) for k, v in self.timings.items()}}
+            stable = [u for u in layer if u.verdict != "unstable"]
+            per_layer.append(LayerStability(
+                layer=k,
+                units=len(layer),
+                inactive=sum(u.verdict == "inactive" for u in layer),
+                active=sum(u.verdict == "active" for u in layer),
+                unstable=sum(u.verdict == "unstable" and u.decided for u in layer),
+                undecided=sum(not u.decided for u in layer),
+                sampled_upper_bound=self.sampled_possibly_stable[k],
+                stable_by_interval=sum(u.method == "interval" for u in stable),
+                stable_by_lp=sum(u.method == "lp" for u in stable),
+                stable_by_milp=sum(u.method == "milp" for u in stable),
+                milp_solves=sum(len(u.milp) for u in layer),
+            ))
+        total = StabilityCounts(**{f: sum(getattr(r, f) for r in per_layer) for f in StabilityCounts.model_fields}) \
+            if per_layer else None
+        return StabilitySummary(layers=per_layer, total=total, seconds=round(self.seconds, 3), samples=self.n_samples,
+                                timings=StabilityTimings(**{k: round(v, 3) for k, v in self.timings.items()}))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
+        """certificates.json: the sizes, the box, :meth:`summary`, every unit's verdict with its certificate."""
         return {
             "schema": "latopt.stability/1",
             "sizes": list(self.sizes),
             "box": self.box.to_json(),
-            "summary": self.summary(),
+            "summary": self.summary().model_dump(mode="json"),
             "units": [[asdict(u) for u in layer] for layer in self.layers],
         }
 
@@ -260,10 +266,10 @@ def analyze_stability(
         bounds.append((lo, hi))
         states.append(st)
         if log:
-            s = StabilityAnalysis(net.sizes, box, layers, 0, len(pts), possibly_stable, timings).summary()["layers"][k]
+            s = StabilityAnalysis(net.sizes, box, layers, 0.0, len(pts), possibly_stable, timings).summary().layers[k]
             log(
-                f"layer {k}: {s['units']} units, inactive {s['inactive']}, active {s['active']}, unstable {s['unstable']}, "
-                f"undecided {s['undecided']} (stable by interval {s['stable_by_interval']}, LP {s['stable_by_lp']}, "
-                f"MILP {s['stable_by_milp']}; sampled upper bound {s['sampled_upper_bound']})"
+                f"layer {k}: {s.units} units, inactive {s.inactive}, active {s.active}, unstable {s.unstable}, "
+                f"undecided {s.undecided} (stable by interval {s.stable_by_interval}, LP {s.stable_by_lp}, "
+                f"MILP {s.stable_by_milp}; sampled upper bound {s.sampled_upper_bound})"
             )
     return StabilityAnalysis(net.sizes, box, layers, time.perf_counter() - t_start, len(pts), possibly_stable, timings)

@@ -12,12 +12,14 @@ A unit is *active* at ``x`` when its pre-activation ``z(x) > 0`` (``ReLU(0) = 0`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from latopt.errors import LatoptError
+from latopt.exact.record import BoxRecord
 
 
 @dataclass(frozen=True)
@@ -90,10 +92,15 @@ class Box:
     def clip(self, x: np.ndarray) -> np.ndarray:
         return np.clip(x, self.lo, self.hi)
 
-    def to_json(self) -> dict:
+    def record(self) -> BoxRecord:
+        """The box as the reports have it: one number each for lo and hi when every coordinate agrees."""
         if np.all(self.lo == self.lo[0]) and np.all(self.hi == self.hi[0]):
-            return {"lo": float(self.lo[0]), "hi": float(self.hi[0]), "dim": self.dim}
-        return {"lo": self.lo.tolist(), "hi": self.hi.tolist(), "dim": self.dim}
+            return BoxRecord(lo=float(self.lo[0]), hi=float(self.hi[0]), dim=self.dim)
+        return BoxRecord(lo=[float(v) for v in self.lo], hi=[float(v) for v in self.hi], dim=self.dim)
+
+    def to_json(self) -> dict[str, Any]:
+        """:meth:`record` as JSON (certificates.json's box)."""
+        return self.record().model_dump(mode="json")
 
 
 @dataclass(frozen=True)

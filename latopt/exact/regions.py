@@ -28,6 +28,7 @@ from latopt.artifacts import write_figure_atomic
 from latopt.errors import LatoptError, VerificationError
 from latopt.exact.lp import solve_lp
 from latopt.exact.network import Box, ReluMLP
+from latopt.exact.record import RegionsSummary
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,9 @@ class RegionEnumeration:
     def index(self) -> dict[bytes, int]:
         return {r.key(): i for i, r in enumerate(self.regions)}
 
-    def summary(self) -> dict:
-        return {"regions": self.count, "lps": self.lps, "seconds": round(self.seconds, 3),
-                "min_radius": min((r.radius for r in self.regions), default=0.0), "tol": self.tol}
+    def summary(self) -> RegionsSummary:
+        return RegionsSummary(regions=self.count, lps=self.lps, seconds=round(self.seconds, 3),
+                              min_radius=min((r.radius for r in self.regions), default=0.0), tol=self.tol)
 
 
 def _pattern_key(p: np.ndarray) -> bytes:

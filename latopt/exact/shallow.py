@@ -34,6 +34,7 @@ from torch import nn
 
 from latopt.errors import LatoptError
 from latopt.exact.network import Box, ReluMLP
+from latopt.exact.record import Widths
 from latopt.exact.regions import RegionEnumeration, irredundant, pattern_ids
 
 
@@ -233,15 +234,11 @@ class IndicatorNet:
         return _Net().eval()
 
 
-def widths(enum: RegionEnumeration, hp: Hyperplanes) -> dict:
+def widths(enum: RegionEnumeration, hp: Hyperplanes) -> Widths:
+    """The hidden widths of the original network and of the two rewrites (with the regions and hyperplanes)."""
     n0, m, K, H = enum.box.dim, enum.sizes[-1], enum.count, hp.count
-    return {
-        "original_hidden": list(enum.sizes[1:-1]),
-        "regions": K,
-        "hyperplanes": H,
-        "eps_network_hidden": [n0 + 3 * H, K * (m + 1)],
-        "exact_network_hidden": [n0 + H, K * (m + 1)],
-    }
+    return Widths(original_hidden=list(enum.sizes[1:-1]), regions=K, hyperplanes=H,
+                  eps_network_hidden=[n0 + 3 * H, K * (m + 1)], exact_network_hidden=[n0 + H, K * (m + 1)])
 
 
 def region_margin(net: ReluMLP, enum: RegionEnumeration, hp: Hyperplanes, x: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +31,7 @@ import torch
 from latopt.exact.analysis import StabilityAnalysis, analyze_stability
 from latopt.exact.encoding import ACTIVE, INACTIVE
 from latopt.exact.network import Box, ReluMLP, from_module
+from latopt.exact.record import CompressionSummary, CompressRecord, CompressSeconds, Verification
 from latopt.exact.verify import verify_equal
 
 
@@ -44,24 +46,24 @@ class CompressionResult:
     kept: list[list[int]]  # per original hidden layer: original indices of the units that remain
     stats: dict = field(default_factory=dict)
 
-    def summary(self) -> dict:
+    def summary(self) -> CompressionSummary:
         n_before = sum(self.original.hidden)
         n_after = sum(self.compressed.hidden)
-        return {
-            "layers_before": list(self.original.sizes),
-            "layers_after": list(self.compressed.sizes),
-            "hidden_units_before": n_before,
-            "hidden_units_after": n_after,
-            "units_removed": n_before - n_after,
-            "units_removed_fraction": (n_before - n_after) / n_before if n_before else 0.0,
-            "removed_inactive": self.removed_inactive,
-            "removed_dependent_active": self.removed_dependent,
-            "layers_collapsed": len(self.collapsed) + (self.original.n_hidden_layers if self.constant else 0),
-            "collapsed_layers": self.collapsed,
-            "constant": self.constant,
-            "params_before": self.original.n_params,
-            "params_after": self.compressed.n_params,
-        }
+        return CompressionSummary(
+            layers_before=list(self.original.sizes),
+            layers_after=list(self.compressed.sizes),
+            hidden_units_before=n_before,
+            hidden_units_after=n_after,
+            units_removed=n_before - n_after,
+            units_removed_fraction=(n_before - n_after) / n_before if n_before else 0.0,
+            removed_inactive=list(self.removed_inactive),
+            removed_dependent_active=list(self.removed_dependent),
+            layers_collapsed=len(self.collapsed) + (self.original.n_hidden_layers if self.constant else 0),
+            collapsed_layers=list(self.collapsed),
+            constant=self.constant,
+            params_before=self.original.n_params,
+            params_after=self.compressed.n_params,
+        )
 
 
 def _constant_tail(net: ReluMLP, k: int) -> np.ndarray:
@@ -145,20 +147,23 @@ def stability_compression(net: ReluMLP, states: list[np.ndarray], *, rank_tol: f
 
 @dataclass
 class CompressReport:
+    """What :func:`compress` did: the analysis and the compression (with their certificates and kept units), the
+    verification, the seconds of each stage; :meth:`record` is what a report says of them."""
+
     analysis: StabilityAnalysis
     result: CompressionResult
-    verification: dict
-    seconds: dict
+    verification: Verification
+    seconds: CompressSeconds
 
-    def to_json(self) -> dict:
-        return {
-            "schema": "latopt.compress/1",
-            "box": self.analysis.box.to_json(),
-            "stability": self.analysis.summary(),
-            "compression": self.result.summary(),
-            "verification": self.verification,
-            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
-        }
+    def record(self) -> CompressRecord:
+        """The validated record of this result (``latopt.compress/1``; seconds rounded to ms)."""
+        return CompressRecord(box=self.analysis.box.record(), stability=self.analysis.summary(),
+                              compression=self.result.summary(), verification=self.verification,
+                              seconds=self.seconds.rounded())
+
+    def to_json(self) -> dict[str, Any]:
+        """:meth:`record` as JSON, schema first."""
+        return self.record().to_json()
 
 
 def compress(
@@ -192,5 +197,5 @@ def compress(
     ver = verify_equal(reference, module, box, n=verify_points, rtol=rtol, seed=seed + 1)
     analysis.check(net)
     t3 = time.perf_counter()
-    seconds = {"analysis": t1 - t0, "compression": t2 - t1, "verification": t3 - t2, "total": t3 - t0}
+    seconds = CompressSeconds(analysis=t1 - t0, compression=t2 - t1, verification=t3 - t2, total=t3 - t0)
     return module, CompressReport(analysis, result, ver, seconds)

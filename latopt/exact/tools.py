@@ -1,13 +1,15 @@
 """The exact tools as whole jobs on checkpoints: what ``latopt train-mlp | compress | regions | shallow`` run.
 
-Each function reads its inputs, does the work, writes its output directory atomically and returns the
-report (a JSON-able dict); :mod:`latopt.cli.exact` only parses the command line and prints::
+Each function reads its inputs, does the work, writes its output directory atomically and returns its report,
+a validated record of :mod:`latopt.exact.record` (report.json is its ``to_json()``; the record's ``out``, the
+directory written, is not in the file); :mod:`latopt.cli.exact` only parses the command line and prints::
 
     make_mlp(hidden, *, data="digits", l1, epochs=None, lr, batch, inputs, outputs, seed, out=None) -> (path, meta)
-    compress_checkpoint(checkpoint, out, *, box=None, time_limit, samples, verify_points, seed, log=None) -> report
-    regions_of(checkpoint, out, *, box=None, limits, grid) -> report      (VerificationError if the grid disagrees)
-    shallow_of(checkpoint, out, *, box=None, limits, epsilon, samples, seed) -> report
-    compress_text(report) -> str
+    compress_checkpoint(checkpoint, out, *, box=None, time_limit, samples, verify_points, seed, log=None)
+        -> CompressToolReport
+    regions_of(checkpoint, out, *, box=None, limits, grid) -> RegionsReport   (VerificationError if the grid disagrees)
+    shallow_of(checkpoint, out, *, box=None, limits, epsilon, samples, seed) -> ShallowReport
+    compress_text(report) -> str                                        report.txt (and what latopt compress prints)
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ from latopt.engine import seed_everything
 from latopt.errors import LatoptError, VerificationError
 from latopt.exact.mlp import MlpMeta, build_mlp, load_mlp, parse_data, predict, save_mlp, split_of, train_mlp
 from latopt.exact.network import Box, ReluMLP, from_module
+from latopt.exact.record import (
+    CompressAccuracy,
+    CompressToolReport,
+    EpsNetwork,
+    ExactNetwork,
+    GridCheck,
+    RegionsReport,
+    ShallowReport,
+)
 from latopt.exact.regions import RegionLimits, enumerate_regions, plot_regions, sampled_patterns
 from latopt.exact.shallow import IndicatorNet, collect_hyperplanes, eps_network, region_margin, widths
 from latopt.exact.stability import compress
@@ -74,13 +85,13 @@ def make_mlp(hidden: list[int], *, data: str = "digits", l1: float, epochs: int 
 MAX_DATA_POINTS = 20_000   # training inputs added to the sampling stage's points (a seeded subset beyond)
 
 
-def _accuracy(split, model, compressed) -> dict | None:
+def _accuracy(split, model, compressed) -> CompressAccuracy | None:
     if split is None:
         return None
     pa, pb = predict(model, split.x_test), predict(compressed, split.x_test)
-    return {"data": split.name, "before": float((pa == split.y_test).mean()),
-            "after": float((pb == split.y_test).mean()), "prediction_changes": int((pa != pb).sum()),
-            "test_points": len(split.y_test)}
+    return CompressAccuracy(data=split.name, before=float((pa == split.y_test).mean()),
+                            after=float((pb == split.y_test).mean()), prediction_changes=int((pa != pb).sum()),
+                            test_points=len(split.y_test))
 
 
 def _training_split(checkpoint, meta: MlpMeta, log: Callable[[str], None]) -> tuple[Any, str | None]:
@@ -113,7 +124,7 @@ def _sample_data(split, seed: int) -> np.ndarray | None:
 
 def compress_checkpoint(checkpoint: str | Path, out: str | Path | None = None, *, box: str | None = None,
                         time_limit: float = 30.0, samples: int = 20000, verify_points: int = 100_000, seed: int = 0,
-                        log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                        log: Callable[[str], None] | None = None) -> CompressToolReport:
     """Lossless StabilityCompression of an MLP checkpoint; writes compressed.pt, report.json,
     certificates.json and report.txt into ``out`` (default runs/compress-<name>). ``log`` receives the
     per-layer progress lines (default: the ``latopt.exact`` logger)."""
@@ -133,20 +144,17 @@ def compress_checkpoint(checkpoint: str | Path, out: str | Path | None = None, *
     t0 = time.perf_counter()
     comp, rep = compress(model, b, samples=samples, data=_sample_data(split, seed), time_limit=time_limit,
                          verify_points=verify_points, seed=seed, log=log)
-    report = rep.to_json()
-    report["checkpoint"] = str(checkpoint)
-    report["accuracy"] = _accuracy(split, model, comp.to(torch.float32))
-    if note:
-        report["accuracy_note"] = note
-    report["wall_seconds"] = round(time.perf_counter() - t0, 3)
+    accuracy = _accuracy(split, model, comp.to(torch.float32))
     out = Path(out) if out else default_out(checkpoint, "compress")
+    report = CompressToolReport(**dict(rep.record()), checkpoint=str(checkpoint), accuracy=accuracy,
+                                accuracy_note=note or None, wall_seconds=round(time.perf_counter() - t0, 3),
+                                out=str(out))
     with atomic_dir(out) as d:
         save_mlp(d / "compressed.pt", comp,
                  meta.model_copy(update={"compressed_from": str(checkpoint), "box": _box_list(b)}))
-        write_json_atomic(d / "report.json", report)
+        write_json_atomic(d / "report.json", report.to_json())
         write_json_atomic(d / "certificates.json", rep.analysis.to_json())
         write_text_atomic(d / "report.txt", compress_text(report))
-    report["out"] = str(out)
     return report
 
 
@@ -154,37 +162,38 @@ def _box_list(box) -> list | None:
     return [float(box.lo[0]), float(box.hi[0])] if np.all(box.lo == box.lo[0]) and np.all(box.hi == box.hi[0]) else None
 
 
-def compress_text(report: dict) -> str:
-    c, s, v = report["compression"], report["stability"], report["verification"]
+def compress_text(report: CompressToolReport) -> str:
+    """report.txt: the compression, each layer's verdicts, the verification, the times, the test accuracy."""
+    c, s, v = report.compression, report.stability, report.verification
     lines = [
-        f"layers   {c['layers_before']} -> {c['layers_after']}",
-        f"hidden units {c['hidden_units_before']} -> {c['hidden_units_after']} "
-        f"({c['units_removed']} removed, {100 * c['units_removed_fraction']:.1f}%); layers collapsed {c['layers_collapsed']}"
-        + ("; the network is constant on the box" if c["constant"] else ""),
-        f"params   {c['params_before']} -> {c['params_after']}",
+        f"layers   {c.layers_before} -> {c.layers_after}",
+        f"hidden units {c.hidden_units_before} -> {c.hidden_units_after} "
+        f"({c.units_removed} removed, {100 * c.units_removed_fraction:.1f}%); layers collapsed {c.layers_collapsed}"
+        + ("; the network is constant on the box" if c.constant else ""),
+        f"params   {c.params_before} -> {c.params_after}",
         "layer  units  inactive  active  unstable  undecided | stable by interval  LP  MILP | sampled bound | removed (inactive, dependent)",
     ]
-    for row in s["layers"]:
-        k = row["layer"]
+    for row in s.layers:
+        k = row.layer
         lines.append(
-            f"{k:>5}  {row['units']:>5}  {row['inactive']:>8}  {row['active']:>6}  {row['unstable']:>8}  {row['undecided']:>9} |"
-            f" {row['stable_by_interval']:>18}  {row['stable_by_lp']:>2}  {row['stable_by_milp']:>4} |"
-            f" {row['sampled_upper_bound']:>13} | {c['removed_inactive'][k]}, {c['removed_dependent_active'][k]}"
+            f"{k:>5}  {row.units:>5}  {row.inactive:>8}  {row.active:>6}  {row.unstable:>8}  {row.undecided:>9} |"
+            f" {row.stable_by_interval:>18}  {row.stable_by_lp:>2}  {row.stable_by_milp:>4} |"
+            f" {row.sampled_upper_bound:>13} | {c.removed_inactive[k]}, {c.removed_dependent_active[k]}"
         )
     lines.append(
-        f"verified on {v['points']} points: max |diff| {v['max_abs_float64']:.2e} (float64), {v['max_abs_float32']:.2e} "
-        f"(float32); output scale {v['output_scale']:.3g}"
+        f"verified on {v.points} points: max |diff| {v.max_abs_float64:.2e} (float64), {v.max_abs_float32:.2e} "
+        f"(float32); output scale {v.output_scale:.3g}"
     )
-    sec = report["seconds"]
-    lines.append(f"time     analysis {sec['analysis']:.1f}s (MILP {s['timings']['milp']:.1f}s, LP {s['timings']['lp']:.1f}s), "
-                 f"verification {sec['verification']:.1f}s, total {sec['total']:.1f}s")
-    a = report.get("accuracy")
+    sec = report.seconds
+    lines.append(f"time     analysis {sec.analysis:.1f}s (MILP {s.timings.milp:.1f}s, LP {s.timings.lp:.1f}s), "
+                 f"verification {sec.verification:.1f}s, total {sec.total:.1f}s")
+    a = report.accuracy
     if a:
-        what = "digits" if a.get("data", "digits") == "digits" else f"{a['data']} images"
-        lines.append(f"accuracy {a['before']:.4f} -> {a['after']:.4f} on {a['test_points']} test {what} "
-                     f"({a['prediction_changes']} predictions changed)")
-    elif report.get("accuracy_note"):
-        lines.append(f"accuracy not measured: {report['accuracy_note']}")
+        what = "digits" if a.data == "digits" else f"{a.data} images"
+        lines.append(f"accuracy {a.before:.4f} -> {a.after:.4f} on {a.test_points} test {what} "
+                     f"({a.prediction_changes} predictions changed)")
+    elif report.accuracy_note:
+        lines.append(f"accuracy not measured: {report.accuracy_note}")
     return "\n".join(lines) + "\n"
 
 
@@ -199,7 +208,7 @@ MAX_GRID_POINTS = 20_000_000   # the grid cross-check's points (about a minute o
 
 
 def regions_of(checkpoint: str | Path, out: str | Path | None = None, *, box: str | None = None,
-               limits: RegionLimits, grid: int | None = None) -> dict[str, Any]:
+               limits: RegionLimits, grid: int | None = None) -> RegionsReport:
     """Enumerate the linear regions of a small MLP over the box (plot them for 2-D inputs), cross-checked on a
     grid of ``grid``^d points when d <= 3 (None: 1000 per dimension, fewer for 3 inputs, so that at most
     :data:`MAX_GRID_POINTS`); writes report.json (+ regions.png) into ``out``."""
@@ -215,8 +224,7 @@ def regions_of(checkpoint: str | Path, out: str | Path | None = None, *, box: st
                           f"network; at most {MAX_GRID_POINTS:.0e} are checked: give {most} or less (0 = off)",
                           param="grid")
     enum = enumerate_regions(net, b, limits=limits)
-    report: dict[str, Any] = {"schema": "latopt.regions/1", "checkpoint": str(checkpoint), "sizes": list(net.sizes),
-                              "box": b.to_json(), **enum.summary()}
+    check = None
     if grid > 0 and b.dim <= 3:
         t0 = time.perf_counter()
         keys = sampled_patterns(net, b, resolution=grid)
@@ -224,26 +232,27 @@ def regions_of(checkpoint: str | Path, out: str | Path | None = None, *, box: st
         # a ball of radius >= half a cell diagonal always holds a cell centre: such regions cannot be missed
         reach = float(np.linalg.norm((b.hi - b.lo) / grid)) / 2
         missed = [enum.regions[i] for k, i in index.items() if k not in keys]
-        report["grid"] = {"resolution": grid, "points": grid**b.dim, "distinct_patterns": len(keys),
-                          "all_in_enumeration": keys <= set(index), "missed_regions": len(missed),
-                          "missed_max_radius": max((r.radius for r in missed), default=0.0),
-                          "half_cell_diagonal": reach, "missed_are_thin": all(r.radius < reach for r in missed),
-                          "seconds": round(time.perf_counter() - t0, 3)}
-    report["patterns"] = ["".join("1" if v else "0" for v in r.pattern) for r in enum.regions]
+        check = GridCheck(resolution=grid, points=grid**b.dim, distinct_patterns=len(keys),
+                          all_in_enumeration=keys <= set(index), missed_regions=len(missed),
+                          missed_max_radius=max((r.radius for r in missed), default=0.0),
+                          half_cell_diagonal=reach, missed_are_thin=all(r.radius < reach for r in missed),
+                          seconds=round(time.perf_counter() - t0, 3))
     out = Path(out) if out else default_out(checkpoint, "regions")
+    report = RegionsReport(checkpoint=str(checkpoint), sizes=list(net.sizes), box=b.record(),
+                           **dict(enum.summary()), grid=check,
+                           patterns=["".join("1" if v else "0" for v in r.pattern) for r in enum.regions],
+                           out=str(out))
     with atomic_dir(out) as d:
         if b.dim == 2:
             plot_regions(enum, d / "regions.png", title=f"{enum.count} linear regions of {list(net.sizes)}")
-        write_json_atomic(d / "report.json", report)
-    g = report.get("grid")
-    if g and not (g["all_in_enumeration"] and g["missed_are_thin"]):
+        write_json_atomic(d / "report.json", report.to_json())
+    if report.grid is not None and not report.grid.agrees:
         raise VerificationError(f"the grid cross-check contradicts the enumeration (see {out}/report.json)")
-    report["out"] = str(out)
     return report
 
 
 def shallow_of(checkpoint: str | Path, out: str | Path | None = None, *, box: str | None = None,
-               limits: RegionLimits, epsilon: float = 1e-3, samples: int = 100_000, seed: int = 0) -> dict[str, Any]:
+               limits: RegionLimits, epsilon: float = 1e-3, samples: int = 100_000, seed: int = 0) -> ShallowReport:
     """Rewrite a small MLP as two 2-hidden-layer networks from its linear regions (an ε-network and the
     exact indicator network), both verified; writes eps_network.pt, exact_network.pt, report.json."""
     if not (epsilon > 0 and np.isfinite(epsilon)):
@@ -257,23 +266,21 @@ def shallow_of(checkpoint: str | Path, out: str | Path | None = None, *, box: st
     eps_net = eps_network(enum, hp, epsilon)
     exact = IndicatorNet.build(enum, hp)
     pts = verification_points(b, samples, seed)
-    margin = region_margin(net, enum, hp, pts)
-    far = margin >= epsilon
-    ver_a = verify_equal(net, eps_net, b, points=pts[far], what="eps-network (points >= eps from boundaries)",
-                         dtypes=("float64",))
-    ver_a["fraction_of_points_used"] = float(far.mean())
+    # the eps-network is exact on the points at least eps from their region's facets: compared there only
+    ver_a = verify_equal(net, eps_net, b, points=pts, mask=lambda x: region_margin(net, enum, hp, x) >= epsilon,
+                         what="eps-network (points >= eps from boundaries)", dtypes=("float64",))
     ver_b = verify_equal(net, exact, b, points=pts, what="exact indicator network", dtypes=("float64",))
-    report = {"schema": "latopt.shallow/1", "checkpoint": str(checkpoint), "sizes": list(net.sizes),
-              "box": b.to_json(), "epsilon": epsilon, "widths": widths(enum, hp),
-              "eps_network": {"verification": ver_a, "max_abs_weight": float(max(np.abs(w).max() for w in eps_net.weights))},
-              "exact_network": {"verification": ver_b}, "regions": enum.summary(),
-              "seconds": round(time.perf_counter() - t0, 3)}
     out = Path(out) if out else default_out(checkpoint, "shallow")
+    report = ShallowReport(
+        checkpoint=str(checkpoint), sizes=list(net.sizes), box=b.record(), epsilon=epsilon, widths=widths(enum, hp),
+        eps_network=EpsNetwork(verification=ver_a,
+                               max_abs_weight=float(max(np.abs(w).max() for w in eps_net.weights))),
+        exact_network=ExactNetwork(verification=ver_b), regions=enum.summary(),
+        seconds=round(time.perf_counter() - t0, 3), out=str(out))
     with atomic_dir(out) as d:
         save_mlp(d / "eps_network.pt", eps_net.to_module(torch.float64),
                  MlpMeta(shallow_from=str(checkpoint), epsilon=float(epsilon), box=_box_list(b)))
         torch.save({"schema": "latopt.indicator-net/1", "state_dict": exact.state_dict(), "n_in": b.dim},
                    d / "exact_network.pt")
-        write_json_atomic(d / "report.json", report)
-    report["out"] = str(out)
+        write_json_atomic(d / "report.json", report.to_json())
     return report

@@ -3,7 +3,8 @@
 ``verify_equal`` compares on ``n`` uniform points plus corners (all of them up to 4096, else 4096 random
 ones) and the centre, in float64 *and* in the float32 the user will run, and raises
 :class:`~latopt.errors.VerificationError` when ``max |f - g| > rtol * scale`` with
-``scale = max(max |f|, 1e-12)`` over the same points.
+``scale = max(max |f|, 1e-12)`` over the same points; otherwise it returns the comparison as a
+:class:`~latopt.exact.record.Verification` record.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch import nn
 
 from latopt.errors import VerificationError
 from latopt.exact.network import Box
+from latopt.exact.record import Dtype, Verification
 
 
 def verification_points(box: Box, n: int, seed: int) -> np.ndarray:
@@ -35,21 +37,27 @@ def verify_equal(
     points: np.ndarray | None = None,
     mask: Callable[[np.ndarray], np.ndarray] | None = None,
     what: str = "compressed network",
-    dtypes: tuple[str, ...] = ("float64", "float32"),
-) -> dict:
+    dtypes: tuple[Dtype, ...] = ("float64", "float32"),
+) -> Verification:
     """Max |reference - candidate| on sampled points of ``box``; VerificationError when above ``rtol * scale``.
 
-    ``mask(points) -> bool array`` restricts the comparison (e.g. to points away from region boundaries).
-    Modules are compared in each of ``dtypes`` (default float64 and float32); their dtype is restored afterwards.
+    ``mask(points) -> bool array`` restricts the comparison (e.g. to points away from region boundaries); the
+    record then says which fraction of the points it kept (``fraction_of_points_used``). Modules are compared
+    in each of ``dtypes`` (default float64 and float32); their dtype is restored afterwards.
     """
 
+    if not dtypes or not set(dtypes) <= {"float64", "float32"}:
+        raise ValueError(f"dtypes must be float64 and/or float32, got {dtypes}")
     pts = verification_points(box, n, seed) if points is None else points
+    fraction = None
     if mask is not None:
-        pts = pts[mask(pts)]
+        keep = np.asarray(mask(pts), dtype=bool)
+        fraction = float(keep.mean()) if keep.size else 0.0
+        pts = pts[keep]
     if len(pts) == 0:
         raise VerificationError(f"no points left to compare the {what} on")
-    result: dict = {"points": int(len(pts))}
-    scale = None
+    diffs: dict[str, float] = {}
+    scale = 0.0
     for dtype in dtypes:
         saved = {}
         for name, m in (("ref", reference), ("cand", candidate)):
@@ -65,21 +73,25 @@ def verify_equal(
                     m.to(saved[name])
         if ya.shape != yb.shape:
             raise VerificationError(f"{what}: output shape {yb.shape} differs from the original's {ya.shape}")
-        if scale is None:
+        if not diffs:
             scale = max(float(np.max(np.abs(ya))), 1e-12)
-        diff = float(np.max(np.abs(ya - yb)))
-        result[f"max_abs_{dtype}"] = diff
-        result[f"max_rel_{dtype}"] = diff / scale
-    result["output_scale"] = scale
-    result["rtol"] = rtol
-    worst = max(result[f"max_rel_{d}"] for d in dtypes)
-    result["ok"] = bool(worst <= rtol)
-    if not result["ok"]:
+        diffs[dtype] = float(np.max(np.abs(ya - yb)))
+    worst = max(diffs[d] / scale for d in dtypes)
+    if not worst <= rtol:   # NaN too
         raise VerificationError(
-            f"{what} differs from the original: max |diff| = {max(result[f'max_abs_{d}'] for d in dtypes):.3g} "
+            f"{what} differs from the original: max |diff| = {max(diffs.values()):.3g} "
             f"({worst:.3g} of the output scale {scale:.3g}; allowed {rtol:g}) on {len(pts)} points"
         )
-    return result
+    return Verification(
+        points=int(len(pts)),
+        max_abs_float64=diffs.get("float64"), max_rel_float64=_rel(diffs.get("float64"), scale),
+        max_abs_float32=diffs.get("float32"), max_rel_float32=_rel(diffs.get("float32"), scale),
+        output_scale=scale, rtol=rtol, ok=True, fraction_of_points_used=fraction,
+    )
+
+
+def _rel(diff: float | None, scale: float) -> float | None:
+    return None if diff is None else diff / scale
 
 
 def evaluate(fn, x: np.ndarray, dtype: str = "float64") -> np.ndarray:
