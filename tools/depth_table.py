@@ -44,10 +44,6 @@ def onnx_nonlinear(path: str | Path) -> int:
     return count(onnx.load(str(path), load_external_data=False).graph)
 
 
-def _per_seed(R: bm.Results, meth: str, key: str) -> list[Any]:
-    return [r.get(key) for _, r in sorted(R.by_method.get(meth, {}).items())]
-
-
 def _quartiles(r: dict[str, Any], res: str) -> list[float] | None:
     q = r.get("speedup", {}).get(res, {}).get("fp32", {}).get("vs_fp32_asis")
     return None if q is None else [float(v) for v in q]
