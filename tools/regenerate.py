@@ -187,6 +187,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "promises-accuracy": _tool("bench_promises", "render_accuracy", "promises"),
     "compatibility": _tool("compat", "render", "compatibility/compat.json"),
     "resnet20-fold": _tool("depth_table", "render_depth", "resnet-fold/resnet20"),
+    "resnet32-fold": _tool("depth_table", "render_depth", "resnet-fold/resnet32"),
     "cli": cli_reference,
 }
 
