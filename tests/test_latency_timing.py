@@ -94,6 +94,23 @@ def test_thread_clock_and_policy_validation() -> None:
         compare({}, TimingPolicy())
 
 
+def test_thread_clock_times_again_a_call_it_did_not_see(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call over which the thread's CPU time reads 0 is timed again, so no sample is 0 (a per-round ratio
+    divides by it); a clock that never advances is one line naming the fix."""
+    import latopt.latency.timing as timing
+
+    reads = iter([100, 100, 100, 100, 200, 250])      # two calls unseen by the clock, then one of 50 µs
+    monkeypatch.setattr(timing.time, "thread_time_ns", lambda: next(reads) * 1000)
+    log: list[str] = []
+    s = compare({"w": Recorder("w", log)}, TimingPolicy(warmup=0, min_repeats=1, max_repeats=1, budget_s=60,
+                                                         warm_calls=0, clock="thread"))["w"]
+    assert s.samples_ms == (0.05,) and len(log) == 3
+    monkeypatch.setattr(timing.time, "thread_time_ns", lambda: 7)
+    with pytest.raises(LatoptError, match=f"did not advance over {timing.THREAD_CLOCK_TRIES} calls.*clock: wall"):
+        compare({"w": Recorder("w", [])}, TimingPolicy(warmup=0, min_repeats=1, max_repeats=1, budget_s=60,
+                                                       clock="thread"))
+
+
 def test_stats_round_trip_and_environment() -> None:
     s = TimingStats.from_samples([1.0, 2.0, 4.0], wall=[3.0, 3.0, 3.0])
     assert TimingStats.from_dict(s.to_dict()) == s
