@@ -15,10 +15,12 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
              clip_grad: null, keep_best: true, device: auto, amp: none, channels_last: null,
              sync_bn: true, dist_timeout_s: 600}
     fold:   {lambda_c: 1.0, tau: 0.9, p: 2.0, granularity: block, alpha_lr: 0.05, epochs: 8, lr: 0.001,
-             distill: false, distill_weight: 0.5, temperature: 2.0, mode: exact, post_epochs: 4,
+             distill: none, distill_weight: 0.5, temperature: 2.0, mode: exact, post_epochs: 4,
              post_lr: 0.0005, unfolded_alpha: zero, max_fold_error: 0.001}
     search: {lambda_c: [0.05, 5.0], tau: [0.7, 0.95], p: [1.5, 4.0], granularity: [block],
-             trials: 20, max_acc_drop: 0.01, sampler: tpe, storage: null, budget_rounds: 3}
+             trials: 20, max_acc_drop: 0.01, sampler: tpe, storage: null}
+    method: layerfold             # what the search stage runs: a registered method (latopt.methods): layerfold | dp
+    dp:     {budgets: [0.5, 0.6, 0.7, 0.8, 0.9], importance: proxy, variants: null, budget_rounds: 3}
     device: cpu                   # device profile: a name (profiles/<name>.yaml or shipped) or a path
     lut: null                     # latency LUT (JSON) giving c_l; null = uniform c_l = 1
     threads: null                 # torch intra-op threads for train/fold (null = torch's default)
@@ -53,6 +55,7 @@ from latopt.constants import (
     Amp,
     FoldMode,
     Granularity,
+    Importance,
     Optimizer,
     Sampler,
     Schedule,
@@ -61,7 +64,7 @@ from latopt.constants import (
 from latopt.errors import LatoptError
 from latopt.log import get_logger
 from latopt.readers import read_yaml
-from latopt.records import Name, Positive, Resolution, StrictModel, validated
+from latopt.records import DistillName, Name, Positive, Resolution, StrictModel, validated
 
 _LOG = get_logger("config")
 
@@ -160,7 +163,9 @@ class FoldConfig(Section):
     alpha_lr: Positive = 0.05  # learning rate of the alphas (Adam, own optimizer)
     epochs: Annotated[int, Field(ge=1)] = 8  # pre-fold epochs
     lr: Annotated[float, Field(ge=0)] = 0.001  # weight learning rate during pre-fold
-    distill: bool = False  # add KL(base || student) on logits during pre-fold and post-fold
+    # distil from the base in every fine-tune: none | logits (KL on the logits) | a variant latopt.losses registers
+    # (checked there: latopt.losses.check_loss_config); true / false read as logits / none
+    distill: DistillName = "none"
     distill_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
     temperature: Positive = 2.0
     mode: FoldMode = "exact"  # exact: bias map at the config resolution; paper: constant bias, any size
@@ -181,11 +186,38 @@ class SearchConfig(Section):
     max_acc_drop: Annotated[float, Field(ge=0, le=1)] = 0.01  # feasible when base - finetuned accuracy <= this
     sampler: Sampler = "tpe"
     storage: str | None = None  # Optuna storage URL; null = runs/<name>/search/study.db
-    # the DP: plans measured on the device and re-solved until one meets its budget when measured (latopt.dp.budgetloop); 0 = off
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "budget_rounds" in data:
+            raise ValueError("has budget_rounds, which is the DP's setting now: write it as dp.budget_rounds")
+        return data
+
+
+def _once(v: tuple[float, ...]) -> tuple[float, ...]:
+    if len(set(v)) != len(v):
+        raise ValueError(f"= {list(v)} gives a budget twice; give each budget once, e.g. [0.5, 0.7, 0.9]")
+    return v
+
+
+Budget = Annotated[float, Field(gt=0, le=1)]   # a fraction of the as-is LUT latency
+
+
+class DPConfig(Section):
+    """The DP's settings (``method: dp``, ``latopt plan``): one trial per budget, how each (block, variant) is
+    scored, the variants blocks may take, and the budget loop."""
+
+    budgets: Annotated[tuple[Budget, ...], BeforeValidator(_list_to_tuple), Field(min_length=1),
+                       AfterValidator(_once)] = (0.5, 0.6, 0.7, 0.8, 0.9)
+    importance: Importance = "proxy"  # proxy (validation loss of the variant alone) | finetune | uniform
+    # the variants the blocks may take (null: every variant the LUT timed)
+    variants: Annotated[tuple[str, ...], BeforeValidator(_list_to_tuple), Field(min_length=1)] | None = None
+    # plans measured on the device and re-solved until one meets its budget when measured (latopt.dp.budgetloop); 0 = off
     budget_rounds: Annotated[int, Field(ge=0, le=MAX_BUDGET_ROUNDS)] = 3
 
 
-SECTIONS = ("model", "data", "train", "fold", "search")
+SECTIONS = ("model", "data", "train", "fold", "search", "dp")
 
 
 class RunConfig(Section):
@@ -195,6 +227,8 @@ class RunConfig(Section):
     train: TrainConfig = TrainConfig()
     fold: FoldConfig = FoldConfig()
     search: SearchConfig = SearchConfig()
+    method: str = "layerfold"  # the search stage's method, a name of latopt.methods' registry (checked there)
+    dp: DPConfig = DPConfig()
     device: str = "cpu"  # device profile name, or a path to one
     lut: str | None = None
     threads: Annotated[int, Field(ge=1, le=MAX_THREADS)] | None = None  # torch intra-op threads for train/fold; null = torch's default
@@ -304,6 +338,7 @@ def validate_fold_params(lambda_c: float, tau: float, p: float) -> None:
 
 __all__ = [
     "RESOLUTION_RANGE",
+    "DPConfig",
     "DataConfig",
     "FoldConfig",
     "ModelConfig",

@@ -74,5 +74,5 @@ RESOLUTION_RANGE = (8, 1024)  # input resolution R (R x R): config, export, insp
 FOLD_CHECK_TOLERANCE = 1e-4  # `latopt inspect --check-fold`: largest relative error of a fold with random BN
 MAX_THREADS = 1024           # intra-op threads (config `threads`, device profiles, --threads): 10000 exhausted the OS
 MAX_BATCH = 4096             # a device profile's batch (profiling builds every block at it)
-MAX_BUDGET_ROUNDS = 10       # search.budget_rounds: plans the DP's budget loop measures at most (latopt.dp.budgetloop)
+MAX_BUDGET_ROUNDS = 10       # dp.budget_rounds: plans the DP's budget loop measures at most (latopt.dp.budgetloop)
 MAX_GATE_SAMPLES = 1024      # `latopt export --samples`: inputs of the numeric gates (held in memory at once)

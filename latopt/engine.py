@@ -3,7 +3,9 @@
 Base training (:mod:`latopt.train`), pre-fold and post-fold (:mod:`latopt.layerfold`, also in every search
 trial), ``tools/ednl.py`` and the MLP trainer (:func:`latopt.exact.mlp.train_mlp`) train through :func:`fit`. A training step is
 described by a ``StepLoss``: ``step_loss(model, x, y) -> (loss, logits, extras)`` where ``extras`` are
-scalars (0-dim tensors or floats) to average per epoch (e.g. the compression loss); the engine owns the
+scalars (0-dim tensors or floats) to average per epoch (e.g. the compression loss). The loss of every
+fine-tune is one such object, :class:`latopt.losses.TrainingLoss` (the task loss, the optional distillation
+from the base, penalties), built once by :func:`latopt.losses.training_loss`; the engine owns the
 device placement of batches, autocast, the optimizer steps (through a GradScaler for fp16), the
 per-update schedule, the per-step hook (σ_α clipping), DistributedDataParallel under torchrun and the
 per-epoch record. Where and how it runs is an :class:`latopt.accel.Accel` (default: the CPU, float32,
@@ -14,7 +16,7 @@ Public API::
     evaluate(model, loader, accel=None) -> float         top-1 accuracy in [0, 1] (eval mode, no grad, float32)
     fit(model, loader, epochs, Step(loss, optimizer, scheduler, ...), *, val_loader, best, accel,
         report=Report(...), resume=Resume(...)) -> list[dict]   the per-epoch records
-    cross_entropy_loss(label_smoothing) -> StepLoss
+    cross_entropy_loss(label_smoothing) -> StepLoss     the task loss alone (a latopt.losses.TrainingLoss)
     make_optimizer(model, train_cfg, lr, *, exclude=(), nesterov=True)   timm's create_optimizer_v2
     make_scheduler(optimizer, train_cfg, epochs, steps_per_epoch)        timm's create_scheduler_v2, per update
     tensor_loader(x, y, batch_size, seed) -> DataLoader  shuffled mini-batches of in-memory tensors
@@ -40,12 +42,11 @@ otherwise end the phase at the peak rate, never decaying.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from timm.scheduler.scheduler import Scheduler
@@ -57,11 +58,13 @@ from latopt.accel import Accel
 from latopt.config import TrainConfig
 from latopt.errors import LatoptError
 from latopt.log import get_logger, progress_bar, time_left
+from latopt.losses import TrainingLoss
 from latopt.torch_settings import strict_fp32
 
 _LOG = get_logger("train")
 CHECK_EVERY = 50  # steps between checks that the loss is finite (each check waits for the device once)
-StepLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, dict[str, float]]]
+StepLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor],
+                    tuple[torch.Tensor, torch.Tensor, Mapping[str, torch.Tensor | float]]]
 
 
 @torch.no_grad()
@@ -126,17 +129,15 @@ def tensor_loader(x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int) 
 
 
 def cross_entropy_loss(label_smoothing: float = 0.0) -> StepLoss:
-    def step_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
-        logits = model(x)
-        loss = F.cross_entropy(logits, y, label_smoothing=label_smoothing)
-        return loss, logits, {}
-
-    return step_loss
+    """Cross-entropy with ``label_smoothing``, no extras: :class:`latopt.losses.TrainingLoss` without distillation
+    or penalty."""
+    return TrainingLoss(label_smoothing)
 
 
 @dataclass(frozen=True)
 class Step:
-    """What one training step does: ``loss`` (a :data:`StepLoss`) under autocast, backward (through ``scaler``,
+    """What one training step does: ``loss`` (a :data:`StepLoss`; every fine-tune's is a
+    :class:`latopt.losses.TrainingLoss`) under autocast, backward (through ``scaler``,
     default the :class:`~latopt.accel.Accel`'s: fp16 only), the global gradient norm of each optimizer's
     parameters clipped to ``clip_grad`` (after unscaling), a step of ``optimizer`` and of each of
     ``extra_optimizers`` (not scheduled: the pre-fold α's Adam), ``scheduler.step_update``, then ``after_step()``

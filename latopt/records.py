@@ -11,7 +11,8 @@ the bad value and what is allowed (``config key 'fold.tau' must be in (0, 1], go
 Public API: :class:`StrictModel`, :class:`OpenRecord` (unknown keys kept), :class:`Artefact` (a record that is
 a file: its ``schema`` field), :func:`validated`, and the field types ``Name`` (an identifier that can be one path
 component, :func:`latopt.artifacts.check_name`), ``Resolution`` (``RESOLUTION_RANGE``),
-``Positive``, ``Accuracy`` (a fraction in [0, 1]) and ``BlockKey`` (a block index as a JSON mapping key: ASCII decimal digits without a sign or a
+``Positive``, ``Accuracy`` (a fraction in [0, 1]), ``DistillName`` (``fold.distill``: a distillation's name, a
+boolean read as ``logits`` / ``none``) and ``BlockKey`` (a block index as a JSON mapping key: ASCII decimal digits without a sign or a
 leading zero, so ``"3"`` and not ``"03"``, ``"+3"``, ``"²"`` or the Arabic-Indic ``"٣"``; whether the index is
 in range is the record's to check); :class:`Accuracies` (accuracy by phase, shared by fold reports and
 checkpoints).
@@ -207,6 +208,15 @@ BlockKey = Annotated[str, AfterValidator(_block_key)]
 
 
 Accuracy = Annotated[float, Field(ge=0, le=1)]
+
+
+def _distill_name(v: Any) -> Any:  # configs and reports written before variants had names held a boolean
+    return ("logits" if v else "none") if isinstance(v, bool) else v
+
+
+# a distillation variant's name, ``fold.distill`` (``none`` or one latopt.losses registers: checked there, this module
+# being torch-free); the boolean that configs and reports held before is read as logits (true) or none (false)
+DistillName = Annotated[str, BeforeValidator(_distill_name)]
 
 
 class Accuracies(StrictModel):

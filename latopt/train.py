@@ -10,7 +10,8 @@ Public API::
                                          written (``checkpoint``, ``metrics``, ``config``)
     TrainMetrics                         metrics.json as a record: read_metrics(path) reads one back
 
-The loop itself is :mod:`latopt.engine`'s, on the device, precision and processes of ``cfg.train``
+The loop itself is :mod:`latopt.engine`'s, its loss :mod:`latopt.losses`' (the task loss alone: base training
+does not distil), on the device, precision and processes of ``cfg.train``
 (:mod:`latopt.accel`; under torchrun only rank 0 writes). After every epoch the run's state is saved
 beside ``out_dir`` (``<out_dir>.resume.pt``, :mod:`latopt.resume`): the same command run again after an
 interruption resumes after the last finished epoch, and the file is removed when the output is written.
@@ -37,7 +38,6 @@ from latopt.engine import (
     Report,
     Resume,
     Step,
-    cross_entropy_loss,
     evaluate,
     fit,
     make_optimizer,
@@ -45,6 +45,7 @@ from latopt.engine import (
     seed_everything,
 )
 from latopt.errors import LatoptError
+from latopt.losses import TrainingLoss
 from latopt.models import build_model, model_cost
 from latopt.readers import read_json
 from latopt.records import Accuracy, Artefact, Resolution, validated
@@ -139,7 +140,7 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
                             optimizer=optimizer, scheduler=scheduler, scaler=scaler, loader=train_loader, best=best)
     start, done = state.resume()
     t0 = time.perf_counter()
-    step = Step(cross_entropy_loss(t.label_smoothing), optimizer, scheduler, clip_grad=t.clip_grad, scaler=scaler)
+    step = Step(TrainingLoss(t.label_smoothing), optimizer, scheduler, clip_grad=t.clip_grad, scaler=scaler)
     history = fit(model, train_loader, t.epochs, step, val_loader=val_loader, best=best, accel=accel,
                   report=Report(progress, "base"), resume=Resume(start, done, state.save))
     seconds = time.perf_counter() - t0

@@ -174,7 +174,7 @@ def test_the_plan_file_records_every_round_and_old_plans_stay_readable(cfg_lut: 
     plan = plan_only(cfg, lut_path, budget=0.55, importance="uniform", progress=False)
     loop = plan.budget_loop
     assert loop is not None
-    assert loop.device == "cpu" and loop.asked == 0.55 and loop.rounds_max == cfg.search.budget_rounds == 3
+    assert loop.device == "cpu" and loop.asked == 0.55 and loop.rounds_max == cfg.dp.budget_rounds == 3
     assert len(loop.rounds) == len(timer.calls) >= 1
     assert loop.chosen is not None
     kept = loop.rounds[loop.chosen]

@@ -469,7 +469,8 @@ def test_cli_plan(tiny: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
             "--lut", str(tiny["lut"]), "--runs-dir", str(tmp_path), "--importance", "uniform"]
     assert main([*args, "--budget", "0.7", "-q"]) == 0
     out = capsys.readouterr().out
-    assert "DP at budget 0.7" in out and (tmp_path / "tinydp" / "search" / "dp-budget0.7" / "folded.pt").is_file()
+    assert "DP at budget 0.7" in out
+    assert (tmp_path / "tinydp" / "search" / "dp-budget0.7" / "trial-1" / "folded.pt").is_file()
 
     def fails(argv: list[str], message: str) -> None:  # bad input: one line on stderr, exit 2, nothing written
         assert main(argv) == 2
@@ -498,6 +499,7 @@ def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     import latopt.dp.importance
     import latopt.dp.stage
     import latopt.layerfold.phases
+    import latopt.methods.dp
     import latopt.search._run
     import latopt.train
 
@@ -506,7 +508,7 @@ def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for mod, name in ((latopt.layerfold.phases, "fold_plan_and_finetune"), (latopt.dp.stage, "fold_plan_and_finetune"),
                       (latopt.dp.importance, "fold_plan_and_finetune"), (latopt.search._run, "ensure_base"),
-                      (latopt.train, "train_base"), (latopt.search._run, "run_dp")):
+                      (latopt.train, "train_base"), (latopt.methods.dp, "run_dp")):
         monkeypatch.setattr(mod, name, trains)
 
 

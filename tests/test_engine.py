@@ -273,3 +273,133 @@ def test_seed_everything_seeds_python_numpy_and_torch() -> None:
     assert all(a != b for a, b in zip(draws(), first, strict=True))
     seed_everything(2**40 + 7)   # numpy takes seeds below 2**32: the seed is taken modulo 2**32
     assert draws() == first
+
+
+# ----------------------------------------------------------------------------- the training loss (latopt.losses)
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(1)
+    return torch.randn(6, 4), torch.randint(0, 3, (6,))
+
+
+def test_the_task_loss_is_cross_entropy_exactly() -> None:
+    from latopt.losses import TrainingLoss
+
+    net, (x, y) = _net(), _batch()
+    loss, logits, extras = TrainingLoss(0.1)(net, x, y)
+    assert torch.equal(loss, nn.functional.cross_entropy(net(x), y, label_smoothing=0.1)) and extras == {}
+    assert torch.equal(logits, net(x))
+    assert cross_entropy_loss(0.1) == TrainingLoss(0.1)   # the engine's task loss is the same object
+
+
+def _old_distilled(student: nn.Module, teacher: nn.Module, x: torch.Tensor, y: torch.Tensor, w: float, t: float,
+                   ls: float) -> torch.Tensor:
+    """layerfold/phases.py's ``_task_loss`` with a teacher, as it was before latopt.losses."""
+    logits = student(x)
+    ce = nn.functional.cross_entropy(logits, y, label_smoothing=ls)
+    with torch.no_grad():
+        t_logits = teacher(x)
+    kd = nn.functional.kl_div(nn.functional.log_softmax(logits / t, 1), nn.functional.log_softmax(t_logits / t, 1),
+                              log_target=True, reduction="batchmean") * t * t
+    return (1 - w) * ce + w * kd
+
+
+def test_logits_distillation_is_the_former_formula_bit_for_bit() -> None:
+    from latopt.config import load_config
+    from latopt.losses import LogitDistillation, training_loss
+
+    cfg = load_config(None, {"fold.distill": "logits", "fold.distill_weight": 0.3, "fold.temperature": 3.0,
+                             "train.label_smoothing": 0.05})
+    student, x, y = _net(), *_batch()
+    torch.manual_seed(5)
+    base = _net().train()
+    loss = training_loss(cfg, base)
+    assert isinstance(loss.distill, LogitDistillation) and loss.distill_weight == 0.3
+    got, logits, extras = loss(student, x, y)
+    got.backward()
+    grads = [q.grad.clone() for q in student.parameters()]
+    student.zero_grad()
+    want = _old_distilled(student, base.eval(), x, y, 0.3, 3.0, 0.05)
+    want.backward()
+    assert torch.equal(got, want) and extras == {}
+    assert all(torch.equal(a, q.grad) for a, q in zip(grads, student.parameters(), strict=True))
+
+
+def test_the_teacher_is_a_frozen_copy_built_once_and_shared_by_penalties() -> None:
+    from latopt.config import load_config
+    from latopt.losses import training_loss
+
+    base = _net().train()
+    loss = training_loss(load_config(None, {"fold.distill": "logits"}), base)
+    teacher = loss.teacher
+    assert teacher is not None and teacher is not base and not teacher.training and base.training
+    assert not any(q.requires_grad for q in teacher.parameters()) and all(q.requires_grad for q in base.parameters())
+    assert training_loss(load_config(None), base).teacher is None   # fold.distill none: no teacher
+    with_lc = loss.with_penalty("L_c", 2.0, lambda: torch.tensor(0.25))
+    assert with_lc.teacher is teacher and loss.penalties == ()
+    net, (x, y) = _net(), _batch()
+    total, _, extras = with_lc(net, x, y)
+    assert torch.equal(total, loss(net, x, y)[0] + 2.0 * torch.tensor(0.25)) and float(extras["L_c"]) == 0.25
+
+
+def test_distillation_names_and_the_booleans_configs_and_reports_held() -> None:
+    from latopt.config import load_config
+    from latopt.layerfold.record import FoldParams
+    from latopt.losses import distill_names
+
+    assert distill_names()[:2] == ("none", "logits")
+    assert load_config(None).fold.distill == "none"
+    assert load_config(None, {"fold.distill": True}).fold.distill == "logits"
+    assert load_config(None, {"fold.distill": False}).fold.distill == "none"
+    params = {"lambda_c": 1.0, "tau": 0.9, "p": 2.0, "granularity": "block", "mode": "exact",
+              "unfolded_alpha": "zero", "lut": None}
+    assert FoldParams.model_validate({**params, "distill": True}).distill == "logits"   # strict, as reports are read
+    assert FoldParams.model_validate({**params, "distill": "none"}).distill == "none"
+
+
+def test_an_unknown_distillation_is_one_line_naming_the_key_and_the_names() -> None:
+    from latopt.config import load_config
+    from latopt.losses import check_loss_config, training_loss
+
+    cfg = load_config(None, {"fold.distill": "feature"})   # the config module cannot see the registry
+    with pytest.raises(LatoptError) as e:
+        check_loss_config(cfg)
+    assert str(e.value) == "config key 'fold.distill' is 'feature'; choose one of none, logits"
+    with pytest.raises(LatoptError, match="'fold.distill' is 'feature'"):
+        training_loss(cfg, _net())
+    check_loss_config(load_config(None, {"fold.distill": "logits"}))
+    with pytest.raises(LatoptError, match="distils from the base network"):
+        training_loss(load_config(None, {"fold.distill": "logits"}))
+
+
+def test_a_registered_variant_is_a_valid_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from latopt import losses
+    from latopt.config import load_config
+
+    monkeypatch.setattr(losses, "DISTILLATIONS", dict(losses.DISTILLATIONS))
+
+    @losses.distillation("mse")
+    class Mse(losses.Distillation):
+        def __call__(self, model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            logits = model(x)
+            with torch.no_grad():
+                target = self.teacher(x)
+            return logits, ((logits - target) ** 2).mean()
+
+    cfg = load_config(None, {"fold.distill": "mse", "fold.distill_weight": 1.0})
+    losses.check_loss_config(cfg)
+    assert losses.distill_names() == ("none", "logits", "mse")
+    net, (x, y) = _net(), _batch()
+    teacher = _net()
+    loss, _, _ = losses.training_loss(cfg, teacher)(net, x, y)
+    assert torch.allclose(loss, ((net(x) - teacher.eval()(x)) ** 2).mean())
+    with pytest.raises(ValueError, match="registered already"):
+        losses.distillation("logits")(Mse)
+
+
+def test_the_config_module_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, latopt.config; print('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "False", r.stdout + r.stderr

@@ -54,11 +54,15 @@ def _dp_args(t: dict, runs: Path, *more: str) -> list[str]:
 def test_a_grid_of_one_budget_runs_past_the_base_trial() -> None:
     # GridSampler.after_trial read the base trial's grid_id (it has none: it is enqueued outside the grid) once a
     # single grid point was left: KeyError 'grid_id' after the base trial of `--budgets 0.6`
-    from latopt.search import BudgetSpace
+    from latopt.config import RunConfig
+    from latopt.methods import make_method
+
+    def space_of(budgets):
+        return make_method(RunConfig().with_overrides({"method": "dp", "dp.budgets": list(budgets)})).space()
 
     for budgets in ((0.6,), (1.0,), (0.5, 0.7)):
-        space = BudgetSpace(budgets)
-        study = optuna.create_study(directions=["maximize", "minimize"], sampler=space.sampler(0))
+        space = space_of(budgets)
+        study = optuna.create_study(directions=["maximize", "minimize"], sampler=space.sampler(0, 3, "tpe"))
         study.enqueue_trial(space.base_params(), user_attrs={"base": True})
         for _ in range(len(budgets) + 1):
             study.optimize(lambda t, s=space: (0.0, s.suggest(t)["budget"]), n_trials=1)
@@ -66,8 +70,8 @@ def test_a_grid_of_one_budget_runs_past_the_base_trial() -> None:
         assert study.trials[0].params["budget"] == 1.0
         assert sorted(t.params["budget"] for t in study.trials[1:]) == sorted(budgets)
     # a base trial enqueued again late (its first run failed), when one grid point is left, is outside the grid too
-    space = BudgetSpace((0.6, 0.7))
-    study = optuna.create_study(directions=["maximize", "minimize"], sampler=space.sampler(0))
+    space = space_of((0.6, 0.7))
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=space.sampler(0, 3, "tpe"))
     study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     study.optimize(lambda t: (0.0, space.suggest(t)["budget"]), n_trials=2)
     study.enqueue_trial(space.base_params(), user_attrs={"base": True})
@@ -105,7 +109,7 @@ def test_bad_budgets_are_one_line_naming_the_flag_before_any_work(text: str, dp_
     def work(*a, **kw):
         raise AssertionError("the search started")
 
-    monkeypatch.setattr(latopt.search, "run_search", work)
+    monkeypatch.setattr(latopt.search, "run_plan", work)
     assert main(_dp_args(dp_tiny, tmp_path / "runs", f"--budgets={text}")) == 2
     assert "--budgets" in _one_line(capsys.readouterr().err)
     assert not (tmp_path / "runs").exists()
@@ -121,19 +125,17 @@ def test_good_budgets_are_read_as_given() -> None:
 
 def test_the_library_refuses_no_budgets_and_duplicates(dp_tiny: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     import latopt.search._run as run
-    from latopt.search import BudgetSpace, PlanOptions, SearchOptions, run_search
-
-    with pytest.raises(LatoptError, match="twice") as e:
-        BudgetSpace((0.6, 0.7, 0.6))
-    assert e.value.param == "budgets"
+    from latopt.search import SearchOptions, run_plan
 
     def work(*a, **kw):
         raise AssertionError("the search started")
 
     monkeypatch.setattr(run, "resolve_lut", work)
-    with pytest.raises(LatoptError) as e:   # an empty tuple silently became the five default budgets
-        run_search(SearchOptions(config=dp_tiny["config"], plan=PlanOptions(budgets=()), progress=False))
-    assert e.value.param == "budgets"
+    for budgets, what in (([0.6, 0.7, 0.6], "twice"), ([], "must not be empty")):
+        # an empty list silently became the five default budgets once
+        with pytest.raises(LatoptError, match=what) as e:
+            run_plan(SearchOptions(config=dp_tiny["config"], overrides={"dp.budgets": budgets}, progress=False))
+        assert "'dp.budgets'" in str(e.value)
 
 
 def _wait_inside_a_trial(url: str, name: str, proc: subprocess.Popen, timeout: float = 300) -> int:

@@ -1,6 +1,7 @@
-"""``latopt plan``: the DP's budgeted plan as its own command. It makes what ``latopt search --method dp`` made
-(the same library call, :func:`latopt.search.run_dp_search`: the same plan file, fold and printed summary), and the
-old spelling is refused in one line, exit 2, that gives the ``latopt plan`` command to run instead."""
+"""``latopt plan``: the DP's budgeted plan as its own command. It makes what its library calls make
+(:func:`latopt.search.plan_file`, :func:`latopt.search.run_plan`: the same plan file, fold and printed summary); one
+plan at a budget is a one-trial study whose plan is confirmed; ``latopt search --method dp`` (the old spelling) is
+refused in one line, exit 2, that gives the ``latopt plan`` command to run instead."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from latopt.dp.record import DPReport
 from latopt.engine import seed_everything
 from latopt.latency.lut import save_lut
 from latopt.layerfold.record import read_report
-from latopt.search import PlanOptions, SearchOptions, run_dp_search
+from latopt.search import SearchOptions, plan_confirmation, plan_file, plan_report, run_plan
 from latopt.train import train_base
 from tests.test_dp import MODEL, TINY, _lut_for
 
@@ -46,12 +47,11 @@ def test_plan_only_writes_the_plan_search_method_dp_wrote(setup: dict[str, Path]
             "--lut", str(setup["lut"]), "--runs-dir", str(tmp_path / "runs"), "-q"]
     assert main([*args, "--out", str(tmp_path / "plan.json")]) == 0
     out = capsys.readouterr().out
-    # what `latopt search --method dp --plan-only ...` ran: the same options, the same library call
+    # the library call: the same options, the same plan
     seed_everything(0)
-    want = run_dp_search(SearchOptions(config=setup["config"], lut=setup["lut"], runs_dir=tmp_path / "runs",
-                                       plan=PlanOptions(budget=0.55, importance="uniform", plan_only=True,
-                                                        plan_out=tmp_path / "want.json"), progress=False))
-    assert isinstance(want, tuple) and want[1] == tmp_path / "want.json"
+    want = plan_file(SearchOptions(config=setup["config"], lut=setup["lut"], runs_dir=tmp_path / "runs",
+                                   overrides={"dp.importance": "uniform"}, progress=False), 0.55, tmp_path / "want.json")
+    assert want[1] == tmp_path / "want.json"
     assert _plan(tmp_path / "plan.json") == _plan(tmp_path / "want.json")
     assert out == format_plan_summary(read_plan(tmp_path / "plan.json"), tmp_path / "plan.json") + "\n"
     assert "DP plan at budget 0.55 (uniform importance)" in out
@@ -71,17 +71,25 @@ def test_plan_budget_folds_and_fine_tunes_as_search_method_dp_did(setup: dict[st
             str(base), "--lut", str(setup["lut"]), "--runs-dir", str(tmp_path / "cli"), "-q"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    fold = tmp_path / "cli" / "tinydp" / "search" / "dp-budget0.7"
+    study = tmp_path / "cli" / "tinydp" / "search" / "dp-budget0.7"   # a one-trial study: the base and the plan
+    fold = study / "trial-1"
     report = json.loads((fold / "report.json").read_text())
-    assert (fold / "folded.pt").is_file() and out == format_dp_summary(read_report(fold / "report.json", DPReport)) + "\n"
+    assert (fold / "folded.pt").is_file() and (study / "study.db").is_file()
+    assert out.startswith(format_dp_summary(read_report(fold / "report.json", DPReport)) + "\n")
     assert "DP at budget 0.7" in out
+    # the plan's accuracy drop is confirmed on the held-out validation images, as every study's candidates are
+    last = out.splitlines()[-1]
+    assert last.startswith("accuracy drop on 48 held-out validation images") and "against the constraint 1.00%" in last
+    assert last.endswith((": confirmed", "(latopt run would ship the network as it is)")), last
     seed_everything(0)
-    want = run_dp_search(SearchOptions(config=setup["config"], base=base, lut=setup["lut"], runs_dir=tmp_path / "lib",
-                                       plan=PlanOptions(budget=0.7, importance="uniform"), progress=False))
-    assert not isinstance(want, tuple)
-    assert report["folded"] == want.report.folded and report["selection"] == want.report.selection.model_dump()
+    res = run_plan(SearchOptions(config=setup["config"], base=base, lut=setup["lut"], runs_dir=tmp_path / "lib",
+                                 overrides={"dp.importance": "uniform"}, progress=False), budget=0.7)
+    want = plan_report(res)
+    assert out == (format_dp_summary(want) + "\n" + plan_confirmation(res) + "\n").replace(
+        str(tmp_path / "lib"), str(tmp_path / "cli"))   # the same but for where it was written
+    assert report["folded"] == want.folded and report["selection"] == want.selection.model_dump()
     assert sorted(p.name for p in fold.iterdir()) == sorted(
-        p.name for p in (tmp_path / "lib" / "tinydp" / "search" / "dp-budget0.7").iterdir())
+        p.name for p in (tmp_path / "lib" / "tinydp" / "search" / "dp-budget0.7" / "trial-1").iterdir())
     # the --out of a plan file is --plan-only's
     assert main([*args, "--out", "x.json"]) == 2
     err = capsys.readouterr().err

@@ -13,6 +13,7 @@ import io
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -51,10 +52,10 @@ def _copy(first_run: tuple[Path, str], tmp_path: Path) -> Path:
     return runs
 
 
-def _config(tiny_config: Path, tmp_path: Path, **sections: dict) -> Path:
+def _config(tiny_config: Path, tmp_path: Path, **sections: Any) -> Path:
     cfg = yaml.safe_load(tiny_config.read_text())
     for name, values in sections.items():
-        cfg[name] = {**cfg.get(name, {}), **values}
+        cfg[name] = {**cfg.get(name, {}), **values} if isinstance(values, dict) else values
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -148,14 +149,53 @@ def test_changed_fold_settings_rerun_search_and_export_only(first_run: tuple[Pat
     out = capsys.readouterr().out
     inv = json.loads((root / "run.json").read_text())["last_invocation"]
     assert inv["base"]["reused"] and inv["profile"]["reused"]
-    assert inv["search"]["why"] == "config section fold changed"
+    assert inv["search"]["why"] == "fold.lr changed (0.003 → 0.002)"
     assert inv["export"]["why"] == "search is re-run"
-    assert ("stages          base reused; profile reused; search re-run: config section fold changed; "
+    assert ("stages          base reused; profile reused; search re-run: fold.lr changed (0.003 → 0.002); "
             "export re-run: search is re-run") in out
     assert (root / "base" / "base.pt").read_bytes() == base_pt
     trials = _study_trials(root)                       # a new study: none of the old trials is in it
     assert len(trials) == 1 and not {t.datetime_start for t in trials} & old_trials
     assert yaml.safe_load((root / "config.yaml").read_text())["fold"]["lr"] == 0.002
+
+
+@pytest.mark.slow
+def test_a_value_the_method_does_not_read_reruns_nothing(first_run: tuple[Path, str], tiny_config: Path,
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Layer Folding's trials sample λ_c, τ and p: the config's fold.lambda_c, fold.tau and fold.p, and the DP's
+    section, are not what its search is made from."""
+    runs = _copy(first_run, tmp_path)
+    config = _config(tiny_config, tmp_path, fold={"lambda_c": 7.0, "tau": 0.6, "p": 3.0},
+                     dp={"budgets": [0.6], "importance": "uniform"})
+    _forbid(monkeypatch, "base", "profile", "search", "export")
+    assert main(["run", str(config), "--runs-dir", str(runs)]) == 0
+    assert "stages          base reused; profile reused; search reused; export reused" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_method_dp_is_one_key(first_run: tuple[Path, str], tiny_config: Path, tmp_path: Path,
+                              monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``method: dp`` makes the run profile the DP's variants and search over the DP's budgets: the base is
+    reused, the profile and the search are made again, and what is exported is the DP's trial or the base."""
+    runs = _copy(first_run, tmp_path)
+    root = runs / "tiny-run"
+    config = _config(tiny_config, tmp_path, method="dp", dp={"budgets": [0.7], "importance": "uniform",
+                                                              "budget_rounds": 0})
+    _forbid(monkeypatch, "base")
+    assert main(["run", str(config), "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert "stages          base reused; profile re-run: variants changed; search re-run: profile is re-run" in out
+    state = json.loads((root / "run.json").read_text())
+    assert state["stages"]["profile"]["made_from"]["variants"] == ["full", "pw", "drop"]
+    assert state["stages"]["search"]["made_from"]["method"] == "dp"
+    assert set(json.loads((root / "lut-cpu-test.json").read_text())["variants"]) >= {"full", "pw", "drop"}
+    trials = _study_trials(root)
+    assert sorted(t.params["budget"] for t in trials) == [0.7, 1.0]     # the base trial and the one budget
+    pick = state["stages"]["search"]
+    assert pick["trial"] in (0, 1) and (pick["checkpoint"] is None) == (pick["trial"] == 0)
+    if pick["checkpoint"] is not None:   # the DP's fold, as run_dp writes it
+        assert json.loads((root / Path(pick["checkpoint"]).parent / "report.json").read_text())["method"] == "dp"
 
 
 class _Stop(Exception):
@@ -303,7 +343,7 @@ def test_the_summary_names_what_each_stage_did() -> None:
     assert action(None) == "reused"
     assert action(NOT_RUN_YET) == "ran (new)"
     assert action("--fresh") == "ran (new: --fresh)"
-    assert action("config section fold changed") == "re-run: config section fold changed"
+    assert action("fold.lr changed (0.005 → 0.002)") == "re-run: fold.lr changed (0.005 → 0.002)"
 
 
 def test_a_fold_that_beats_its_base_by_more_than_the_noise_says_the_base_looks_under_trained() -> None:

@@ -319,7 +319,7 @@ def test_a_failed_base_trial_is_enqueued_again(tiny, tmp_path, monkeypatch):
 def test_a_resumed_search_proposes_what_an_uninterrupted_one_would(sampler: str) -> None:
     # A sampler seeded once per process made a resumed study (a new process, a fresh sampler) propose other
     # candidates than the uninterrupted one: the rerun of an interrupted `latopt search` did not reproduce it.
-    from latopt.search._sampler import TrialSeeded
+    from latopt.methods.sampler import TrialSeeded
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         x, y = trial.suggest_float("x", 0, 1), trial.suggest_float("y", 0, 1)
@@ -347,7 +347,7 @@ def test_a_resumed_search_proposes_what_an_uninterrupted_one_would(sampler: str)
 
 
 def test_a_trial_that_failed_its_check_is_not_drawn_again() -> None:
-    from latopt.search._sampler import FAILED_CHECK, TrialSeeded
+    from latopt.methods.sampler import FAILED_CHECK, TrialSeeded
 
     study = optuna.create_study(sampler=TrialSeeded("random", 3, 10))
     first = study.ask()

@@ -13,13 +13,13 @@ from optuna.distributions import FloatDistribution
 
 from latopt.config import RunConfig, config_from_dict
 from latopt.errors import LatoptError
+from latopt.methods import make_method
 from latopt.search import (
     front_summary,
     open_storage,
     open_study,
     pareto_front,
     recommend,
-    space_from_config,
     write_front,
 )
 
@@ -124,13 +124,13 @@ def test_invalid_ranges(section, msg):
 
 
 def test_space_is_the_config_ranges():
-    assert space_from_config(RunConfig()).as_dict() == {  # the config's defaults are the space's: one tau range
+    assert make_method(RunConfig()).space().as_dict() == {  # the config's defaults are the space's: one tau range
         "lambda_c": [0.05, 5.0], "tau": [0.7, 0.95], "p": [1.5, 4.0], "granularity": ["block"]}
 
 
 def test_space_suggest_and_base_params():
     cfg = config_from_dict({"search": {"lambda_c": [0.1, 1.0], "granularity": ["block", "activation"]}})
-    sp = space_from_config(cfg)
+    sp = make_method(cfg).space()
     st = optuna.create_study(directions=["maximize", "minimize"])
     st.enqueue_trial(sp.base_params())
     t = st.ask()
@@ -188,24 +188,27 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, monkeypatch, capsys):
 
 def test_a_local_worker_runs_the_study_this_process_resolved(tmp_path):
     """workers=N starts N-1 processes, each running the search with what this process resolved."""
-    from latopt.search import PlanOptions, SearchOptions
+    from latopt.search import SearchOptions
     from latopt.search._workers import worker_options
 
     o = SearchOptions(config=tmp_path / "c.yaml", objective="depth", costs="uniform", seed=7, runs_dir=tmp_path,
                       heartbeat_interval=5, grace_period=20, overrides={"fold.post_epochs": 2}, workers=3)
-    w = worker_options(o, study="s", storage="sqlite:///x.db", trials=9, sampler="nsga2", max_acc_drop=0.015,
-                       base=tmp_path / "b.pt", lut=None, timeout=0.2, threads=1)
-    assert (w.study, w.storage, w.trials, w.sampler, w.max_acc_drop, w.base, w.lut, w.threads) == \
-        ("s", "sqlite:///x.db", 9, "nsga2", 0.015, tmp_path / "b.pt", None, 1)
+    cfg = RunConfig().with_overrides({"fold.post_epochs": 2})
+    w = worker_options(o, config=cfg, study="s", study_dir=tmp_path / "s", storage="sqlite:///x.db", trials=9,
+                       sampler="nsga2", max_acc_drop=0.015, base=tmp_path / "b.pt", lut=None, timeout=0.2, threads=1)
+    assert (w.study, w.study_dir, w.storage, w.trials, w.sampler, w.max_acc_drop, w.base, w.lut, w.threads) == \
+        ("s", tmp_path / "s", "sqlite:///x.db", 9, "nsga2", 0.015, tmp_path / "b.pt", None, 1)
     assert (w.workers, w.summary, w.timeout) == (1, False, 1.0)        # one process each, at least a second
-    assert (w.config, w.objective, w.costs, w.seed, w.runs_dir, w.heartbeat_interval, w.grace_period, w.overrides) \
-        == (o.config, "depth", "uniform", 7, tmp_path, 5, 20, {"fold.post_epochs": 2})
-    # a worker of the DP's study runs the same study (``study`` is the Layer Folding study's name)
-    dp = SearchOptions(config=tmp_path / "c.yaml", workers=2,
-                       plan=PlanOptions(importance="uniform", variants=("full", "pw"), budgets=(0.55, 0.7)))
-    w = worker_options(dp, study="s", storage="sqlite:///x.db", trials=3, sampler="tpe", max_acc_drop=0.01,
-                       base=tmp_path / "b.pt", lut=None, timeout=None, threads=1)
-    assert (w.plan, w.study, w.timeout) == (dp.plan, "s", None)
+    # the config as this process read it, overrides applied: a worker reads no file
+    assert (w.config, w.overrides) == (cfg, {})
+    assert (w.objective, w.costs, w.seed, w.runs_dir, w.heartbeat_interval, w.grace_period) \
+        == ("depth", "uniform", 7, tmp_path, 5, 20)
+    # a worker of the DP's study runs the same study: the method and its settings are the config's
+    dp = cfg.with_overrides({"method": "dp", "dp.budgets": [0.55, 0.7], "dp.importance": "uniform"})
+    w = worker_options(SearchOptions(config=tmp_path / "c.yaml", workers=2), config=dp, study="s-dp",
+                       study_dir=tmp_path / "s-dp", storage="sqlite:///x.db", trials=3, sampler="tpe",
+                       max_acc_drop=0.01, base=tmp_path / "b.pt", lut=None, timeout=None, threads=1)
+    assert (w.config.method, w.config.dp.budgets, w.study, w.timeout) == ("dp", (0.55, 0.7), "s-dp", None)
 
 
 def _report(o) -> None:
@@ -298,15 +301,13 @@ def test_a_study_opens_in_optuna_dashboard(tmp_path):
 
 
 def test_the_dp_study_samples_each_budget_once():
-    from latopt.search import BudgetSpace
-
-    space = BudgetSpace((0.8, 0.6, 0.7))
+    space = make_method(RunConfig().with_overrides({"method": "dp", "dp.budgets": [0.8, 0.6, 0.7]})).space()
     assert space.grid() == [0.6, 0.7, 0.8]
-    with pytest.raises(LatoptError, match=r"budgets 1\.5: a fraction"):
-        BudgetSpace((0.5, 1.5))
-    with pytest.raises(LatoptError, match="given twice"):   # one trial per budget: a repeat is a typo
-        BudgetSpace((0.8, 0.6, 0.7, 0.6))
-    study = optuna.create_study(directions=["maximize", "minimize"], sampler=space.sampler(0))
+    with pytest.raises(LatoptError, match=re.escape("'dp.budgets[1]' must be in (0, 1]")):
+        RunConfig().with_overrides({"dp.budgets": [0.5, 1.5]})
+    with pytest.raises(LatoptError, match="twice"):   # one trial per budget: a repeat is a typo
+        RunConfig().with_overrides({"dp.budgets": [0.8, 0.6, 0.7, 0.6]})
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=space.sampler(0, 4, "tpe"))
     study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     for _ in range(4):
         study.optimize(lambda t: (0.0, space.suggest(t)["budget"]), n_trials=1)

@@ -16,6 +16,7 @@ from latopt.engine import evaluate
 from latopt.errors import LatoptError
 from latopt.layerfold import CompressionLoss, fold_and_finetune, plan_from_alphas, prefold, run_fold
 from latopt.layerfold.record import LayerFoldReport, read_report
+from latopt.losses import training_loss
 from latopt.train import read_metrics, train_base
 
 MODEL = "torchvision/mobilenet_v2?width=0.35"
@@ -305,14 +306,103 @@ def test_distillation_pulls_the_student_towards_the_teacher(tiny: dict) -> None:
     _, _, test = make_loaders(task, 256)
     base, _, _ = load_checkpoint(tiny["ckpt"])
     cfg = cfg.with_overrides({"fold.lambda_c": 0.0, "fold.p": 2.0, "fold.granularity": "block"})
-    plain = prefold(cfg.with_overrides({"fold.distill": False}), base, task, progress=False).model
+    plain = prefold(cfg.with_overrides({"fold.distill": "none"}), base, task, progress=False).model
     shares = _class_shares(plain, test)
     k = int(shares.argmin())
     assert shares[k] <= 0.1
-    pulled = prefold(cfg.with_overrides({"fold.distill": True}), _SaysWhenEval(base, k), task, progress=False).model
+    distil = cfg.with_overrides({"fold.distill": "logits"})
+    pulled = prefold(distil, _SaysWhenEval(base, k), task, progress=False).model
     assert _class_shares(pulled.net, test)[k] >= 0.9
-    folded, info = fold_and_finetune(cfg, plain, task, tau=0.9, mode="exact", progress=False, teacher=_Says(k))
+    folded, info = fold_and_finetune(cfg, plain, task, tau=0.9, mode="exact", progress=False,
+                                     loss=training_loss(distil, _Says(k)))
     assert info.finetuned and _class_shares(folded, test)[k] >= 0.9
+
+
+@pytest.fixture
+def teachers(monkeypatch: pytest.MonkeyPatch) -> list[nn.Module]:
+    """Every teacher latopt.losses builds while the test runs."""
+    from latopt import losses
+
+    built: list[nn.Module] = []
+    real = losses.frozen_teacher
+
+    def counted(base: nn.Module, accel=None) -> nn.Module:  # type: ignore[no-untyped-def]
+        built.append(real(base, accel))
+        return built[-1]
+
+    monkeypatch.setattr(losses, "frozen_teacher", counted)
+    return built
+
+
+def test_run_fold_builds_one_teacher_for_pre_fold_and_post_fold(tiny: dict, tmp_path: Path,
+                                                                teachers: list[nn.Module]) -> None:
+    cfg = tiny["cfg"].with_overrides({"fold.epochs": 1, "fold.distill": "logits"})
+    r = run_fold(cfg, tiny["ckpt"], tmp_path / "f", progress=False).report
+    assert len(teachers) == 1 and r.params_fold.distill == "logits" and r.history["postfold"]
+    assert "distill logits" in (tmp_path / "f" / "report.txt").read_text()
+    run_fold(cfg.with_overrides({"fold.distill": False}), tiny["ckpt"], tmp_path / "g", progress=False)
+    assert len(teachers) == 1   # no distillation, no teacher
+    # a report written before variants had names held a boolean: read as the name
+    old = json.loads((tmp_path / "g" / "report.json").read_text())
+    old["params_fold"]["distill"] = False
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert read_report(tmp_path / "old.json", LayerFoldReport).params_fold.distill == "none"
+
+
+def test_the_dp_and_its_finetune_importance_build_one_teacher(tiny: dict, tmp_path: Path, teachers: list[nn.Module],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import latopt.dp.stage
+    from latopt.blocks import find_blocks
+    from latopt.checkpoint import load_checkpoint
+    from latopt.dp import DPReport, run_dp, variant_losses
+    from latopt.latency.lut import LUT, BlockEntry
+
+    cfg = tiny["cfg"].with_overrides({"fold.distill": "logits"})
+    base, _, _ = load_checkpoint(tiny["ckpt"])
+    blocks = find_blocks(base)
+    two = [b.index for b in blocks if b.foldable][:2]
+    losses = variant_losses(cfg, base, load_task(cfg), {i: ("none", "full") for i in two}, method="finetune",
+                            progress=False)
+    assert len(teachers) == 1 and sorted(losses) == two   # one teacher for both fine-tunes
+    lut = LUT(device="cpu", model=MODEL, resolution=16, batch=1, fixed_ms=0.25, blocks=[
+        BlockEntry(index=b.index, path=b.path, kind=b.kind, input_shape=(1, b.cin, 8, 8), foldable=b.foldable,
+                   reason=b.reason, raw={}, ms={"none": 1.0, **({"full": 0.5} if b.foldable else {})}) for b in blocks])
+    passed: list = []
+
+    def importance(*args, loss, **kw):  # type: ignore[no-untyped-def]
+        passed.append(loss)
+        return {i: {"none": 0.0, "full": 0.0 if i in two else 1.0} for i in (b.index for b in blocks if b.foldable)}
+
+    monkeypatch.setattr(latopt.dp.stage, "variant_losses", importance)
+    r = run_dp(cfg, tiny["ckpt"], tmp_path / "dp", lut=lut, budget=0.97, importance="finetune", progress=False,
+               budget_rounds=0).report
+    # run_dp builds its own, once, for the importance and the fine-tune
+    assert len(teachers) == 2 and passed[0].teacher is teachers[1] and r.distill == "logits" and r.n_folded >= 1
+    old = json.loads((tmp_path / "dp" / "report.json").read_text())
+    old["distill"] = True
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert read_report(tmp_path / "old.json", DPReport).distill == "logits"
+
+
+def test_an_unknown_distillation_stops_a_fold_before_it_trains(tiny: dict, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import latopt.dp.stage
+    import latopt.layerfold.stage
+    from latopt.dp import run_dp
+
+    def no_task(cfg):  # type: ignore[no-untyped-def]
+        raise AssertionError("the stage went on to its data")
+
+    monkeypatch.setattr(latopt.layerfold.stage, "load_task", no_task)
+    monkeypatch.setattr(latopt.dp.stage, "load_task", no_task)
+    cfg = tiny["cfg"].with_overrides({"fold.distill": "feature"})
+    line = "config key 'fold.distill' is 'feature'; choose one of none, logits"
+    with pytest.raises(LatoptError) as e:
+        run_fold(cfg, tiny["ckpt"], tmp_path / "f", progress=False)
+    assert str(e.value) == line and not (tmp_path / "f").exists()
+    with pytest.raises(LatoptError) as e:
+        run_dp(cfg, tiny["ckpt"], tmp_path / "d", lut=tmp_path / "none.json", budget=0.9, progress=False)
+    assert str(e.value) == line
 
 
 

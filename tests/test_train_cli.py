@@ -43,7 +43,7 @@ def test_train_and_fold_commands(env: dict, capsys: pytest.CaptureFixture) -> No
     assert "test acc base" in summary and str(out / "folded.pt") in summary
     report = json.loads((out / "report.json").read_text())
     assert report["params_fold"] == {"lambda_c": 5.0, "tau": 0.6, "p": 3.0, "granularity": "block",
-                                     "distill": False, "mode": "paper", "unfolded_alpha": "zero", "lut": None}
+                                     "distill": "none", "mode": "paper", "unfolded_alpha": "zero", "lut": None}
     assert report["fold_check"]["limit"] is None  # paper mode: border differences are reported, not enforced
     # the timm t=1 block and the timm blocks are discovered too
     assert report["n_foldable"] == 17

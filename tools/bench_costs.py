@@ -57,7 +57,7 @@ RECIPE = {"data.train_samples": 5000, "train.epochs": 15, "train.lr": 0.1, "trai
           "train.label_smoothing": 0.1, "train.warmup_epochs": 1, "train.schedule": "cosine",
           "train.optimizer": "sgd", "train.momentum": 0.9, "train.clip_grad": 2.0, "data.batch_size": 128,
           "data.augment": True, "fold.epochs": 1, "fold.post_epochs": 1, "fold.lr": 0.01, "fold.alpha_lr": 0.05,
-          "fold.tau": 0.9, "fold.p": 2.0, "fold.mode": "exact", "search.budget_rounds": 0}
+          "fold.tau": 0.9, "fold.p": 2.0, "fold.mode": "exact", "dp.budget_rounds": 0}
 SETTINGS = {  # name -> the model and resolution (the second, "c", where compute dominates: docs/evaluation.md)
     "s": {"model.name": "torchvision/mobilenet_v2?width=0.5", "data.resolution": 32},
     "c": {"model.name": "torchvision/mobilenet_v2?width=1.0", "data.resolution": 32},

@@ -6,7 +6,8 @@ One model (the shipped ``digits_clutter`` config: torchvision MobileNetV2 width 
 digits-clutter task), seeds 0-4, device ``cpu`` (ONNX Runtime, one thread). Per seed a base model is trained
 (``latopt.train.train_base``); every method then starts from that base checkpoint and gets **the same
 fine-tuning budget**: ``fold.epochs + fold.post_epochs`` epochs, at ``fold.lr`` with the config's optimizer and
-schedule, ending on its best-validation epoch:
+schedule, ending on its best-validation epoch, with the one training loss of every fine-tune (:mod:`latopt.losses`:
+``fold.distill``'s distillation from the base; ``asis`` trains as base training does, without one):
 
 - ``asis``: the base trained for that many more epochs;
 - ``lf-uniform@λ`` / ``lf-lut@λ``: Layer Folding with c_l = 1 (the paper) / from the device LUT (latopt),
@@ -91,16 +92,20 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def cfg_for(args: argparse.Namespace):
-    """The run config of every cell: the shipped config, with --smoke's and --set's overrides."""
+    """The run config of every cell: the shipped config, with --smoke's and --set's overrides (its training loss
+    checked before any cell trains: :func:`latopt.losses.check_loss_config`)."""
     import yaml
 
     from latopt.config import load_config
+    from latopt.losses import check_loss_config
 
     overrides: dict[str, Any] = dict(SMOKE) if args.smoke else {}
     for kv in args.set:
         k, _, v = kv.partition("=")
         overrides[k] = yaml.safe_load(v)
-    return load_config(args.config, overrides)
+    cfg = load_config(args.config, overrides)
+    check_loss_config(cfg)
+    return cfg
 
 
 def ft_epochs(cfg) -> int:
@@ -580,26 +585,29 @@ def match_prune_ratio(base_model: Any, target_onnx: str, res: int, round_to: int
     return {"ratio": best, "ratio_to_target": meas[best], "matched": False, "tried": tried, "rounds": rounds}
 
 
-def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int, arm: str = "global"
-                      ) -> dict[str, Any]:
+def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int, arm: str = "global",
+                      loss: Any = None) -> dict[str, Any]:
     """Iterative pruning (:func:`make_pruner` with ``arm``, :data:`PRUNE_STEPS` steps) with ``epochs`` of
     fine-tuning (the equal budget, or a longer arm's): after each step, ``epochs / PRUNE_STEPS`` epochs of
     cfg.train's optimizer and schedule at fold.lr (both restarted at each step: the parameters changed shape),
-    best-validation weights kept at the end like every other method."""
+    best-validation weights kept at the end like every other method, with the training loss of every method's
+    fine-tune (``loss``, a :class:`latopt.losses.TrainingLoss` on the CPU: fold.distill's distillation from the
+    base; default: built here from ``model`` before it is pruned)."""
     from latopt.data import make_loaders
     from latopt.engine import (
         BestWeights,
         Report,
         Step,
-        cross_entropy_loss,
         evaluate,
         fit,
         make_optimizer,
         make_scheduler,
         seed_everything,
     )
+    from latopt.losses import training_loss
 
     cfg, res, task = ctx.cfg, ctx.cfg.data.resolution, ctx.task
+    loss = loss if loss is not None else training_loss(cfg, model)
     seed_everything(seed)
     train, val, test = make_loaders(task, cfg.data.batch_size, seed)  # one CPU process
     pruner = make_pruner(model, ratio, res, ctx.args.round_to, PRUNE_STEPS, arm)
@@ -613,7 +621,7 @@ def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int
         best = BestWeights() if k == len(share) - 1 else None
         opt = make_optimizer(model, cfg.train, cfg.fold.lr)
         sched = make_scheduler(opt, cfg.train, e, len(train))
-        step = Step(cross_entropy_loss(cfg.train.label_smoothing), opt, sched, clip_grad=cfg.train.clip_grad)
+        step = Step(loss, opt, sched, clip_grad=cfg.train.clip_grad)
         h = fit(model, train, e, step, val_loader=val, best=best,
                 report=Report(desc=f"prune-ft step {k + 1}/{PRUNE_STEPS}"))
         hist += [{**r, "step": k + 1} for r in h]
@@ -635,6 +643,7 @@ def cell_prune(ctx: Ctx, seed: int, out: Path, target: str, arm: str = "global",
     from latopt.latency.devices import load_device
     from latopt.latency.onnx_io import export_onnx
     from latopt.latency.profiler import measure_networks
+    from latopt.losses import training_loss
     from latopt.models import model_cost
 
     a = ctx.args
@@ -650,10 +659,11 @@ def cell_prune(ctx: Ctx, seed: int, out: Path, target: str, arm: str = "global",
         f"{match['ratio_to_target']['median']:.3f}); now pruning iteratively")
     curve = {r: v["median"] for r, v in match["tried"].items() if "median" in v}
     out.mkdir(parents=True, exist_ok=True)
+    loss = training_loss(ctx.cfg, base)   # every re-match's fine-tune distils from the one teacher (fold.distill)
 
     def prune_ft(ratio: float) -> tuple[Any, dict[str, Any], Path]:
         model = copy.deepcopy(base)
-        ft = prune_iteratively(ctx, model, ratio, seed, epochs, arm)
+        ft = prune_iteratively(ctx, model, ratio, seed, epochs, arm, loss)
         path = export_onnx(model, (1, 3, res, res), out / f"model-r{ratio:.4f}.onnx", dynamic_batch=True)
         return model, ft | {"ratio": ratio}, path
 

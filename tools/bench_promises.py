@@ -14,7 +14,7 @@ run --config C --seed S``). The queue (resumable, lock files) is :class:`latopt.
 
 - **budget** (:data:`MODELS` × :data:`TARGETS` × :data:`BUDGETS`): per model and target a LUT (cell
   ``lut-<model>.<target>``); per budget (cell ``budget-<model>.<target>@<B>``) the DP's plan with the budget
-  loop (``search.budget_rounds`` of the model's config) and its export on the target; the record has every
+  loop (``dp.budget_rounds`` of the model's config) and its export on the target; the record has every
   loop round (the LUT's predicted ratio and the measured one) and export's measured ratio t(plan)/t(as-is).
   Random weights (uniform importance) unless ``--base MODEL=CKPT`` gives a trained base (proxy importance).
 - **accuracy** (``--configs quickstart:0-4 fashion_mnist:0-2``): ``latopt run`` per seed in its own directory

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import matplotlib
 import torch
-import torch.nn.functional as F
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from torch import nn
@@ -38,6 +37,7 @@ from latopt.data import get_task
 from latopt.engine import Report, Step, evaluate, fit, make_optimizer, seed_everything, tensor_loader
 from latopt.fold import AlphaActivation, alpha_parameters, clamp_alphas_
 from latopt.layerfold import CompressionLoss
+from latopt.losses import TrainingLoss
 from latopt.torch_settings import set_threads
 
 
@@ -63,8 +63,9 @@ def make_fc(depth: int, width: int, d_in: int, n_out: int) -> nn.Sequential:
 
 def train(net: nn.Sequential, data: dict, epochs: int, lr: float, *, lambda_c: float = 0.0, alpha_lr: float = 0.05,
           p: float = 2.0, batch: int = 64, seed: int = 0) -> None:
-    """Adam on the weights (AdamW without weight decay, constant lr) through latopt's engine; with
-    ``lambda_c`` > 0 also L_c and the α's with their own Adam, clipped to [0, 1] after each step."""
+    """Adam on the weights (AdamW without weight decay, constant lr) through latopt's engine and its training
+    loss (cross-entropy, :class:`latopt.losses.TrainingLoss`); with ``lambda_c`` > 0 also λ_c·L_c and the α's with
+    their own Adam, clipped to [0, 1] after each step."""
     alphas = alpha_parameters(net)
     prefold = lambda_c > 0
     for a in alphas:
@@ -75,12 +76,8 @@ def train(net: nn.Sequential, data: dict, epochs: int, lr: float, *, lambda_c: f
     comp = CompressionLoss({i: [a] for i, a in enumerate(alphas)}, p=p,
                            variant_times={i: {"none": 1.0, "full": 0.0} for i in range(len(alphas))})
 
-    def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
-        logits = m(x)
-        loss = F.cross_entropy(logits, y)
-        return (loss + lambda_c * comp() if prefold else loss), logits, {}
-
-    step = Step(step_loss, opt, extra_optimizers=extra, after_step=(lambda: clamp_alphas_(net)) if prefold else None)
+    loss = TrainingLoss().with_penalty("L_c", lambda_c, comp) if prefold else TrainingLoss()
+    step = Step(loss, opt, extra_optimizers=extra, after_step=(lambda: clamp_alphas_(net)) if prefold else None)
     fit(net, tensor_loader(*data["train"], batch, seed), epochs, step, report=Report(show=False))
 
 

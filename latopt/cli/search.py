@@ -83,7 +83,7 @@ def _main(args: argparse.Namespace) -> int:
         return _show(args)
     if not args.config:
         raise LatoptError("latopt search needs --config FILE (or --show to print an existing study's front)")
-    overrides = _overrides(args.overrides)
+    overrides = {**_overrides(args.overrides), "method": "layerfold"}   # latopt plan is the DP's command
     # start-up time: Optuna and the training stack load when a search runs, not for `latopt --help`
     from latopt.engine import seed_everything
     from latopt.search import SearchOptions, run_search

@@ -24,8 +24,8 @@ API (what a caller such as a method-comparison tool uses)::
     result = run_dp(cfg, base_checkpoint, out_dir, lut=lut_path, budget=0.55, importance="proxy",
                     losses=None, variants=None, seed=0, progress=True, task=None, budget_rounds=None)
         # the plan measured on the LUT's device and re-solved until it meets the budget when measured (the budget
-        # loop, latopt.dp.budgetloop.meet_budget; budget_rounds default cfg.search.budget_rounds, 0 = off)
-        # select + fold + check + fine-tune + write out_dir, in cfg.fold.mode, distilled when cfg.fold.distill;
+        # loop, latopt.dp.budgetloop.meet_budget; budget_rounds default cfg.dp.budget_rounds, 0 = off)
+        # select + fold + check + fine-tune + write out_dir, in cfg.fold.mode, distilled as cfg.fold.distill says;
         # a latopt.layerfold.FoldResult: result.model (the folded network), result.report (a DPReport,
         # latopt.dp.record: .checkpoint is the folded.pt to export; .val_acc_finetuned, .acc.finetuned,
         # .selection.predicted_ms, .budget_loop) and result.paths

@@ -10,8 +10,10 @@ assumes they add up across blocks (as LayerMerge and DepthShrinker do). Methods 
   network's (re-estimated the same way). One forward pass over a few batches and the validation split
   per candidate.
 - ``finetune`` (expensive, the reference): the fold of that block alone fine-tuned for ``epochs`` epochs
-  at ``fold.post_lr`` (:func:`latopt.layerfold.fold_plan_and_finetune`), then its validation accuracy;
-  loss = base accuracy − that. #candidates fine-tunes.
+  at ``fold.post_lr`` (:func:`latopt.layerfold.fold_plan_and_finetune`) with the training loss of every
+  fine-tune (:mod:`latopt.losses`: ``fold.distill``'s distillation from the base, its teacher built once for
+  all candidates), on ``train.device``, then its validation accuracy; loss = base accuracy − that.
+  #candidates fine-tunes.
 - ``uniform``: loss 1 for every variant other than ``none``: the DP then changes as few blocks as the
   budget allows, the fastest such set (for structure-only benchmarks on random weights, where an accuracy
   proxy means nothing).
@@ -26,7 +28,8 @@ Public API::
 
     candidates(lut, variants=None) -> {block: ("none", variant, ...)}   what the DP may choose per block
     variant_losses(cfg, model, task, cands, *, method="proxy", seed=0, progress=True, bn_batches=8,
-                   epochs=1, clip=True) -> {block: {variant: loss}}   (method "uniform" needs no model or task)
+                   epochs=1, clip=True, loss=None) -> {block: {variant: loss}}   (method "uniform" needs no
+                   model or task; ``loss``: finetune's training loss, default built from cfg and model)
     val_loss(model, loader) -> (mean cross-entropy, accuracy)
 """
 
@@ -42,6 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.swa_utils import update_bn
 
+from latopt.accel import resolve
 from latopt.constants import IMPORTANCE_METHODS, LUT_VARIANTS
 from latopt.data import Task, make_loaders
 from latopt.engine import evaluate, seed_everything
@@ -50,6 +54,7 @@ from latopt.fold import linearize
 from latopt.latency.lut import LUT
 from latopt.layerfold import fold_plan_and_finetune
 from latopt.log import get_logger
+from latopt.losses import TrainingLoss, training_loss
 from latopt.variants import VARIANTS
 
 _LOG = get_logger("dp")
@@ -106,10 +111,13 @@ def check_importance(method: str) -> str:
 
 def variant_losses(cfg: Any, model: nn.Module | None, task: Task | None, cands: Mapping[int, Iterable[str]], *,
                    method: str = "proxy", seed: int = 0, progress: bool = True, bn_batches: int = 8,
-                   epochs: int = 1, clip: bool = True) -> dict[int, dict[str, float]]:
+                   epochs: int = 1, clip: bool = True, loss: TrainingLoss | None = None
+                   ) -> dict[int, dict[str, float]]:
     """The loss of every candidate (block, variant) of ``cands`` by ``method`` (module docstring); ``none``
     loses 0. ``model`` is the trained base network (not modified). ``clip=False`` keeps losses below 0
-    (for measuring the proxy, ``tools/dp_importance.py``; the DP wants them clipped)."""
+    (for measuring the proxy, ``tools/dp_importance.py``; the DP wants them clipped). ``loss``: the training
+    loss of ``finetune``'s fine-tunes, its teacher on ``train.device`` (default:
+    :func:`latopt.losses.training_loss` of ``cfg`` and ``model``, built once here)."""
     check_importance(method)
     if method == "uniform":
         return _uniform(cands)
@@ -135,8 +143,11 @@ def variant_losses(cfg: Any, model: nn.Module | None, task: Task | None, cands: 
         return out
     base_acc = evaluate(model, val_loader)
     one = cfg.with_overrides({"fold.post_epochs": int(epochs)})
+    accel = resolve(one)
+    loss = loss if loss is not None else training_loss(one, model, accel=accel)
     for n, (b, v) in enumerate(todo):
-        _, info = fold_plan_and_finetune(one, model, {b: v}, task, mode="exact", progress=False, seed=seed)
+        _, info = fold_plan_and_finetune(one, model, {b: v}, task, mode="exact", progress=False, loss=loss,
+                                         seed=seed, accel=accel)
         out[b][v] = max(floor, base_acc - info.val["finetuned"])
         if progress:
             _LOG.info(f"importance (finetune) {n + 1}/{len(todo)}: block {b} {v}: val acc "

@@ -106,7 +106,7 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
     no checkpoint; ``proxy`` scores each variant on the trained ``base_checkpoint`` (forward passes only).
     The plan is measured on the LUT's device and re-solved until it meets the budget when measured
     (:func:`latopt.dp.budgetloop.meet_budget`, at most ``budget_rounds`` plans, default
-    ``cfg.search.budget_rounds``; 0: the LUT's plan). Returns the plan (:class:`PlanRecord`; module docstring)."""
+    ``cfg.dp.budget_rounds``; 0: the LUT's plan). Returns the plan (:class:`PlanRecord`; module docstring)."""
     t0 = time.perf_counter()
     budget = check_budget(budget)
     if importance not in PLAN_IMPORTANCE:
@@ -129,7 +129,7 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
         base, arch, _ = check_base(cfg, base_checkpoint, task)
         num_classes, task_name = arch.num_classes, task.name
         losses = variant_losses(cfg, base, task, cands, method="proxy", seed=seed, progress=progress)
-    rounds = cfg.search.budget_rounds if budget_rounds is None else budget_rounds
+    rounds = cfg.dp.budget_rounds if budget_rounds is None else budget_rounds
     plan, sel, loop = meet_budget(lut, losses, budget, rounds=rounds, device=cfg.device, progress=progress)
     blocks = {str(b.index): plan.get(b.index, "none") for b in lut.blocks}
     allowed = sorted({v for vs in cands.values() for v in vs if v != "none"}, key=LUT_VARIANTS.index)

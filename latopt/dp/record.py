@@ -22,7 +22,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from latopt.constants import MAX_BUDGET_ROUNDS, FoldMode, LutVariant
 from latopt.layerfold.record import FoldReport
-from latopt.records import BlockKey, Positive, StrictModel
+from latopt.records import BlockKey, DistillName, Positive, StrictModel
 
 MAX_PLAN_BLOCKS = 4096   # blocks of a plan (MobileNetV2 and EfficientNet-lite have 17 to 30)
 MAX_SPAN_KERNEL = 31     # a span's kernel: odd, 1 .. 31 (the blocks' own are 3, 5 or 7)
@@ -123,7 +123,7 @@ class DPReport(FoldReport):
     method: Literal["dp"]
     lut: str | None                            # the LUT file; null when run_dp was given a LUT object
     mode: FoldMode
-    distill: bool
+    distill: DistillName                       # fold.distill; a report written before names held a boolean
     importance: Literal["proxy", "finetune", "uniform", "given"]   # given: the losses were passed in
     budget: Annotated[float, Field(gt=0, le=1)]
     selection: Selection

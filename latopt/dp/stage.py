@@ -21,6 +21,7 @@ from latopt.errors import LatoptError
 from latopt.latency.lut import LUT, check_blocks, load_lut
 from latopt.layerfold import FoldResult, check_base, fold_plan_and_finetune, report_tail, write_fold_outputs
 from latopt.log import get_logger
+from latopt.losses import check_loss_config, training_loss
 from latopt.models import model_cost
 
 REPORT_SCHEMA = DPReport.SCHEMA
@@ -34,14 +35,17 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
     """Select a plan with the DP (:func:`select_plan`) and apply it: fold exactly (checked against the variant
     network), fine-tune, write ``out_dir`` as ``latopt fold`` does (folded.pt, prefold.pt = the base network
     the fold is recomputed from, report.json, report.txt, config.yaml) so ``latopt export`` ships it with all
-    its gates. The fold mode and distillation are ``cfg.fold``'s (``mode``, ``distill``). ``losses`` (else
+    its gates. The fold mode and distillation are ``cfg.fold``'s (``mode``, ``distill``: one training loss, its
+    teacher built once, for the fine-tune and a ``finetune`` importance, :func:`latopt.losses.training_loss`; an
+    unknown name is one line before anything runs). ``losses`` (else
     computed by ``importance``) may hold a subset of the variants; ``variants`` limits the candidates (default:
     every variant of the LUT). The plan is measured on the LUT's device and re-solved until it meets the budget
     when measured (:func:`latopt.dp.budgetloop.meet_budget`: at most ``budget_rounds`` plans, default
-    ``cfg.search.budget_rounds``; 0 = the LUT's plan, not measured); report.json's ``budget_loop`` records each
+    ``cfg.dp.budget_rounds``; 0 = the LUT's plan, not measured); report.json's ``budget_loop`` records each
     round. Returns the folded network, the report and the paths (:class:`FoldResult`)."""
     t_start = time.perf_counter()
     mode, distill = cfg.fold.mode, cfg.fold.distill
+    check_loss_config(cfg)
     check_importance(importance)
     check_budget(budget)
     lut_path = str(lut) if isinstance(lut, (str, Path)) else None
@@ -56,9 +60,11 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
     assert isinstance(lut, LUT)  # loaded from lut_path, or given as one
     check_blocks(lut, find_blocks(base), lut_path or "the LUT")
     cands = candidates(lut, variants)
+    accel = resolve(cfg)      # evaluation and fine-tuning on train.device; the fold and its check on the CPU
+    loss = training_loss(cfg, base, accel=accel)
     t0 = time.perf_counter()
     if losses is None:
-        losses = variant_losses(cfg, base, task, cands, method=importance, seed=seed, progress=progress)
+        losses = variant_losses(cfg, base, task, cands, method=importance, seed=seed, progress=progress, loss=loss)
         source = importance
     else:
         source = "given"
@@ -66,18 +72,16 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
     t_imp = time.perf_counter() - t0
     from latopt.dp.budgetloop import meet_budget
 
-    rounds = cfg.search.budget_rounds if budget_rounds is None else budget_rounds
+    rounds = cfg.dp.budget_rounds if budget_rounds is None else budget_rounds
     plan, sel, loop = meet_budget(lut, losses, budget, rounds=rounds, device=cfg.device, progress=progress)
     if progress:
         _LOG.info(f"DP at budget {budget}: {len(plan)} blocks changed {plan}; predicted {sel.predicted_ms:.3f} ms "
                   f"= {sel.ratio:.3f} of as-is {sel.asis_ms:.3f} ms; total loss {sel.loss:.4f}")
-    accel = resolve(cfg)      # evaluation and fine-tuning on train.device; the fold and its check on the CPU
     _, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
     base.eval()
     on_device = accel.prepare(copy.deepcopy(base)).eval()
     acc, val = {"base": evaluate(on_device, test_loader, accel)}, {"base": evaluate(on_device, val_loader, accel)}
-    teacher = on_device if distill else None
-    folded, info = fold_plan_and_finetune(cfg, base, plan, task, mode=mode, progress=progress, teacher=teacher,
+    folded, info = fold_plan_and_finetune(cfg, base, plan, task, mode=mode, progress=progress, loss=loss,
                                           seed=seed, accel=accel)
     # torch's stubs of Module.to lack memory_format, which it takes (as Tensor.to does)
     folded.to("cpu", memory_format=torch.contiguous_format).eval()  # type: ignore[call-overload]

@@ -2,22 +2,27 @@
 
 Public API::
 
-    prefold(cfg, base_model, task, *, costs=None, lut=None, progress=True, seed=0, accel=None) -> Prefolded
-        σ_α installed and trained with ``cfg.fold``'s λ_c, p, granularity and distillation
+    prefold(cfg, base_model, task, *, costs=None, lut=None, progress=True, seed=0, accel=None, loss=None)
+        -> Prefolded   σ_α installed and trained with ``cfg.fold``'s λ_c, p, granularity and the training loss
     Prefolded(model, history, frozen)                       what pre-fold made
     plan_from_alphas(alphas, tau) -> {block index: variant}
-    fold_and_finetune(cfg, prefolded, task, *, tau, mode, progress=True, teacher=None, seed=0, accel=None)
+    fold_and_finetune(cfg, prefolded, task, *, tau, mode, progress=True, loss=None, seed=0, accel=None)
         -> (folded nn.Module, FoldOutcome)
-    fold_plan_and_finetune(cfg, source, plan, task, *, mode, progress=True, teacher=None, seed=0, accel=None)
+    fold_plan_and_finetune(cfg, source, plan, task, *, mode, progress=True, loss=None, seed=0, accel=None)
         -> (folded nn.Module, FoldOutcome)   any plan {block: variant}: fold, check against the variant
                                               network, fine-tune (also the DP's apply step, latopt.dp)
     FoldOutcome(plan, fold_check, acc, val, postfold_history, seconds, source, finetuned, alphas, snapped)
+
+Every phase trains with a :class:`latopt.losses.TrainingLoss` (``loss``: the task loss and ``fold.distill``'s
+distillation from the base, its teacher built once by :func:`latopt.losses.training_loss`; pre-fold adds
+λ_c·L_c to it). A caller that runs several phases builds it once and passes it to each.
 
 **Optimisation.** The weights use cfg.train's optimizer and LR schedule at ``fold.lr`` (post-fold:
 ``fold.post_lr``), built by :mod:`latopt.engine` (timm's factories); the α's have their own Adam at
 ``fold.alpha_lr`` (constant, no weight decay) — near α = 0 the gradient of L_c vanishes for
 p > 1 (by design), so a scale-free optimizer is what lets the task gradient move α at all — and every
-α is clipped to [0, 1] after each step. ``distill`` adds w·T²·KL(base ‖ student) at temperature T.
+α is clipped to [0, 1] after each step. ``fold.distill`` adds a distillation from the base
+(:mod:`latopt.losses`; ``logits``: w·T²·KL(base ‖ student) at temperature T).
 
 **Unfolded α (a decision).** The paper folds the activations with α ≥ τ and says nothing about the
 rest. With ``fold.unfolded_alpha: zero`` (default) every activation that is *not* folded gets α = 0
@@ -45,7 +50,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from latopt.accel import Accel, resolve
@@ -75,6 +79,7 @@ from latopt.fold import (
 from latopt.layerfold.penalty import CompressionLoss, block_variant_times
 from latopt.layerfold.record import FoldCheck
 from latopt.layers import AlphaActivation
+from latopt.losses import TrainingLoss, training_loss
 from latopt.variants import VARIANTS
 
 
@@ -108,35 +113,17 @@ class Prefolded:
     frozen: list[int]
 
 
-def _distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
-    t = temperature
-    return F.kl_div(F.log_softmax(student / t, 1), F.log_softmax(teacher / t, 1), log_target=True,
-                    reduction="batchmean") * t * t
-
-
-def _task_loss(cfg: RunConfig, teacher: nn.Module | None):
-    ls, w, temp = cfg.train.label_smoothing, cfg.fold.distill_weight, cfg.fold.temperature
-
-    def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = model(x)
-        ce = F.cross_entropy(logits, y, label_smoothing=ls)
-        if teacher is None:
-            return ce, logits
-        with torch.no_grad():
-            t_logits = teacher(x)
-        return (1 - w) * ce + w * _distill_loss(logits, t_logits, temp), logits
-
-    return loss
-
-
 def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping[int, float] | None = None,
-            lut: Any = None, progress: bool = True, seed: int = 0, accel: Accel | None = None) -> Prefolded:
-    """σ_α in every foldable block (α = 0), then train with L_task + λ_c·L_c (``cfg.fold``: ``lambda_c``, ``p``,
-    ``granularity``, ``distill``); returns the new model and its records (:class:`Prefolded`).
+            lut: Any = None, progress: bool = True, seed: int = 0, accel: Accel | None = None,
+            loss: TrainingLoss | None = None) -> Prefolded:
+    """σ_α in every foldable block (α = 0), then train with ``loss`` + λ_c·L_c (``cfg.fold``: ``lambda_c``, ``p``,
+    ``granularity``); returns the new model and its records (:class:`Prefolded`).
 
     ``costs`` = {block: c_l} (block granularity; None = uniform); ``lut`` gives the variant times for
-    granularity ``activation``. ``base_model`` is not modified (it is the distillation teacher). The
-    model, its α's and the teacher are trained on ``accel`` (default: resolved from ``cfg.train``)."""
+    granularity ``activation``. ``loss``: the training loss (:class:`~latopt.losses.TrainingLoss`; default
+    :func:`~latopt.losses.training_loss` of ``cfg``, distilling from ``base_model``); ``base_model`` is not
+    modified. The model and its α's are trained on ``accel`` (default: resolved from ``cfg.train``), where
+    ``loss``'s teacher must be."""
     f = cfg.fold
     accel = accel or resolve(cfg)
     model = accel.prepare(copy.deepcopy(base_model))
@@ -145,26 +132,15 @@ def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping
         raise LatoptError("the model has no foldable block; nothing to pre-fold")
     times = block_variant_times(sorted(alphas), costs=costs, lut=lut, granularity=f.granularity)
     comp = CompressionLoss(alphas, p=f.p, variant_times=times)
-    teacher = None
-    if f.distill:
-        teacher = accel.prepare(copy.deepcopy(base_model)).eval()
-        for q in teacher.parameters():
-            q.requires_grad_(False)
+    loss = loss if loss is not None else training_loss(cfg, base_model, accel=accel)
     trainable_alphas = [a for a in alpha_parameters(model) if a.requires_grad]
     seed_everything(seed + accel.rank)  # each process its own random stream; the sampler's order is shared
     train_loader, val_loader, _ = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
     optimizer = make_optimizer(model, cfg.train, f.lr, exclude=alpha_parameters(model))
     scheduler = make_scheduler(optimizer, cfg.train, f.epochs, len(train_loader))
     extra = (torch.optim.Adam(trainable_alphas, lr=f.alpha_lr),) if trainable_alphas else ()
-    task_loss = _task_loss(cfg, teacher)
-
-    def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
-        lt, logits = task_loss(m, x, y)
-        lc = comp()
-        return lt + f.lambda_c * lc, logits, {"L_c": lc.detach()}
-
-    step = Step(step_loss, optimizer, scheduler, extra_optimizers=extra, clip_grad=cfg.train.clip_grad,
-                after_step=lambda: clamp_alphas_(model))
+    step = Step(loss.with_penalty("L_c", f.lambda_c, comp), optimizer, scheduler, extra_optimizers=extra,
+                clip_grad=cfg.train.clip_grad, after_step=lambda: clamp_alphas_(model))
     history = fit(model, train_loader, f.epochs, step, val_loader=val_loader, accel=accel,
                   report=Report(progress, "pre-fold", watch=("loss",)))
     return Prefolded(model, history, comp.frozen)
@@ -205,7 +181,7 @@ def _snap_unfolded_(model: nn.Module, plan: Mapping[int, str]) -> int:
 
 
 def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: float, mode: str,
-                      progress: bool = True, teacher: nn.Module | None = None,
+                      progress: bool = True, loss: TrainingLoss | None = None,
                       seed: int = 0, accel: Accel | None = None) -> tuple[nn.Module, FoldOutcome]:
     """Fold every activation with α ≥ τ, check the fold, fine-tune; returns (folded model, outcome)
     (:func:`fold_plan_and_finetune` on a CPU copy of ``prefolded`` with its unfolded α's snapped)."""
@@ -213,18 +189,19 @@ def fold_and_finetune(cfg: RunConfig, prefolded: nn.Module, task: Task, *, tau: 
     plan = plan_from_alphas(alphas, tau)
     snapped = _cpu_copy(prefolded)
     n_snapped = _snap_unfolded_(snapped, plan) if cfg.fold.unfolded_alpha == "zero" else 0
-    folded, info = fold_plan_and_finetune(cfg, snapped, plan, task, mode=mode, progress=progress, teacher=teacher,
+    folded, info = fold_plan_and_finetune(cfg, snapped, plan, task, mode=mode, progress=progress, loss=loss,
                                           seed=seed, accel=accel)
     return folded, dataclasses.replace(info, alphas=alphas, snapped=n_snapped)
 
 
 def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int, str], task: Task, *, mode: str,
-                           progress: bool = True, teacher: nn.Module | None = None,
+                           progress: bool = True, loss: TrainingLoss | None = None,
                            seed: int = 0, accel: Accel | None = None) -> tuple[nn.Module, FoldOutcome]:
     """Fold ``plan`` ({block: variant}, any variant) of ``source``, check the fold against the variant
     network ``linearize(source, plan)`` (exact mode: VerificationError above ``fold.max_fold_error``), then
-    fine-tune the folded network (``fold.post_epochs`` at ``fold.post_lr``; σ_α frozen). Returns (folded,
-    :class:`FoldOutcome`).
+    fine-tune the folded network (``fold.post_epochs`` at ``fold.post_lr``; σ_α frozen) with ``loss`` (a
+    :class:`~latopt.losses.TrainingLoss` whose teacher, if any, is on ``accel``'s device; default: the task
+    loss alone, ``source`` being no teacher). Returns (folded, :class:`FoldOutcome`).
 
     The fold and its check run on a CPU copy of ``source`` (float64 algebra, float32 check), whatever device
     it trained on; evaluation and fine-tuning run on ``accel`` (default: resolved from ``cfg.train``), where
@@ -261,12 +238,7 @@ def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int,
         seed_everything(seed + 1 + accel.rank)  # each process its own random stream
         optimizer = make_optimizer(folded, cfg.train, f.post_lr)  # the α's are frozen
         scheduler = make_scheduler(optimizer, cfg.train, f.post_epochs, len(train_loader))
-        task_loss = _task_loss(cfg, teacher)
-
-        def step_loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor):
-            loss, logits = task_loss(m, x, y)
-            return loss, logits, {}
-
+        step_loss = loss if loss is not None else TrainingLoss(cfg.train.label_smoothing)
         history = fit(folded, train_loader, f.post_epochs,
                       Step(step_loss, optimizer, scheduler, clip_grad=cfg.train.clip_grad), val_loader=val_loader,
                       best=BestWeights() if cfg.train.keep_best else None, accel=accel,

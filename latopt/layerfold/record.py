@@ -37,7 +37,16 @@ from pydantic import Field
 
 from latopt.constants import FoldMode, FoldVariant, Granularity, UnfoldedAlpha
 from latopt.readers import read_json
-from latopt.records import Accuracies, Accuracy, Artefact, BlockKey, Resolution, StrictModel, validated
+from latopt.records import (
+    Accuracies,
+    Accuracy,
+    Artefact,
+    BlockKey,
+    DistillName,
+    Resolution,
+    StrictModel,
+    validated,
+)
 
 _Count = Annotated[int, Field(ge=0)]
 
@@ -79,7 +88,7 @@ class FoldParams(StrictModel):
     tau: float
     p: float
     granularity: Granularity
-    distill: bool
+    distill: DistillName        # the distillation's name; a report written before names held a boolean
     mode: FoldMode
     unfolded_alpha: UnfoldedAlpha
     lut: str | None

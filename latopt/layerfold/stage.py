@@ -18,7 +18,6 @@ A caller in the same process (a search trial) uses ``result.model``; the files a
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from latopt.latency.lut import costs as lut_costs
 from latopt.layerfold.phases import FoldOutcome, fold_and_finetune, prefold
 from latopt.layerfold.record import FoldParams, FoldReport, LayerFoldReport, LutLatency
 from latopt.layerfold.report import format_report
+from latopt.losses import check_loss_config, training_loss
 from latopt.models import model_cost
 
 REPORT_SCHEMA = LayerFoldReport.SCHEMA
@@ -104,7 +104,10 @@ def check_base(cfg: RunConfig, base_checkpoint: str | Path, task: Task) -> tuple
 def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, progress: bool = True,
              seed: int = 0, task: Task | None = None) -> FoldResult[LayerFoldReport]:
     """Pre-fold → fold → check → post-fold with ``cfg.fold`` and ``cfg.lut``; writes folded.pt, report.json/.txt,
-    config.yaml into ``out_dir``; returns the folded network, the report and the paths (:class:`FoldResult`)."""
+    config.yaml into ``out_dir``; returns the folded network, the report and the paths (:class:`FoldResult`).
+    Both training phases use one training loss (:func:`latopt.losses.training_loss`: ``fold.distill``'s teacher,
+    the base, built once); an unknown ``fold.distill`` is one line before anything runs."""
+    check_loss_config(cfg)
     f = cfg.fold
     task = task or load_task(cfg)
     base, arch, _meta = check_base(cfg, base_checkpoint, task)
@@ -119,12 +122,12 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
     accel.prepare(base).eval()
     acc = {"base": evaluate(base, test_loader, accel)}
     val = {"base": evaluate(base, val_loader, accel)}
-    pre = prefold(cfg, base, task, costs=costs, lut=lut_obj, progress=progress, seed=seed, accel=accel)
+    loss = training_loss(cfg, base, accel=accel)
+    pre = prefold(cfg, base, task, costs=costs, lut=lut_obj, progress=progress, seed=seed, accel=accel, loss=loss)
     t_pre = time.perf_counter() - t_start
     acc["prefold"], val["prefold"] = evaluate(pre.model, test_loader, accel), evaluate(pre.model, val_loader, accel)
-    teacher = copy.deepcopy(base).eval() if f.distill else None
     folded, info = fold_and_finetune(cfg, pre.model, task, tau=f.tau, mode=f.mode, progress=progress,
-                                     teacher=teacher, seed=seed, accel=accel)
+                                     loss=loss, seed=seed, accel=accel)
     for m in (folded, base):  # costs, checkpoints and the reload check on the CPU
         # torch's stubs of Module.to lack memory_format, which it takes (as Tensor.to does)
         m.to("cpu", memory_format=torch.contiguous_format).eval()  # type: ignore[call-overload]

@@ -1,7 +1,7 @@
 """``latopt run [CONFIG]``: the main job, end to end, resumable.
 
-train (or load) the base model → profile the device (LUT) → search (small budget) → pick the recommended
-trial → export (ONNX + numeric gates + measured latency) → one report (Markdown with a per-block latency
+train (or load) the base model → profile the device (LUT) → search with the config's method (``method:``, a
+registered method of :mod:`latopt.methods`) → pick the recommended trial → export (ONNX + numeric gates + measured latency) → one report (Markdown with a per-block latency
 bar chart marking the folded blocks and the Pareto plot) and a one-screen summary.
 
 Everything lives under ``runs/<name>/`` (``name`` from the config). ``run.json`` records, for each
@@ -9,15 +9,18 @@ finished stage, what it was made from (its *fingerprint*: the config sections it
 of its input artefacts, the device profile, the seed, the latopt version) and the SHA-256 of what it
 wrote. A rerun reuses a stage only when its fingerprint is unchanged and its outputs are intact;
 otherwise that stage and every stage after it are re-run, and the summary says which stages were reused
-and why the others were re-run (``config section fold changed``, ``base checkpoint changed``, ...):
+and why the others were re-run (``fold.post_epochs changed (4 → 2)``, ``base checkpoint changed``, ...):
 
 =========  ===========================================================================================
 stage      fingerprint
 =========  ===========================================================================================
 base       config sections model, data, train; seed; latopt version
-profile    config sections model, data; device profile; the config's ``lut`` path and SHA-256 when given
-search     config sections fold, search (except ``trials``); base checkpoint and LUT SHA-256; seed; the
-           validation rule (selection/confirmation split, confirmation bound)
+profile    config sections model, data; device profile; the variants the method needs timed; the config's
+           ``lut`` path and SHA-256 when given (instead of the variants)
+search     what the method reads of the config (:meth:`latopt.methods.Method.made_from`: Layer Folding's
+           unsampled ``fold`` keys, ranges and sampler; the DP's ``dp`` section and fine-tuning keys) and
+           ``search.max_acc_drop`` and ``search.storage``; base checkpoint and LUT SHA-256; seed; the validation rule
+           (selection/confirmation split, confirmation bound); not ``trials`` (more trials resume the study)
 export     exported checkpoint and LUT SHA-256; device profile; seed; latopt version
 =========  ===========================================================================================
 

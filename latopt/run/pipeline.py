@@ -28,6 +28,8 @@ from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import load_device
 from latopt.latency.lut import check_blocks, load_lut
 from latopt.log import get_logger
+from latopt.losses import check_loss_config
+from latopt.methods import make_method
 from latopt.models import build_model
 from latopt.run.record import BaseStage, SearchPick
 from latopt.run.stages import STAGES, Job, Stage
@@ -142,8 +144,10 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     given_lut = load_lut(lut_path, model=cfg.model.name, resolution=cfg.data.resolution) if cfg.lut else None
     if given_lut is not None:
         check_blocks(given_lut, find_blocks(build_model(cfg.model.name, num_classes=10)), lut_path)
+    method = make_method(cfg)             # an unknown method or distillation fails here, before any work
+    check_loss_config(cfg)
     job = Job(cfg=cfg, config=config, dev=dev, root=root, runs_dir=Path(runs_dir), seed=seed,
-              n_trials=int(trials if trials is not None else cfg.search.trials), overrides=overrides or {},
+              n_trials=int(trials if trials is not None else method.default_trials()),
               lut_path=lut_path, given_lut=given_lut, num_classes=int(load_task(cfg).num_classes),
               state=RunState(root, config.resolve(), fresh, NAMES))
     if job.state.note:

@@ -40,6 +40,7 @@ from latopt.export import CheckOptions, ExportRecord, ShipOptions, export, read_
 from latopt.latency.lut import load_lut, save_lut
 from latopt.latency.profiler import format_lut, profile_model
 from latopt.log import get_logger
+from latopt.methods import make_method
 from latopt.run.record import BaseStage, SearchPick, StageRecord
 from latopt.run.report import write_report
 from latopt.run.state import REPORT_FILES, RunState
@@ -69,7 +70,6 @@ class Job:
     runs_dir: Path
     seed: int
     n_trials: int
-    overrides: dict[str, Any]         # the config overrides (--device), handed to the search's workers
     lut_path: Path                    # the config's lut, else runs/<name>/lut-<device>.json
     given_lut: Any                    # the config's LUT, loaded (None: the run profiles the device)
     num_classes: int
@@ -80,7 +80,7 @@ class Job:
 
     def __post_init__(self) -> None:
         self.sections = dump_config(self.cfg)
-        self.sections["search"] = {k: v for k, v in self.sections["search"].items() if k != "trials"}
+        self.method = make_method(self.cfg)   # the search stage's (the config's ``method``)
         device = self.dev.model_dump(exclude={"path"})
         self.device_sha = hashlib.sha256(json.dumps(device, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -138,6 +138,8 @@ BASE = Stage(
 # 2. profile -------------------------------------------------------------------------------------------
 def _profile_made_from(job: Job) -> dict[str, Any]:
     fp = {**job.config_sections("model", "data"), "device profile": job.device_sha, "latopt version": __version__}
+    if job.given_lut is None:   # the variants the method needs timed (a given LUT is the user's: checked by the search)
+        fp["variants"] = list(job.method.lut_variants())
     if job.given_lut is not None:        # else the LUT is runs/<name>/lut-<device>.json, named by the profile
         fp |= {"given LUT": str(job.lut_path), "given LUT SHA-256": file_sha256(job.lut_path)}
     return fp
@@ -147,8 +149,8 @@ def _profile_make(job: Job, say: Say) -> tuple[dict[str, Any], Any]:
     if job.given_lut is not None:
         return {"lut": str(job.lut_path), "given": True}, job.given_lut
     cfg = job.cfg
-    lut = profile_model(cfg.model.name, job.dev, cfg.data.resolution, job.dev.batch, progress=True,
-                        num_classes=job.num_classes)
+    lut = profile_model(cfg.model.name, job.dev, cfg.data.resolution, job.dev.batch,
+                        variants=job.method.lut_variants(), progress=True, num_classes=job.num_classes)
     save_lut(lut, job.lut_path)
     _LOG.info(format_lut(lut))
     return {"lut": str(job.lut_path), "profiling_s": lut.profiling_s}, lut
@@ -168,7 +170,12 @@ PROFILE = Stage(
 
 # 3. search --------------------------------------------------------------------------------------------
 def _search_made_from(job: Job) -> dict[str, Any]:
-    return {**job.config_sections("fold", "search"), "base checkpoint": file_sha256(job.base_checkpoint()),
+    """What the search reads: its method's part of the config (:meth:`latopt.methods.Method.made_from`), the
+    constraint and the study's storage, the base, the LUT and the seed (the number of trials is the plan's: more
+    trials resume the study)."""
+    return {**job.method.made_from(), "search.max_acc_drop": job.cfg.search.max_acc_drop,
+            "search.storage": job.cfg.search.storage,
+            "base checkpoint": file_sha256(job.base_checkpoint()),
             "LUT": file_sha256(job.lut_path), "seed": job.seed, "latopt version": __version__,
             # a search of a latopt that chose and confirmed on the same validation images is re-run
             "validation": f"selection/confirmation {1 - CONFIRM_FRACTION:g}/{CONFIRM_FRACTION:g}, "
@@ -179,8 +186,8 @@ def _search_make(job: Job, say: Say) -> tuple[dict[str, Any], SearchPick]:
     n = job.n_trials
     # two 1-thread workers on a 2-core machine train far faster than one 2-thread process (one trial: one)
     workers = 2 if (os.cpu_count() or 1) >= 2 and n >= 2 else 1
-    res = run_search(SearchOptions(config=job.config, trials=n, base=job.base_checkpoint(), lut=job.lut_path,
-                                   seed=job.seed, runs_dir=job.runs_dir, overrides=job.overrides, workers=workers))
+    res = run_search(SearchOptions(config=job.cfg, trials=n, base=job.base_checkpoint(), lut=job.lut_path,
+                                   seed=job.seed, runs_dir=job.runs_dir, workers=workers))
     if not res.finished:
         raise LatoptError(f"the search stopped with {res.n_complete}/{n} complete trials; "
                           "rerun `latopt run` to resume it")
@@ -219,7 +226,7 @@ def _search_reuse(job: Job, rec: dict[str, Any]) -> tuple[str, SearchPick]:
 
 SEARCH = Stage(
     "search", ("base", "profile"), _search_made_from, lambda job: [job.root / "search"],
-    lambda job: f"{job.n_trials} Optuna trials over (λ_c, τ, p), accuracy vs LUT latency",
+    lambda job: f"{job.n_trials} trials of {job.method.does}",
     _search_make, reuse=_search_reuse, start_info=lambda job: {"trials": job.n_trials}, kind=SearchPick)
 
 

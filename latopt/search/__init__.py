@@ -1,10 +1,12 @@
-"""Hyper-parameter search for Layer Folding with Optuna.
+"""The search: a method-blind Optuna study over a compression method's candidates, its Pareto front and the
+confirmed recommendation.
 
 Public API::
 
     from latopt.search import SearchOptions, run_search, pareto_front, recommend, front_summary, write_front
 
-    res = run_search(SearchOptions(config="quickstart", trials=12))   # -> SearchResult
+    res = run_search(SearchOptions(config="quickstart", trials=12))   # -> SearchResult; the config's method
+    res = run_search(SearchOptions(config="quickstart", overrides={"method": "dp", "dp.budgets": [0.6, 0.8]}))
     study = optuna.load_study(study_name=res.study_name, storage=res.storage)
     front = pareto_front(study)              # list[FrozenTrial]: feasible, non-dominated, fastest first
     best = recommend(study, max_acc_drop=0.01)   # FrozenTrial | None: fastest within the constraint, confirmed
@@ -12,14 +14,13 @@ Public API::
     summary = front_summary(study)           # FrontSummary (latopt.search.record): what pareto.json holds
     summary.recommendation.rejected          # the faster trials whose drop was not confirmed, and why
 
-``run_dp_search(SearchOptions(config=..., plan=PlanOptions(budget=0.6)))`` (``latopt plan --budget 0.6``) is the
-other method: the DP of :mod:`latopt.dp` picks one variant per block under the budget
-and applies it (one fold directory ``runs/<study>/search/dp-budget<B>/``, no study).
-``run_search(SearchOptions(config=..., plan=PlanOptions()))`` (``latopt plan`` without ``--budget``)
-runs the DP as a study, ``<study>-dp`` (:func:`dp_study_name`; ``runs/<study>-dp/search/``): one trial per
-budget of ``budgets`` (``--budgets``; :class:`BudgetSpace`, the parameter ``budget``), each the DP's plan folded and
-fine-tuned, with the same objectives, attributes, front and recommendation; the base model is the Layer
-Folding study's. ``show_front`` of ``<study>`` summarises and draws ``<study>-dp`` with it (``others``).
+The method (the config's ``method``, :mod:`latopt.methods`: ``layerfold``, ``dp``) gives the study's space, its
+sampler and its candidates; everything else here is the same for every method. ``latopt plan``'s library side:
+``run_plan(options)`` is the DP's study ``<study>-dp`` (:func:`dp_study_name`; ``runs/<study>-dp/search/``) beside a
+Layer Folding study, its base the Layer Folding study's; ``run_plan(options, budget=0.6)`` one plan at that budget
+as a one-trial study in ``runs/<study>/search/dp-budget0.6/`` (``plan_report(result)`` is its DP report);
+``plan_file(options, 0.6)`` the plan file alone (no training). ``show_front`` of ``<study>`` summarises and draws
+``<study>-dp`` with it (``others``).
 
 Validation: the search cuts the validation split once, seeded by ``seed`` (:func:`latopt.data.split_validation`,
 recorded in the study's ``confirm`` attribute): the trials train, pick their best epoch and are scored on the
@@ -44,7 +45,7 @@ study opens in optuna-dashboard as it is. Layout: ``runs/<study>/search/{study.d
 from __future__ import annotations
 
 from latopt.search._confirm import CONFIRM_FRACTION, CONFIRM_LEVEL, CONFIRM_METHOD, drop_bound
-from latopt.search._options import PlanOptions, SearchOptions
+from latopt.search._options import SearchOptions
 from latopt.search._pareto import (
     base_trial,
     format_table,
@@ -52,18 +53,11 @@ from latopt.search._pareto import (
     pareto_front,
     recommend,
     recommendation,
+    recommendation_lines,
     write_front,
 )
-from latopt.search._run import (
-    SearchResult,
-    dp_study_name,
-    resolve_lut,
-    run_dp_search,
-    run_search,
-    show_front,
-)
-from latopt.search._sampler import make_sampler
-from latopt.search._space import BudgetSpace, SearchSpace, space_from_config
+from latopt.search._plan import plan_confirmation, plan_file, plan_report, run_plan
+from latopt.search._run import SearchResult, dp_study_name, run_search, show_front
 from latopt.search._storage import STUDY_OBJECTIVES, open_storage, open_study, redact
 from latopt.search._trial import count_nonlinear
 from latopt.search.record import Confirmation, FrontRow, FrontSummary, Recommendation, Rejected
@@ -73,33 +67,31 @@ __all__ = [
     "CONFIRM_LEVEL",
     "CONFIRM_METHOD",
     "STUDY_OBJECTIVES",
-    "BudgetSpace",
     "Confirmation",
     "FrontRow",
     "FrontSummary",
     "Recommendation",
     "Rejected",
-    "PlanOptions",
     "SearchOptions",
     "SearchResult",
-    "SearchSpace",
     "base_trial",
     "count_nonlinear",
     "dp_study_name",
     "drop_bound",
     "format_table",
     "front_summary",
-    "make_sampler",
     "open_storage",
     "open_study",
     "pareto_front",
+    "plan_confirmation",
+    "plan_file",
+    "plan_report",
     "recommend",
     "recommendation",
+    "recommendation_lines",
     "redact",
-    "resolve_lut",
-    "run_dp_search",
+    "run_plan",
     "run_search",
     "show_front",
-    "space_from_config",
     "write_front",
 ]

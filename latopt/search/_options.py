@@ -1,5 +1,5 @@
-"""What one ``latopt search`` worker is asked to do (the command line's flags as a dataclass; a local worker
-process is handed one, :mod:`latopt.search._workers`)."""
+"""What one search worker is asked to do (``latopt search``'s and ``latopt plan``'s flags as a dataclass; a local
+worker process is handed one, :mod:`latopt.search._workers`)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from latopt.config import RunConfig
 from latopt.search._storage import DEFAULT_GRACE_S, DEFAULT_HEARTBEAT_S
 
 
 @dataclass
 class SearchOptions:
-    """Inputs of one ``latopt search`` worker (CLI flags; None = the config's value)."""
+    """Inputs of one search worker (CLI flags; None = the config's value). The study's method is the config's
+    ``method`` (``latopt search`` sets ``layerfold``, ``latopt plan`` ``dp``, as overrides)."""
 
-    config: str | Path | None
+    config: str | Path | RunConfig | None   # a path, a shipped config's name, or a config already read
     trials: int | None = None
     storage: str | None = None
     study: str | None = None
@@ -37,17 +39,5 @@ class SearchOptions:
     progress: bool = True           # progress lines (logger latopt.search) and bars; False: none, quiet workers
     summary: bool = True            # write pareto.* at the end (``latopt search`` then prints the front table)
     overrides: dict[str, Any] = field(default_factory=dict)
-    plan: PlanOptions | None = None   # the DP's study or plan (``latopt plan``); None: Layer Folding's study
-
-
-@dataclass(frozen=True)
-class PlanOptions:
-    """The DP's part of a search (``latopt plan``): with ``budget``, one plan at that budget
-    (:func:`latopt.search.run_dp_search`); without, the DP's study, a trial per budget of ``budgets``."""
-
-    budget: float | None = None     # the latency budget, a fraction of the as-is LUT latency
-    importance: str = "proxy"       # how each (block, variant) is scored (latopt.dp.IMPORTANCE_METHODS)
-    variants: tuple[str, ...] | None = None   # the variants the blocks may take (default: the LUT's)
-    budgets: tuple[float, ...] | None = None  # the DP's study: a trial per budget (default 0.5..0.9)
-    plan_only: bool = False         # with budget: write the plan file only (latopt.dp.plan_only): no training
-    plan_out: str | Path | None = None   # plan-only: the plan file (default runs/<study>/search/plan-budget<B>.json)
+    study_dir: str | Path | None = None   # default runs/<study>/search
+    base_dir: str | Path | None = None    # where the base is trained once when none is given (default: study_dir)

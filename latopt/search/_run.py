@@ -15,6 +15,10 @@ study's ``confirm`` attribute, part of its identity); a study whose base trial e
 without completing (and has no retry of it waiting) gets it enqueued again, so it can still recommend.
 Local workers (``workers``, :mod:`latopt.search._workers`) are started once this process has created the
 study and enqueued its base trial.
+
+The loop is the same for every method: the study's method is the config's (``method``, :mod:`latopt.methods`),
+which gives the space and its sampler, the trials run by default, its checks and its part of the study's
+identity, and makes each trial's candidate (:mod:`latopt.search._trial` evaluates it).
 """
 
 from __future__ import annotations
@@ -30,31 +34,19 @@ import optuna
 from optuna.trial import TrialState
 
 from latopt.artifacts import check_name
-from latopt.blocks import find_blocks
-from latopt.config import load_config
+from latopt.config import RunConfig, load_config
 from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.data import load_task, split_validation
-from latopt.dp import (
-    PlanRecord,
-    candidates,
-    check_budget,
-    check_importance,
-    plan_only,
-    run_dp,
-    select_plan,
-    write_plan,
-)
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
-from latopt.latency.lut import check_blocks, default_lut_path, load_lut
-from latopt.layerfold import FoldResult
 from latopt.log import get_logger, time_left
-from latopt.models import build_model
+from latopt.losses import check_loss_config
+from latopt.methods import TrialContext, make_method
+from latopt.methods.base import resolve_lut
+from latopt.methods.sampler import FAILED_CHECK
 from latopt.search._confirm import CONFIRM_FRACTION, CONFIRM_LEVEL, CONFIRM_METHOD
-from latopt.search._options import PlanOptions, SearchOptions
+from latopt.search._options import SearchOptions
 from latopt.search._pareto import front_summary, write_front
-from latopt.search._sampler import FAILED_CHECK, TrialSeeded
-from latopt.search._space import DEFAULT_BUDGETS, BudgetSpace, space_from_config
 from latopt.search._storage import (
     abandon_trial,
     check_existing,
@@ -68,7 +60,7 @@ from latopt.search._storage import (
     sqlite_file,
     storage_errors,
 )
-from latopt.search._trial import TrialContext, ensure_base, objective
+from latopt.search._trial import StudyContext, ensure_base, objective
 from latopt.search._workers import default_threads, join, start, worker_options
 from latopt.search.record import FrontSummary
 from latopt.signals import Terminated, sigterm_raises
@@ -120,73 +112,10 @@ def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
                           f"({o.grace_period} s)", param="heartbeat_interval")
 
 
-def resolve_lut(cfg: Any, lut_arg: str | Path | None, *, required: bool) -> tuple[Any, Path | None]:
-    """The LUT for the config's device/model/resolution (``lut_arg`` > ``cfg.lut`` > the default path)."""
-
-    model, res = cfg.model.name, int(cfg.data.resolution)
-    explicit = lut_arg or cfg.lut
-    if explicit:
-        path = Path(explicit)
-    else:
-        device = load_device(cfg.device)
-        path = Path(default_lut_path(device.name, model, res, device.batch))
-    if not path.is_file():
-        if not required and not explicit:
-            return None, None
-        where = "given" if explicit else "expected"
-        raise LatoptError(f"no latency LUT for device {cfg.device!r}, model {model}, resolution {res} ({where} at "
-                          f"{path}); run: latopt profile --device {cfg.device} --model {model} --resolution {res}",
-                          param="lut")
-    lut = load_lut(path, model=model, resolution=res, fold_mode=cfg.fold.mode)
-    check_blocks(lut, find_blocks(build_model(model, num_classes=10)), path)  # before any training
-    return lut, path
-
-
-def run_dp_search(o: SearchOptions) -> FoldResult | tuple[PlanRecord, Path]:
-    """``latopt plan --budget B``: the DP's plan at budget B, applied (:func:`latopt.dp.run_dp`)
-    into ``runs/<study>/search/dp-budget<B>/`` (the study's base, as a search uses it: ``--base`` or trained
-    once per study; the LUT as the search finds it, required). Returns the fold (a :class:`FoldResult`).
-    ``plan_only``: the plan file alone (:func:`latopt.dp.plan_only`; no training) at ``plan_out``; returns the
-    plan and the file's path."""
-    cfg = load_config(o.config, o.overrides or None)
-    d = o.plan or PlanOptions()
-    if d.budget is None:
-        raise LatoptError("a plan needs a budget (a fraction of the as-is LUT latency, e.g. 0.6)", param="budget")
-    budget = check_budget(d.budget)
-    check_importance(d.importance)
-    set_threads(o.threads)
-    name = check_name(o.study, "study", param="study") if o.study is not None else cfg.name
-    study_dir = Path(o.runs_dir) / name / "search"
-    lut, lut_path = resolve_lut(cfg, o.lut, required=True)
-    assert lut_path is not None  # required=True: found, or LatoptError
-    if d.plan_only:   # the plan alone, as a file: no base trained, nothing fine-tuned
-        plan = plan_only(cfg, lut_path, budget=budget, importance=d.importance, base_checkpoint=o.base,
-                         variants=d.variants, seed=o.seed, progress=o.progress)
-        path = Path(d.plan_out) if d.plan_out else study_dir / f"plan-budget{budget:g}.json"
-        return plan, write_plan(path, plan)
-    candidates(lut, d.variants)  # an unknown or unprofiled variant fails before any training
-    task = load_task(cfg)
-    base = ensure_base(cfg, study_dir, o.base, seed=o.seed, progress=o.progress, task=task)
-    return run_dp(cfg, base.checkpoint, study_dir / f"dp-budget{budget:g}", lut=lut_path, budget=budget,
-                  importance=d.importance, variants=d.variants, seed=o.seed, progress=o.progress, task=task)
-
-
 def dp_study_name(name: str) -> str:
-    """The DP's study beside the Layer Folding study ``name`` (``runs/<name>-dp/search/``; ``--show`` of
-    ``name`` draws both fronts)."""
+    """The DP's study beside the Layer Folding study ``name`` (``latopt plan``; ``runs/<name>-dp/search/``; ``--show``
+    of ``name`` draws both fronts)."""
     return f"{name}-dp"
-
-
-def _check_budgets(d: PlanOptions, space: Any, lut: Any, trials: int) -> None:
-    """The DP's study: a known importance, variants the LUT timed, every budget reachable (one line each,
-    before any training), and no more trials than budgets (+ the base)."""
-    check_importance(d.importance)
-    cands = candidates(lut, d.variants)
-    if trials > len(space.grid()) + 1:
-        raise LatoptError(f"trials={trials}: the DP's study has {len(space.grid())} budgets and the "
-                          f"base, {len(space.grid()) + 1} trials at most", param="trials")
-    for b in space.grid():
-        select_plan(lut, {i: dict.fromkeys(c, 0.0) for i, c in cands.items()}, b)
 
 
 def _counts(study: optuna.Study) -> dict[TrialState, int]:
@@ -216,27 +145,31 @@ def run_search(o: SearchOptions) -> SearchResult:
         return _run_search(o)
 
 
+def config_of(o: SearchOptions) -> RunConfig:
+    """The worker's config: read once (a path or a shipped name), or handed over already read."""
+    if isinstance(o.config, RunConfig):
+        return o.config.with_overrides(o.overrides) if o.overrides else o.config
+    return load_config(o.config, o.overrides or None)
+
+
 def _run_search(o: SearchOptions) -> SearchResult:
     optuna.logging.set_verbosity(optuna.logging.ERROR)   # latopt logs trial failures itself, on one line
-    cfg = load_config(o.config, o.overrides or None)
+    cfg = config_of(o)
     s = cfg.search
-    dp = o.plan
-    budget_space = None if dp is None else BudgetSpace(DEFAULT_BUDGETS if dp.budgets is None else tuple(dp.budgets))
-    space = budget_space if budget_space is not None else space_from_config(cfg)
-    trials = int(o.trials if o.trials is not None else
-                 (len(budget_space.grid()) + 1 if budget_space is not None else s.trials))
+    check_loss_config(cfg)   # an unknown distillation fails before any training
+    method = make_method(cfg, costs=o.costs)
+    space = method.space()
+    trials = int(o.trials if o.trials is not None else method.default_trials())
     sampler_name = o.sampler or s.sampler
     max_drop = float(o.max_acc_drop if o.max_acc_drop is not None else s.max_acc_drop)
     _check_options(o, trials, sampler_name)
     threads = o.threads if o.threads is not None else (default_threads(o.workers) if o.workers > 1 else None)
     set_threads(threads)
     objective_key = "latency-measured" if o.measure else o.objective
-    stem = check_name(o.study, "study", param="study") if o.study is not None else cfg.name  # runs/<study>/
-    name = stem if dp is None else dp_study_name(stem)
-    study_dir = Path(o.runs_dir) / name / "search"
-    lut, lut_path = resolve_lut(cfg, o.lut, required=dp is not None or (o.objective == "latency" and not o.measure))
-    if dp is not None:
-        _check_budgets(dp, space, lut, trials)
+    name = check_name(o.study, "study", param="study") if o.study is not None else cfg.name  # runs/<study>/
+    study_dir = Path(o.study_dir) if o.study_dir is not None else Path(o.runs_dir) / name / "search"
+    lut, lut_path = resolve_lut(cfg, o.lut, required=method.needs_lut() or (o.objective == "latency" and not o.measure))
+    method.check(lut, trials)
     if o.costs == "lut" and lut is None and o.progress:
         _LOG.info("no LUT found: c_l = 1 for every block (uniform costs, the paper's default)")
     device = None
@@ -253,41 +186,41 @@ def _run_search(o: SearchOptions) -> SearchResult:
     storage = open_storage(url, heartbeat_interval=o.heartbeat_interval, grace_period=o.grace_period,
                            max_retry=o.max_retry)
     identity = {"model": cfg.model.name, "task": cfg.data.task, "resolution": int(cfg.data.resolution),
-                "space": space.as_dict(), "max_acc_drop": max_drop}
-    identity |= ({"costs": o.costs if lut is not None else "uniform"} if dp is None else
-                 {"method": "dp", "importance": dp.importance, "variants": None if dp.variants is None else list(dp.variants)})
+                "space": space.as_dict(), "max_acc_drop": max_drop, **method.identity(lut)}
     identity["confirm"] = {**split, "level": CONFIRM_LEVEL, "method": CONFIRM_METHOD}
     check_existing(storage, name, objective_key, identity)     # before training a base for a wrong study
-    if base is None:   # the DP's study uses the base of the Layer Folding study of the same name
-        base = ensure_base(cfg, Path(o.runs_dir) / stem / "search", None, seed=o.seed, progress=o.progress)
+    if base is None:   # trained once into base_dir (the DP's study beside a Layer Folding study shares its base)
+        base = ensure_base(cfg, Path(o.base_dir) if o.base_dir is not None else study_dir, None, seed=o.seed,
+                           progress=o.progress)
     opened = open_study(storage, name, objective_key, identity)
     check_study_dir(study_dir, url, name, study_id=storage.get_study_id_from_name(name))
-    sampler = budget_space.sampler(o.seed) if budget_space is not None else TrialSeeded(sampler_name, o.seed, trials)
-    study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    study = optuna.load_study(study_name=name, storage=storage, sampler=space.sampler(o.seed, trials, sampler_name))
     if opened.created:
         study.set_user_attr("base_checkpoint", str(base.checkpoint))
         study.set_user_attr("lut", None if lut_path is None else str(lut_path))
-        study.set_user_attr("config", str(o.config) if o.config else None)
+        study.set_user_attr("config", cfg.name if isinstance(o.config, RunConfig) else
+                            str(o.config) if o.config else None)
+        study.set_user_attr("method", method.name)
         study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     elif _base_trial_lost(study):
         if o.progress:
             _LOG.info("the study's base trial did not complete (it failed or was pruned): enqueued it again")
         study.enqueue_trial(space.base_params(), user_attrs={"base": True})
-    ctx = TrialContext(cfg=cfg, space=space, base=base, study_dir=study_dir, objective=objective_key,
-                       max_acc_drop=max_drop, lut=lut, lut_path=lut_path, costs=o.costs, device=device, seed=o.seed,
-                       progress=o.progress, importance=None if dp is None else dp.importance,
-                       variants=None if dp is None else dp.variants,
-                       confirm=confirm_part, _task=task)
+    ctx = StudyContext(method=method, space=space, study_dir=study_dir, objective=objective_key,
+                       max_acc_drop=max_drop, device=device, confirm=confirm_part,
+                       trial=TrialContext(cfg=cfg, base_checkpoint=base.checkpoint, task=task, lut=lut,
+                                          lut_path=lut_path, seed=o.seed, progress=o.progress))
     if o.progress:
         c = _counts(study)
-        _LOG.info(f"study {name!r} at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "
-                  f"{c[TrialState.RUNNING]} running, {c[TrialState.FAIL]} failed; sampler {sampler_name}, "
-                  f"objective {objective_key}")
+        _LOG.info(f"study {name!r} ({method.name}) at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "
+                  f"{c[TrialState.RUNNING]} running, {c[TrialState.FAIL]} failed; sampler "
+                  f"{getattr(study.sampler, 'name', type(study.sampler).__name__)}, objective {objective_key}")
     procs = []
     if o.workers > 1:   # the tables, the study and its base trial exist: the workers load them
         procs = start(run_search, worker_options(
-            o, study=stem, storage=url, trials=trials, sampler=sampler_name, max_acc_drop=max_drop,
-            base=base.checkpoint, lut=lut_path, threads=threads, timeout=o.timeout), o.workers - 1)
+            o, config=cfg, study=name, study_dir=study_dir, storage=url, trials=trials, sampler=sampler_name,
+            max_acc_drop=max_drop, base=base.checkpoint, lut=lut_path, threads=threads, timeout=o.timeout),
+            o.workers - 1)
         _LOG.debug(f"started {len(procs)} local worker(s), pids {[p.pid for p in procs]}, {threads} torch thread(s) each")
     ok = False
     try:
@@ -399,7 +332,7 @@ def _show_front(name: str, *, storage: str | None, runs_dir: str | Path, out: st
 
 
 def _companion(name: str, *, storage: str | None, runs_dir: str | Path) -> optuna.Study | None:
-    """The DP's study of ``name``, when it exists."""
+    """The DP's study of ``name`` (``latopt plan``'s), when it exists."""
     dp_name = dp_study_name(name)
     url = storage or default_storage_url(Path(runs_dir) / dp_name / "search")
     db = sqlite_file(url)

@@ -1,8 +1,6 @@
-"""One search trial: pre-fold → fold → post-fold through :func:`latopt.layerfold.run_fold`, then the objectives.
-
-A trial of the DP's study (``importance`` set in the context) applies the DP's plan at the trial's budget
-instead (:func:`latopt.dp.run_dp`, the importance losses computed once per worker); both record the same
-attributes.
+"""One search trial, whatever the method: the method makes a candidate (:meth:`latopt.methods.Method.candidate`:
+Layer Folding's fold at the sampled λ_c, τ, p; the DP's plan at the sampled budget), then the search evaluates it:
+its objectives, the attributes every study records, its confirmation counts.
 
 A trial trains and is judged on the *selection* part of the validation split (the context's task holds it as
 ``val``); after training, its network and the base model are evaluated once on the *confirmation* part
@@ -32,19 +30,17 @@ from filelock import FileLock
 
 from latopt.accel import resolve
 from latopt.artifacts import json_plain, make_dirs, write_json_atomic
-from latopt.checkpoint import load_checkpoint
 from latopt.data import load_task, make_loaders
-from latopt.dp import candidates, run_dp, variant_losses
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
 from latopt.fold import AlphaActivation, as_shipped
 from latopt.latency.lut import predict
 from latopt.latency.profiler import measure_networks
-from latopt.layerfold import FoldResult, check_base, run_fold
+from latopt.layerfold import check_base
 from latopt.layerfold.record import FoldReport
 from latopt.log import get_logger
+from latopt.methods import Method, Space, TrialContext
 from latopt.search._confirm import correct, paired_counts
-from latopt.search._space import BudgetSpace, SearchSpace
 from latopt.train import BASE_CHECKPOINT, read_metrics, train_base
 
 TRIAL_SCHEMA = "latopt.search-trial/1"
@@ -102,46 +98,24 @@ def count_nonlinear(model: Any) -> int:
 
 
 @dataclass
-class TrialContext:
-    """Everything a trial needs; built once per worker process."""
+class StudyContext:
+    """What the search's objective needs besides the method: the method and the trial context every method sees
+    (:class:`latopt.methods.TrialContext`), the study's directory and space, the objective, the constraint, the
+    device for ``--measure`` and the confirmation part of the validation split; built once per worker process."""
 
-    cfg: Any
-    space: SearchSpace | BudgetSpace
-    base: BaseModel
+    method: Method
+    trial: TrialContext
+    space: Space
     study_dir: Path
     objective: str                    # "latency" | "latency-measured" | "depth"
     max_acc_drop: float
-    lut: Any = None                   # latopt.latency.lut.LUT (objective / c_l) or None
-    lut_path: Path | None = None
-    costs: str = "lut"                # "lut": c_l from the LUT; "uniform": c_l = 1 (paper default)
     device: Any = None                # DeviceProfile for --measure
-    seed: int = 0
-    progress: bool = True
-    importance: str | None = None     # the DP's study: how (block, variant) is scored; None: Layer Folding's
-    variants: tuple[str, ...] | None = None   # the DP's study: the variants blocks may take (None: the LUT's)
     confirm: Any = None               # the confirmation part of the validation split (None: not confirmed)
-    _task: Any = field(default=None, repr=False)   # its val: the selection part when ``confirm`` is set
     _confirm_base: Any = field(default=None, repr=False)
-    _base_model: Any = field(default=None, repr=False)
-    _losses: Any = field(default=None, repr=False)
 
-    def task(self) -> Any:
-        if self._task is None:
-            self._task = load_task(self.cfg)
-        return self._task
-
-    def base_model(self) -> Any:
-        if self._base_model is None:
-            self._base_model, _, _ = load_checkpoint(self.base.checkpoint, expect_model=self.cfg.model.name)
-            self._base_model.eval()
-        return self._base_model
-
-    def losses(self) -> dict[int, dict[str, float]]:
-        """The DP's importance losses of the base model, computed once (every budget reuses them)."""
-        if self._losses is None:
-            self._losses = variant_losses(self.cfg, self.base_model(), self.task(), candidates(self.lut, self.variants),
-                                          method=str(self.importance), seed=self.seed, progress=False)
-        return self._losses
+    @property
+    def cfg(self) -> Any:
+        return self.trial.cfg
 
     def confirmation(self, model: Any) -> dict[str, Any]:
         """``model``'s paired counts against the base model's on the confirmation part (the base's per-image
@@ -150,7 +124,7 @@ class TrialContext:
             return {}
         accel, batch = resolve(self.cfg), int(self.cfg.data.batch_size)
         if self._confirm_base is None:
-            self._confirm_base = correct(self.base_model(), self.confirm, accel, batch)
+            self._confirm_base = correct(self.trial.base_model(), self.confirm, accel, batch)
         ok = self._confirm_base if model is None else correct(model, self.confirm, accel, batch)
         return paired_counts(self._confirm_base, ok)
 
@@ -167,17 +141,18 @@ def _predict(lut: Any, plan: dict[int, str]) -> float | None:
     return float(predict(lut, plan))
 
 
-def evaluate_base(ctx: TrialContext, trial_dir: Path) -> dict[str, Any]:
+def evaluate_base(ctx: StudyContext, trial_dir: Path) -> dict[str, Any]:
     """The base operating point: its validation accuracy, as-is latency and non-linear layer count."""
 
-    model = ctx.base_model()
+    t = ctx.trial
+    model = t.base_model()
     accel = resolve(ctx.cfg)  # the trials' training device (train.device)
     on_device = accel.prepare(copy.deepcopy(model))
-    _, val, test = make_loaders(ctx.task(), int(ctx.cfg.data.batch_size), ctx.seed, accel=accel)
+    _, val, test = make_loaders(t.task, int(ctx.cfg.data.batch_size), t.seed, accel=accel)
     acc = float(evaluate(on_device, val, accel))
     rec: dict[str, Any] = {"val_acc": acc, "base_acc": acc, "test_acc": float(evaluate(on_device, test, accel)),
-                           "fold_set": {}, "checkpoint": str(ctx.base.checkpoint),
-                           "latency_ms": _predict(ctx.lut, {}), "nonlinear_layers": count_nonlinear(model),
+                           "fold_set": {}, "checkpoint": str(t.base_checkpoint),
+                           "latency_ms": _predict(t.lut, {}), "nonlinear_layers": count_nonlinear(model),
                            **ctx.confirmation(None)}
     if ctx.objective == "latency-measured":
         rec.update(_measure(ctx, None))
@@ -186,27 +161,11 @@ def evaluate_base(ctx: TrialContext, trial_dir: Path) -> dict[str, Any]:
     return rec
 
 
-def evaluate_fold(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
-    """One candidate: ``run_fold`` on the config with the sampled hyper-parameters and the trial's LUT (c_l;
-    none with uniform costs); it writes ``trial_dir`` atomically."""
-    lut = ctx.lut_path if (ctx.costs == "lut" and ctx.lut_path is not None) else None
-    cfg = ctx.cfg.with_overrides({f"fold.{k}": params[k] for k in ("lambda_c", "tau", "p", "granularity")})
-    cfg = cfg.model_copy(update={"lut": None if lut is None else str(lut)})   # None is no override: set it
-    result = run_fold(cfg, ctx.base.checkpoint, trial_dir, progress=False, seed=ctx.seed, task=ctx.task())
-    return _candidate(ctx, result, trial_dir)
-
-
-def evaluate_plan(ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
-    """One candidate of the DP's study: the DP's plan at the trial's budget, folded and fine-tuned
-    (``run_dp`` writes ``trial_dir`` as a fold)."""
-    assert ctx.lut_path is not None  # the DP's study needs its LUT (resolve_lut, required)
-    result = run_dp(ctx.cfg, ctx.base.checkpoint, trial_dir, lut=ctx.lut_path, budget=params["budget"],
-                    losses=ctx.losses(), variants=ctx.variants, seed=ctx.seed, progress=False, task=ctx.task())
-    return {**_candidate(ctx, result, trial_dir), "predicted_ratio": result.report.selection.ratio}
-
-
-def _candidate(ctx: TrialContext, result: FoldResult[Any], trial_dir: Path) -> dict[str, Any]:
-    """The record of a folded candidate from its fold (the network in memory, not reloaded from its file)."""
+def evaluate_candidate(ctx: StudyContext, params: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
+    """One candidate made by the study's method (:meth:`latopt.methods.Method.candidate`), evaluated: the record of
+    its fold (the network in memory, not reloaded from its file) and what the method adds."""
+    made = ctx.method.candidate(ctx.trial, params, trial_dir)
+    result = made.fold
     report: FoldReport = result.report
     plan = report.plan
     assert report.checkpoint is not None  # write_fold_outputs names it
@@ -214,19 +173,17 @@ def _candidate(ctx: TrialContext, result: FoldResult[Any], trial_dir: Path) -> d
         "val_acc": report.val_acc_finetuned, "base_acc": report.val.base, "test_acc": report.acc.finetuned,
         "fold_set": {str(k): v for k, v in sorted(plan.items())},
         "checkpoint": str(Path(report.checkpoint).resolve()), "report": str((trial_dir / "report.json").resolve()),
-        "latency_ms": _predict(ctx.lut, plan), "nonlinear_layers": count_nonlinear(result.model),
-        "flops": report.flops.folded, **ctx.confirmation(result.model),
+        "latency_ms": _predict(ctx.trial.lut, plan), "nonlinear_layers": count_nonlinear(result.model),
+        "flops": report.flops.folded, **ctx.confirmation(result.model), **made.attrs,
     }
     if ctx.objective == "latency-measured":
         rec.update(_measure(ctx, result.model))
     return rec
 
 
-def _measure(ctx: TrialContext, folded: Any) -> dict[str, Any]:
+def _measure(ctx: StudyContext, folded: Any) -> dict[str, Any]:
     """End-to-end timing on the device, base and candidate interleaved in one run (ratio comparable)."""
-
-
-    nets = {"base": ctx.base_model()}
+    nets = {"base": ctx.trial.base_model()}
     if folded is not None:
         nets["candidate"] = as_shipped(folded, input_size=ctx.input_shape()[-2:])[0]
     stats = measure_networks(nets, ctx.device, ctx.input_shape())
@@ -249,15 +206,14 @@ def record(trial: optuna.Trial, rec: dict[str, Any]) -> None:
 _METRIC_KEY = {"latency": "latency_ms", "latency-measured": "measured_ratio", "depth": "nonlinear_layers"}
 
 
-def objective(ctx: TrialContext, trial: optuna.Trial) -> tuple[float, float]:
+def objective(ctx: StudyContext, trial: optuna.Trial) -> tuple[float, float]:
     """The Optuna objective: (validation accuracy ↑, latency or depth ↓); sets the trial's user attributes."""
     t0 = time.perf_counter()
     params = ctx.space.suggest(trial)
     is_base = bool(trial.user_attrs.get("base"))
     trial_dir = ctx.study_dir / f"trial-{trial.number}"
     trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-    evaluate = evaluate_fold if ctx.importance is None else evaluate_plan
-    rec = evaluate_base(ctx, trial_dir) if is_base else evaluate(ctx, params, trial_dir)
+    rec = evaluate_base(ctx, trial_dir) if is_base else evaluate_candidate(ctx, params, trial_dir)
     metric = rec.get(_METRIC_KEY[ctx.objective])
     if metric is None or not math.isfinite(float(metric)):
         raise LatoptError(f"trial {trial.number}: objective {ctx.objective} has no value")
@@ -268,7 +224,7 @@ def objective(ctx: TrialContext, trial: optuna.Trial) -> tuple[float, float]:
     rec["granularity"] = params.get("granularity")
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     record(trial, rec)
-    if ctx.progress:
+    if ctx.trial.progress:
         what = "base model" if is_base else " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                                      for k, v in params.items())
         _LOG.info(f"trial {trial.number}: {what} → val acc {rec['val_acc']:.4f} (drop {drop:+.4f}), "

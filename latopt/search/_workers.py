@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from latopt import log
+from latopt.config import RunConfig
 from latopt.engine import seed_everything
 from latopt.errors import LatoptError, first_line, one_line, out_of_memory
 from latopt.search._options import SearchOptions
@@ -47,13 +48,15 @@ def default_threads(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
-def worker_options(o: SearchOptions, *, study: str, storage: str, trials: int, sampler: str, max_acc_drop: float,
-                   base: Path, lut: Path | None, timeout: float | None, threads: int | None) -> SearchOptions:
-    """The options of one extra worker: ``o`` with what this process resolved (the study's name as given,
-    i.e. the Layer Folding study's for the DP's study; the base is already trained), one worker, no summary."""
-    return dataclasses.replace(o, study=study, storage=storage, trials=trials, sampler=sampler,
-                               max_acc_drop=max_acc_drop, base=base, lut=lut, threads=threads, workers=1,
-                               summary=False, timeout=None if timeout is None else max(1.0, timeout))
+def worker_options(o: SearchOptions, *, config: RunConfig, study: str, study_dir: Path, storage: str, trials: int,
+                   sampler: str, max_acc_drop: float, base: Path, lut: Path | None, timeout: float | None,
+                   threads: int | None) -> SearchOptions:
+    """The options of one extra worker: ``o`` with what this process resolved (the config as read, overrides
+    applied; the study's name and directory; the base, already trained), one worker, no summary."""
+    return dataclasses.replace(o, config=config, overrides={}, study=study, study_dir=study_dir, storage=storage,
+                               trials=trials, sampler=sampler, max_acc_drop=max_acc_drop, base=base, lut=lut,
+                               threads=threads, workers=1, summary=False,
+                               timeout=None if timeout is None else max(1.0, timeout))
 
 
 def start(search: Callable[[SearchOptions], Any], o: SearchOptions, n: int) -> list[BaseProcess]:

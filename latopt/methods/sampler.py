@@ -1,4 +1,5 @@
-"""The search's samplers: Optuna's TPE, NSGA-II or random sampler, made afresh for every trial from the study's history."""
+"""The samplers a method explores its space with: Optuna's TPE, NSGA-II or random sampler, made afresh for every trial
+from the study's history (:class:`TrialSeeded`); the DP's grid is :class:`latopt.methods.dp.BudgetGrid`."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class TrialSeeded(optuna.samplers.BaseSampler):
     not propose the same candidates."""
 
     def __init__(self, name: str, seed: int, trials: int) -> None:
+        self.name = name
         self._make = functools.partial(make_sampler, name, trials=trials)
         self._seed = seed
         self._inner = self._make(seed=seed)

@@ -1,0 +1,90 @@
+"""Layer Folding as a method (``method: layerfold``, ``latopt search``): each trial samples λ_c (log scale), τ, p
+(and the α granularity when ``search.granularity`` lists both) from the config's ``search`` ranges and runs
+:func:`latopt.layerfold.run_fold` with them: pre-fold with σ_α and the compression loss, fold the blocks whose
+α ≥ τ, check, fine-tune.
+
+The ranges are validated by :class:`latopt.config.SearchConfig` (each ``[lo, hi]`` with lo <= hi; λ_c > 0,
+τ in (0, 1], p > 1; granularities known, at least one), so a bad range is one line before a study is touched.
+c_l is the LUT's (``costs="lut"``) or 1 for every block (``"uniform"``, the paper's default; or no LUT).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from latopt.config import SearchConfig, dump_config
+from latopt.latency.lut import LUT
+from latopt.layerfold import run_fold
+from latopt.methods.base import Candidate, Method, TrialContext, register
+from latopt.methods.sampler import TrialSeeded
+
+SEARCHED = ("lambda_c", "tau", "p", "granularity")   # the fold keys a trial sets (the config's values are unused)
+
+
+@dataclass(frozen=True)
+class FoldSpace:
+    """What one Layer Folding trial samples: the ranges of ``search``."""
+
+    search: SearchConfig = SearchConfig()
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        s = self.search
+        out: dict[str, Any] = {
+            "lambda_c": trial.suggest_float("lambda_c", *s.lambda_c, log=True),
+            "tau": trial.suggest_float("tau", *s.tau),
+            "p": trial.suggest_float("p", *s.p),
+        }
+        if len(s.granularity) > 1:
+            out["granularity"] = trial.suggest_categorical("granularity", list(s.granularity))
+        else:
+            out["granularity"] = s.granularity[0]
+        return out
+
+    def base_params(self) -> dict[str, Any]:
+        """The weakest push and the strictest threshold."""
+        s = self.search
+        params: dict[str, Any] = {"lambda_c": s.lambda_c[0], "tau": s.tau[1], "p": s.p[0]}
+        if len(s.granularity) > 1:
+            params["granularity"] = s.granularity[0]
+        return params
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.search
+        return {"lambda_c": list(s.lambda_c), "tau": list(s.tau), "p": list(s.p), "granularity": list(s.granularity)}
+
+    def sampler(self, seed: int, trials: int, name: str) -> optuna.samplers.BaseSampler:
+        return TrialSeeded(name, seed, trials)
+
+
+@register
+class LayerFold(Method):
+    name = "layerfold"
+    section = "fold"
+    does = "Layer Folding: Optuna trials over (λ_c, τ, p), accuracy vs LUT latency"
+
+    def space(self) -> FoldSpace:
+        return FoldSpace(self.cfg.search)
+
+    def default_trials(self) -> int:
+        return int(self.cfg.search.trials)
+
+    def identity(self, lut: LUT | None) -> dict[str, Any]:
+        return {"costs": self.costs if lut is not None else "uniform"}
+
+    def made_from(self) -> dict[str, Any]:
+        """The fold settings a trial does not sample, the sampled ranges and the sampler (dotted config keys)."""
+        sections = dump_config(self.cfg)
+        return {"method": self.name, "costs": self.costs,
+                **{f"fold.{k}": v for k, v in sections["fold"].items() if k not in SEARCHED},
+                **{f"search.{k}": sections["search"][k] for k in (*SEARCHED, "sampler")}}
+
+    def candidate(self, ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> Candidate:
+        """``run_fold`` with the sampled hyper-parameters and the LUT's c_l (none with uniform costs)."""
+        lut = ctx.lut_path if (self.costs == "lut" and ctx.lut_path is not None) else None
+        cfg = ctx.cfg.with_overrides({f"fold.{k}": params[k] for k in SEARCHED})
+        cfg = cfg.model_copy(update={"lut": None if lut is None else str(lut)})   # None is no override: set it
+        return Candidate(run_fold(cfg, ctx.base_checkpoint, trial_dir, progress=False, seed=ctx.seed, task=ctx.task))
