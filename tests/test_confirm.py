@@ -20,7 +20,15 @@ from latopt.errors import LatoptError
 from latopt.run.record import SearchPick
 from latopt.run.report import constraint_lines
 from latopt.search import format_table, front_summary, open_storage, open_study, recommend, recommendation
-from latopt.search._confirm import confirm, drop_bound, paired_counts, upper_pi
+from latopt.search._confirm import (
+    check_power,
+    confirm,
+    drop_bound,
+    floor,
+    images_for,
+    paired_counts,
+    upper_pi,
+)
 from latopt.search.record import Confirmation
 
 DISTS = {"lambda_c": FloatDistribution(0.05, 5.0, log=True)}
@@ -42,33 +50,65 @@ def test_the_binomial_bound_on_known_cases(d: int, level: float) -> None:
 
 def test_the_drop_bound_from_paired_counts() -> None:
     n = 179
-    assert drop_bound(0, 0, n) == 0.0                                # the same predictions: confirmed at 0
-    assert drop_bound(1, 0, n) == pytest.approx(1 / n)               # every disagreement lost: π_U = 1
-    assert drop_bound(3, 0, n) == pytest.approx(3 / n)
-    assert drop_bound(1, 1, n) == pytest.approx(2 / n * (2 * 0.95 ** 0.5 - 1))
-    assert drop_bound(0, 4, n) == pytest.approx(4 / n * (2 * (1 - 0.05 ** 0.25) - 1))
-    assert drop_bound(0, 5, n) == pytest.approx(5 / n * (2 * (1 - 0.05 ** 0.2) - 1))
-    assert drop_bound(0, 4, n) > 0 > drop_bound(0, 5, n)   # 4 images won and none lost: not yet surely better; 5: so
+    # two networks that agree everywhere: about 4/n, the least n images confirm (floor); never 0
+    assert drop_bound(0, 0, n) == floor(n) and 3.5 / n < floor(n) < 4.5 / n
+    assert floor(2500) < 0.002 < 0.02 < floor(180)
     # more losses, same disagreements: a larger bound; a lower level: a smaller one
-    assert [drop_bound(k, 6 - k, n) for k in range(7)] == sorted(drop_bound(k, 6 - k, n) for k in range(7))
+    bounds = [drop_bound(k, 6 - k, n) for k in range(7)]
+    assert bounds == sorted(bounds) and len(set(bounds)) == 7
     assert drop_bound(2, 2, n, 0.8) < drop_bound(2, 2, n, 0.95)
-    for lost, won in ((2, 1), (5, 5), (0, 3)):   # the bound is above the observed drop
+    for lost, won in ((2, 1), (5, 5), (0, 3), (3, 0), (40, 10)):   # the bound is above the observed drop
         assert drop_bound(lost, won, n) > (lost - won) / n
-    c = confirm(2, 0, 100, 0.02)
-    assert c.drop == pytest.approx(0.02) and c.bound == pytest.approx(0.02) and c.passed
-    assert not confirm(3, 0, 100, 0.02).passed
+    assert drop_bound(n, 0, n) == 1.0
+    # many images won and none lost: surely better
+    assert drop_bound(0, 40, n) < 0
+    c = confirm(0, 0, 2500, 0.01)
+    assert c.drop == 0 and c.bound == pytest.approx(floor(2500)) and c.passed
+    assert not confirm(0, 0, 180, 0.01).passed        # 180 images cannot confirm 1 point, whatever the network
     with pytest.raises(ValueError):
         drop_bound(60, 50, 100)
 
 
-@pytest.mark.parametrize("d", [1, 3, 8, 20])
-def test_the_bound_covers_the_conditional_drop_at_its_level(d: int) -> None:
-    """Exact, not sampled: given d disagreements, P(bound >= d/n·(2π − 1)) >= level for every π."""
-    n, level = 150, 0.95
-    bounds = np.array([drop_bound(k, d - k, n, level) for k in range(d + 1)])
-    for pi in np.linspace(0.0, 1.0, 101):
-        truth = d / n * (2 * pi - 1)
-        assert binom.pmf(np.arange(d + 1), d, pi)[bounds >= truth - 1e-12].sum() >= level - 1e-9
+def _coverage(n: int, p_lost: float, p_won: float, level: float = 0.95) -> float:
+    """Exact: P(bound >= p_lost − p_won) over every (lost, won) of n images with mass above 1e-12, by duality the
+    chance that the test of "drop >= the true drop" does not reject."""
+    from scipy.stats import beta as beta_dist
+
+    from latopt.search._confirm import GAMMA_SHARE, _p_value
+
+    alpha, delta, pi = 1 - level, p_lost - p_won, p_lost + p_won
+    gamma = GAMMA_SHARE * alpha
+    covered = 0.0
+    pd = binom.pmf(np.arange(n + 1), n, pi)
+    for d in np.flatnonzero(pd > 1e-12):
+        pi_hi = 1.0 if d == n else float(beta_dist.ppf(1 - gamma, d + 1, n - d))
+        pl = binom.pmf(np.arange(d + 1), d, p_lost / pi if pi > 0 else 0.0)
+        for lost in np.flatnonzero(pl * pd[d] > 1e-12):
+            if _p_value(2 * int(lost) - int(d), n, delta, pi_hi, gamma) > alpha:
+                covered += pd[d] * pl[lost]
+    return covered
+
+
+@pytest.mark.parametrize(("n", "p_lost", "p_won"), [
+    # one-sided: the candidate only loses images (the conditional McNemar bound covered ~half the time here)
+    (180, 0.005, 0.0), (180, 0.01, 0.0), (180, 0.02, 0.0), (180, 0.05, 0.0), (60, 0.03, 0.0),
+    # both ways, a small and a large disagreement rate
+    (180, 0.02, 0.01), (180, 0.03, 0.02), (80, 0.12, 0.08), (60, 0.1, 0.05),
+    # no drop at all, and a better candidate
+    (180, 0.01, 0.01), (180, 0.0, 0.02), (400, 0.004, 0.0)])
+def test_the_bound_covers_the_drop_at_its_level_in_every_regime(n: int, p_lost: float, p_won: float) -> None:
+    """Exact enumeration of the multinomial (lost, won, agree): P(bound >= true drop) >= the level."""
+    assert _coverage(n, p_lost, p_won) >= 0.95 - 1e-9
+
+
+def test_the_power_check_says_what_would_confirm() -> None:
+    check_power(2500, 0.01)                        # 2500 images can confirm a 1-point drop
+    with pytest.raises(LatoptError) as e:          # 180 cannot, even for a network that changes nothing
+        check_power(180, 0.01)
+    msg = str(e.value)
+    assert "180 images" in msg and f"search.max_acc_drop >= {floor(180):.4f}" in msg and "\n" not in msg
+    assert f"{images_for(0.01)} confirmation images" in msg and e.value.param == "max_acc_drop"
+    assert floor(images_for(0.01)) <= 0.01 < floor(images_for(0.01) - 1)
 
 
 def test_paired_counts() -> None:
@@ -116,43 +156,50 @@ def _study(tmp_path, max_drop: float = 0.02, split: dict | None = SPLIT) -> optu
 
 
 def _add(st: optuna.Study, acc: float, ms: float, lost: int | None, won: int = 0, *, base: bool = False,
-         base_acc: float = 0.90, max_drop: float = 0.02) -> None:
+         base_acc: float = 0.90, max_drop: float = 0.02, n: int = 2000) -> None:
     attrs = {"base": base, "val_acc": acc, "fold_set": {}, "checkpoint": f"/x/{ms}.pt"}
     if lost is not None:
-        attrs |= {"confirm_n": 100, "confirm_lost": lost, "confirm_won": won}
+        attrs |= {"confirm_n": n, "confirm_lost": lost, "confirm_won": won}
     drop = 0.0 if base else base_acc - acc
     st.add_trial(optuna.create_trial(values=[acc, ms], params={"lambda_c": 0.5}, distributions=DISTS,
                                      user_attrs=attrs, system_attrs={"constraints:acc_drop": drop - max_drop}))
 
 
-def test_the_fastest_trial_not_confirmed_falls_back_to_the_next_fastest_that_is(tmp_path) -> None:
+def test_candidates_are_confirmed_in_a_fixed_sequence_from_the_slowest(tmp_path) -> None:
     st = _study(tmp_path)
     _add(st, 0.90, 10.0, 0, base=True)   # 0 base
-    _add(st, 0.89, 8.0, 1, 1)            # 1 confirmed (bound 2/100·(2·0.9747−1) = 1.9 %)
-    _add(st, 0.895, 6.0, 4, 0)           # 2 within on selection, 4 lost of 100 on confirmation: not confirmed
-    _add(st, 0.85, 4.0, 0, 0)            # 3 fastest, over the constraint on selection: never tried
+    _add(st, 0.89, 8.0, 2, 2)            # 1 confirmed: 4 of 2000 images changed, both ways
+    _add(st, 0.895, 6.0, 60, 0)          # 2 within on selection, 60 lost of 2000 on confirmation: not confirmed
+    _add(st, 0.895, 5.0, 0, 0)           # 3 would be confirmed, but the sequence stopped at 2: not tested
+    _add(st, 0.85, 4.0, 0, 0)            # 4 fastest, over the constraint on selection: never in the sequence
     rec = recommendation(st)
     assert rec.trial == 1 and recommend(st).number == 1
-    assert [r.trial for r in rec.rejected] == [2] and rec.rejected[0].bound == pytest.approx(0.04)
-    assert rec.confirm is not None and rec.confirm.bound == pytest.approx(drop_bound(1, 1, 100)) and rec.note is None
+    assert [r.trial for r in rec.rejected] == [2, 3]
+    assert rec.rejected[0].bound == pytest.approx(drop_bound(60, 0, 2000)) and rec.rejected[0].bound > 0.02
+    assert rec.rejected[1].confirmation is None and rec.rejected[1].why == "not tested: the sequence stopped at trial 2"
+    assert rec.confirm is not None and rec.confirm.bound == pytest.approx(drop_bound(2, 2, 2000)) and rec.note is None
     s = front_summary(st)
     assert s.recommended == 1
     rows = {r.trial: r for r in s.rows}
-    assert rows[2].confirmed is False and rows[1].confirmed is True and rows[2].confirm_drop == 0.04
+    assert rows[2].confirmed is False and rows[1].confirmed is True and rows[2].confirm_drop == 0.03
     table = format_table(s)
-    assert "trial 2 not confirmed: confirmed drop +4.00% (4 lost, 0 won of 100), bound +4.00% > 2.00%" in table
+    assert (f"trial 2 not confirmed: confirmed drop +3.00% (60 lost, 0 won of 2000), bound "
+            f"+{100 * drop_bound(60, 0, 2000):.2f}% > 2.00%") in table
+    assert "trial 3: not tested: the sequence stopped at trial 2" in table
     assert "recommended trial 1: confirmed drop +0.00%" in table
-    # a looser constraint confirms trial 2 (3 is still too far below the base on the selection part at 0.04)
-    assert recommend(st, max_acc_drop=0.04).number == 2
+    # a looser constraint confirms trial 2, and the sequence goes on to 3; 4 is still too far below the base on
+    # the selection part at 0.04
+    assert recommend(st, max_acc_drop=0.04).number == 3
 
 
 def test_no_folded_trial_confirmed_recommends_the_base_and_says_so(tmp_path) -> None:
     st = _study(tmp_path)
     _add(st, 0.90, 10.0, 0, base=True)
-    _add(st, 0.89, 8.0, 3, 0)
-    _add(st, 0.895, 6.0, 5, 2)
+    _add(st, 0.89, 8.0, 30, 0)
+    _add(st, 0.895, 6.0, 50, 20)
     rec = recommendation(st)
-    assert rec.trial == 0 and [r.trial for r in rec.rejected] == [2, 1]
+    assert rec.trial == 0 and [r.trial for r in rec.rejected] == [1, 2]   # 1 failed first: 2 was not tested
+    assert rec.rejected[1].why == "not tested: the sequence stopped at trial 1"
     assert rec.note is not None and "no folded trial within the accuracy constraint was confirmed" in rec.note
     assert rec.note in format_table(front_summary(st))
 
@@ -190,16 +237,18 @@ def test_resuming_a_study_made_before_the_split_is_refused_in_one_line(tmp_path)
 
 # the run's summary -------------------------------------------------------------------------------------------
 def test_the_summary_prints_the_constraint_the_confirmed_drop_and_the_test_drop() -> None:
-    c = confirm(1, 0, 179, 0.01)
+    c = confirm(1, 0, 179, 0.05)
     srch = SearchPick.model_validate(
         {"trial": 2, "checkpoint": "t.pt", "max_acc_drop": 0.01, "confirm_split": {**SPLIT, "seed": 3}, "confirm": c,
-         "rejected": [{"trial": 5, **confirm(4, 1, 179, 0.01).model_dump()}, {"trial": 4, "why": "no confirmation counts"}]})
+         "rejected": [{"trial": 5, **confirm(4, 1, 179, 0.01).model_dump()}, {"trial": 4, "why": "no confirmation counts"},
+                      {"trial": 6, "why": "not tested: the sequence stopped at trial 5"}]})
     lines = constraint_lines(srch, 0.9889, 0.9667)
     text = "\n".join(lines)
     assert "constraint      accuracy drop ≤ 1.00 pt" in lines[0]
     assert f"confirmed drop  +{100 / 179:.2f} pt on 179 held-out validation images (1 lost, 0 won), " \
-           f"≤ +{100 / 179:.2f} pt at 95% one-sided" in text and "seed 3" in text
-    assert "not confirmed   trial 5 (drop +1.68 pt" in text
+           f"≤ +{100 * c.bound:.2f} pt at 95% one-sided" in text and "seed 3" in text
+    assert "not confirmed   trial 5 (drop +1.68 pt" in text and "trial 4 (no confirmation counts)" in text
+    assert text.count("faster, not tested: trial 6") == 1
     assert "test drop       +2.22 pt (98.89% → 96.67%): over the constraint by 1.22 pt" in text
     assert "within the constraint" in constraint_lines(srch, 0.9889, 0.9861)[-1]
     base = srch.model_copy(update={"confirm": Confirmation.of_base(), "rejected": []})

@@ -34,7 +34,7 @@ def _add(study: optuna.Study, acc: float, ms: float, *, base: bool = False, base
     """A COMPLETE trial; its predictions on the confirmation part are the base's (confirmed at any constraint:
     the confirmation itself is tests/test_confirm.py's)."""
     if "confirm" not in study.user_attrs:   # a study with a confirmation part (latopt.search._confirm)
-        study.set_user_attr("confirm", {"n_selection": 100, "n_confirmation": 100, "seed": 0, "level": 0.95,
+        study.set_user_attr("confirm", {"n_selection": 5000, "n_confirmation": 5000, "seed": 0, "level": 0.95,
                                         "method": "exact McNemar"})
     drop = 0.0 if base else base_acc - acc
     params, dists = ({"lambda_c": 0.5, "tau": 0.9, "p": 2.0}, DISTS) if budget is None else \
@@ -42,7 +42,7 @@ def _add(study: optuna.Study, acc: float, ms: float, *, base: bool = False, base
     study.add_trial(optuna.create_trial(
         values=[acc, ms], params=params, distributions=dists,
         user_attrs={"base": base, "val_acc": acc, "fold_set": {str(i): "full" for i in range(folded)},
-                    "checkpoint": f"/x/{acc}.pt", "confirm_n": 100, "confirm_lost": 0, "confirm_won": 0},
+                    "checkpoint": f"/x/{acc}.pt", "confirm_n": 5000, "confirm_lost": 0, "confirm_won": 0},
         system_attrs={"constraints:acc_drop": drop - max_drop}))
 
 

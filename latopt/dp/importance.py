@@ -36,6 +36,7 @@ Public API::
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any
@@ -53,7 +54,7 @@ from latopt.errors import LatoptError
 from latopt.fold import linearize
 from latopt.latency.lut import LUT
 from latopt.layerfold import fold_plan_and_finetune
-from latopt.log import get_logger
+from latopt.log import get_logger, time_left
 from latopt.losses import TrainingLoss, training_loss
 from latopt.variants import VARIANTS
 
@@ -136,20 +137,27 @@ def variant_losses(cfg: Any, model: nn.Module | None, task: Task | None, cands: 
             return val_loss(net, val_loader)[0]
 
         base = score(copy.deepcopy(model))
+        took: list[float] = []
         for n, (b, v) in enumerate(todo):
+            t0 = time.perf_counter()
             out[b][v] = max(floor, score(linearize(model, {b: v})) - base)
+            took.append(time.perf_counter() - t0)
             if progress:
-                _LOG.info(f"importance (proxy) {n + 1}/{len(todo)}: block {b} {v}: loss +{out[b][v]:.4f} nats")
+                _LOG.info(f"importance (proxy) {n + 1}/{len(todo)}: block {b} {v}: loss +{out[b][v]:.4f} nats; "
+                          f"about {time_left(took, len(todo) - n - 1)} left")
         return out
     base_acc = evaluate(model, val_loader)
     one = cfg.with_overrides({"fold.post_epochs": int(epochs)})
     accel = resolve(one)
     loss = loss if loss is not None else training_loss(one, model, accel=accel)
+    took = []
     for n, (b, v) in enumerate(todo):
+        t0 = time.perf_counter()
         _, info = fold_plan_and_finetune(one, model, {b: v}, task, mode="exact", progress=False, loss=loss,
                                          seed=seed, accel=accel)
         out[b][v] = max(floor, base_acc - info.val["finetuned"])
+        took.append(time.perf_counter() - t0)
         if progress:
             _LOG.info(f"importance (finetune) {n + 1}/{len(todo)}: block {b} {v}: val acc "
-                      f"{info.val['finetuned']:.4f} (base {base_acc:.4f})")
+                      f"{info.val['finetuned']:.4f} (base {base_acc:.4f}); about {time_left(took, len(todo) - n - 1)} left")
     return out

@@ -114,7 +114,7 @@ class DP(Method):
         if self._losses is None:
             assert ctx.lut is not None   # check() refused a study without one
             self._losses = variant_losses(self.cfg, ctx.base_model(), ctx.task, candidates(ctx.lut, self.cfg.dp.variants),
-                                          method=self.cfg.dp.importance, seed=ctx.seed, progress=False)
+                                          method=self.cfg.dp.importance, seed=ctx.seed, progress=ctx.progress)
         return self._losses
 
     def candidate(self, ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> Candidate:

@@ -114,11 +114,14 @@ def constraint_lines(srch: SearchPick, acc_before: float | None, acc_after: floa
         else:
             lines.append(f"  confirmed drop  {_pt(c.drop, sign=True)} on {c.n} held-out validation images "
                          f"({c.lost} lost, {c.won} won), ≤ {_pt(c.bound, sign=True)} at {c.level:.0%} "
-                         f"one-sided (exact McNemar bound; seed {split.seed})")
+                         f"one-sided (exact unconditional bound, candidates in a fixed sequence; seed {split.seed})")
     rejected = [(r.trial, c) for r in srch.rejected if (c := r.confirmation) is not None]
-    if rejected:
-        lines.append("  not confirmed   " + "; ".join(f"trial {t} (drop {_pt(c.drop, sign=True)}, bound "
-                                                      f"{_pt(c.bound, sign=True)})" for t, c in rejected))
+    untested = [r.trial for r in srch.rejected if r.confirmation is None and (r.why or "").startswith("not tested")]
+    counted = [f"trial {r.trial} ({r.why})" for r in srch.rejected if r.confirmation is None and r.trial not in untested]
+    if rejected or counted:
+        lines.append("  not confirmed   " + "; ".join([*(f"trial {t} (drop {_pt(c.drop, sign=True)}, bound "
+                                                        f"{_pt(c.bound, sign=True)})" for t, c in rejected), *counted])
+                     + (f"; faster, not tested: {', '.join(f'trial {t}' for t in untested)}" if untested else ""))
     if acc_before is not None and acc_after is not None:
         drop = acc_before - acc_after
         verdict = "within the constraint" if drop <= m + 1e-12 else f"over the constraint by {_pt(drop - m)}"

@@ -27,8 +27,9 @@ recorded in the study's ``confirm`` attribute): the trials train, pick their bes
 *selection* part (half); the *confirmation* part is evaluated once per trial (attributes ``confirm_n``,
 ``confirm_lost``, ``confirm_won``, ``confirm_acc``, ``confirm_base_acc``) and read only by the recommendation:
 the fastest trial within the constraint on the selection part whose drop is also confirmed on the held-out
-part, by a one-sided exact McNemar bound at 95 % (:mod:`latopt.search._confirm`); the next-fastest when it is
-not (``recommendation(study)`` lists the rejected ones); the base model when no folded trial is confirmed.
+part, by a one-sided exact unconditional bound at 95 %, the trials confirmed in a fixed sequence from the slowest
+(:mod:`latopt.search._confirm`; ``recommendation(study)`` lists those not confirmed or not tested); the base model
+when no folded trial is confirmed.
 
 Objectives: (validation accuracy ↑, LUT-predicted latency in ms ↓); ``objective="depth"``: remaining
 non-linear layers ↓; ``measure=True``: measured end-to-end latency relative to the base model timed in the

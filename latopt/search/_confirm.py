@@ -14,37 +14,48 @@ on those images, so the confirmed drop errs high (on the safe side).
 A trial's confirmation record is paired: over the ``n`` confirmation images, ``lost`` is how many the base
 model classifies right and the trial wrong, ``won`` the reverse. The confirmed drop is ``(lost − won) / n``.
 
-**The bound (a decision).** :func:`drop_bound` is an exact one-sided upper bound on the drop conditional on
-the number of discordant images ``d = lost + won`` (the exact McNemar construction): given ``d``, ``lost`` is
-Binomial(d, π), π the chance that a disagreement goes against the trial; π's one-sided Clopper-Pearson upper
-bound π_U at ``level`` gives the bound ``d / n · (2 π_U − 1)``. Inverted, it is McNemar's exact test of
-"drop ≥ max_acc_drop" with the observed disagreement rate. Why this one: it is exact in the one unknown it
-bounds, needs two counts, and two networks that agree on every confirmation image get a bound of 0 (what a
-fold that changes no prediction deserves). What it does not bound: the chance that the two networks disagree
-is taken as observed (``d / n``), not bounded; an unconditional bound (Clopper-Pearson on ``lost``, Wilson,
-Newcombe) cannot go below about 3/n even when nothing changed — 1.7 points on quickstart's 180 confirmation
-images, more than the default 1-point constraint — so it would confirm no fold at that size. Whether the
-bound covers the test drop is measured by a benchmark, not assumed.
+**The bound (a decision).** :func:`drop_bound` is an exact *unconditional* one-sided upper confidence bound on the
+drop δ = p_L − p_W (p_L: the chance that an image is lost, p_W: won), the inversion of the test of "δ ≥ Δ" that
+rejects for small ``lost − won``. Its p-value is the largest tail probability P(L − W ≤ lost − won) over the
+nuisance parameter, the disagreement rate π = p_L + p_W, restricted to a one-sided Clopper-Pearson set for π at
+level 1 − γ, plus γ (Berger and Boos 1994; γ = :data:`GAMMA_SHARE` of α): valid whatever π is, one-sided
+disagreements (a candidate that only loses images) included, where the conditional exact McNemar bound (which
+took π as observed) covered only about half the time. ``tests/test_confirm.py`` checks the coverage by exact
+enumeration. Even two networks that agree on every image get a bound above 0, about 4/n (n = 180: 2.2 points):
+:func:`floor` is that bound, the least a confirmation part of n images can confirm
+(:func:`check_power` refuses a constraint below it before any training).
+
+**Several candidates (a decision).** The recommendation confirms candidates in a *fixed sequence*: those within
+the constraint on the selection part, from the slowest to the fastest (an order made without the confirmation
+images), each at the full level; the sequence stops at the first candidate not confirmed, and the fastest confirmed
+before it is recommended. The chance that any shipped candidate's drop exceeds its bound is then at most α, however
+many candidates there are (a fixed-sequence procedure controls the family-wise error at α).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 import numpy as np
 import torch
-from scipy.stats import beta
+from scipy.stats import beta, binom
 from torch.utils.data import DataLoader, Dataset
 
 from latopt.accel import Accel
 from latopt.data import collate
+from latopt.errors import LatoptError
 from latopt.search.record import Confirmation
 from latopt.torch_settings import strict_fp32
 
 CONFIRM_FRACTION = 0.5   # of the validation split: the confirmation part (the rest: the selection part)
 CONFIRM_LEVEL = 0.95     # one-sided confidence of drop_bound
-CONFIRM_METHOD = "exact McNemar (conditional Clopper-Pearson on the discordant images)"
+GAMMA_SHARE = 0.1        # of α: the Berger-Boos restriction of the disagreement rate
+CONFIRM_METHOD = ("exact unconditional bound on the paired drop (Berger-Boos, disagreement rate restricted at "
+                  "0.1 α); candidates in a fixed sequence, slowest first")
+_GRID = 48               # disagreement rates tried for the supremum, besides the ends of the set
+_TOL = 1e-6              # the bound's precision (a fraction of accuracy)
 
 
 def upper_pi(k: int, d: int, level: float) -> float:
@@ -56,14 +67,77 @@ def upper_pi(k: int, d: int, level: float) -> float:
     return float(beta.ppf(level, k + 1, d - k))
 
 
+def _tail(t: int, n: int, delta: float, pi: float) -> float:
+    """P(L − W <= t) when (L, W, rest) ~ Multinomial(n; p_L, p_W, 1 − π), p_L − p_W = ``delta``, p_L + p_W = ``pi``:
+    the number of disagreements D ~ Binomial(n, π), and given D = k, L ~ Binomial(k, p_L / π)."""
+    if pi <= 0.0:
+        return 1.0 if t >= 0 else 0.0
+    k = np.arange(n + 1)
+    q = min(1.0, max(0.0, (pi + delta) / (2.0 * pi)))
+    return float(np.sum(binom.pmf(k, n, min(pi, 1.0)) * binom.cdf(np.floor((t + k) / 2.0), k, q)))
+
+
+def _p_value(t: int, n: int, delta: float, pi_hi: float, gamma: float) -> float:
+    """The Berger-Boos p-value of "drop >= delta" at the observed ``t = lost − won``: γ plus the largest tail over
+    the disagreement rates π in [|delta|, pi_hi] (π below |delta| is impossible; an empty set gives γ)."""
+    lo = abs(delta)
+    if lo > pi_hi:
+        return gamma
+    pis = np.unique(np.concatenate([np.linspace(lo, pi_hi, _GRID), np.geomspace(max(lo, 1e-9), pi_hi, _GRID)
+                                    if pi_hi > 0 else [0.0], [lo, pi_hi]]))
+    return gamma + max(_tail(t, n, delta, float(p)) for p in pis)
+
+
+@functools.lru_cache(maxsize=4096)
 def drop_bound(lost: int, won: int, n: int, level: float = CONFIRM_LEVEL) -> float:
-    """One-sided upper bound at ``level`` on the accuracy drop (base − trial) from paired counts on ``n`` images:
-    ``d / n · (2 π_U − 1)`` with ``d = lost + won`` and π_U the Clopper-Pearson bound on ``lost`` of ``d`` (module
-    doc); 0 when the two agree on every image, negative when the trial is better beyond the bound."""
+    """One-sided upper bound at ``level`` on the accuracy drop (base − trial) from paired counts on ``n`` images: the
+    largest drop Δ that the exact unconditional test (module doc) does not reject; negative when the trial is
+    better beyond the bound."""
     if n <= 0 or lost < 0 or won < 0 or lost + won > n:
         raise ValueError(f"counts lost={lost}, won={won} do not fit {n} images")
-    d = lost + won
-    return 0.0 if d == 0 else d / n * (2 * upper_pi(lost, d, level) - 1)
+    alpha = 1.0 - level
+    gamma = GAMMA_SHARE * alpha
+    t, d = lost - won, lost + won
+    pi_hi = 1.0 if d == n else float(beta.ppf(1.0 - gamma, d + 1, n - d))   # Clopper-Pearson, one-sided
+    inside, outside = t / n, 1.0 + _TOL     # the observed drop is in the confidence set; above 1 nothing is
+    if _p_value(t, n, inside, pi_hi, gamma) <= alpha:   # (only when the disagreements are implausibly few)
+        return inside
+    while outside - inside > _TOL:
+        mid = (inside + outside) / 2.0
+        if _p_value(t, n, mid, pi_hi, gamma) > alpha:
+            inside = mid
+        else:
+            outside = mid
+    return min(1.0, inside)
+
+
+def floor(n: int, level: float = CONFIRM_LEVEL) -> float:
+    """The bound of a candidate that changes no prediction on ``n`` images: the least drop ``n`` images confirm."""
+    return drop_bound(0, 0, n, level)
+
+
+def images_for(max_acc_drop: float, level: float = CONFIRM_LEVEL) -> int:
+    """The fewest confirmation images whose :func:`floor` is within ``max_acc_drop``."""
+    n = max(1, int(3.0 / max(max_acc_drop, 1e-6)))
+    while floor(n, level) > max_acc_drop:
+        n = int(n * 1.1) + 1
+    lo, hi = n // 2, n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if floor(mid, level) > max_acc_drop else (lo, mid)
+    return hi
+
+
+def check_power(n: int, max_acc_drop: float, level: float = CONFIRM_LEVEL) -> None:
+    """One line, before any training, when ``n`` confirmation images cannot confirm ``max_acc_drop`` even for a
+    candidate that changes no prediction: what would (the constraint, or the images)."""
+    least = floor(n, level)
+    if least > max_acc_drop + 1e-12:
+        raise LatoptError(
+            f"the confirmation part has {n} images: even a network that changes no prediction gets a bound of "
+            f"{least:.2%} on its drop, above the constraint {max_acc_drop:.2%}, so nothing could be shipped; give "
+            f"search.max_acc_drop >= {least:.4f}, or a validation split with {images_for(max_acc_drop, level)} "
+            "confirmation images (half the validation split)", param="max_acc_drop")
 
 
 def confirm(lost: int, won: int, n: int, max_acc_drop: float, level: float = CONFIRM_LEVEL) -> Confirmation:

@@ -35,6 +35,12 @@ COLUMNS = ("trial", "val_acc", "metric", "acc_drop", "feasible", "confirm_drop",
            "recommended", "checkpoint")
 
 
+AXIS_LABELS = {"latency_ms": "LUT-predicted latency (ms), not measured",
+               "measured_ratio": "measured latency / the base's, timed in one interleaved run",
+               "nonlinear_layers": "non-linear layers left",
+               "val_acc": "validation accuracy (selection part)"}
+
+
 def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
@@ -88,15 +94,17 @@ def trial_confirmation(study: optuna.Study, t: FrozenTrial, max_acc_drop: float)
 
 def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Recommendation:
     """The fastest COMPLETE trial whose drop below the base model is within ``max_acc_drop`` on the selection part
-    of the validation split (the study's objective ``val_acc``) *and* confirmed on the confirmation part: the
-    one-sided bound of :mod:`latopt.search._confirm` at most ``max_acc_drop``. The trials within the constraint
-    are tried fastest first (ties: the more accurate, then the earlier); a trial whose bound is over is
-    rejected and the next one tried; the base trial (drop 0 by definition) ends the list.
+    of the validation split (the study's objective ``val_acc``) *and* confirmed on the confirmation part, in a fixed
+    sequence (:mod:`latopt.search._confirm`): the trials within the constraint are confirmed from the slowest to the
+    fastest (ties: the more accurate, then the earlier), each by the one-sided bound at the study's level; the
+    sequence stops at the first trial whose bound is over ``max_acc_drop`` (the faster ones are not tested), and the
+    last trial confirmed before it is recommended; the base model when none is (drop 0 by definition).
 
     Returns a :class:`~latopt.search.record.Recommendation`: the trial's number (None: none, ``note`` says why),
-    its confirmation, the faster trials rejected, the constraint, and a note when no folded trial was confirmed.
-    ``max_acc_drop`` defaults to the value the study was created with. A study made before the split (no
-    ``confirm`` attribute) has no recommendation: the note says so."""
+    its confirmation, the faster trials not recommended (the one that stopped the sequence, and those after it),
+    the constraint, and a note when no folded trial was confirmed. ``max_acc_drop`` defaults to the value the study
+    was created with. A study made before the split (no ``confirm`` attribute) has no recommendation: the note
+    says so."""
     if max_acc_drop is None:
         max_acc_drop = study.user_attrs.get("max_acc_drop")
     if max_acc_drop is None:
@@ -106,24 +114,32 @@ def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Re
         return Recommendation(max_acc_drop=m, note="no recommendation: the study was made before latopt held out "
                               "part of the validation split to confirm it; rerun the search into a new study")
     base_acc = base_accuracy(study)
-    if base_acc is None:
+    base = base_trial(study)
+    if base_acc is None or base is None:
         return Recommendation(max_acc_drop=m, note="no recommendation: the base trial has not completed yet")
-    ok = [t for t in complete_trials(study) if base_acc - t.values[0] <= m + _EPS]
+    within = [t for t in complete_trials(study) if base_acc - t.values[0] <= m + _EPS and not t.user_attrs.get("base")]
+    sequence = sorted(within, key=lambda t: (-t.values[1], -t.values[0], t.number))   # slowest first
+    confirmed: list[tuple[FrozenTrial, Confirmation]] = []
     rejected: list[Rejected] = []
-    for t in sorted(ok, key=lambda t: (t.values[1], -t.values[0], t.number)):
-        is_base = bool(t.user_attrs.get("base"))
-        c = Confirmation.of_base() if is_base else trial_confirmation(study, t, m)
-        if c is None:
-            rejected.append(Rejected(trial=t.number, why="no confirmation counts"))
-        elif not c.passed:
-            rejected.append(Rejected(trial=t.number, **c.model_dump()))
-        else:
-            note = (f"no folded trial within the accuracy constraint was confirmed on the held-out validation "
-                    f"images ({len(rejected)} rejected): the base model is recommended") if is_base and rejected \
-                else None
-            return Recommendation(trial=t.number, confirm=c, rejected=rejected, max_acc_drop=m, note=note)
-    return Recommendation(rejected=rejected, max_acc_drop=m,
-                          note="no recommendation: no completed trial within the accuracy constraint was confirmed")
+    for i, t in enumerate(sequence):
+        c = trial_confirmation(study, t, m)
+        if c is not None and c.passed:
+            confirmed.append((t, c))
+            continue
+        rejected.append(Rejected(trial=t.number, why="no confirmation counts") if c is None else
+                        Rejected(trial=t.number, **c.model_dump()))
+        rejected += [Rejected(trial=u.number, why=f"not tested: the sequence stopped at trial {t.number}")
+                     for u in sequence[i + 1:]]
+        break
+    # every trial confirmed before the sequence stopped is confirmed at the family's level: the fastest of them
+    # (ties: the more accurate, then the earlier)
+    chosen, confirmation = min(confirmed, key=lambda tc: (tc[0].values[1], -tc[0].values[0], tc[0].number),
+                               default=(base, Confirmation.of_base()))
+    note = None
+    if chosen is base and rejected:
+        note = (f"no folded trial within the accuracy constraint was confirmed on the held-out validation images "
+                f"({len(rejected)} not confirmed): the base model is recommended")
+    return Recommendation(trial=chosen.number, confirm=confirmation, rejected=rejected, max_acc_drop=m, note=note)
 
 
 def _feasible(t: FrozenTrial) -> bool:
@@ -168,8 +184,8 @@ def comparable(study: optuna.Study, others: Sequence[optuna.Study]) -> list[optu
 
 def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
                   others: Sequence[optuna.Study] = ()) -> FrontSummary:
-    """Everything ``--show`` prints and writes (pareto.json): front rows (+ the base row, always), the
-    recommendation; ``others``: the same for each comparable study (:func:`comparable`)."""
+    """Everything ``--show`` prints and writes (pareto.json): front rows (+ the base row, always, and the trials the
+    confirmation failed), the recommendation; ``others``: the same for each comparable study (:func:`comparable`)."""
     if max_acc_drop is None:
         max_acc_drop = study.user_attrs.get("max_acc_drop")
     names = study.user_attrs.get("metric_names") or ["objective0", "objective1"]
@@ -183,7 +199,8 @@ def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
     full = non_dominated(complete_trials(study))
     full_ids = {t.number for t in full}
     shown = {t.number: t for t in [*front, *full]}
-    for extra in (base, rec):
+    tested = {r.trial for r in ([] if chosen is None else chosen.rejected) if r.why is None}   # confirmed and failed
+    for extra in (base, rec, *(t for t in complete_trials(study) if t.number in tested)):
         if extra is not None:
             shown.setdefault(extra.number, extra)
     ordered = sorted(shown.values(), key=lambda t: (t.values[1], -t.values[0], t.number))
@@ -250,9 +267,9 @@ def recommendation_lines(summary: FrontSummary) -> list[str]:
     if rec is not None:
         for r in rec.rejected:
             c = r.confirmation
-            lines.append(f"trial {r.trial} not confirmed: " + (
-                f"confirmed drop {c.drop:+.2%} ({c.lost} lost, {c.won} won of {c.n}), bound {c.bound:+.2%} > "
-                f"{rec.max_acc_drop:.2%}" if c is not None else r.why or "no confirmation"))
+            lines.append(f"trial {r.trial} not confirmed: confirmed drop {c.drop:+.2%} ({c.lost} lost, {c.won} won of "
+                         f"{c.n}), bound {c.bound:+.2%} > {rec.max_acc_drop:.2%}" if c is not None else
+                         f"trial {r.trial}: {r.why or 'no confirmation'}")
         c = rec.confirm
         if summary.recommended is not None and c is not None and c.level is not None:
             lines.append(f"recommended trial {summary.recommended}: confirmed drop {c.drop:+.2%} ({c.lost} lost, "
@@ -317,6 +334,10 @@ def _plot_png(study: optuna.Study, summary: FrontSummary, path: Path, others: Se
     if front:
         ax.step([r.metric for r in front], [r.val_acc for r in front], where="post",
                 color="tab:blue", alpha=0.5, lw=1)
+    unconfirmed = [r for r in summary.rows if r.confirmed is False and not r.base]
+    if unconfirmed:
+        ax.scatter([r.metric for r in unconfirmed], [r.val_acc for r in unconfirmed], marker="x", s=90,
+                   color="tab:red", linewidths=2.0, zorder=6, label="drop not confirmed (held-out images)")
     for r in summary.rows:
         if r.base:
             ax.scatter([r.metric], [r.val_acc], marker="*", s=260, color="black", zorder=5, label="base model")
@@ -342,8 +363,8 @@ def _plot_png(study: optuna.Study, summary: FrontSummary, path: Path, others: Se
                    label=f"accuracy constraint (−{summary.max_acc_drop})")
     studies = " and ".join([summary.study, *(o.study for o in summary.others)])
     ax.set_title(f"latopt search {studies}: accuracy vs {names[1]}")
-    ax.set_xlabel(names[1])
-    ax.set_ylabel(names[0])
+    ax.set_xlabel(AXIS_LABELS.get(names[1], names[1]))
+    ax.set_ylabel(AXIS_LABELS.get(names[0], names[0]))
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8, framealpha=0.8)
     return write_figure_atomic(path, fig, dpi=120, bbox_inches="tight")
