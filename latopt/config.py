@@ -18,7 +18,7 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
              distill: none, distill_weight: 0.5, temperature: 2.0, mode: exact, post_epochs: 4,
              post_lr: 0.0005, unfolded_alpha: zero, max_fold_error: 0.001}
     search: {lambda_c: [0.05, 5.0], tau: [0.7, 0.95], p: [1.5, 4.0], granularity: [block],
-             trials: 20, max_acc_drop: 0.01, sampler: tpe, storage: null}
+             trials: 20, max_acc_drop: 0.01, sampler: auto, storage: null}
     method: layerfold             # what the search stage runs: a registered method (latopt.methods): layerfold | dp
     dp:     {budgets: [0.5, 0.6, 0.7, 0.8, 0.9], importance: proxy, variants: null, budget_rounds: 3}
     device: cpu                   # device profile: a name (profiles/<name>.yaml or shipped) or a path
@@ -184,7 +184,7 @@ class SearchConfig(Section):
     granularity: Annotated[tuple[Granularity, ...], BeforeValidator(_list_to_tuple), Field(min_length=1)] = ("block",)
     trials: Annotated[int, Field(ge=1)] = 20
     max_acc_drop: Annotated[float, Field(ge=0, le=1)] = 0.01  # feasible when base - finetuned accuracy <= this
-    sampler: Sampler = "tpe"
+    sampler: Sampler = "auto"  # auto: grid for at most GRID_TRIALS trials (latopt.methods.layerfold), else tpe
     storage: str | None = None  # Optuna storage URL; null = runs/<name>/search/study.db
 
     @model_validator(mode="before")

@@ -25,7 +25,7 @@ Schedule = Literal["cosine", "step", "constant"]
 Amp = Literal["none", "bf16", "fp16"]             # mixed precision of training (autocast; fp16 with a GradScaler)
 
 # search
-Sampler = Literal["tpe", "nsga2", "random"]
+Sampler = Literal["auto", "tpe", "nsga2", "random", "grid"]   # auto: a λ_c grid for few trials, else TPE
 Objective = Literal["latency", "depth"]           # second objective: LUT latency or non-linear layers left
 Costs = Literal["lut", "uniform"]                 # c_l from the device's LUT, or 1 for every block
 SearchMethod = Literal["optuna", "dp"]            # Layer Folding's Optuna study, or the budgeted DP (latopt.dp)

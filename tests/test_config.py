@@ -87,7 +87,7 @@ def test_overrides_are_validated_and_none_ignored() -> None:
         ("search: {p: [1.0, 3.0]}\n", r"'search.p\[0\]' must be > 1"),
         ("search: {granularity: []}\n", "'search.granularity' must not be empty"),
         ("search: {granularity: [layer]}\n", r"'search.granularity\[0\]' is 'layer'; choose one of block"),
-        ("search: {sampler: grid}\n", "'search.sampler' is 'grid'; choose one of tpe, nsga2, random"),
+        ("search: {sampler: cmaes}\n", "'search.sampler' is 'cmaes'; choose one of auto, tpe, nsga2, random, grid"),
         ("threads: 0\n", r"'threads' must be in \[1, 1024\], got 0"),
         ("data: {task: ''}\n", "'data.task' must be a non-empty string"),
         ("lut: 3\n", "'lut' must be a string, got 3"),

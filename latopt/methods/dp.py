@@ -20,6 +20,7 @@ from latopt.dp import candidates, run_dp, select_plan, variant_losses
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT
 from latopt.methods.base import Candidate, Method, TrialContext, register
+from latopt.methods.sampler import Grid
 
 PROFILED = ("full", "pw", "drop")   # the variants a run profiles for the DP when dp.variants does not name them
 FINETUNE_KEYS = ("mode", "distill", "distill_weight", "temperature", "post_epochs", "post_lr", "max_fold_error")
@@ -46,21 +47,7 @@ class BudgetSpace:
 
     def sampler(self, seed: int, trials: int, name: str) -> optuna.samplers.BaseSampler:
         """Each budget of the grid once, in any order; a resumed or parallel study skips those run or running."""
-        return BudgetGrid({"budget": self.grid()}, seed=seed)
-
-
-class BudgetGrid(optuna.samplers.GridSampler):
-    """Optuna's grid sampler for a study that also holds trials outside the grid: the base trial (budget 1,
-    enqueued with its parameters) and any copy of it. ``GridSampler.after_trial`` reads the finished trial's
-    grid point once a single point is left unvisited, and such a trial has none (``KeyError: 'grid_id'`` after
-    the base trial of a one-budget study); it visits no point of the grid, so there is nothing to do for it."""
-
-    name = "grid"
-
-    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: optuna.trial.TrialState,
-                    values: Any) -> None:
-        if "grid_id" in study._storage.get_trial_system_attrs(trial._trial_id):
-            super().after_trial(study, trial, state, values)
+        return Grid({"budget": self.grid()}, seed=seed)
 
 
 @register

@@ -10,6 +10,7 @@ c_l is the LUT's (``costs="lut"``) or 1 for every block (``"uniform"``, the pape
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,10 @@ from latopt.config import SearchConfig, dump_config
 from latopt.latency.lut import LUT
 from latopt.layerfold import run_fold
 from latopt.methods.base import Candidate, Method, TrialContext, register
-from latopt.methods.sampler import TrialSeeded
+from latopt.methods.sampler import Grid, TrialSeeded
 
 SEARCHED = ("lambda_c", "tau", "p", "granularity")   # the fold keys a trial sets (the config's values are unused)
+GRID_TRIALS = 10   # sampler auto: up to this many trials (the base included) a λ_c grid, above it TPE
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,24 @@ class FoldSpace:
         return {"lambda_c": list(s.lambda_c), "tau": list(s.tau), "p": list(s.p), "granularity": list(s.granularity)}
 
     def sampler(self, seed: int, trials: int, name: str) -> optuna.samplers.BaseSampler:
+        """``auto``: for a study of at most :data:`GRID_TRIALS` trials the λ_c grid (:meth:`grid`; TPE's random
+        start-up would be all of such a study), else TPE; ``grid``: the grid; else Optuna's sampler of that name."""
+        if name == "auto":
+            name = "grid" if trials <= GRID_TRIALS else "tpe"
+        if name == "grid":
+            return Grid(self.grid(trials - 1), seed=seed)
         return TrialSeeded(name, seed, trials)
+
+    def grid(self, points: int) -> dict[str, list[Any]]:
+        """``points`` values of λ_c spread evenly on its log scale over the range (the knob that sets how many blocks
+        fold), τ and p at the middle of their ranges, every granularity."""
+        s = self.search
+        lo, hi = math.log(s.lambda_c[0]), math.log(s.lambda_c[1])
+        k = max(1, points)
+        lams = [math.exp(lo + (hi - lo) * (i + 0.5) / k) for i in range(k)] if k > 1 or lo == hi else \
+            [math.exp((lo + hi) / 2)]
+        return {"lambda_c": sorted(set(lams)), "tau": [sum(s.tau) / 2], "p": [sum(s.p) / 2],
+                **({"granularity": list(s.granularity)} if len(s.granularity) > 1 else {})}
 
 
 @register

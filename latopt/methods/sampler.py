@@ -1,5 +1,6 @@
 """The samplers a method explores its space with: Optuna's TPE, NSGA-II or random sampler, made afresh for every trial
-from the study's history (:class:`TrialSeeded`); the DP's grid is :class:`latopt.methods.dp.BudgetGrid`."""
+from the study's history (:class:`TrialSeeded`), and a grid (:class:`Grid`: the DP's budgets, Layer Folding's λ_c
+grid for few trials)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,17 @@ class TrialSeeded(optuna.samplers.BaseSampler):
     def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: TrialState,
                     values: Any) -> None:
         self._inner.after_trial(study, trial, state, values)
+
+
+class Grid(optuna.samplers.GridSampler):
+    """Optuna's grid sampler for a study that also holds trials outside the grid: the base trial (enqueued with its
+    parameters) and any copy of it. ``GridSampler.after_trial`` reads the finished trial's grid point once a single
+    point is left unvisited, and such a trial has none (``KeyError: 'grid_id'`` after the base trial of a one-point
+    grid); it visits no point of the grid, so there is nothing to do for it."""
+
+    name = "grid"
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: optuna.trial.TrialState,
+                    values: Any) -> None:
+        if "grid_id" in study._storage.get_trial_system_attrs(trial._trial_id):
+            super().after_trial(study, trial, state, values)
