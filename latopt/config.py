@@ -119,7 +119,7 @@ class ModelConfig(Section):
 
 
 class DataConfig(Section):
-    task: str = "digits"  # digits | digits-clutter | fashion-mnist[:PATH] | mnist[:PATH] | imagefolder:PATH | cifar10:PATH
+    task: str = "digits"  # digits | digits-clutter | fashion-mnist[:PATH] | fashion-mnist-mini | mnist[:PATH] | imagefolder:PATH | cifar10:PATH
     resolution: Resolution = 32
     batch_size: Annotated[int, Field(ge=1)] = 64  # the global batch: under torchrun each of W processes takes 1/W
     # DataLoader worker processes per training process, pinned memory, workers kept across epochs;

@@ -6,6 +6,11 @@ uint8 and served in batches (:class:`latopt.data.arrays.ArrayImages`).
 package); ``fashion-mnist:PATH`` / ``mnist:PATH`` read PATH (the four files flat, or torchvision's
 ``FashionMNIST/raw`` / ``MNIST/raw`` layout under it). Nothing is downloaded.
 
+``fashion-mnist-mini`` is bundled: a stratified subset the package ships (``latopt/data/fashion-mnist-mini.npz``,
+made by ``tools/make_fashion_mini.py``; Zalando's MIT licence beside it): 13,000 of the training images, of which
+:data:`MINI_VAL_IMAGES` are the validation split (by ``split_seed``) and the other 8,000 the training split, and
+5,000 of the test images, the test split.
+
 Splits: :data:`VAL_IMAGES` of the 60,000 training images (a permutation seeded by ``split_seed``) are the
 validation split, the other 55,000 the training split; the 10,000 test images are the test split, untouched:
 every choice of a recipe or a hyper-parameter is made on the validation split. Images are scaled to [0, 1]
@@ -28,6 +33,9 @@ from latopt.data.task import Task
 from latopt.errors import LatoptError
 
 VAL_IMAGES = 5000
+MINI_VAL_IMAGES = 5000
+MINI_FILE = Path(__file__).with_name("fashion-mnist-mini.npz")   # package data (tools/make_fashion_mini.py)
+MINI_LICENSE = "fashion-mnist-mini.LICENSE"
 DATA_ENV = "LATOPT_DATA"
 FASHION_CLASSES = ["t-shirt/top", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
                    "ankle boot"]
@@ -62,10 +70,10 @@ def locate(name: str, root: Path | None) -> Path:
                       f"{name}:PATH; latopt never downloads it", param="spec")
 
 
-def split_train_val(n: int, seed: int, n_val: int = VAL_IMAGES) -> tuple[np.ndarray, np.ndarray]:
-    """(train indices, validation indices) of ``n`` training images: ``n_val`` of them (at most a tenth of a
+def split_train_val(n: int, seed: int, n_val: int = VAL_IMAGES, *, most: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
+    """(train indices, validation indices) of ``n`` training images: ``n_val`` of them (at most ``most`` of a
     small set) by a permutation seeded by ``seed``; both sorted."""
-    n_val = min(n_val, max(1, n // 10))
+    n_val = min(n_val, max(1, int(n * most)))
     perm = np.random.default_rng([seed, 28]).permutation(n)
     return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
@@ -75,7 +83,15 @@ def _build(name: str, spec: str, root: Path | None, resolution: int, seed: int, 
     train_x, train_y, test_x, test_y = read_mnist_files(d)
     if len(train_y) < 2:
         raise LatoptError(f"{name} in {d} has {len(train_y)} training image(s); a validation split needs 2 or more")
-    tr, va = split_train_val(len(train_y), seed)
+    return _task(name, spec, (train_x, train_y, test_x, test_y), split_train_val(len(train_y), seed), resolution,
+                 seed, augment)
+
+
+def _task(name: str, spec: str, arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+          split: tuple[np.ndarray, np.ndarray], resolution: int, seed: int, augment: bool) -> Task:
+    """The task of the IDX arrays (train images and labels, test images and labels) cut into ``split``."""
+    train_x, train_y, test_x, test_y = arrays
+    tr, va = split
     x = torch.from_numpy(train_x.copy())
     y = torch.from_numpy(train_y)
     pixels = x[torch.from_numpy(tr)].to(torch.float64) / 255.0
@@ -96,6 +112,18 @@ def _build(name: str, spec: str, root: Path | None, resolution: int, seed: int, 
 def fashion_mnist(spec: str, root: Path | None, resolution: int, seed: int, augment: bool) -> Task:
     """``fashion-mnist[:PATH]``: Fashion-MNIST (see module doc)."""
     return _build("fashion-mnist", spec, root, resolution, seed, augment)
+
+
+@register_task("fashion-mnist-mini")
+def fashion_mnist_mini(spec: str, root: Path | None, resolution: int, seed: int, augment: bool) -> Task:
+    """``fashion-mnist-mini``: the bundled Fashion-MNIST subset (see module doc)."""
+    if not MINI_FILE.is_file():
+        raise LatoptError(f"the bundled Fashion-MNIST subset {MINI_FILE} is missing: reinstall latopt (or make it "
+                          "with tools/make_fashion_mini.py)", param="spec")
+    with np.load(MINI_FILE) as z:
+        arrays = (z["train_x"], z["train_y"], z["test_x"], z["test_y"])
+    split = split_train_val(len(arrays[1]), seed, MINI_VAL_IMAGES, most=0.5)
+    return _task("fashion-mnist", spec, arrays, split, resolution, seed, augment)
 
 
 @register_task("mnist", directory=None)

@@ -53,13 +53,14 @@ class Space(Protocol):
 
 @dataclass
 class TrialContext:
-    """What every trial of a study sees, whatever its method: the config, the base checkpoint, the LUT, the
-    task (its ``val`` the selection part of the validation split), the seed; the base network loaded once per
-    process (:meth:`base_model`)."""
+    """What every trial of a study sees, whatever its method: the config, the base checkpoint, the task (its ``val``
+    the selection part of the validation split), the study's directory, the LUT, the seed; the base network loaded
+    once per process (:meth:`base_model`)."""
 
     cfg: RunConfig
     base_checkpoint: Path
     task: Task
+    study_dir: Path
     lut: LUT | None = None
     lut_path: Path | None = None
     seed: int = 0
@@ -124,6 +125,10 @@ class Method(ABC):
     def made_from(self) -> dict[str, Any]:
         """The config values the method's trials read: a run's search stage is made again when one changes, and
         only then."""
+
+    def prepare(self, ctx: TrialContext) -> None:  # noqa: B027 (a method with nothing to share keeps it)
+        """Once per study, in the process that created it, on every core, before its workers start: make what every
+        trial shares (the DP's importance losses), kept in ``ctx.study_dir`` for the workers."""
 
     # ---- one trial
     @abstractmethod

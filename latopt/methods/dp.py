@@ -14,14 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from filelock import FileLock
 
+from latopt.artifacts import file_sha256, write_json_atomic
 from latopt.config import DPConfig, RunConfig, dump_config
 from latopt.dp import candidates, run_dp, select_plan, variant_losses
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT
 from latopt.methods.base import Candidate, Method, TrialContext, register
 from latopt.methods.sampler import Grid
+from latopt.readers import read_json
 
+IMPORTANCE_FILE = "importance.json"
 PROFILED = ("full", "pw", "drop")   # the variants a run profiles for the DP when dp.variants does not name them
 FINETUNE_KEYS = ("mode", "distill", "distill_weight", "temperature", "post_epochs", "post_lr", "max_fold_error")
 
@@ -96,12 +100,29 @@ class DP(Method):
         return {"method": self.name, **{f"dp.{k}": v for k, v in sections["dp"].items()},
                 **{f"fold.{k}": sections["fold"][k] for k in FINETUNE_KEYS}}
 
+    def prepare(self, ctx: TrialContext) -> None:
+        """The importance losses, once per study (:meth:`losses`)."""
+        self.losses(ctx)
+
     def losses(self, ctx: TrialContext) -> dict[int, dict[str, float]]:
-        """The importance losses of the base network, computed once (every budget reuses them)."""
-        if self._losses is None:
+        """The importance losses of the base network, computed once per study and kept in its directory
+        (``importance.json``, with the base checkpoint's SHA-256 it was computed from): every budget, and every
+        worker, reuses them."""
+        if self._losses is not None:
+            return self._losses
+        path = ctx.study_dir / IMPORTANCE_FILE
+        digest = file_sha256(ctx.base_checkpoint)
+        with FileLock(str(ctx.study_dir / f".{IMPORTANCE_FILE}.lock")):
+            kept = read_json(path, what="the DP's importance file") if path.is_file() else None
+            if isinstance(kept, dict) and kept.get("base_sha256") == digest and kept.get("importance") == \
+                    self.cfg.dp.importance and isinstance(kept.get("losses"), dict):
+                self._losses = {int(b): {v: float(x) for v, x in ls.items()} for b, ls in kept["losses"].items()}
+                return self._losses
             assert ctx.lut is not None   # check() refused a study without one
             self._losses = variant_losses(self.cfg, ctx.base_model(), ctx.task, candidates(ctx.lut, self.cfg.dp.variants),
                                           method=self.cfg.dp.importance, seed=ctx.seed, progress=ctx.progress)
+            write_json_atomic(path, {"base_sha256": digest, "importance": self.cfg.dp.importance,
+                                     "losses": {str(b): ls for b, ls in sorted(self._losses.items())}})
         return self._losses
 
     def candidate(self, ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> Candidate:

@@ -23,7 +23,9 @@ identity, and makes each trial's candidate (:mod:`latopt.search._trial` evaluate
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -64,7 +66,7 @@ from latopt.search._trial import StudyContext, ensure_base, objective
 from latopt.search._workers import default_threads, join, start, worker_options
 from latopt.search.record import FrontSummary
 from latopt.signals import Terminated, sigterm_raises
-from latopt.torch_settings import set_threads
+from latopt.torch_settings import set_threads, torch_threads
 
 _LOG = get_logger("search")
 
@@ -208,13 +210,16 @@ def _run_search(o: SearchOptions) -> SearchResult:
         study.enqueue_trial(space.base_params(), user_attrs={"base": True})
     ctx = StudyContext(method=method, space=space, study_dir=study_dir, objective=objective_key,
                        max_acc_drop=max_drop, device=device, confirm=confirm_part,
-                       trial=TrialContext(cfg=cfg, base_checkpoint=base.checkpoint, task=task, lut=lut,
-                                          lut_path=lut_path, seed=o.seed, progress=o.progress))
+                       trial=TrialContext(cfg=cfg, base_checkpoint=base.checkpoint, task=task, study_dir=study_dir,
+                                          lut=lut, lut_path=lut_path, seed=o.seed, progress=o.progress))
     if o.progress:
         c = _counts(study)
         _LOG.info(f"study {name!r} ({method.name}) at {redact(url)}: {c[TrialState.COMPLETE]}/{trials} complete, "
                   f"{c[TrialState.RUNNING]} running, {c[TrialState.FAIL]} failed; sampler "
                   f"{getattr(study.sampler, 'name', type(study.sampler).__name__)}, objective {objective_key}")
+    # what every trial shares, made once, before the workers start (on every core: they each take a share)
+    with torch_threads(os.cpu_count() or 1) if o.workers > 1 else contextlib.nullcontext():
+        method.prepare(ctx.trial)
     procs = []
     if o.workers > 1:   # the tables, the study and its base trial exist: the workers load them
         procs = start(run_search, worker_options(
