@@ -8,6 +8,12 @@ python's, numpy's and torch's global generators are seeded before each test.
 - ``@pytest.mark.cuda``: skipped with a reason unless ``torch.cuda.is_available()``.
 - ``@pytest.mark.postgres``: needs ``LATOPT_TEST_PG_URL`` (an SQLAlchemy URL of a live server).
   Skipped locally when it is unset, but *fails* under CI (``CI=true``), where ``.ci/run`` starts one.
+- ``@pytest.mark.fashion_mnist``: needs the Fashion-MNIST files where latopt looks for them
+  (``$LATOPT_DATA/fashion-mnist``, Debian's ``/usr/share/datasets/fashion-mnist``); skipped without them, the
+  reason saying what to install (``apt-get install dataset-fashion-mnist``). A fresh machine lacks them.
+- ``@pytest.mark.tools``: the tools tier (an evaluation tool of ``tools/`` run end to end), left out of the
+  default run by ``addopts = "-m 'not tools'"`` (pyproject.toml); ``-m tools`` runs it, ``-m ""`` everything.
+  The default run ends with a line saying how many tests it left out and how to run them.
 """
 
 from __future__ import annotations
@@ -46,7 +52,21 @@ def _cuda() -> bool:
         return False
 
 
+def _fashion_mnist_missing() -> str | None:
+    """Why the Fashion-MNIST files cannot be read (latopt's own one line: where it looked, what to install), or
+    None when latopt finds them."""
+    from latopt.data.mnist import locate
+    from latopt.errors import LatoptError
+
+    try:
+        locate("fashion-mnist", None)
+    except LatoptError as e:
+        return str(e)
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    fm_missing = _fashion_mnist_missing() if any("fashion_mnist" in item.keywords for item in items) else None
     has_cuda = _cuda()
     has_trt = importlib.util.find_spec("tensorrt") is not None
     pg_url = os.environ.get("LATOPT_TEST_PG_URL")
@@ -59,8 +79,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason="tensorrt is not installed (pip install 'latopt[trt]' on a machine with an NVIDIA GPU)"))
             elif not has_cuda:
                 item.add_marker(pytest.mark.skip(reason="tensorrt is installed but no CUDA GPU is visible"))
+        if "fashion_mnist" in item.keywords and fm_missing:
+            item.add_marker(pytest.mark.skip(reason=f"needs the Fashion-MNIST files: {fm_missing}"))
         if "postgres" in item.keywords and not pg_url and not in_ci:
             item.add_marker(pytest.mark.skip(reason="LATOPT_TEST_PG_URL is not set (.ci/run starts a PostgreSQL server and sets it)"))
+
+
+_TOOLS_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        config = items[0].config
+        config.stash[_TOOLS_LEFT_OUT] = (config.stash.get(_TOOLS_LEFT_OUT, 0)
+                                         + sum(1 for item in items if "tools" in item.keywords))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The default run says what it left out: the tools tier, and how to run it."""
+    n = config.stash.get(_TOOLS_LEFT_OUT, 0)
+    if n and config.option.markexpr == "not tools":
+        terminalreporter.write_line(f"{n} tests of the tools tier were not run: python -m pytest -m tools runs them "
+                                    "(docs/development.md)")
 
 
 @pytest.fixture

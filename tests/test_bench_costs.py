@@ -1,5 +1,5 @@
 """tools/bench_costs.py (E1 and E2): the front interpolation, the fixed speed-ups, the tables rendered
-from small synthetic results directories, bad input, and a tiny end-to-end --smoke run."""
+from small synthetic results directories, bad input, and (the tools tier) a tiny end-to-end --smoke run."""
 
 from __future__ import annotations
 
@@ -204,14 +204,18 @@ def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: lis
 
 
 @pytest.mark.slow
+@pytest.mark.tools   # ~30 s on 2 cores: the tools tier
 def test_smoke_end_to_end(tmp_path: Path) -> None:
-    """Both experiments on one seed, 96 images, one epoch per stage and tiny timing budgets: the cells (a base,
+    """Both experiments on one seed, 96 images of the embedded digits (no optional data needed), one epoch per stage and tiny timing budgets: the cells (a base,
     as-is, the importance, Layer Folding and the DP from the flops and uniform LUTs, E2's cpu-torch plan), E1's
     final run, E2's runs on every device, the published results (no machine paths) and both tables."""
     runs, results = tmp_path / "runs", tmp_path / "results"
     common = ["--runs-dir", str(runs), "--smoke", "--settings", "s", "--seeds", "0", "--cost-models", "flops",
               "uniform", "--lambdas", "10", "--budgets", "0.8", "--e2-budget", "0.8", "--e2-sources", "cpu-torch",
-              "flops", "--e2-runs", "2", "--set", "fold.alpha_lr=2"]
+              "flops", "--e2-runs", "2", "--set", "fold.alpha_lr=2",
+              # the embedded digits (the protocol's Fashion-MNIST is an optional install): the smoke checks the
+              # pipeline, not the data set
+              "--set", "data.task=digits", "--set", "data.train_samples=null"]
     assert bc.main(["all", *common, "--results", str(results)]) == 0
     cells = {p.stem: json.loads(p.read_text()) for p in (runs / "s" / "cells").glob("*.json")}
     assert set(cells) == {"s0-base", "s0-asis", "s0-importance", "s0-lf.flops@10", "s0-lf.uniform@10",

@@ -1,5 +1,6 @@
-"""tools/bench_methods.py (the method table): the dominance rule, and a tiny end-to-end --smoke run
-(one seed, 96 images, one epoch per stage, short timing budgets) checked for the structure the table rests on."""
+"""tools/bench_methods.py (the method table): the dominance rule, and (the tools tier) a tiny end-to-end
+--smoke run (one seed, 96 images, one epoch per stage, short timing budgets) checked for the structure the table
+rests on."""
 
 from __future__ import annotations
 
@@ -104,6 +105,7 @@ def test_run_without_paper_layer_folding(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.tools   # ~30 s on 2 cores: the tools tier
 def test_smoke_end_to_end(tmp_path: Path) -> None:
     """Every stage on a tiny run (one seed, 96 images, one epoch per stage, short timing budgets): the cells
     the table rests on, the final runs, the published results (no machine paths) and the page made from them.

@@ -1,6 +1,6 @@
-"""tools/bench_promises.py: a smoke run of the budget benchmark (one small model, one budget, tiny timing
-budgets), the records it writes, publishing, and the verdicts and tables on hand-made results (cases that pass
-and cases that fail). Times are never asserted on."""
+"""tools/bench_promises.py: (the tools tier) a smoke run of the budget benchmark (one small model, one budget,
+tiny timing budgets), the records it writes and publishing them; and the verdicts and tables on hand-made results
+(cases that pass and cases that fail). Times are never asserted on."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def smoke_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return runs
 
 
+@pytest.mark.tools   # on the smoke run (~7 s on 2 cores): the tools tier
 def test_smoke_budget_cell_has_the_record(smoke_runs: Path) -> None:
     cells = smoke_runs / "budget" / "cells"
     assert sorted(p.name for p in cells.glob("*.json")) == ["budget-tiny.cpu@0.7.json", "lut-tiny.cpu.json"]
@@ -57,6 +58,7 @@ def test_smoke_budget_cell_has_the_record(smoke_runs: Path) -> None:
     assert {k: v for k, v in plan["blocks"].items() if v != "none"} == rec["plan"]["changed"] == exp["folded"]
 
 
+@pytest.mark.tools   # on the smoke run (~7 s on 2 cores): the tools tier
 def test_a_rerun_skips_finished_cells(smoke_runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cell = smoke_runs / "budget" / "cells" / "budget-tiny.cpu@0.7.json"
     before = cell.read_text()
@@ -66,6 +68,7 @@ def test_a_rerun_skips_finished_cells(smoke_runs: Path, capsys: pytest.CaptureFi
     assert "2 cells (2 done)" in capsys.readouterr().out
 
 
+@pytest.mark.tools   # on the smoke run (~7 s on 2 cores): the tools tier
 def test_publish_and_render_the_smoke_run(smoke_runs: Path, tmp_path: Path) -> None:
     dest = tmp_path / "results"
     assert bp.main(["publish", "--runs-dir", str(smoke_runs), "--results", str(dest)]) == 0
@@ -81,6 +84,7 @@ def test_publish_and_render_the_smoke_run(smoke_runs: Path, tmp_path: Path) -> N
     assert "has not been run yet" in bp.render_accuracy(dest)
 
 
+@pytest.mark.tools   # on the smoke run (~7 s on 2 cores): the tools tier
 def test_publish_merge_keeps_earlier_sessions(smoke_runs: Path, tmp_path: Path) -> None:
     """A stage run over two sessions: --merge keeps the cells published before, replaces a cell published
     again, and names each session's machine in the table's first line."""

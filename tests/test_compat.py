@@ -1,5 +1,5 @@
 """The compatibility table (docs/compatibility.md, tools/compat.py): the recorded results hold the goal (≥ 30
-model names fold within 1e-4) and a few models checked live agree with them; `slow`: every model re-checked."""
+model names fold within 1e-4) and a few models checked live agree with them; `slow` and `tools` (the tools tier): every model re-checked."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ def test_live_check_agrees_with_the_record(name: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.tools   # ~3 min on 2 cores: the tools tier (the default run re-checks QUICK)
 @pytest.mark.parametrize("name", [n for n in compat.MODELS if n not in QUICK])
 def test_every_model_agrees_with_the_record(name: str) -> None:
     _agrees(name)

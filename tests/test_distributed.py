@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -54,6 +55,12 @@ def _free_port() -> int:
 
 
 def _rank_main(target: Callable[[int], int | None], rank: int, world: int, port: int) -> None:
+    # tqdm's default lock is a multiprocessing lock, shared through the fork with this test process: every bar
+    # takes it (disabled ones too), and so does tqdm's monitor thread, so a rank SIGKILLed while holding it hung
+    # the test process at its next bar, for good (seen: the rest of the suite stuck). Each rank gets its own.
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:

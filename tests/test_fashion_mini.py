@@ -38,7 +38,8 @@ def test_the_task_splits_train_and_validation_by_split_seed_and_keeps_the_test_s
     assert tuple(x.shape) == (3, 16, 16) and 0 <= y < 10
 
 
-@pytest.mark.skipif(not DEBIAN.is_dir(), reason="needs Fashion-MNIST: apt-get install -y dataset-fashion-mnist")
+@pytest.mark.fashion_mnist
+@pytest.mark.skipif(not DEBIAN.is_dir(), reason="the tool reads Debian's copy: apt-get install -y dataset-fashion-mnist")
 def test_it_is_what_the_tool_makes_from_the_real_files(tmp_path: Path) -> None:
     from tools.make_fashion_mini import main
 

@@ -1,6 +1,7 @@
 """tools/gpu_check.py without a GPU: its exit codes, the rows it cannot exercise, its GPU budgets, the wheels
-``--carry`` downloads for a GPU image without pydantic (no network here: pip is a stand-in), and, marked slow,
-the whole ``--cpu-smoke``."""
+``--carry`` downloads for a GPU image without pydantic (no network here: pip is a stand-in), and, in the tools
+tier (marked ``tools``), that the image and the carried wheels hold what the check imports and the whole
+``--cpu-smoke``."""
 
 from __future__ import annotations
 
@@ -200,6 +201,7 @@ def _third_party_imports_of_latopt() -> set[str]:
     return names - set(sys.stdlib_module_names) - {"latopt", "__future__"}
 
 
+@pytest.mark.tools   # imports the whole check in a subprocess (~8 s): the tools tier
 def test_the_carried_wheels_and_the_image_hold_what_the_check_imports() -> None:
     """Every package that latopt imports directly in the modules the check runs is on the image or carried,
     and what is carried is on the image only where a version is the reason (typing-extensions)."""
@@ -225,6 +227,7 @@ def test_the_carried_wheels_and_the_image_hold_what_the_check_imports() -> None:
 
 # ---------------------------------------------------------------------------------------------- the smoke
 @pytest.mark.slow
+@pytest.mark.tools   # ~1 min on 2 cores: the tools tier
 def test_cpu_smoke_passes_and_exits_3() -> None:
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--cpu-smoke"], capture_output=True,
                        text=True, timeout=600)

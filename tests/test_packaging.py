@@ -32,7 +32,9 @@ def test_package_data_ships_every_profile_and_config() -> None:
     globs = re.findall(r'"([^"]+)"', section.group(1))
     files = [p.relative_to(ROOT / "latopt").as_posix() for d in ("profiles", "configs")
              for p in (ROOT / "latopt" / d).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    files += [p.relative_to(ROOT / "latopt").as_posix() for p in (ROOT / "latopt" / "data").glob("fashion-mnist-mini.*")]
     assert "profiles/cpu.yaml" in files and "configs/quickstart.yaml" in files and "profiles/README.md" in files
+    assert {"data/fashion-mnist-mini.npz", "data/fashion-mnist-mini.LICENSE"} <= set(files)   # the bundled subset
     assert [f for f in files if not any(fnmatch.fnmatch(f, g) for g in globs)] == []
     assert Path(str(SHIPPED_PROFILES)) == ROOT / "latopt" / "profiles" and SHIPPED_CONFIGS == ROOT / "latopt" / "configs"
 

@@ -96,10 +96,17 @@ def test_run_all_stages(first_run: tuple[Path, str], check_fold_structure) -> No
 
     trials = [t for t in _study_trials(root) if t.values is not None]
     base_acc = next(t.values[0] for t in trials if t.user_attrs["base"])
-    want = next(t for t in sorted((t for t in trials if base_acc - t.values[0] <= 0.5),
-                                  key=lambda t: (t.values[1], -t.values[0], t.number))
-                if t.user_attrs.get("base") or drop_bound(t.user_attrs["confirm_lost"], t.user_attrs["confirm_won"],
-                                                      t.user_attrs["confirm_n"]) <= 0.5)
+    # the fixed sequence: the trials within the constraint, slowest first, confirmed until one is not; the fastest
+    # confirmed one (the base when none is)
+    sequence = sorted((t for t in trials if base_acc - t.values[0] <= 0.5 and not t.user_attrs.get("base")),
+                      key=lambda t: (-t.values[1], -t.values[0], t.number))
+    confirmed = []
+    for t in sequence:
+        if drop_bound(t.user_attrs["confirm_lost"], t.user_attrs["confirm_won"], t.user_attrs["confirm_n"]) > 0.5:
+            break
+        confirmed.append(t)
+    want = min(confirmed, key=lambda t: (t.values[1], -t.values[0], t.number),
+               default=next(t for t in trials if t.user_attrs.get("base")))
     assert state["stages"]["search"]["trial"] == want.number
     exp = json.loads((root / "export" / "export.json").read_text())
     assert exp["folded"] == want.user_attrs["fold_set"] and all(g["passed"] for g in exp["gates"])

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from latopt.artifacts import write_bytes_atomic, write_figure_atomic, write_text_atomic
 from latopt.export.record import ExportRecord
 from latopt.layerfold import undertrained_warning
+from latopt.methods import get_method
 from latopt.run.record import BaseStage, SearchPick
 from latopt.run.state import NOT_RUN_YET
 
@@ -60,14 +61,18 @@ def write_report(root: Path, cfg: Any, lut: Any, base: BaseStage, srch: SearchPi
     lat = exported.latency
     acc_after = None if exported.accuracy is None else exported.accuracy.test_acc
     acc_before = base.test_acc
+    method = get_method(cfg.method)
     lines = [
         f"latopt run — {cfg.name}: {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution}, device {lut.device}",
+        f"  method          {method.name}: {method.does}"
+        + (f" ({srch.trials} trials)" if srch.trials else "") + " — the config's method:",
         f"  folded blocks   {len(folded)}/{len(lut.foldable())}: {sorted(folded) or 'none'}"
-        + (f"  (trial {srch.trial}: λ_c={srch.params['lambda_c']:.3g}, τ={srch.params.get('tau', float('nan')):.2f})"
-           if srch.trial is not None and "lambda_c" in srch.params and not srch.is_base else ""),
+        + (f"  (trial {srch.trial}: {_params(srch.params)})" if srch.trial is not None and not srch.is_base else ""),
         f"  test accuracy   {_pct(acc_before)} → {_pct(acc_after)}",
     ]
-    if lat is not None:
+    if lat is not None and not folded:   # the network as it is: nothing was made faster, and why
+        lines.append(f"  shipped         the network as it is, unchanged: {_why_unchanged(srch)}")
+    elif lat is not None:
         lines += [f"  latency         {lat.as_is_ms:.3f} ms → {lat.folded_ms:.3f} ms (measured in this run, "
                   f"median of {lat.repeats.as_is}/{lat.repeats.folded} interleaved repeats)",
                   f"  speed-up        {lat.speedup:.2f}× (quartile range {lat.speedup_range[0]:.2f}–"
@@ -127,6 +132,25 @@ def constraint_lines(srch: SearchPick, acc_before: float | None, acc_after: floa
         verdict = "within the constraint" if drop <= m + 1e-12 else f"over the constraint by {_pt(drop - m)}"
         lines.append(f"  test drop       {_pt(drop, sign=True)} ({_pct(acc_before)} → {_pct(acc_after)}): {verdict}")
     return lines
+
+
+def _params(params: Mapping[str, Any]) -> str:
+    """A trial's sampled parameters, short (Layer Folding's λ_c and τ; the DP's budget)."""
+    names = {"lambda_c": "λ_c", "tau": "τ"}
+    return ", ".join(f"{names.get(k, k)}={v:.3g}" for k, v in params.items() if k in ("lambda_c", "tau", "budget")
+                     and isinstance(v, float))
+
+
+def _why_unchanged(srch: SearchPick) -> str:
+    """Why the base was shipped, and what would change it."""
+    if srch.rejected:
+        return ("no candidate's accuracy drop was confirmed within the constraint on the held-out validation images; "
+                "a looser search.max_acc_drop, a longer fine-tune (fold.post_epochs) or a larger validation split "
+                "could confirm one")
+    if srch.trials is not None and srch.trials <= 1:
+        return "the search ran the base trial only; give more trials (--trials)"
+    return ("no candidate was within the constraint on the selection part of the validation split; a looser "
+            "search.max_acc_drop or a longer fine-tune (fold.post_epochs) could give one")
 
 
 def _pt(x: float, *, sign: bool = False) -> str:
