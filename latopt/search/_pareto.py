@@ -137,8 +137,10 @@ def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Re
                                default=(base, Confirmation.of_base()))
     note = None
     if chosen is base and rejected:
+        untested = sum(r.confirmation is None and (r.why or "").startswith("not tested") for r in rejected)
+        how = f"{len(rejected) - untested} not confirmed" + (f", {untested} faster not tested" if untested else "")
         note = (f"no folded trial within the accuracy constraint was confirmed on the held-out validation images "
-                f"({len(rejected)} not confirmed): the base model is recommended")
+                f"({how}): the base model is recommended")
     return Recommendation(trial=chosen.number, confirm=confirmation, rejected=rejected, max_acc_drop=m, note=note)
 
 
