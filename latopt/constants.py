@@ -69,6 +69,10 @@ TIMM_MODELS: tuple[str, ...] = (
 TORCHVISION_MODEL = "torchvision/mobilenet_v2"
 SUPPORTED_MODELS: tuple[str, ...] = (*TIMM_MODELS, TORCHVISION_MODEL)
 
+# the validation split cut in two (latopt.data.split_validation): this share of it confirms a search's
+# recommendation (latopt.search._confirm) and nothing else reads it, a base's choice of its best epoch included
+CONFIRM_FRACTION = 0.5
+
 # limits of numeric checks
 RESOLUTION_RANGE = (8, 1024)  # input resolution R (R x R): config, export, inspect, profile and checkpoints
 FOLD_CHECK_TOLERANCE = 1e-4  # `latopt inspect --check-fold`: largest relative error of a fold with random BN

@@ -32,7 +32,8 @@ from latopt.accel import resolve
 from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_json_atomic
 from latopt.checkpoint import CheckpointMeta, load_checkpoint, make_arch, save_checkpoint
 from latopt.config import RunConfig, dump_config, write_config
-from latopt.data import data_fingerprint, data_meta, load_task, make_loaders
+from latopt.constants import CONFIRM_FRACTION
+from latopt.data import Task, data_fingerprint, data_meta, load_task, make_loaders, split_validation
 from latopt.engine import (
     BestWeights,
     Report,
@@ -102,6 +103,15 @@ class TrainResult:
     paths: dict[str, Path]
 
 
+def selection_task(task: Task, seed: int) -> Task:
+    """``task`` with the selection part of its validation split as ``val`` (the part a search chooses on; the
+    whole split when it is too small to cut)."""
+    try:
+        return split_validation(task, CONFIRM_FRACTION, seed)[0]
+    except LatoptError:
+        return task
+
+
 def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | None = None,
                pretrained: bool = False, progress: bool = True, seed: int = 0) -> TrainResult:
     """Train the base model; write base.pt + metrics.json + config.yaml into ``out_dir``; return the model,
@@ -129,6 +139,9 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
         seed_everything(seed + accel.rank)  # built (DDP broadcasts rank 0's weights); rank 0 keeps one process's
     accel.prepare(model)
     train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
+    # the best epoch is chosen on the selection part of the validation split: the confirmation part (cut with this
+    # seed, as the run's search cuts it) stays unread until a search confirms its candidates against this base
+    choose_loader = make_loaders(selection_task(task, seed), cfg.data.batch_size, seed, accel=accel)[1]
     t = cfg.train
     optimizer = make_optimizer(model, t, t.lr)
     scheduler = make_scheduler(optimizer, t, t.epochs, len(train_loader))
@@ -141,7 +154,7 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
     start, done = state.resume()
     t0 = time.perf_counter()
     step = Step(TrainingLoss(t.label_smoothing), optimizer, scheduler, clip_grad=t.clip_grad, scaler=scaler)
-    history = fit(model, train_loader, t.epochs, step, val_loader=val_loader, best=best, accel=accel,
+    history = fit(model, train_loader, t.epochs, step, val_loader=choose_loader, best=best, accel=accel,
                   report=Report(progress, "base"), resume=Resume(start, done, state.save))
     seconds = time.perf_counter() - t0
     cost = model_cost(model, cfg.data.resolution)

@@ -113,7 +113,9 @@ class Stage:
 
 # 1. base ----------------------------------------------------------------------------------------------
 def _base_made_from(job: Job) -> dict[str, Any]:
-    return {**job.config_sections("model", "data", "train"), "seed": job.seed, "latopt version": __version__}
+    return {**job.config_sections("model", "data", "train"), "seed": job.seed, "latopt version": __version__,
+            # a base made before its best epoch was chosen on the selection part alone is made again
+            "best epoch chosen on": "the selection part of the validation split"}
 
 
 def _base_make(job: Job, say: Say) -> tuple[dict[str, Any], BaseStage]:

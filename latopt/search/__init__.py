@@ -45,7 +45,8 @@ study opens in optuna-dashboard as it is. Layout: ``runs/<study>/search/{study.d
 
 from __future__ import annotations
 
-from latopt.search._confirm import CONFIRM_FRACTION, CONFIRM_LEVEL, CONFIRM_METHOD, drop_bound
+from latopt.constants import CONFIRM_FRACTION
+from latopt.search._confirm import CONFIRM_LEVEL, CONFIRM_METHOD, drop_bound
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import (
     base_trial,

@@ -7,9 +7,11 @@ the objective ``val_acc``, the accuracy-drop constraint, the DP's importance); t
 (:func:`latopt.search.recommend`). Choosing and confirming on the same images is a winner's-curse selection:
 the trial that looks best on them looks better than it is.
 
-The base model is not the trials': when latopt trains it (``latopt train``, the run's base stage), its best
-epoch is chosen on the whole validation split, the confirmation part included. That can only favour the base
-on those images, so the confirmed drop errs high (on the safe side).
+The base model keeps its best epoch (``train.keep_best``) on the selection part too: :func:`latopt.train.train_base`
+cuts the split with its own seed, the seed the run's search (and a search that trains its base) cuts it with. A
+base chosen on all of the validation split is optimistic on exactly the confirmation images (about a point of
+confirmed drop in a measured case: ``results/pilots/2026-12-04-dp-quickstart.md``); a base given with ``--base``
+and trained with another seed is, and its confirmed drops err high.
 
 A trial's confirmation record is paired: over the ``n`` confirmation images, ``lost`` is how many the base
 model classifies right and the trial wrong, ``won`` the reverse. The confirmed drop is ``(lost − won) / n``.
@@ -49,7 +51,6 @@ from latopt.errors import LatoptError
 from latopt.search.record import Confirmation
 from latopt.torch_settings import strict_fp32
 
-CONFIRM_FRACTION = 0.5   # of the validation split: the confirmation part (the rest: the selection part)
 CONFIRM_LEVEL = 0.95     # one-sided confidence of drop_bound
 GAMMA_SHARE = 0.1        # of α: the Berger-Boos restriction of the disagreement rate
 CONFIRM_METHOD = ("exact unconditional bound on the paired drop (Berger-Boos, disagreement rate restricted at "

@@ -37,7 +37,7 @@ from optuna.trial import TrialState
 
 from latopt.artifacts import check_name
 from latopt.config import RunConfig, load_config
-from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
+from latopt.constants import CONFIRM_FRACTION, COSTS, OBJECTIVES, SAMPLERS
 from latopt.data import load_task, split_validation
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
@@ -46,7 +46,7 @@ from latopt.losses import check_loss_config
 from latopt.methods import TrialContext, make_method
 from latopt.methods.base import resolve_lut
 from latopt.methods.sampler import FAILED_CHECK
-from latopt.search._confirm import CONFIRM_FRACTION, CONFIRM_LEVEL, CONFIRM_METHOD
+from latopt.search._confirm import CONFIRM_LEVEL, CONFIRM_METHOD
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import front_summary, write_front
 from latopt.search._storage import (
