@@ -147,7 +147,7 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
     method = make_method(cfg)             # an unknown method or distillation fails here, before any work
     check_loss_config(cfg)
     job = Job(cfg=cfg, config=config, dev=dev, root=root, runs_dir=Path(runs_dir), seed=seed,
-              n_trials=int(trials if trials is not None else method.default_trials()),
+              n_trials=int(trials if trials is not None else method.default_trials()), method=method,
               lut_path=lut_path, given_lut=given_lut, num_classes=int(load_task(cfg).num_classes),
               state=RunState(root, config.resolve(), fresh, NAMES))
     if job.state.note:

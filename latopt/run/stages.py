@@ -40,7 +40,7 @@ from latopt.export import CheckOptions, ExportRecord, ShipOptions, export, read_
 from latopt.latency.lut import load_lut, save_lut
 from latopt.latency.profiler import format_lut, profile_model
 from latopt.log import get_logger
-from latopt.methods import make_method
+from latopt.methods import Method
 from latopt.run.record import BaseStage, SearchPick, StageRecord
 from latopt.run.report import write_report
 from latopt.run.state import REPORT_FILES, RunState
@@ -70,6 +70,7 @@ class Job:
     runs_dir: Path
     seed: int
     n_trials: int
+    method: Method                    # the search stage's: the config's ``method``, made for cfg
     lut_path: Path                    # the config's lut, else runs/<name>/lut-<device>.json
     given_lut: Any                    # the config's LUT, loaded (None: the run profiles the device)
     num_classes: int
@@ -80,7 +81,6 @@ class Job:
 
     def __post_init__(self) -> None:
         self.sections = dump_config(self.cfg)
-        self.method = make_method(self.cfg)   # the search stage's (the config's ``method``)
         device = self.dev.model_dump(exclude={"path"})
         self.device_sha = hashlib.sha256(json.dumps(device, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -114,8 +114,8 @@ class Stage:
 # 1. base ----------------------------------------------------------------------------------------------
 def _base_made_from(job: Job) -> dict[str, Any]:
     return {**job.config_sections("model", "data", "train"), "seed": job.seed, "latopt version": __version__,
-            # a base made before its best epoch was chosen on the selection part alone is made again
-            "best epoch chosen on": "the selection part of the validation split"}
+            # the base keeps its best epoch on the selection part of the validation split (latopt.train)
+            "best epoch chosen on": f"selection part, {1 - CONFIRM_FRACTION:g} of the validation split"}
 
 
 def _base_make(job: Job, say: Say) -> tuple[dict[str, Any], BaseStage]:
