@@ -49,6 +49,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_v
 from latopt.artifacts import check_name, write_text_atomic
 from latopt.constants import (
     MAX_BUDGET_ROUNDS,
+    MAX_REFINE,
     MAX_THREADS,
     RESOLUTION_RANGE,
     TRAIN_DEVICES,
@@ -215,6 +216,10 @@ class DPConfig(Section):
     variants: Annotated[tuple[str, ...], BeforeValidator(_list_to_tuple), Field(min_length=1)] | None = None
     # plans measured on the device and re-solved until one meets its budget when measured (latopt.dp.budgetloop); 0 = off
     budget_rounds: Annotated[int, Field(ge=0, le=MAX_BUDGET_ROUNDS)] = 3
+    # successive halving: the `refine` fastest candidates within reach of the constraint are made again with
+    # `refine_epochs` epochs of fine-tuning (instead of fold.post_epochs) before they are confirmed; 0 = none
+    refine: Annotated[int, Field(ge=0, le=MAX_REFINE)] = 2
+    refine_epochs: Annotated[int, Field(ge=1)] = 12
 
 
 SECTIONS = ("model", "data", "train", "fold", "search", "dp")
@@ -227,7 +232,7 @@ class RunConfig(Section):
     train: TrainConfig = TrainConfig()
     fold: FoldConfig = FoldConfig()
     search: SearchConfig = SearchConfig()
-    method: str = "layerfold"  # the search stage's method, a name of latopt.methods' registry (checked there)
+    method: str = "dp"  # the search stage's method, a name of latopt.methods' registry (checked there)
     dp: DPConfig = DPConfig()
     device: str = "cpu"  # device profile name, or a path to one
     lut: str | None = None

@@ -79,4 +79,6 @@ FOLD_CHECK_TOLERANCE = 1e-4  # `latopt inspect --check-fold`: largest relative e
 MAX_THREADS = 1024           # intra-op threads (config `threads`, device profiles, --threads): 10000 exhausted the OS
 MAX_BATCH = 4096             # a device profile's batch (profiling builds every block at it)
 MAX_BUDGET_ROUNDS = 10       # dp.budget_rounds: plans the DP's budget loop measures at most (latopt.dp.budgetloop)
+MAX_REFINE = 10              # dp.refine: candidates fine-tuned again, longer, at most
+REFINE_REACH = 2.0          # a candidate is within reach of the constraint when its drop is at most this times it
 MAX_GATE_SAMPLES = 1024      # `latopt export --samples`: inputs of the numeric gates (held in memory at once)

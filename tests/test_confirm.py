@@ -29,6 +29,8 @@ from latopt.search._confirm import (
     paired_counts,
     upper_pi,
 )
+from latopt.search._pareto import REFINES
+from latopt.search._run import refine_trials
 from latopt.search.record import Confirmation
 
 DISTS = {"lambda_c": FloatDistribution(0.05, 5.0, log=True)}
@@ -256,3 +258,39 @@ def test_the_summary_prints_the_constraint_the_confirmed_drop_and_the_test_drop(
     assert "not confirmed" not in "\n".join(constraint_lines(base, 0.99, 0.99))
     # a record without the constraint: nothing made up
     assert constraint_lines(SearchPick(trial=None, checkpoint=None), 0.99, 0.98) == []
+
+
+# successive halving: the few best made again with a longer fine-tune -------------------------------------------
+def _add_refined(st: optuna.Study, acc: float, ms: float, lost: int, won: int, refines: int) -> None:
+    st.add_trial(optuna.create_trial(
+        values=[acc, ms], params={"lambda_c": 0.5}, distributions=DISTS,
+        user_attrs={"base": False, "val_acc": acc, "fold_set": {}, "checkpoint": f"/x/r{ms}.pt", "confirm_n": 2000,
+                    "confirm_lost": lost, "confirm_won": won, REFINES: refines},
+        system_attrs={"constraints:acc_drop": 0.90 - acc - 0.02}))
+
+
+def test_the_fastest_within_reach_are_refined_once_each(tmp_path) -> None:
+    st = _study(tmp_path)
+    _add(st, 0.90, 10.0, 0, base=True)   # 0 base
+    _add(st, 0.89, 8.0, 2, 2)            # 1 within the constraint
+    _add(st, 0.87, 6.0, 60, 0)           # 2 over it (3 pt), within reach (2 x 2 pt)
+    _add(st, 0.84, 5.0, 60, 0)           # 3 fastest, out of reach (6 pt)
+    assert refine_trials(st, 2, 0.02, tmp_path) == [2, 1]          # fastest first, 3 left out
+    waiting = st.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    assert [t.user_attrs[REFINES] for t in waiting] == [2, 1] and all(t.system_attrs["fixed_params"] == {"lambda_c": 0.5} for t in waiting)
+    assert refine_trials(st, 2, 0.02, tmp_path) == [2, 1]          # asked again (a resumed study): nothing new
+    assert len(st.get_trials(deepcopy=False)) == 6
+    assert refine_trials(st, 3, 0.02, tmp_path) == [2, 1]          # nothing else within reach
+
+
+def test_a_refined_candidate_is_confirmed_in_place_of_its_first_version(tmp_path) -> None:
+    st = _study(tmp_path)
+    _add(st, 0.90, 10.0, 0, base=True)   # 0 base
+    _add(st, 0.89, 8.0, 2, 2)            # 1 confirmed
+    _add(st, 0.889, 6.0, 60, 0)          # 2 within on selection, not confirmed: it would stop the sequence
+    _add_refined(st, 0.892, 6.0, 3, 1, refines=2)   # 3: trial 2 fine-tuned longer, confirmed
+    rec = recommendation(st)
+    assert rec.trial == 3 and rec.rejected == []                 # 2 is not in the sequence: 3 stands for it
+    _add_refined(st, 0.80, 8.0, 0, 0, refines=1)    # 4: trial 1 refined, now over the constraint on selection
+    assert recommendation(st).trial == 3                         # 1 left the sequence, 4 never entered it
+

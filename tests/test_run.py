@@ -427,3 +427,21 @@ def test_run_takes_its_config_as_a_flag_too(capsys: pytest.CaptureFixture) -> No
     assert main(["run", "quickstart", "--config", "fashion_mnist"]) == 2
     err = capsys.readouterr().err
     assert "two configs given: 'quickstart' and --config 'fashion_mnist'" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["run", "search"])
+def test_a_constraint_the_confirmation_part_cannot_confirm_is_refused_before_any_training(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """Digits' 360 validation images leave 180 to confirm on: even an unchanged network's bound (2.25 pt) is over
+    a 1-point constraint. One line, exit 2, before a base is trained or a study is made."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"name": "power", "model": {"name": "mobilenetv2_035"},
+                                   "data": {"task": "digits", "resolution": 16}, "search": {"max_acc_drop": 0.01}}))
+    runs = tmp_path / "runs"
+    argv = {"run": ["run", str(cfg)], "search": ["search", "--config", str(cfg), "--objective", "depth"]}[command]
+    assert main([*argv, "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("latopt: error: the confirmation part has 180 images"), err
+    assert "2.25%" in errors[0] and "search.max_acc_drop >= 0.0225" in errors[0]
+    assert not runs.exists() or not any(p.is_file() for p in runs.rglob("*"))

@@ -75,7 +75,11 @@ LUT_GOAL_SHARE = 0.90                              # share of cases within it
 SE_RULE = 2.0                                      # a seed misses when drop > max_acc_drop + 2 SE
 SMOKE_POLICY = {"warmup": 1, "min_repeats": 5, "max_repeats": 10, "budget_s": 1}
 SMOKE_RUN = {"train.epochs": 1, "data.max_samples": 96, "fold.epochs": 1, "fold.post_epochs": 1,
-             "search.trials": 2}
+             "search.trials": 2, "dp.budgets": [0.7], "dp.refine": 1, "dp.refine_epochs": 1,
+             "search.max_acc_drop": 1.0}   # 48 confirmation images confirm no smaller constraint
+# The main job's goals (issue 46; the protocol: docs/results.md#the-main-job-on-quickstart, written before its runs)
+MAIN_GOALS = {"quickstart": {"speedup": 1.5, "minutes": 10.0}, "fashion_mnist": {"speedup": 1.65, "minutes": 45.0,
+                                                                                   "test_drop": 0.005}}
 RESULTS_SCHEMA = "latopt.promises/1"
 PROG = "bench_promises"
 
@@ -317,7 +321,8 @@ def cell_accuracy(q: Queue, cell: str, seed: int) -> dict[str, Any]:
 
     config = cell.split("-", 1)[1].rsplit(".s", 1)[0]
     r = run_main(smoke_config(q, config) if q.smoke else config, runs_dir=run_dir(q, config, seed), seed=seed)
-    return accuracy_record(r.root, config, seed)
+    return {**accuracy_record(r.root, config, seed), "run_seconds": round(r.seconds, 1),
+            "run_stages": dict(r.stages)}
 
 
 def test_correct(ckpt: Path, task: Any) -> Any:
@@ -374,7 +379,9 @@ def accuracy_record(root: Path, config: str, seed: int) -> dict[str, Any]:
             else conf.model_dump(mode="json"),
             "confirm_split": {} if split is None
             else split.model_dump(mode="json", exclude_unset=True, exclude={"confirmation_sha256"}),
-            "rejected": len(search.rejected)}
+            "rejected": len(search.rejected),
+            "latency": None if exp.latency is None else exp.latency.model_dump(
+                mode="json", include={"speedup", "speedup_range", "lut_speedup", "as_is_ms", "folded_ms", "repeats"})}
 
 
 def accuracy(args: argparse.Namespace) -> None:
@@ -434,8 +441,8 @@ def protocol() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ verdicts and tables (from results/ only)
-NOT_RUN = ("The {what} benchmark has not been run yet: there is no `results/promises/{file}`. The protocol above "
-           "was written before any run; the commands are in [Running it](#running-it).\n")
+NOT_RUN = ("The {what} benchmark has not been run yet: there is no `results/{dir}/{file}`. The protocol above "
+           "was written before any run, with the commands that run it.\n")
 
 
 def _pt(x: float | None, signed: bool = False) -> str:
@@ -496,7 +503,7 @@ def _render_block(results: Path, file: str, what: str, body: Callable[[dict[str,
     file's records (ValueError when the file's schema is not :data:`RESULTS_SCHEMA`)."""
     path = Path(results) / file
     if not path.is_file():
-        return NOT_RUN.format(what=what, file=file)
+        return NOT_RUN.format(what=what, dir=Path(results).name, file=file)
     R = bm.load_json(path)
     if R.get("schema") != RESULTS_SCHEMA:
         raise ValueError(f"{path}: schema {R.get('schema')!r}, expected {RESULTS_SCHEMA!r}")
@@ -628,6 +635,72 @@ def _accuracy_paragraphs(R: dict[str, Any]) -> list[str]:
                "PyTorch; SE: the standard deviation of the per-image paired difference over √n. Confirmed drop and "
                "bound: the run's confirmation on held-out validation images (run.json). Raw records: "
                "`results/promises/accuracy.json`.")
+    return out
+
+
+def main_job_verdict(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per seed of ``results/main-job/accuracy.json``, the main job's goals (:data:`MAIN_GOALS`): the measured
+    speed-up (export's interleaved median) at least the goal's, the confirmed bound within the constraint, the
+    test drop within the constraint (and within the goal's test drop where it has one), the run's wall time within
+    the goal's minutes."""
+    out = []
+    for c in accuracy_verdict(results)["cases"]:
+        goal = MAIN_GOALS.get(c["run_config"], {})
+        lat = c.get("latency") or {}
+        speed = float(lat.get("speedup", 1.0)) if c["recommended"] == "fold" else 1.0
+        bound = c["confirm"].get("bound")
+        kept = (bound is None or bound <= c["max_acc_drop"] + 1e-12) and c["test_drop"] <= c["max_acc_drop"] + 1e-12
+        checks = {"speedup": speed >= goal.get("speedup", 0.0) - 1e-12, "promise": kept,
+                  "minutes": c.get("run_seconds") is not None and c["run_seconds"] <= 60 * goal.get("minutes", math.inf),
+                  "test_drop": c["test_drop"] <= goal.get("test_drop", math.inf) + 1e-12}
+        out.append({**c, "speed": speed, "checks": checks, "met": all(checks.values())})
+    return out
+
+
+def render_main_job(results: Path) -> str:
+    """docs/results.md's main-job block, from ``results/main-job/accuracy.json`` only."""
+    return _render_block(results, "accuracy.json", "main job", _main_job_paragraphs)
+
+
+def _main_job_paragraphs(R: dict[str, Any]) -> list[str]:
+    cases = sorted(main_job_verdict(R), key=lambda c: (c["run_config"], c["seed"]))
+    lines = ["| config | seed | shipped | speed-up, measured (quartiles) | LUT predicted | confirmed drop (bound) | "
+             "test drop ± SE | constraint | wall time | goals met |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cases:
+        lat = c.get("latency") or {}
+        rng = lat.get("speedup_range") or [None, None]
+        speed = (f"{c['speed']:.2f}× ({rng[0]:.2f}–{rng[1]:.2f})" if c["recommended"] == "fold" and rng[0] is not None
+                 else "1.00× (unchanged)")
+        missed = [k for k, ok in c["checks"].items() if not ok]
+        cf = c["confirm"]
+        lines.append(f"| {c['run_config']} | {c['seed']} | "
+                     + ("base" if c["recommended"] == "base" else f"trial {c['trial']} ({len(c['fold_set'])} blocks)")
+                     + f" | {speed} | {'–' if lat.get('lut_speedup') is None else format(lat['lut_speedup'], '.2f') + '×'} | "
+                     f"{_pt(cf.get('drop'), True)} ({_pt(cf.get('bound'))}) | "
+                     f"{100 * c['test_drop']:+.2f} ± {100 * c['test_se']:.2f} pt | {100 * c['max_acc_drop']:.2f} pt | "
+                     f"{'–' if c.get('run_seconds') is None else format(c['run_seconds'] / 60, '.1f') + ' min'} | "
+                     + ("yes" if c["met"] else "**no**: " + ", ".join(missed)) + " |")
+    out = ["\n".join(lines)]
+    for config in sorted({c["run_config"] for c in cases}):
+        mine = [c for c in cases if c["run_config"] == config]
+        g = MAIN_GOALS.get(config, {})
+        sp = [c["speed"] for c in mine]
+        mean = sum(sp) / len(sp)
+        ci = ""
+        if len(sp) > 1:
+            from scipy import stats
+
+            sd = math.sqrt(sum((x - mean) ** 2 for x in sp) / (len(sp) - 1))
+            h = float(stats.t.ppf(0.975, len(sp) - 1)) * sd / math.sqrt(len(sp))
+            ci = f" (95 % t-interval over seeds {mean - h:.2f}–{mean + h:.2f}×)"
+        goal = (f"≥ {g['speedup']:.2f}× measured" + (f" at ≤ {100 * g['test_drop']:.1f} pt test drop" if "test_drop" in g
+                else "") + f", the promise kept, ≤ {g['minutes']:.0f} min") if g else "none set"
+        out.append(f"`{config}`: {sum(c['met'] for c in mine)} of {len(mine)} seeds meet the goals ({goal}); mean "
+                   f"measured speed-up {mean:.2f}×{ci}.")
+    out.append("Speed-up: `latopt run`'s export stage, as-is and shipped network timed in one interleaved run on the "
+               "run's machine (median of the per-repeat ratios; quartiles). Promise kept: the confirmed bound and the "
+               "test drop (base − shipped, whole test split, paired SE) within the constraint. Wall time: the whole "
+               "`latopt run`, base training included. Raw records: `results/main-job/accuracy.json`.")
     return out
 
 

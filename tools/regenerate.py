@@ -185,6 +185,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "hardware-awareness-e2": _tool("bench_costs", "render_e2", "hardware-awareness"),
     "promises-budget": _tool("bench_promises", "render_budget", "promises"),
     "promises-accuracy": _tool("bench_promises", "render_accuracy", "promises"),
+    "main-job": _tool("bench_promises", "render_main_job", "main-job"),
     "compatibility": _tool("compat", "render", "compatibility/compat.json"),
     "resnet20-fold": _tool("depth_table", "render_depth", "resnet-fold/resnet20"),
     "resnet32-fold": _tool("depth_table", "render_depth", "resnet-fold/resnet32"),

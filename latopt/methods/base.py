@@ -136,6 +136,17 @@ class Method(ABC):
         """One candidate at ``params`` (sampled from :meth:`space`), folded and fine-tuned from the base,
         written to ``trial_dir`` as ``latopt fold`` writes a fold."""
 
+    # ---- the few best, fine-tuned longer (successive halving's second rung)
+    def refinements(self) -> int:
+        """How many of a study's candidates are made again with a longer fine-tune, once every trial has run
+        (:func:`latopt.search.run_search` picks them: the fastest within reach of the constraint); 0: none."""
+        return 0
+
+    def refine(self, ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> Candidate:
+        """The candidate at ``params`` again, fine-tuned longer (only a method whose :meth:`refinements` is
+        not 0 is asked)."""
+        raise NotImplementedError(f"method {self.name!r} refines no candidate")
+
 
 def resolve_lut(cfg: RunConfig, lut_arg: str | Path | None, *, required: bool) -> tuple[LUT | None, Path | None]:
     """The LUT for the config's device/model/resolution (``lut_arg`` > ``cfg.lut`` > the default path), checked

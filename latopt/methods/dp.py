@@ -9,7 +9,7 @@ every budget. Its LUT must time the variants the blocks may take (``dp.variants`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +132,12 @@ class DP(Method):
                         losses=self.losses(ctx), variants=self.cfg.dp.variants, seed=ctx.seed, progress=False,
                         task=ctx.task)
         return Candidate(result, {"predicted_ratio": result.report.selection.ratio})
+
+    def refinements(self) -> int:
+        return self.cfg.dp.refine
+
+    def refine(self, ctx: TrialContext, params: dict[str, Any], trial_dir: Path) -> Candidate:
+        """The plan at the trial's budget again, fine-tuned ``dp.refine_epochs`` epochs instead of
+        ``fold.post_epochs``."""
+        longer = ctx.cfg.with_overrides({"fold.post_epochs": self.cfg.dp.refine_epochs})
+        return self.candidate(replace(ctx, cfg=longer), params, trial_dir)

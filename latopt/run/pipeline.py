@@ -20,7 +20,8 @@ import optuna
 from latopt.artifacts import make_dirs
 from latopt.blocks import find_blocks
 from latopt.config import config_path, load_config
-from latopt.data import load_task
+from latopt.constants import CONFIRM_FRACTION
+from latopt.data import load_task, split_validation
 from latopt.engine import seed_everything
 from latopt.errors import LatoptError
 from latopt.export import ExportRecord
@@ -34,7 +35,7 @@ from latopt.models import build_model
 from latopt.run.record import BaseStage, SearchPick
 from latopt.run.stages import STAGES, Job, Stage
 from latopt.run.state import NOT_RUN_YET, RunState, clear, remove_path
-from latopt.search import open_storage, redact
+from latopt.search import check_power, open_storage, redact
 from latopt.torch_settings import set_threads
 
 _LOG = get_logger("run")
@@ -146,9 +147,12 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
         check_blocks(given_lut, find_blocks(build_model(cfg.model.name, num_classes=10)), lut_path)
     method = make_method(cfg)             # an unknown method or distillation fails here, before any work
     check_loss_config(cfg)
+    task = load_task(cfg)
+    # a constraint the confirmation part cannot confirm even for an unchanged network: before any training
+    check_power(int(split_validation(task, CONFIRM_FRACTION, seed)[2]["n_confirmation"]), cfg.search.max_acc_drop)
     job = Job(cfg=cfg, config=config, dev=dev, root=root, runs_dir=Path(runs_dir), seed=seed,
               n_trials=int(trials if trials is not None else method.default_trials()), method=method,
-              lut_path=lut_path, given_lut=given_lut, num_classes=int(load_task(cfg).num_classes),
+              lut_path=lut_path, given_lut=given_lut, num_classes=int(task.num_classes),
               state=RunState(root, config.resolve(), fresh, NAMES))
     if job.state.note:
         _LOG.warning(job.state.note)

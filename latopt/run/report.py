@@ -65,7 +65,7 @@ def write_report(root: Path, cfg: Any, lut: Any, base: BaseStage, srch: SearchPi
     lines = [
         f"latopt run — {cfg.name}: {cfg.model.name} on {cfg.data.task} @{cfg.data.resolution}, device {lut.device}",
         f"  method          {method.name}: {method.does}"
-        + (f" ({srch.trials} trials)" if srch.trials else "") + " — the config's method:",
+        + (f" ({srch.trials} trials)" if srch.trials else "") + f" — {_why_method(cfg)}",
         f"  folded blocks   {len(folded)}/{len(lut.foldable())}: {sorted(folded) or 'none'}"
         + (f"  (trial {srch.trial}: {_params(srch.params)})" if srch.trial is not None and not srch.is_base else ""),
         f"  test accuracy   {_pct(acc_before)} → {_pct(acc_after)}",
@@ -102,6 +102,13 @@ def write_report(root: Path, cfg: Any, lut: Any, base: BaseStage, srch: SearchPi
            f"- search study: `{srch.study_dir}`", f"- export: `{root / 'export'}` (see its REPORT.md)", ""]
     write_text_atomic(root / "REPORT.md", "\n".join(md))
     return summary
+
+
+def _why_method(cfg: Any) -> str:
+    """Why this method ran: the config names it, or it is latopt's default (the one measured best)."""
+    if "method" in cfg.model_fields_set:
+        return f"the config's method ({cfg.method})"
+    return "latopt's default, the method measured best (docs/pruning.md)"
 
 
 def constraint_lines(srch: SearchPick, acc_before: float | None, acc_after: float | None) -> list[str]:

@@ -46,7 +46,7 @@ study opens in optuna-dashboard as it is. Layout: ``runs/<study>/search/{study.d
 from __future__ import annotations
 
 from latopt.constants import CONFIRM_FRACTION
-from latopt.search._confirm import CONFIRM_LEVEL, CONFIRM_METHOD, drop_bound
+from latopt.search._confirm import CONFIRM_LEVEL, CONFIRM_METHOD, check_power, drop_bound
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import (
     base_trial,
@@ -77,6 +77,7 @@ __all__ = [
     "SearchOptions",
     "SearchResult",
     "base_trial",
+    "check_power",
     "count_nonlinear",
     "dp_study_name",
     "drop_bound",

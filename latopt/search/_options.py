@@ -41,3 +41,4 @@ class SearchOptions:
     overrides: dict[str, Any] = field(default_factory=dict)
     study_dir: str | Path | None = None   # default runs/<study>/search
     base_dir: str | Path | None = None    # where the base is trained once when none is given (default: study_dir)
+    refining: int = 0   # of ``trials``, how many make earlier trials again (a worker of the study's refining phase)

@@ -30,6 +30,7 @@ from latopt.search.record import Confirmation, FrontRow, FrontSummary, Recommend
 
 PARETO_SCHEMA = FrontSummary.SCHEMA
 _EPS = 1e-12
+REFINES = "refines"   # a trial's user attribute: the number of the trial it makes again with a longer fine-tune
 COLUMNS = ("trial", "val_acc", "metric", "acc_drop", "feasible", "confirm_drop", "confirm_bound", "confirmed",
            "lambda_c", "tau", "p", "granularity", "budget", "n_folded", "base", "on_front", "on_full_front",
            "recommended", "checkpoint")
@@ -117,7 +118,10 @@ def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Re
     base = base_trial(study)
     if base_acc is None or base is None:
         return Recommendation(max_acc_drop=m, note="no recommendation: the base trial has not completed yet")
-    within = [t for t in complete_trials(study) if base_acc - t.values[0] <= m + _EPS and not t.user_attrs.get("base")]
+    done = complete_trials(study)
+    superseded = {int(t.user_attrs[REFINES]) for t in done if REFINES in t.user_attrs}   # refined: the longer version stands
+    within = [t for t in done if base_acc - t.values[0] <= m + _EPS and not t.user_attrs.get("base")
+              and t.number not in superseded]
     sequence = sorted(within, key=lambda t: (-t.values[1], -t.values[0], t.number))   # slowest first
     confirmed: list[tuple[FrozenTrial, Confirmation]] = []
     rejected: list[Rejected] = []

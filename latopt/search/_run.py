@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from filelock import FileLock
 from optuna.trial import TrialState
 
 from latopt.artifacts import check_name
 from latopt.config import RunConfig, load_config
-from latopt.constants import CONFIRM_FRACTION, COSTS, OBJECTIVES, SAMPLERS
+from latopt.constants import CONFIRM_FRACTION, COSTS, OBJECTIVES, REFINE_REACH, SAMPLERS
 from latopt.data import load_task, split_validation
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
@@ -46,9 +47,9 @@ from latopt.losses import check_loss_config
 from latopt.methods import TrialContext, make_method
 from latopt.methods.base import resolve_lut
 from latopt.methods.sampler import FAILED_CHECK
-from latopt.search._confirm import CONFIRM_LEVEL, CONFIRM_METHOD
+from latopt.search._confirm import CONFIRM_LEVEL, CONFIRM_METHOD, check_power
 from latopt.search._options import SearchOptions
-from latopt.search._pareto import front_summary, write_front
+from latopt.search._pareto import REFINES, base_accuracy, complete_trials, front_summary, write_front
 from latopt.search._storage import (
     abandon_trial,
     check_existing,
@@ -171,7 +172,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
     name = check_name(o.study, "study", param="study") if o.study is not None else cfg.name  # runs/<study>/
     study_dir = Path(o.study_dir) if o.study_dir is not None else Path(o.runs_dir) / name / "search"
     lut, lut_path = resolve_lut(cfg, o.lut, required=method.needs_lut() or (o.objective == "latency" and not o.measure))
-    method.check(lut, trials)
+    method.check(lut, trials - o.refining)
     if o.costs == "lut" and lut is None and o.progress:
         _LOG.info("no LUT found: c_l = 1 for every block (uniform costs, the paper's default)")
     device = None
@@ -180,6 +181,7 @@ def _run_search(o: SearchOptions) -> SearchResult:
     # the trials see the selection part of the validation split as theirs; the confirmation part is for the
     # recommendation only (latopt.search._confirm), the same for every worker of the study (seeded by --seed)
     task, confirm_part, split = split_validation(load_task(cfg), CONFIRM_FRACTION, o.seed)
+    check_power(int(split["n_confirmation"]), max_drop)   # a constraint its images cannot confirm: before any training
     # a base that is not the config's unfolded base fails before any storage is touched (it would leave
     # a FAILED base trial behind)
     url = o.storage or s.storage or default_storage_url(study_dir)
@@ -220,26 +222,58 @@ def _run_search(o: SearchOptions) -> SearchResult:
     # what every trial shares, made once, before the workers start (on every core: they each take a share)
     with torch_threads(os.cpu_count() or 1) if o.workers > 1 else contextlib.nullcontext():
         method.prepare(ctx.trial)
-    procs = []
-    if o.workers > 1:   # the tables, the study and its base trial exist: the workers load them
-        procs = start(run_search, worker_options(
-            o, config=cfg, study=name, study_dir=study_dir, storage=url, trials=trials, sampler=sampler_name,
-            max_acc_drop=max_drop, base=base.checkpoint, lut=lut_path, threads=threads, timeout=o.timeout),
-            o.workers - 1)
-        _LOG.debug(f"started {len(procs)} local worker(s), pids {[p.pid for p in procs]}, {threads} torch thread(s) each")
-    ok = False
-    try:
-        with sigterm_raises(bool(procs)):   # as the CLI does: a library caller's SIGTERM also ends the workers
-            finished = _loop(study, functools.partial(objective, ctx), trials, o)
-        ok = True
-    finally:
-        join(procs, ok=ok)
+
+    def run_trials(n: int, refining: int = 0) -> bool:
+        procs = []
+        if o.workers > 1:   # the tables, the study and its base trial exist: the workers load them
+            procs = start(run_search, worker_options(
+                o, config=cfg, study=name, study_dir=study_dir, storage=url, trials=n, sampler=sampler_name,
+                max_acc_drop=max_drop, base=base.checkpoint, lut=lut_path, threads=threads, timeout=o.timeout,
+                refining=refining),
+                o.workers - 1)
+            _LOG.debug(f"started {len(procs)} local worker(s), pids {[p.pid for p in procs]}, {threads} torch thread(s) each")
+        ok = False
+        try:
+            with sigterm_raises(bool(procs)):   # as the CLI does: a library caller's SIGTERM also ends the workers
+                done = _loop(study, functools.partial(objective, ctx), n, o)
+            ok = True
+        finally:
+            join(procs, ok=ok)
+        return done
+
+    finished = run_trials(trials)
+    if finished and o.summary and method.refinements():   # the leading process (not a worker) refines
+        refining = refine_trials(study, method.refinements(), max_drop, study_dir)
+        if refining:
+            if o.progress:
+                _LOG.info(f"fine-tuning {len(refining)} candidate(s) longer (trials {', '.join(map(str, refining))} "
+                          "again): the fastest within reach of the constraint")
+            finished = run_trials(trials + len(refining), len(refining))
     summary = front_summary(study, max_drop)
     files = write_front(study, study_dir) if o.summary else {}
     c = _counts(study)
     return SearchResult(study_name=name, storage=url, study_dir=study_dir, n_complete=c[TrialState.COMPLETE],
                         finished=finished, recommended=summary.recommended, front=summary.front, summary=summary,
                         files=files)
+
+
+def refine_trials(study: optuna.Study, k: int, max_drop: float, study_dir: Path) -> list[int]:
+    """The trials refined (made again with a longer fine-tune, :meth:`latopt.methods.Method.refine`): those
+    already enqueued, plus, up to ``k`` in all, the fastest COMPLETE candidates whose drop on the selection part
+    is within ``REFINE_REACH`` times the constraint, each enqueued once with its parameters (chosen on the
+    selection part only; the recommendation confirms a refined candidate in place of its first version)."""
+    with FileLock(str(study_dir / ".refine.lock")):   # local workers and a second `latopt search` enqueue once
+        trials = study.get_trials(deepcopy=False)
+        refined = [int(t.user_attrs[REFINES]) for t in trials if REFINES in t.user_attrs and t.state != TrialState.FAIL]
+        base_acc = base_accuracy(study)
+        if base_acc is None:
+            return refined
+        reach = [t for t in complete_trials(study) if not t.user_attrs.get("base") and REFINES not in t.user_attrs
+                 and base_acc - t.values[0] <= REFINE_REACH * max_drop + 1e-12 and t.number not in refined]
+        for t in sorted(reach, key=lambda t: (t.values[1], -t.values[0], t.number))[:max(0, k - len(refined))]:
+            study.enqueue_trial(t.params, user_attrs={REFINES: t.number}, skip_if_exists=False)
+            refined.append(t.number)
+        return refined
 
 
 def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool:

@@ -41,6 +41,7 @@ from latopt.layerfold.record import FoldReport
 from latopt.log import get_logger
 from latopt.methods import Method, Space, TrialContext
 from latopt.search._confirm import correct, paired_counts
+from latopt.search._pareto import REFINES
 from latopt.train import BASE_CHECKPOINT, read_metrics, train_base
 
 TRIAL_SCHEMA = "latopt.search-trial/1"
@@ -161,10 +162,13 @@ def evaluate_base(ctx: StudyContext, trial_dir: Path) -> dict[str, Any]:
     return rec
 
 
-def evaluate_candidate(ctx: StudyContext, params: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
-    """One candidate made by the study's method (:meth:`latopt.methods.Method.candidate`), evaluated: the record of
-    its fold (the network in memory, not reloaded from its file) and what the method adds."""
-    made = ctx.method.candidate(ctx.trial, params, trial_dir)
+def evaluate_candidate(ctx: StudyContext, params: dict[str, Any], trial_dir: Path, refines: int | None = None
+                       ) -> dict[str, Any]:
+    """One candidate made by the study's method (:meth:`latopt.methods.Method.candidate`; when it ``refines``
+    an earlier trial, :meth:`~latopt.methods.Method.refine`), evaluated: the record of its fold (the network in
+    memory, not reloaded from its file) and what the method adds."""
+    made = (ctx.method.refine(ctx.trial, params, trial_dir) if refines is not None else
+            ctx.method.candidate(ctx.trial, params, trial_dir))
     result = made.fold
     report: FoldReport = result.report
     plan = report.plan
@@ -213,7 +217,9 @@ def objective(ctx: StudyContext, trial: optuna.Trial) -> tuple[float, float]:
     is_base = bool(trial.user_attrs.get("base"))
     trial_dir = ctx.study_dir / f"trial-{trial.number}"
     trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-    rec = evaluate_base(ctx, trial_dir) if is_base else evaluate_candidate(ctx, params, trial_dir)
+    refines = trial.user_attrs.get(REFINES)
+    rec = evaluate_base(ctx, trial_dir) if is_base else evaluate_candidate(
+        ctx, params, trial_dir, None if refines is None else int(refines))
     metric = rec.get(_METRIC_KEY[ctx.objective])
     if metric is None or not math.isfinite(float(metric)):
         raise LatoptError(f"trial {trial.number}: objective {ctx.objective} has no value")
@@ -227,6 +233,7 @@ def objective(ctx: StudyContext, trial: optuna.Trial) -> tuple[float, float]:
     if ctx.trial.progress:
         what = "base model" if is_base else " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                                      for k, v in params.items())
+        what += "" if refines is None else f" (trial {refines} fine-tuned longer)"
         _LOG.info(f"trial {trial.number}: {what} → val acc {rec['val_acc']:.4f} (drop {drop:+.4f}), "
                   f"{_METRIC_KEY[ctx.objective]} {float(metric):.4g}, folded {len(rec['fold_set'])} "
                   f"[{rec['seconds']:.1f} s]")

@@ -50,12 +50,12 @@ def default_threads(workers: int) -> int:
 
 def worker_options(o: SearchOptions, *, config: RunConfig, study: str, study_dir: Path, storage: str, trials: int,
                    sampler: str, max_acc_drop: float, base: Path, lut: Path | None, timeout: float | None,
-                   threads: int | None) -> SearchOptions:
+                   threads: int | None, refining: int = 0) -> SearchOptions:
     """The options of one extra worker: ``o`` with what this process resolved (the config as read, overrides
     applied; the study's name and directory; the base, already trained), one worker, no summary."""
     return dataclasses.replace(o, config=config, overrides={}, study=study, study_dir=study_dir, storage=storage,
                                trials=trials, sampler=sampler, max_acc_drop=max_acc_drop, base=base, lut=lut,
-                               threads=threads, workers=1, summary=False,
+                               threads=threads, workers=1, summary=False, refining=refining,
                                timeout=None if timeout is None else max(1.0, timeout))
 
 
