@@ -19,8 +19,9 @@ the key. ``overrides`` take dotted keys (``{"fold.lambda_c": 0.5}``) and are val
              post_lr: 0.0005, unfolded_alpha: zero, max_fold_error: 0.001}
     search: {lambda_c: [0.05, 5.0], tau: [0.7, 0.95], p: [1.5, 4.0], granularity: [block],
              trials: 20, max_acc_drop: 0.01, sampler: auto, storage: null}
-    method: layerfold             # what the search stage runs: a registered method (latopt.methods): layerfold | dp
-    dp:     {budgets: [0.5, 0.6, 0.7, 0.8, 0.9], importance: proxy, variants: null, budget_rounds: 3}
+    method: dp                    # what the search stage runs: a registered method (latopt.methods): dp | layerfold
+    dp:     {budgets: [0.5, 0.6, 0.7, 0.8, 0.9], importance: proxy, variants: null, budget_rounds: 3,
+             refine: 2, refine_epochs: 12}
     device: cpu                   # device profile: a name (profiles/<name>.yaml or shipped) or a path
     lut: null                     # latency LUT (JSON) giving c_l; null = uniform c_l = 1
     threads: null                 # torch intra-op threads for train/fold (null = torch's default)

@@ -170,9 +170,9 @@ def _add(st: optuna.Study, acc: float, ms: float, lost: int | None, won: int = 0
 def test_candidates_are_confirmed_in_a_fixed_sequence_from_the_slowest(tmp_path) -> None:
     st = _study(tmp_path)
     _add(st, 0.90, 10.0, 0, base=True)   # 0 base
-    _add(st, 0.89, 8.0, 2, 2)            # 1 confirmed: 4 of 2000 images changed, both ways
+    _add(st, 0.899, 8.0, 2, 2)           # 1 confirmed: 4 of 2000 images changed, both ways
     _add(st, 0.895, 6.0, 60, 0)          # 2 within on selection, 60 lost of 2000 on confirmation: not confirmed
-    _add(st, 0.895, 5.0, 0, 0)           # 3 would be confirmed, but the sequence stopped at 2: not tested
+    _add(st, 0.893, 5.0, 0, 0)           # 3 would be confirmed, but the sequence stopped at 2: not tested
     _add(st, 0.85, 4.0, 0, 0)            # 4 fastest, over the constraint on selection: never in the sequence
     rec = recommendation(st)
     assert rec.trial == 1 and recommend(st).number == 1
@@ -194,11 +194,24 @@ def test_candidates_are_confirmed_in_a_fixed_sequence_from_the_slowest(tmp_path)
     assert recommend(st, max_acc_drop=0.04).number == 3
 
 
+def test_a_dominated_trial_is_not_in_the_sequence(tmp_path) -> None:
+    st = _study(tmp_path)
+    _add(st, 0.90, 10.0, 0, base=True)   # 0 base
+    _add(st, 0.89, 8.0, 2, 2)            # 1 confirmed
+    _add(st, 0.885, 7.0, 60, 0)          # 2 would not be confirmed, but 3 is faster and more accurate on selection
+    _add(st, 0.888, 6.0, 0, 0)           # 3 confirmed: tested, 2 never stops the sequence before it
+    rec = recommendation(st)
+    assert rec.trial == 3 and rec.rejected == []
+    s = front_summary(st)
+    assert s.recommended == 3 and 2 not in {r.trial for r in s.rows}      # off the front, never tested: not shown
+    assert "trial 2" not in format_table(s)
+
+
 def test_no_folded_trial_confirmed_recommends_the_base_and_says_so(tmp_path) -> None:
     st = _study(tmp_path)
     _add(st, 0.90, 10.0, 0, base=True)
-    _add(st, 0.89, 8.0, 30, 0)
-    _add(st, 0.895, 6.0, 50, 20)
+    _add(st, 0.895, 8.0, 30, 0)
+    _add(st, 0.89, 6.0, 50, 20)
     rec = recommendation(st)
     assert rec.trial == 0 and [r.trial for r in rec.rejected] == [1, 2]   # 1 failed first: 2 was not tested
     assert rec.rejected[1].why == "not tested: the sequence stopped at trial 1"

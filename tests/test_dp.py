@@ -398,7 +398,8 @@ def test_select_plan_takes_spans_where_they_pay() -> None:
 MODEL = "torchvision/mobilenet_v2?width=0.35"
 TINY = {"name": "tinydp", "model.name": MODEL, "data.task": "digits", "data.resolution": 16, "data.batch_size": 32,
         "data.max_samples": 96, "train.epochs": 1, "train.optimizer": "adamw", "train.lr": 0.003,
-        "fold.post_epochs": 1, "fold.post_lr": 0.001, "lut": None}
+        "fold.post_epochs": 1, "fold.post_lr": 0.001, "lut": None,
+        "search.max_acc_drop": 0.5}   # 48 confirmation images: a smaller constraint is refused before any training
 
 
 @pytest.fixture(scope="module")

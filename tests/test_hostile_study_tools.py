@@ -39,7 +39,7 @@ def dp_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from latopt.train import train_base
 
     root = tmp_path_factory.mktemp("hostile-dp")
-    cfg = load_config("quickstart", {**TINY, "name": "hs"})
+    cfg = load_config("quickstart", {**TINY, "name": "hs", "dp.refine": 0})   # each budget's trial once
     write_config(cfg, root / "hs.yaml")
     train_base(cfg, root / "base", progress=False, seed=0)
     save_lut(_lut_for(MODEL, 16), root / "lut.json")

@@ -24,7 +24,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from latopt.latency.lut import costs, load_lut, predict
-from latopt.search import SearchOptions, drop_bound, pareto_front, recommend, run_search
+from latopt.search import REFINES, SearchOptions, drop_bound, pareto_front, recommend, run_search
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def tiny(tmp_path_factory, fast_cpu_device):
     try:
         lut = profile_model(MODEL, load_device(fast_cpu_device), RES, 1, progress=False, num_classes=10)
         save_lut(lut, d / "lut.json")
-        cfg = {"name": "tiny", "model": {"name": MODEL},
+        cfg = {"name": "tiny", "model": {"name": MODEL}, "method": "layerfold",
                "data": {"task": "digits", "resolution": RES, "batch_size": 128},
                "train": {"epochs": 2, "optimizer": "adamw", "lr": 0.01},
                "fold": {"epochs": 1, "post_epochs": 1, "lr": 0.003, "alpha_lr": 0.1},
@@ -164,7 +164,11 @@ def test_the_dp_front_is_a_study_beside_the_search(tiny):
     base, *trials = study.get_trials(states=(TrialState.COMPLETE,))
     assert base.user_attrs["base"] and base.params["budget"] == 1.0
     assert base.user_attrs["checkpoint"] == str(res.study_dir / "base" / "base.pt")    # the search's base
-    assert sorted(t.params["budget"] for t in trials) == budgets
+    # one trial per budget, then the fastest within reach fine-tuned again (dp.refine), each at its trial's budget
+    first = [t for t in trials if REFINES not in t.user_attrs]
+    assert sorted(t.params["budget"] for t in first) == budgets
+    refined = {int(t.user_attrs[REFINES]): t for t in trials if REFINES in t.user_attrs}
+    assert all(t.params["budget"] == next(f for f in first if f.number == n).params["budget"] for n, t in refined.items())
     for t in trials:
         a = t.user_attrs
         rep = json.loads(Path(a["report"]).read_text())

@@ -124,12 +124,15 @@ def test_invalid_ranges(section, msg):
 
 
 def test_space_is_the_config_ranges():
-    assert make_method(RunConfig()).space().as_dict() == {  # the config's defaults are the space's: one tau range
+    # Layer Folding's: the config's defaults are the space's, one tau range
+    assert make_method(config_from_dict({"method": "layerfold"})).space().as_dict() == {
         "lambda_c": [0.05, 5.0], "tau": [0.7, 0.95], "p": [1.5, 4.0], "granularity": ["block"]}
+    # the DP's (the default method): the config's budgets
+    assert make_method(RunConfig()).space().as_dict() == {"budgets": list(RunConfig().dp.budgets)}
 
 
 def test_space_suggest_and_base_params():
-    cfg = config_from_dict({"search": {"lambda_c": [0.1, 1.0], "granularity": ["block", "activation"]}})
+    cfg = config_from_dict({"method": "layerfold", "search": {"lambda_c": [0.1, 1.0], "granularity": ["block", "activation"]}})
     sp = make_method(cfg).space()
     st = optuna.create_study(directions=["maximize", "minimize"])
     st.enqueue_trial(sp.base_params())
@@ -163,7 +166,7 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, monkeypatch, capsys):
     from latopt.cli import main
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "ok.yaml").write_text("name: ok\n")
+    (tmp_path / "ok.yaml").write_text("name: ok\nsearch: {max_acc_drop: 0.05}\n")   # digits: 180 confirmation images
     (tmp_path / "nolut.yaml").write_text("name: n\nmodel: {name: mobilenetv2_035}\ndata: {resolution: 40}\n")
     (tmp_path / "bad.yaml").write_text("name: bad\nsearch: {tau: [0.9, 0.5]}\n")
     cases = [

@@ -115,7 +115,8 @@ def gone(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc to find the worker process")
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_workers_die_with_a_killed_search(base_ckpt: Path, tmp_path: Path) -> None:
-    cfg = {"name": "w", "model": {"name": MODEL}, "data": {"task": "digits", "resolution": 16, "batch_size": 128},
+    cfg = {"name": "w", "model": {"name": MODEL}, "method": "layerfold", "search": {"max_acc_drop": 0.05},
+           "data": {"task": "digits", "resolution": 16, "batch_size": 128},
            "fold": {"epochs": 200, "post_epochs": 1}}  # trials far outlast the kill: none ends between check and kill
     (tmp_path / "w.yaml").write_text(yaml.safe_dump(cfg))
     url = f"sqlite:///{tmp_path / 'runs' / 'w' / 'search' / 'study.db'}"

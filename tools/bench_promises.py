@@ -658,8 +658,20 @@ def main_job_verdict(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def render_main_job(results: Path) -> str:
-    """docs/results.md's main-job block, from ``results/main-job/accuracy.json`` only."""
-    return _render_block(results, "accuracy.json", "main job", _main_job_paragraphs)
+    """docs/results.md's main-job block, from ``<results>/accuracy.json`` only (``results/main-job``, or a run of it
+    kept beside it, ``results/main-job/run-1``)."""
+    return _render_block(results, "accuracy.json", "main job",
+                         lambda R: _main_job_paragraphs(R | {"_file": _repo_path(Path(results) / "accuracy.json")}))
+
+
+def _repo_path(p: Path) -> str:
+    """``p`` from its ``results/`` folder on (the path a reader of the docs finds it at)."""
+    parts = p.resolve().parts
+    return "/".join(parts[len(parts) - 1 - parts[::-1].index("results"):]) if "results" in parts else str(p)
+
+
+def _results_name(R: dict[str, Any]) -> str:
+    return str(R.get("_file", "results/main-job/accuracy.json"))
 
 
 def _main_job_paragraphs(R: dict[str, Any]) -> list[str]:
@@ -700,7 +712,7 @@ def _main_job_paragraphs(R: dict[str, Any]) -> list[str]:
     out.append("Speed-up: `latopt run`'s export stage, as-is and shipped network timed in one interleaved run on the "
                "run's machine (median of the per-repeat ratios; quartiles). Promise kept: the confirmed bound and the "
                "test drop (base − shipped, whole test split, paired SE) within the constraint. Wall time: the whole "
-               "`latopt run`, base training included. Raw records: `results/main-job/accuracy.json`.")
+               f"`latopt run`, base training included. Raw records: `{_results_name(R)}`.")
     return out
 
 

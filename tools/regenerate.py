@@ -186,6 +186,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "promises-budget": _tool("bench_promises", "render_budget", "promises"),
     "promises-accuracy": _tool("bench_promises", "render_accuracy", "promises"),
     "main-job": _tool("bench_promises", "render_main_job", "main-job"),
+    "main-job-run-1": _tool("bench_promises", "render_main_job", "main-job/run-1"),
     "compatibility": _tool("compat", "render", "compatibility/compat.json"),
     "resnet20-fold": _tool("depth_table", "render_depth", "resnet-fold/resnet20"),
     "resnet32-fold": _tool("depth_table", "render_depth", "resnet-fold/resnet32"),

@@ -64,6 +64,7 @@ class SearchPick(StageRecord):
     pareto_png: str = ""
     study_dir: str = ""
     trials: int | None = None
+    refined: list[int] = []          # trials made again with a longer fine-tune (dp.refine), before confirmation
 
     @property
     def is_base(self) -> bool:

@@ -70,6 +70,10 @@ def write_report(root: Path, cfg: Any, lut: Any, base: BaseStage, srch: SearchPi
         + (f"  (trial {srch.trial}: {_params(srch.params)})" if srch.trial is not None and not srch.is_base else ""),
         f"  test accuracy   {_pct(acc_before)} → {_pct(acc_after)}",
     ]
+    ran = plan is None or plan.get("search") is not None    # a reused stage's time is its reuse, not its cost
+    tuning = _fine_tuning(cfg, srch, times.get("search") if ran else None)
+    if tuning:
+        lines.append(f"  fine-tuning     {tuning}")
     if lat is not None and not folded:   # the network as it is: nothing was made faster, and why
         lines.append(f"  shipped         the network as it is, unchanged: {_why_unchanged(srch)}")
     elif lat is not None:
@@ -102,6 +106,20 @@ def write_report(root: Path, cfg: Any, lut: Any, base: BaseStage, srch: SearchPi
            f"- search study: `{srch.study_dir}`", f"- export: `{root / 'export'}` (see its REPORT.md)", ""]
     write_text_atomic(root / "REPORT.md", "\n".join(md))
     return summary
+
+
+def _fine_tuning(cfg: Any, srch: SearchPick, seconds: float | None) -> str | None:
+    """What the DP's candidates were fine-tuned with, and what the search stage cost: every candidate
+    ``fold.post_epochs``, the refined few ``dp.refine_epochs`` again (None for another method)."""
+    if cfg.method != "dp":
+        return None
+    f = cfg.fold
+    out = f"every candidate {f.post_epochs} epoch(s)"
+    if srch.refined:
+        out += (f", the {len(srch.refined)} fastest within reach of the constraint again with {cfg.dp.refine_epochs} "
+                f"(trials {', '.join(map(str, srch.refined))})")
+    out += f"; distillation {f.distill}" + ("" if seconds is None else f"; search stage {seconds / 60:.1f} min")
+    return out
 
 
 def _why_method(cfg: Any) -> str:

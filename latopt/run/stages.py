@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
 from latopt import __version__
 from latopt.artifacts import file_sha256
@@ -48,6 +49,7 @@ from latopt.search import (
     CONFIRM_FRACTION,
     CONFIRM_LEVEL,
     CONFIRM_METHOD,
+    REFINES,
     SearchOptions,
     SearchResult,
     format_table,
@@ -208,9 +210,11 @@ def recommended(res: SearchResult, trials: int | None = None) -> SearchPick:
         "confirm": None if chosen is None else chosen.confirm, "rejected": [] if chosen is None else chosen.rejected,
         "pareto_png": str(res.files.get("png", "")), "study_dir": str(res.study_dir), "trials": trials}
     note = None if chosen is None else chosen.note
+    study = optuna.load_study(study_name=res.study_name, storage=res.storage)
+    judged["refined"] = sorted(int(t.user_attrs[REFINES]) for t in study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE,)) if REFINES in t.user_attrs)
     if res.recommended is None:
         return SearchPick(trial=None, checkpoint=None, note=note or "no trial met the accuracy constraint", **judged)
-    study = optuna.load_study(study_name=res.study_name, storage=res.storage)
     trial = next(t for t in study.trials if t.number == res.recommended)
     ua = trial.user_attrs
     return SearchPick.model_validate(

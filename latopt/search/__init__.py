@@ -27,8 +27,8 @@ recorded in the study's ``confirm`` attribute): the trials train, pick their bes
 *selection* part (half); the *confirmation* part is evaluated once per trial (attributes ``confirm_n``,
 ``confirm_lost``, ``confirm_won``, ``confirm_acc``, ``confirm_base_acc``) and read only by the recommendation:
 the fastest trial within the constraint on the selection part whose drop is also confirmed on the held-out
-part, by a one-sided exact unconditional bound at 95 %, the trials confirmed in a fixed sequence from the slowest
-(:mod:`latopt.search._confirm`; ``recommendation(study)`` lists those not confirmed or not tested); the base model
+part, by a one-sided exact unconditional bound at 95 %, the non-dominated trials confirmed in a fixed sequence
+from the slowest (:mod:`latopt.search._confirm`; ``recommendation(study)`` lists those not confirmed or not tested); the base model
 when no folded trial is confirmed.
 
 Objectives: (validation accuracy ↑, LUT-predicted latency in ms ↓); ``objective="depth"``: remaining
@@ -49,6 +49,7 @@ from latopt.constants import CONFIRM_FRACTION
 from latopt.search._confirm import CONFIRM_LEVEL, CONFIRM_METHOD, check_power, drop_bound
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import (
+    REFINES,
     base_trial,
     format_table,
     front_summary,
@@ -68,6 +69,7 @@ __all__ = [
     "CONFIRM_FRACTION",
     "CONFIRM_LEVEL",
     "CONFIRM_METHOD",
+    "REFINES",
     "STUDY_OBJECTIVES",
     "Confirmation",
     "FrontRow",

@@ -28,8 +28,8 @@ enumeration. Even two networks that agree on every image get a bound above 0, ab
 (:func:`check_power` refuses a constraint below it before any training).
 
 **Several candidates (a decision).** The recommendation confirms candidates in a *fixed sequence*: those within
-the constraint on the selection part, from the slowest to the fastest (an order made without the confirmation
-images), each at the full level; the sequence stops at the first candidate not confirmed, and the fastest confirmed
+the constraint on the selection part that no other such candidate beats on both selection accuracy and latency,
+from the slowest to the fastest (a set and an order made without the confirmation images), each at the full level; the sequence stops at the first candidate not confirmed, and the fastest confirmed
 before it is recommended. The chance that any shipped candidate's drop exceeds its bound is then at most α, however
 many candidates there are (a fixed-sequence procedure controls the family-wise error at α).
 """

@@ -96,8 +96,10 @@ def trial_confirmation(study: optuna.Study, t: FrozenTrial, max_acc_drop: float)
 def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Recommendation:
     """The fastest COMPLETE trial whose drop below the base model is within ``max_acc_drop`` on the selection part
     of the validation split (the study's objective ``val_acc``) *and* confirmed on the confirmation part, in a fixed
-    sequence (:mod:`latopt.search._confirm`): the trials within the constraint are confirmed from the slowest to the
-    fastest (ties: the more accurate, then the earlier), each by the one-sided bound at the study's level; the
+    sequence (:mod:`latopt.search._confirm`): the trials within the constraint that no other such trial beats on both
+    selection accuracy and latency (a trial fine-tuned again stands for the one it refines) are confirmed from the
+    slowest to the fastest (ties: the more accurate, then the earlier), each by the one-sided bound at the study's
+    level; the
     sequence stops at the first trial whose bound is over ``max_acc_drop`` (the faster ones are not tested), and the
     last trial confirmed before it is recommended; the base model when none is (drop 0 by definition).
 
@@ -122,7 +124,9 @@ def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Re
     superseded = {int(t.user_attrs[REFINES]) for t in done if REFINES in t.user_attrs}   # refined: the longer version stands
     within = [t for t in done if base_acc - t.values[0] <= m + _EPS and not t.user_attrs.get("base")
               and t.number not in superseded]
-    sequence = sorted(within, key=lambda t: (-t.values[1], -t.values[0], t.number))   # slowest first
+    # only the non-dominated ones: a trial another beats on both selection accuracy and latency is never shipped, and
+    # in the sequence it could only stop it before the faster, more accurate trial that beats it
+    sequence = sorted(non_dominated(within), key=lambda t: (-t.values[1], -t.values[0], t.number))   # slowest first
     confirmed: list[tuple[FrozenTrial, Confirmation]] = []
     rejected: list[Rejected] = []
     for i, t in enumerate(sequence):

@@ -43,7 +43,7 @@ def run_plan(o: SearchOptions, budget: float | None = None) -> SearchResult:
     if budget is None:
         return run_search(dataclasses.replace(o, config=cfg, overrides={}, study=dp_study_name(stem),
                                               base_dir=base_dir))
-    cfg = cfg.with_overrides({"dp.budgets": [budget]})
+    cfg = cfg.with_overrides({"dp.budgets": [budget], "dp.refine": 0})   # one plan: no second, longer fine-tune
     b = cfg.dp.budgets[0]
     return run_search(dataclasses.replace(o, config=cfg, overrides={}, study=f"{stem}-dp-budget{b:g}",
                                           study_dir=base_dir / f"dp-budget{b:g}", base_dir=base_dir, trials=2,
