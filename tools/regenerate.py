@@ -50,6 +50,17 @@ def _tool(module: str, render: str, results: str) -> Callable[[], str]:
     return make
 
 
+def _main_run() -> str:
+    """README's summary example: the summary ``latopt run`` printed in ``results/main-run.txt`` (its header comment
+    says which commit, machine and wall time), as a code block."""
+    lines = (RESULTS / "main-run.txt").read_text().splitlines()
+    head = [line[2:] for line in lines if line.startswith("# ")]
+    start = next(i for i, line in enumerate(lines) if line.startswith("latopt run — "))
+    end = next(i for i, line in enumerate(lines) if line.startswith("finished in ") and i > start)
+    return ("From `results/main-run.txt` (" + " ".join(head).rstrip(".") + "):\n\n```\n"
+            + "\n".join(lines[start:end + 1]) + "\n```\n")
+
+
 def _compress_report(results: str) -> Callable[[], str]:
     """One sentence from a ``latopt compress`` report (``results/<results>``): the network before and after, the
     units removed, the MILP solves, the time, the test predictions changed and the float64 check."""
@@ -187,6 +198,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "promises-accuracy": _tool("bench_promises", "render_accuracy", "promises"),
     "main-job": _tool("bench_promises", "render_main_job", "main-job"),
     "main-job-run-1": _tool("bench_promises", "render_main_job", "main-job/run-1"),
+    "main-run": _main_run,
     "compatibility": _tool("compat", "render", "compatibility/compat.json"),
     "resnet20-fold": _tool("depth_table", "render_depth", "resnet-fold/resnet20"),
     "resnet32-fold": _tool("depth_table", "render_depth", "resnet-fold/resnet32"),
