@@ -281,6 +281,46 @@ def test_accuracy_record_reads_a_run_directory(tmp_path: Path) -> None:
     assert rec["recommended"] == "base" and rec["test"]["lost"] == rec["test"]["won"] == 0
 
 
+def _front_row(trial: int, ms: float, drop: float, **kw: Any) -> dict[str, Any]:
+    return {"trial": trial, "val_acc": 0.9 - drop, "metric": ms, "acc_drop": drop, "feasible": True,
+            "confirm_drop": drop, "confirm_bound": drop + 0.006, "confirmed": None, "lambda_c": None, "tau": None,
+            "p": None, "granularity": None, "budget": kw.get("budget"), "n_folded": kw.get("n", 0), "fold_set": {},
+            "base": trial == 0, "on_front": True, "on_full_front": kw.get("full", True),
+            "recommended": kw.get("rec", False), "checkpoint": None, "latency_ms": ms, "measured_ms": None,
+            "measured_ratio": None, "nonlinear_layers": None}
+
+
+def test_front_record_says_what_became_of_each_candidate(tmp_path: Path) -> None:
+    """The candidates of a run's pareto.json, fastest first: the shipped one, the one whose bound failed, the one
+    the fixed sequence never reached, a slower one not needed, the base; LUT speed-ups over the base's latency.
+    A run without a search stage has none; the main-job table prints them."""
+    from latopt.search import FrontSummary
+
+    assert bp.front_record(tmp_path) is None
+    rows = [_front_row(0, 0.2, 0.0), _front_row(3, 0.16, 0.002, budget=0.8, n=3),
+            _front_row(4, 0.125, 0.004, budget=0.6, n=8, rec=True), _front_row(5, 0.11, 0.008, budget=0.55, n=9),
+            _front_row(6, 0.1, 0.012, budget=0.5, n=10), _front_row(7, 0.09, 0.03, full=False)]
+    rec = {"trial": 4, "max_acc_drop": 0.01, "rejected": [{"trial": 6, "why": "not tested: the sequence stopped at "
+                                                          "trial 5"}, {"trial": 5}]}
+    s = FrontSummary.model_validate({"study": "s", "objective": "latency", "metric_names": ["val_acc", "latency_ms"],
+                                     "max_acc_drop": 0.01, "base_acc": 0.9, "base_trial": 0, "recommended": 4,
+                                     "recommendation": rec, "confirm_split": None, "n_front": 6, "n_full_front": 5,
+                                     "trial_states": {"COMPLETE": 6}, "rows": rows})
+    (tmp_path / "search").mkdir()
+    (tmp_path / "search" / "pareto.json").write_text(json.dumps(s.to_json()))
+    front = bp.front_record(tmp_path)
+    assert front is not None
+    assert [(f["trial"], f["outcome"]) for f in front] == [(6, "not tested"), (5, "rejected"), (4, "shipped"),
+                                                            (3, "not needed"), (0, "base")]
+    assert front[2]["lut_speedup"] == pytest.approx(1.6) and front[2]["n_folded"] == 8
+    assert front[1]["confirm_bound"] == pytest.approx(0.014)
+    cell = _acc_cell("fashion_mnist", 0, 1000, 10, 5, 0.009) | {"front": front}
+    (tmp_path / "accuracy.json").write_text(json.dumps(_acc_results([cell], {"fashion_mnist": [0]})))
+    t = bp.render_main_job(tmp_path)
+    assert "| fashion_mnist | 0 | 5 | 0.55 | 9 | 1.82× | +0.80 pt | +0.80 pt (1.40 pt) | rejected |" in t
+    assert "| fashion_mnist | 0 | 6 | 0.5 | 10 | 2.00× |" in t and t.count("| fashion_mnist | 0 |") == 6
+
+
 # ------------------------------------------------------------------ arguments, docs
 @pytest.mark.parametrize("argv, says", [
     (["budget", "--budgets", "1.5"], "--budgets"),

@@ -314,6 +314,11 @@ def run_dir(q: Queue, config: str, seed: int) -> Path:
     return q.root / f"{config}-s{seed}"
 
 
+def run_dir_of(root: Path, rec: dict[str, Any]) -> Path:
+    """The ``latopt run`` directory of an accuracy cell's record under the queue's root ``root``."""
+    return root / f"{rec['run_config']}-s{rec['seed']}" / str(rec["name"])
+
+
 def cell_accuracy(q: Queue, cell: str, seed: int) -> dict[str, Any]:
     """``latopt run --config C --seed S`` in its own runs directory (:func:`latopt.run.run_main`: a finished run
     is reused stage by stage), then its record (:func:`accuracy_record`)."""
@@ -323,6 +328,36 @@ def cell_accuracy(q: Queue, cell: str, seed: int) -> dict[str, Any]:
     r = run_main(smoke_config(q, config) if q.smoke else config, runs_dir=run_dir(q, config, seed), seed=seed)
     return {**accuracy_record(r.root, config, seed), "run_seconds": round(r.seconds, 1),
             "run_stages": dict(r.stages)}
+
+
+def front_record(root: Path) -> list[dict[str, Any]] | None:
+    """The candidates a finished ``latopt run`` (``root``) judged, fastest first, from its search stage's
+    pareto.json (selection and confirmation parts of the validation split only; no test figure, no machine
+    path): per trial its budget, blocks folded, LUT speed-up over the base, selection drop, confirmation drop and
+    bound, and what became of it (``shipped``, ``rejected``: its bound above the constraint, ``not tested``: the
+    fixed sequence stopped before it, ``base``, ``not needed``: a faster candidate was shipped). None when the run
+    has no pareto.json."""
+    from latopt.readers import read_json
+    from latopt.search import FrontSummary
+
+    path = root / "search" / "pareto.json"
+    if not path.is_file():
+        return None
+    s = FrontSummary.model_validate(read_json(path, schema=FrontSummary.SCHEMA, what="pareto.json"))
+    base = s.row(s.base_trial) if s.base_trial is not None else None
+    rec = s.recommendation
+    rejected = {r.trial: r for r in (rec.rejected if rec else [])}
+    out = []
+    for r in sorted((r for r in s.rows if r.on_full_front), key=lambda r: r.metric):
+        outcome = ("base" if r.base else "shipped" if r.trial == s.recommended
+                   else ("not tested" if (rejected[r.trial].why or "").startswith("not tested") else "rejected")
+                   if r.trial in rejected
+                   else "not needed")
+        out.append({"trial": r.trial, "budget": r.budget, "n_folded": r.n_folded,
+                    "lut_speedup": None if base is None else base.metric / r.metric,
+                    "selection_drop": r.acc_drop, "confirm_drop": r.confirm_drop, "confirm_bound": r.confirm_bound,
+                    "outcome": outcome})
+    return out
 
 
 def test_correct(ckpt: Path, task: Any) -> Any:
@@ -407,6 +442,11 @@ def publish(args: argparse.Namespace) -> list[Path]:
         if not cells:
             continue
         recs = [{k: v for k, v in bm.load_json(p).items() if k not in ("config",)} for p in cells]
+        if stage == "accuracy":   # the candidates each run judged (its runs directory), where it is still there
+            for r in recs:
+                front = front_record(run_dir_of(Path(args.runs_dir) / stage, r))
+                if front is not None:
+                    r["front"] = front
         env = {k: v for k, v in environment_info().items() if k != "host"}
         session = {"commit": bm.git_commit(Path(__file__).parent), "published": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "environment": env, "cells": [r["cell"] for r in recs]}
@@ -508,7 +548,7 @@ def _render_block(results: Path, file: str, what: str, body: Callable[[dict[str,
     if R.get("schema") != RESULTS_SCHEMA:
         raise ValueError(f"{path}: schema {R.get('schema')!r}, expected {RESULTS_SCHEMA!r}")
     sessions = R.get("sessions") or [R]
-    head = "; ".join((f"{len(g['cells'])} cells: " if len(sessions) > 1 else "")
+    head = "; ".join((f"{len(g['cells'])} cell{'s' if len(g['cells']) != 1 else ''}: " if len(sessions) > 1 else "")
                      + f"commit `{str(g.get('commit'))[:12]}`, {g.get('published', '?')}; machine "
                      + bm.machine(g.get("environment", {})) for g in sessions)
     head = head[0].upper() + head[1:] + (" — **smoke**: not a result" if R.get("smoke") else "") + "."
@@ -709,6 +749,22 @@ def _main_job_paragraphs(R: dict[str, Any]) -> list[str]:
                 else "") + f", the promise kept, ≤ {g['minutes']:.0f} min") if g else "none set"
         out.append(f"`{config}`: {sum(c['met'] for c in mine)} of {len(mine)} seeds meet the goals ({goal}); mean "
                    f"measured speed-up {mean:.2f}×{ci}.")
+    fronts = [c for c in cases if c.get("front")]
+    if fronts:
+        rows = ["| config | seed | trial | budget | blocks | LUT speed-up | selection drop | confirmed drop (bound) | "
+                "outcome |", "|---|---|---|---|---|---|---|---|---|"]
+        for c in fronts:
+            for f in c["front"]:
+                rows.append(f"| {c['run_config']} | {c['seed']} | {f['trial']} | "
+                            f"{'–' if f['budget'] is None else format(f['budget'], 'g')} | {f['n_folded']} | "
+                            f"{'–' if f['lut_speedup'] is None else format(f['lut_speedup'], '.2f') + '×'} | "
+                            f"{_pt(f['selection_drop'], True)} | {_pt(f['confirm_drop'], True)} "
+                            f"({_pt(f['confirm_bound'])}) | {f['outcome']} |")
+        out.append("The candidates each run judged (its Pareto front on the selection part of the validation split, "
+                   "fastest first; `latopt run`'s search stage, pareto.json), for the runs whose record holds them:\n\n"
+                   + "\n".join(rows) + "\n\nOutcome: the trial shipped; rejected (its confirmation bound above the "
+                   "constraint); not tested (the fixed sequence, slowest first, stopped before it); not needed (a "
+                   "faster candidate was confirmed). A not-tested trial's confirmation figures are printed, not used.")
     out.append("Speed-up: `latopt run`'s export stage, as-is and shipped network timed in one interleaved run on the "
                "run's machine (median of the per-repeat ratios; quartiles). Promise kept: the confirmed bound and the "
                "test drop (base − shipped, whole test split, paired SE) within the constraint. Wall time: the whole "
