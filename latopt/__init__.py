@@ -27,6 +27,7 @@ _API: dict[str, tuple[str, str]] = {
     "run_dp": ("latopt.dp", "run_dp"),
     "export_model": ("latopt.export", "export"),
     "load_checkpoint": ("latopt.checkpoint", "load_checkpoint"),
+    "import_weights": ("latopt.weights", "import_weights"),
     "LatoptError": ("latopt.errors", "LatoptError"),
     "VerificationError": ("latopt.errors", "VerificationError"),
 }
@@ -43,6 +44,7 @@ __all__ = [  # _API's names (tests/test_public_api.py checks that the two agree)
     "run_dp",
     "export_model",
     "load_checkpoint",
+    "import_weights",
     "LatoptError",
     "VerificationError",
 ]
@@ -60,6 +62,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from latopt.latency.profiler import profile_model
     from latopt.layerfold import run_fold
     from latopt.train import train_base
+    from latopt.weights import import_weights
 
 
 def __getattr__(name: str) -> Any:

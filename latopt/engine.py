@@ -75,20 +75,35 @@ def evaluate(model: nn.Module, loader: Iterable, accel: Accel | None = None) -> 
     (:func:`latopt.torch_settings.strict_fp32`: no autocast, no TF32), so the accuracy a run records is the
     one ``latopt export`` re-measures on the CPU. Under torchrun the counts of every process are summed (each
     evaluates its shard: :func:`latopt.data.make_loaders`); one read of the device per call."""
+    return _share((model,), loader, accel, lambda x, y: model(x).argmax(1) == y)
+
+
+def agreement(model: nn.Module, reference: nn.Module, loader: Iterable, accel: Accel | None = None) -> float:
+    """The share of ``loader``'s images on which ``model`` and ``reference`` predict the same top-1 class (both on
+    ``accel``'s device; float32, modes restored and counts summed over processes as in :func:`evaluate`)."""
+    return _share((model, reference), loader, accel,
+                  lambda x, _y: model(x).argmax(1) == reference(x).argmax(1))
+
+
+def _share(models: tuple[nn.Module, ...], loader: Iterable, accel: Accel | None,
+           hits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> float:
+    """The share of ``loader``'s images for which ``hits(x, y)`` holds, ``models`` in eval mode meanwhile."""
     accel = accel or Accel()
-    was_training = model.training
-    model.eval()
-    correct = torch.zeros((), dtype=torch.float64, device=accel.device)
+    modes = [m.training for m in models]
+    for m in models:
+        m.eval()
+    count = torch.zeros((), dtype=torch.float64, device=accel.device)
     total = 0
     try:
         with strict_fp32():
             for x, y in loader:
                 x, y = accel.batch(x, y)
-                correct += (model(x).argmax(1) == y).sum()
+                count += hits(x, y).sum()
                 total += int(y.numel())
     finally:
-        model.train(was_training)
-    counts = accel.all_reduce(torch.stack([correct, correct.new_tensor(float(total))])).tolist()
+        for m, was in zip(models, modes, strict=True):
+            m.train(was)
+    counts = accel.all_reduce(torch.stack([count, count.new_tensor(float(total))])).tolist()
     if counts[1] == 0:
         raise LatoptError("cannot evaluate on an empty dataset split")
     return counts[0] / counts[1]

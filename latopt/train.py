@@ -46,15 +46,19 @@ from latopt.engine import (
     seed_everything,
 )
 from latopt.errors import LatoptError
+from latopt.log import get_logger
 from latopt.losses import TrainingLoss
 from latopt.models import build_model, model_cost
 from latopt.readers import read_json
 from latopt.records import Accuracy, Artefact, Resolution, validated
 from latopt.resume import EpochCheckpoint, fingerprint, resume_path
+from latopt.weights import transfer
 
 METRICS_SCHEMA = "latopt.train_metrics/1"
 BASE_CHECKPOINT = "base.pt"
 _Count = Annotated[int, Field(ge=0)]
+
+_LOG = get_logger("train")
 
 
 class TrainMetrics(Artefact):
@@ -128,9 +132,10 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
         model, arch, _meta = load_checkpoint(checkpoint, expect_model=cfg.model.name)
         if arch.alpha is not None or arch.fold is not None:
             raise LatoptError(f"checkpoint {checkpoint} is a pre-folded/folded model; give a base checkpoint")
-        if arch.num_classes != task.num_classes:
-            raise LatoptError(f"checkpoint {checkpoint} has {arch.num_classes} classes but task "
-                              f"{task.name!r} has {task.num_classes}")
+        if arch.num_classes != task.num_classes:   # transfer learning: a new classifier, the rest kept
+            model = transfer(model, cfg.model.name, task.num_classes)
+            _LOG.info("checkpoint %s has %d classes, task %r %d: a new classifier, every other weight kept",
+                      checkpoint, arch.num_classes, task.name, task.num_classes)
     else:
         model = build_model(cfg.model.name, task.num_classes, pretrained=pretrained)
     arch = make_arch(model, cfg.model.name, task.num_classes)

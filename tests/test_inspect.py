@@ -77,6 +77,63 @@ def test_bad_input_exit_2(argv: list[str], msg: str, capsys: pytest.CaptureFixtu
     assert msg in err and len(err.strip().splitlines()) == 1
 
 
+def _checkpoint(path: Path, classes: int = 10) -> Path:
+    from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
+
+    torch.manual_seed(0)
+    m = build_model("mobilenetv2_035", classes)
+    save_checkpoint(path, m, make_arch(m, "mobilenetv2_035", classes), CheckpointMeta(resolution=32))
+    return path
+
+
+def test_check_fold_of_a_checkpoint_on_the_tasks_images(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint keeps its own BN statistics (--random-bn asks otherwise); --data checks on the task's images;
+    its class count and resolution are the checkpoint's; the summary says what exact promises."""
+    ckpt = _checkpoint(tmp_path / "c.pt")
+    out_json = tmp_path / "i.json"
+    assert main(["inspect", "--checkpoint", str(ckpt), "--check-fold", "--data", "digits", "--json",
+                 str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "fold check (the network's own BN statistics, digits validation inputs;" in out
+    assert "exact means: each folded network computes what the network with those blocks' activations removed" in out
+    data = json.loads(out_json.read_text())
+    assert data["resolution"] == 32 and data["check_fold"]["random_bn"] is False
+    assert data["check_fold"]["inputs"] == "digits validation" and data["check_fold"]["max_rel"] <= 1e-4
+    assert main(["inspect", "--checkpoint", str(ckpt), "--check-fold", "--random-bn"]) == 0
+    assert "fold check (random BN statistics, random inputs;" in capsys.readouterr().out
+
+
+def test_a_saturated_reference_is_said_and_not_counted() -> None:
+    """Logits that are the same for every input (here: a zero classifier) make the whole-model comparison pass
+    whatever the fold did: the check says so and gates the per-block error alone."""
+    from latopt.inspection import check_fold, format_check
+
+    torch.manual_seed(0)
+    m = build_model("mobilenetv2_035", 10)
+    with torch.no_grad():
+        m.classifier.weight.zero_()
+        m.classifier.bias.fill_(1.0)
+    res = check_fold(m, 32)
+    assert res.saturated and res.output is not None and res.output.max_rel == 0.0
+    assert res.gated("exact") == res.worst() and "compare two constants and show nothing" in format_check(res, "exact")
+    torch.manual_seed(0)
+    assert not check_fold(build_model("mobilenetv2_035", 10), 32).saturated
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["inspect"], "give a model name or --checkpoint"),
+    (["inspect", "mobilenetv2_035", "--data", "digits"], "--data applies to --check-fold"),
+    (["inspect", "mobilenetv2_050", "--checkpoint", "CKPT"], "is mobilenetv2_035, not mobilenetv2_050"),
+    (["inspect", "--checkpoint", "CKPT", "--num-classes", "3"], "has 10 classes, not --num-classes 3"),
+])
+def test_bad_checkpoint_input_exit_2(argv: list[str], msg: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = _checkpoint(tmp_path / "c.pt")
+    assert main([str(ckpt) if a == "CKPT" else a for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_count_flops_matches_formula() -> None:
     conv = torch.nn.Conv2d(4, 6, 3, padding=1)
     assert count_flops(conv, (2, 4, 5, 5)) == 2 * 2 * 25 * 6 * 4 * 9

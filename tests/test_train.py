@@ -173,6 +173,15 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
     _, val, test = make_loaders(load_task(cfg), 32)
     assert evaluate(model, test) == pytest.approx(acc.finetuned)
     assert evaluate(model, val) == pytest.approx(r.val_acc_finetuned)
+    # before fine-tuning the fold is the variant network of the network it was folded from: the agreement it
+    # reports is the variant network's with that network, on the validation images
+    from latopt.engine import agreement
+    from latopt.fold import linearize
+
+    pre = load_checkpoint(out / "prefold.pt")[0]
+    assert r.agreement is not None and agreement(linearize(pre, r.plan), pre, val) == pytest.approx(r.agreement)
+    assert "before fine-tuning the fold predicts what the network it was folded from predicts" in \
+        (out / "report.txt").read_text()
     # the result hands the folded network itself: what the saved checkpoint reloads to
     assert result.paths["folded"] == out / "folded.pt" and result.paths["prefold"] == out / "prefold.pt"
     assert not result.model.training and evaluate(result.model, test) == pytest.approx(acc.finetuned)

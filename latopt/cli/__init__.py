@@ -22,13 +22,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from latopt import __version__
-from latopt.cli import exact, export, inspect, plan, profile, run, search, train
+from latopt.cli import exact, export, inspect, plan, profile, run, search, train, weights
 from latopt.errors import LatoptError, first_line, one_line, out_of_memory
 from latopt.log import DEFAULT, setup
 from latopt.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_raises, threads_ended
 
 # The command modules, in the order their sub-commands appear in ``latopt --help``.
-COMMANDS = (inspect, profile, train, search, plan, export, run, exact)
+COMMANDS = (inspect, weights, profile, train, search, plan, export, run, exact)
 
 
 def build_parser() -> argparse.ArgumentParser:

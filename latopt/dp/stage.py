@@ -98,7 +98,7 @@ def run_dp(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *, 
         "flops": {"base": cost_base.flops, "folded": cost_folded.flops},
         "params": {"base": cost_base.params, "folded": cost_folded.params},
         "latency_pred_ms": {"asis": sel.asis_ms, "folded": sel.predicted_ms},
-        "fold_check": info.fold_check, "history": {"postfold": info.postfold_history},
+        "fold_check": info.fold_check, "history": {"postfold": info.postfold_history}, "agreement": info.agreement,
         "seconds": {"importance": t_imp, **info.seconds, "total": time.perf_counter() - t_start},
     }, strict=False)
     return write_fold_outputs(out_dir, cfg, report, folded, info, arch, test_loader, seed, format_dp_report, accel)
@@ -164,5 +164,7 @@ def format_dp_summary(r: DPReport) -> str:
     return (f"DP at budget {r.budget}: changed {r.n_folded}/{r.n_blocks} blocks {dict(r.folded)}; "
             f"LUT latency {s.asis_ms:.3f} → {s.predicted_ms:.3f} ms ({s.asis_ms / s.predicted_ms:.2f}x)"
             f"{loop_summary(r.budget_loop)}; test acc base "
-            f"{a.base:.4f}, variant network {a.linearized:.4f}, fine-tuned {a.finetuned:.4f}; "
+            f"{a.base:.4f}, variant network {a.linearized:.4f}, fine-tuned {a.finetuned:.4f}"
+            + ("" if r.agreement is None else f" (before fine-tuning {100 * r.agreement:.1f} % of validation "
+               "predictions the base's)") + "; "
             f"wrote {r.checkpoint}")

@@ -327,16 +327,16 @@ class FoldErrors:
 
 @torch.no_grad()
 def verify_fold(reference: nn.Module, folded: nn.Module, input_size: tuple[int, int], batch: int = 2,
-                seed: int = 0) -> FoldErrors:
-    """Compare ``folded`` with ``reference`` (normally ``linearize(model, plan)``) on random inputs: a
-    :class:`FoldErrors`, where max_rel = max_abs / max|reference|. Each folded block is also checked alone, fed
-    the reference block's input (:class:`BlockError`)."""
+                seed: int = 0, inputs: torch.Tensor | None = None) -> FoldErrors:
+    """Compare ``folded`` with ``reference`` (normally ``linearize(model, plan)``) on ``inputs`` (default: ``batch``
+    random normal images): a :class:`FoldErrors`, where max_rel = max_abs / max|reference|. Each folded block is
+    also checked alone, fed the reference block's input (:class:`BlockError`)."""
     g = torch.Generator().manual_seed(int(seed))
     p = next(reference.parameters())
     last = {m: find_blocks(m)[-1].path for m in (reference, folded)}
     feats: dict[str, torch.Tensor] = {}
-    x = torch.randn(batch, input_channels(reference), int(input_size[0]), int(input_size[1]),
-                    generator=g, dtype=torch.float32).to(dtype=p.dtype, device=p.device)
+    x = (torch.randn(batch, input_channels(reference), int(input_size[0]), int(input_size[1]),
+                     generator=g, dtype=torch.float32) if inputs is None else inputs).to(dtype=p.dtype, device=p.device)
     folded_blocks = {b.index: b for b in find_blocks(folded) if b.kind == "latopt.FoldedBlock"}
     ref_blocks = {b.index: b for b in find_blocks(reference)}
     captured: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}

@@ -60,6 +60,7 @@ from latopt.engine import (
     BestWeights,
     Report,
     Step,
+    agreement,
     evaluate,
     fit,
     make_optimizer,
@@ -88,8 +89,9 @@ class FoldOutcome:
     """What folding a plan made besides the folded network: the plan ({block: variant}), the fold's check
     (:class:`~latopt.layerfold.record.FoldCheck`), test accuracy of the variant network (``linearized``), test
     and validation accuracy of the fold before (``folded``) and after fine-tuning (``finetuned``), the fine-tuning's
-    epochs, each phase's seconds, the network the fold was computed from (``source``, on the CPU) and whether it
-    was fine-tuned. Layer Folding's adds the α's learnt ({block: [α, ...]}) and how many were snapped to 0."""
+    epochs, each phase's seconds, the network the fold was computed from (``source``, on the CPU), whether it
+    was fine-tuned and, before fine-tuning, the share of validation images on which the fold's top-1 prediction
+    is the source's (``agreement``: exact means equal to the variant network, not to the source). Layer Folding's adds the α's learnt ({block: [α, ...]}) and how many were snapped to 0."""
 
     plan: dict[int, str]
     fold_check: FoldCheck
@@ -101,6 +103,7 @@ class FoldOutcome:
     finetuned: bool
     alphas: dict[int, list[float]] = field(default_factory=dict)
     snapped: int = 0
+    agreement: float | None = None
 
 
 @dataclass
@@ -229,6 +232,7 @@ def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int,
     train_loader, val_loader, test_loader = make_loaders(task, cfg.data.batch_size, seed, accel=accel)
     acc = {"linearized": evaluate(reference, test_loader, accel), "folded": evaluate(folded, test_loader, accel)}
     val = {"folded": evaluate(folded, val_loader, accel)}
+    agree = agreement(folded, accel.prepare(_cpu_copy(source)), val_loader, accel)   # before fine-tuning
     for a in alpha_parameters(folded):  # unfolded activations stay as they are (see module doc)
         a.requires_grad_(False)
     f = cfg.fold
@@ -247,7 +251,7 @@ def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int,
     val["finetuned"] = evaluate(folded, val_loader, accel)
     return folded, FoldOutcome(plan=plan, fold_check=check, acc=acc, val=val, postfold_history=history,
                                seconds={"fold": fold_seconds, "postfold": time.perf_counter() - t1}, source=source,
-                               finetuned=bool(history))
+                               finetuned=bool(history), agreement=agree)
 
 
 def _cpu_copy(model: nn.Module) -> nn.Module:

@@ -118,6 +118,7 @@ class FoldReport(Artefact):
     checkpoint: str | None = None
     prefold_checkpoint: str | None = None
     reload_max_abs: float | None = None
+    agreement: Accuracy | None = None   # top-1 agreement with the source network before fine-tuning (validation)
 
     @property
     def plan(self) -> dict[int, str]:

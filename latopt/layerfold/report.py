@@ -49,6 +49,9 @@ def report_tail(r: FoldReport, rows: Iterable[tuple[str, str]], *, check_prefix:
     for key, name in rows:
         test, val = getattr(a, key), getattr(v, key)
         lines.append(f"{name:<{w}} {test:>8.4f} " + (f"{val:>8.4f}" if val is not None else f"{'-':>8}"))
+    if r.agreement is not None:
+        lines.append(f"before fine-tuning the fold predicts what the network it was folded from predicts on "
+                     f"{100 * r.agreement:.1f} % of the validation images (exact: equal to the variant network)")
     warning = undertrained_warning(a.base, a.finetuned, r.test_samples)
     if warning:
         lines.append(f"warning: {warning}")

@@ -155,7 +155,7 @@ def run_fold(cfg: RunConfig, base_checkpoint: str | Path, out_dir: str | Path, *
         "acc": acc, "val": val, "val_acc_finetuned": val["finetuned"], "test_samples": task.sizes()["test"],
         "flops": {"base": cost_base.flops, "folded": cost_folded.flops},
         "params": {"base": cost_base.params, "folded": cost_folded.params},
-        "latency_pred_ms": latency, "fold_check": info.fold_check,
+        "latency_pred_ms": latency, "fold_check": info.fold_check, "agreement": info.agreement,
         "history": {"prefold": pre.history, "postfold": info.postfold_history},
         "seconds": {"prefold": t_pre, **info.seconds, "total": time.perf_counter() - t_start},
     }, strict=False)

@@ -1,0 +1,33 @@
+"""``latopt import``: your own weights (a state_dict or safetensors file of a zoo architecture) as a latopt
+checkpoint (:func:`latopt.weights.import_weights`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from latopt.cli.common import common_parser
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("import", parents=[common_parser()], help="turn your weights file into a latopt checkpoint",
+                       description="Read a state_dict (.pth/.pt, loaded without pickled code) or .safetensors file of "
+                                   "MODEL, match its keys to latopt's MODEL (by name, else by position with every "
+                                   "shape checked), and write a latopt checkpoint that --checkpoint and --base "
+                                   "accept (latopt train gives it a new classifier when the task's classes differ).")
+    p.add_argument("weights", help="the weights file: a state_dict (.pth, .pt) or .safetensors")
+    p.add_argument("--model", required=True, help="its architecture, a latopt model name, e.g. efficientnet_lite0 "
+                   "or 'torchvision/mobilenet_v2' (latopt inspect MODEL shows its blocks)")
+    p.add_argument("--out", help="the checkpoint to write (default: WEIGHTS' name with .latopt.pt, in the current "
+                   "directory); an existing file is refused")
+    p.set_defaults(func=_cmd_import)
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from latopt.weights import import_weights
+
+    out = Path(args.out) if args.out else Path(Path(args.weights).name.split(".")[0] + ".latopt.pt")
+    r = import_weights(args.weights, args.model, out)
+    print(f"imported {r.tensors} tensors of {args.weights} into {args.model} ({r.matched}, {r.num_classes} classes); "
+          f"wrote {r.path}")
+    return 0
