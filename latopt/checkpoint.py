@@ -55,6 +55,7 @@ from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
 MAX_CLASSES = 100_000
+IMPORT_HINT = "a weights file of your own becomes one with latopt import FILE --model NAME"
 
 
 def make_arch(model: nn.Module, name: str, num_classes: int, *, fold: FoldHow | None = None) -> Arch:
@@ -272,7 +273,8 @@ def load_checkpoint(path: str | Path, *, expect_model: str | None = None
     if not path.is_file():
         raise LatoptError(f"checkpoint {path} does not exist" + (" (it is a directory)" if path.is_dir() else ""))
     if not zipfile.is_zipfile(path):
-        raise LatoptError(f"{path} is not a latopt checkpoint (not a torch.save file); is the path right?")
+        raise LatoptError(f"{path} is not a latopt checkpoint (not a zip-format torch.save file); is the path right? "
+                          f"{IMPORT_HINT}")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -287,7 +289,8 @@ def load_checkpoint(path: str | Path, *, expect_model: str | None = None
                           "re-create it (latopt train / latopt fold)")
     if schema != CHECKPOINT_SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise LatoptError(f"{path} is not a latopt checkpoint (schema {got!r}, expected {CHECKPOINT_SCHEMA!r})")
+        raise LatoptError(f"{path} is not a latopt checkpoint (schema {got!r}, expected {CHECKPOINT_SCHEMA!r}); "
+                          f"{IMPORT_HINT}")
     raw_arch, raw_meta = data.get("arch"), data.get("meta") or {}
     arch = read_arch(raw_arch, f"checkpoint {path}")
     meta = read_meta(raw_meta, f"checkpoint {path}")

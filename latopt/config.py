@@ -118,6 +118,7 @@ class Section(StrictModel):
 class ModelConfig(Section):
     name: str = "mobilenetv2_050"  # a name of latopt.models.SUPPORTED; width is part of the name
     pretrained: bool = False  # start base training from pretrained weights (needs them cached offline)
+    weights: str | None = None  # start base training from this latopt checkpoint (latopt import makes one of a weights file)
 
 
 class DataConfig(Section):

@@ -121,8 +121,10 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
     """Train the base model; write base.pt + metrics.json + config.yaml into ``out_dir``; return the model,
     its metrics and the paths (:class:`TrainResult`)."""
     pretrained = pretrained or cfg.model.pretrained
+    if checkpoint is None and cfg.model.weights is not None:
+        checkpoint = cfg.model.weights
     if checkpoint is not None and pretrained:
-        raise LatoptError("give either checkpoint or pretrained, not both", param="checkpoint")
+        raise LatoptError("give either checkpoint (or model.weights) or pretrained, not both", param="checkpoint")
     check_output_dir(out_dir)   # before the resume state beside it is written
     task = load_task(cfg)
     seed_everything(seed)

