@@ -150,5 +150,22 @@ def test_the_real_pretrained_efficientnet_lite0(tmp_path: Path) -> None:
     r = import_weights(path, "efficientnet_lite0", tmp_path / "lite0.pt")
     assert (r.matched, r.num_classes, r.tensors) == ("by position", 1000, 296)
     src = list(torch.load(path, map_location="cpu", weights_only=True).values())
-    got = list(load_checkpoint(r.path)[0].state_dict().values())
+    model = load_checkpoint(r.path)[0]
+    got = list(model.state_dict().values())
     assert len(src) == len(got) and all(torch.equal(a, b) for a, b in zip(src, got, strict=True))
+    # the folds are exact on the real weights, block by block; with every block linearised the logits are the
+    # same for every input, and the check says so instead of passing on them
+    from latopt.inspection import check_fold
+
+    res = check_fold(load_checkpoint(r.path)[0], 32, random_bn=False)
+    assert res.folded == 16 and res.worst() < 1e-5 and res.saturated and res.gated("exact") == res.worst()
+    # exact is not "as the original": one linearised block already changes most ImageNet top-1 predictions on
+    # Fashion-MNIST images (before any fine-tuning)
+    from latopt.data import get_task, make_loaders
+    from latopt.data.task import limit_task
+    from latopt.engine import agreement
+    from latopt.fold import linearize
+
+    val = make_loaders(limit_task(get_task("fashion-mnist-mini", 64, 0), 64), 32, 0)[1]
+    assert agreement(linearize(model, {}), model, val) == 1.0
+    assert agreement(linearize(model, {0: "full"}), model, val) < 0.5
