@@ -101,7 +101,7 @@ def test_train_bad_input(env: dict, tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--epochs", "-1"], "--epochs must be >= 0"),
         (["--threads", "0"], "'threads' must be in [1, 1024]"),
         (["--checkpoint", str(tmp_path / "none.pt")], "does not exist"),
-        (["--checkpoint", str(env["ckpt"]), "--pretrained"], "either checkpoint or pretrained, not both (option --checkpoint)"),
+        (["--checkpoint", str(env["ckpt"]), "--pretrained"], "either checkpoint (or model.weights) or pretrained, not both (option --checkpoint)"),
     ]
     for args, match in cases:
         out = tmp_path / "out"
