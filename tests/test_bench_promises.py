@@ -299,7 +299,8 @@ def test_front_record_says_what_became_of_each_candidate(tmp_path: Path) -> None
     assert bp.front_record(tmp_path) is None
     rows = [_front_row(0, 0.2, 0.0), _front_row(3, 0.16, 0.002, budget=0.8, n=3),
             _front_row(4, 0.125, 0.004, budget=0.6, n=8, rec=True), _front_row(5, 0.11, 0.008, budget=0.55, n=9),
-            _front_row(6, 0.1, 0.012, budget=0.5, n=10), _front_row(7, 0.09, 0.03, full=False)]
+            _front_row(6, 0.1, 0.012, budget=0.5, n=10), _front_row(7, 0.09, 0.03, full=False),
+            _front_row(8, 0.095, 0.02, budget=0.45, n=11) | {"feasible": False}]
     rec = {"trial": 4, "max_acc_drop": 0.01, "rejected": [{"trial": 6, "why": "not tested: the sequence stopped at "
                                                           "trial 5"}, {"trial": 5}]}
     s = FrontSummary.model_validate({"study": "s", "objective": "latency", "metric_names": ["val_acc", "latency_ms"],
@@ -310,15 +311,16 @@ def test_front_record_says_what_became_of_each_candidate(tmp_path: Path) -> None
     (tmp_path / "search" / "pareto.json").write_text(json.dumps(s.to_json()))
     front = bp.front_record(tmp_path)
     assert front is not None
-    assert [(f["trial"], f["outcome"]) for f in front] == [(6, "not tested"), (5, "rejected"), (4, "shipped"),
+    assert [(f["trial"], f["outcome"]) for f in front] == [(8, "over the constraint"), (6, "not tested"),
+                                                            (5, "rejected"), (4, "shipped"),
                                                             (3, "not needed"), (0, "base")]
-    assert front[2]["lut_speedup"] == pytest.approx(1.6) and front[2]["n_folded"] == 8
-    assert front[1]["confirm_bound"] == pytest.approx(0.014)
+    assert front[3]["lut_speedup"] == pytest.approx(1.6) and front[3]["n_folded"] == 8
+    assert front[2]["confirm_bound"] == pytest.approx(0.014)
     cell = _acc_cell("fashion_mnist", 0, 1000, 10, 5, 0.009) | {"front": front}
     (tmp_path / "accuracy.json").write_text(json.dumps(_acc_results([cell], {"fashion_mnist": [0]})))
     t = bp.render_main_job(tmp_path)
     assert "| fashion_mnist | 0 | 5 | 0.55 | 9 | 1.82× | +0.80 pt | +0.80 pt (1.40 pt) | rejected |" in t
-    assert "| fashion_mnist | 0 | 6 | 0.5 | 10 | 2.00× |" in t and t.count("| fashion_mnist | 0 |") == 6
+    assert "| fashion_mnist | 0 | 6 | 0.5 | 10 | 2.00× |" in t and t.count("| fashion_mnist | 0 |") == 7
 
 
 # ------------------------------------------------------------------ arguments, docs

@@ -335,8 +335,8 @@ def front_record(root: Path) -> list[dict[str, Any]] | None:
     pareto.json (selection and confirmation parts of the validation split only; no test figure, no machine
     path): per trial its budget, blocks folded, LUT speed-up over the base, selection drop, confirmation drop and
     bound, and what became of it (``shipped``, ``rejected``: its bound above the constraint, ``not tested``: the
-    fixed sequence stopped before it, ``base``, ``not needed``: a faster candidate was shipped). None when the run
-    has no pareto.json."""
+    fixed sequence stopped before it, ``over the constraint``: its selection drop above the constraint, so no
+    candidate, ``base``, ``not needed``: slower than the trial shipped). None when the run has no pareto.json."""
     from latopt.readers import read_json
     from latopt.search import FrontSummary
 
@@ -352,6 +352,7 @@ def front_record(root: Path) -> list[dict[str, Any]] | None:
         outcome = ("base" if r.base else "shipped" if r.trial == s.recommended
                    else ("not tested" if (rejected[r.trial].why or "").startswith("not tested") else "rejected")
                    if r.trial in rejected
+                   else "over the constraint" if not r.feasible
                    else "not needed")
         out.append({"trial": r.trial, "budget": r.budget, "n_folded": r.n_folded,
                     "lut_speedup": None if base is None else base.metric / r.metric,
@@ -763,8 +764,9 @@ def _main_job_paragraphs(R: dict[str, Any]) -> list[str]:
         out.append("The candidates each run judged (its Pareto front on the selection part of the validation split, "
                    "fastest first; `latopt run`'s search stage, pareto.json), for the runs whose record holds them:\n\n"
                    + "\n".join(rows) + "\n\nOutcome: the trial shipped; rejected (its confirmation bound above the "
-                   "constraint); not tested (the fixed sequence, slowest first, stopped before it); not needed (a "
-                   "faster candidate was confirmed). A not-tested trial's confirmation figures are printed, not used.")
+                   "constraint); not tested (the fixed sequence, slowest first, stopped before it); over the constraint "
+                   "(its selection drop above the constraint: no candidate); not needed (slower than the trial "
+                   "shipped). A not-tested trial's confirmation figures are printed, not used.")
     out.append("Speed-up: `latopt run`'s export stage, as-is and shipped network timed in one interleaved run on the "
                "run's machine (median of the per-repeat ratios; quartiles). Promise kept: the confirmed bound and the "
                "test drop (base − shipped, whole test split, paired SE) within the constraint. Wall time: the whole "
