@@ -58,12 +58,13 @@ def weights(root: Path) -> Path:
 
 def config_file(root: Path, start: str, lite0: Path) -> Path:
     """The cell's config: ``lite0_fashion`` with ``model.weights`` the imported file (pretrained) or none."""
-    from latopt.config import load_config, write_config
+    from latopt.config import config_from_dict, dump_config, load_config, write_config
 
     path = root / "configs" / f"{CONFIG}-{start}.yaml"
     if not path.is_file():
-        write_config(load_config(CONFIG, {"model.weights": str(lite0.resolve()) if start == "pretrained" else None,
-                                          "name": CONFIG}), path)
+        d = dump_config(load_config(CONFIG))   # an override of None leaves a key as it is: set it here
+        d["model"]["weights"] = str(lite0.resolve()) if start == "pretrained" else None
+        write_config(config_from_dict(d), path)
     return path
 
 
