@@ -1,4 +1,4 @@
-"""What starting from pretrained weights buys (issue 47): ``latopt run --config lite0_fashion`` from the imported
+"""What starting from pretrained weights buys: ``latopt run --config lite0_fashion`` from the imported
 ImageNet-trained EfficientNet-Lite0 (``model.weights``) against the same run from random weights
 (``model.weights: null``): the same config, epochs and seeds. The protocol is docs/results.md's section "Your
 own network: pretrained against from scratch", written before the runs.
