@@ -776,10 +776,10 @@ def _main_job_paragraphs(R: dict[str, Any]) -> list[str]:
 
 # ------------------------------------------------------------------ main
 class Parser(argparse.ArgumentParser):
-    """Bad arguments: one line on stderr, exit 2."""
+    """Bad arguments: one line on stderr naming the tool (its ``prog``), exit 2."""
 
     def error(self, message: str) -> None:   # type: ignore[override]
-        print(f"{PROG}: error: {message}", file=sys.stderr)
+        print(f"{self.prog.split()[0]}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
 

@@ -164,16 +164,8 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-class Parser(argparse.ArgumentParser):
-    """Bad arguments: one line on stderr, exit 2."""
-
-    def error(self, message: str) -> None:   # type: ignore[override]
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = Parser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
+    ap = bp.Parser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
     sub = ap.add_subparsers(dest="stage", required=True)
     r = sub.add_parser("run")
     r.add_argument("--runs-dir", required=True)
