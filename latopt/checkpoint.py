@@ -50,7 +50,16 @@ from latopt.constants import FoldMode, FoldVariant, Granularity
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.fold import alpha_spec, fold_blocks, fold_spec, install_alpha
 from latopt.models import build_model, canonical_name, parse_name
-from latopt.records import Accuracies, Accuracy, BlockKey, OpenRecord, Resolution, StrictModel, validated
+from latopt.records import (
+    Accuracies,
+    Accuracy,
+    BlockKey,
+    Normalize,
+    OpenRecord,
+    Resolution,
+    StrictModel,
+    validated,
+)
 from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
@@ -130,6 +139,7 @@ class CheckpointMeta(OpenRecord):
     resolution: Resolution | None = None
     train_samples: Annotated[int, Field(ge=1)] | None = None
     max_samples: Annotated[int, Field(ge=1)] | None = None
+    normalize: Normalize | None = None   # the input normalisation its weights expect (latopt.data.normalize)
     seed: int | None = None
     val_acc: Accuracy | None = None
     test_acc: Accuracy | None = None

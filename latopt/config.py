@@ -66,7 +66,7 @@ from latopt.constants import (
 from latopt.errors import LatoptError
 from latopt.log import get_logger
 from latopt.readers import read_yaml
-from latopt.records import DistillName, Name, Positive, Resolution, StrictModel, validated
+from latopt.records import DistillName, Name, Normalize, Positive, Resolution, StrictModel, validated
 
 _LOG = get_logger("config")
 
@@ -134,6 +134,9 @@ class DataConfig(Section):
     split_seed: int = 0  # fixes the train/val/test split (independent of --seed, so base and fold agree)
     train_samples: Annotated[int, Field(ge=1)] | None = None  # a seeded subset of the training split (val, test whole)
     max_samples: Annotated[int, Field(ge=1)] | None = None  # cap every split at this many samples (smoke runs)
+    # the input normalisation: task (each task's own) | imagenet | inception ([-1, 1]) | {mean: [3], std: [3]} of
+    # [0, 1] pixels; null = what the starting checkpoint (model.weights) records, else task
+    normalize: Normalize | None = None
 
 
 class TrainConfig(Section):

@@ -82,3 +82,10 @@ MAX_BUDGET_ROUNDS = 10       # dp.budget_rounds: plans the DP's budget loop meas
 MAX_REFINE = 10              # dp.refine: candidates fine-tuned again, longer, at most
 REFINE_REACH = 2.0          # a candidate is within reach of the constraint when its drop is at most this times it
 MAX_GATE_SAMPLES = 1024      # `latopt export --samples`: inputs of the numeric gates (held in memory at once)
+
+# the named input normalisations (data.normalize; latopt import --normalize): per-channel (mean, std) of [0, 1]
+# pixels; "task" (each task's own) is the default
+NORMALIZE_NAMES: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),    # timm's and torchvision's ImageNet weights
+    "inception": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),               # [-1, 1]: TensorFlow ports (tf_*, the Lite family)
+}

@@ -32,6 +32,8 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
+    PlainValidator,
     SerializerFunctionWrapHandler,
     ValidationError,
     model_serializer,
@@ -39,7 +41,7 @@ from pydantic import (
 )
 
 from latopt.artifacts import check_name
-from latopt.constants import RESOLUTION_RANGE
+from latopt.constants import NORMALIZE_NAMES, RESOLUTION_RANGE
 from latopt.errors import LatoptError
 
 
@@ -195,6 +197,41 @@ def _valid_name(v: Any) -> Any:  # names are identifiers (runs/<name>/, profiles
 Name = Annotated[str, BeforeValidator(_valid_name)]
 Resolution = Annotated[int, Field(ge=RESOLUTION_RANGE[0], le=RESOLUTION_RANGE[1])]
 Positive = Annotated[float, Field(gt=0)]
+
+
+def _triple(v: Any) -> Any:
+    if isinstance(v, (list, tuple)) and len(v) == 3:
+        return tuple(v)
+    raise ValueError(f"must have 3 values, one per channel, got {v!r}")
+
+
+class NormalizeStats(StrictModel):
+    """An input normalisation: the per-channel mean and standard deviation of [0, 1] pixels."""
+
+    mean: Annotated[tuple[float, float, float], BeforeValidator(_triple)]
+    std: Annotated[tuple[Positive, Positive, Positive], BeforeValidator(_triple)]
+
+
+def _normalize(v: Any) -> str | NormalizeStats:
+    if isinstance(v, NormalizeStats) or (isinstance(v, str) and (v == "task" or v in NORMALIZE_NAMES)):
+        return v
+    if isinstance(v, Mapping):
+        try:
+            return NormalizeStats.model_validate(v)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            raise ValueError(f"field {where}: {msg[0].lower()}{msg[1:]}") from None
+    raise ValueError(f"must be task, {', '.join(NORMALIZE_NAMES)} or {{mean: [m, m, m], std: [s, s, s]}}, got {v!r}")
+
+
+def _plain_normalize(v: Any) -> Any:
+    return v.model_dump(mode="json") if isinstance(v, NormalizeStats) else v
+
+
+# data.normalize, a checkpoint's meta.normalize: a name ("task": the task's own) or the statistics
+Normalize = Annotated[str | NormalizeStats, PlainValidator(_normalize), PlainSerializer(_plain_normalize)]
 
 
 def _block_key(v: str) -> str:  # str.isdigit() alone passes "²" (int() raises) and "٣" (int() reads 3)

@@ -123,6 +123,8 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
     pretrained = pretrained or cfg.model.pretrained
     if checkpoint is None and cfg.model.weights is not None:
         checkpoint = cfg.model.weights
+    elif checkpoint is not None and cfg.model.weights is None:   # the run starts from it: its normalisation too
+        cfg = cfg.with_overrides({"model.weights": str(checkpoint)})
     if checkpoint is not None and pretrained:
         raise LatoptError("give either checkpoint (or model.weights) or pretrained, not both", param="checkpoint")
     check_output_dir(out_dir)   # before the resume state beside it is written

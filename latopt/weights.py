@@ -15,7 +15,8 @@ matches it to the named model (:func:`latopt.models.build_model`):
 
 The classifier's size is the file's (the head is the one tensor pair whose first dimension may differ from the
 model's default). Anything that does not fit is one :class:`~latopt.errors.LatoptError` line naming the key and
-both shapes. The checkpoint records where the weights came from (file name and SHA-256) and is written
+both shapes. The checkpoint records where the weights came from (file name and SHA-256) and, when given, the
+input normalisation they expect (``data.normalize: null``, a run's default, serves the data so); it is written
 atomically; it is refused before anything is written when a weight is NaN or Inf.
 
 :func:`transfer` gives a network a new classifier for another class count (what timm's ``num_classes`` does at
@@ -151,11 +152,15 @@ def match_keys(src: dict[str, torch.Tensor], dst: dict[str, torch.Tensor], head:
                       f"are not in the model), {how}: are these {model}'s weights?")
 
 
-def import_weights(path: str | Path, model_name: str, out: str | Path, *, overwrite: bool = False) -> ImportResult:
-    """Turn the weights file ``path`` of ``model_name`` into the latopt checkpoint ``out`` (module docstring)."""
+def import_weights(path: str | Path, model_name: str, out: str | Path, *, normalize: Any = None,
+                   overwrite: bool = False) -> ImportResult:
+    """Turn the weights file ``path`` of ``model_name`` into the latopt checkpoint ``out`` (module docstring);
+    ``normalize``: the input normalisation the weights were trained with (a name of
+    :data:`~latopt.constants.NORMALIZE_NAMES` or ``{mean, std}``), recorded for the runs that start from them."""
     from latopt.artifacts import file_sha256
     from latopt.checkpoint import CheckpointMeta, check_weights, make_arch, save_checkpoint
     from latopt.models import build_model
+    from latopt.records import validated
 
     path, out = Path(path), Path(out)
     if out.exists() and not overwrite:
@@ -175,8 +180,8 @@ def import_weights(path: str | Path, model_name: str, out: str | Path, *, overwr
     except RuntimeError as e:   # a shape torch refuses where the probe's head took another one
         raise LatoptError(f"weights file {path} does not load into {model_name}: {first_line(e, 160)}") from None
     check_weights(model, f"weights file {path}")
-    meta = CheckpointMeta.model_validate({"imported_from": path.name, "imported_sha256": file_sha256(path),
-                                          "imported_match": how})
+    meta = validated(CheckpointMeta, {"imported_from": path.name, "imported_sha256": file_sha256(path),
+                                      "imported_match": how, "normalize": normalize}, key="import option")
     save_checkpoint(out, model.eval(), make_arch(model, model_name, num_classes), meta)
     return ImportResult(out, num_classes, how, len(src))
 

@@ -394,3 +394,71 @@ def test_imagefolder_decompression_bomb_is_one_line(tmp_path: Path, monkeypatch:
     with pytest.raises(LatoptError, match="not a readable image") as e:
         get_task(f"imagefolder:{root}", 16, 0)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("spec", ["inception", "imagenet", {"mean": [0.1, 0.2, 0.3], "std": [0.5, 0.25, 1.0]}])
+def test_a_normalisation_serves_the_pixels_so(spec) -> None:  # type: ignore[no-untyped-def]
+    """``data.normalize``: every split of a task (batched or read per sample) is the task's pixels normalised as
+    asked, per channel, exactly; the task records what it serves."""
+    from latopt.data import norm_of, renormalize
+
+    for name in ("fashion-mnist-mini", "digits"):
+        task = limit_task(get_task(name, 16, 0), 40)
+        (tm, ts), (m, s) = task.norm, norm_of(spec)
+        got = renormalize(task, spec)
+        assert got.norm == (m, s) and renormalize(task, "task") is task
+        for split in ("train", "val", "test"):
+            x0, y0 = _all(getattr(task, split))
+            x1, y1 = _all(getattr(got, split))
+            pixels = x0 * torch.tensor(ts).view(3, 1, 1) + torch.tensor(tm).view(3, 1, 1)
+            want = (pixels - torch.tensor(m).view(3, 1, 1)) / torch.tensor(s).view(3, 1, 1)
+            assert torch.equal(y0, y1) and torch.allclose(x1, want, atol=1e-5)
+        batch = next(iter(make_loaders(got, 8, 0)[1]))[0]
+        assert torch.allclose(batch, _all(got.val)[0][: len(batch)], atol=1e-6)
+    inception = renormalize(get_task("fashion-mnist-mini", 16, 0), "inception")
+    x = _all(limit_task(inception, 50).test)[0]
+    assert x.min() >= -1 - 1e-6 and x.max() <= 1 + 1e-6 and x.min() < -0.99   # [0, 1] pixels onto [-1, 1]
+
+
+@pytest.mark.parametrize("value, says", [
+    ("foo", "must be task, imagenet, inception or {mean"),
+    ({"mean": [1, 2]}, "field mean: must have 3 values"),
+    ({"mean": [0, 0, 0], "std": [1, 0, 1]}, "field std.1: input should be greater than 0"),
+    ({"mean": [0, 0, 0]}, "field std: field required"),
+    (3, "must be task"),
+])
+def test_a_bad_normalisation_is_one_line(value, says: str) -> None:  # type: ignore[no-untyped-def]
+    from latopt.config import load_config
+    from latopt.data import norm_of
+
+    with pytest.raises(LatoptError, match="data.normalize") as e:
+        load_config("quickstart", {"data.normalize": value})
+    assert says in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(LatoptError, match="normalize"):
+        norm_of(value)
+
+
+def test_the_run_serves_what_the_starting_weights_record(tmp_path: Path) -> None:
+    """``data.normalize: null`` (the default) is the starting checkpoint's normalisation (``model.weights``), else
+    the task's; a set value wins; what was served is recorded (``data_meta``, so in every checkpoint)."""
+    from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
+    from latopt.config import load_config
+    from latopt.data import config_norm, data_meta, load_task
+    from latopt.models import build_model
+
+    net = build_model("mobilenetv2_035", 10)
+    save_checkpoint(tmp_path / "w.pt", net, make_arch(net, "mobilenetv2_035", 10),
+                    CheckpointMeta(normalize="inception"))
+    plain = load_config("quickstart", {"data.max_samples": 8})
+    carried = plain.with_overrides({"model.weights": str(tmp_path / "w.pt")})
+    assert config_norm(plain) == "task" and config_norm(carried) == "inception"
+    assert config_norm(carried.with_overrides({"data.normalize": "imagenet"})) == "imagenet"
+    assert data_meta(carried)["normalize"] == "inception"
+    x = _all(load_task(carried).val)[0]
+    assert x.min() >= -1 - 1e-6 and x.max() <= 1 + 1e-6 and load_task(carried).norm == ((0.5,) * 3, (0.5,) * 3)
+    # what reads a checkpoint's images reads them as it records: export's gates
+    from latopt.export.gates import checkpoint_task
+
+    meta = CheckpointMeta(**data_meta(carried))
+    assert checkpoint_task(meta, 16).norm == ((0.5,) * 3, (0.5,) * 3)
+    assert checkpoint_task(CheckpointMeta(**data_meta(plain)), 16).norm == get_task("fashion-mnist-mini", 16).norm

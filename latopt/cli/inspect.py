@@ -53,9 +53,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         if args.data:
             import torch
 
-            from latopt.data import get_task
+            from latopt.data import get_task, renormalize
 
-            val: Any = get_task(args.data, args.resolution, args.seed).val   # a map-style dataset
+            task = renormalize(get_task(args.data, args.resolution, args.seed), getattr(args, "normalize", None))
+            val: Any = task.val   # a map-style dataset
             if len(val) < 2:
                 raise LatoptError(f"--data {args.data}: its validation split has {len(val)} image(s); the check "
                                   "needs two")
@@ -98,7 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "statistics, a checkpoint keeps its own")
     p.add_argument("--random-bn", action="store_true", help="--check-fold: randomise a checkpoint's BN statistics too")
     p.add_argument("--data", help="--check-fold: check on the first two validation images of this task (e.g. "
-                   "fashion-mnist-mini) instead of random normal inputs")
+                   "fashion-mnist-mini), normalised as the checkpoint records, instead of random normal inputs")
     p.add_argument("--json", metavar="PATH", help="also write the table (and check) as JSON")
     p.set_defaults(func=_cmd_inspect)
 
@@ -119,4 +120,5 @@ def _from_checkpoint(args: argparse.Namespace) -> tuple[nn.Module, str, int, int
         raise LatoptError(f"checkpoint {args.checkpoint} is a pre-folded or folded network; inspect its base "
                           "checkpoint")
     res = args.resolution if args.resolution is not None else (meta.resolution or 224)
+    args.normalize = meta.normalize   # --data's images as its weights expect them
     return model, arch.model, arch.num_classes, int(res)

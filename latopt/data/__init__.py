@@ -47,7 +47,8 @@ listing the registered ones. The modules: ``task.py`` (:class:`Task`, :func:`lim
 :func:`split_indices`), ``idx.py`` (the IDX reader), ``mnist.py`` (``fashion-mnist``, ``mnist``), ``arrays.py``
 (:class:`ArrayImages`, in-memory images served in batches), ``folder.py`` (``imagefolder``), ``cifar.py`` (``cifar10``), ``transforms.py`` (the
 image transforms of both), ``loaders.py`` (:func:`make_loaders`, :class:`ShardSampler`), ``fingerprint.py``
-(:func:`data_meta`, :func:`data_fingerprint`).
+(:func:`data_meta`, :func:`data_fingerprint`), ``normalize.py`` (``data.normalize``: :func:`config_norm`,
+:func:`norm_of`, :func:`renormalize`, :class:`Renormalized`).
 
 Public API: :class:`Task`, :func:`get_task`, :func:`load_task` (the task of a run config), :func:`limit_task`,
 :func:`make_loaders`, :func:`collate` (the loaders' collation: a batched dataset's batch as it is),
@@ -68,9 +69,11 @@ from latopt.data.digits import split_indices
 from latopt.data.fingerprint import data_fingerprint, data_meta
 from latopt.data.folder import UnreadableImage
 from latopt.data.loaders import ShardSampler, collate, make_loaders
+from latopt.data.normalize import Renormalized, config_norm, norm_of, renormalize
 from latopt.data.registry import TASKS, TaskEntry, get_task, load_task, register_task, task_forms
 from latopt.data.task import Task, limit_task, split_validation, subsample_train
 
-__all__ = ["CIFAR_MEAN", "CIFAR_STD", "TASKS", "ShardSampler", "Task", "TaskEntry", "UnreadableImage", "collate",
-           "data_fingerprint", "data_meta", "get_task", "limit_task", "load_task", "make_loaders", "register_task",
-           "split_indices", "split_validation", "subsample_train", "task_forms"]
+__all__ = ["CIFAR_MEAN", "CIFAR_STD", "TASKS", "Renormalized", "ShardSampler", "Task", "TaskEntry", "UnreadableImage",
+           "collate", "config_norm", "data_fingerprint", "data_meta", "get_task", "limit_task", "load_task",
+           "make_loaders", "norm_of", "register_task", "renormalize", "split_indices", "split_validation",
+           "subsample_train", "task_forms"]

@@ -146,5 +146,6 @@ def cifar10(spec: str, root: Path | None, resolution: int, seed: int, augment: b
     n_val = max(1, len(y) // 10)
     val_idx, train_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
     return Task(spec, 10, classes, resolution, CifarImages(x[train_idx], y[train_idx], train_tf),
-                CifarImages(x[val_idx], y[val_idx], eval_tf), CifarImages(test_x, test_y, eval_tf))
+                CifarImages(x[val_idx], y[val_idx], eval_tf), CifarImages(test_x, test_y, eval_tf),
+                norm=(CIFAR_MEAN, CIFAR_STD))
 

@@ -80,7 +80,8 @@ def _grey_task(name: str, splits: dict[str, tuple[torch.Tensor, torch.Tensor]], 
         x = ((x - mean) / std).contiguous()
         shift = max(1, resolution // 8) if (augment and s == "train") else 0
         ds[s] = TensorImages(x, y, shift=shift, fill=fill)
-    return Task(name, 10, [str(i) for i in range(10)], resolution, ds["train"], ds["val"], ds["test"])
+    return Task(name, 10, [str(i) for i in range(10)], resolution, ds["train"], ds["val"], ds["test"],
+                norm=((mean,) * 3, (std,) * 3))
 
 
 @register_task("digits")

@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from latopt.config import RunConfig
+from latopt.data.normalize import config_norm
 from latopt.data.registry import task_root
 
 
 def data_meta(cfg: RunConfig) -> dict[str, Any]:
     """What a checkpoint records about its data, checked again when it is folded."""
     return {"task": cfg.data.task, "split_seed": cfg.data.split_seed, "resolution": cfg.data.resolution,
-            "train_samples": cfg.data.train_samples, "max_samples": cfg.data.max_samples}
+            "train_samples": cfg.data.train_samples, "max_samples": cfg.data.max_samples,
+            "normalize": config_norm(cfg)}
 
 
 def data_fingerprint(spec: str) -> str:

@@ -79,7 +79,8 @@ def imagefolder(spec: str, root: Path | None, resolution: int, seed: int, augmen
     classes = list(splits["train"].classes)
     if len(classes) < 2:
         raise LatoptError(f"image folder {root / 'train'} has {len(classes)} class folder(s); at least 2 are needed")
-    return Task(spec, len(classes), classes, resolution, splits["train"], splits["val"], splits["test"])
+    return Task(spec, len(classes), classes, resolution, splits["train"], splits["val"], splits["test"],
+                norm=(IMAGENET_MEAN, IMAGENET_STD))
 
 
 def _check_image(where: Path, path: str) -> None:

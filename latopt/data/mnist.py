@@ -105,7 +105,7 @@ def _task(name: str, spec: str, arrays: tuple[np.ndarray, np.ndarray, np.ndarray
     return Task(spec, 10, list(SETS[name][3]), resolution, images(x[t], y[t], augment), images(x[v], y[v], False),
                 images(torch.from_numpy(test_x.copy()), torch.from_numpy(test_y), False),
                 split=f"validation: {len(va)} of the {len(train_y)} training images (split_seed {seed}); "
-                      f"test: the {len(test_y)} test images")
+                      f"test: the {len(test_y)} test images", norm=((mean,) * 3, (std,) * 3))
 
 
 @register_task("fashion-mnist", directory=None)

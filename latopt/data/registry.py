@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from latopt.config import RunConfig
+from latopt.data.normalize import config_norm, renormalize
 from latopt.data.task import Task, limit_task, subsample_train
 from latopt.errors import LatoptError
 
@@ -80,8 +81,9 @@ def get_task(spec: str, resolution: int, seed: int = 0, *, augment: bool = False
 
 
 def load_task(cfg: RunConfig) -> Task:
-    """The task of a run config (``data`` section): split, resolution, augmentation, ``train_samples`` (a seeded
-    subset of the training split), ``max_samples`` (every split cut)."""
+    """The task of a run config (``data`` section): split, resolution, augmentation, normalisation
+    (:func:`~latopt.data.normalize.config_norm`), ``train_samples`` (a seeded subset of the training split),
+    ``max_samples`` (every split cut)."""
     d = cfg.data
-    task = get_task(d.task, d.resolution, d.split_seed, augment=d.augment)
+    task = renormalize(get_task(d.task, d.resolution, d.split_seed, augment=d.augment), config_norm(cfg))
     return limit_task(subsample_train(task, d.train_samples, d.split_seed), d.max_samples)

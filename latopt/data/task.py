@@ -14,6 +14,8 @@ from torch.utils.data import Dataset, Subset
 
 from latopt.errors import LatoptError
 
+Norm = tuple[tuple[float, float, float], tuple[float, float, float]]   # (mean, std) per channel, [0, 1] pixels
+
 
 @dataclass
 class Task:
@@ -27,6 +29,7 @@ class Task:
     val: Dataset
     test: Dataset
     split: str = ""  # how the splits were made, where the task says (recorded in metrics.json)
+    norm: Norm | None = None  # how its images are normalised: (mean, std) per channel of [0, 1] pixels
 
     def sizes(self) -> dict[str, int]:
         return {s: len(getattr(self, s)) for s in ("train", "val", "test")}

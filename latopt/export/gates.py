@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from latopt.checkpoint import CheckpointMeta, recorded_test_acc
-from latopt.data import collate, get_task, limit_task
+from latopt.data import collate, get_task, limit_task, renormalize
 from latopt.errors import LatoptError, VerificationError
 from latopt.export.plan import Plan
 from latopt.export.record import AccuracySection, GateRecord, Int8Accuracy
@@ -229,7 +229,7 @@ def checkpoint_task(meta: CheckpointMeta, resolution: int) -> Any | None:
         return None
     seed, cap = meta.split_seed or 0, meta.max_samples
     try:
-        task = get_task(spec, resolution, seed)
+        task = renormalize(get_task(spec, resolution, seed), meta.normalize)
     except LatoptError as e:
         raise LatoptError(f"cannot load the checkpoint's task {spec!r} for the numeric gate: {e}") from None
     return limit_task(task, cap)
