@@ -555,6 +555,28 @@ NOT_RUN = ("{what} has not run yet: there is no `results/hardware-awareness/{whe
            "amendment of 2026-12-02, has its protocol and commands).\n")
 
 
+def render_bases(E: E1) -> str:
+    """The per-base plateau report of docs/evaluation.md §3 (reported, not enforced, in E1): each seed's base test
+    accuracy and its validation accuracy over the last :data:`bm.PLATEAU_EPOCHS` epochs (the cell's ``plateau``
+    record, else its ``curve``); empty when no base cell is published."""
+    rows = []
+    for s in E.run["seeds"]:
+        r = E.cells.get(f"s{s}-base")
+        if r is None or ("plateau" not in r and "curve" not in r):
+            continue
+        p = r.get("plateau") or bm.plateau(r["curve"])
+        rows.append(f"| {s} | {100 * r['test_acc']:.2f} | {', '.join(f'{100 * v:.2f}' for v in p['last_val'])} | "
+                    f"{p['span_pt']:.2f} | {'yes' if p['plateau'] else '**no**'} |")
+    if not rows:
+        return ""
+    n = sum(row.endswith("| yes |") for row in rows)
+    return (f"Bases: the plateau of `docs/evaluation.md` §3 (validation accuracy over the last {bm.PLATEAU_EPOCHS} "
+            f"epochs within {bm.PLATEAU_PT:g} pt), reported per base and not enforced (the schedule is fixed); "
+            f"{n} of {len(rows)} bases reached it.\n\n"
+            f"| seed | base test acc (%) | val acc over the last {bm.PLATEAU_EPOCHS} epochs (%) | span (pt) | "
+            f"plateau (< {bm.PLATEAU_PT:g} pt) |\n|---|---|---|---|---|\n" + "\n".join(rows))
+
+
 def render_e1(results: Path) -> str:
     """docs/hardware-awareness.md's E1 block, from results/hardware-awareness/e1/ only."""
     root = Path(results) / "e1"
@@ -589,6 +611,9 @@ def render_e1(results: Path) -> str:
                    f"{sch['ft_epochs']} direct). λ ∈ {{{', '.join(f'{x:g}' for x in run['lambdas'])}}}, budgets "
                    f"{{{', '.join(f'{x:g}' for x in run['budgets'])}}}. "
                    + (f"Each group of seeds on its own machine: {timed}." if len(groups) > 1 else f"{timed}."))
+        bases = render_bases(E)
+        if bases:
+            out.append(bases)
         for target in TARGETS:
             for kind in KINDS:
                 a = e1_analysis(E, target, kind)
