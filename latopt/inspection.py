@@ -31,7 +31,7 @@ from latopt.constants import FOLD_CHECK_TOLERANCE
 from latopt.errors import LatoptError, first_line
 from latopt.fold import fold_block_module, fold_blocks, foldable_in, linearize, randomize_bn_, verify_fold
 from latopt.fold.transform import BlockError, ErrorStat, FoldErrors
-from latopt.models import count_flops
+from latopt.models import check_input_size, count_flops
 from latopt.stemhead import FixedParts, fixed_parts
 
 
@@ -147,6 +147,7 @@ def inspect_model(model: nn.Module, resolution: int, mode: str = "exact", name: 
     does not fold in ``mode`` has no folded figures and says why), the modules no adapter knows, and the
     stem/head when its layout is known."""
 
+    check_input_size(model, resolution, name)
     shape = (1, 3, resolution, resolution)
     try:
         shapes = block_input_shapes(model, shape)

@@ -251,6 +251,20 @@ def build_model(name: str, num_classes: int = 1000, *, pretrained: bool = False)
     return model.eval()
 
 
+def check_input_size(model: nn.Module, resolution: int, name: str = "") -> None:
+    """A one-line LatoptError (param ``resolution``) when ``model`` takes only inputs of another size: timm's
+    models of a fixed input size (``pretrained_cfg['fixed_input_size']``: the vision transformers) at any other
+    resolution than theirs."""
+    cfg = getattr(model, "pretrained_cfg", None)
+    if not isinstance(cfg, dict) or not cfg.get("fixed_input_size"):
+        return
+    size = tuple(cfg.get("input_size") or ())[-2:]
+    if len(size) == 2 and (resolution, resolution) != size:
+        raise LatoptError(f"{name or type(model).__name__} takes only {size[0]}x{size[1]} inputs (a fixed input "
+                          f"size), not {resolution}x{resolution}; give the resolution {size[0]} (--resolution, "
+                          "data.resolution)", param="resolution")
+
+
 def _build_torchvision_any(arch: str, num_classes: int, pretrained: bool) -> nn.Module:
     """Any torchvision classification model: random weights, or with ``pretrained`` its ``DEFAULT`` weights (1000
     classes only; a new classifier is made only for torchvision's MobileNetV2). ResNet blocks get one activation

@@ -48,7 +48,7 @@ from latopt.engine import (
 from latopt.errors import LatoptError
 from latopt.log import get_logger
 from latopt.losses import TrainingLoss
-from latopt.models import build_model, model_cost
+from latopt.models import build_model, check_input_size, model_cost
 from latopt.readers import read_json
 from latopt.records import Accuracy, Artefact, Resolution, validated
 from latopt.resume import EpochCheckpoint, fingerprint, resume_path
@@ -142,6 +142,7 @@ def train_base(cfg: RunConfig, out_dir: str | Path, *, checkpoint: str | Path | 
                       checkpoint, arch.num_classes, task.name, task.num_classes)
     else:
         model = build_model(cfg.model.name, task.num_classes, pretrained=pretrained)
+    check_input_size(model, cfg.data.resolution, cfg.model.name)
     arch = make_arch(model, cfg.model.name, task.num_classes)
     accel = resolve(cfg)
     if accel.rank:  # each process its own random stream (augmentation, dropout), seed + rank, once the model is

@@ -137,3 +137,21 @@ def test_bad_checkpoint_input_exit_2(argv: list[str], msg: str, tmp_path: Path,
 def test_count_flops_matches_formula() -> None:
     conv = torch.nn.Conv2d(4, 6, 3, padding=1)
     assert count_flops(conv, (2, 4, 5, 5)) == 2 * 2 * 25 * 6 * 4 * 9
+
+
+def test_a_model_of_a_fixed_input_size_at_another_resolution_is_one_line(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """timm's vision transformers take only their own input size: inspect and train say so (exit 2, the flag
+    named), instead of timm's AssertionError from the forward pass; at their size they run."""
+    from latopt.cli import main
+    from latopt.config import load_config
+    from latopt.errors import LatoptError
+    from latopt.train import train_base
+
+    assert main(["inspect", "vit_tiny_patch16_224", "--resolution", "32"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "takes only 224x224 inputs" in err[0] and "--resolution" in err[0]
+    cfg = load_config("quickstart", {"model.name": "vit_tiny_patch16_224", "data.max_samples": 8})
+    with pytest.raises(LatoptError, match="takes only 224x224 inputs"):
+        train_base(cfg, tmp_path / "base", progress=False)
+    assert not (tmp_path / "base" / "base.pt").exists()
