@@ -7,7 +7,8 @@ bar chart marking the folded blocks and the Pareto plot) and a one-screen summar
 Everything lives under ``runs/<name>/`` (``name`` from the config). ``run.json`` records, for each
 finished stage, what it was made from (its *fingerprint*: the config sections it depends on, the SHA-256
 of its input artefacts, the device profile, the seed, the latopt version) and the SHA-256 of what it
-wrote. A rerun reuses a stage only when its fingerprint is unchanged and its outputs are intact;
+wrote. A rerun reuses a stage only when its fingerprint is unchanged, its outputs are intact and every path
+its record names is one of those hashed outputs (:func:`latopt.run.state.untied`);
 otherwise that stage and every stage after it are re-run, and the summary says which stages were reused
 and why the others were re-run (``fold.post_epochs changed (4 → 2)``, ``base checkpoint changed``, ...):
 

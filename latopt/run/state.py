@@ -5,7 +5,9 @@ Public API::
 
     RunState(root, config, fresh, stages)     run.json of the run directory ``root``; ``stages``: the names, in order
         .record(stage) -> dict | None          a stage's record (paths absolute again)
-        .stale(stage, made_from) -> [why]      why it cannot be reused (empty: it can)
+        .stale(stage, made_from) -> [why]      why it cannot be reused (empty: it can): its fingerprint changed, an
+                                               output is missing or changed, or its record names a file it did
+                                               not hash (:func:`untied`)
         .start(stage, made_from, **info);  .finish(stage, info);  .invocation(plan);  .finished_any()
     plain(obj);  NOT_RUN_YET;  RUN_SCHEMA;  REPORT_FILES
     clear(root, keep, lut_path)                remove what latopt wrote in ``root`` (refuses when it holds anything else)
@@ -101,13 +103,14 @@ class RunState:
             return why
         if not rec.get("done"):
             return ["interrupted"]
-        for rel, digest in (rec.get("outputs") or {}).items():
+        outputs = rec.get("outputs") or {}
+        for rel, digest in outputs.items():
             path = self.root / rel
             if not path.is_file():
                 return [f"its output {rel} is missing"]
             if file_sha256(path) != digest:
                 return [f"its output {rel} changed since it was made"]
-        return []
+        return untied(rec, outputs)
 
     def start(self, stage: str, made_from: dict[str, Any], **info: Any) -> None:
         """Record that ``stage`` is being (re-)made: it and every later stage are no longer done."""
@@ -136,6 +139,17 @@ class RunState:
 
     def _write(self) -> None:
         write_json_atomic(self.path, self.data)
+
+
+def untied(rec: dict[str, Any], outputs: dict[str, str]) -> list[str]:
+    """Why a stage's record names an output it did not hash (empty: every file or directory its record names is
+    among its hashed ``outputs``). A record's path is its hashed output's, not a pointer of its own: a path edited
+    to another file (another base, whose accuracy the record does not describe) makes the stage be made again."""
+    for k in _OUTPUT_KEYS:
+        rel = rec.get(k)
+        if isinstance(rel, str) and rel and rel not in outputs and not any(o.startswith(f"{rel}/") for o in outputs):
+            return [f"its record's {k} {rel} is not an output it hashed"]
+    return []
 
 
 def changed(key: str, old: Any, new: Any) -> str:
