@@ -76,7 +76,9 @@ def split_blocks(model: nn.Module, containers: Sequence[str]) -> tuple[list[str]
     if idx != list(range(idx[0], idx[-1] + 1)):
         gap = next(p for p, b in items[idx[0]:idx[-1]] if not b)
         raise LatoptError(f"the blocks are not one contiguous run: {gap} ({type(model.get_submodule(gap)).__name__}) "
-                          "sits between them")
+                          "sits between them, so latopt cannot time the network block by block (no LUT, no DP; a "
+                          "VGG's max-pools sit between its conv pairs): fold it with Layer Folding's uniform costs "
+                          "instead (latopt fold with lut: null, fold.mode: paper)")
     return [p for p, _ in items[:idx[0]]], [p for p, _ in items[idx[-1] + 1:]]
 
 

@@ -152,6 +152,17 @@ def test_torchvision_vgg_pairs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "paper mode: interior per-block error" in out
 
 
+@pytest.mark.parametrize("mode", ["paper", "exact"])
+def test_profiling_a_vgg_is_one_line_naming_what_folds_it(mode: str, tmp_path, capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:  # type: ignore[no-untyped-def]
+    """A VGG's max-pools sit between its conv pairs: no LUT (so no DP); the refusal says what folds it instead."""
+    assert main(["profile", "--device", "cpu", "--model", "vgg11_cifar", "--resolution", "32", "--fold-mode", mode,
+                 "--out", str(tmp_path / "v.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "features.9 (MaxPool2d)" in err[0] and "lut: null, fold.mode: paper" in err[0]
+    assert not (tmp_path / "v.json").exists()
+
+
 # ------------------------------------------------------------------------------------------ whole-model gate
 def test_whole_model_gate_is_the_float64_fold(capsys: pytest.CaptureFixture[str]) -> None:
     """mobilenetv3_large_100: the float32 whole-model error is the as-is SE tail's float32 rounding (of the
