@@ -71,6 +71,11 @@ instead of 1 + 1; MobileNetV2-1.0 at 224 instead of 0.35 at 32, all its runners 
 Seconds: train fp32 35 (CUDA's first start), bf16 15, fp16 15, resume 60, fold 40, torchrun 45, latency
 fp32 15, fp16 15, profile 60, export 45.
 
+**Not a row: does measuring the GPU pay?** DP plans from a ``gpu-torch`` LUT against plans from a ``flops`` LUT, timed on
+the GPU (MobileNetV2-1.0 and EfficientNet-Lite0 at 224, batches 1 and 128), is ``tools/gpu_plans.py``: a device
+call of its own (about 4 minutes of work, too long for the rows' budgets), installed the same way (its
+``DEVICE_LINE`` starts with :data:`INSTALL_LINE`); docs/gpu.md.
+
 Exit codes: **3** when no row failed but rows were not exercised: the TensorRT path is not covered by this
 check, so a clean run ends with 3, never with 0 (TensorRT is covered by ``pytest -m tensorrt`` on a machine
 that has it); **1** when a row failed; **2** when the check cannot start (no GPU without ``--cpu-smoke``, or
@@ -121,8 +126,9 @@ SITE_DIR = ".gpu-site"    # where the device line installs them, inside the chec
 CARRY_LIMIT_MIB = 16  # what travels to a GPU machine is limited (64 MiB with the checkout): keep far below
 CARRY_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
                    "manylinux2014_x86_64", "manylinux1_x86_64")
-DEVICE_LINE = (f"python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
-               f"{SITE_DIR} {CARRY_DIR}/*.whl && PYTHONPATH={SITE_DIR} python3 tools/gpu_check.py")
+INSTALL_LINE = (f"python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
+                f"{SITE_DIR} {CARRY_DIR}/*.whl")   # the carried wheels, offline (tools/gpu_plans.py runs after it too)
+DEVICE_LINE = f"{INSTALL_LINE} && PYTHONPATH={SITE_DIR} python3 tools/gpu_check.py"
 
 # Seconds per row on a GPU (the module docstring says where they come from); the keys are run()'s step names.
 GPU_BUDGET_S: dict[str, float] = {
