@@ -276,11 +276,11 @@ def measure_e1(args: argparse.Namespace) -> None:
         mine = {c for c, _, _ in e1_cells(args)}   # a group's cells only: another group may still run
         running = [p.stem for p in (ctx.root / "locks").glob("*.lock") if p.stem in mine]
         if running:
-            raise SystemExit(f"setting {setting}: cells are still running ({', '.join(sorted(running))} in "
-                             f"{ctx.root / 'locks'}); measure after `run`")
+            bm.refuse(f"setting {setting}: cells are still running ({', '.join(sorted(running))} in "
+                      f"{ctx.root / 'locks'}); measure after `run`", "bench_costs")
         missing = [c for c in cells if ctx.queue.done(c) is None]
         if f"s{args.seeds[0]}-asis" in missing:
-            raise SystemExit(f"setting {setting}: the as-is networks are not done; run `run` first")
+            bm.refuse(f"setting {setting}: the as-is networks are not done; run `run` first", "bench_costs")
         if missing:   # failed cells (e.g. a budget a LUT cannot reach): no point there, said in the log
             log(f"setting {setting}: {len(missing)} cells have no network and are not timed: {', '.join(missing)}")
         bm.measure(ctx, ctx.cfg.data.resolution, [c for c in cells if c not in missing],
@@ -316,7 +316,8 @@ def measure_e2(args: argparse.Namespace) -> None:
     recs = {c: ctx.queue.done(c) for c in cells}
     missing = [c for c, r in recs.items() if r is None]
     if missing:
-        raise SystemExit(f"E2: {len(missing)} cells not done (e.g. {missing[0]}); run `run --experiments e2` first")
+        bm.refuse(f"E2: {len(missing)} cells not done (e.g. {missing[0]}); run `run --experiments e2` first",
+                  "bench_costs")
     calib = bm.calibration_images(ctx, CALIB_IMAGES)
     out = ctx.root / "e2"
     int8_file = out / "int8-correct.json"
@@ -353,14 +354,23 @@ def _public(rec: dict[str, Any]) -> dict[str, Any]:
 def publish(args: argparse.Namespace, dest: Path) -> None:
     """``dest/e1/<setting>/`` (run.json, cells/<cell>.json with per-item correctness fp32 and INT8 and the
     speed-ups of the final run) and ``dest/e2/`` (run.json: per device and run, every network's median and its
-    per-round ratio to its seed's as-is network; cells/<cell>.json)."""
+    per-round ratio to its seed's as-is network; cells/<cell>.json). Every refusal comes before anything is
+    written to ``dest``."""
+    if "e1" in args.experiments:
+        for setting in args.settings:
+            ctx = make_ctx(args, setting)
+            mpath = ctx.root / measure_name(ctx.cfg.data.resolution, args.seeds, args.group)
+            if not mpath.is_file():
+                bm.refuse(f"setting {setting}: no final run ({mpath.name}); run `measure` first", "bench_costs")
+    if "e2" in args.experiments:
+        e2_int8 = make_ctx(args, args.e2_setting).root / "e2" / "int8-correct.json"
+        if not e2_int8.is_file():
+            bm.refuse(f"E2: no final runs ({e2_int8}); run `measure --experiments e2` first", "bench_costs")
     if "e1" in args.experiments:
         for setting in args.settings:
             ctx = make_ctx(args, setting)
             res = ctx.cfg.data.resolution
             mpath = ctx.root / measure_name(res, args.seeds, args.group)
-            if not mpath.is_file():
-                raise SystemExit(f"setting {setting}: no final run ({mpath.name}); run `measure` first")
             ms = bm.load_json(mpath)
             d = dest / "e1" / setting
             (d / "cells").mkdir(parents=True, exist_ok=True)
@@ -825,7 +835,7 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = bm.Parser(prog="bench_costs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stage", choices=("run", "measure", "publish", "choose-setting", "all"))
     ap.add_argument("--runs-dir", required=True)
     ap.add_argument("--experiments", nargs="+", choices=("e1", "e2"), default=["e1", "e2"])

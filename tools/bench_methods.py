@@ -57,7 +57,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -77,6 +77,20 @@ DP_VARIANTS = ("full", "pw", "drop")
 
 
 # ------------------------------------------------------------------ small helpers
+def refuse(message: str, prog: str = "bench_methods") -> NoReturn:
+    """A tool's refusal, as the latopt CLI's: one line on stderr naming the tool (``prog``), exit 2; what
+    it refuses is checked before anything is written (bad arguments, a stage asked for before its inputs)."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad arguments: one line on stderr naming the tool (its ``prog``), exit 2 (:func:`refuse`)."""
+
+    def error(self, message: str) -> NoReturn:
+        refuse(message, self.prog.split()[0])
+
+
 def log(msg: str) -> None:
     print(f"[bench_methods {time.strftime('%H:%M:%S')} pid {os.getpid()}] {msg}", flush=True)
 
@@ -913,12 +927,35 @@ def publish(ctx: Ctx, dest: Path, *, group: bool = False) -> Path:
     meas = {res: load_json(ctx.root / f"measure-r{res}.json") for res in ctx.args.resolutions
             if (ctx.root / f"measure-r{res}.json").is_file()}
     if cfg.data.resolution not in meas:
-        raise SystemExit(f"no final run at {cfg.data.resolution} px in {ctx.root}: run the measure stage first")
+        refuse(f"no final run at {cfg.data.resolution} px in {ctx.root}: run the measure stage first")
     done = {c: ctx.queue.done(c) for c, _, _ in cell_names(ctx.args)}
     seeds = set(ctx.args.seeds)
     before = load_json(dest / "run.json") if group and (dest / "run.json").is_file() else {}
-    if group:
+    if group:   # every refusal before anything is written to dest
         _check_group(seeds, before)
+    meta = run_meta(ctx)
+    luts = {}
+    for p in sorted((ctx.root / "lut").glob("*.json")):
+        lut = load_json(p)
+        luts[p.name] = {"created": lut.get("created"), "variants": lut.get("variants"),
+                        "profiling_s": lut.get("profiling_s"),
+                        "held_out_error": lut.get("end_to_end", {}).get("held-out", {}).get("error")}
+    base = next((r for c, r in done.items() if r and method_of(c) == "base"), None)
+    run = {"schema": RESULTS_SCHEMA, **meta, "model": cfg.model.name, "task": cfg.data.task,
+           "resolution": cfg.data.resolution, "device": "cpu",
+           "schedule": {"base_epochs": cfg.train.epochs, "base_lr": cfg.train.lr, "schedule": cfg.train.schedule,
+                        "ft_epochs": ft_epochs(cfg), "ft_lr": cfg.fold.lr, "prefold_epochs": cfg.fold.epochs,
+                        "postfold_epochs": cfg.fold.post_epochs},
+           "sizes": (base or {}).get("sizes"), "test_group": 3 if cfg.data.task == "digits-clutter" else 1,
+           "luts": luts,
+           "measure": {str(res): {k: v for k, v in ms.items()
+                                  if k not in ("stats", "members", "int8_acc", "int8_correct")}
+                       for res, ms in meas.items()}}
+    if group:
+        differ = [k for k in GROUP_SAME if before and before.get(k) != run.get(k)]
+        if differ:
+            refuse(f"publish --group: {dest}/run.json's groups were run with other settings ({', '.join(differ)}"
+                   "); a group must repeat the others' run with its own seeds")
     cells_out = dest / "cells"
     cells_out.mkdir(parents=True, exist_ok=True)
     for old in cells_out.glob("*.json"):
@@ -953,29 +990,7 @@ def publish(ctx: Ctx, dest: Path, *, group: bool = False) -> Path:
             if c in tr.get("int8_correct", {}):
                 rec["int8_acc"], rec["int8_correct"] = tr["int8_acc"][c], tr["int8_correct"][c]
         write_json(cells_out / f"{c}.json", rec)
-    meta = run_meta(ctx)
-    luts = {}
-    for p in sorted((ctx.root / "lut").glob("*.json")):
-        lut = load_json(p)
-        luts[p.name] = {"created": lut.get("created"), "variants": lut.get("variants"),
-                        "profiling_s": lut.get("profiling_s"),
-                        "held_out_error": lut.get("end_to_end", {}).get("held-out", {}).get("error")}
-    base = next((r for c, r in done.items() if r and method_of(c) == "base"), None)
-    run = {"schema": RESULTS_SCHEMA, **meta, "model": cfg.model.name, "task": cfg.data.task,
-           "resolution": cfg.data.resolution, "device": "cpu",
-           "schedule": {"base_epochs": cfg.train.epochs, "base_lr": cfg.train.lr, "schedule": cfg.train.schedule,
-                        "ft_epochs": ft_epochs(cfg), "ft_lr": cfg.fold.lr, "prefold_epochs": cfg.fold.epochs,
-                        "postfold_epochs": cfg.fold.post_epochs},
-           "sizes": (base or {}).get("sizes"), "test_group": 3 if cfg.data.task == "digits-clutter" else 1,
-           "luts": luts,
-           "measure": {str(res): {k: v for k, v in ms.items()
-                                  if k not in ("stats", "members", "int8_acc", "int8_correct")}
-                       for res, ms in meas.items()}}
     if group:
-        differ = [k for k in GROUP_SAME if before and before.get(k) != run.get(k)]
-        if differ:
-            raise SystemExit(f"publish --group: {dest}/run.json's groups were run with other settings ({', '.join(differ)}"
-                             "); a group must repeat the others' run with its own seeds")
         groups = [g for g in before.get("groups", []) if not set(g["seeds"]) & seeds]
         groups.append({k: run.pop(k) for k in ("seeds", "commit", "started", "luts", "measure")} | {"seeds": sorted(seeds)})
         run["groups"] = sorted(groups, key=lambda g: min(g["seeds"]))
@@ -997,14 +1012,14 @@ def _check_group(seeds: set[int], before: dict[str, Any]) -> None:
     """publish --group's refusals, before anything is written: seeds that are not a part of the protocol's, a
     results directory published without groups, a group overlapping a published one in part."""
     if not seeds < set(SEEDS):
-        raise SystemExit(f"publish --group: --seeds {' '.join(map(str, sorted(seeds)))} must be a part of the "
+        refuse(f"publish --group: --seeds {' '.join(map(str, sorted(seeds)))} must be a part of the "
                          f"protocol's seeds {list(SEEDS)} (a group of them)")
     if before and "groups" not in before:
-        raise SystemExit("publish --group: the results directory holds a run published without groups; publish the "
+        refuse("publish --group: the results directory holds a run published without groups; publish the "
                          "groups into an empty directory")
     for g in before.get("groups", []):
         if set(g["seeds"]) & seeds and set(g["seeds"]) != seeds:
-            raise SystemExit(f"publish --group: seeds {sorted(seeds)} overlap the published group {g['seeds']} in part; "
+            refuse(f"publish --group: seeds {sorted(seeds)} overlap the published group {g['seeds']} in part; "
                              "republish a group with exactly its seeds")
 
 
@@ -1535,7 +1550,7 @@ def pareto_figure(root: Path, path: Path) -> Path:
 
 # ------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(prog="bench_methods", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stage", choices=("run", "measure", "publish", "plot", "all"))
     ap.add_argument("--runs-dir", required=True)
     ap.add_argument("--config", default=CONFIG)

@@ -455,8 +455,8 @@ def publish(args: argparse.Namespace) -> list[Path]:
         if args.merge and (dest / f"{stage}.json").is_file():
             old = bm.load_json(dest / f"{stage}.json")
             if old.get("schema") != RESULTS_SCHEMA:
-                raise SystemExit(f"{PROG}: error: --merge: {dest / f'{stage}.json'} has schema {old.get('schema')!r}, "
-                                 f"not {RESULTS_SCHEMA!r}; publish without --merge, or into another --results")
+                bm.refuse(f"--merge: {dest / f'{stage}.json'} has schema {old.get('schema')!r}, "
+                          f"not {RESULTS_SCHEMA!r}; publish without --merge, or into another --results", PROG)
         new = set(session["cells"])
         kept = [r for r in old["cells"] if r["cell"] not in new]
         sessions = [g | {"cells": [c for c in g["cells"] if c not in new]} for g in old.get("sessions", [])]
@@ -775,12 +775,7 @@ def _main_job_paragraphs(R: dict[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------ main
-class Parser(argparse.ArgumentParser):
-    """Bad arguments: one line on stderr naming the tool (its ``prog``), exit 2."""
-
-    def error(self, message: str) -> None:   # type: ignore[override]
-        print(f"{self.prog.split()[0]}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
+Parser = bm.Parser   # bad arguments: one line on stderr naming the tool (its ``prog``), exit 2 (bm.refuse)
 
 
 def parse_configs(items: list[str]) -> dict[str, tuple[int, ...]]:

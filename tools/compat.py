@@ -16,6 +16,10 @@ in paper mode's interior; in exact mode the whole model folded in float64 must b
     python tools/compat.py                       # all of MODELS -> results/compatibility/compat.json
     python tools/compat.py --models a,b --out -  # a few, printed as JSON
     python tools/compat.py --models a,b --merge  # re-check a few, their records replaced in the file
+
+The published file is written only by a check of every model (or ``--merge``) in which every model could be
+checked; a name latopt cannot build, or a resolution out of range, is refused in one line (exit 2) before any
+model is checked.
     python tools/regenerate.py                   # docs/compatibility.md from that file (generator "compatibility")
 
 tests/test_compat.py re-checks a few models live against the file, and test_readme's regenerate check keeps the
@@ -24,7 +28,6 @@ page current with the file.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -151,46 +154,79 @@ def render(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from latopt.config import check_resolution
+    from latopt.errors import LatoptError, first_line
+    from latopt.readers import read_json
+    from tools.bench_methods import Parser, refuse
+
+    p = Parser(prog="compat", description=__doc__.split("\n\n")[0])
     p.add_argument("--models", help="comma-separated names (default: MODELS)")
     p.add_argument("--resolution", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON file, or - for stdout")
+    p.add_argument("--out", default=None,
+                   help=f"JSON file, or - for stdout (default: the published {DEFAULT_OUT.relative_to(ROOT)}, "
+                        "written only by a check of every model of MODELS, or with --merge)")
     p.add_argument("--merge", action="store_true",
                    help="replace the records of --models in the existing --out file (same resolution and seed), "
                         "keeping the others; the file lists each merge")
     a = p.parse_args(argv)
-    if a.merge and (not a.models or a.out == "-"):
+    out = DEFAULT_OUT if a.out is None else a.out
+    if a.merge and (not a.models or out == "-"):
         p.error("--merge needs --models and a file --out")
-    names = a.models.split(",") if a.models else list(MODELS)
+    names = [n.strip() for n in a.models.split(",")] if a.models else list(MODELS)
+    if not all(names) or len(set(names)) != len(names):
+        p.error(f"--models {a.models!r}: give comma-separated model names, each once")
+    if a.out is None and a.models and not a.merge:   # the published table is replaced only when asked
+        p.error(f"--models checks a few models: the published {DEFAULT_OUT.relative_to(ROOT)} is replaced by a "
+                "check of every model only; print them (--out -), write another file (--out FILE) or replace "
+                "their records in it (--merge)")
+    try:
+        check_resolution(a.resolution, "--resolution")
+        old = read_json(out, schema=SCHEMA, what="compatibility file") if a.merge else None
+    except LatoptError as e:
+        refuse(first_line(e, 400), "compat")
+    if old is not None and not isinstance(old.get("models"), list):
+        p.error(f"{out} holds no list of models; re-run it whole")
+    if old is not None and (old.get("resolution"), old.get("seed")) != (a.resolution, a.seed):
+        p.error(f"{out} was made at another resolution or seed; re-run it whole")
+    from latopt.models import build_model
+
+    for n in names:   # a name latopt cannot build is bad input: refused before any model is checked
+        try:
+            build_model(n, 10)
+        except LatoptError as e:
+            refuse(f"--models: {first_line(e, 2000)}", "compat")
     recs = []
     for n in names:
         t = time.perf_counter()
         try:
             recs.append(check_model(n, a.resolution, a.seed))
+        except LatoptError as e:   # bad input (e.g. a model of a fixed input size at another resolution)
+            refuse(f"{n}: {first_line(e, 2000)}", "compat")
         except Exception as e:  # recorded, and the table lists it: a model that cannot be checked is a finding
             recs.append({"model": n, "blocks": 0, "folds": False, "error": f"{type(e).__name__}: {str(e)[:200]}"})
         print(f"{n}: folds={recs[-1]['folds']} ({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
+    failed = [r["model"] for r in recs if r.get("error")]
+    if failed and a.out is None:   # a run with failures never replaces the published results
+        print(f"compat: {len(failed)} models could not be checked ({', '.join(failed[:3])}); "
+              f"{DEFAULT_OUT.relative_to(ROOT)} is kept as it was (--out FILE writes this run's records)",
+              file=sys.stderr)
+        return 1
     data = {"schema": SCHEMA, "resolution": a.resolution, "seed": a.seed, "tolerance": FOLD_CHECK_TOLERANCE,
             "command": "python tools/compat.py" + (f" --models {a.models}" if a.models else ""), "models": recs}
-    if a.merge:
-        old = json.loads(Path(a.out).read_text())
-        if (old["schema"], old["resolution"], old["seed"]) != (SCHEMA, a.resolution, a.seed):
-            p.error(f"{a.out} was made at another resolution or seed; re-run it whole")
+    if old is not None:
         new = {r["model"]: r for r in recs}
         merged = [*old.get("merged", []), {"command": data["command"] + " --merge", "models": names}]
-        data = {**old, "models": [new.pop(r["model"], r) for r in old["models"]] + list(new.values()),
-                "merged": merged}
+        data = {**old, "schema": SCHEMA, "models": [new.pop(r["model"], r) for r in old["models"]]
+                + list(new.values()), "merged": merged}
     text = json.dumps(data, indent=1) + "\n"
-    if a.out == "-":
+    if out == "-":
         print(text, end="")
     else:
-        out = Path(a.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(out)
-    return 0
+        from latopt.artifacts import write_text_atomic
+
+        write_text_atomic(Path(out), text)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -127,11 +127,27 @@ def render_depth(root: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python tools/depth_table.py RESULTS_DIR   (e.g. results/resnet-fold/resnet20)", file=sys.stderr)
-        return 2
-    print(render_depth(Path(args[0])))
+    import json
+
+    from latopt.errors import first_line
+
+    ap = bm.Parser(prog="depth_table", description="the depth table of a published run (docs/resnet-fold.md)")
+    ap.add_argument("results_dir", metavar="RESULTS_DIR", help="e.g. results/resnet-fold/resnet20")
+    root = Path(ap.parse_args(sys.argv[1:] if argv is None else argv).results_dir)
+    if not (root / "run.json").is_file():
+        ap.error(f"{root} holds no published run ({root / 'run.json'} is missing): `tools/bench_methods.py "
+                 "publish --results DIR` writes it when the run's final interleaved run is done")
+    for f in [root / "run.json", *sorted((root / "cells").glob("*.json"))]:   # each file read is JSON
+        try:
+            json.loads(f.read_text())
+        except (ValueError, OSError) as e:   # truncated, not UTF-8, unreadable
+            ap.error(f"{f} is not a JSON file bench_methods published ({first_line(e)}); publish the run again")
+    try:
+        text = render_depth(root)
+    except (KeyError, TypeError, ValueError, IndexError) as e:   # a published file edited by hand
+        ap.error(f"{root} is not a run bench_methods published ({type(e).__name__}: {first_line(e)}); "
+                 "publish the run again")
+    print(text)
     return 0
 
 
