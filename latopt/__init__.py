@@ -3,7 +3,8 @@
 The public Python API is the handful of calls in ``__all__`` (docs/api.md: what each is for, and a runnable
 example): the package's own functions, re-exported from their documented homes (``_API`` below) and
 imported on first use (PEP 562), so ``import latopt`` loads none of torch, timm or ONNX and the ``latopt``
-command starts fast. ``export_model`` is :func:`latopt.export.export` (``latopt.export`` is the export
+command starts fast. Each call's arguments are checked against its annotations at this entry point
+(:func:`latopt.argtypes.checked`: a wrong type is one LatoptError line; ``__wrapped__`` is the home function). ``export_model`` is :func:`latopt.export.export` (``latopt.export`` is the export
 package). The exact tools for ReLU MLPs are the ``exact`` extra's (:mod:`latopt.exact`), not in this list.
 """
 
@@ -71,6 +72,8 @@ def __getattr__(name: str) -> Any:
     except KeyError:
         raise AttributeError(f"module 'latopt' has no attribute {name!r}") from None
     value = getattr(importlib.import_module(module), attr)
+    if not isinstance(value, type):   # a call: its arguments checked at this entry point (one LatoptError line)
+        value = importlib.import_module("latopt.argtypes").checked(value, name)
     globals()[name] = value  # later lookups skip this function
     return value
 

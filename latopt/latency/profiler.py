@@ -64,7 +64,7 @@ from latopt.constants import MAX_BATCH, FoldMode, FoldVariant, LutVariant
 from latopt.errors import LatoptError
 from latopt.fold import as_shipped, fold_block_module
 from latopt.latency.backends import close_backend, get_backend
-from latopt.latency.devices import DeviceProfile
+from latopt.latency.devices import DeviceProfile, load_device
 from latopt.latency.lut import (
     LUT,
     BlockEntry,
@@ -215,14 +215,17 @@ def ensure_lut(path: str | Path, model: str, device: DeviceProfile, resolution: 
     return path
 
 
-def profile_model(model_name_or_module: Any, device: DeviceProfile, resolution: int, batch: int = 1,
+def profile_model(model_name_or_module: Any, device: DeviceProfile | str, resolution: int, batch: int = 1,
                   variants: Iterable[str] = ("full",), progress: bool = True, *, num_classes: int = 1000,
                   fold_mode: str = "exact", name: str | None = None) -> LUT:
-    """Profile every block of a model on ``device`` in ``variants`` (``full`` always; ``span`` among them: the
+    """Profile every block of a model on ``device`` (a profile, or its name or YAML path as
+    :func:`~latopt.latency.devices.load_device` reads it) in ``variants`` (``full`` always; ``span`` among them: the
     exact spans too, :mod:`latopt.latency.spans`, refused up front in paper mode or without ``pw``/``drop``:
     :func:`~latopt.latency.spans.check_span_profile`) and return the calibrated LUT (see module docstring). The LUT
     records the model's canonical name (``name`` if given, else the model's name or its module's class name;
     :func:`~latopt.latency.lut.lut_model_name`)."""
+    if isinstance(device, str):
+        device = load_device(device)
     variants = list(variants)
     spans = "span" in variants
     variants = check_variants(v for v in variants if v != "span")
