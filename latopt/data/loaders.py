@@ -21,11 +21,14 @@ def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | N
     default one CPU process, no workers).
 
     Training: ``batch_size`` is the global batch, ``batch_size / world_size`` per process (it must
-    divide); a :class:`DistributedSampler` shuffles every epoch with the seed ``seed + epoch``
+    divide, and give each process 2 or more images); a :class:`DistributedSampler` shuffles every epoch with the
+    seed ``seed + epoch``
     (:func:`latopt.engine.fit` calls ``set_epoch``), one permutation of which each process takes every
     W-th index — so step k of W processes sees the samples step k of one process sees (when W does not
     divide the training set, the sampler repeats up to W−1 samples per epoch to even the shards), and a
-    resumed run sees the order it would have seen. The loader's generator, which seeds the random numbers
+    resumed run sees the order it would have seen. An epoch's last batch is dropped when it would hold one image
+    (batch norm cannot train on one: on a 1x1 map it has one value per channel), and a training split of fewer
+    than 2 images per process is refused with one line. The loader's generator, which seeds the random numbers
     of its worker processes (augmentation), is seeded with ``seed + rank``: each process draws its own.
     A dataset with ``__getitems__`` returning a :class:`~latopt.data.arrays.Batch` (the in-memory tasks) makes
     each batch in one pass (:func:`collate`); any other dataset is read per sample and collated by torch.
@@ -37,10 +40,21 @@ def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | N
         raise LatoptError(f"data.batch_size {batch_size} does not split over {world} processes; "
                           f"use a multiple of {world} (it is the global batch)", param="batch_size")
     per_process = batch_size // world
+    if per_process < 2:
+        each = f" for each of {world} processes" if world > 1 else ""
+        raise LatoptError(f"data.batch_size {batch_size} is {per_process} image per training step{each}: batch norm "
+                          f"needs 2 or more; use a batch of {2 * world} or more", param="batch_size")
+    sampler: DistributedSampler = DistributedSampler(task.train, num_replicas=world, rank=rank, shuffle=True, seed=seed)
+    shard = len(sampler)   # this process's training images per epoch
+    if shard < 2:
+        each = f", {shard} for each of {world} processes" if world > 1 else ""
+        raise LatoptError(f"the training split of {task.name} holds {len(task.train)} image(s){each}: "  # type: ignore[arg-type]
+                          "batch norm needs 2 or more to train; raise data.train_samples / data.max_samples (or give "
+                          "a larger data set)", param="train_samples")
     loader: dict[str, Any] = {"num_workers": accel.workers, "pin_memory": accel.pin_memory,
               "persistent_workers": accel.persistent_workers and accel.workers > 0, "collate_fn": collate}
-    train = DataLoader(task.train, batch_size=per_process,
-                       sampler=DistributedSampler(task.train, num_replicas=world, rank=rank, shuffle=True, seed=seed),
+    # a last batch of one image is dropped (batch norm cannot train on it: 1x1 maps hold one value per channel)
+    train = DataLoader(task.train, batch_size=per_process, sampler=sampler, drop_last=shard % per_process == 1,
                        generator=torch.Generator().manual_seed(seed + rank), **loader)  # it seeds the workers
     val, test = (DataLoader(ds, batch_size=max(per_process, 256), sampler=ShardSampler(len(ds), world, rank),  # type: ignore[arg-type]
                             **loader) for ds in (task.val, task.test))

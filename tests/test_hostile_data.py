@@ -1,0 +1,55 @@
+"""Hostile input on the data side (issue 49, classes A, B, C, E, F, L): a last training batch of one image, an
+unbounded split seed, IDX images of another size and a gzip bomb, counts without bounds, a configured data
+location replaced by another copy, and messages that did not say what was wrong. Each ends in one line (exit 2 from
+the CLI) and nothing written. Nothing here trains a network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from latopt.cli import main
+from latopt.config import RunConfig, config_from_dict
+from latopt.data import load_task, make_loaders
+from latopt.errors import LatoptError
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("latopt: error: "), err
+    return lines[0]
+
+
+def _refused(args: list[str], capsys, *words: str) -> str:
+    assert main(args) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert all(w in line for w in words), (words, line)
+    return line
+
+
+# ------------------------------------------------------------------------------------ A: a batch of one image
+def _digits(**data) -> RunConfig:
+    return config_from_dict({"data": {"task": "digits", "resolution": 8, **data}})
+
+
+def test_a_last_batch_of_one_image_is_dropped_and_a_one_image_split_refused() -> None:
+    """N = 1 (mod batch): the epoch's last batch of one image, which batch norm cannot train on (1x1 maps: one
+    value per channel), is dropped; no other batch is."""
+    for n, batch, sizes in ((257, 32, [32] * 8), (65, 32, [32, 32]), (40, 32, [32, 8]), (2, 32, [2])):
+        train = make_loaders(load_task(_digits(train_samples=n, batch_size=batch)), batch)[0]
+        assert [len(y) for _, y in train] == sizes, n
+    for data in ({"train_samples": 1}, {"max_samples": 1}):
+        with pytest.raises(LatoptError, match="holds 1 image.*batch norm needs 2 or more.*data.train_samples") as e:
+            make_loaders(load_task(_digits(**data)), 64)
+        assert "\n" not in str(e.value)
+    with pytest.raises(LatoptError, match="data.batch_size 1 is 1 image per training step.*batch of 2 or more"):
+        make_loaders(load_task(_digits()), 1)
+
+
+def test_a_one_image_training_split_is_one_line_from_latopt_train(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: {name: mobilenetv2_035}\ndata: {task: digits, resolution: 8, max_samples: 1}\n"
+                   "train: {epochs: 1}\n")
+    _refused(["train", "--config", str(cfg), "--out", str(tmp_path / "o")], capsys, "batch norm needs 2 or more")
+    assert not (tmp_path / "o").exists()
