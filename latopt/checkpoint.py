@@ -57,6 +57,7 @@ from latopt.records import (
     Normalize,
     OpenRecord,
     Resolution,
+    SplitSeed,
     StrictModel,
     validated,
 )
@@ -135,7 +136,7 @@ class CheckpointMeta(OpenRecord):
     content digest). Every field is optional and typed; other JSON-able keys are kept as they are."""
 
     task: str | None = None
-    split_seed: Annotated[int, Field(ge=0)] | None = None
+    split_seed: SplitSeed | None = None
     resolution: Resolution | None = None
     train_samples: Annotated[int, Field(ge=1)] | None = None
     max_samples: Annotated[int, Field(ge=1)] | None = None

@@ -66,7 +66,16 @@ from latopt.constants import (
 from latopt.errors import LatoptError
 from latopt.log import get_logger
 from latopt.readers import read_yaml
-from latopt.records import DistillName, Name, Normalize, Positive, Resolution, StrictModel, validated
+from latopt.records import (
+    DistillName,
+    Name,
+    Normalize,
+    Positive,
+    Resolution,
+    SplitSeed,
+    StrictModel,
+    validated,
+)
 
 _LOG = get_logger("config")
 
@@ -131,7 +140,7 @@ class DataConfig(Section):
     pin_memory: bool | None = None
     persistent_workers: bool | None = None
     augment: bool = False  # random shifts (digits) / random crop + flip (fashion-mnist, mnist, cifar10) / random-resized-crop + flip (image folders)
-    split_seed: int = 0  # fixes the train/val/test split (independent of --seed, so base and fold agree)
+    split_seed: SplitSeed = 0  # fixes the train/val/test split (independent of --seed, so base and fold agree)
     train_samples: Annotated[int, Field(ge=1)] | None = None  # a seeded subset of the training split (val, test whole)
     max_samples: Annotated[int, Field(ge=1)] | None = None  # cap every split at this many samples (smoke runs)
     # the input normalisation: task (each task's own) | imagenet | inception ([-1, 1]) | {mean: [3], std: [3]} of

@@ -11,7 +11,8 @@ the bad value and what is allowed (``config key 'fold.tau' must be in (0, 1], go
 Public API: :class:`StrictModel`, :class:`OpenRecord` (unknown keys kept), :class:`Artefact` (a record that is
 a file: its ``schema`` field), :func:`validated`, and the field types ``Name`` (an identifier that can be one path
 component, :func:`latopt.artifacts.check_name`), ``Resolution`` (``RESOLUTION_RANGE``),
-``Positive``, ``Accuracy`` (a fraction in [0, 1]), ``DistillName`` (``fold.distill``: a distillation's name, a
+``SplitSeed`` (``data.split_seed``: 0 .. ``MAX_SPLIT_SEED``, the config's and the checkpoints'), ``Positive``,
+``Accuracy`` (a fraction in [0, 1]), ``DistillName`` (``fold.distill``: a distillation's name, a
 boolean read as ``logits`` / ``none``) and ``BlockKey`` (a block index as a JSON mapping key: ASCII decimal digits without a sign or a
 leading zero, so ``"3"`` and not ``"03"``, ``"+3"``, ``"²"`` or the Arabic-Indic ``"٣"``; whether the index is
 in range is the record's to check); :class:`Accuracies` (accuracy by phase, shared by fold reports and
@@ -41,7 +42,7 @@ from pydantic import (
 )
 
 from latopt.artifacts import check_name
-from latopt.constants import NORMALIZE_NAMES, RESOLUTION_RANGE
+from latopt.constants import MAX_SPLIT_SEED, NORMALIZE_NAMES, RESOLUTION_RANGE
 from latopt.errors import LatoptError
 
 
@@ -197,6 +198,7 @@ def _valid_name(v: Any) -> Any:  # names are identifiers (runs/<name>/, profiles
 Name = Annotated[str, BeforeValidator(_valid_name)]
 Resolution = Annotated[int, Field(ge=RESOLUTION_RANGE[0], le=RESOLUTION_RANGE[1])]
 Positive = Annotated[float, Field(gt=0)]
+SplitSeed = Annotated[int, Field(ge=0, le=MAX_SPLIT_SEED)]   # data.split_seed: the config's and every checkpoint's
 
 
 def _triple(v: Any) -> Any:

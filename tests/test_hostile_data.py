@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from latopt.checkpoint import read_meta
 from latopt.cli import main
 from latopt.config import RunConfig, config_from_dict
 from latopt.data import load_task, make_loaders
@@ -53,3 +54,13 @@ def test_a_one_image_training_split_is_one_line_from_latopt_train(tmp_path: Path
                    "train: {epochs: 1}\n")
     _refused(["train", "--config", str(cfg), "--out", str(tmp_path / "o")], capsys, "batch norm needs 2 or more")
     assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------------------- B: data.split_seed
+@pytest.mark.parametrize("seed", [-1, 2**32, 10**30])
+def test_split_seed_is_bounded_as_checkpoints_bound_it(seed: int) -> None:
+    with pytest.raises(LatoptError, match=r"'data.split_seed' must be in \[0, 4294967295\]"):
+        _digits(split_seed=seed)
+    with pytest.raises(LatoptError, match=r"'split_seed' must be in \[0, 4294967295\]"):
+        read_meta({"split_seed": seed}, "ck.pt")
+    assert _digits(split_seed=2**32 - 1).data.split_seed == read_meta({"split_seed": 2**32 - 1}).split_seed

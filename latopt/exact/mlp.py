@@ -48,7 +48,7 @@ from latopt.data import split_indices
 from latopt.engine import Report, Step, fit, make_optimizer, make_scheduler, seed_everything, tensor_loader
 from latopt.errors import LatoptError, first_line
 from latopt.exact.network import from_module
-from latopt.records import Accuracy, OpenRecord, validated
+from latopt.records import Accuracy, OpenRecord, SplitSeed, validated
 from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 SCHEMA = "latopt.mlp/1"
@@ -69,7 +69,7 @@ class MlpMeta(OpenRecord):
 
     data: str | None = None
     split: str | None = None
-    split_seed: Annotated[int, Field(ge=0)] | None = None
+    split_seed: SplitSeed | None = None
     seed: int | None = None
     l1: Annotated[float, Field(ge=0)] | None = None
     epochs: Annotated[int, Field(ge=1)] | None = None
