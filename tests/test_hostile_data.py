@@ -5,15 +5,21 @@ the CLI) and nothing written. Nothing here trains a network."""
 
 from __future__ import annotations
 
+import gzip
+import struct
+import tracemalloc
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from latopt.checkpoint import read_meta
 from latopt.cli import main
 from latopt.config import RunConfig, config_from_dict
-from latopt.data import load_task, make_loaders
+from latopt.data import get_task, load_task, make_loaders
+from latopt.data.idx import MAX_IDX_BYTES, read_mnist_files
 from latopt.errors import LatoptError
+from tests.test_data_idx import write_idx, write_set
 
 
 def _one_line(err: str) -> str:
@@ -64,3 +70,36 @@ def test_split_seed_is_bounded_as_checkpoints_bound_it(seed: int) -> None:
     with pytest.raises(LatoptError, match=r"'split_seed' must be in \[0, 4294967295\]"):
         read_meta({"split_seed": seed}, "ck.pt")
     assert _digits(split_seed=2**32 - 1).data.split_seed == read_meta({"split_seed": 2**32 - 1}).split_seed
+
+
+# ------------------------------------------------------------------------------------ C: IDX image sizes
+@pytest.mark.parametrize("size", [(0, 28), (1, 1), (5, 5), (28, 27)])
+def test_idx_images_of_another_size_are_refused_naming_the_file(tmp_path: Path, size: tuple[int, int]) -> None:
+    d = write_set(tmp_path / "fm")
+    bad = write_idx(d / "train-images-idx3-ubyte", np.zeros((60, *size), np.uint8), True)
+    with pytest.raises(LatoptError) as e:
+        get_task(f"fashion-mnist:{d}", 32, 0)
+    msg = str(e.value)
+    assert str(bad) in msg and f"{size[0]}x{size[1]} pixels" in msg and "are 28x28" in msg and "\n" not in msg
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
+    """The header declares 60 images; the body inflates to 64 MB. Reading stops one byte past the declared size."""
+    d = write_set(tmp_path / "fm")
+    bomb = d / "train-images-idx3-ubyte.gz"
+    with gzip.GzipFile(bomb, "wb", compresslevel=1) as f:
+        f.write(struct.pack(">BBBB3I", 0, 0, 8, 3, 60, 28, 28))
+        for _ in range(64):
+            f.write(bytes(1 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(LatoptError, match="longer than its header says: dimensions 60x28x28 need 47040 bytes"):
+            read_mnist_files(d)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak   # never the 64 MB body
+    # a header declaring more than an IDX file may hold is refused before its body is read
+    bomb.write_bytes(gzip.compress(struct.pack(">BBBB3I", 0, 0, 8, 3, MAX_IDX_BYTES // 784 + 1, 28, 28)))
+    with pytest.raises(LatoptError, match="malformed"):
+        read_mnist_files(d)
