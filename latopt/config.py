@@ -63,6 +63,7 @@ from latopt.constants import (
     Schedule,
     UnfoldedAlpha,
 )
+from latopt.counts import MAX_LOADER_WORKERS, MAX_TRIALS
 from latopt.errors import LatoptError
 from latopt.log import get_logger
 from latopt.readers import read_yaml
@@ -136,7 +137,7 @@ class DataConfig(Section):
     batch_size: Annotated[int, Field(ge=1)] = 64  # the global batch: under torchrun each of W processes takes 1/W
     # DataLoader worker processes per training process, pinned memory, workers kept across epochs;
     # null = automatic (latopt.accel: no workers on the CPU; on CUDA min(8, cores per process - 1), pinned, kept)
-    workers: Annotated[int, Field(ge=0)] | None = None
+    workers: Annotated[int, Field(ge=0, le=MAX_LOADER_WORKERS)] | None = None
     pin_memory: bool | None = None
     persistent_workers: bool | None = None
     augment: bool = False  # random shifts (digits) / random crop + flip (fashion-mnist, mnist, cifar10) / random-resized-crop + flip (image folders)
@@ -197,7 +198,7 @@ class SearchConfig(Section):
     tau: TauRange = (0.7, 0.95)
     p: PowerRange = (1.5, 4.0)
     granularity: Annotated[tuple[Granularity, ...], BeforeValidator(_list_to_tuple), Field(min_length=1)] = ("block",)
-    trials: Annotated[int, Field(ge=1)] = 20
+    trials: Annotated[int, Field(ge=1, le=MAX_TRIALS)] = 20
     max_acc_drop: Annotated[float, Field(ge=0, le=1)] = 0.01  # feasible when base - finetuned accuracy <= this
     sampler: Sampler = "auto"  # auto: grid for at most GRID_TRIALS trials (latopt.methods.layerfold), else tpe
     storage: str | None = None  # Optuna storage URL; null = runs/<name>/search/study.db

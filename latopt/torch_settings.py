@@ -1,6 +1,7 @@
 """torch's process-wide switches that latopt sets: intra-op threads and TF32.
 
-A bottom-floor module (torch and the standard library only): the training engine (:mod:`latopt.engine`),
+A bottom-floor module (torch, the standard library and :mod:`latopt.counts`, which bounds every thread count):
+the training engine (:mod:`latopt.engine`),
 the stages and the latency layer (the profiler, the torch backend, export's gates) set threads and TF32
 through it without importing each other.
 
@@ -27,13 +28,16 @@ from collections.abc import Iterator
 
 import torch
 
+from latopt.counts import check_count
+
 TF32_OFF = {"cudnn.allow_tf32": False, "cuda.matmul.allow_tf32": False}
 
 
 def set_threads(threads: int | None) -> None:
-    """torch's intra-op threads for this process (None leaves torch's default)."""
+    """torch's intra-op threads for this process (None leaves torch's default); a count out of
+    :func:`latopt.counts.check_count`'s bounds is one line, never handed to torch."""
     if threads is not None:
-        torch.set_num_threads(int(threads))
+        torch.set_num_threads(check_count(threads, "threads"))
 
 
 @contextlib.contextmanager

@@ -178,5 +178,5 @@ def test_a_missing_or_broken_data_set_is_one_line(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is truncated" in err, err
     assert main(["train-mlp", "--data", f"mnist:{broken}", "--threads", "0", "--out", str(out)]) == 2
-    assert "--threads 0 must be >= 1" in capsys.readouterr().err
+    assert "threads must be in [1, 1024] (torch intra-op threads), got 0 (option --threads)" in capsys.readouterr().err
     assert not out.exists()

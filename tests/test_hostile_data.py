@@ -12,13 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from latopt.checkpoint import read_meta
 from latopt.cli import main
 from latopt.config import RunConfig, config_from_dict
+from latopt.counts import COUNTS, MAX_LOADER_WORKERS, MAX_TRIALS, check_count
 from latopt.data import get_task, load_task, make_loaders
 from latopt.data.idx import MAX_IDX_BYTES, read_mnist_files
 from latopt.errors import LatoptError
+from latopt.torch_settings import set_threads
 from tests.test_data_idx import write_idx, write_set
 
 
@@ -103,3 +106,33 @@ def test_a_gzip_bomb_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
     bomb.write_bytes(gzip.compress(struct.pack(">BBBB3I", 0, 0, 8, 3, MAX_IDX_BYTES // 784 + 1, 28, 28)))
     with pytest.raises(LatoptError, match="malformed"):
         read_mnist_files(d)
+
+
+# ----------------------------------------------------------------------------------- E: counts and bounds
+def test_every_count_has_a_bound_and_one_line() -> None:
+    for name, c in COUNTS.items():
+        lo, hi = c.lo, (c.hi or 10**9)
+        assert check_count(lo, name) == lo
+        for bad in (lo - 1, hi + 1, True, 2.0):
+            with pytest.raises(LatoptError, match=f"{name} must be"):
+                check_count(bad, name)
+    with pytest.raises(LatoptError, match=r"threads must be in \[1, 1024\]"):
+        set_threads(100_000)
+    assert torch.get_num_threads() == 1
+    with pytest.raises(LatoptError, match=rf"'data.workers' must be in \[0, {MAX_LOADER_WORKERS}\]"):
+        _digits(workers=1000)
+    with pytest.raises(LatoptError, match=rf"'search.trials' must be in \[1, {MAX_TRIALS}\]"):
+        config_from_dict({"search": {"trials": 1_000_000}})
+
+
+def test_counts_from_the_command_line_are_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _refused(["train-mlp", "--threads", "100000", "--out", "m.pt"], capsys, "threads must be in [1, 1024]",
+             "(option --threads)")
+    runs = ["--runs-dir", str(tmp_path / "runs")]
+    _refused(["plan", "--config", "quickstart", "--workers", "1000", *runs], capsys, "workers must be in [1, ",
+             "cores", "(option --workers)")
+    _refused(["plan", "--config", "quickstart", "--trials", "1000000", *runs], capsys,
+             f"trials must be in [1, {MAX_TRIALS}]", "(option --trials)")
+    _refused(["search", "--config", "quickstart", "--threads", "100000", *runs], capsys, "threads must be in")
+    assert list(tmp_path.iterdir()) == []

@@ -91,8 +91,7 @@ def _threads_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _set_threads(n: int | None) -> None:
-    if n is not None and n < 1:
-        raise LatoptError(f"--threads {n} must be >= 1")
+    # set_threads bounds the count (latopt.counts): one line, never libgomp's abort
     from latopt.torch_settings import set_threads
 
     set_threads(n)

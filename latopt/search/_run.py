@@ -39,6 +39,7 @@ from optuna.trial import TrialState
 from latopt.artifacts import check_name
 from latopt.config import RunConfig, load_config
 from latopt.constants import CONFIRM_FRACTION, COSTS, OBJECTIVES, REFINE_REACH, SAMPLERS
+from latopt.counts import check_count
 from latopt.data import load_task, split_validation
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.latency.devices import load_device
@@ -86,8 +87,7 @@ class SearchResult:
 
 
 def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
-    if trials < 1:
-        raise LatoptError(f"trials must be >= 1, got {trials}", param="trials")
+    check_count(trials, "trials")
     if sampler not in SAMPLERS:
         raise LatoptError(f"sampler {sampler!r} is unknown; choose one of {', '.join(SAMPLERS)}", param="sampler")
     if o.objective not in OBJECTIVES:
@@ -100,10 +100,9 @@ def _check_options(o: SearchOptions, trials: int, sampler: str) -> None:
                           param="max_acc_drop")
     if o.timeout is not None and not o.timeout > 0:
         raise LatoptError(f"timeout must be > 0 seconds, got {o.timeout}", param="timeout")
-    if o.workers < 1:
-        raise LatoptError(f"workers must be >= 1, got {o.workers}", param="workers")
-    if o.threads is not None and o.threads < 1:
-        raise LatoptError(f"threads must be >= 1, got {o.threads}", param="threads")
+    check_count(o.workers, "workers")
+    if o.threads is not None:
+        check_count(o.threads, "threads")
     if o.workers > 1 and o.storage and in_memory(o.storage):
         raise LatoptError(f"storage {o.storage} is an in-memory database, which each of the workers would have "
                           "for itself: give a file (sqlite:///PATH) or a server URL, or use workers=1", param="storage")
