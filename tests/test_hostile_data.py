@@ -19,6 +19,7 @@ from latopt.cli import main
 from latopt.config import RunConfig, config_from_dict
 from latopt.counts import COUNTS, MAX_LOADER_WORKERS, MAX_TRIALS, check_count
 from latopt.data import get_task, load_task, make_loaders
+from latopt.data import mnist as mnist_mod
 from latopt.data.idx import MAX_IDX_BYTES, read_mnist_files
 from latopt.errors import LatoptError
 from latopt.torch_settings import set_threads
@@ -136,3 +137,25 @@ def test_counts_from_the_command_line_are_one_line(tmp_path: Path, capsys, monke
              f"trials must be in [1, {MAX_TRIALS}]", "(option --trials)")
     _refused(["search", "--config", "quickstart", "--threads", "100000", *runs], capsys, "threads must be in")
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- F: a configured data location
+def test_a_configured_data_location_is_never_replaced(tmp_path: Path, monkeypatch) -> None:
+    layout, _, package, classes = mnist_mod.SETS["fashion-mnist"]
+    debian = write_set(tmp_path / "debian")   # a complete copy where Debian's would be
+    monkeypatch.setitem(mnist_mod.SETS, "fashion-mnist", (layout, debian, package, classes))
+    monkeypatch.delenv("LATOPT_DATA", raising=False)
+    assert len(get_task("fashion-mnist", 28, 0).test) == 20          # unset: Debian's copy
+    mine = write_set(tmp_path / "data" / "fashion-mnist")
+    (mine / "t10k-labels-idx1-ubyte.gz").unlink()
+    monkeypatch.setenv("LATOPT_DATA", str(tmp_path / "data"))
+    with pytest.raises(LatoptError, match=r"\(\$LATOPT_DATA/fashion-mnist; .*lacks t10k-labels-idx1-ubyte\[\.gz\] \(of"):
+        get_task("fashion-mnist", 28, 0)
+    (tmp_path / "file").write_text("x")
+    for where, what in ((tmp_path / "file", "is not a directory"), (tmp_path / "nowhere", "does not exist")):
+        monkeypatch.setenv("LATOPT_DATA", str(where))
+        with pytest.raises(LatoptError, match=rf"\$LATOPT_DATA is {where}, which {what}") as e:
+            get_task("fashion-mnist", 28, 0)
+        assert "\n" not in str(e.value)
+    monkeypatch.setenv("LATOPT_DATA", str(tmp_path))                  # no fashion-mnist/ under it: Debian's
+    assert len(get_task("fashion-mnist", 28, 0).test) == 20

@@ -102,6 +102,12 @@ def find_mnist_dir(root: Path, layout: str) -> Path | None:
     return None
 
 
+def missing_files(root: Path, layout: str) -> list[str]:
+    """The files of the four that the most complete of ``root``'s places (see :func:`find_mnist_dir`) lacks."""
+    places = (root, root / "raw", root / layout / "raw", root / layout)
+    return min(([n for n in MNIST_FILES.values() if _file(d, n) is None] for d in places), key=len)
+
+
 def _file(d: Path, name: str) -> Path | None:
     for candidate in (d / f"{name}.gz", d / name):
         if candidate.is_file():
@@ -135,4 +141,4 @@ def read_mnist_files(d: Path, num_classes: int = 10) -> tuple[np.ndarray, np.nda
             arrays["test_labels"].astype(np.int64))
 
 
-__all__ = ["IMAGE_SIZE", "MNIST_FILES", "find_mnist_dir", "read_idx", "read_mnist_files"]
+__all__ = ["IMAGE_SIZE", "MNIST_FILES", "find_mnist_dir", "missing_files", "read_idx", "read_mnist_files"]

@@ -3,8 +3,10 @@ uint8 and served in batches (:class:`latopt.data.arrays.ArrayImages`).
 
 ``fashion-mnist`` reads ``$LATOPT_DATA/fashion-mnist``, then Debian's ``/usr/share/datasets/fashion-mnist``
 (``apt-get install dataset-fashion-mnist``); ``mnist`` reads ``$LATOPT_DATA/mnist`` (Debian ships no MNIST
-package); ``fashion-mnist:PATH`` / ``mnist:PATH`` read PATH (the four files flat, or torchvision's
-``FashionMNIST/raw`` / ``MNIST/raw`` layout under it). Nothing is downloaded.
+package). Where ``$LATOPT_DATA/<name>`` exists it is the only place read (missing files there are one line, never
+Debian's copy instead), and ``$LATOPT_DATA`` set to a file or to a path that does not exist is one line.
+``fashion-mnist:PATH`` / ``mnist:PATH`` read PATH (the four files flat, or torchvision's ``FashionMNIST/raw`` /
+``MNIST/raw`` layout under it). Nothing is downloaded.
 
 ``fashion-mnist-mini`` is bundled: a stratified subset the package ships (``latopt/data/fashion-mnist-mini.npz``,
 made by ``tools/make_fashion_mini.py``; Zalando's MIT licence beside it): 13,000 of the training images, of which
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 
 from latopt.data.arrays import ArrayImages
-from latopt.data.idx import MNIST_FILES, find_mnist_dir, read_mnist_files
+from latopt.data.idx import MNIST_FILES, find_mnist_dir, missing_files, read_mnist_files
 from latopt.data.registry import register_task
 from latopt.data.task import Task
 from latopt.errors import LatoptError
@@ -47,27 +49,44 @@ SETS = {"fashion-mnist": ("FashionMNIST", Path("/usr/share/datasets/fashion-mnis
 
 def locate(name: str, root: Path | None) -> Path:
     """The directory holding data set ``name``'s four IDX files: under ``root`` when given, else the default
-    places (see module doc); one line naming the places, the files and the package when it is not found."""
+    places (see module doc); one line naming the places, the files and the package when it is not found. A place
+    the user configured (``root``, or ``$LATOPT_DATA/<name>`` when it exists) is used or refused, never replaced
+    by another copy; ``$LATOPT_DATA`` set to anything but a directory is refused."""
     layout, debian, package, _ = SETS[name]
     files = ", ".join(f"{f}[.gz]" for f in MNIST_FILES.values())
     if root is not None:
-        if not root.is_dir():
-            raise LatoptError(f"{name} directory {root} does not exist (it must hold {files}, or "
-                              f"{layout}/raw/ with them)", param="spec")
-        found = find_mnist_dir(root, layout)
-        if found is None:
-            raise LatoptError(f"{name} directory {root} lacks {files} (there, in raw/ or in {layout}/raw/); "
-                              "latopt never downloads them", param="spec")
+        return _configured(name, root, "", files)
+    env = os.environ.get(DATA_ENV)
+    base = Path(env).expanduser() if env else None
+    if base is not None and not base.is_dir():
+        raise LatoptError(f"{name} not found in ${DATA_ENV}/{name}: ${DATA_ENV} is {base}, which "
+                          f"{'is not a directory' if base.exists() else 'does not exist'}; point it at the directory "
+                          f"that holds {name}/ (or unset it), or give {name}:PATH", param="spec")
+    if base is not None and (base / name).exists():
+        return _configured(name, base / name, f" (${DATA_ENV}/{name}; latopt uses no other copy while it exists)",
+                           files)
+    if debian is not None and debian.is_dir() and (found := find_mnist_dir(debian, layout)) is not None:
         return found
-    places = [Path(os.environ[DATA_ENV]).expanduser() / name] if os.environ.get(DATA_ENV) else []
-    places += [debian] if debian is not None else []
-    for place in places:
-        if place.is_dir() and (found := find_mnist_dir(place, layout)) is not None:
-            return found
+    places = ([base / name] if base is not None else []) + ([debian] if debian is not None else [])
     where = " or ".join(str(p) for p in places) or f"${DATA_ENV}/{name} (${DATA_ENV} is not set)"
     install = f"install it with `apt-get install {package}`, " if package else ""
     raise LatoptError(f"{name} not found in {where}: {install}put {files} in ${DATA_ENV}/{name}, or give "
                       f"{name}:PATH; latopt never downloads it", param="spec")
+
+
+def _configured(name: str, root: Path, how: str, files: str) -> Path:
+    """The directory under ``root`` (a place the user gave: ``how`` says which) that holds the four files; one line
+    when ``root`` is not a directory or holds none of them."""
+    layout = SETS[name][0]
+    if not root.is_dir():
+        raise LatoptError(f"{name} directory {root}{how} {'is not a directory' if root.exists() else 'does not exist'} "
+                          f"(it must hold {files}, or {layout}/raw/ with them)", param="spec")
+    found = find_mnist_dir(root, layout)
+    if found is None:
+        lacks = ", ".join(f"{f}[.gz]" for f in missing_files(root, layout))
+        raise LatoptError(f"{name} directory {root}{how} lacks {lacks} (of {files}, there, in raw/ or in "
+                          f"{layout}/raw/); latopt never downloads them", param="spec")
+    return found
 
 
 def split_train_val(n: int, seed: int, n_val: int = VAL_IMAGES, *, most: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
