@@ -46,7 +46,7 @@ from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import PydanticSerializationError
 from torch import nn
 
-from latopt.constants import FoldMode, FoldVariant, Granularity
+from latopt.constants import MAX_CLASSES, FoldMode, FoldVariant, Granularity
 from latopt.errors import LatoptError, VerificationError, first_line
 from latopt.fold import alpha_spec, fold_blocks, fold_spec, install_alpha
 from latopt.models import build_model, canonical_name, parse_name
@@ -64,7 +64,6 @@ from latopt.records import (
 from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
 
 CHECKPOINT_SCHEMA = "latopt.checkpoint/2"
-MAX_CLASSES = 100_000
 IMPORT_HINT = "a weights file of your own becomes one with latopt import FILE --model NAME"
 
 

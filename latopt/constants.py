@@ -76,6 +76,7 @@ CONFIRM_FRACTION = 0.5
 # limits of numeric checks
 RESOLUTION_RANGE = (8, 1024)  # input resolution R (R x R): config, export, inspect, profile and checkpoints
 MAX_SPLIT_SEED = 2**32 - 1   # data.split_seed, config and checkpoints (numpy's and scikit-learn's seeds are 32-bit)
+MAX_CLASSES = 100_000        # classifier outputs: checkpoints, --num-classes, every model latopt builds
 FOLD_CHECK_TOLERANCE = 1e-4  # `latopt inspect --check-fold`: largest relative error of a fold with random BN
 MAX_THREADS = 1024           # intra-op threads (config `threads`, device profiles, --threads): 10000 exhausted the OS
 MAX_BATCH = 4096             # a device profile's batch (profiling builds every block at it)

@@ -48,7 +48,7 @@ from torchvision.models import MobileNet_V2_Weights, mobilenet_v2
 from latopt.adapters.resnet import separate_activations_
 from latopt.adapters.vgg import pair_convs_
 from latopt.cifar import DEPTHS, VGG_CONFIGS, CifarResNet, CifarVGG
-from latopt.constants import SUPPORTED_MODELS, TIMM_MODELS, TORCHVISION_MODEL
+from latopt.constants import MAX_CLASSES, SUPPORTED_MODELS, TIMM_MODELS, TORCHVISION_MODEL
 from latopt.errors import LatoptError, first_line
 
 CIFAR_MODELS: tuple[str, ...] = (*(f"resnet{d}_cifar" for d in DEPTHS), *(f"vgg{d}_cifar" for d in VGG_CONFIGS))
@@ -225,6 +225,15 @@ def _build_torchvision(width: float, strides: tuple[int, ...], num_classes: int,
     return model
 
 
+def check_num_classes(num_classes: object) -> int:
+    """``num_classes`` as a classifier's outputs, 1 .. :data:`~latopt.constants.MAX_CLASSES` (the bound checkpoints
+    enforce), or one line; checked before a classifier is allocated."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or not 1 <= num_classes <= MAX_CLASSES:
+        raise LatoptError(f"num_classes must be in [1, {MAX_CLASSES}] (an integer; the bound latopt checkpoints "
+                          f"enforce), got {num_classes!r}", param="num_classes")
+    return num_classes
+
+
 def build_model(name: str, num_classes: int = 1000, *, pretrained: bool = False) -> nn.Module:
     """Build a supported model (see module docstring), returned in eval mode.
 
@@ -232,8 +241,7 @@ def build_model(name: str, num_classes: int = 1000, *, pretrained: bool = False)
     download.pytorch.org); a new classifier is created when ``num_classes`` != 1000. Offline and not
     cached: one-line LatoptError."""
     family, base, width, strides = parse_name(name)
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise LatoptError(f"num_classes must be a positive integer, not {num_classes!r}")
+    check_num_classes(num_classes)
     if family == "timm":
         model = _build_timm(base, num_classes, pretrained)
     elif family == "latopt":

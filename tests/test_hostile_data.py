@@ -22,6 +22,7 @@ from latopt.data import get_task, load_task, make_loaders
 from latopt.data import mnist as mnist_mod
 from latopt.data.idx import MAX_IDX_BYTES, read_mnist_files
 from latopt.errors import LatoptError
+from latopt.models import build_model
 from latopt.torch_settings import set_threads
 from tests.test_data_idx import write_idx, write_set
 
@@ -159,3 +160,20 @@ def test_a_configured_data_location_is_never_replaced(tmp_path: Path, monkeypatc
         assert "\n" not in str(e.value)
     monkeypatch.setenv("LATOPT_DATA", str(tmp_path))                  # no fashion-mnist/ under it: Debian's
     assert len(get_task("fashion-mnist", 28, 0).test) == 20
+
+
+# ------------------------------------------------------------------------------------- L: clear messages
+def test_messages_say_what_is_wrong(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LatoptError, match=r"num_classes must be in \[1, 100000\]"):
+        build_model("mobilenetv2_035", 1_000_000_000)
+    _refused(["inspect", "mobilenetv2_035", "--num-classes", "1000000000"], capsys, "[1, 100000]",
+             "checkpoints enforce", "(option --num-classes)")
+    _refused(["profile", "--device", "cpu", "--model", "mobilenetv2_035", "--num-classes", "0"], capsys, "[1, 100000]")
+    for variants in ("", "pw,,drop"):
+        _refused(["plan", "--config", "quickstart", "--budget", "0.6", "--plan-only", "--importance", "uniform",
+                  "--variants", variants], capsys, "the variants list is empty")
+    for flag in ("--inputs", "--outputs"):
+        _refused(["train-mlp", flag, "5", "--data", "digits", "--out", "m.pt"], capsys,
+                 f"{flag[2:]} applies to data 'random' only", f"(option {flag})")
+    assert list(tmp_path.iterdir()) == []

@@ -69,7 +69,7 @@ def test_check_fold_fails_on_a_broken_fold(monkeypatch: pytest.MonkeyPatch, caps
     (["inspect", "torchvision/not_a_model"], "unknown model 'torchvision/not_a_model'; supported: mobilenetv2_035"),
     (["inspect", "mobilenetv2_035", "--resolution", "4"], "--resolution 4 is too small"),
     (["inspect", "torchvision/mobilenet_v2?width=x"], "bad width 'x'"),
-    (["inspect", "mobilenetv2_035", "--num-classes", "0"], "num_classes must be a positive integer"),
+    (["inspect", "mobilenetv2_035", "--num-classes", "0"], "num_classes must be in [1, 100000]"),
 ])
 def test_bad_input_exit_2(argv: list[str], msg: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2

@@ -46,8 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "which has 45x fewer images than MNIST: 600 digits epochs give the l1 penalty ~13k SGD steps to act)")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (momentum 0.9; x0.1 at 5/12 of the epochs)")
     p.add_argument("--batch", type=int, default=64, help="batch size (default 64)")
-    p.add_argument("--inputs", type=int, default=2, help="--data random: input width (default 2)")
-    p.add_argument("--outputs", type=int, default=1, help="--data random: output width (default 1)")
+    p.add_argument("--inputs", type=int, default=None, help="--data random: input width (default 2; a data set "
+                   "fixes it)")
+    p.add_argument("--outputs", type=int, default=None, help="--data random: output width (default 1; a data set "
+                   "fixes it)")
     p.add_argument("--out", default=None, help="checkpoint path (default runs/mlp/<name>.pt)")
     _threads_arg(p)
     p.set_defaults(func=_train)

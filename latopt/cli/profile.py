@@ -6,21 +6,19 @@ import argparse
 
 from latopt.cli.common import common_parser
 from latopt.constants import FOLD_MODES, FOLD_VARIANTS
-from latopt.errors import LatoptError
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
-    from latopt.checkpoint import MAX_CLASSES
     from latopt.engine import seed_everything
     from latopt.latency.devices import load_device
     from latopt.latency.lut import default_lut_path, save_lut
     from latopt.latency.profiler import format_lut, profile_model
+    from latopt.models import check_num_classes
 
     device = load_device(args.device)
     batch = args.batch if args.batch is not None else device.batch
-    if not 1 <= args.num_classes <= MAX_CLASSES:  # a checkpoint's bound: the classifier is built at it
-        raise LatoptError(f"--num-classes must be in [1, {MAX_CLASSES}], got {args.num_classes}")
+    check_num_classes(args.num_classes)  # a checkpoint's bound, before the device is profiled
     seed_everything(args.seed)
     lut = profile_model(args.model, device, args.resolution, batch, variants=args.variants.split(","),
                         num_classes=args.num_classes, fold_mode=args.fold_mode)

@@ -145,8 +145,16 @@ def refusal(argv: Sequence[str]) -> str | None:
 
 
 def _variants(text: str | None) -> tuple[str, ...] | None:
-    """``--variants a,b``: the variants, or None for the LUT's."""
-    return None if text is None else tuple(v.strip() for v in text.split(",") if v.strip())
+    """``--variants a,b``: the variants, or None for the LUT's; an empty list or item (``''``, ``pw,,drop``) is a
+    mistake, not the default."""
+    if text is None:
+        return None
+    out = tuple(v.strip() for v in text.split(","))
+    if not all(out):
+        raise LatoptError(f"--variants {text!r}: the variants list is empty or has an empty item; give the variants "
+                          "the blocks may take, separated by commas (e.g. pw,drop), or leave --variants out for the "
+                          "LUT's")
+    return out
 
 
 def _budgets(text: str | None) -> tuple[float, ...] | None:

@@ -67,12 +67,12 @@ from pydantic import AfterValidator, Field, model_validator
 
 from latopt import __version__
 from latopt.artifacts import file_sha256, write_json_atomic
-from latopt.checkpoint import MAX_CLASSES
 from latopt.config import RunConfig
 from latopt.constants import (
     FOLD_VARIANTS,
     LUT_VARIANTS,
     MAX_BATCH,
+    MAX_CLASSES,
     FoldMode,
     FoldVariant,
     LutVariant,

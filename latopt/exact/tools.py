@@ -59,15 +59,21 @@ def default_out(checkpoint: str | Path, prefix: str) -> Path:
 
 
 def make_mlp(hidden: list[int], *, data: str = "digits", l1: float, epochs: int | None = None, lr: float,
-             batch: int, inputs: int = 2, outputs: int = 1, seed: int = 0,
+             batch: int, inputs: int | None = None, outputs: int | None = None, seed: int = 0,
              out: str | Path | None = None) -> tuple[Path, MlpMeta]:
     """Train a Linear/ReLU classifier on ``data`` (digits, fashion-mnist[:PATH], mnist[:PATH]; ``epochs``
-    None: the data set's default) or make a random one with ``data="random"``, and save it."""
+    None: the data set's default) or make a random one with ``data="random"`` (``inputs`` and ``outputs`` wide:
+    default 2 and 1; given with a data set, whose images and classes fix both, they are refused), and save it."""
     if not hidden or any(v < 1 for v in hidden):
         raise LatoptError(f"hidden widths must be positive integers, got {hidden}", param="hidden")
     if data != "random":
         parse_data(data, ", random")   # an unknown data set is refused before anything is made
+        for name, given in (("inputs", inputs), ("outputs", outputs)):
+            if given is not None:
+                raise LatoptError(f"{name} applies to data 'random' only: {data!r} fixes the network's input and "
+                                  f"output widths (its pixels and classes); leave {name} out", param=name)
     if data == "random":
+        inputs, outputs = (2 if inputs is None else inputs), (1 if outputs is None else outputs)
         for name, value in (("inputs", inputs), ("outputs", outputs)):
             if value < 1:
                 raise LatoptError(f"{name} must be >= 1, got {value}", param=name)
