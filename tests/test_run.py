@@ -287,10 +287,13 @@ def test_a_configured_storage_study_is_never_deleted(first_run: tuple[Path, str]
         assert "tiny-run" in optuna.get_all_study_names(url)
 
 
-def test_run_refuses_zero_trials(tiny_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", str(tiny_config), "--runs-dir", str(tmp_path / "runs"), "--trials", "0"]) == 2
+@pytest.mark.parametrize("n", ["0", "1000000"])
+def test_run_refuses_a_trial_count_out_of_bounds_before_any_work(n: str, tiny_config: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(tiny_config), "--runs-dir", str(tmp_path / "runs"), "--trials", n]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "latopt: error: trials must be >= 1, got 0 (option --trials)"
+    assert err == (f"latopt: error: trials must be in [1, 1000] (trials of a study, each training a network), "
+                   f"got {n} (option --trials)")
     assert not (tmp_path / "runs").exists()
 
 

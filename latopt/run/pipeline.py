@@ -21,6 +21,7 @@ from latopt.artifacts import make_dirs
 from latopt.blocks import find_blocks
 from latopt.config import config_path, load_config
 from latopt.constants import CONFIRM_FRACTION
+from latopt.counts import check_count
 from latopt.data import load_task, split_validation
 from latopt.engine import seed_everything
 from latopt.errors import LatoptError
@@ -127,8 +128,8 @@ def run_main(config: str | Path | None = None, *, device: str | None = None, tri
              runs_dir: str | Path = "runs", seed: int = 0, fresh: bool = False) -> RunResult:
     """The whole job (see :mod:`latopt.run`). Progress goes to the ``latopt.run`` logger; nothing is
     printed. Returns a :class:`RunResult`."""
-    if trials is not None and trials < 1:
-        raise LatoptError(f"trials must be >= 1, got {trials}", param="trials")
+    if trials is not None:   # before any work: a bad count is refused before the base trains
+        check_count(trials, "trials", param="trials")
     config = config_path(config or DEFAULT_CONFIG)
     overrides = {"device": device} if device else None
     cfg = load_config(config, overrides)
