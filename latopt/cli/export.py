@@ -28,7 +28,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     r = export(args.checkpoint, args.device, out, fmt=args.format, precision=args.precision, ship=ship, checks=checks)
     print(f"wrote {out}/export.json, REPORT.md and {', '.join(r.files)}")
     lat = r.latency
-    if lat is not None:
+    if lat is not None and lat.count_unit:   # a count device: counts in their unit, nothing measured
+        from latopt.export.report import latency_line
+
+        print(latency_line(lat))
+    elif lat is not None:
         print(f"speed-up {lat.speedup:.2f}× (as-is {lat.as_is_ms:.3f} ms → folded {lat.folded_ms:.3f} ms)")
     return 0
 

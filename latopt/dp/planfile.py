@@ -149,7 +149,7 @@ def plan_only(cfg: RunConfig, lut_path: str | Path, *, budget: float, importance
     }
     if progress:
         _LOG.info(f"DP plan at budget {budget} on {lut.device}: {len(plan)} blocks changed {plan}; predicted "
-                  f"{sel.predicted_ms:.3f} ms = {sel.ratio:.3f} of as-is {sel.asis_ms:.3f} ms")
+                  f"{sel.predicted_ms:.3f} {sel.unit} = {sel.ratio:.3f} of as-is {sel.asis_ms:.3f} {sel.unit}")
     # the DP's own output: a plan it cannot validate is latopt's failure (pydantic's error), not the user's
     return PlanRecord.model_validate(out, strict=False)
 
@@ -313,8 +313,9 @@ def check_plan(plan: PlanRecord, path: str | Path, *, model: str, resolution: in
 
 def format_plan_summary(plan: PlanRecord, path: str | Path) -> str:
     p, changed = plan.predicted, {str(k): v for k, v in plan.changed.items()}
+    u = plan.selection.unit   # ms, or a count device's unit
     spans = "".join(f"; span {a}-{b} as one {k}x{k} conv" for a, b, k in plan.spans)
     return (f"DP plan at budget {plan.budget} ({plan.importance} importance) for {plan.model} @ "
             f"{plan.resolution}px on {plan.lut.device}: changed {len(changed)}/{len(plan.blocks)} blocks "
-            f"{changed}{spans}; LUT latency {p.asis_ms:.3f} → {p.ms:.3f} ms "
+            f"{changed}{spans}; LUT {'latency' if u == 'ms' else 'count'} {p.asis_ms:.3f} → {p.ms:.3f} {u} "
             f"({p.speedup:.2f}x){loop_summary(plan.budget_loop)}; wrote {path}")

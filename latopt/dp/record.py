@@ -60,6 +60,7 @@ class Selection(StrictModel):
     resolution: Annotated[int, Field(ge=1, le=10**9)]
     slack_ms: Ms
     spans: list[Span] = []   # plans written before spans were chosen have none
+    unit: str = "ms"         # the LUT's unit: "ms", or a count device's (latopt.latency.backends.count.unit)
 
 
 class LoopMeasured(StrictModel):

@@ -11,6 +11,7 @@ from latopt.dp.knapsack import DEFAULT_RESOLUTION, cheapest, solve_chain
 from latopt.dp.record import Selection
 from latopt.dp.spans import decode, span_options
 from latopt.errors import LatoptError
+from latopt.latency.backends.count import lut_unit
 from latopt.latency.lut import LUT, predict
 
 
@@ -34,6 +35,7 @@ def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
     ≤ target), ratio, loss, resolution, slack_ms = the most the discretisation can leave unused, spans =
     [[start, end, kernel], ...] merged into one convolution each)."""
     budget = check_budget(budget)
+    u = lut_unit(lut)   # ms, or a count device's unit
     asis = predict(lut, {})
     target = budget * asis
     capacity = target - lut.fixed_ms
@@ -51,8 +53,8 @@ def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
     fastest = lut.fixed_ms + cheapest(options, span_opts)
     sol = solve_chain(options, span_opts, capacity, resolution=resolution) if capacity > 0 else None
     if sol is None:
-        raise LatoptError(f"budget {budget} ({target:.3f} ms of the as-is {asis:.3f} ms) is below the fastest "
-                          f"network these variants allow ({fastest:.3f} ms = {fastest / asis:.3f} of as-is); raise "
+        raise LatoptError(f"budget {budget} ({target:.3f} {u} of the as-is {asis:.3f} {u}) is below the fastest "
+                          f"network these variants allow ({fastest:.3f} {u} = {fastest / asis:.3f} of as-is); raise "
                           "the budget or allow more variants (profile the device with the variants full, pw and drop)")
     plan = {i: v for i, v in sol.choice.items() if v != "none"}
     merged = [[a, b, kernels[(a, b, name)]] for (a, b), name in sol.spans.items()]
@@ -61,7 +63,7 @@ def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
     plan = dict(sorted(plan.items()))
     pred = predict(lut, plan, merged)
     if pred > target * (1 + 1e-12):  # the final check, on the undiscretised prediction
-        raise LatoptError(f"the DP's plan is predicted at {pred:.4f} ms > the budget's {target:.4f} ms")
+        raise LatoptError(f"the DP's plan is predicted at {pred:.4f} {u} > the budget's {target:.4f} {u}")
     return plan, Selection(budget=budget, asis_ms=asis, target_ms=target, predicted_ms=pred, ratio=pred / asis,
                            fastest_ms=fastest, loss=float(sol.loss), resolution=resolution,
-                           slack_ms=len(options) * capacity / resolution, spans=merged)
+                           slack_ms=len(options) * capacity / resolution, spans=merged, unit=u)

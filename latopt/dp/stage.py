@@ -14,7 +14,7 @@ from latopt.blocks import find_blocks
 from latopt.config import RunConfig
 from latopt.data import Task, load_task, make_loaders
 from latopt.dp.importance import candidates, check_importance, variant_losses
-from latopt.dp.record import DPReport
+from latopt.dp.record import DPReport, Selection
 from latopt.dp.select import check_budget
 from latopt.engine import evaluate
 from latopt.errors import LatoptError
@@ -149,7 +149,7 @@ def format_dp_report(r: DPReport) -> str:
         chosen = next((x for name, x in ls.items() if name == v), 0.0)
         lines.append(f"{k:>5}  {v:<10} {chosen:>9.4f}   {others}")
     lines += ["", f"changed {r.n_folded}/{r.n_blocks} blocks; total loss {s.loss:.4f}",
-              f"LUT-predicted latency {s.asis_ms:.4f} ms → {s.predicted_ms:.4f} ms ({s.ratio:.3f} of as-is, "
+              f"LUT-predicted {_cost(s)} {s.asis_ms:.4f} {s.unit} → {s.predicted_ms:.4f} {s.unit} ({s.ratio:.3f} of as-is, "
               f"{s.asis_ms / s.predicted_ms:.3f}x)", *format_loop(r.budget_loop)]
     lines += report_tail(r, (("base", "base"), ("linearized", "variant network"), ("folded", "folded, before FT"),
                              ("finetuned", "folded, fine-tuned")))
@@ -157,12 +157,17 @@ def format_dp_report(r: DPReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cost(s: Selection) -> str:
+    """What a selection's figures are: a latency (ms), or a count device's count (its unit)."""
+    return "latency" if s.unit == "ms" else "count"
+
+
 def format_dp_summary(r: DPReport) -> str:
     from latopt.dp.budgetloop import loop_summary
 
     s, a = r.selection, r.acc
     return (f"DP at budget {r.budget}: changed {r.n_folded}/{r.n_blocks} blocks {dict(r.folded)}; "
-            f"LUT latency {s.asis_ms:.3f} → {s.predicted_ms:.3f} ms ({s.asis_ms / s.predicted_ms:.2f}x)"
+            f"LUT {_cost(s)} {s.asis_ms:.3f} → {s.predicted_ms:.3f} {s.unit} ({s.asis_ms / s.predicted_ms:.2f}x)"
             f"{loop_summary(r.budget_loop)}; test acc base "
             f"{a.base:.4f}, variant network {a.linearized:.4f}, fine-tuned {a.finetuned:.4f}"
             + ("" if r.agreement is None else f" (before fine-tuning {100 * r.agreement:.1f} % of validation "

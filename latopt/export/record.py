@@ -161,9 +161,11 @@ _LUT_KEYS = ("lut_as_is_ms", "lut_folded_ms", "lut_error_as_is", "lut_error_fold
 
 class LatencySection(Record):
     """As-is vs folded, measured end to end in one interleaved run (:func:`latopt.export.report.measure_latency`);
-    the LUT's prediction beside it when a LUT was compared (all its keys, or none)."""
+    the LUT's prediction beside it when a LUT was compared (all its keys, or none). On a count device
+    (``count_unit`` given) the figures are the two networks' counts in that unit: nothing is measured."""
 
-    _absent_when: ClassVar[dict[str, str]] = {"folded_file": "folded_file", **{k: "lut_speedup" for k in _LUT_KEYS}}
+    _absent_when: ClassVar[dict[str, str]] = {"folded_file": "folded_file", "count_unit": "count_unit",
+                                              **{k: "lut_speedup" for k in _LUT_KEYS}}
 
     as_is_ms: _Ms
     as_is_iqr_ms: _Ms
@@ -183,6 +185,8 @@ class LatencySection(Record):
     lut_speedup: float | None = None
     lut_speedup_error: float | None = None
     lut_created: str | None = None            # when the LUT was timed (null: it does not say)
+    # a count device's (backend count): the *_ms figures are counts in this unit, not measured times
+    count_unit: str | None = None
 
 
 class PlanSection(StrictModel):

@@ -5,6 +5,7 @@ Public API::
     measure_latency(plan, device, lut, say, *, backend=None, folded=None) -> LatencySection   as-is vs folded in
                                                       one interleaved run at the device's precision (+ LUT prediction)
     lut_prediction_line(latency) -> str               the LUT's speed-up against the measured one
+    latency_line(latency) -> str                      as-is and folded in their unit ("counted" on a count device)
     render_report(record) -> str                      REPORT.md from the export record (ExportRecord)
 """
 
@@ -24,6 +25,7 @@ from latopt.export.record import (
     PlanSection,
     Repeats,
 )
+from latopt.latency.backends.count import unit as count_unit
 from latopt.latency.lut import predict
 from latopt.latency.profiler import measure_networks
 
@@ -43,7 +45,9 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
     ``lut_speedup_error``. The absolute LUT sums and their ratio to the times measured here are kept as
     ``lut_*_ms`` / ``lut_error_*`` (meaningful only where the load was the same)."""
     shape = (device.batch, 3, p.resolution, p.resolution)
-    say(f"measuring as-is vs folded end to end on {device.name} ({device.precision}, interleaved)")
+    counted = device.backend == "count"   # a count device: the figures are counts in their unit, not times
+    say(f"counting as-is vs folded on {device.name} ({count_unit(device.backend, device.count)})" if counted else
+        f"measuring as-is vs folded end to end on {device.name} ({device.precision}, interleaved)")
     timed = p.folded if folded is None else str(folded)
     stats = measure_networks({"as-is": asis_network(p.arch), "folded": timed}, device, shape, backend=backend)
     a, f = stats["as-is"], stats["folded"]
@@ -62,9 +66,17 @@ def measure_latency(p: Plan, device: Any, lut: Any | None, say: Callable[[str], 
         precision=device.precision, batch=shape[0],
         clock=device.clock,   # the device profile's clock: the LUT's too
         folded_file=None if folded is None else Path(folded).name,   # the shipped file that was timed
-        **compared)
-    say(f"as-is {a.median_ms:.3f} ms, folded {f.median_ms:.3f} ms → speed-up {lat.speedup:.2f}×")
+        count_unit=count_unit(device.backend, device.count) if counted else None, **compared)
+    say(latency_line(lat))
     return lat
+
+
+def latency_line(lat: LatencySection) -> str:
+    """As-is and folded in their unit, and the ratio: "measured" for times, "counted" for a count device's."""
+    u = lat.count_unit or "ms"
+    return (f"as-is {lat.as_is_ms:.3f} {u}, folded {lat.folded_ms:.3f} {u} → "
+            + (f"{lat.speedup:.2f}× fewer {u} (counted, not measured)" if lat.count_unit
+               else f"speed-up {lat.speedup:.2f}×"))
 
 
 def lut_prediction_line(lat: LatencySection) -> str:
@@ -160,7 +172,12 @@ def render_report(r: ExportRecord) -> str:
                   f"ONNX {acc.test_acc:.4f}{engine}{rec}"]
     lines += _int8_lines(r.int8, "--timing-only" if r.timing_only else "--no-accuracy-gate")
     lat = r.latency
-    if lat is not None:
+    if lat is not None and lat.count_unit:   # a count device: counts, not times
+        lines += ["", f"## Cost ({lat.count_unit}, counted by the count device {r.device}: not a measured latency)",
+                  "", f"| network | {lat.count_unit} |", "|---|---|", f"| as-is | {lat.as_is_ms:.3f} |",
+                  f"| folded | {lat.folded_ms:.3f} |", "", f"Ratio: {lat.speedup:.2f}× fewer {lat.count_unit} "
+                  "(a count, not a speed-up: time the network on a timed device, e.g. `--device cpu`)"]
+    elif lat is not None:
         timed = f"; folded: the shipped `{lat.folded_file}`" if lat.folded_file else ""
         lines += ["", f"## Latency ({lat.precision}, measured end to end in one interleaved run{timed})", "",
                   "| network | median ms | IQR ms | LUT sum ms (timed when the LUT was made) |", "|---|---|---|---|",

@@ -76,6 +76,9 @@ def write_report(root: Path, cfg: Any, lut: Any, base: BaseStage, srch: SearchPi
         lines.append(f"  fine-tuning     {tuning}")
     if lat is not None and not folded:   # the network as it is: nothing was made faster, and why
         lines.append(f"  shipped         the network as it is, unchanged: {_why_unchanged(srch)}")
+    elif lat is not None and lat.count_unit:   # a count device: counts, not times
+        lines += [f"  cost            {lat.as_is_ms:.3f} → {lat.folded_ms:.3f} {lat.count_unit} (counted, not measured: "
+                  f"{lat.speedup:.2f}× fewer)"]
     elif lat is not None:
         lines += [f"  latency         {lat.as_is_ms:.3f} ms → {lat.folded_ms:.3f} ms (measured in this run, "
                   f"median of {lat.repeats.as_is}/{lat.repeats.folded} interleaved repeats)",

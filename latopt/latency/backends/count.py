@@ -3,7 +3,8 @@
 A profile with ``backend: count`` and ``count: macs | params | layers`` (the shipped ``flops``, ``params`` and
 ``uniform`` devices) is profiled like any device (``latopt profile --device flops``): every part and every
 calibration network is "timed" by its count, so the LUT, c_l, the DP, ``export --fold auto`` and the search take
-it unchanged. This is what a FLOPs-budgeted method does: it optimises a count, not the device. The counts, in
+it unchanged; what they print and record of it is labelled with the count's unit (:func:`unit`: e.g. "M
+multiply-adds"), never as measured milliseconds. This is what a FLOPs-budgeted method does: it optimises a count, not the device. The counts, in
 the LUT's ``ms`` fields:
 
 - ``macs``: multiply-adds of one forward at the part's input shape, in millions
@@ -29,6 +30,22 @@ from latopt.models import count_flops
 
 COUNTS = ("macs", "params", "layers")   # what a count device counts (DeviceProfile.count)
 UNITS = {"macs": "million multiply-adds", "params": "million parameters", "layers": "convolution/linear layers"}
+# a count's figures as printed beside them (never "ms": a count is not a time, and nothing was measured)
+SHORT_UNITS = {"macs": "M multiply-adds", "params": "M parameters", "layers": "layers"}
+COST_UNITS = "cost units"   # a count LUT that does not say what it counts
+
+
+def unit(backend: str, what: str | None = None) -> str:
+    """The unit of a device's or a LUT's figures (its ``ms`` fields): ``ms`` when its backend times, else the
+    count's (:data:`SHORT_UNITS`, or :data:`COST_UNITS` when the count is not known)."""
+    if backend != "count":
+        return "ms"
+    return SHORT_UNITS.get(what or "", COST_UNITS)
+
+
+def lut_unit(lut: Any) -> str:
+    """The unit of a LUT's figures (a count device's LUT records its count in ``environment``)."""
+    return unit(lut.backend, lut.environment.get("count"))
 
 
 def count(module: nn.Module, input_shape: tuple[int, ...], what: str) -> float:
