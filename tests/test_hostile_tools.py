@@ -88,3 +88,21 @@ def test_publish_refusals_exit_2_and_write_nothing(tmp_path: Path, capsys: pytes
                                                                             "--results", str(res), "--experiments", "e2"])
     assert "needs --results" in _refused(capsys, "bench_costs", bc.main, ["publish", "--runs-dir", str(runs)])
     assert not res.exists()
+
+
+def test_bench_promises_merge_refusal_writes_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """publish --merge refused for the accuracy file (another schema) writes no budget.json either: every file
+    is made and checked before any is written."""
+    from tools import bench_promises as bp
+
+    runs, dest = tmp_path / "runs", tmp_path / "results"
+    for stage, cell in (("budget", "budget-tiny.cpu@0.7"), ("accuracy", "acc-quickstart.s0")):
+        (runs / stage / "cells").mkdir(parents=True)
+        (runs / stage / "cells" / f"{cell}.json").write_text(json.dumps(
+            {"cell": cell, "seed": 0, "run_config": "quickstart", "name": "quickstart"}))
+    dest.mkdir()
+    (dest / "accuracy.json").write_text(json.dumps({"schema": "something/else", "cells": []}))
+    err = _refused(capsys, "bench_promises", bp.main, ["publish", "--runs-dir", str(runs), "--results", str(dest),
+                                                        "--merge"])
+    assert "has schema 'something/else'" in err
+    assert sorted(p.name for p in dest.iterdir()) == ["accuracy.json"]   # budget.json not written

@@ -437,7 +437,7 @@ def publish(args: argparse.Namespace) -> list[Path]:
     from latopt.latency.timing import environment_info
 
     dest = Path(args.results)
-    wrote = []
+    outs: list[tuple[str, dict[str, Any], int, int]] = []   # every file made (and checked) before any is written
     for stage in ("budget", "accuracy"):
         cells = sorted((Path(args.runs_dir) / stage / "cells").glob("*.json"))
         if not cells:
@@ -464,10 +464,13 @@ def publish(args: argparse.Namespace) -> list[Path]:
         out = {"schema": RESULTS_SCHEMA, "stage": stage, **{k: session[k] for k in ("commit", "published", "environment")},
                "smoke": any(r.get("smoke") for r in recs), "protocol": protocol(),
                "sessions": [g for g in sessions if g["cells"]] + [session], "cells": recs}
+        outs.append((stage, out, len(session["cells"]), len(kept)))
+    wrote = []
+    for stage, out, n_new, n_kept in outs:
         dest.mkdir(parents=True, exist_ok=True)
         bm.write_json(dest / f"{stage}.json", out)
         wrote.append(dest / f"{stage}.json")
-        log(f"wrote {dest / f'{stage}.json'} ({len(session['cells'])} cells of this run, {len(kept)} kept)")
+        log(f"wrote {dest / f'{stage}.json'} ({n_new} cells of this run, {n_kept} kept)")
     if not wrote:
         print(f"{PROG}: error: nothing to publish: no cells under {args.runs_dir}/budget or /accuracy", file=sys.stderr)
         raise SystemExit(2)
