@@ -230,6 +230,8 @@ def publish(args: argparse.Namespace) -> Path:
     for c, s, _ in cells(args.seeds):
         r = ctx.queue.done(c)
         rec = {k: v for k, v in r.items() if k not in bm.MACHINE_KEYS + ("run_dir",)}
+        if "structure" in rec:   # the pruned module's file is a path on this machine
+            rec["structure"] = {k: v for k, v in rec["structure"].items() if k != "module"}
         rec["speedup"] = _speedups(meas, c, s)
         rec["int8_acc"], rec["int8_correct"] = meas["int8_acc"][c], meas["int8_correct"][c]
         bm.write_json(dest / "cells" / f"{c}.json", rec)
