@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from latopt.errors import LatoptError, first_line
+from latopt.signals import check_terminated
 
 # at most 200 characters: the longest file name latopt builds from a name (a device's LUT being written,
 # ".lut-<name>.json.xxxxxxxx.tmp") adds 24, and a file name has at most 255 bytes
@@ -167,6 +168,7 @@ def atomic_path(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
                 os.chmod(tmp, st.st_mode & 0o777)
         with _writer_errors(path, tmp):
             yield tmp
+        check_terminated()               # a SIGTERM whose exception was lost commits nothing
         with _os_errors(path, tmp):
             os.replace(tmp, path)
     except BaseException:
@@ -298,6 +300,7 @@ def atomic_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
                 _copy_existing(final, tmp)
         with _writer_errors(final, tmp):
             yield tmp
+        check_terminated()
         with _os_errors(final, tmp):
             _swap_in(tmp, final)
     except BaseException:

@@ -6,7 +6,11 @@ every ``finally`` and ``except BaseException`` cleanup runs exactly as for Ctrl-
 (:func:`latopt.artifacts.atomic_path` / :func:`~latopt.artifacts.atomic_dir` remove their temporary
 files, ``latopt search`` terminates its local workers), and ``latopt`` prints ``latopt: terminated``
 and exits 143. A second SIGTERM while the first is being handled is ignored, so it cannot cut that
-cleanup short (SIGKILL still stops the process at once).
+cleanup short (SIGKILL still stops the process at once). The exception can be lost: a signal that lands
+while Python runs a callback whose exceptions it only reports (``Exception ignored in ...``: a weakref or
+import-lock callback, a ``__del__``) unwinds nothing. So once SIGTERM has come, nothing more is committed:
+:func:`check_terminated` raises :class:`Terminated` again where :func:`~latopt.artifacts.atomic_path` and
+:func:`~latopt.artifacts.atomic_dir` would make their output appear, and where a command returns.
 
 Parent death. A local search worker (a process started by ``latopt search --workers N``,
 :mod:`latopt.search._workers`) is handed its parent's pid; :func:`die_with_parent` makes it receive SIGTERM when
@@ -51,6 +55,13 @@ def _raise_terminated(signum: int, frame: Any) -> None:
         return
     _terminating = True
     raise Terminated()
+
+
+def check_terminated() -> None:
+    """Raise :class:`Terminated` when a SIGTERM has come in the active :func:`sigterm_raises` block (its first
+    :class:`Terminated` may have been swallowed; see the module's docstring). Called before output is committed."""
+    if _terminating:
+        raise Terminated()
 
 
 @contextlib.contextmanager

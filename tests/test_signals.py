@@ -71,6 +71,41 @@ def test_sigterm_raises_once_and_restores_the_handler() -> None:
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
+def test_a_sigterm_whose_exception_python_swallowed_still_commits_nothing(tmp_path: Path) -> None:
+    """A SIGTERM that lands in a callback whose exceptions Python only reports (``Exception ignored in``: here a
+    weakref callback, in CI an import-lock callback during ``latopt export``) unwinds nothing; the file the
+    command goes on to write is still not committed, and no temp file is left."""
+    code = textwrap.dedent(f"""
+        import os, signal, sys, weakref
+        from pathlib import Path
+        from latopt.artifacts import atomic_path
+        from latopt.signals import Terminated, sigterm_raises
+
+        class Thing: pass
+
+        def callback(ref):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000): pass        # the handler runs here and its exception is reported, not raised
+
+        out = Path({str(tmp_path / "out.json")!r})
+        try:
+            with sigterm_raises():
+                thing = Thing()
+                ref = weakref.ref(thing, callback)
+                del thing
+                print("went on", flush=True)
+                with atomic_path(out) as tmp:
+                    tmp.write_text("{{}}")
+                print("committed", flush=True)
+        except Terminated as e:
+            print("terminated", e.code)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=60)
+    assert "Exception ignored" in r.stderr and "Terminated" in r.stderr, r.stderr   # the exception was swallowed
+    assert r.stdout.split() == ["went", "on", "terminated", "143"], (r.stdout, r.stderr)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow   # a latopt export subprocess, signalled
 def test_sigterm_during_export_cleans_up(base_ckpt: Path, tmp_path: Path, fast_cpu_device: str) -> None:
     out = tmp_path / "out"

@@ -25,7 +25,14 @@ from latopt import __version__
 from latopt.cli import exact, export, inspect, plan, profile, run, search, train, weights
 from latopt.errors import LatoptError, first_line, one_line, out_of_memory
 from latopt.log import DEFAULT, setup
-from latopt.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_raises, threads_ended
+from latopt.signals import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    Terminated,
+    check_terminated,
+    sigterm_raises,
+    threads_ended,
+)
 
 # The command modules, in the order their sub-commands appear in ``latopt --help``.
 COMMANDS = (inspect, weights, profile, train, search, plan, export, run, exact)
@@ -130,6 +137,7 @@ def _main(argv: Sequence[str] | None) -> int:
         _check_torchrun(args.command)
         with sigterm_raises():
             rc = args.func(args)
+            check_terminated()      # a SIGTERM whose exception was lost: the command still ends 143
     except LatoptError as e:
         flag = flag_for(parser, args.command, e.param)
         where = f" (option {flag})" if flag else ""
