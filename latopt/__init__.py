@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 # public name -> (module, attribute there)
 _API: dict[str, tuple[str, str]] = {
     "load_config": ("latopt.config", "load_config"),
-    "train_base": ("latopt.train", "train_base"),
+    "train_base": ("latopt.training.base_training", "train_base"),
     "load_device": ("latopt.latency.devices", "load_device"),
     "profile_model": ("latopt.latency.profiler", "profile_model"),
     "save_lut": ("latopt.latency.lut", "save_lut"),
@@ -27,8 +27,8 @@ _API: dict[str, tuple[str, str]] = {
     "run_fold": ("latopt.layerfold", "run_fold"),
     "run_dp": ("latopt.dp", "run_dp"),
     "export_model": ("latopt.export", "export"),
-    "load_checkpoint": ("latopt.checkpoint", "load_checkpoint"),
-    "import_weights": ("latopt.weights", "import_weights"),
+    "load_checkpoint": ("latopt.files.checkpoint", "load_checkpoint"),
+    "import_weights": ("latopt.files.weights_import", "import_weights"),
     "LatoptError": ("latopt.errors", "LatoptError"),
     "VerificationError": ("latopt.errors", "VerificationError"),
 }
@@ -53,17 +53,17 @@ __all__ = [  # _API's names (tests/test_public_api.py checks that the two agree)
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
     from typing import Any
 
-    from latopt.checkpoint import load_checkpoint
     from latopt.config import load_config
     from latopt.dp import run_dp
     from latopt.errors import LatoptError, VerificationError
     from latopt.export import export as export_model
+    from latopt.files.checkpoint import load_checkpoint
+    from latopt.files.weights_import import import_weights
     from latopt.latency.devices import load_device
     from latopt.latency.lut import load_lut, save_lut
     from latopt.latency.profiler import profile_model
     from latopt.layerfold import run_fold
-    from latopt.train import train_base
-    from latopt.weights import import_weights
+    from latopt.training.base_training import train_base
 
 
 def __getattr__(name: str) -> Any:

@@ -33,8 +33,8 @@ Public API: :class:`RunConfig` (+ section classes), :func:`load_config`, :func:`
 :func:`dump_config`, :func:`write_config`, :func:`validate_fold_params`, :func:`check_resolution` (the
 input resolution bound, ``RESOLUTION_RANGE``, shared by every stage that takes a ``resolution``).
 
-The config's sections are :class:`~latopt.records.StrictModel` records, validated by
-:func:`latopt.records.validated` (one line naming the key: ``config key 'fold.tau' must be in (0, 1], got 1.5``).
+The config's sections are :class:`~latopt.files.records.StrictModel` records, validated by
+:func:`latopt.files.records.validated` (one line naming the key: ``config key 'fold.tau' must be in (0, 1], got 1.5``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from typing import Annotated, Any
 import yaml
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_validator
 
-from latopt.artifacts import check_name, write_text_atomic
 from latopt.constants import (
     MAX_BUDGET_ROUNDS,
     MAX_REFINE,
@@ -65,9 +64,9 @@ from latopt.constants import (
 )
 from latopt.counts import MAX_LOADER_WORKERS, MAX_TRIALS
 from latopt.errors import LatoptError
-from latopt.log import get_logger
-from latopt.readers import read_yaml
-from latopt.records import (
+from latopt.files.artifacts import check_name, write_text_atomic
+from latopt.files.readers import read_yaml
+from latopt.files.records import (
     DistillName,
     Name,
     Normalize,
@@ -77,6 +76,7 @@ from latopt.records import (
     StrictModel,
     validated,
 )
+from latopt.log import get_logger
 
 _LOG = get_logger("config")
 
@@ -126,7 +126,7 @@ class Section(StrictModel):
 
 
 class ModelConfig(Section):
-    name: str = "mobilenetv2_050"  # a name of latopt.models.SUPPORTED; width is part of the name
+    name: str = "mobilenetv2_050"  # a name of latopt.nets.models.SUPPORTED; width is part of the name
     pretrained: bool = False  # start base training from pretrained weights (needs them cached offline)
     weights: str | None = None  # start base training from this latopt checkpoint (latopt import makes one of a weights file)
 
@@ -136,7 +136,7 @@ class DataConfig(Section):
     resolution: Resolution = 32
     batch_size: Annotated[int, Field(ge=1)] = 64  # the global batch: under torchrun each of W processes takes 1/W
     # DataLoader worker processes per training process, pinned memory, workers kept across epochs;
-    # null = automatic (latopt.accel: no workers on the CPU; on CUDA min(8, cores per process - 1), pinned, kept)
+    # null = automatic (latopt.training.accel: no workers on the CPU; on CUDA min(8, cores per process - 1), pinned, kept)
     workers: Annotated[int, Field(ge=0, le=MAX_LOADER_WORKERS)] | None = None
     pin_memory: bool | None = None
     persistent_workers: bool | None = None
@@ -162,7 +162,7 @@ class TrainConfig(Section):
     label_smoothing: Annotated[float, Field(ge=0, lt=1)] = 0.0
     clip_grad: Positive | None = None  # clip the global gradient norm to this (null: no clipping)
     keep_best: bool = True  # end on the weights of the best-validation epoch (not the last one)
-    # where and how train / fold / search trials train (latopt.accel)
+    # where and how train / fold / search trials train (latopt.training.accel)
     device: TrainDevice = "auto"  # auto | cpu | cuda | cuda:N; auto = CUDA when torch sees a GPU, else the CPU
     amp: Amp = "none"  # mixed precision: none | bf16 | fp16 (fp16: CUDA only, with a GradScaler)
     # NHWC weights and batches; null = on for the CPU (measured faster there: README, tools/bench_train.py), off on CUDA
@@ -179,8 +179,8 @@ class FoldConfig(Section):
     alpha_lr: Positive = 0.05  # learning rate of the alphas (Adam, own optimizer)
     epochs: Annotated[int, Field(ge=1)] = 8  # pre-fold epochs
     lr: Annotated[float, Field(ge=0)] = 0.001  # weight learning rate during pre-fold
-    # distil from the base in every fine-tune: none | logits (KL on the logits) | a variant latopt.losses registers
-    # (checked there: latopt.losses.check_loss_config); true / false read as logits / none
+    # distil from the base in every fine-tune: none | logits (KL on the logits) | a variant latopt.training.losses registers
+    # (checked there: latopt.training.losses.check_loss_config); true / false read as logits / none
     distill: DistillName = "none"
     distill_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
     temperature: Positive = 2.0

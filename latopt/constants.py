@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 # the fold variants: their names and one record each (what it removes, which blocks it applies to, its module, its
-# algebra) are in latopt.variants, where a new variant is added
-from latopt.variants import FoldVariant
+# algebra) are in latopt.nets.variants, where a new variant is added
+from latopt.nets.variants import FoldVariant
 
 # Layer Folding
 Granularity = Literal["block", "activation"]      # one α per MBConv block, or one per activation
 FoldMode = Literal["exact", "paper"]              # exact: bias map for one input size; paper: constant bias
 UnfoldedAlpha = Literal["zero", "keep"]           # α of blocks left unfolded: back to 0, or kept
-ActKind = Literal["relu", "relu6", "hardswish", "silu"]  # activations σ_α can replace (latopt.layers.ACTIVATIONS)
+ActKind = Literal["relu", "relu6", "hardswish", "silu"]  # activations σ_α can replace (latopt.nets.layers.ACTIVATIONS)
 
 # training
 Optimizer = Literal["sgd", "adamw"]

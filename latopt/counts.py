@@ -9,7 +9,7 @@ which trains on a core of its own: at most this machine's cores. The run config'
 (:mod:`latopt.config`: ``data.workers``, ``threads``, ``search.trials``) take their bounds from here
 (:data:`MAX_LOADER_WORKERS`, :data:`latopt.constants.MAX_THREADS`, :data:`MAX_TRIALS`).
 
-Standard library and :mod:`latopt.errors` / :mod:`latopt.constants` only: :mod:`latopt.torch_settings` (a floor
+Standard library and :mod:`latopt.errors` / :mod:`latopt.constants` only: :mod:`latopt.training.torch_settings` (a floor
 module) checks every thread count it sets here.
 """
 

@@ -3,14 +3,14 @@
 SIGTERM. While :func:`sigterm_raises` is active (``latopt.cli.main`` activates it for every command),
 SIGTERM raises :class:`Terminated` in the main thread: a ``SystemExit`` with code 143 (128 + 15), so
 every ``finally`` and ``except BaseException`` cleanup runs exactly as for Ctrl-C
-(:func:`latopt.artifacts.atomic_path` / :func:`~latopt.artifacts.atomic_dir` remove their temporary
+(:func:`latopt.files.artifacts.atomic_path` / :func:`~latopt.files.artifacts.atomic_dir` remove their temporary
 files, ``latopt search`` terminates its local workers), and ``latopt`` prints ``latopt: terminated``
 and exits 143. A second SIGTERM while the first is being handled is ignored, so it cannot cut that
 cleanup short (SIGKILL still stops the process at once). The exception can be lost: a signal that lands
 while Python runs a callback whose exceptions it only reports (``Exception ignored in ...``: a weakref or
 import-lock callback, a ``__del__``) unwinds nothing. So once SIGTERM has come, nothing more is committed:
-:func:`check_terminated` raises :class:`Terminated` again where :func:`~latopt.artifacts.atomic_path` and
-:func:`~latopt.artifacts.atomic_dir` would make their output appear, and where a command returns.
+:func:`check_terminated` raises :class:`Terminated` again where :func:`~latopt.files.artifacts.atomic_path` and
+:func:`~latopt.files.artifacts.atomic_dir` would make their output appear, and where a command returns.
 
 Parent death. A local search worker (a process started by ``latopt search --workers N``,
 :mod:`latopt.search._workers`) is handed its parent's pid; :func:`die_with_parent` makes it receive SIGTERM when

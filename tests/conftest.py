@@ -25,7 +25,7 @@ import pytest
 import torch
 from hypothesis import settings
 
-from latopt.engine import seed_everything
+from latopt.training.loop import seed_everything
 
 # the same examples on every run and machine (for one hypothesis version): a failure is found by every
 # run, never by a newcomer's only; print_blob lets one reproduce a failing example exactly
@@ -142,7 +142,7 @@ def edit_checkpoint():
     consistent but wrong), ``False`` keeps the recorded one (a corrupted file)."""
     from pathlib import Path
 
-    from latopt.checkpoint import checkpoint_digest
+    from latopt.files.checkpoint import checkpoint_digest
 
     def edit_(src: Path, dst: Path, edit, *, digest: bool = True) -> Path:
         data = torch.load(src, weights_only=True)
@@ -167,8 +167,8 @@ def check_fold_structure():
     import onnx
     from torch import nn
 
-    from latopt.blocks import find_blocks
-    from latopt.models import build_model
+    from latopt.nets.blocks import find_blocks
+    from latopt.nets.models import build_model
 
     def check(onnx_path, model_name: str, num_classes: int, plan: dict) -> None:
         asis = build_model(model_name, num_classes)

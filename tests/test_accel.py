@@ -1,4 +1,4 @@
-"""Placement without a GPU (latopt.accel): device resolution, mixed precision, loaders, global batch norm,
+"""Placement without a GPU (latopt.training.accel): device resolution, mixed precision, loaders, global batch norm,
 device-independent checkpoints, and the training loop's device reads."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import torch.nn.functional as F
 from timm.layers import BatchNormAct2d
 from torch import nn
 
-from latopt import accel as A
-from latopt.accel import Accel, default_workers, resolve, resolve_device
-from latopt.checkpoint import checkpoint_digest, load_checkpoint, make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.config import TrainConfig, load_config
 from latopt.data import Task, make_loaders
-from latopt.engine import Report, Step, fit, make_optimizer
 from latopt.errors import LatoptError
-from latopt.models import build_model
+from latopt.files.checkpoint import checkpoint_digest, load_checkpoint, make_arch, save_checkpoint
+from latopt.nets.models import build_model
+from latopt.training import accel as A
+from latopt.training.accel import Accel, default_workers, resolve, resolve_device
+from latopt.training.loop import Report, Step, fit, make_optimizer
 
 CONFIG = """
 name: acc

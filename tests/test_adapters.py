@@ -10,11 +10,14 @@ from timm.models._efficientnet_blocks import EdgeResidual, InvertedResidual, Squ
 from timm.models.resnet import BasicBlock, Bottleneck
 from torch import nn
 
-from latopt.blocks import find_blocks
 from latopt.cli import main
 from latopt.constants import ACT_KINDS
 from latopt.errors import LatoptError
-from latopt.fold import (
+from latopt.nets.block_table import check_fold
+from latopt.nets.blocks import find_blocks
+from latopt.nets.layers import make_activation
+from latopt.nets.models import build_model
+from latopt.rewrite import (
     AlphaActivation,
     find_chains,
     fold_blocks,
@@ -25,9 +28,6 @@ from latopt.fold import (
     span_exact_blocks,
     verify_fold,
 )
-from latopt.inspection import check_fold
-from latopt.layers import make_activation
-from latopt.models import build_model
 
 TOL = 1e-4  # FOLD_CHECK_TOLERANCE
 

@@ -8,16 +8,16 @@ import torch
 from timm.models._efficientnet_blocks import InvertedResidual, SqueezeExcite
 from torch import nn
 
-import latopt.inspection as inspection
+import latopt.nets.block_table as inspection
 from latopt.adapters.vgg import ConvPair, pair_convs_
-from latopt.blocks import find_blocks, resolve_blocks
-from latopt.cifar import VGG_CONFIGS
 from latopt.cli import main
 from latopt.errors import LatoptError
-from latopt.fold import AlphaActivation, install_alpha, linearize, randomize_bn_, verify_fold
-from latopt.fold.transform import fold_blocks, normalize_plan
-from latopt.inspection import check_fold
-from latopt.models import build_model
+from latopt.nets.block_table import check_fold
+from latopt.nets.blocks import find_blocks, resolve_blocks
+from latopt.nets.cifar_resnets import VGG_CONFIGS
+from latopt.nets.models import build_model
+from latopt.rewrite import AlphaActivation, install_alpha, linearize, randomize_bn_, verify_fold
+from latopt.rewrite.transform import fold_blocks, normalize_plan
 
 TOL = 1e-4  # FOLD_CHECK_TOLERANCE
 

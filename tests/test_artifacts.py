@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 import torch
 
-import latopt.artifacts as artifacts
-from latopt.artifacts import (
+import latopt.files.artifacts as artifacts
+from latopt.cli import main
+from latopt.errors import LatoptError
+from latopt.files.artifacts import (
     OutputError,
     atomic_dir,
     atomic_path,
@@ -30,12 +32,10 @@ from latopt.artifacts import (
     write_json_atomic,
     write_text_atomic,
 )
-from latopt.checkpoint import make_arch, save_checkpoint
-from latopt.cli import main
-from latopt.errors import LatoptError
+from latopt.files.checkpoint import make_arch, save_checkpoint
+from latopt.files.readers import read_json, read_yaml
 from latopt.latency.onnx_io import export_onnx
-from latopt.models import build_model
-from latopt.readers import read_json, read_yaml
+from latopt.nets.models import build_model
 from latopt.runtime import cli as runtime_cli
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -184,8 +184,8 @@ def test_full_disk_is_one_line(tmp_path: Path) -> None:
 import sys, torch
 from latopt.cli import main
 from latopt.errors import LatoptError
-from latopt.models import build_model
-from latopt.checkpoint import make_arch, save_checkpoint
+from latopt.nets.models import build_model
+from latopt.files.checkpoint import make_arch, save_checkpoint
 m = build_model("mobilenetv2_035", num_classes=10)
 try:
     save_checkpoint("{full}/base.pt", m, make_arch(m, "mobilenetv2_035", 10))
@@ -375,7 +375,7 @@ def test_a_checkpoint_with_damaged_pickle_bytes_is_one_line(tmp_path: Path) -> N
     # torch's weights_only unpickler fails on damaged data.pkl bytes with KeyError / IndexError (tracebacks before)
     import zipfile
 
-    from latopt.checkpoint import load_checkpoint
+    from latopt.files.checkpoint import load_checkpoint
 
     m = build_model("mobilenetv2_035", num_classes=10)
     good = save_checkpoint(tmp_path / "good.pt", m, make_arch(m, "mobilenetv2_035", 10))
@@ -397,11 +397,11 @@ def test_a_file_size_limit_is_one_line(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import resource, sys, torch
         from latopt.cli import main
-        from latopt.models import build_model
-        from latopt.checkpoint import make_arch, save_checkpoint
+        from latopt.nets.models import build_model
+        from latopt.files.checkpoint import make_arch, save_checkpoint
         m = build_model("mobilenetv2_035", num_classes=10)
         resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
-        from latopt.artifacts import OutputError
+        from latopt.files.artifacts import OutputError
         try:
             save_checkpoint({str(tmp_path / "c.pt")!r}, m, make_arch(m, "mobilenetv2_035", 10))
         except OutputError as e:

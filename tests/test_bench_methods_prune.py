@@ -16,7 +16,7 @@ from tools import bench_methods as bm
 
 @pytest.fixture(scope="module")
 def net() -> torch.nn.Module:
-    from latopt.models import build_model
+    from latopt.nets.models import build_model
 
     torch.manual_seed(0)
     return build_model("torchvision/mobilenet_v2?width=0.5", num_classes=10).eval()
@@ -28,7 +28,7 @@ def _outs(model: torch.nn.Module) -> list[int]:
 
 def _first_block_convs(model: torch.nn.Module) -> int:
     """How many convolutions the stem and the first block hold (in registration order)."""
-    from latopt.blocks import find_blocks
+    from latopt.nets.blocks import find_blocks
 
     first = find_blocks(model)[0].path
     n = 0

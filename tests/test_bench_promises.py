@@ -236,13 +236,13 @@ def test_accuracy_record_reads_a_run_directory(tmp_path: Path) -> None:
     digits task): run.json's constraint and confirmation, the paired counts on the whole test split."""
     import torch
 
-    from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
     from latopt.config import load_config, write_config
     from latopt.data import load_task
     from latopt.export import write_export_record
-    from latopt.models import build_model
-    from latopt.run.record import BaseStage, SearchPick
-    from latopt.search.record import Confirmation, ConfirmSplit, Rejected
+    from latopt.files.checkpoint import CheckpointMeta, make_arch, save_checkpoint
+    from latopt.nets.models import build_model
+    from latopt.run.run_record import BaseStage, SearchPick
+    from latopt.search.study_record import Confirmation, ConfirmSplit, Rejected
     from tests.harness.records import export_record
 
     model = "mobilenetv2_035"

@@ -12,11 +12,11 @@ import torch
 from timm.models._efficientnet_blocks import DepthwiseSeparableConv, InvertedResidual, SqueezeExcite
 from torch import nn
 
-from latopt.blocks import block_input_shapes, find_blocks, resolve_blocks
 from latopt.errors import LatoptError
-from latopt.fold import fold_blocks
-from latopt.models import build_model
-from latopt.stemhead import fixed_parts
+from latopt.nets.blocks import block_input_shapes, find_blocks, resolve_blocks
+from latopt.nets.models import build_model
+from latopt.nets.stemhead import fixed_parts
+from latopt.rewrite import fold_blocks
 
 pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
 

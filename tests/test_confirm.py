@@ -17,8 +17,8 @@ from torch.utils.data import TensorDataset
 
 from latopt.data import Task, split_validation
 from latopt.errors import LatoptError
-from latopt.run.record import SearchPick
-from latopt.run.report import constraint_lines
+from latopt.run.run_record import SearchPick
+from latopt.run.run_report import constraint_lines
 from latopt.search import format_table, front_summary, open_storage, open_study, recommend, recommendation
 from latopt.search._confirm import (
     check_power,
@@ -31,7 +31,7 @@ from latopt.search._confirm import (
 )
 from latopt.search._pareto import REFINES
 from latopt.search._run import refine_trials
-from latopt.search.record import Confirmation
+from latopt.search.study_record import Confirmation
 
 DISTS = {"lambda_c": FloatDistribution(0.05, 5.0, log=True)}
 SPLIT = {"fraction": 0.5, "seed": 0, "n_validation": 200, "n_selection": 100, "n_confirmation": 100,

@@ -7,13 +7,13 @@ import pytest
 import torch
 from torch import nn
 
-from latopt.blocks import find_blocks
 from latopt.errors import LatoptError
 from latopt.latency.backends.count import count
 from latopt.latency.devices import DeviceProfile, load_device
 from latopt.latency.lut import costs, predict
 from latopt.latency.profiler import profile_model
-from latopt.models import build_model, count_flops
+from latopt.nets.blocks import find_blocks
+from latopt.nets.models import build_model, count_flops
 
 MODEL = "torchvision/mobilenet_v2?width=0.5"
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from latopt.accel import Accel
 from latopt.data import CIFAR_MEAN, CIFAR_STD, Task, get_task, limit_task, make_loaders
 from latopt.errors import LatoptError
+from latopt.training.accel import Accel
 
 pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
 
@@ -441,10 +441,10 @@ def test_a_bad_normalisation_is_one_line(value, says: str) -> None:  # type: ign
 def test_the_run_serves_what_the_starting_weights_record(tmp_path: Path) -> None:
     """``data.normalize: null`` (the default) is the starting checkpoint's normalisation (``model.weights``), else
     the task's; a set value wins; what was served is recorded (``data_meta``, so in every checkpoint)."""
-    from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
     from latopt.config import load_config
     from latopt.data import config_norm, data_meta, load_task
-    from latopt.models import build_model
+    from latopt.files.checkpoint import CheckpointMeta, make_arch, save_checkpoint
+    from latopt.nets.models import build_model
 
     net = build_model("mobilenetv2_035", 10)
     save_checkpoint(tmp_path / "w.pt", net, make_arch(net, "mobilenetv2_035", 10),

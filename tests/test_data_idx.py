@@ -208,7 +208,7 @@ def test_train_samples_is_a_seeded_subset_of_the_training_split(tmp_path: Path) 
 
 
 def test_a_base_trains_on_it_and_records_its_split(tmp_path: Path) -> None:
-    from latopt.train import train_base
+    from latopt.training.base_training import train_base
 
     d = write_set(tmp_path / "fm", n_train=200, n_test=50)
     cfg = load_config("fashion_mnist", {"data.task": f"fashion-mnist:{d}", "train.epochs": 3, "data.batch_size": 32,

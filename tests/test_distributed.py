@@ -1,4 +1,4 @@
-"""Several training processes on the CPU (gloo) and resuming an interrupted run (latopt.accel, latopt.resume).
+"""Several training processes on the CPU (gloo) and resuming an interrupted run (latopt.training.accel, latopt.training.resume).
 
 Most jobs here are the processes of a torchrun job without the launcher: forked from this process (no
 imports to repeat), each with torchrun's environment, running ``latopt.cli.main`` or the engine. One test
@@ -26,15 +26,15 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from latopt.accel import Accel, process_group, resolve
 from latopt.cli import main
 from latopt.config import TrainConfig, load_config
 from latopt.data import Task, make_loaders
-from latopt.engine import Report, Step, fit, make_optimizer, make_scheduler
-from latopt.fold import alpha_parameters, clamp_alphas_, install_alpha
 from latopt.layerfold import CompressionLoss, block_variant_times, run_fold
-from latopt.models import build_model
-from latopt.resume import resume_path
+from latopt.nets.models import build_model
+from latopt.rewrite import alpha_parameters, clamp_alphas_, install_alpha
+from latopt.training.accel import Accel, process_group, resolve
+from latopt.training.loop import Report, Step, fit, make_optimizer, make_scheduler
+from latopt.training.resume import resume_path
 
 pytestmark = pytest.mark.slow   # processes of a torchrun job (forked, or the real launcher)
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,11 +215,11 @@ def test_each_process_draws_its_own_random_numbers(cfg_file: Path, tmp_path: Pat
     def rank(r: int) -> None:
         import latopt.data.digits
         import latopt.layerfold.phases
-        import latopt.train
+        import latopt.training.base_training
 
         draws: dict[str, list[tuple[int, int]]] = {}
         stage = [""]
-        translate, fits = latopt.data.digits._translate, {m: m.fit for m in (latopt.train, latopt.layerfold.phases)}
+        translate, fits = latopt.data.digits._translate, {m: m.fit for m in (latopt.training.base_training, latopt.layerfold.phases)}
 
         def recording_translate(x, dy, dx, fill):
             draws.setdefault(stage[0], []).append((dy, dx))
@@ -235,7 +235,7 @@ def test_each_process_draws_its_own_random_numbers(cfg_file: Path, tmp_path: Pat
         for module in fits:
             module.fit = staged_fit(module)
         with process_group(cfg.train):
-            latopt.train.train_base(cfg, tmp_path / "base", progress=False)
+            latopt.training.base_training.train_base(cfg, tmp_path / "base", progress=False)
             torch.distributed.barrier()  # rank 0 has written base.pt
             rep = run_fold(fold_cfg, tmp_path / "base" / "base.pt", tmp_path / "fold", progress=False).report
         (tmp_path / f"rank{r}.json").write_text(json.dumps({"draws": draws, "alphas": rep.alphas}))

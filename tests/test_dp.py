@@ -14,17 +14,17 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from latopt.blocks import find_blocks
-from latopt.checkpoint import load_checkpoint
 from latopt.cli import main
 from latopt.config import load_config, write_config
 from latopt.dp import candidates, run_dp, select_plan, solve, solve_chain, variant_losses
 from latopt.dp.knapsack import TIE_RTOL, discretise
 from latopt.errors import LatoptError
+from latopt.files.checkpoint import load_checkpoint
 from latopt.latency.lut import LUT, BlockEntry, predict, save_lut
 from latopt.latency.timing import TimingStats
-from latopt.models import build_model
-from latopt.train import train_base
+from latopt.nets.blocks import find_blocks
+from latopt.nets.models import build_model
+from latopt.training.base_training import train_base
 
 # ------------------------------------------------------------------------------------ the knapsack
 # small integers besides floats: ties in loss (several optimal sets: the cheapest must win), costs that sum
@@ -271,9 +271,9 @@ def test_select_plan_meets_the_budget_and_is_least_loss() -> None:
 
 def _with_spans(lut: LUT, model_name: str, resolution: int, ms_1x1: float = 0.15, ms_kxk: float = 0.5) -> LUT:
     """``lut`` with every exact span of the model timed (made up: a 1x1 span ``ms_1x1``, a k×k one ``ms_kxk``)."""
-    from latopt.blocks import block_input_shapes
     from latopt.latency.lut import SpanEntry
-    from latopt.latency.spans import span_candidates
+    from latopt.latency.merged_spans import span_candidates
+    from latopt.nets.blocks import block_input_shapes
 
     model = build_model(model_name, 10).eval()
     blocks = find_blocks(model)
@@ -311,7 +311,7 @@ def _small_lut(rng: random.Random) -> LUT:
 def _brute_force(lut: LUT, losses: dict, capacity: float) -> float:
     """The least loss over every partition of the blocks into single blocks and the LUT's spans, every block
     in every variant it has, with predicted latency ≤ ``capacity`` (no discretisation)."""
-    from latopt.fold import SPAN_INNER as INNER
+    from latopt.rewrite import SPAN_INNER as INNER
 
     n, best = len(lut.blocks), math.inf
     spans = {}
@@ -378,7 +378,7 @@ def test_select_plan_with_spans_against_brute_force() -> None:
 def test_select_plan_takes_spans_where_they_pay() -> None:
     """Uniform losses on a LUT timing spans: the plan changes no more blocks than without spans, is faster at
     the same count (ties go to the cheaper plan), and its spans are exact ones of the model."""
-    from latopt.fold import span_exact
+    from latopt.rewrite import span_exact
 
     lut = _with_spans(_lut_for("mobilenetv2_035", 32), "mobilenetv2_035", 32)
     uniform = variant_losses(None, None, None, candidates(lut), method="uniform")
@@ -497,26 +497,26 @@ def test_cli_plan(tiny: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 # ------------------------------------------------------------------------------------ plans as files
 def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any training, fine-tuning or base creation raises: a plan-only run must not reach them."""
+    import latopt.dp.dp_stage
     import latopt.dp.importance
-    import latopt.dp.stage
     import latopt.layerfold.phases
     import latopt.methods.dp
     import latopt.search._run
-    import latopt.train
+    import latopt.training.base_training
 
     def trains(*args: object, **kwargs: object) -> None:
         raise AssertionError("a plan-only run trained or fine-tuned")
 
-    for mod, name in ((latopt.layerfold.phases, "fold_plan_and_finetune"), (latopt.dp.stage, "fold_plan_and_finetune"),
+    for mod, name in ((latopt.layerfold.phases, "fold_plan_and_finetune"), (latopt.dp.dp_stage, "fold_plan_and_finetune"),
                       (latopt.dp.importance, "fold_plan_and_finetune"), (latopt.search._run, "ensure_base"),
-                      (latopt.train, "train_base"), (latopt.methods.dp, "run_dp")):
+                      (latopt.training.base_training, "train_base"), (latopt.methods.dp, "run_dp")):
         monkeypatch.setattr(mod, name, trains)
 
 
 def test_plan_only_writes_the_plan_without_training(tiny: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from latopt.artifacts import file_sha256
     from latopt.dp import PLAN_SCHEMA, read_plan
+    from latopt.files.artifacts import file_sha256
 
     _no_training(monkeypatch)
     args = ["plan", "--config", str(tiny["root"] / "tiny.yaml"), "--plan-only", "--budget", "0.55",
@@ -598,8 +598,8 @@ def test_export_plan_ships_the_plan_with_every_gate(tiny: dict, tmp_path: Path) 
 
 def test_export_refuses_a_plan_of_another_network(tiny: dict, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from latopt.artifacts import write_json_atomic
     from latopt.dp import plan_only, write_plan
+    from latopt.files.artifacts import write_json_atomic
 
     plan = plan_only(tiny["cfg"], tiny["lut"], budget=0.7, importance="uniform", progress=False)
     base = ["export", "--checkpoint", str(tiny["ckpt"]), "--no-measure", "--out", str(tmp_path / "e"), "-q"]

@@ -1,4 +1,4 @@
-"""The training engine (latopt.engine): optimizer groups, schedule values, fit's step loss, hook and errors."""
+"""The training engine (latopt.training.loop): optimizer groups, schedule values, fit's step loss, hook and errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import torch
 from torch import nn
 
 from latopt.config import TrainConfig
-from latopt.engine import (
+from latopt.errors import LatoptError
+from latopt.nets.layers import AlphaActivation
+from latopt.training.loop import (
     BestWeights,
     Report,
     Step,
@@ -20,8 +22,6 @@ from latopt.engine import (
     seed_everything,
     tensor_loader,
 )
-from latopt.errors import LatoptError
-from latopt.layers import AlphaActivation
 
 
 def _net() -> nn.Sequential:
@@ -275,14 +275,14 @@ def test_seed_everything_seeds_python_numpy_and_torch() -> None:
     assert draws() == first
 
 
-# ----------------------------------------------------------------------------- the training loss (latopt.losses)
+# ----------------------------------------------------------------------------- the training loss (latopt.training.losses)
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     torch.manual_seed(1)
     return torch.randn(6, 4), torch.randint(0, 3, (6,))
 
 
 def test_the_task_loss_is_cross_entropy_exactly() -> None:
-    from latopt.losses import TrainingLoss
+    from latopt.training.losses import TrainingLoss
 
     net, (x, y) = _net(), _batch()
     loss, logits, extras = TrainingLoss(0.1)(net, x, y)
@@ -293,7 +293,7 @@ def test_the_task_loss_is_cross_entropy_exactly() -> None:
 
 def _old_distilled(student: nn.Module, teacher: nn.Module, x: torch.Tensor, y: torch.Tensor, w: float, t: float,
                    ls: float) -> torch.Tensor:
-    """layerfold/phases.py's ``_task_loss`` with a teacher, as it was before latopt.losses."""
+    """layerfold/phases.py's ``_task_loss`` with a teacher, as it was before latopt.training.losses."""
     logits = student(x)
     ce = nn.functional.cross_entropy(logits, y, label_smoothing=ls)
     with torch.no_grad():
@@ -305,7 +305,7 @@ def _old_distilled(student: nn.Module, teacher: nn.Module, x: torch.Tensor, y: t
 
 def test_logits_distillation_is_the_former_formula_bit_for_bit() -> None:
     from latopt.config import load_config
-    from latopt.losses import LogitDistillation, training_loss
+    from latopt.training.losses import LogitDistillation, training_loss
 
     cfg = load_config(None, {"fold.distill": "logits", "fold.distill_weight": 0.3, "fold.temperature": 3.0,
                              "train.label_smoothing": 0.05})
@@ -326,7 +326,7 @@ def test_logits_distillation_is_the_former_formula_bit_for_bit() -> None:
 
 def test_the_teacher_is_a_frozen_copy_built_once_and_shared_by_penalties() -> None:
     from latopt.config import load_config
-    from latopt.losses import training_loss
+    from latopt.training.losses import training_loss
 
     base = _net().train()
     loss = training_loss(load_config(None, {"fold.distill": "logits"}), base)
@@ -343,8 +343,8 @@ def test_the_teacher_is_a_frozen_copy_built_once_and_shared_by_penalties() -> No
 
 def test_distillation_names_and_the_booleans_configs_and_reports_held() -> None:
     from latopt.config import load_config
-    from latopt.layerfold.record import FoldParams
-    from latopt.losses import distill_names
+    from latopt.layerfold.fold_record import FoldParams
+    from latopt.training.losses import distill_names
 
     assert distill_names()[:2] == ("none", "logits")
     assert load_config(None).fold.distill == "none"
@@ -358,7 +358,7 @@ def test_distillation_names_and_the_booleans_configs_and_reports_held() -> None:
 
 def test_an_unknown_distillation_is_one_line_naming_the_key_and_the_names() -> None:
     from latopt.config import load_config
-    from latopt.losses import check_loss_config, training_loss
+    from latopt.training.losses import check_loss_config, training_loss
 
     cfg = load_config(None, {"fold.distill": "feature"})   # the config module cannot see the registry
     with pytest.raises(LatoptError) as e:
@@ -372,8 +372,8 @@ def test_an_unknown_distillation_is_one_line_naming_the_key_and_the_names() -> N
 
 
 def test_a_registered_variant_is_a_valid_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    from latopt import losses
     from latopt.config import load_config
+    from latopt.training import losses
 
     monkeypatch.setattr(losses, "DISTILLATIONS", dict(losses.DISTILLATIONS))
 

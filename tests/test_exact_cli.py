@@ -11,8 +11,8 @@ from sklearn.datasets import load_digits
 
 from latopt.cli import main
 from latopt.data import split_indices
+from latopt.exact.exact_record import CompressToolReport, RegionsReport, ShallowReport, read_report
 from latopt.exact.mlp import SPLIT, MlpMeta, load_mlp, load_split, save_mlp, split_of
-from latopt.exact.record import CompressToolReport, RegionsReport, ShallowReport, read_report
 
 
 @pytest.fixture(scope="module")

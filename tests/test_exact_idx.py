@@ -15,8 +15,8 @@ import torch
 
 from latopt.cli import main
 from latopt.data.mnist import split_train_val
+from latopt.exact.exact_record import CompressToolReport, read_report
 from latopt.exact.mlp import DEFAULT_EPOCHS, IDX_SPLIT, load_mlp, load_split, split_of
-from latopt.exact.record import CompressToolReport, read_report
 
 N_TRAIN, N_TEST = 60, 20
 

@@ -1,4 +1,4 @@
-"""The exact tools' records (latopt.exact.record): each report.json is its record's JSON, read back equal; keys
+"""The exact tools' records (latopt.exact.exact_record): each report.json is its record's JSON, read back equal; keys
 that do not apply are absent, not null; ``out`` is returned, not written; a bad file is one error line."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from latopt.errors import LatoptError
-from latopt.exact.mlp import MlpMeta, build_mlp, save_mlp
-from latopt.exact.record import (
+from latopt.exact.exact_record import (
     CompressToolReport,
     LayerStability,
     RegionsReport,
@@ -20,6 +19,7 @@ from latopt.exact.record import (
     Verification,
     read_report,
 )
+from latopt.exact.mlp import MlpMeta, build_mlp, save_mlp
 from latopt.exact.tools import compress_text, region_limits, regions_of, shallow_of
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,12 +10,12 @@ import onnx
 import pytest
 import torch
 
-from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import VerificationError
+from latopt.export.export_record import read_export_record
 from latopt.export.options import CheckOptions
-from latopt.export.record import read_export_record
-from latopt.models import build_model
+from latopt.files.checkpoint import CheckpointMeta, make_arch, save_checkpoint
+from latopt.nets.models import build_model
 
 UNGATED4 = CheckOptions(samples=4, measure=False, gate_accuracy=False)   # the gates on 4 inputs, no accuracy gate
 
@@ -40,7 +40,7 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_export_fold_all_end_to_end(ckpt: Path, tmp_path: Path, fast_cpu_device: str,
                                     check_fold_structure) -> None:
-    from latopt.blocks import find_blocks
+    from latopt.nets.blocks import find_blocks
 
     out = tmp_path / "out"
     rc = main(["export", "--no-accuracy-gate", "--checkpoint", str(ckpt), "--device", fast_cpu_device, "--fold", "all",
@@ -73,7 +73,7 @@ def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: 
                                        fast_cpu_device: str) -> None:
     from latopt.export import export, gates, plan
     from latopt.export.options import ShipOptions
-    from latopt.fold import FoldedBlock
+    from latopt.rewrite import FoldedBlock
 
     real = plan.fold_blocks
 
@@ -100,7 +100,7 @@ def test_gate_checks_the_shipped_network_not_a_recomputed_fold(ckpt: Path, tmp_p
     """Only the network export ships is corrupted (the gates' own fold is right): still refused."""
     from latopt.export import export, plan
     from latopt.export.options import ShipOptions
-    from latopt.fold import FoldedBlock
+    from latopt.rewrite import FoldedBlock
 
     real = plan.fold_blocks
 
@@ -167,7 +167,7 @@ def test_int8_is_onnx_runtime_on_the_cpu_only(ckpt: Path, tmp_path: Path, capsys
 
 
 def test_plain_activations_restore_sigma_where_alpha_is_zero() -> None:
-    from latopt.fold import AlphaActivation, get_alphas, install_alpha, plain_activations_
+    from latopt.rewrite import AlphaActivation, get_alphas, install_alpha, plain_activations_
 
     torch.manual_seed(0)
     m = build_model(MODEL, num_classes=10).eval()
@@ -194,9 +194,9 @@ def test_export_paper_mode_checks_blocks_away_from_the_border(ckpt: Path, tmp_pa
 
 
 def test_export_resolution_comes_from_the_checkpoint_record() -> None:
-    from latopt.checkpoint import read_arch
     from latopt.errors import LatoptError
-    from latopt.export.plan import export_resolution
+    from latopt.export.shipped import export_resolution
+    from latopt.files.checkpoint import read_arch
 
     unfolded = read_arch({"model": MODEL, "num_classes": 10})
     folded = read_arch({"model": MODEL, "num_classes": 10,

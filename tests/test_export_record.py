@@ -1,4 +1,4 @@
-"""The export record (latopt.export.record): export.json written and read back in one place, strictly."""
+"""The export record (latopt.export.export_record): export.json written and read back in one place, strictly."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from latopt.errors import LatoptError
-from latopt.export.record import (
+from latopt.export.export_record import (
     EXPORT_SCHEMA,
     LatencySection,
     read_export_record,

@@ -18,7 +18,11 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
-from latopt.checkpoint import (
+from latopt.cli import main
+from latopt.config import load_config
+from latopt.errors import LatoptError, VerificationError
+from latopt.export import checkpoint_task, noise_floor, onnx_gate, torch_out
+from latopt.files.checkpoint import (
     CheckpointMeta,
     FoldArch,
     load_checkpoint,
@@ -26,16 +30,12 @@ from latopt.checkpoint import (
     recorded_test_acc,
     save_checkpoint,
 )
-from latopt.cli import main
-from latopt.config import load_config
-from latopt.engine import evaluate
-from latopt.errors import LatoptError, VerificationError
-from latopt.export import checkpoint_task, noise_floor, onnx_gate, torch_out
+from latopt.files.records import Accuracies
 from latopt.latency.onnx_io import export_onnx
 from latopt.layerfold import run_fold
-from latopt.models import build_model
-from latopt.records import Accuracies
-from latopt.train import train_base
+from latopt.nets.models import build_model
+from latopt.training.base_training import train_base
+from latopt.training.loop import evaluate
 
 MODEL = "mobilenetv2_035"
 RES = 16
@@ -209,8 +209,8 @@ def test_inspect_and_profile_resolution_bounds(tmp_path: Path, capsys: pytest.Ca
 
 # ----------------------------------------------------------------------------- item 5: the --fold auto note
 def test_fold_auto_that_folds_nothing_says_why(runs: dict, tmp_path: Path) -> None:
-    from latopt.blocks import find_blocks
     from latopt.latency.lut import LUT, BlockEntry, save_lut
+    from latopt.nets.blocks import find_blocks
 
     blocks = find_blocks(build_model(MODEL, 10))
     entries = [BlockEntry(index=b.index, path=b.path, kind=b.kind, input_shape=(1, b.cin, 8, 8),
@@ -516,7 +516,7 @@ def test_export_int8_ships_a_gated_int8_model_and_times_that_file(runs: dict, tm
     """--precision int8 on a cpu profile: model.onnx as at fp32, plus model.int8.onnx (QDQ) calibrated on the
     task's training images, its accuracy gated against the ONNX file's; the folded network timed is the
     shipped model.int8.onnx itself, byte for byte, and the as-is one is quantised by the backend."""
-    import latopt.export.report as report_mod
+    import latopt.export.export_report as report_mod
     from latopt.export import ACC_TOL_INT8, CheckOptions, export
     from latopt.latency.quantize import is_quantized
 
@@ -679,8 +679,8 @@ def test_a_copied_fold_is_checked_against_its_own_prefold(runs: dict, tmp_path: 
 
 def test_a_lut_of_another_device_or_batch_is_refused_by_export(runs: dict, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from latopt.blocks import find_blocks
     from latopt.latency.lut import LUT, BlockEntry, save_lut
+    from latopt.nets.blocks import find_blocks
 
     blocks = find_blocks(build_model(MODEL, 10))
     entries = [BlockEntry(index=b.index, path=b.path, kind=b.kind, input_shape=(1, b.cin, 8, 8),

@@ -7,9 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from latopt.blocks import find_blocks
 from latopt.errors import LatoptError
-from latopt.fold import (
+from latopt.nets.blocks import find_blocks
+from latopt.nets.models import build_model
+from latopt.rewrite import (
     AlphaActivation,
     alpha_parameters,
     alpha_spec,
@@ -20,7 +21,6 @@ from latopt.fold import (
     linearize,
     randomize_bn_,
 )
-from latopt.models import build_model
 
 
 @pytest.fixture(scope="module")

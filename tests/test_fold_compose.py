@@ -15,10 +15,10 @@ from timm.models._efficientnet_blocks import DepthwiseSeparableConv, InvertedRes
 from torch import nn
 from torchvision.models.mobilenetv2 import InvertedResidual as TvInvertedResidual
 
-from latopt.blocks import find_blocks
 from latopt.errors import LatoptError
-from latopt.fold import FoldedBlock, fold_blocks, linearize
-from latopt.fold import compose as C
+from latopt.nets.blocks import find_blocks
+from latopt.rewrite import FoldedBlock, fold_blocks, linearize
+from latopt.rewrite import compose as C
 
 TOL = 1e-4  # exact: max |diff| <= 1e-4 * max |reference| (the bar of `latopt inspect --check-fold`)
 

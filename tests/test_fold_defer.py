@@ -1,6 +1,6 @@
 """Deferred bias maps: one bias map per chain of exact-mode full folds, shipped by export.
 
-The rewrite (``latopt.fold.defer_bias_maps``), the export gate that compares it with the per-block network
+The rewrite (``latopt.rewrite.defer_bias_maps``), the export gate that compares it with the per-block network
 (and fails when D is wrong), the exported ONNX graph (one Add per chain), and what the profiler times.
 """
 
@@ -15,14 +15,14 @@ import pytest
 import torch
 from torch import nn
 
-from latopt.blocks import find_blocks
-from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import VerificationError
 from latopt.export.options import CheckOptions
-from latopt.fold import FoldedBlock, defer_bias_maps, find_chains, fold_blocks, randomize_bn_
-from latopt.fold.defer import Deferred
-from latopt.models import build_model
+from latopt.files.checkpoint import CheckpointMeta, make_arch, save_checkpoint
+from latopt.nets.blocks import find_blocks
+from latopt.nets.models import build_model
+from latopt.rewrite import FoldedBlock, defer_bias_maps, find_chains, fold_blocks, randomize_bn_
+from latopt.rewrite.defer import Deferred
 
 MODEL = "mobilenetv2_035"
 RES = 32
@@ -174,7 +174,7 @@ def _scaled_d(real):  # type: ignore[no-untyped-def]
 
 def test_export_refuses_a_wrong_chain_map(ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from latopt.export import ShipOptions, export
-    from latopt.fold import defer
+    from latopt.rewrite import defer
 
     monkeypatch.setattr(defer, "_chain_offset", _scaled_d(defer._chain_offset))
     out = tmp_path / "bad"
@@ -257,7 +257,7 @@ def test_profiler_times_what_export_ships(monkeypatch: pytest.MonkeyPatch) -> No
 def test_as_shipped_is_the_deferred_fold_with_plain_activations(model: nn.Module) -> None:
     """``as_shipped`` folds (when given a plan), defers the bias maps and gives σ back where α = 0: the same
     function as the per-block fold, one map per chain, no σ_α left, eval mode, the input unchanged."""
-    from latopt.fold import AlphaActivation, as_shipped, install_alpha
+    from latopt.rewrite import AlphaActivation, as_shipped, install_alpha
 
     with_alpha = copy.deepcopy(model)
     install_alpha(with_alpha)  # σ_α at α = 0 everywhere: the plain activation it equals must be shipped

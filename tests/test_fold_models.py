@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from latopt.blocks import find_blocks
-from latopt.fold import fold_blocks, linearize, randomize_bn_, verify_fold
-from latopt.models import build_model
+from latopt.nets.blocks import find_blocks
+from latopt.nets.models import build_model
+from latopt.rewrite import fold_blocks, linearize, randomize_bn_, verify_fold
 
 TOL = 1e-4
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from latopt.fold import alpha_parameters, fold_blocks, install_alpha, randomize_bn_
 from latopt.latency.onnx_io import export_onnx
-from latopt.models import build_model
+from latopt.nets.models import build_model
+from latopt.rewrite import alpha_parameters, fold_blocks, install_alpha, randomize_bn_
 from latopt.runtime import OrtRunner
 
 pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests

@@ -1,4 +1,4 @@
-"""Spans (latopt.fold.span): consecutive affine folds composed into one convolution, exactly, and the
+"""Spans (latopt.rewrite.span): consecutive affine folds composed into one convolution, exactly, and the
 spans that are not one convolution refused with their reason."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from latopt.blocks import block_input_shapes, find_blocks
 from latopt.errors import LatoptError
-from latopt.fold import compose_span, fold_blocks, randomize_bn_, span_exact, span_exact_blocks
-from latopt.models import build_model
+from latopt.nets.blocks import block_input_shapes, find_blocks
+from latopt.nets.models import build_model
+from latopt.rewrite import compose_span, fold_blocks, randomize_bn_, span_exact, span_exact_blocks
 
 RES = 64
 MODELS = ("torchvision/mobilenet_v2?width=0.5", "mobilenetv2_100")
@@ -145,10 +145,10 @@ def test_random_admissible_spans(name: str) -> None:
 
 
 def test_merge_spans_in_a_network_is_exact_and_keeps_the_numbering(net: tuple) -> None:
-    """Spans merged in a folded network (latopt.fold.merge_spans): the same function (float64, 1e-9), the
+    """Spans merged in a folded network (latopt.rewrite.merge_spans): the same function (float64, 1e-9), the
     block numbering kept (the span's convolution at its first block, MergedBlock identities after it), a
     chain of full folds for the deferred bias maps stops at a span, and the input network is unchanged."""
-    from latopt.fold import MergedBlock, SpanConv, as_shipped, defer_bias_maps, merge_spans
+    from latopt.rewrite import MergedBlock, SpanConv, as_shipped, defer_bias_maps, merge_spans
 
     folded, _, _ = net
     spans = [(0, 3), (4, 6), (10, 12)]
@@ -178,7 +178,7 @@ def test_merge_spans_in_a_network_is_exact_and_keeps_the_numbering(net: tuple) -
     ([(5, 5)], "a run of at least two blocks"),
 ])
 def test_merge_spans_refuses_what_is_not_one_convolution(net: tuple, spans: list, match: str) -> None:
-    from latopt.fold import merge_spans
+    from latopt.rewrite import merge_spans
 
     with pytest.raises(LatoptError, match=match):
         merge_spans(net[0], spans, (RES, RES))

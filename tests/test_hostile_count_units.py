@@ -9,16 +9,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from latopt.checkpoint import make_arch
 from latopt.config import load_config
 from latopt.dp import format_plan_summary, plan_only
 from latopt.errors import LatoptError
-from latopt.export.record import ExportRecord
-from latopt.export.report import latency_line, measure_latency, render_report
+from latopt.export.export_record import ExportRecord
+from latopt.export.export_report import latency_line, measure_latency, render_report
+from latopt.files.checkpoint import make_arch
 from latopt.latency.devices import load_device
 from latopt.latency.lut import save_lut
 from latopt.latency.profiler import profile_model
-from latopt.models import build_model
+from latopt.nets.models import build_model
 
 MODEL = "mobilenetv2_035"
 TINY = {"name": "tinycount", "model.name": MODEL, "data.task": "digits", "data.resolution": 16, "lut": None}

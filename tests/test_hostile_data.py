@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-from latopt.checkpoint import read_meta
 from latopt.cli import main
 from latopt.config import RunConfig, config_from_dict
 from latopt.counts import COUNTS, MAX_LOADER_WORKERS, MAX_TRIALS, check_count
@@ -22,8 +21,9 @@ from latopt.data import get_task, load_task, make_loaders
 from latopt.data import mnist as mnist_mod
 from latopt.data.idx import MAX_IDX_BYTES, read_mnist_files
 from latopt.errors import LatoptError
-from latopt.models import build_model
-from latopt.torch_settings import set_threads
+from latopt.files.checkpoint import read_meta
+from latopt.nets.models import build_model
+from latopt.training.torch_settings import set_threads
 from tests.test_data_idx import write_idx, write_set
 
 

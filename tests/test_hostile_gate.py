@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from latopt.checkpoint import CheckpointMeta, FoldHow, make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.errors import LatoptError
-from latopt.models import build_model
-from latopt.records import Accuracies
+from latopt.files.checkpoint import CheckpointMeta, FoldHow, make_arch, save_checkpoint
+from latopt.files.records import Accuracies
+from latopt.nets.models import build_model
 from tests.test_export_safety import _StandInEngine, stand_in_trt  # noqa: F401  (a fixture, used by name)
 
 MODEL = "mobilenetv2_035"
@@ -37,9 +37,9 @@ data: {{task: digits, resolution: {RES}, batch_size: 32, max_samples: 96}}
 
 def _lut(path: Path) -> Path:
     """A made-up LUT of the model's blocks on the cpu profile at RES: every variant pays (so --fold auto folds)."""
-    from latopt.blocks import find_blocks
     from latopt.latency.lut import LUT, BlockEntry, save_lut
     from latopt.latency.timing import TimingStats
+    from latopt.nets.blocks import find_blocks
 
     blocks = []
     for b in find_blocks(build_model(MODEL, 10)):
@@ -55,8 +55,8 @@ def _lut(path: Path) -> Path:
 def ck(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from latopt.config import load_config
     from latopt.dp import plan_only, write_plan
-    from latopt.engine import evaluate
     from latopt.export import checkpoint_task
+    from latopt.training.loop import evaluate
 
     root = tmp_path_factory.mktemp("hostile")
     torch.manual_seed(0)

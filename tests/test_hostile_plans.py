@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from latopt.checkpoint import CheckpointMeta, FoldHow, load_checkpoint, make_arch, save_checkpoint
 from latopt.cli import main
 from latopt.config import load_config
 from latopt.dp import plan_only, read_plan, write_plan
 from latopt.errors import LatoptError
-from latopt.export.plan import build_plan
-from latopt.fold import fold_blocks
+from latopt.export.shipped import build_plan
+from latopt.files.checkpoint import CheckpointMeta, FoldHow, load_checkpoint, make_arch, save_checkpoint
+from latopt.files.readers import read_json
 from latopt.latency.lut import save_lut
-from latopt.models import build_model
-from latopt.readers import read_json
+from latopt.nets.models import build_model
+from latopt.rewrite import fold_blocks
 from tests.test_dp import MODEL, TINY, _lut_for, _with_spans
 
 N_BLOCKS = 17  # MODEL's blocks

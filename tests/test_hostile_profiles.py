@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from latopt.blocks import block_input_shapes, find_blocks
 from latopt.errors import LatoptError
 from latopt.latency.devices import load_device
 from latopt.latency.lut import LUT, BlockEntry, SpanEntry, check_blocks, load_lut, save_lut
 from latopt.latency.timing import TimingPolicy, TimingStats, compare
-from latopt.models import build_model
+from latopt.nets.blocks import block_input_shapes, find_blocks
+from latopt.nets.models import build_model
 
 FAST = {"warmup": 1, "min_repeats": 5, "max_repeats": 6, "budget_s": 5.0}
 
@@ -171,7 +171,7 @@ def test_unknown_profile_options_are_refused(tmp_path, backend) -> None:
 # ------------------------------------------------------------------------------ 4. forged span kernels
 def _lut_with_spans(model_name: str | torch.nn.Module, resolution: int) -> tuple[LUT, list]:
     """A made-up LUT of the model's real blocks (their input shapes) with every exact span it has."""
-    from latopt.latency.spans import span_candidates
+    from latopt.latency.merged_spans import span_candidates
 
     model = build_model(model_name, num_classes=10).eval() if isinstance(model_name, str) else model_name
     blocks = find_blocks(model)

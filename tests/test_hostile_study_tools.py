@@ -36,7 +36,7 @@ def dp_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A tiny trained base, its config and a made-up LUT that times full, pw and drop (tests/test_dp.py's)."""
     from latopt.config import load_config, write_config
     from latopt.latency.lut import save_lut
-    from latopt.train import train_base
+    from latopt.training.base_training import train_base
 
     root = tmp_path_factory.mktemp("hostile-dp")
     cfg = load_config("quickstart", {**TINY, "name": "hs", "dp.refine": 0})   # each budget's trial once

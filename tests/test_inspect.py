@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import latopt.fold.compose as compose
+import latopt.rewrite.compose as compose
 from latopt.cli import main
-from latopt.models import build_model, count_flops
+from latopt.nets.models import build_model, count_flops
 
 pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
 
@@ -78,7 +78,7 @@ def test_bad_input_exit_2(argv: list[str], msg: str, capsys: pytest.CaptureFixtu
 
 
 def _checkpoint(path: Path, classes: int = 10) -> Path:
-    from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
+    from latopt.files.checkpoint import CheckpointMeta, make_arch, save_checkpoint
 
     torch.manual_seed(0)
     m = build_model("mobilenetv2_035", classes)
@@ -106,7 +106,7 @@ def test_check_fold_of_a_checkpoint_on_the_tasks_images(tmp_path: Path, capsys: 
 def test_a_saturated_reference_is_said_and_not_counted() -> None:
     """Logits that are the same for every input (here: a zero classifier) make the whole-model comparison pass
     whatever the fold did: the check says so and gates the per-block error alone."""
-    from latopt.inspection import check_fold, format_check
+    from latopt.nets.block_table import check_fold, format_check
 
     torch.manual_seed(0)
     m = build_model("mobilenetv2_035", 10)
@@ -146,7 +146,7 @@ def test_a_model_of_a_fixed_input_size_at_another_resolution_is_one_line(tmp_pat
     from latopt.cli import main
     from latopt.config import load_config
     from latopt.errors import LatoptError
-    from latopt.train import train_base
+    from latopt.training.base_training import train_base
 
     assert main(["inspect", "vit_tiny_patch16_224", "--resolution", "32"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -1,4 +1,4 @@
-"""latopt.jobqueue: the benchmarks' resumable queue shared through lock files."""
+"""tools.jobqueue: the benchmarks' resumable queue shared through lock files."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from latopt.jobqueue import JobQueue, try_lock
+from tools.jobqueue import JobQueue, try_lock
 
 JOBS = [("s0-base", 0, []), ("s0-fold", 0, ["s0-base"]), ("s1-base", 1, []), ("s1-fold", 1, ["s1-base"])]
 

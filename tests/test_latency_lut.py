@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from latopt.blocks import find_blocks
 from latopt.errors import LatoptError
+from latopt.files.records import validated
 from latopt.latency.lut import (
     LUT,
     LUT_SCHEMA,
@@ -27,8 +27,8 @@ from latopt.latency.lut import (
     variant_times,
 )
 from latopt.latency.timing import TimingStats
-from latopt.models import build_model
-from latopt.records import validated
+from latopt.nets.blocks import find_blocks
+from latopt.nets.models import build_model
 
 
 def st(ms: float) -> TimingStats:

@@ -8,12 +8,12 @@ import json
 import pytest
 import torch
 
-from latopt.blocks import find_blocks
 from latopt.cli import main
 from latopt.latency.devices import load_device
 from latopt.latency.lut import LUT_SCHEMA, costs, load_lut, predict
 from latopt.latency.profiler import HELD_OUT, HELD_OUT_MIXED, format_lut, measure_networks, profile_model
-from latopt.models import build_model
+from latopt.nets.blocks import find_blocks
+from latopt.nets.models import build_model
 
 pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
 
@@ -257,7 +257,7 @@ def test_profile_times_spans_and_calibrates_them(tmp_path) -> None:
     at the scale of the variant its convolution is like (pw for 1x1, full for k×k), checked on two held-out
     networks of spans, predicted with its spans, and the LUT keeps them through a file."""
     from latopt.latency.lut import save_lut
-    from latopt.latency.spans import span_candidates
+    from latopt.latency.merged_spans import span_candidates
 
     model = tiny_effnet()
     lut = profile_model(model, load_device("cpu").model_copy(update=FAST), 32, variants=("pw", "span"),

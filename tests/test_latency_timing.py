@@ -7,8 +7,8 @@ import statistics
 import pytest
 
 from latopt.errors import LatoptError
+from latopt.files.records import validated
 from latopt.latency.timing import TimingPolicy, TimingStats, compare, environment_info
-from latopt.records import validated
 
 
 class Recorder:

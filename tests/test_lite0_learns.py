@@ -3,7 +3,7 @@
 timm's EfficientNet/MobileNetV2 initialisation draws the classifier from U(±1/sqrt(num_classes)), sized for
 1000 classes: with 10 the initial loss was ~8 instead of ln 10, the gradients ~18x torchvision's, and under
 the quickstart recipe's gradient clipping the loss crawled from 8 to 6. ``build_model`` now gives a classifier
-that is not pretrained the scale of a fresh ``nn.Linear`` (``latopt.models._rescale_new_timm_head``). Tiny: a
+that is not pretrained the scale of a fresh ``nn.Linear`` (``latopt.nets.models._rescale_new_timm_head``). Tiny: a
 fixed batch of 20 digits (2 per class) at 32 px, 30 SGD steps of the quickstart recipe (~10 s on one thread)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from latopt.config import load_config
 from latopt.data import load_task
-from latopt.engine import make_optimizer
-from latopt.models import build_model
+from latopt.nets.models import build_model
+from latopt.training.loop import make_optimizer
 
 pytestmark = pytest.mark.floor   # the lower-bounds run (oldest timm) must have the same head scale
 

@@ -15,12 +15,12 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from latopt import log
-from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
 from latopt.cli import build_parser, main
-from latopt.engine import Report, Step, cross_entropy_loss, fit
+from latopt.files.checkpoint import CheckpointMeta, make_arch, save_checkpoint
 from latopt.latency.devices import load_device
-from latopt.models import build_model
+from latopt.nets.models import build_model
 from latopt.run import latency_chart
+from latopt.training.loop import Report, Step, cross_entropy_loss, fit
 
 LATOPT = Path(__file__).resolve().parents[1] / "latopt"
 

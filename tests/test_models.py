@@ -10,7 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from latopt.checkpoint import (
+from latopt.cli import main
+from latopt.errors import LatoptError, VerificationError
+from latopt.files.checkpoint import (
     AlphaArch,
     CheckpointMeta,
     FoldArch,
@@ -21,10 +23,8 @@ from latopt.checkpoint import (
     read_arch,
     save_checkpoint,
 )
-from latopt.cli import main
-from latopt.errors import LatoptError, VerificationError
-from latopt.fold import alpha_parameters, fold_blocks, get_alphas, install_alpha, randomize_bn_
-from latopt.models import SUPPORTED, build_model, canonical_name
+from latopt.nets.models import SUPPORTED, build_model, canonical_name
+from latopt.rewrite import alpha_parameters, fold_blocks, get_alphas, install_alpha, randomize_bn_
 
 pytestmark = pytest.mark.floor   # .ci/run's lower-bounds run selects these tests
 

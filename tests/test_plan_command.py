@@ -18,12 +18,12 @@ import pytest
 from latopt.cli import build_parser, main
 from latopt.config import load_config, write_config
 from latopt.dp import format_dp_summary, format_plan_summary, read_plan
-from latopt.dp.record import DPReport
-from latopt.engine import seed_everything
+from latopt.dp.plan_record import DPReport
 from latopt.latency.lut import save_lut
-from latopt.layerfold.record import read_report
+from latopt.layerfold.fold_record import read_report
 from latopt.search import SearchOptions, plan_confirmation, plan_file, plan_report, run_plan
-from latopt.train import train_base
+from latopt.training.base_training import train_base
+from latopt.training.loop import seed_everything
 from tests.test_dp import MODEL, TINY, _lut_for
 
 VOLATILE = ("created", "seconds")   # the plan file's time of making and how long it took

@@ -109,7 +109,6 @@ def test_module_map_parser_reads_full_paths() -> None:
                      "latopt/export/engine.py"}
     assert dirs == {"latopt/cli", "latopt/fold", "latopt/profiles", "latopt/export"}
 
-
 def test_module_map_matches_the_package() -> None:
     # the module map (docs/modules.md) names every module of latopt/ and every sub-package (by its path in the
     # repository), and no file or folder that is gone

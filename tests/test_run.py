@@ -352,7 +352,7 @@ def test_run_removes_the_directory_it_created_when_its_data_turns_out_bad(tiny_c
 
 
 def test_the_summary_names_what_each_stage_did() -> None:
-    from latopt.run.report import action
+    from latopt.run.run_report import action
     from latopt.run.state import NOT_RUN_YET
 
     assert action(None) == "reused"
@@ -377,8 +377,8 @@ def test_a_fold_that_beats_its_base_by_more_than_the_noise_says_the_base_looks_u
 
 
 def test_the_lut_prediction_is_a_speed_up_not_two_absolute_times() -> None:
-    from latopt.export.record import ExportRecord, LatencySection
-    from latopt.export.report import lut_prediction_line, render_report
+    from latopt.export.export_record import ExportRecord, LatencySection
+    from latopt.export.export_report import lut_prediction_line, render_report
 
     lat = LatencySection.model_validate({
         "as_is_ms": 0.350, "as_is_iqr_ms": 0.01, "folded_ms": 0.174, "folded_iqr_ms": 0.01, "speedup": 2.0,

@@ -260,9 +260,9 @@ def _junk_base(d: Path) -> dict[str, Path]:
     """Files that are not the tiny config's base checkpoint."""
     import torch
 
-    from latopt.checkpoint import make_arch, save_checkpoint
-    from latopt.fold import install_alpha
-    from latopt.models import build_model
+    from latopt.files.checkpoint import make_arch, save_checkpoint
+    from latopt.nets.models import build_model
+    from latopt.rewrite import install_alpha
 
     junk = d / "junk.pt"
     junk.write_bytes(b"not a checkpoint")

@@ -19,8 +19,8 @@ import yaml
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
-from latopt.models import build_model
+from latopt.files.checkpoint import CheckpointMeta, make_arch, save_checkpoint
+from latopt.nets.models import build_model
 from latopt.search._storage import open_storage
 
 MODEL = "mobilenetv2_035"
@@ -78,7 +78,7 @@ def test_a_sigterm_whose_exception_python_swallowed_still_commits_nothing(tmp_pa
     code = textwrap.dedent(f"""
         import os, signal, sys, weakref
         from pathlib import Path
-        from latopt.artifacts import atomic_path
+        from latopt.files.artifacts import atomic_path
         from latopt.signals import Terminated, sigterm_raises
 
         class Thing: pass

@@ -823,7 +823,7 @@ def test_unwritable_timing_cache_keeps_the_engine(onnx_model, tmp_path, monkeypa
     """A timing cache that cannot be written back after the build (a cache directory that cannot be made, as
     under a read-only or missing home; a full disk) never loses the engine: the plan is returned, the build
     info and a warning say the cache was not saved."""
-    from latopt.artifacts import OutputError
+    from latopt.files.artifacts import OutputError
 
     blocker = tmp_path / "cache"
     blocker.write_text("a file where the cache directory should be")
@@ -1090,7 +1090,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=120, cwd=REPO, env=env)
 
 
-RUNTIME_FLOOR = ("latopt", "latopt.errors", "latopt.artifacts")  # the latopt modules the runtime may import
+RUNTIME_FLOOR = ("latopt", "latopt.errors", "latopt.files.artifacts")  # the latopt modules the runtime may import
 HEAVY = ("torch", "torchvision", "timm", "optuna", "onnx", "onnxruntime", "tensorrt", "pycuda", "pydantic", "scipy",
          "yaml")
 

@@ -1,10 +1,10 @@
-"""torch's process-wide switches (latopt.torch_settings): intra-op threads and TF32, each restored where scoped."""
+"""torch's process-wide switches (latopt.training.torch_settings): intra-op threads and TF32, each restored where scoped."""
 
 from __future__ import annotations
 
 import torch
 
-from latopt.torch_settings import (
+from latopt.training.torch_settings import (
     TF32_OFF,
     set_tf32_flags,
     set_threads,

@@ -1,4 +1,4 @@
-"""Base training, compression loss, pre-fold / fold / post-fold and the folded checkpoint (latopt.train,
+"""Base training, compression loss, pre-fold / fold / post-fold and the folded checkpoint (latopt.training.base_training,
 latopt.layerfold). Tiny: MobileNetV2-0.35 at 16 px on 96 digits per split, one epoch per phase."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from torch import nn
 
 from latopt.config import load_config
 from latopt.data import load_task, make_loaders
-from latopt.engine import evaluate
 from latopt.errors import LatoptError
 from latopt.layerfold import CompressionLoss, fold_and_finetune, plan_from_alphas, prefold, run_fold
-from latopt.layerfold.record import LayerFoldReport, read_report
-from latopt.losses import training_loss
-from latopt.train import read_metrics, train_base
+from latopt.layerfold.fold_record import LayerFoldReport, read_report
+from latopt.training.base_training import read_metrics, train_base
+from latopt.training.loop import evaluate
+from latopt.training.losses import training_loss
 
 MODEL = "torchvision/mobilenet_v2?width=0.35"
 TINY = f"""
@@ -94,7 +94,7 @@ def test_plan_from_alphas() -> None:
 
 # ----------------------------------------------------------------------------- train -> fold -> reload
 def test_train_base_writes_checkpoint_metrics_config(tiny: dict) -> None:
-    from latopt.checkpoint import load_checkpoint
+    from latopt.files.checkpoint import load_checkpoint
 
     base, m = tiny["root"] / "base", tiny["metrics"]
     assert sorted(p.name for p in base.iterdir()) == ["base.pt", "config.yaml", "metrics.json"]
@@ -115,7 +115,7 @@ def test_train_base_writes_checkpoint_metrics_config(tiny: dict) -> None:
 
 
 def _conv_weights(path: Path) -> dict[str, torch.Tensor]:
-    from latopt.checkpoint import load_checkpoint
+    from latopt.files.checkpoint import load_checkpoint
 
     return {k: v for k, v in load_checkpoint(path)[0].state_dict().items() if k.endswith("weight") and v.dim() == 4}
 
@@ -125,8 +125,8 @@ def _distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 
 def test_train_is_reproducible_and_resumes_from_checkpoint(tiny: dict) -> None:
-    from latopt.engine import seed_everything
-    from latopt.models import build_model
+    from latopt.nets.models import build_model
+    from latopt.training.loop import seed_everything
 
     root, cfg = tiny["root"], tiny["cfg"]
     again = train_base(cfg, root / "again", progress=False, seed=0).metrics
@@ -148,7 +148,7 @@ def test_train_is_reproducible_and_resumes_from_checkpoint(tiny: dict) -> None:
 
 
 def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
-    from latopt.checkpoint import load_checkpoint
+    from latopt.files.checkpoint import load_checkpoint
 
     cfg, out = tiny["cfg"], tiny["root"] / "fold"
     result = run_fold(cfg.with_overrides({"fold.lambda_c": 5.0, "fold.tau": 0.6, "fold.p": 2.0}), tiny["ckpt"], out,
@@ -175,8 +175,8 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
     assert evaluate(model, val) == pytest.approx(r.val_acc_finetuned)
     # before fine-tuning the fold is the variant network of the network it was folded from: the agreement it
     # reports is the variant network's with that network, on the validation images
-    from latopt.engine import agreement
-    from latopt.fold import linearize
+    from latopt.rewrite import linearize
+    from latopt.training.loop import agreement
 
     pre = load_checkpoint(out / "prefold.pt")[0]
     assert r.agreement is not None and agreement(linearize(pre, r.plan), pre, val) == pytest.approx(r.agreement)
@@ -189,7 +189,7 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
     with torch.no_grad():
         assert torch.allclose(result.model(x), model.eval()(x), atol=1e-6)
     # unfolded blocks are back to their plain activation (alpha = 0) and stay there
-    from latopt.fold import get_alphas
+    from latopt.rewrite import get_alphas
 
     left = get_alphas(model)
     assert all(v == 0.0 for i, vs in left.items() if str(i) not in r.folded for v in vs)
@@ -209,9 +209,9 @@ def test_run_fold_end_to_end_and_reload(tiny: dict) -> None:
 
 def test_activation_granularity_partial_folds(tiny: dict) -> None:
     """Set α by hand: full / expand_dw / dw_project / none; the fold check and snapping follow."""
-    from latopt.blocks import find_blocks
-    from latopt.checkpoint import load_checkpoint
-    from latopt.fold import install_alpha
+    from latopt.files.checkpoint import load_checkpoint
+    from latopt.nets.blocks import find_blocks
+    from latopt.rewrite import install_alpha
 
     cfg = tiny["cfg"].with_overrides({"fold.post_epochs": 0, "fold.granularity": "activation"})
     model, _, _ = load_checkpoint(tiny["ckpt"])
@@ -230,9 +230,9 @@ def test_activation_granularity_partial_folds(tiny: dict) -> None:
 
 
 def test_prefold_with_lut_freezes_unprofitable_blocks(tiny: dict, tmp_path: Path) -> None:
-    from latopt.blocks import find_blocks
-    from latopt.checkpoint import load_checkpoint
+    from latopt.files.checkpoint import load_checkpoint
     from latopt.latency.lut import LUT, BlockEntry, costs, load_lut, save_lut
+    from latopt.nets.blocks import find_blocks
 
     base, _, _ = load_checkpoint(tiny["ckpt"])
     blocks = find_blocks(base)
@@ -246,7 +246,7 @@ def test_prefold_with_lut_freezes_unprofitable_blocks(tiny: dict, tmp_path: Path
     assert c[0] == 0.0 and c[1] == 0.5
     fold = {"fold.lambda_c": 5.0, "fold.tau": 0.6, "fold.p": 2.0, "fold.distill": True}
     pre = prefold(tiny["cfg"].with_overrides(fold), base, load_task(tiny["cfg"]), costs=c, progress=False, lut=lut)
-    from latopt.fold import get_alphas
+    from latopt.rewrite import get_alphas
 
     got = get_alphas(pre.model)
     assert pre.frozen == [i for i in c if c[i] == 0.0] and len(pre.history) == 2
@@ -308,7 +308,7 @@ def _class_shares(model: nn.Module, loader) -> torch.Tensor:  # type: ignore[no-
 def test_distillation_pulls_the_student_towards_the_teacher(tiny: dict) -> None:
     """distill_weight 1: the task loss is the KL to the teacher alone. A teacher that always names the class
     the student names least makes the student name it, in pre-fold and in post-fold."""
-    from latopt.checkpoint import load_checkpoint
+    from latopt.files.checkpoint import load_checkpoint
 
     cfg = tiny["cfg"].with_overrides({"fold.distill_weight": 1.0})
     task = load_task(cfg)
@@ -329,9 +329,8 @@ def test_distillation_pulls_the_student_towards_the_teacher(tiny: dict) -> None:
 
 @pytest.fixture
 def teachers(monkeypatch: pytest.MonkeyPatch) -> list[nn.Module]:
-    """Every teacher latopt.losses builds while the test runs."""
-    from latopt import losses
-
+    """Every teacher latopt.training.losses builds while the test runs."""
+    from latopt.training import losses
     built: list[nn.Module] = []
     real = losses.frozen_teacher
 
@@ -360,11 +359,11 @@ def test_run_fold_builds_one_teacher_for_pre_fold_and_post_fold(tiny: dict, tmp_
 
 def test_the_dp_and_its_finetune_importance_build_one_teacher(tiny: dict, tmp_path: Path, teachers: list[nn.Module],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    import latopt.dp.stage
-    from latopt.blocks import find_blocks
-    from latopt.checkpoint import load_checkpoint
+    import latopt.dp.dp_stage
     from latopt.dp import DPReport, run_dp, variant_losses
+    from latopt.files.checkpoint import load_checkpoint
     from latopt.latency.lut import LUT, BlockEntry
+    from latopt.nets.blocks import find_blocks
 
     cfg = tiny["cfg"].with_overrides({"fold.distill": "logits"})
     base, _, _ = load_checkpoint(tiny["ckpt"])
@@ -382,7 +381,7 @@ def test_the_dp_and_its_finetune_importance_build_one_teacher(tiny: dict, tmp_pa
         passed.append(loss)
         return {i: {"none": 0.0, "full": 0.0 if i in two else 1.0} for i in (b.index for b in blocks if b.foldable)}
 
-    monkeypatch.setattr(latopt.dp.stage, "variant_losses", importance)
+    monkeypatch.setattr(latopt.dp.dp_stage, "variant_losses", importance)
     r = run_dp(cfg, tiny["ckpt"], tmp_path / "dp", lut=lut, budget=0.97, importance="finetune", progress=False,
                budget_rounds=0).report
     # run_dp builds its own, once, for the importance and the fine-tune
@@ -395,15 +394,15 @@ def test_the_dp_and_its_finetune_importance_build_one_teacher(tiny: dict, tmp_pa
 
 def test_an_unknown_distillation_stops_a_fold_before_it_trains(tiny: dict, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import latopt.dp.stage
-    import latopt.layerfold.stage
+    import latopt.dp.dp_stage
+    import latopt.layerfold.fold_stage
     from latopt.dp import run_dp
 
     def no_task(cfg):  # type: ignore[no-untyped-def]
         raise AssertionError("the stage went on to its data")
 
-    monkeypatch.setattr(latopt.layerfold.stage, "load_task", no_task)
-    monkeypatch.setattr(latopt.dp.stage, "load_task", no_task)
+    monkeypatch.setattr(latopt.layerfold.fold_stage, "load_task", no_task)
+    monkeypatch.setattr(latopt.dp.dp_stage, "load_task", no_task)
     cfg = tiny["cfg"].with_overrides({"fold.distill": "feature"})
     line = "config key 'fold.distill' is 'feature'; choose one of none, logits"
     with pytest.raises(LatoptError) as e:
@@ -418,7 +417,7 @@ def test_an_unknown_distillation_stops_a_fold_before_it_trains(tiny: dict, tmp_p
 def test_the_resume_fingerprint_holds_content_not_paths(tmp_path: Path) -> None:
     # a checkpoint replaced at the same path, or an image folder changed in place, is not resumed
     from latopt.config import load_config
-    from latopt.train import _fingerprint
+    from latopt.training.base_training import _fingerprint
 
     cfg = load_config(None)
     ckpt = tmp_path / "base.pt"

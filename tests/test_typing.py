@@ -1,5 +1,5 @@
 """The type check's configuration (pyproject.toml's [tool.mypy], for ``mypy latopt``): the modules
-that define validated records (subclasses of latopt.records.StrictModel) are checked with every flag of
+that define validated records (subclasses of latopt.files.records.StrictModel) are checked with every flag of
 ``mypy --strict``, and no latopt module has its errors switched off. mypy itself is not run here."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _record_modules() -> set[str]:
 
 def test_record_modules_are_checked_strictly():
     modules = _record_modules()
-    assert {"latopt.records", "latopt.config", "latopt.checkpoint", "latopt.latency.devices"} <= modules
+    assert {"latopt.files.records", "latopt.config", "latopt.files.checkpoint", "latopt.latency.devices"} <= modules
     strict = [o for o in _mypy().get("overrides", []) if any(o.get(k) is not None for k in STRICT_FLAGS)]
     covered = {m for o in strict for m in o["module"]}
     assert modules <= covered, f"record modules not checked strictly: {sorted(modules - covered)}"

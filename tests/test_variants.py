@@ -1,4 +1,4 @@
-"""latopt.variants: one record per fold variant, read by the adapters, the modules, the fold and the profiler."""
+"""latopt.nets.variants: one record per fold variant, read by the adapters, the modules, the fold and the profiler."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from typing import get_args
 import pytest
 import torch
 
-from latopt.blocks import find_blocks
 from latopt.constants import FOLD_VARIANTS, FoldVariant
 from latopt.errors import LatoptError
-from latopt.fold import fold_block_module, linearize
-from latopt.fold.transform import check_variant
-from latopt.layers import FoldedBlock
-from latopt.models import build_model
-from latopt.variants import PARTIAL_VARIANTS, SPAN_INNER, UNIFORM_TIMES, VARIANTS, allowed
+from latopt.nets.blocks import find_blocks
+from latopt.nets.layers import FoldedBlock
+from latopt.nets.models import build_model
+from latopt.nets.variants import PARTIAL_VARIANTS, SPAN_INNER, UNIFORM_TIMES, VARIANTS, allowed
+from latopt.rewrite import fold_block_module, linearize
+from latopt.rewrite.transform import check_variant
 
 
 def test_the_records_are_the_vocabulary_and_their_derived_lists() -> None:

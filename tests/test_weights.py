@@ -1,4 +1,4 @@
-"""latopt.weights and ``latopt import``: a user's weights file (state_dict or safetensors, timm's names, a
+"""latopt.files.weights_import and ``latopt import``: a user's weights file (state_dict or safetensors, timm's names, a
 re-implementation's names in the same order, a training script's container) becomes a latopt checkpoint holding
 exactly its tensors; what does not fit is one line, exit 2, nothing written; a checkpoint of another class count
 gets a new classifier (transfer). The real pretrained EfficientNet-Lite0 runs when its package is installed."""
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from latopt.checkpoint import load_checkpoint
 from latopt.cli import main
 from latopt.errors import LatoptError
-from latopt.models import build_model
-from latopt.weights import import_weights, read_state_dict, transfer
+from latopt.files.checkpoint import load_checkpoint
+from latopt.files.weights_import import import_weights, read_state_dict, transfer
+from latopt.nets.models import build_model
 
 MODEL = "mobilenetv2_035"
 
@@ -122,9 +122,9 @@ def test_transfer_keeps_every_weight_but_the_classifier(net: torch.nn.Module) ->
 def test_train_from_a_checkpoint_of_other_classes(net: torch.nn.Module, tmp_path: Path) -> None:
     """``model.weights`` (or ``latopt train --checkpoint``) of a 1000-class network on a 10-class task: a new
     classifier, the rest kept; a plain state_dict there is refused, naming latopt import."""
-    from latopt.checkpoint import make_arch, save_checkpoint
     from latopt.config import load_config
-    from latopt.train import train_base
+    from latopt.files.checkpoint import make_arch, save_checkpoint
+    from latopt.training.base_training import train_base
 
     torch.manual_seed(1)
     big = build_model(MODEL, 1000)
@@ -164,15 +164,15 @@ def test_the_real_pretrained_efficientnet_lite0(tmp_path: Path) -> None:
     assert len(src) == len(got) and all(torch.equal(a, b) for a, b in zip(src, got, strict=True))
     # the folds are exact on the real weights, block by block; with every block linearised the logits are the
     # same for every input, and the check says so instead of passing on them
-    from latopt.inspection import check_fold
+    from latopt.nets.block_table import check_fold
 
     res = check_fold(load_checkpoint(r.path)[0], 32, random_bn=False)
     assert res.folded == 16 and res.worst() < 1e-5 and res.saturated and res.gated("exact") == res.worst()
     # exact is not "as the original": one linearised block already changes most ImageNet top-1 predictions on
     # Fashion-MNIST images (before any fine-tuning)
     from latopt.data import get_task, limit_task, make_loaders, renormalize
-    from latopt.engine import agreement
-    from latopt.fold import linearize
+    from latopt.rewrite import linearize
+    from latopt.training.loop import agreement
 
     val = make_loaders(limit_task(renormalize(get_task("fashion-mnist-mini", 64, 0), "inception"), 64), 32, 0)[1]
     assert agreement(linearize(model, {}), model, val) == 1.0

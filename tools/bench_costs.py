@@ -2,7 +2,7 @@
 """E1 and E2: does measuring the device pay? The protocol is docs/evaluation.md's amendment of
 2026-12-02 ("E1 and E2"), written before any of their runs; the tables go to docs/hardware-awareness.md.
 
-A thin layer over tools/bench_methods.py: its cells (base, as-is, Layer Folding, the DP), its queue (:mod:`latopt.jobqueue`:
+A thin layer over tools/bench_methods.py: its cells (base, as-is, Layer Folding, the DP), its queue (:mod:`tools.jobqueue`:
 resumable, lock files, ``--workers``) and its final interleaved run (fp32 and INT8 together) are used as they are. This
 tool adds which LUT gives c_l (a *cost model*: a device profile, :data:`COST_MODELS`; ``flops`` and ``uniform``
 count instead of timing, latopt/latency/backends/count.py), the DP importance computed once per seed and shared
@@ -165,8 +165,8 @@ def parse_cell(cell: str) -> tuple[str, str | None, float | None]:
 def cell_importance(ctx: bm.Ctx, seed: int) -> dict[str, Any]:
     """The DP's importance of the seed's base (``proxy``: validation data), once for every cost model: each
     (block, variant) candidate's validation loss increase (latopt.dp.importance.variant_losses)."""
-    from latopt.checkpoint import load_checkpoint
     from latopt.dp.importance import candidates, variant_losses
+    from latopt.files.checkpoint import load_checkpoint
     from latopt.latency.lut import load_lut
 
     base, _, _ = load_checkpoint(ctx.cell_dir(f"s{seed}-base") / "base.pt", expect_model=ctx.cfg.model.name)
@@ -871,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.stage in ("run", "all"):
         prepare(args)
-        from latopt.jobqueue import spawn_workers
+        from tools.jobqueue import spawn_workers
 
         spawn_workers(__file__, argv, args.stage, args.workers, lambda: run(args))
     if args.stage in ("measure", "all"):

@@ -60,7 +60,7 @@ def load_json(path: Path) -> Any:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    from latopt.artifacts import write_json_atomic
+    from latopt.files.artifacts import write_json_atomic
 
     write_json_atomic(path, obj)
 
@@ -122,8 +122,8 @@ def make_plans(root: Path, models: list[str], devices: list[str], res: int, budg
 def network(model: str, plan: dict[str, str] | None, res: int) -> Any:
     """The model with random weights (BatchNorm statistics randomised, seed 0), the plan applied as export
     ships it (exact folds, deferred bias maps)."""
-    from latopt.fold import as_shipped, randomize_bn_
-    from latopt.models import build_model
+    from latopt.nets.models import build_model
+    from latopt.rewrite import as_shipped, randomize_bn_
 
     m = build_model(model, num_classes=1000).eval()
     randomize_bn_(m, seed=0)
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     root = Path(args.runs_dir)
     root.mkdir(parents=True, exist_ok=True)
-    from latopt.torch_settings import set_threads
+    from latopt.training.torch_settings import set_threads
 
     set_threads(1)
     if args.stage == "run":

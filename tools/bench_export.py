@@ -15,7 +15,7 @@ need non-trivial BN):
    (``--variants full,pw,drop,span``), and ``dp-nospan``: the DP's plan at the same budget without spans;
 3. each fold set in three forms: exact mode with a bias map per folded block (``per-block``, what export
    shipped before deferred maps), as export ships it now (``deferred``: one bias map per chain of consecutive
-   folds, ``latopt.fold.defer_bias_maps``) and paper mode (constant bias, no map); export's numeric gates
+   folds, ``latopt.rewrite.defer_bias_maps``) and paper mode (constant bias, no map); export's numeric gates
    (fold in float64 and float32 against the linearised network, the deferred rewrite against the
    per-block network, ONNX Runtime against PyTorch on each exported file);
 4. the as-is network and every (fold set, form) measured end to end in one interleaved run (ONNX Runtime
@@ -55,10 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from latopt.artifacts import write_json_atomic
-from latopt.checkpoint import CheckpointMeta, read_arch
 from latopt.dp import candidates, select_plan, variant_losses
-from latopt.engine import seed_everything
 from latopt.export import (
     Plan,
     auto_plan,
@@ -70,13 +67,16 @@ from latopt.export import (
     onnx_gate,
     tag_block_nodes,
 )
-from latopt.fold import fold_blocks, randomize_bn_
+from latopt.files.artifacts import write_json_atomic
+from latopt.files.checkpoint import CheckpointMeta, read_arch
 from latopt.latency.devices import load_device
 from latopt.latency.lut import costs, default_lut_path, load_lut, predict, save_lut
 from latopt.latency.onnx_io import export_onnx
 from latopt.latency.profiler import measure_networks, profile_model
-from latopt.models import build_model
-from latopt.torch_settings import set_threads
+from latopt.nets.models import build_model
+from latopt.rewrite import fold_blocks, randomize_bn_
+from latopt.training.loop import seed_everything
+from latopt.training.torch_settings import set_threads
 
 
 def _load() -> str:

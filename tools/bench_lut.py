@@ -28,13 +28,13 @@ import sys
 import time
 from typing import Any
 
-from latopt.artifacts import write_json_atomic
-from latopt.engine import seed_everything
-from latopt.fold import as_shipped
+from latopt.files.artifacts import write_json_atomic
 from latopt.latency.devices import load_device
 from latopt.latency.lut import LUT, predict
 from latopt.latency.profiler import format_lut, measure_networks, profile_model
-from latopt.models import build_model
+from latopt.nets.models import build_model
+from latopt.rewrite import as_shipped
+from latopt.training.loop import seed_everything
 
 
 def _load() -> str:

@@ -4,9 +4,9 @@ protocol of docs/evaluation.md (§6 fixes this run's settings).
 
 One model (the shipped ``digits_clutter`` config: torchvision MobileNetV2 width 0.5 at 32 px on the
 digits-clutter task), seeds 0-4, device ``cpu`` (ONNX Runtime, one thread). Per seed a base model is trained
-(``latopt.train.train_base``); every method then starts from that base checkpoint and gets **the same
+(``latopt.training.base_training.train_base``); every method then starts from that base checkpoint and gets **the same
 fine-tuning budget**: ``fold.epochs + fold.post_epochs`` epochs, at ``fold.lr`` with the config's optimizer and
-schedule, ending on its best-validation epoch, with the one training loss of every fine-tune (:mod:`latopt.losses`:
+schedule, ending on its best-validation epoch, with the one training loss of every fine-tune (:mod:`latopt.training.losses`:
 ``fold.distill``'s distillation from the base; ``asis`` trains as base training does, without one):
 
 - ``asis``: the base trained for that many more epochs;
@@ -33,7 +33,7 @@ random weights at 224 px. ``publish`` writes the raw results to ``results/method
 ``tools/regenerate.py`` makes docs/method-table.md's tables and README's summary from them (:func:`render_doc`,
 :func:`render_summary`: two-way dominance with crossed seed-t intervals and Holm over challengers, tools/compare.py).
 
-Resumable (:mod:`latopt.jobqueue`): a finished cell has ``cells/<cell>.json`` and is skipped by a rerun; several
+Resumable (:mod:`tools.jobqueue`): a finished cell has ``cells/<cell>.json`` and is skipped by a rerun; several
 processes (``--workers N``) share the queue through lock files (``locks/``; a lock whose process is gone is taken
 over).
 
@@ -100,18 +100,18 @@ def load_json(path: Path) -> Any:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    from latopt.artifacts import write_json_atomic
+    from latopt.files.artifacts import write_json_atomic
 
     write_json_atomic(path, obj)
 
 
 def cfg_for(args: argparse.Namespace):
     """The run config of every cell: the shipped config, with --smoke's and --set's overrides (its training loss
-    checked before any cell trains: :func:`latopt.losses.check_loss_config`)."""
+    checked before any cell trains: :func:`latopt.training.losses.check_loss_config`)."""
     import yaml
 
     from latopt.config import load_config
-    from latopt.losses import check_loss_config
+    from latopt.training.losses import check_loss_config
 
     overrides: dict[str, Any] = dict(SMOKE) if args.smoke else {}
     for kv in args.set:
@@ -190,11 +190,11 @@ def method_of(cell: str) -> str:
 
 
 class Ctx:
-    """A run's settings, its task and its queue of cells (:class:`latopt.jobqueue.JobQueue` under ``--runs-dir``:
+    """A run's settings, its task and its queue of cells (:class:`tools.jobqueue.JobQueue` under ``--runs-dir``:
     ``ctx.queue.done(cell)`` is a finished cell's record, or None)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from latopt.jobqueue import JobQueue
+        from tools.jobqueue import JobQueue
 
         self.args = args
         self.root = Path(args.runs_dir)
@@ -270,7 +270,7 @@ def plateau(history: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cell_base(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
-    from latopt.train import read_metrics, train_base
+    from latopt.training.base_training import read_metrics, train_base
 
     if (out / "base.pt").is_file() and (out / "metrics.json").is_file():
         m = read_metrics(out / "metrics.json")   # trained before (e.g. by `latopt train` with this --out)
@@ -287,7 +287,7 @@ def cell_base(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
 
 
 def cell_asis(ctx: Ctx, seed: int, out: Path) -> dict[str, Any]:
-    from latopt.train import train_base
+    from latopt.training.base_training import train_base
 
     base = ctx.cell_dir(f"s{seed}-base") / "base.pt"
     e = ft_epochs(ctx.cfg)
@@ -393,10 +393,10 @@ def parse_prune_kind(kind: str, budget: int) -> tuple[str, int]:
 
 def prune_ignored(model: Any) -> list[Any]:
     """What pruning leaves whole: the classifier (every nn.Linear), the stem (every convolution before the first
-    block) and the first block (``latopt.blocks.find_blocks``), the layers whose few channels carry the most."""
+    block) and the first block (``latopt.nets.blocks.find_blocks``), the layers whose few channels carry the most."""
     import torch
 
-    from latopt.blocks import find_blocks
+    from latopt.nets.blocks import find_blocks
 
     blocks = find_blocks(model)
     first = blocks[0].path if blocks else None
@@ -605,10 +605,10 @@ def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int
     fine-tuning (the equal budget, or a longer arm's): after each step, ``epochs / PRUNE_STEPS`` epochs of
     cfg.train's optimizer and schedule at fold.lr (both restarted at each step: the parameters changed shape),
     best-validation weights kept at the end like every other method, with the training loss of every method's
-    fine-tune (``loss``, a :class:`latopt.losses.TrainingLoss` on the CPU: fold.distill's distillation from the
+    fine-tune (``loss``, a :class:`latopt.training.losses.TrainingLoss` on the CPU: fold.distill's distillation from the
     base; default: built here from ``model`` before it is pruned)."""
     from latopt.data import make_loaders
-    from latopt.engine import (
+    from latopt.training.loop import (
         BestWeights,
         Report,
         Step,
@@ -618,7 +618,7 @@ def prune_iteratively(ctx: Ctx, model: Any, ratio: float, seed: int, epochs: int
         make_scheduler,
         seed_everything,
     )
-    from latopt.losses import training_loss
+    from latopt.training.losses import training_loss
 
     cfg, res, task = ctx.cfg, ctx.cfg.data.resolution, ctx.task
     loss = loss if loss is not None else training_loss(cfg, model)
@@ -652,13 +652,13 @@ def cell_prune(ctx: Ctx, seed: int, out: Path, target: str, arm: str = "global",
     target, the ratio searched again when it is off by more than the match). The final run decides."""
     import torch
 
-    from latopt.checkpoint import load_checkpoint
     from latopt.export import gate_inputs, noise_floor, onnx_gate
+    from latopt.files.checkpoint import load_checkpoint
     from latopt.latency.devices import load_device
     from latopt.latency.onnx_io import export_onnx
     from latopt.latency.profiler import measure_networks
-    from latopt.losses import training_loss
-    from latopt.models import model_cost
+    from latopt.nets.models import model_cost
+    from latopt.training.losses import training_loss
 
     a = ctx.args
     res = ctx.cfg.data.resolution
@@ -733,14 +733,14 @@ def run_cell(ctx: Ctx, cell: str, seed: int) -> dict[str, Any]:
     raise ValueError(f"unknown cell {cell}")
 
 
-# ------------------------------------------------------------------ the queue (latopt.jobqueue)
+# ------------------------------------------------------------------ the queue (tools.jobqueue)
 def run_queue(ctx: Ctx, cells: list[tuple[str, int, list[str]]] | None = None,
               run: Callable[[Ctx, str, int], dict[str, Any]] | None = None) -> list[str]:
     """Run ``cells`` (default: :func:`cell_names`) with ``run`` (default: :func:`run_cell`) on
-    :class:`latopt.jobqueue.JobQueue` (resumable, shared with other processes through lock files), one thread a
+    :class:`tools.jobqueue.JobQueue` (resumable, shared with other processes through lock files), one thread a
     process; each cell's record also names its method, the config and whether it was a smoke run. Returns the
     cells not done."""
-    from latopt.torch_settings import set_threads
+    from latopt.training.torch_settings import set_threads
 
     set_threads(1)
     cells = cell_names(ctx.args) if cells is None else cells
@@ -772,8 +772,8 @@ def quantize_int8(fp32: Path, out: Path, calib: np.ndarray) -> Path:
 # ------------------------------------------------------------------ measuring
 def structure_net(ctx: Ctx, st: dict[str, Any], res: int, seed: int = 0) -> Any:
     """The network of a cell's structure with random weights at ``res`` (what export would ship there)."""
-    from latopt.fold import as_shipped, randomize_bn_
-    from latopt.models import build_model
+    from latopt.nets.models import build_model
+    from latopt.rewrite import as_shipped, randomize_bn_
 
     m = build_model(ctx.cfg.model.name, num_classes=10).eval()
     randomize_bn_(m, seed=seed)
@@ -1603,7 +1603,7 @@ def main(argv: list[str] | None = None) -> int:
             ensure_lut(ctx)  # once, before any worker starts (workers would race to profile it)
         if "dp" in args.methods:
             ensure_variant_lut(ctx)
-        from latopt.jobqueue import spawn_workers
+        from tools.jobqueue import spawn_workers
 
         spawn_workers(__file__, argv, args.stage, args.workers, lambda: run_queue(ctx))
     if args.stage in ("measure", "all"):

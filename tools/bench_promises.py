@@ -10,7 +10,7 @@ A thin layer over the package: the plan is :func:`latopt.dp.plan_only` (what the
 :func:`latopt.export.export` with that plan file (``latopt export --plan FILE --timing-only``: the as-is and
 the planned network timed in one interleaved run), the LUT is :func:`latopt.latency.profiler.profile_model`
 (``latopt profile --variants full,pw,drop``), and the accuracy runs are :func:`latopt.run.run_main` (``latopt
-run --config C --seed S``). The queue (resumable, lock files) is :class:`latopt.jobqueue.JobQueue`.
+run --config C --seed S``). The queue (resumable, lock files) is :class:`tools.jobqueue.JobQueue`.
 
 - **budget** (:data:`MODELS` × :data:`TARGETS` × :data:`BUDGETS`): per model and target a LUT (cell
   ``lut-<model>.<target>``); per budget (cell ``budget-<model>.<target>@<B>``) the DP's plan with the budget
@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):   # run as a script: the checkout's root, for tools.*
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from latopt.jobqueue import JobQueue  # noqa: E402
 from tools import bench_methods as bm  # noqa: E402 - after the checkout is on sys.path
+from tools.jobqueue import JobQueue  # noqa: E402
 
 if TYPE_CHECKING:
     from latopt.dp import PlanRecord
@@ -99,9 +99,9 @@ def tolerances() -> dict[str, float]:
     return {"below": TOL_BELOW, "above": TOL_ABOVE}
 
 
-# ------------------------------------------------------------------ the queue (latopt.jobqueue)
+# ------------------------------------------------------------------ the queue (tools.jobqueue)
 class Queue(JobQueue):
-    """One part's queue (:class:`latopt.jobqueue.JobQueue`: resumable, lock files) under ``DIR/<part>``, with
+    """One part's queue (:class:`tools.jobqueue.JobQueue`: resumable, lock files) under ``DIR/<part>``, with
     this invocation's options (``opts``) and whether it is a smoke run (``smoke``)."""
 
     def __init__(self, root: Path, args: argparse.Namespace) -> None:
@@ -114,7 +114,7 @@ class Queue(JobQueue):
 def run_cells(q: Queue, cells: list[tuple[str, int, list[str]]], run: Any) -> None:
     """``run(q, cell, seed)`` for each cell not done, one thread a process; each record says whether the run
     was a smoke run."""
-    from latopt.torch_settings import set_threads
+    from latopt.training.torch_settings import set_threads
 
     set_threads(1)
     q.run(cells, lambda cell, seed: run(q, cell, seed) | {"smoke": q.smoke})
@@ -171,7 +171,7 @@ def parse_budget_cell(cell: str) -> tuple[str, str, float | None]:
 
 def checkpoint(q: Queue, key: str) -> tuple[Path, str]:
     """The network exported for ``key``: ``--base KEY=CKPT`` (trained; proxy importance), else a random-weight
-    checkpoint made once (BN statistics randomised, :func:`latopt.fold.randomize_bn_`; uniform importance)."""
+    checkpoint made once (BN statistics randomised, :func:`latopt.rewrite.randomize_bn_`; uniform importance)."""
     given = q.opts.base.get(key)
     if given:
         return Path(given), "trained"
@@ -180,9 +180,9 @@ def checkpoint(q: Queue, key: str) -> tuple[Path, str]:
     if not path.is_file():
         import torch
 
-        from latopt.checkpoint import CheckpointMeta, make_arch, save_checkpoint
-        from latopt.fold import randomize_bn_
-        from latopt.models import build_model
+        from latopt.files.checkpoint import CheckpointMeta, make_arch, save_checkpoint
+        from latopt.nets.models import build_model
+        from latopt.rewrite import randomize_bn_
 
         torch.manual_seed(0)
         m = build_model(spec["model"], num_classes=spec["num_classes"]).eval()
@@ -215,7 +215,7 @@ def cell_lut(q: Queue, key: str, target: str) -> dict[str, Any]:
     _, weights = checkpoint(q, key)
     nc = spec["num_classes"]
     if weights == "trained":
-        from latopt.checkpoint import load_checkpoint
+        from latopt.files.checkpoint import load_checkpoint
 
         nc = load_checkpoint(q.opts.base[key])[1].num_classes
     device = load_device(device_spec(q, target))
@@ -337,7 +337,7 @@ def front_record(root: Path) -> list[dict[str, Any]] | None:
     bound, and what became of it (``shipped``, ``rejected``: its bound above the constraint, ``not tested``: the
     fixed sequence stopped before it, ``over the constraint``: its selection drop above the constraint, so no
     candidate, ``base``, ``not needed``: slower than the trial shipped). None when the run has no pareto.json."""
-    from latopt.readers import read_json
+    from latopt.files.readers import read_json
     from latopt.search import FrontSummary
 
     path = root / "search" / "pareto.json"
@@ -368,8 +368,8 @@ def test_correct(ckpt: Path, task: Any) -> Any:
     import torch
     from torch.utils.data import DataLoader
 
-    from latopt.checkpoint import load_checkpoint
     from latopt.data import collate
+    from latopt.files.checkpoint import load_checkpoint
 
     model = load_checkpoint(ckpt)[0].eval()
     hits = []
@@ -387,7 +387,7 @@ def accuracy_record(root: Path, config: str, seed: int) -> dict[str, Any]:
     from latopt.config import load_config
     from latopt.data import load_task
     from latopt.export import read_export_record
-    from latopt.run.record import BaseStage, SearchPick
+    from latopt.run.run_record import BaseStage, SearchPick
 
     stages = bm.load_json(root / "run.json")["stages"]
     base, search = BaseStage.read(stages.get("base")), SearchPick.read(stages.get("search"))

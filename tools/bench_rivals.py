@@ -7,7 +7,7 @@ network latopt ships. The protocol is docs/rivals.md, written before the runs.
     python tools/bench_rivals.py measure --runs-dir DIR --seeds 0 [--smoke]
     python tools/bench_rivals.py publish --runs-dir DIR --seeds 0 [--results results/rivals]
 
-Cells (:class:`latopt.jobqueue.JobQueue` under DIR, shared by the processes that run them; a finished cell is
+Cells (:class:`tools.jobqueue.JobQueue` under DIR, shared by the processes that run them; a finished cell is
 skipped), per seed S: ``sS-main`` (``latopt run``: the main job, its shipped network re-exported here with its
 per-image test correctness), ``sS-base`` (the main job's base, exported: the as-is network), ``sS-lf-lut@λ``
 (:func:`tools.bench_methods.cell_lf`), ``sS-prune-e10>main`` (:func:`tools.bench_methods.cell_prune`, matched to
@@ -76,7 +76,7 @@ def cell_main(ctx: bm.Ctx, q_root: Path, seed: int, out: Path) -> dict[str, Any]
     """``latopt run --config fashion_mnist --seed S`` in ``DIR/main-sS`` (a finished run is reused stage by
     stage): its record (:func:`tools.bench_promises.accuracy_record`) and its shipped network exported here."""
     from latopt.run import run_main
-    from latopt.run.record import SearchPick
+    from latopt.run.run_record import SearchPick
 
     config: Any = CONFIG
     if ctx.args.smoke:
@@ -130,7 +130,7 @@ def match_width(ctx: bm.Ctx, target_onnx: str, widths: list[float], policy: dict
     widths giving the same convolutions are timed once."""
     from latopt.latency.devices import load_device
     from latopt.latency.profiler import measure_networks
-    from latopt.models import build_model
+    from latopt.nets.models import build_model
 
     res = ctx.cfg.data.resolution
     nets: dict[str, Any] = {}
@@ -155,7 +155,7 @@ def match_width(ctx: bm.Ctx, target_onnx: str, widths: list[float], policy: dict
 def cell_narrow(ctx: bm.Ctx, seed: int, out: Path) -> dict[str, Any]:
     """A narrower MobileNetV2, its width matched to the main job's network by measured latency, trained from
     scratch with the base's recipe, exported."""
-    from latopt.train import train_base
+    from latopt.training.base_training import train_base
 
     tgt = ctx.queue.done(f"s{seed}-{TARGET}")
     policy = bm.MATCH_POLICY_SMOKE if ctx.args.smoke else bm.MATCH_POLICY

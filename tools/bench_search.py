@@ -61,11 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     import optuna
     import yaml
 
-    from latopt.artifacts import write_json_atomic
-    from latopt.engine import seed_everything
     from latopt.errors import LatoptError
+    from latopt.files.artifacts import write_json_atomic
     from latopt.search import SearchOptions, format_table, recommend, run_search
     from latopt.search._pareto import base_trial
+    from latopt.training.loop import seed_everything
 
     overrides = {"data.task": args.task}
     for kv in args.override:

@@ -1,6 +1,6 @@
 """Benchmark: training throughput of latopt's loop, settings side by side in one interleaved run. Not a test.
 
-Images/s of training steps through :func:`latopt.engine.fit`, one :class:`latopt.accel.Accel` per setting:
+Images/s of training steps through :func:`latopt.training.loop.fit`, one :class:`latopt.training.accel.Accel` per setting:
 
     cpu-before     the CPU as latopt trained before channels_last and batched data: float32, NCHW, and (with
                    ``--data TASK``) every image read and collated one at a time
@@ -44,15 +44,15 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from latopt.accel import Accel
-from latopt.blocks import find_blocks
 from latopt.config import TrainConfig
 from latopt.data import get_task, make_loaders, subsample_train
-from latopt.engine import Report, Step, cross_entropy_loss, fit, make_optimizer, seed_everything
-from latopt.fold import fold_blocks, install_alpha
 from latopt.latency.timing import environment_info
-from latopt.models import build_model
-from latopt.torch_settings import set_threads
+from latopt.nets.blocks import find_blocks
+from latopt.nets.models import build_model
+from latopt.rewrite import fold_blocks, install_alpha
+from latopt.training.accel import Accel
+from latopt.training.loop import Report, Step, cross_entropy_loss, fit, make_optimizer, seed_everything
+from latopt.training.torch_settings import set_threads
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "cpu-before": {"device": "cpu", "per_sample": True},

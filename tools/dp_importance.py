@@ -21,13 +21,13 @@ import time
 
 from scipy.stats import spearmanr
 
-from latopt.artifacts import write_json_atomic
-from latopt.blocks import find_blocks
 from latopt.config import load_config
 from latopt.data import load_task
 from latopt.dp import variant_losses
+from latopt.files.artifacts import write_json_atomic
 from latopt.layerfold import check_base
-from latopt.torch_settings import set_threads
+from latopt.nets.blocks import find_blocks
+from latopt.training.torch_settings import set_threads
 
 
 def _rho(a: list[float], b: list[float]) -> float:

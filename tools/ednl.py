@@ -31,14 +31,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from torch import nn
 
-from latopt.artifacts import write_figure_atomic, write_json_atomic
 from latopt.config import TrainConfig
 from latopt.data import get_task
-from latopt.engine import Report, Step, evaluate, fit, make_optimizer, seed_everything, tensor_loader
-from latopt.fold import AlphaActivation, alpha_parameters, clamp_alphas_
+from latopt.files.artifacts import write_figure_atomic, write_json_atomic
 from latopt.layerfold import CompressionLoss
-from latopt.losses import TrainingLoss
-from latopt.torch_settings import set_threads
+from latopt.rewrite import AlphaActivation, alpha_parameters, clamp_alphas_
+from latopt.training.loop import Report, Step, evaluate, fit, make_optimizer, seed_everything, tensor_loader
+from latopt.training.losses import TrainingLoss
+from latopt.training.torch_settings import set_threads
 
 
 def flat_data(spec: str, resolution: int, seed: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -64,7 +64,7 @@ def make_fc(depth: int, width: int, d_in: int, n_out: int) -> nn.Sequential:
 def train(net: nn.Sequential, data: dict, epochs: int, lr: float, *, lambda_c: float = 0.0, alpha_lr: float = 0.05,
           p: float = 2.0, batch: int = 64, seed: int = 0) -> None:
     """Adam on the weights (AdamW without weight decay, constant lr) through latopt's engine and its training
-    loss (cross-entropy, :class:`latopt.losses.TrainingLoss`); with ``lambda_c`` > 0 also λ_c·L_c and the α's with
+    loss (cross-entropy, :class:`latopt.training.losses.TrainingLoss`); with ``lambda_c`` > 0 also λ_c·L_c and the α's with
     their own Adam, clipped to [0, 1] after each step."""
     alphas = alpha_parameters(net)
     prefold = lambda_c > 0

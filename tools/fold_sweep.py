@@ -19,11 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from latopt.artifacts import write_json_atomic
 from latopt.config import load_config
 from latopt.data import load_task
+from latopt.files.artifacts import write_json_atomic
 from latopt.layerfold import run_fold
-from latopt.torch_settings import set_threads
+from latopt.training.torch_settings import set_threads
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ check.
 
 Checks, in order (each one row of the table):
 
-1. **train ×3**: ``latopt``'s base training (:func:`latopt.train.train_base`) of the quickstart config
+1. **train ×3**: ``latopt``'s base training (:func:`latopt.training.base_training.train_base`) of the quickstart config
    (MobileNetV2-0.5 on digits, 32 px) for ``--epochs`` epochs on ``cuda`` with ``train.amp`` none (fp32,
    with torch's default TF32 switches, as ``latopt train`` runs), bf16 and fp16: seconds of each epoch, test
    accuracy (recorded in float32); passes when the run finishes with finite losses and a test accuracy above
@@ -111,8 +111,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NEEDED = ("torch", "timm", "numpy", "pydantic", "yaml", "sklearn", "scipy")
 # latopt's modules that the check's rows and its `latopt train / profile / export` subprocesses run: imported
 # before the first row, so that a package missing on a bare image stops the check at once, in one line
-CHECK_MODULES = ("latopt.config", "latopt.engine", "latopt.accel", "latopt.train", "latopt.resume",
-                 "latopt.layerfold", "latopt.models", "latopt.checkpoint", "latopt.latency.devices", "latopt.latency.profiler",
+CHECK_MODULES = ("latopt.config", "latopt.training.loop", "latopt.training.accel", "latopt.training.base_training", "latopt.training.resume",
+                 "latopt.layerfold", "latopt.nets.models", "latopt.files.checkpoint", "latopt.latency.devices", "latopt.latency.profiler",
                  "latopt.latency.backends.torch", "latopt.latency.backends.onnxruntime", "latopt.latency.onnx_io",
                  "latopt.export", "latopt.cli", "latopt.cli.train", "latopt.cli.profile", "latopt.cli.export")
 
@@ -198,7 +198,7 @@ def _tail(text: str, n: int = 3) -> str:
 class Checks:
     def __init__(self, args: argparse.Namespace) -> None:
         from latopt.config import load_config
-        from latopt.torch_settings import set_threads
+        from latopt.training.torch_settings import set_threads
 
         self.args = args
         self.smoke = args.cpu_smoke
@@ -235,9 +235,9 @@ class Checks:
 
     # ------------------------------------------------------------------------------------------- 1. train
     def train(self, amp: str) -> Row:
-        from latopt.accel import resolve
         from latopt.errors import LatoptError
-        from latopt.train import train_base
+        from latopt.training.accel import resolve
+        from latopt.training.base_training import train_base
 
         name = f"train {'fp32' if amp == 'none' else amp}"
         cfg = self.cfg.with_overrides({"train.amp": amp})
@@ -263,7 +263,7 @@ class Checks:
     def resume(self) -> Row:
         """``latopt train`` SIGKILLed after its first epoch's state is written, then rerun: it resumes."""
         from latopt.config import write_config
-        from latopt.resume import resume_path
+        from latopt.training.resume import resume_path
 
         amp = "none" if self.smoke else "fp16"
         name = f"resume {'fp32' if amp == 'none' else amp} NHWC"
@@ -350,9 +350,9 @@ class Checks:
 
     # ----------------------------------------------------------------------------------------- 5. latency
     def latency(self, precision: str) -> Row:
-        from latopt.checkpoint import load_checkpoint
+        from latopt.files.checkpoint import load_checkpoint
         from latopt.latency.profiler import measure_networks
-        from latopt.torch_settings import tf32_flags
+        from latopt.training.torch_settings import tf32_flags
 
         prof = self._device_profile()
         name = f"latency {'gpu-torch' if self.smoke else prof.name} {precision}"

@@ -166,7 +166,7 @@ def time_networks(nets: dict[str, Any], prof: Any, shape: tuple[int, ...], graph
     seconds}). :func:`latopt.latency.profiler.measure_networks` with the graph runners added to the same run."""
     from latopt.latency.backends import close_backend, get_backend
     from latopt.latency.timing import compare
-    from latopt.torch_settings import torch_threads
+    from latopt.training.torch_settings import torch_threads
 
     backend = get_backend(prof)
     runners: dict[str, Any] = {}
@@ -235,7 +235,7 @@ class Run:
         return elapsed()
 
     def save(self) -> None:
-        from latopt.artifacts import write_json_atomic
+        from latopt.files.artifacts import write_json_atomic
 
         self.rec["elapsed_s"] = round(self.elapsed(), 1)
         write_json_atomic(self.out / "plans.json", self.rec)
@@ -358,7 +358,7 @@ class Run:
 
     # ------------------------------------------------------------------------------------------- timing
     def measure(self, model: str, batch: int) -> None:
-        from latopt.artifacts import write_json_atomic
+        from latopt.files.artifacts import write_json_atomic
 
         cells = {k: c for k, c in self.rec["cells"].items() if c["model"] == model and c["batch"] == batch}
         if not cells:
@@ -401,9 +401,9 @@ class Run:
 
     def network(self, model: str, plan: dict[str, str]) -> Any:
         """The network of ``plan`` as export ships it: the model with random weights
-        (:func:`tools.bench_devices.network`, built once per model), folded by :func:`latopt.fold.as_shipped`;
+        (:func:`tools.bench_devices.network`, built once per model), folded by :func:`latopt.rewrite.as_shipped`;
         kept for the other batch (folding is the slow part: seconds per plan on the CPU)."""
-        from latopt.fold import as_shipped
+        from latopt.rewrite import as_shipped
         from tools.bench_devices import network
 
         sig = (model, json.dumps(plan, sort_keys=True))

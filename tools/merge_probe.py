@@ -24,16 +24,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from latopt.blocks import find_blocks
 from latopt.dp import candidates, select_plan, variant_losses
-from latopt.engine import seed_everything
-from latopt.fold import as_shipped, compose_span, randomize_bn_
 from latopt.latency.devices import load_device
 from latopt.latency.lut import load_lut
 from latopt.latency.onnx_io import export_onnx
 from latopt.latency.profiler import measure_networks
-from latopt.models import build_model
-from latopt.torch_settings import set_threads
+from latopt.nets.blocks import find_blocks
+from latopt.nets.models import build_model
+from latopt.rewrite import as_shipped, compose_span, randomize_bn_
+from latopt.training.loop import seed_everything
+from latopt.training.torch_settings import set_threads
 
 
 def merge_runs(folded: nn.Module, plan: dict[int, str]) -> tuple[nn.Module, list[list[int]]]:

@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):   # run as a script: this checkout's latopt, not whichever one pip installed editable
     sys.path.insert(0, str(ROOT))
 
-from latopt.artifacts import write_json_atomic  # noqa: E402 - after the checkout is on sys.path
 from latopt.config import dump_config, load_config  # noqa: E402
+from latopt.files.artifacts import write_json_atomic  # noqa: E402 - after the checkout is on sys.path
 from latopt.latency.timing import environment_info  # noqa: E402
 
 SCHEMA = "latopt.seed_sweep/1"

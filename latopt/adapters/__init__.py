@@ -1,15 +1,15 @@
 """Block adapters and stem/head adapters: what latopt knows about the parts of a network, in one registry.
 
 A **block adapter** (:class:`BlockAdapter`) recognises one kind of block by the module's type and structure
-(``match``) and describes it (``describe`` → :class:`latopt.blocks.Block`): its convolutions, norms and
+(``match``) and describes it (``describe`` → :class:`latopt.nets.blocks.Block`): its convolutions, norms and
 activations (paths), residual or projection shortcut, stride, whether it has squeeze-excitation (then not
 foldable, with the reason; a residual one may still be dropped), its ``layout``, which says how its variants
-are built and folded (:mod:`latopt.fold.transform` and the algebra of :mod:`latopt.fold.compose`), and so which
-variants are exact for it (``Block.variants``, ``Block.fold_modes``). :func:`latopt.blocks.find_blocks` walks a model and asks
+are built and folded (:mod:`latopt.rewrite.transform` and the algebra of :mod:`latopt.rewrite.compose`), and so which
+variants are exact for it (``Block.variants``, ``Block.fold_modes``). :func:`latopt.nets.blocks.find_blocks` walks a model and asks
 the adapters in registration order; the first whose ``match`` is true describes the module.
 
 A **stem/head adapter** (:class:`StemHeadAdapter`) recognises a model's layout and returns its
-:class:`latopt.stemhead.FixedParts` (:func:`latopt.stemhead.fixed_parts` asks them in order).
+:class:`latopt.nets.stemhead.FixedParts` (:func:`latopt.nets.stemhead.fixed_parts` asks them in order).
 
 Adding a block type is one module that calls :func:`register_block` (and, for a new network layout,
 :func:`register_stem_head`) at import, imported at the end of this file. The built-in ones:
@@ -38,13 +38,13 @@ from typing import Any
 
 from torch import nn
 
-from latopt.adapters.base import Block
+from latopt.adapters.anatomy import Block
 
 
 @dataclass(frozen=True)
 class BlockAdapter:
     """``match(module)``: is this a block this adapter knows; ``describe(index, path, module)``: its Block.
-    ``family`` ("timm" / "torchvision" / "latopt") is what :func:`latopt.blocks.block_kind` returns."""
+    ``family`` ("timm" / "torchvision" / "latopt") is what :func:`latopt.nets.blocks.block_kind` returns."""
 
     name: str
     family: str
@@ -59,7 +59,7 @@ class StemHeadAdapter:
 
     name: str
     match: Callable[[nn.Module], bool]
-    parts: Callable[[nn.Module], Any]  # -> latopt.stemhead.FixedParts (stemhead imports this module)
+    parts: Callable[[nn.Module], Any]  # -> latopt.nets.stemhead.FixedParts (stemhead imports this module)
 
 
 _BLOCKS: list[BlockAdapter] = []

@@ -1,6 +1,6 @@
 """Block adapter for latopt's own block modules: a block already folded (``FoldedBlock``, dropped ones
 included), in its ``pw`` variant network (``PointwiseBlock``), or merged into a span (a module whose ``info``
-is a span's or a merged block's :class:`~latopt.layers.FoldInfo`). Kept in the numbering, never foldable
+is a span's or a merged block's :class:`~latopt.nets.layers.FoldInfo`). Kept in the numbering, never foldable
 again; ``info`` describes the original block."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 from torch import nn
 
 from latopt.adapters import BlockAdapter, register_block
-from latopt.adapters.base import Block
-from latopt.layers import FoldedBlock, FoldInfo, PointwiseBlock
-from latopt.variants import VARIANTS
+from latopt.adapters.anatomy import Block
+from latopt.nets.layers import FoldedBlock, FoldInfo, PointwiseBlock
+from latopt.nets.variants import VARIANTS
 
-_PARTS = {  # variant -> (convs, bns) of latopt's block modules: a fold variant's (latopt.variants), a span's
+_PARTS = {  # variant -> (convs, bns) of latopt's block modules: a fold variant's (latopt.nets.variants), a span's
     **{n: (tuple(c[0] for c in v.convs), ()) for n, v in VARIANTS.items()},
     "span": (("conv.conv",), ()), "merged": ((), ()),
 }
@@ -23,7 +23,7 @@ _PARTS = {  # variant -> (convs, bns) of latopt's block modules: a fold variant'
 def _match(m: nn.Module) -> bool:
     if isinstance(m, (FoldedBlock, PointwiseBlock)):
         return True
-    info = getattr(m, "info", None)  # a merged span's convolution or a block merged into it (latopt.fold.merge)
+    info = getattr(m, "info", None)  # a merged span's convolution or a block merged into it (latopt.rewrite.merge)
     return isinstance(info, FoldInfo) and info.variant in ("span", "merged")
 
 

@@ -1,4 +1,4 @@
-"""Stem/head adapters: where the stem and the head of a known network layout are (:mod:`latopt.stemhead`)."""
+"""Stem/head adapters: where the stem and the head of a known network layout are (:mod:`latopt.nets.stemhead`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from torch import nn
 
 from latopt.adapters import StemHeadAdapter, from_library, register_stem_head
-from latopt.stemhead import FixedParts, _Head, seq, split_blocks
+from latopt.nets.stemhead import FixedParts, _Head, seq, split_blocks
 
 
 def _has(model: nn.Module, *names: str) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 from torch import nn
 
 from latopt.adapters import BlockAdapter, from_library, register_block
-from latopt.adapters.base import Block, is_identity, make_block
+from latopt.adapters.anatomy import Block, is_identity, make_block
 from latopt.errors import LatoptError
 
 

@@ -1,5 +1,5 @@
 """Block adapters for ResNet blocks: timm ``BasicBlock`` / ``Bottleneck`` (also the blocks of latopt's CIFAR
-ResNets, :mod:`latopt.cifar`) and torchvision's.
+ResNets, :mod:`latopt.nets.cifar_resnets`) and torchvision's.
 
 - ``BasicBlock`` (k×k → BN → act1 → k×k → BN, + shortcut, → act2): layout ``basic``. With act1 linear the
   two k×k convolutions compose into one of size k + s·(k − 1) (two 3x3 → one 5x5; 7x7 at stride 2) and
@@ -14,7 +14,7 @@ ResNets, :mod:`latopt.cifar`) and torchvision's.
   convolution followed by it (``FoldInfo.post_act``).
 
 torchvision's blocks apply one ``relu`` module three times (inside and after the addition), so its inner
-activations cannot be replaced alone: :func:`separate_activations_` (called by :func:`latopt.models.build_model`
+activations cannot be replaced alone: :func:`separate_activations_` (called by :func:`latopt.nets.models.build_model`
 for torchvision ResNets) gives each use its own module (``act1``, ``act2`` [, ``act3``]; the state dict is
 unchanged). A torchvision block not converted is listed with that reason.
 """
@@ -29,7 +29,7 @@ from torchvision.models.resnet import BasicBlock as _TvBasic
 from torchvision.models.resnet import Bottleneck as _TvBottleneck
 
 from latopt.adapters import BlockAdapter, from_library, register_block
-from latopt.adapters.base import Block, is_identity, make_block
+from latopt.adapters.anatomy import Block, is_identity, make_block
 
 
 class TvBasicBlock(_TvBasic):

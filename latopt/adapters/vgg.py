@@ -3,7 +3,7 @@ block of layout ``basic``, as a ResNet BasicBlock without the shortcut.
 
 A VGG network (torchvision ``vgg*``, timm ``vgg*``, latopt's ``vgg*_cifar``) has no block modules: its
 ``features`` is one flat ``nn.Sequential`` of Conv2d, [BatchNorm2d,] ReLU and MaxPool2d. :func:`pair_convs_`
-(called by :func:`latopt.models.build_model` for every model) finds such stacks by their structure, never by the
+(called by :func:`latopt.nets.models.build_model` for every model) finds such stacks by their structure, never by the
 model's name, and groups each pair of consecutive conv units of a stage (the layers between two max-pools) into a
 :class:`ConvPair` (``conv1 → bn1 → act1 → conv2 → bn2 → act2``): the function is unchanged, the modules are the
 model's own, only the state-dict keys gain the pair's level (``features.3.conv1.weight``). A stage of three
@@ -15,7 +15,7 @@ the border (``paper`` mode only, ``Block.fold_modes``); ``act2`` is kept after t
 grouped but not foldable: the fold algebra folds a convolution with its BN.
 
 The max-pools between the stages sit between the blocks, so a VGG has no stem/head split latopt can time
-(``latopt.stemhead.split_blocks`` says where): ``latopt inspect`` and the folds work on it; ``latopt profile``
+(``latopt.nets.stemhead.split_blocks`` says where): ``latopt inspect`` and the folds work on it; ``latopt profile``
 (and so the DP) refuses it with that reason.
 """
 
@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from latopt.adapters import BlockAdapter, StemHeadAdapter, register_block, register_stem_head
-from latopt.adapters.base import Block, make_block
-from latopt.stemhead import FixedParts, _Head, seq, split_blocks
+from latopt.adapters.anatomy import Block, make_block
+from latopt.nets.stemhead import FixedParts, _Head, seq, split_blocks
 
 _UNIT = (nn.Conv2d, nn.BatchNorm2d, nn.ReLU)
 _PLAIN = (*_UNIT, nn.MaxPool2d)
@@ -128,7 +128,7 @@ register_block(BlockAdapter("vgg", "latopt", lambda m: isinstance(m, ConvPair), 
 
 def _vgg_parts(model: nn.Module) -> FixedParts:
     """torchvision's and latopt's VGG: ``features`` + ``avgpool`` + ``classifier``. The max-pools between the
-    stages split the blocks, so :func:`latopt.stemhead.split_blocks` refuses it, naming the first one."""
+    stages split the blocks, so :func:`latopt.nets.stemhead.split_blocks` refuses it, naming the first one."""
     before, after = split_blocks(model, ["features"])
     head = _Head(seq(model, after), model.get_submodule("avgpool"), model.get_submodule("classifier"))
     return FixedParts(seq(model, before), head, tuple(before), (*after, "avgpool", "classifier"))

@@ -1,6 +1,6 @@
 """The ``latopt`` command line: one sub-command per stage, all argument parsing in this package.
 
-The stages are plain Python APIs (``latopt.train``, ``latopt.layerfold``, ``latopt.export``, ...) that know
+The stages are plain Python APIs (``latopt.training.base_training``, ``latopt.layerfold``, ``latopt.export``, ...) that know
 nothing of argparse. Each module of this package wires one stage: ``register(subparsers)`` adds its
 parser(s) and sets ``func`` (a callable taking the parsed ``Namespace`` and returning an exit code or
 ``None``) that turns the arguments into one API call and prints its results to stdout; progress and
@@ -193,7 +193,9 @@ def _check_torchrun(command: str) -> None:
     world = os.environ.get("WORLD_SIZE", "1")
     if command in TORCHRUN_COMMANDS or world in ("", "0", "1"):
         return
-    from latopt.accel import launched_by_torchrun  # start-up time: torch is imported only under a launcher
+    from latopt.training.accel import (
+        launched_by_torchrun,  # start-up time: torch is imported only under a launcher
+    )
 
     if launched_by_torchrun():
         raise LatoptError(f"latopt {command} does not run under torchrun (WORLD_SIZE={world}); only "

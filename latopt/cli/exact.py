@@ -16,7 +16,7 @@ from latopt.errors import LatoptError
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from latopt.exact.record import CompressToolReport, RegionsReport, ShallowReport
+    from latopt.exact.exact_record import CompressToolReport, RegionsReport, ShallowReport
 
 # start-up time: each handler imports latopt.exact.tools (numpy, torch, HiGHS) when it runs, not for --help
 
@@ -94,7 +94,7 @@ def _threads_arg(p: argparse.ArgumentParser) -> None:
 
 def _set_threads(n: int | None) -> None:
     # set_threads bounds the count (latopt.counts): one line, never libgomp's abort
-    from latopt.torch_settings import set_threads
+    from latopt.training.torch_settings import set_threads
 
     set_threads(n)
 

@@ -29,7 +29,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(f"wrote {out}/export.json, REPORT.md and {', '.join(r.files)}")
     lat = r.latency
     if lat is not None and lat.count_unit:   # a count device: counts in their unit, nothing measured
-        from latopt.export.report import latency_line
+        from latopt.export.export_report import latency_line
 
         print(latency_line(lat))
     elif lat is not None:

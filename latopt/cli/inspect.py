@@ -6,10 +6,10 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
-from latopt.artifacts import write_json_atomic
 from latopt.cli.common import common_parser
 from latopt.constants import FOLD_CHECK_TOLERANCE, FOLD_MODES, RESOLUTION_RANGE, SUPPORTED_MODELS
 from latopt.errors import LatoptError, VerificationError, first_line
+from latopt.files.artifacts import write_json_atomic
 from latopt.log import get_logger
 
 if TYPE_CHECKING:  # start-up time: torch is imported when a command runs
@@ -19,9 +19,9 @@ if TYPE_CHECKING:  # start-up time: torch is imported when a command runs
 def _cmd_inspect(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
     from latopt.config import check_resolution
-    from latopt.engine import seed_everything
-    from latopt.inspection import check_fold, format_check, format_report, inspect_model
-    from latopt.models import build_model, canonical_name
+    from latopt.nets.block_table import check_fold, format_check, format_report, inspect_model
+    from latopt.nets.models import build_model, canonical_name
+    from latopt.training.loop import seed_everything
 
     if (args.data or args.random_bn) and not args.check_fold:
         raise LatoptError(f"{'--data' if args.data else '--random-bn'} applies to --check-fold; add it")
@@ -107,8 +107,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _from_checkpoint(args: argparse.Namespace) -> tuple[nn.Module, str, int, int]:
     """``--checkpoint``: its (unfolded) network, model name, class count and resolution (the flags', where given
     and consistent)."""
-    from latopt.checkpoint import load_checkpoint
-    from latopt.models import canonical_name
+    from latopt.files.checkpoint import load_checkpoint
+    from latopt.nets.models import canonical_name
 
     model, arch, meta = load_checkpoint(args.checkpoint)
     if args.model is not None and canonical_name(args.model) != arch.model:

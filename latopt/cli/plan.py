@@ -81,8 +81,8 @@ def _main(args: argparse.Namespace) -> int:
 
         overrides["dp.budget_rounds"] = check_rounds(args.budget_rounds, "budget_rounds")
     # start-up time: Optuna and the training stack load when a plan is made, not for `latopt --help`
-    from latopt.engine import seed_everything
     from latopt.search import SearchOptions, plan_confirmation, plan_file, plan_report, run_plan
+    from latopt.training.loop import seed_everything
 
     seed_everything(args.seed)
     if args.plan_only:

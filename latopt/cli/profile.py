@@ -10,11 +10,11 @@ from latopt.constants import FOLD_MODES, FOLD_VARIANTS
 
 def _cmd_profile(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
-    from latopt.engine import seed_everything
     from latopt.latency.devices import load_device
     from latopt.latency.lut import default_lut_path, save_lut
     from latopt.latency.profiler import format_lut, profile_model
-    from latopt.models import check_num_classes
+    from latopt.nets.models import check_num_classes
+    from latopt.training.loop import seed_everything
 
     device = load_device(args.device)
     batch = args.batch if args.batch is not None else device.batch

@@ -16,7 +16,7 @@ from latopt.constants import COSTS, OBJECTIVES, SAMPLERS
 from latopt.errors import LatoptError
 
 if TYPE_CHECKING:
-    from latopt.search.record import FrontSummary
+    from latopt.search.study_record import FrontSummary
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -85,8 +85,8 @@ def _main(args: argparse.Namespace) -> int:
         raise LatoptError("latopt search needs --config FILE (or --show to print an existing study's front)")
     overrides = {**_overrides(args.overrides), "method": "layerfold"}   # latopt plan is the DP's command
     # start-up time: Optuna and the training stack load when a search runs, not for `latopt --help`
-    from latopt.engine import seed_everything
     from latopt.search import SearchOptions, run_search
+    from latopt.training.loop import seed_everything
 
     seed_everything(args.seed)
     res = run_search(SearchOptions(

@@ -61,10 +61,10 @@ def _placement_args(p: argparse.ArgumentParser) -> None:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
-    from latopt.accel import is_main_process, process_group
     from latopt.config import load_config
-    from latopt.torch_settings import set_threads
-    from latopt.train import train_base
+    from latopt.training.accel import is_main_process, process_group
+    from latopt.training.base_training import train_base
+    from latopt.training.torch_settings import set_threads
 
     if args.epochs is not None and args.epochs < 0:
         raise LatoptError(f"--epochs must be >= 0, got {args.epochs}")
@@ -87,10 +87,10 @@ def _placement(args: argparse.Namespace) -> dict[str, str | None]:
 
 def _cmd_fold(args: argparse.Namespace) -> int:
     # start-up time: the stage (torch, ...) is imported when the command runs, not for `latopt --help`
-    from latopt.accel import is_main_process, process_group
     from latopt.config import load_config
     from latopt.layerfold import format_summary, run_fold
-    from latopt.torch_settings import set_threads
+    from latopt.training.accel import is_main_process, process_group
+    from latopt.training.torch_settings import set_threads
 
     cfg = load_config(args.config, {"fold.lambda_c": args.lambda_c, "fold.tau": args.tau, "fold.p": args.p,
                                     "fold.granularity": args.granularity, "fold.distill": args.distill,

@@ -1,5 +1,5 @@
 """``latopt import``: your own weights (a state_dict or safetensors file of a zoo architecture) as a latopt
-checkpoint (:func:`latopt.weights.import_weights`)."""
+checkpoint (:func:`latopt.files.weights_import.import_weights`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from latopt.weights import import_weights
+    from latopt.files.weights_import import import_weights
 
     out = Path(args.out) if args.out else Path(Path(args.weights).name.split(".")[0] + ".latopt.pt")
     r = import_weights(args.weights, args.model, out, normalize=_normalize(args.normalize))

@@ -9,10 +9,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler, default_collate
 
-from latopt.accel import Accel
 from latopt.data.arrays import Batch
 from latopt.data.task import Task
 from latopt.errors import LatoptError
+from latopt.training.accel import Accel
 
 
 def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | None = None
@@ -23,7 +23,7 @@ def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | N
     Training: ``batch_size`` is the global batch, ``batch_size / world_size`` per process (it must
     divide, and give each process 2 or more images); a :class:`DistributedSampler` shuffles every epoch with the
     seed ``seed + epoch``
-    (:func:`latopt.engine.fit` calls ``set_epoch``), one permutation of which each process takes every
+    (:func:`latopt.training.loop.fit` calls ``set_epoch``), one permutation of which each process takes every
     W-th index — so step k of W processes sees the samples step k of one process sees (when W does not
     divide the training set, the sampler repeats up to W−1 samples per epoch to even the shards), and a
     resumed run sees the order it would have seen. An epoch's last batch is dropped when it would hold one image
@@ -33,7 +33,7 @@ def make_loaders(task: Task, batch_size: int, seed: int = 0, *, accel: Accel | N
     A dataset with ``__getitems__`` returning a :class:`~latopt.data.arrays.Batch` (the in-memory tasks) makes
     each batch in one pass (:func:`collate`); any other dataset is read per sample and collated by torch.
     Evaluation: each process takes every W-th sample, without padding (:class:`ShardSampler`);
-    :func:`latopt.engine.evaluate` sums the counts."""
+    :func:`latopt.training.loop.evaluate` sums the counts."""
     accel = accel or Accel()
     world, rank = accel.world_size, accel.rank
     if batch_size % world:

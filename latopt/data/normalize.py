@@ -17,17 +17,17 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from latopt.checkpoint import load_checkpoint
 from latopt.config import RunConfig
 from latopt.constants import NORMALIZE_NAMES
 from latopt.data.arrays import Batch
 from latopt.data.task import Norm, Task
 from latopt.errors import LatoptError
-from latopt.records import Normalize, NormalizeStats, validated
+from latopt.files.checkpoint import load_checkpoint
+from latopt.files.records import Normalize, NormalizeStats, validated
 
 
 def norm_of(spec: Any) -> Norm | None:
-    """The (mean, std) of a ``data.normalize`` value (:data:`latopt.records.Normalize`: a name of
+    """The (mean, std) of a ``data.normalize`` value (:data:`latopt.files.records.Normalize`: a name of
     :data:`~latopt.constants.NORMALIZE_NAMES`, or the statistics); ``"task"`` or None: None (the task's own)."""
     if spec is None or spec == "task":
         return None

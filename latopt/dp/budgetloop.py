@@ -5,7 +5,7 @@ The DP fills the LUT-predicted budget to the last per cent, so every error of th
 224 px, more at 32 px, and moving with the machine's load) becomes a miss. The device is at hand, so after
 :func:`latopt.dp.select_plan` has chosen a plan at budget B the loop times it against the as-is network in one
 interleaved run (:func:`latopt.latency.profiler.measure_networks`, the networks in the form export ships:
-:func:`latopt.fold.as_shipped`; seconds). The measured ratio r_m is the plan's median over the as-is median (what
+:func:`latopt.rewrite.as_shipped`; seconds). The measured ratio r_m is the plan's median over the as-is median (what
 ``latopt export`` measures: 1 / its speed-up); its spread is the quartiles of the per-round ratio. Then:
 
 - r_m within the tolerance ``[B·(1 − TOL_BELOW), B·(1 + TOL_ABOVE)]`` (3 % below, 2 % above): done;
@@ -35,7 +35,7 @@ Not measured (one note in the record and a progress line): ``rounds`` 0 (status 
 TensorRT without its GPU, status ``skipped``); no device profile of the LUT's device here, or one whose backend,
 precision or batch is not the LUT's (``skipped``). The plan is then the DP's plan on the LUT alone.
 
-The record (:class:`latopt.dp.record.BudgetLoop`; ``budget_loop`` in the plan file and in the DP's report.json)::
+The record (:class:`latopt.dp.plan_record.BudgetLoop`; ``budget_loop`` in the plan file and in the DP's report.json)::
 
     asked        B, the budget asked for
     rounds_max   the most plans measured;  tolerance [low, high]: the accepted measured ratios
@@ -49,7 +49,7 @@ The record (:class:`latopt.dp.record.BudgetLoop`; ``budget_loop`` in the plan fi
 
 Public API::
 
-    DEFAULT_ROUNDS, TOL_BELOW, TOL_ABOVE, NOISE_FRACTION   (TIMINGS and the statuses: latopt.dp.record)
+    DEFAULT_ROUNDS, TOL_BELOW, TOL_ABOVE, NOISE_FRACTION   (TIMINGS and the statuses: latopt.dp.plan_record)
     meet_budget(lut, losses, budget, *, rounds=DEFAULT_ROUNDS, device=None, measure=None, progress=True,
                 resolution=DEFAULT_RESOLUTION) -> (plan, selection, record)
     Measured(ratio, ratio_q1, ratio_q3, asis_ms, plan_ms, asis_iqr_ms, plan_iqr_ms, n)   a plan's timing
@@ -69,7 +69,7 @@ from typing import Any
 
 from latopt.constants import MAX_BUDGET_ROUNDS
 from latopt.dp.knapsack import DEFAULT_RESOLUTION
-from latopt.dp.record import TIMINGS, BudgetLoop, LoopMeasured, LoopRound, Selection
+from latopt.dp.plan_record import TIMINGS, BudgetLoop, LoopMeasured, LoopRound, Selection
 from latopt.dp.select import check_budget, select_plan
 from latopt.errors import LatoptError
 from latopt.latency.lut import LUT
@@ -171,11 +171,11 @@ def device_timer(lut: LUT, profile: Any) -> Iterator[Timer]:
     opened once and closed on exit. LatoptError when the backend cannot run here."""
     import torch
 
-    from latopt.blocks import input_channels
-    from latopt.fold import as_shipped
     from latopt.latency.backends import close_backend, get_backend
     from latopt.latency.profiler import measure_networks
-    from latopt.models import build_model
+    from latopt.nets.blocks import input_channels
+    from latopt.nets.models import build_model
+    from latopt.rewrite import as_shipped
 
     backend = get_backend(profile)
     try:

@@ -11,7 +11,7 @@ assumes they add up across blocks (as LayerMerge and DepthShrinker do). Methods 
   per candidate.
 - ``finetune`` (expensive, the reference): the fold of that block alone fine-tuned for ``epochs`` epochs
   at ``fold.post_lr`` (:func:`latopt.layerfold.fold_plan_and_finetune`) with the training loss of every
-  fine-tune (:mod:`latopt.losses`: ``fold.distill``'s distillation from the base, its teacher built once for
+  fine-tune (:mod:`latopt.training.losses`: ``fold.distill``'s distillation from the base, its teacher built once for
   all candidates), on ``train.device``, then its validation accuracy; loss = base accuracy − that.
   #candidates fine-tunes.
 - ``uniform``: loss 1 for every variant other than ``none``: the DP then changes as few blocks as the
@@ -46,17 +46,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.swa_utils import update_bn
 
-from latopt.accel import resolve
 from latopt.constants import IMPORTANCE_METHODS, LUT_VARIANTS
 from latopt.data import Task, make_loaders
-from latopt.engine import evaluate, seed_everything
 from latopt.errors import LatoptError
-from latopt.fold import linearize
 from latopt.latency.lut import LUT
 from latopt.layerfold import fold_plan_and_finetune
 from latopt.log import get_logger, time_left
-from latopt.losses import TrainingLoss, training_loss
-from latopt.variants import VARIANTS
+from latopt.nets.variants import VARIANTS
+from latopt.rewrite import linearize
+from latopt.training.accel import resolve
+from latopt.training.loop import evaluate, seed_everything
+from latopt.training.losses import TrainingLoss, training_loss
 
 _LOG = get_logger("dp")
 
@@ -118,7 +118,7 @@ def variant_losses(cfg: Any, model: nn.Module | None, task: Task | None, cands: 
     loses 0. ``model`` is the trained base network (not modified). ``clip=False`` keeps losses below 0
     (for measuring the proxy, ``tools/dp_importance.py``; the DP wants them clipped). ``loss``: the training
     loss of ``finetune``'s fine-tunes, its teacher on ``train.device`` (default:
-    :func:`latopt.losses.training_loss` of ``cfg`` and ``model``, built once here)."""
+    :func:`latopt.training.losses.training_loss` of ``cfg`` and ``model``, built once here)."""
     check_importance(method)
     if method == "uniform":
         return _uniform(cands)

@@ -7,9 +7,9 @@ unfolded checkpoint (:func:`read_plan`, :func:`check_plan`) through the fold alg
 the export gates, on any device (a plan made for one device is how it is measured on another).
 
 The file (schema ``latopt.plan/1``), read back as one validated record (:class:`PlanRecord`, a
-:class:`~latopt.records.StrictModel`: an unknown field, a field missing, of the wrong type (a boolean is not a
+:class:`~latopt.files.records.StrictModel`: an unknown field, a field missing, of the wrong type (a boolean is not a
 number, a string not a mapping) or out of its bounds is one error line naming it; a key given twice, NaN or
-Infinity is refused by :func:`latopt.readers.read_json` before)::
+Infinity is refused by :func:`latopt.files.readers.read_json` before)::
 
     schema        "latopt.plan/1"; a reader refuses any other
     model, resolution            what the plan applies to (export refuses a checkpoint of another); resolution
@@ -27,10 +27,10 @@ Infinity is refused by :func:`latopt.readers.read_json` before)::
                   ASCII decimal integers ("3", not "03" or "٣"), at most MAX_PLAN_BLOCKS; variant "none" (left
                   as it is) or one of ``variants``; the blocks of a span in the variants the span composes
     spans         [[start, end, kernel], ...]: runs of consecutive blocks export merges into one
-                  ``kernel``×``kernel`` convolution each (exact; :mod:`latopt.fold.merge`), [] when the LUT
+                  ``kernel``×``kernel`` convolution each (exact; :mod:`latopt.rewrite.merge`), [] when the LUT
                   times no span; 0 <= start < end < n (checked before any span is expanded), kernel odd in
                   1 .. MAX_SPAN_KERNEL, spans disjoint, their blocks full, pw or drop. That the kernel is what
-                  the blocks compose to needs the network: export checks it (:func:`latopt.export.plan.build_plan`)
+                  the blocks compose to needs the network: export checks it (:func:`latopt.export.shipped.build_plan`)
     predicted     {asis_ms, ms, ratio, speedup} > 0: the LUT's prediction of the as-is and planned networks
                   (ratio = ms / asis_ms <= the budget the DP solved at, speedup = asis_ms / ms)
     selection     select_plan's info (budget = the budget the DP solved at: ``budget``, or the kept round's of the
@@ -66,7 +66,6 @@ from typing import Annotated, ClassVar, Literal, get_args
 from pydantic import AfterValidator, Field, model_validator
 
 from latopt import __version__
-from latopt.artifacts import file_sha256, write_json_atomic
 from latopt.config import RunConfig
 from latopt.constants import (
     FOLD_VARIANTS,
@@ -80,15 +79,16 @@ from latopt.constants import (
 )
 from latopt.dp.budgetloop import loop_summary, meet_budget
 from latopt.dp.importance import candidates, variant_losses
-from latopt.dp.record import MAX_PLAN_BLOCKS, BudgetLoop, Ms, NonEmpty, Selection, Span, Text
+from latopt.dp.plan_record import MAX_PLAN_BLOCKS, BudgetLoop, Ms, NonEmpty, Selection, Span, Text
 from latopt.dp.select import check_budget
 from latopt.errors import LatoptError
-from latopt.fold.span import SPAN_VARIANTS
+from latopt.files.artifacts import file_sha256, write_json_atomic
+from latopt.files.readers import read_json
+from latopt.files.records import Artefact, BlockKey, Positive, Resolution, StrictModel, validated
 from latopt.latency.lut import load_lut
 from latopt.log import get_logger
-from latopt.models import same_model
-from latopt.readers import read_json
-from latopt.records import Artefact, BlockKey, Positive, Resolution, StrictModel, validated
+from latopt.nets.models import same_model
+from latopt.rewrite.span import SPAN_VARIANTS
 
 PLAN_SCHEMA = "latopt.plan/1"
 PlanImportance = Literal["uniform", "proxy"]   # what a plan without training may be scored by

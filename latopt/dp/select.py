@@ -1,6 +1,6 @@
 """The DP's choice on the LUT: :func:`select_plan`, the least-loss plan whose LUT-predicted latency is within a
 budget (the chain DP over single blocks and merged spans), and :func:`check_budget`. Apart from
-:mod:`latopt.dp.stage` (which applies a plan) so that the budget loop (:mod:`latopt.dp.budgetloop`), which
+:mod:`latopt.dp.dp_stage` (which applies a plan) so that the budget loop (:mod:`latopt.dp.budgetloop`), which
 re-solves, and the stage, which runs the loop, import it without a circle."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from latopt.dp.knapsack import DEFAULT_RESOLUTION, cheapest, solve_chain
-from latopt.dp.record import Selection
-from latopt.dp.spans import decode, span_options
+from latopt.dp.plan_record import Selection
+from latopt.dp.span_options import decode, span_options
 from latopt.errors import LatoptError
 from latopt.latency.backends.count import lut_unit
 from latopt.latency.lut import LUT, predict
@@ -30,8 +30,8 @@ def select_plan(lut: LUT, losses: Mapping[int, Mapping[str, float]], budget: flo
     ``losses[block][variant]`` (``none`` included; :func:`latopt.dp.importance.variant_losses`): the
     options of each block; a block missing from ``losses`` stays as it is. With ``spans`` and a LUT that
     times spans, the DP chooses over spans and single blocks together (:func:`latopt.dp.knapsack.solve_chain`,
-    :mod:`latopt.dp.spans`). Returns (plan {block: variant} without the ``none`` blocks, the blocks of a span
-    included, and its :class:`~latopt.dp.record.Selection`: budget, asis_ms, target_ms, predicted_ms (undiscretised,
+    :mod:`latopt.dp.span_options`). Returns (plan {block: variant} without the ``none`` blocks, the blocks of a span
+    included, and its :class:`~latopt.dp.plan_record.Selection`: budget, asis_ms, target_ms, predicted_ms (undiscretised,
     ≤ target), ratio, loss, resolution, slack_ms = the most the discretisation can leave unused, spans =
     [[start, end, kernel], ...] merged into one convolution each)."""
     budget = check_budget(budget)

@@ -7,7 +7,7 @@
 * :func:`enumerate_regions` -- the linear regions of a small network (counted, certified, plotted for 2-D);
 * :func:`eps_network` / :class:`IndicatorNet` -- shallow rewrites built from the regions;
 * :mod:`latopt.exact.mlp` -- Linear/ReLU classifiers on scikit-learn's digits, ``latopt.mlp/1`` checkpoints;
-* :mod:`latopt.exact.record` -- the validated records the tools return and write (:class:`Verification`,
+* :mod:`latopt.exact.exact_record` -- the validated records the tools return and write (:class:`Verification`,
   :class:`Widths`, :class:`CompressRecord`, and the ``latopt compress | regions | shallow`` reports
   :class:`CompressToolReport`, :class:`RegionsReport`, :class:`ShallowReport`, read back with :func:`read_report`).
 
@@ -100,9 +100,7 @@ __all__ = [  # _API's names (tests/test_exact_extra.py checks that the two agree
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
     from latopt.exact.analysis import StabilityAnalysis, UnitVerdict, analyze_stability
-    from latopt.exact.mlp import build_mlp, load_mlp, load_split, save_mlp, train_mlp
-    from latopt.exact.network import Box, ReluMLP, from_module
-    from latopt.exact.record import (
+    from latopt.exact.exact_record import (
         CompressRecord,
         CompressToolReport,
         RegionsReport,
@@ -111,6 +109,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         Widths,
         read_report,
     )
+    from latopt.exact.mlp import build_mlp, load_mlp, load_split, save_mlp, train_mlp
+    from latopt.exact.network import Box, ReluMLP, from_module
     from latopt.exact.regions import (
         RegionEnumeration,
         RegionLimits,

@@ -28,9 +28,9 @@ import numpy as np
 from latopt.errors import LatoptError, VerificationError
 from latopt.exact.bounds import interval_layer, lp_bounds, post_activation
 from latopt.exact.encoding import ACTIVE, INACTIVE, UNSTABLE, build_encoding
+from latopt.exact.exact_record import LayerStability, StabilityCounts, StabilitySummary, StabilityTimings
 from latopt.exact.milp import SignDecider
 from latopt.exact.network import Box, ReluMLP
-from latopt.exact.record import LayerStability, StabilityCounts, StabilitySummary, StabilityTimings
 
 METHODS = ("interval", "lp", "milp")
 

@@ -10,7 +10,7 @@ Checkpoint file (``torch.save``, read back with ``weights_only=True``)::
 ``latopt compress`` can re-create the test split and report accuracy before/after (:func:`split_of`).
 Training follows the seed paper's recipe scaled to digits: SGD (lr 0.01, classical momentum 0.9, no weight
 decay), batch 64, Kaiming init with zero biases, an l1 penalty on the *first* layer's weights only, lr x0.1
-every ``round(epochs * 50 / 120)`` epochs (50 of 120); it runs through :func:`latopt.engine.fit`.
+every ``round(epochs * 50 / 120)`` epochs (50 of 120); it runs through :func:`latopt.training.loop.fit`.
 
 The digits split is the CNN tasks' (:func:`latopt.data.split_indices`, stratified 60/20/20): the MLP has
 no use for a validation split (a fixed recipe, no model selection), so it trains on train + val (80 %)
@@ -45,11 +45,19 @@ from torch import nn
 
 from latopt.config import TrainConfig
 from latopt.data import split_indices
-from latopt.engine import Report, Step, fit, make_optimizer, make_scheduler, seed_everything, tensor_loader
 from latopt.errors import LatoptError, first_line
 from latopt.exact.network import from_module
-from latopt.records import Accuracy, OpenRecord, SplitSeed, validated
-from latopt.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
+from latopt.files.records import Accuracy, OpenRecord, SplitSeed, validated
+from latopt.files.torchfile import TORCH_LOAD_ERRORS, write_torch_atomic
+from latopt.training.loop import (
+    Report,
+    Step,
+    fit,
+    make_optimizer,
+    make_scheduler,
+    seed_everything,
+    tensor_loader,
+)
 
 SCHEMA = "latopt.mlp/1"
 IDX_DATASETS = ("fashion-mnist", "mnist")   # read from IDX files: NAME or NAME:PATH

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from latopt.errors import LatoptError
-from latopt.exact.record import BoxRecord
+from latopt.exact.exact_record import BoxRecord
 
 
 @dataclass(frozen=True)

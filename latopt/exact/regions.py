@@ -24,11 +24,11 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Polygon
 from scipy.spatial import ConvexHull, HalfspaceIntersection
 
-from latopt.artifacts import write_figure_atomic
 from latopt.errors import LatoptError, VerificationError
+from latopt.exact.exact_record import RegionsSummary
 from latopt.exact.lp import solve_lp
 from latopt.exact.network import Box, ReluMLP
-from latopt.exact.record import RegionsSummary
+from latopt.files.artifacts import write_figure_atomic
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ import torch
 from torch import nn
 
 from latopt.errors import LatoptError
+from latopt.exact.exact_record import Widths
 from latopt.exact.network import Box, ReluMLP
-from latopt.exact.record import Widths
 from latopt.exact.regions import RegionEnumeration, irredundant, pattern_ids
 
 

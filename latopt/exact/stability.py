@@ -30,8 +30,8 @@ import torch
 
 from latopt.exact.analysis import StabilityAnalysis, analyze_stability
 from latopt.exact.encoding import ACTIVE, INACTIVE
+from latopt.exact.exact_record import CompressionSummary, CompressRecord, CompressSeconds, Verification
 from latopt.exact.network import Box, ReluMLP, from_module
-from latopt.exact.record import CompressionSummary, CompressRecord, CompressSeconds, Verification
 from latopt.exact.verify import verify_equal
 
 

@@ -1,7 +1,7 @@
 """The exact tools as whole jobs on checkpoints: what ``latopt train-mlp | compress | regions | shallow`` run.
 
 Each function reads its inputs, does the work, writes its output directory atomically and returns its report,
-a validated record of :mod:`latopt.exact.record` (report.json is its ``to_json()``; the record's ``out``, the
+a validated record of :mod:`latopt.exact.exact_record` (report.json is its ``to_json()``; the record's ``out``, the
 directory written, is not in the file); :mod:`latopt.cli.exact` only parses the command line and prints::
 
     make_mlp(hidden, *, data="digits", l1, epochs=None, lr, batch, inputs, outputs, seed, out=None) -> (path, meta)
@@ -22,12 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from latopt.artifacts import atomic_dir, write_json_atomic, write_text_atomic
-from latopt.engine import seed_everything
 from latopt.errors import LatoptError, VerificationError
-from latopt.exact.mlp import MlpMeta, build_mlp, load_mlp, parse_data, predict, save_mlp, split_of, train_mlp
-from latopt.exact.network import Box, ReluMLP, from_module
-from latopt.exact.record import (
+from latopt.exact.exact_record import (
     CompressAccuracy,
     CompressToolReport,
     EpsNetwork,
@@ -36,11 +32,15 @@ from latopt.exact.record import (
     RegionsReport,
     ShallowReport,
 )
+from latopt.exact.mlp import MlpMeta, build_mlp, load_mlp, parse_data, predict, save_mlp, split_of, train_mlp
+from latopt.exact.network import Box, ReluMLP, from_module
 from latopt.exact.regions import RegionLimits, enumerate_regions, plot_regions, sampled_patterns
 from latopt.exact.shallow import IndicatorNet, collect_hyperplanes, eps_network, region_margin, widths
 from latopt.exact.stability import compress
 from latopt.exact.verify import verification_points, verify_equal
+from latopt.files.artifacts import atomic_dir, write_json_atomic, write_text_atomic
 from latopt.log import get_logger
+from latopt.training.loop import seed_everything
 
 _LOG = get_logger("exact")
 

@@ -4,7 +4,7 @@
 ones) and the centre, in float64 *and* in the float32 the user will run, and raises
 :class:`~latopt.errors.VerificationError` when ``max |f - g| > rtol * scale`` with
 ``scale = max(max |f|, 1e-12)`` over the same points; otherwise it returns the comparison as a
-:class:`~latopt.exact.record.Verification` record.
+:class:`~latopt.exact.exact_record.Verification` record.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from latopt.errors import VerificationError
+from latopt.exact.exact_record import Dtype, Verification
 from latopt.exact.network import Box
-from latopt.exact.record import Dtype, Verification
 
 
 def verification_points(box: Box, n: int, seed: int) -> np.ndarray:

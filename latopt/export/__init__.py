@@ -31,7 +31,7 @@ What it does, in order (nothing is written unless every gate passes):
    folding, the fold is recomputed from its pre-fold checkpoint and checked the same way (the fine-tuned
    weights no longer have an unfolded twin).
    Exact-mode folds are shipped with *deferred* bias maps (``--bias-maps deferred``, the default;
-   :func:`latopt.fold.defer_bias_maps`): one bias map per chain of consecutive ``full`` folds, added at
+   :func:`latopt.rewrite.defer_bias_maps`): one bias map per chain of consecutive ``full`` folds, added at
    the chain's output, instead of one ``Add`` per folded block (which costs ONNX Runtime's CPU provider a
    layout reorder pair per block; docs/exact-folds.md). The same function: the float32 fold gate above
    checks this shipped network, and the gate "deferred bias maps vs exact folded network" compares it
@@ -47,7 +47,7 @@ What it does, in order (nothing is written unless every gate passes):
    floor is scaled by 2^13, fp16's unit roundoff over float32's (:func:`.gates.engine_gate`); the accuracy
    gate below stays the final word on it.
 4. Accuracy on the task's whole test split, as ONNX (and engine): the shipped network must reproduce the test
-   accuracy the checkpoint records (``latopt.checkpoint.recorded_test_acc``: ``meta.acc.finetuned`` of a
+   accuracy the checkpoint records (``latopt.files.checkpoint.recorded_test_acc``: ``meta.acc.finetuned`` of a
    folded.pt, ``meta.test_acc`` of a base.pt) within one test sample, or export refuses (VerificationError;
    fp16 engines get ``ACC_TOL_FP16`` more). One rule, checked before anything is written
    (:func:`.gates.require_accuracy_gate`): an export the record does not describe (export folds here, by
@@ -84,8 +84,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
-from latopt.artifacts import atomic_dir, check_output_dir, file_sha256, write_text_atomic
-from latopt.checkpoint import Arch, load_checkpoint
 from latopt.config import check_resolution
 from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS, FoldVariant, Precision
 from latopt.dp.planfile import PlanRecord, check_plan, read_plan
@@ -98,6 +96,18 @@ from latopt.export.engine import (
     open_engine,
     write_engine,
 )
+from latopt.export.export_record import (
+    EXPORT_SCHEMA,
+    Calibration,
+    ExportMode,
+    ExportRecord,
+    Int8Section,
+    Int8Settings,
+    PlanSection,
+    read_export_record,
+    write_export_record,
+)
+from latopt.export.export_report import measure_latency, render_report
 from latopt.export.gates import (
     ACC_TOL_INT8,
     NOISE_K,
@@ -123,7 +133,7 @@ from latopt.export.gates import (
 )
 from latopt.export.graph import tag_block_nodes, write_onnx
 from latopt.export.options import CheckOptions, ShipOptions
-from latopt.export.plan import (
+from latopt.export.shipped import (
     Plan,
     auto_plan,
     build_plan,
@@ -133,18 +143,8 @@ from latopt.export.plan import (
     export_resolution,
     parse_fold_spec,
 )
-from latopt.export.record import (
-    EXPORT_SCHEMA,
-    Calibration,
-    ExportMode,
-    ExportRecord,
-    Int8Section,
-    Int8Settings,
-    PlanSection,
-    read_export_record,
-    write_export_record,
-)
-from latopt.export.report import measure_latency, render_report
+from latopt.files.artifacts import atomic_dir, check_output_dir, file_sha256, write_text_atomic
+from latopt.files.checkpoint import Arch, load_checkpoint
 from latopt.latency.backends import close_backend
 from latopt.latency.devices import load_device
 from latopt.latency.quantize import CALIB_IMAGES, INT8_SETTINGS, calibration_images, quantize_int8

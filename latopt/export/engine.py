@@ -21,12 +21,12 @@ from typing import Any
 import torch
 
 from latopt.errors import LatoptError
-from latopt.export.plan import Plan
+from latopt.export.shipped import Plan
 from latopt.latency.backends import get_backend
 from latopt.latency.backends.tensorrt.build import build_engine
 from latopt.latency.onnx_io import export_onnx
 from latopt.runtime import TrtEngineRunner
-from latopt.torch_settings import torch_threads
+from latopt.training.torch_settings import torch_threads
 
 ENGINE_BATCH = 1   # the shipped engine's static batch: what the accuracy gate runs and what export times
 

@@ -35,12 +35,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from latopt.checkpoint import CheckpointMeta, recorded_test_acc
 from latopt.data import collate, get_task, limit_task, renormalize
 from latopt.errors import LatoptError, VerificationError
-from latopt.export.plan import Plan
-from latopt.export.record import AccuracySection, GateRecord, Int8Accuracy
-from latopt.fold import as_shipped, fold_blocks, linearize, merge_spans, verify_fold
+from latopt.export.export_record import AccuracySection, GateRecord, Int8Accuracy
+from latopt.export.shipped import Plan
+from latopt.files.checkpoint import CheckpointMeta, recorded_test_acc
+from latopt.rewrite import as_shipped, fold_blocks, linearize, merge_spans, verify_fold
 from latopt.runtime import OrtRunner
 
 # Tolerances of the numeric gates, relative to the reference output's scale (max |reference|).

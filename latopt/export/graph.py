@@ -14,9 +14,9 @@ from pathlib import Path
 import onnx
 from torch import nn
 
-from latopt.blocks import find_blocks
-from latopt.export.plan import Plan
+from latopt.export.shipped import Plan
 from latopt.latency.onnx_io import export_onnx
+from latopt.nets.blocks import find_blocks
 
 
 def write_onnx(p: Plan, path: Path) -> Path:

@@ -35,10 +35,10 @@ from pydantic import Field, model_validator
 
 from latopt.constants import MAX_BATCH, MAX_THREADS, Backend, Precision
 from latopt.errors import LatoptError
+from latopt.files.readers import read_yaml
+from latopt.files.records import Name, validated
 from latopt.latency.timing import TimingPolicy
 from latopt.log import get_logger
-from latopt.readers import read_yaml
-from latopt.records import Name, validated
 from latopt.runtime.runner import existing_file
 
 if TYPE_CHECKING:  # annotations only (importlib.resources.abc is Python >= 3.11)

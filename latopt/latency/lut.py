@@ -10,7 +10,7 @@ Public API::
                                              LatoptError on a mismatch or a malformed LUT (one line naming
                                              the file and the field)
     check_blocks(lut, blocks, path="the LUT")   LatoptError unless the LUT times exactly the model's blocks
-                                             (``latopt.blocks.find_blocks``: one entry per block, same paths)
+                                             (``latopt.nets.blocks.find_blocks``: one entry per block, same paths)
                                              and each span as what its blocks compose to (its kernel)
     predict(lut, folded) -> float            ms of the network with ``folded`` blocks folded
     costs(lut) -> dict[int, float]           c_l = max(0, t_asis − t_full) per foldable block
@@ -20,7 +20,7 @@ Public API::
                                              (relative to the working directory, or under $LATOPT_PROFILES_DIR;
                                              <model>: lut_model_name's, one path for every spelling of a model)
     lut_model_name(model) -> str             the model name a LUT records: the canonical spelling
-                                             (``latopt.models.canonical_name``), else the name as given
+                                             (``latopt.nets.models.canonical_name``), else the name as given
     calibrate(raw, fixed_raw, nets) -> (scales, notes)             per-variant scales (used by the profiler)
 
 Times. ``BlockEntry.raw[v]`` are the measured statistics of block ``index`` in variant ``v`` ("none" =
@@ -65,7 +65,6 @@ from typing import Annotated, Any, TypeGuard
 
 from pydantic import BeforeValidator, Field, PlainSerializer, computed_field, model_validator
 
-from latopt.artifacts import write_json_atomic
 from latopt.constants import (
     FOLD_VARIANTS,
     LUT_VARIANTS,
@@ -76,12 +75,13 @@ from latopt.constants import (
     Precision,
 )
 from latopt.errors import LatoptError
+from latopt.files.artifacts import write_json_atomic
+from latopt.files.readers import read_json
+from latopt.files.records import StrictModel, validated
 from latopt.latency.devices import profiles_dir
-from latopt.readers import read_json
-from latopt.records import StrictModel, validated
+from latopt.nets.variants import PARTIAL_VARIANTS
+from latopt.nets.variants import VARIANTS as SPECS
 from latopt.runtime import TimingStats
-from latopt.variants import PARTIAL_VARIANTS
-from latopt.variants import VARIANTS as SPECS
 
 LUT_SCHEMA = "latopt.lut/1"
 VARIANTS = LUT_VARIANTS  # "none" (as-is) and the fold variants
@@ -155,10 +155,10 @@ def _variant_list(v: Any) -> Any:
 
 
 class SpanEntry(StrictModel):
-    """One timed span (:mod:`latopt.latency.spans`): blocks ``start..end`` as one ``kernel``×``kernel``
+    """One timed span (:mod:`latopt.latency.merged_spans`): blocks ``start..end`` as one ``kernel``×``kernel``
     convolution; ``fulls``: the blocks that may be its ``full`` fold (empty for a 1x1 span); ``raw``: the
     measured statistics; ``ms``: calibrated (the scale of ``pw`` for 1x1, of ``full`` for k×k, × raw median:
-    :func:`latopt.latency.spans.span_scale`)."""
+    :func:`latopt.latency.merged_spans.span_scale`)."""
 
     start: Annotated[int, Field(ge=0)]
     end: Annotated[int, Field(ge=1)]
@@ -288,18 +288,18 @@ def load_lut(path: str | Path, *, model: str | None = None, resolution: int | No
 
 
 def _same_model(a: str, b: str) -> bool:
-    from latopt.models import same_model  # torch: only when the spellings differ
+    from latopt.nets.models import same_model  # torch: only when the spellings differ
 
     return same_model(a, b)
 
 
 def lut_model_name(model: str) -> str:
     """The model name a LUT records (the profiler) and is filed under (:func:`default_lut_path`): its canonical
-    spelling (:func:`latopt.models.canonical_name`: ``torchvision/mobilenet_v2?width=1.0`` and
+    spelling (:func:`latopt.nets.models.canonical_name`: ``torchvision/mobilenet_v2?width=1.0`` and
     ``timm/mobilenetv2_100`` are ``torchvision/mobilenet_v2`` and ``mobilenetv2_100``), so that every spelling of a
     model finds one LUT; a name latopt cannot parse (a profiled module's label) as given. LUTs that recorded
     another spelling still load: :func:`load_lut` compares names as models."""
-    from latopt.models import canonical_name  # torch
+    from latopt.nets.models import canonical_name  # torch
 
     try:
         return canonical_name(model)
@@ -309,8 +309,8 @@ def lut_model_name(model: str) -> str:
 
 def check_blocks(lut: LUT, blocks: Sequence[Any], path: str | Path = "the LUT") -> None:
     """LatoptError unless ``lut`` times exactly ``blocks``, the block list of the model it is used with
-    (:func:`latopt.blocks.find_blocks`): one entry per block, at the same module path, and every timed span
-    what its blocks compose to (:func:`latopt.latency.spans.span_problem`: its kernel, exactness, foldable
+    (:func:`latopt.nets.blocks.find_blocks`): one entry per block, at the same module path, and every timed span
+    what its blocks compose to (:func:`latopt.latency.merged_spans.span_problem`: its kernel, exactness, foldable
     blocks; at the input shapes the LUT records). A LUT missing a block would let the search treat that block
     as free to keep; a forged span kernel would be predicted and reported while export ships the composition."""
     have = [b.path for b in sorted(lut.blocks, key=lambda b: b.index)]
@@ -322,7 +322,7 @@ def check_blocks(lut: LUT, blocks: Sequence[Any], path: str | Path = "the LUT") 
         i = next(i for i, (h, w) in enumerate(zip(have, want, strict=True)) if h != w)
         problem = f"times block {i} at {have[i]!r} but the model {lut.model} has it at {want[i]!r}"
     elif lut.spans:
-        from latopt.latency.spans import span_problem  # torch: the caller has the model, so has torch
+        from latopt.latency.merged_spans import span_problem  # torch: the caller has the model, so has torch
 
         shapes = {b.index: b.input_shape for b in lut.blocks}
         for s in lut.spans:

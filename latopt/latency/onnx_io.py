@@ -31,8 +31,8 @@ from typing import Any
 import onnx
 import torch
 
-from latopt.artifacts import atomic_path
 from latopt.errors import LatoptError, first_line
+from latopt.files.artifacts import atomic_path
 
 OPSET = 17
 INPUT_NAME = "input"

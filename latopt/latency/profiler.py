@@ -21,12 +21,12 @@ onnxruntime backend times each of these modules as its ONNX Runtime static INT8 
 (:mod:`latopt.latency.backends.onnxruntime`); the LUT records the precision.
 
 What is timed is what export ships. Export ships exact-mode folds with *deferred* bias maps
-(:func:`latopt.fold.defer_bias_maps`): one map per chain of consecutive ``full`` folds, added at the chain's
+(:func:`latopt.rewrite.defer_bias_maps`): one map per chain of consecutive ``full`` folds, added at the chain's
 output, so a ``full`` fold inside a chain costs its convolution alone. So the ``full`` part of a block is
 timed without its bias map (in paper mode it has none), and the end-to-end networks are the deferred form.
 The one ``Add`` per chain (and, on ONNX Runtime's CPU provider, the layout reorder pair around it) has no
 LUT entry: the calibration networks (one chain each on the supported models) carry it in ``scales["full"]``.
-``pw`` and ``drop`` blocks have no map and join chains (:mod:`latopt.fold.defer`).
+``pw`` and ``drop`` blocks have no map and join chains (:mod:`latopt.rewrite.defer`).
 A fold set made of many short chains pays more Adds than that (``tools/bench_lut.py``'s ``every-other``
 set: each chain is one block; docs/exact-folds.md gives the measured error). The partial variants keep
 their own maps (``expand_dw``) and are timed with them.
@@ -58,11 +58,9 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from latopt.blocks import block_input_shapes, find_blocks, input_channels
 from latopt.config import check_resolution
 from latopt.constants import MAX_BATCH, FoldMode, FoldVariant, LutVariant
 from latopt.errors import LatoptError
-from latopt.fold import as_shipped, fold_block_module
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import DeviceProfile, load_device
 from latopt.latency.lut import (
@@ -75,7 +73,7 @@ from latopt.latency.lut import (
     predict,
     save_lut,
 )
-from latopt.latency.spans import (
+from latopt.latency.merged_spans import (
     check_span_profile,
     span_candidates,
     span_key,
@@ -85,11 +83,13 @@ from latopt.latency.spans import (
 )
 from latopt.latency.timing import compare
 from latopt.log import get_logger
-from latopt.models import build_model
+from latopt.nets.blocks import block_input_shapes, find_blocks, input_channels
+from latopt.nets.models import build_model
+from latopt.nets.stemhead import fixed_parts
+from latopt.nets.variants import VARIANTS
+from latopt.rewrite import as_shipped, fold_block_module
 from latopt.runtime import TimingStats
-from latopt.stemhead import fixed_parts
-from latopt.torch_settings import torch_threads
-from latopt.variants import VARIANTS
+from latopt.training.torch_settings import torch_threads
 
 _LOG = get_logger("profile")
 
@@ -146,7 +146,7 @@ def fixed_modules(fp: Any, input_shape: tuple[int, ...],
                   head_shape: tuple[int, ...]) -> dict[str, tuple[Any, tuple[int, ...]]]:
     """The parts outside the blocks as (module, input shape): stem, head (conv head + pool), classifier.
 
-    The head is split when it has ``features``/``pool``/``classifier`` (latopt.stemhead's head module);
+    The head is split when it has ``features``/``pool``/``classifier`` (latopt.nets.stemhead's head module);
     otherwise it is timed as one part.
     """
 
@@ -220,8 +220,8 @@ def profile_model(model_name_or_module: Any, device: DeviceProfile | str, resolu
                   fold_mode: str = "exact", name: str | None = None) -> LUT:
     """Profile every block of a model on ``device`` (a profile, or its name or YAML path as
     :func:`~latopt.latency.devices.load_device` reads it) in ``variants`` (``full`` always; ``span`` among them: the
-    exact spans too, :mod:`latopt.latency.spans`, refused up front in paper mode or without ``pw``/``drop``:
-    :func:`~latopt.latency.spans.check_span_profile`) and return the calibrated LUT (see module docstring). The LUT
+    exact spans too, :mod:`latopt.latency.merged_spans`, refused up front in paper mode or without ``pw``/``drop``:
+    :func:`~latopt.latency.merged_spans.check_span_profile`) and return the calibrated LUT (see module docstring). The LUT
     records the model's canonical name (``name`` if given, else the model's name or its module's class name;
     :func:`~latopt.latency.lut.lut_model_name`)."""
     if isinstance(device, str):

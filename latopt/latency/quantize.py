@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from latopt.artifacts import atomic_path
 from latopt.errors import LatoptError, first_line
+from latopt.files.artifacts import atomic_path
 
 # names of onnxruntime.quantization's enums (QuantFormat, QuantType, CalibrationMethod) as passed to it
 INT8_SETTINGS: dict[str, Any] = {
@@ -87,7 +87,7 @@ def _root_logging_kept() -> Iterator[None]:
 def quantize_int8(fp32_onnx: Path, out: Path, calib: np.ndarray) -> Path:
     """ONNX Runtime static INT8 of ``fp32_onnx`` (:data:`INT8_SETTINGS`), calibrated on ``calib`` (N samples,
     fed in batches of the model's static batch size, one at a time when its batch is dynamic), written to
-    ``out`` atomically (a temporary file beside it, then ``os.replace``: :func:`latopt.artifacts.atomic_path`);
+    ``out`` atomically (a temporary file beside it, then ``os.replace``: :func:`latopt.files.artifacts.atomic_path`);
     an existing ``out`` is replaced. The pre-processed intermediate model lives in a temporary directory that
     is removed. A model ONNX Runtime cannot quantise is a one-line LatoptError."""
     from onnxruntime.quantization import (

@@ -57,7 +57,7 @@ from pydantic import Field, model_validator
 
 from latopt.constants import Clock
 from latopt.errors import LatoptError
-from latopt.records import Positive, StrictModel
+from latopt.files.records import Positive, StrictModel
 from latopt.runtime import TimingStats
 
 # Upper bounds of the policy's counts: a profile is user input, and `warmup: 100000000` or `warm_calls: 100000`

@@ -14,7 +14,7 @@ Public API::
         the whole stage with cfg.fold (λ_c, τ, p, granularity, distill, mode) and cfg.lut (c_l; none: uniform);
         writes folded.pt, prefold.pt, report.json, report.txt and config.yaml
     FoldResult(model, report, paths)          the folded network, its report (a LayerFoldReport; the DP's: a
-                                              latopt.dp.record.DPReport), the files written
+                                              latopt.dp.plan_record.DPReport), the files written
     FoldOutcome                               what folding a plan made besides the network (phases.py)
     LayerFoldReport, FoldReport, read_report(path, cls)      report.json as a record (record.py)
     check_base(cfg, base_checkpoint, task) -> (model, arch, meta)   a base checkpoint fit to fold with ``cfg``
@@ -29,6 +29,17 @@ Public API::
     undertrained_warning(base_acc, folded_acc, test_samples) -> str | None   a fold that beats its base
 """
 
+from latopt.layerfold.fold_record import FoldReport, LayerFoldReport, read_report
+from latopt.layerfold.fold_report import format_report, format_summary, report_tail, undertrained_warning
+from latopt.layerfold.fold_stage import (
+    FOLDED_CHECKPOINT,
+    PREFOLD_CHECKPOINT,
+    REPORT_SCHEMA,
+    FoldResult,
+    check_base,
+    run_fold,
+    write_fold_outputs,
+)
 from latopt.layerfold.penalty import CompressionLoss, block_variant_times
 from latopt.layerfold.phases import (
     FoldOutcome,
@@ -37,17 +48,6 @@ from latopt.layerfold.phases import (
     fold_plan_and_finetune,
     plan_from_alphas,
     prefold,
-)
-from latopt.layerfold.record import FoldReport, LayerFoldReport, read_report
-from latopt.layerfold.report import format_report, format_summary, report_tail, undertrained_warning
-from latopt.layerfold.stage import (
-    FOLDED_CHECKPOINT,
-    PREFOLD_CHECKPOINT,
-    REPORT_SCHEMA,
-    FoldResult,
-    check_base,
-    run_fold,
-    write_fold_outputs,
 )
 
 __all__ = [

@@ -4,7 +4,7 @@ Public API::
 
     CompressionLoss(alphas, *, p, variant_times)             L_c over the α parameters (a callable)
     block_variant_times(blocks, *, costs=None, lut=None, granularity="block") -> {block: {variant: t}}
-    UNIFORM_TIMES (latopt.variants)                          the times without a LUT
+    UNIFORM_TIMES (latopt.nets.variants)                          the times without a LUT
 
 **Compression loss.** q = α^p. For a block l with fold variants v ∈ {none, full[, expand_dw, dw_project]}
 of times t_l(v), the α's of the block give a distribution P_l(v): one shared α → P(full) = q,
@@ -31,7 +31,7 @@ from torch import nn
 
 from latopt.errors import LatoptError
 from latopt.latency.lut import variant_times
-from latopt.variants import PARTIAL_VARIANTS, UNIFORM_TIMES
+from latopt.nets.variants import PARTIAL_VARIANTS, UNIFORM_TIMES
 
 
 class CompressionLoss:

@@ -13,16 +13,16 @@ Public API::
                                               network, fine-tune (also the DP's apply step, latopt.dp)
     FoldOutcome(plan, fold_check, acc, val, postfold_history, seconds, source, finetuned, alphas, snapped)
 
-Every phase trains with a :class:`latopt.losses.TrainingLoss` (``loss``: the task loss and ``fold.distill``'s
-distillation from the base, its teacher built once by :func:`latopt.losses.training_loss`; pre-fold adds
+Every phase trains with a :class:`latopt.training.losses.TrainingLoss` (``loss``: the task loss and ``fold.distill``'s
+distillation from the base, its teacher built once by :func:`latopt.training.losses.training_loss`; pre-fold adds
 λ_c·L_c to it). A caller that runs several phases builds it once and passes it to each.
 
 **Optimisation.** The weights use cfg.train's optimizer and LR schedule at ``fold.lr`` (post-fold:
-``fold.post_lr``), built by :mod:`latopt.engine` (timm's factories); the α's have their own Adam at
+``fold.post_lr``), built by :mod:`latopt.training.loop` (timm's factories); the α's have their own Adam at
 ``fold.alpha_lr`` (constant, no weight decay) — near α = 0 the gradient of L_c vanishes for
 p > 1 (by design), so a scale-free optimizer is what lets the task gradient move α at all — and every
 α is clipped to [0, 1] after each step. ``fold.distill`` adds a distillation from the base
-(:mod:`latopt.losses`; ``logits``: w·T²·KL(base ‖ student) at temperature T).
+(:mod:`latopt.training.losses`; ``logits``: w·T²·KL(base ‖ student) at temperature T).
 
 **Unfolded α (a decision).** The paper folds the activations with α ≥ τ and says nothing about the
 rest. With ``fold.unfolded_alpha: zero`` (default) every activation that is *not* folded gets α = 0
@@ -52,11 +52,25 @@ from typing import Any
 import torch
 from torch import nn
 
-from latopt.accel import Accel, resolve
-from latopt.blocks import find_blocks
 from latopt.config import RunConfig
 from latopt.data import Task, make_loaders
-from latopt.engine import (
+from latopt.errors import LatoptError, VerificationError
+from latopt.layerfold.fold_record import FoldCheck
+from latopt.layerfold.penalty import CompressionLoss, block_variant_times
+from latopt.nets.blocks import find_blocks
+from latopt.nets.layers import AlphaActivation
+from latopt.nets.variants import VARIANTS
+from latopt.rewrite import (
+    alpha_parameters,
+    clamp_alphas_,
+    fold_blocks,
+    get_alphas,
+    install_alpha,
+    linearize,
+    verify_fold,
+)
+from latopt.training.accel import Accel, resolve
+from latopt.training.loop import (
     BestWeights,
     Report,
     Step,
@@ -67,27 +81,13 @@ from latopt.engine import (
     make_scheduler,
     seed_everything,
 )
-from latopt.errors import LatoptError, VerificationError
-from latopt.fold import (
-    alpha_parameters,
-    clamp_alphas_,
-    fold_blocks,
-    get_alphas,
-    install_alpha,
-    linearize,
-    verify_fold,
-)
-from latopt.layerfold.penalty import CompressionLoss, block_variant_times
-from latopt.layerfold.record import FoldCheck
-from latopt.layers import AlphaActivation
-from latopt.losses import TrainingLoss, training_loss
-from latopt.variants import VARIANTS
+from latopt.training.losses import TrainingLoss, training_loss
 
 
 @dataclass(frozen=True)
 class FoldOutcome:
     """What folding a plan made besides the folded network: the plan ({block: variant}), the fold's check
-    (:class:`~latopt.layerfold.record.FoldCheck`), test accuracy of the variant network (``linearized``), test
+    (:class:`~latopt.layerfold.fold_record.FoldCheck`), test accuracy of the variant network (``linearized``), test
     and validation accuracy of the fold before (``folded``) and after fine-tuning (``finetuned``), the fine-tuning's
     epochs, each phase's seconds, the network the fold was computed from (``source``, on the CPU), whether it
     was fine-tuned and, before fine-tuning, the share of validation images on which the fold's top-1 prediction
@@ -123,8 +123,8 @@ def prefold(cfg: RunConfig, base_model: nn.Module, task: Task, *, costs: Mapping
     ``granularity``); returns the new model and its records (:class:`Prefolded`).
 
     ``costs`` = {block: c_l} (block granularity; None = uniform); ``lut`` gives the variant times for
-    granularity ``activation``. ``loss``: the training loss (:class:`~latopt.losses.TrainingLoss`; default
-    :func:`~latopt.losses.training_loss` of ``cfg``, distilling from ``base_model``); ``base_model`` is not
+    granularity ``activation``. ``loss``: the training loss (:class:`~latopt.training.losses.TrainingLoss`; default
+    :func:`~latopt.training.losses.training_loss` of ``cfg``, distilling from ``base_model``); ``base_model`` is not
     modified. The model and its α's are trained on ``accel`` (default: resolved from ``cfg.train``), where
     ``loss``'s teacher must be."""
     f = cfg.fold
@@ -203,7 +203,7 @@ def fold_plan_and_finetune(cfg: RunConfig, source: nn.Module, plan: Mapping[int,
     """Fold ``plan`` ({block: variant}, any variant) of ``source``, check the fold against the variant
     network ``linearize(source, plan)`` (exact mode: VerificationError above ``fold.max_fold_error``), then
     fine-tune the folded network (``fold.post_epochs`` at ``fold.post_lr``; σ_α frozen) with ``loss`` (a
-    :class:`~latopt.losses.TrainingLoss` whose teacher, if any, is on ``accel``'s device; default: the task
+    :class:`~latopt.training.losses.TrainingLoss` whose teacher, if any, is on ``accel``'s device; default: the task
     loss alone, ``source`` being no teacher). Returns (folded, :class:`FoldOutcome`).
 
     The fold and its check run on a CPU copy of ``source`` (float64 algebra, float32 check), whatever device

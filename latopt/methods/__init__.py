@@ -10,12 +10,12 @@ Public API::
     make_method(cfg, costs="lut") -> Method     the config's method, made for cfg
     get_method(name) -> type[Method]            a registered method (one line naming the registered ones otherwise)
     method_names() -> ("layerfold", "dp")
-    Method, Space, TrialContext, Candidate, register   (latopt.methods.base)
+    Method, Space, TrialContext, Candidate, register   (latopt.methods.method)
 """
 
 from latopt.methods import dp as dp
 from latopt.methods import layerfold as layerfold
-from latopt.methods.base import (
+from latopt.methods.method import (
     METHODS,
     Candidate,
     Method,

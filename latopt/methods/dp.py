@@ -16,14 +16,14 @@ from typing import Any
 import optuna
 from filelock import FileLock
 
-from latopt.artifacts import file_sha256, write_json_atomic
 from latopt.config import DPConfig, RunConfig, dump_config
 from latopt.dp import candidates, run_dp, select_plan, variant_losses
 from latopt.errors import LatoptError
+from latopt.files.artifacts import file_sha256, write_json_atomic
+from latopt.files.readers import read_json
 from latopt.latency.lut import LUT
-from latopt.methods.base import Candidate, Method, TrialContext, register
+from latopt.methods.method import Candidate, Method, TrialContext, register
 from latopt.methods.sampler import Grid
-from latopt.readers import read_json
 
 IMPORTANCE_FILE = "importance.json"
 PROFILED = ("full", "pw", "drop")   # the variants a run profiles for the DP when dp.variants does not name them

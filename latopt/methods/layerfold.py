@@ -20,7 +20,7 @@ import optuna
 from latopt.config import SearchConfig, dump_config
 from latopt.latency.lut import LUT
 from latopt.layerfold import run_fold
-from latopt.methods.base import Candidate, Method, TrialContext, register
+from latopt.methods.method import Candidate, Method, TrialContext, register
 from latopt.methods.sampler import Grid, TrialSeeded
 
 SEARCHED = ("lambda_c", "tau", "p", "granularity")   # the fold keys a trial sets (the config's values are unused)

@@ -45,6 +45,6 @@ Public API::
 """
 
 from latopt.run.pipeline import DEFAULT_CONFIG, RunResult, run_main
-from latopt.run.report import latency_chart, write_report
+from latopt.run.run_report import latency_chart, write_report
 
 __all__ = ["DEFAULT_CONFIG", "RunResult", "latency_chart", "run_main", "write_report"]

@@ -17,27 +17,27 @@ from pathlib import Path
 
 import optuna
 
-from latopt.artifacts import make_dirs
-from latopt.blocks import find_blocks
 from latopt.config import config_path, load_config
 from latopt.constants import CONFIRM_FRACTION
 from latopt.counts import check_count
 from latopt.data import load_task, split_validation
-from latopt.engine import seed_everything
 from latopt.errors import LatoptError
 from latopt.export import ExportRecord
+from latopt.files.artifacts import make_dirs
 from latopt.latency.backends import close_backend, get_backend
 from latopt.latency.devices import load_device
 from latopt.latency.lut import check_blocks, load_lut
 from latopt.log import get_logger
-from latopt.losses import check_loss_config
 from latopt.methods import make_method
-from latopt.models import build_model
-from latopt.run.record import BaseStage, SearchPick
+from latopt.nets.blocks import find_blocks
+from latopt.nets.models import build_model
+from latopt.run.run_record import BaseStage, SearchPick
 from latopt.run.stages import STAGES, Job, Stage
 from latopt.run.state import NOT_RUN_YET, RunState, clear, remove_path
 from latopt.search import check_power, open_storage, redact
-from latopt.torch_settings import set_threads
+from latopt.training.loop import seed_everything
+from latopt.training.losses import check_loss_config
+from latopt.training.torch_settings import set_threads
 
 _LOG = get_logger("run")
 DEFAULT_CONFIG = "quickstart"  # a shipped config (latopt/configs/), found from any working directory

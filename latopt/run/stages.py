@@ -10,9 +10,9 @@ still valid. :data:`STAGES` lists them in order; :func:`latopt.run.pipeline.run_
 =========  ===================================================================================
 stage      result (``job.results[name]``)
 =========  ===================================================================================
-base       its record, :class:`latopt.run.record.BaseStage`: checkpoint, test and validation accuracy
+base       its record, :class:`latopt.run.run_record.BaseStage`: checkpoint, test and validation accuracy
 profile    the LUT (profiled on the device, or the config's ``lut``)
-search     its record, :class:`latopt.run.record.SearchPick`: the recommended trial, its checkpoint (None:
+search     its record, :class:`latopt.run.run_record.SearchPick`: the recommended trial, its checkpoint (None:
            the base), fold set, params, the constraint and its confirmation (held-out validation images), the
            faster trials rejected
 export     the export record (:class:`latopt.export.ExportRecord`, export.json; :func:`latopt.export.export`)
@@ -34,16 +34,16 @@ import optuna
 from optuna.trial import TrialState
 
 from latopt import __version__
-from latopt.artifacts import file_sha256
 from latopt.config import dump_config, write_config
 from latopt.errors import LatoptError
 from latopt.export import CheckOptions, ExportRecord, ShipOptions, export, read_export_record
+from latopt.files.artifacts import file_sha256
 from latopt.latency.lut import load_lut, save_lut
 from latopt.latency.profiler import format_lut, profile_model
 from latopt.log import get_logger
 from latopt.methods import Method
-from latopt.run.record import BaseStage, SearchPick, StageRecord
-from latopt.run.report import write_report
+from latopt.run.run_record import BaseStage, SearchPick, StageRecord
+from latopt.run.run_report import write_report
 from latopt.run.state import REPORT_FILES, RunState
 from latopt.search import (
     CONFIRM_FRACTION,
@@ -55,7 +55,7 @@ from latopt.search import (
     format_table,
     run_search,
 )
-from latopt.train import train_base
+from latopt.training.base_training import train_base
 
 _LOG = get_logger("run")
 Say = Callable[[str], None]
@@ -118,7 +118,7 @@ def _base_made_from(job: Job) -> dict[str, Any]:
     weights = job.cfg.model.weights   # its content, not its path: a checkpoint replaced in place is new
     return {**job.config_sections("model", "data", "train"), "seed": job.seed, "latopt version": __version__,
             **({"weights sha256": file_sha256(weights)} if weights is not None and Path(weights).is_file() else {}),
-            # the base keeps its best epoch on the selection part of the validation split (latopt.train)
+            # the base keeps its best epoch on the selection part of the validation split (latopt.training.base_training)
             "best epoch chosen on": f"selection part, {1 - CONFIRM_FRACTION:g} of the validation split"}
 
 

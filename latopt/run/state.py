@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from latopt.artifacts import file_sha256, write_json_atomic
 from latopt.errors import LatoptError
-from latopt.readers import read_json
+from latopt.files.artifacts import file_sha256, write_json_atomic
+from latopt.files.readers import read_json
 
 RUN_SCHEMA = "latopt.run/2"
 NOT_RUN_YET = "not run yet"  # a stage's plan entry when the run directory holds no result of it

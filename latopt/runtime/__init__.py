@@ -3,7 +3,7 @@
 Install the latopt package on the device; its runtime imports only numpy, the runtime's own library
 (``onnxruntime``, or ``tensorrt`` with ``pycuda`` or, failing that, ``torch`` holding the CUDA buffers) when a
 model of that kind is loaded, and latopt's floor modules: :mod:`latopt.errors`, and for the command line's
-atomic ``--output`` :mod:`latopt.artifacts` (numpy and the standard library); when the command line runs it also
+atomic ``--output`` :mod:`latopt.files.artifacts` (numpy and the standard library); when the command line runs it also
 reads latopt's own ``--threads`` bound and Ctrl-C/SIGTERM handling (:mod:`latopt.constants`,
 :mod:`latopt.signals`: standard library only). Neither it nor its command line imports torch, timm, optuna or
 onnx (tests/test_tensorrt.py checks that).

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from latopt.artifacts import atomic_path
 from latopt.errors import LatoptError, first_line, one_line
+from latopt.files.artifacts import atomic_path
 from latopt.runtime import load
 from latopt.runtime.runner import MAX_BENCH, bench, existing_file
 

@@ -11,7 +11,7 @@ Public API::
     front = pareto_front(study)              # list[FrozenTrial]: feasible, non-dominated, fastest first
     best = recommend(study, max_acc_drop=0.01)   # FrozenTrial | None: fastest within the constraint, confirmed
     best.user_attrs["checkpoint"]            # the folded checkpoint of that trial
-    summary = front_summary(study)           # FrontSummary (latopt.search.record): what pareto.json holds
+    summary = front_summary(study)           # FrontSummary (latopt.search.study_record): what pareto.json holds
     summary.recommendation.rejected          # the faster trials whose drop was not confirmed, and why
 
 The method (the config's ``method``, :mod:`latopt.methods`: ``layerfold``, ``dp``) gives the study's space, its
@@ -63,7 +63,7 @@ from latopt.search._plan import plan_confirmation, plan_file, plan_report, run_p
 from latopt.search._run import SearchResult, dp_study_name, run_search, show_front
 from latopt.search._storage import STUDY_OBJECTIVES, open_storage, open_study, redact
 from latopt.search._trial import count_nonlinear
-from latopt.search.record import Confirmation, FrontRow, FrontSummary, Recommendation, Rejected
+from latopt.search.study_record import Confirmation, FrontRow, FrontSummary, Recommendation, Rejected
 
 __all__ = [
     "CONFIRM_FRACTION",

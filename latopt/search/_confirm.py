@@ -7,7 +7,7 @@ the objective ``val_acc``, the accuracy-drop constraint, the DP's importance); t
 (:func:`latopt.search.recommend`). Choosing and confirming on the same images is a winner's-curse selection:
 the trial that looks best on them looks better than it is.
 
-The base model keeps its best epoch (``train.keep_best``) on the selection part too: :func:`latopt.train.train_base`
+The base model keeps its best epoch (``train.keep_best``) on the selection part too: :func:`latopt.training.base_training.train_base`
 cuts the split with its own seed, the seed the run's search (and a search that trains its base) cuts it with. A
 base chosen on all of the validation split is optimistic on exactly the confirmation images (about a point of
 confirmed drop in a measured case: ``results/pilots/2026-12-04-dp-quickstart.md``); a base given with ``--base``
@@ -45,11 +45,11 @@ import torch
 from scipy.stats import beta, binom
 from torch.utils.data import DataLoader, Dataset
 
-from latopt.accel import Accel
 from latopt.data import collate
 from latopt.errors import LatoptError
-from latopt.search.record import Confirmation
-from latopt.torch_settings import strict_fp32
+from latopt.search.study_record import Confirmation
+from latopt.training.accel import Accel
+from latopt.training.torch_settings import strict_fp32
 
 CONFIRM_LEVEL = 0.95     # one-sided confidence of drop_bound
 GAMMA_SHARE = 0.1        # of α: the Berger-Boos restriction of the disagreement rate

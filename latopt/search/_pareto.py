@@ -23,10 +23,10 @@ import optuna
 from matplotlib.figure import Figure
 from optuna.trial import FrozenTrial, TrialState
 
-from latopt.artifacts import write_figure_atomic, write_json_atomic, write_text_atomic
 from latopt.errors import LatoptError
+from latopt.files.artifacts import write_figure_atomic, write_json_atomic, write_text_atomic
 from latopt.search._confirm import CONFIRM_LEVEL, confirm
-from latopt.search.record import Confirmation, FrontRow, FrontSummary, Recommendation, Rejected
+from latopt.search.study_record import Confirmation, FrontRow, FrontSummary, Recommendation, Rejected
 
 PARETO_SCHEMA = FrontSummary.SCHEMA
 _EPS = 1e-12
@@ -103,7 +103,7 @@ def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Re
     sequence stops at the first trial whose bound is over ``max_acc_drop`` (the faster ones are not tested), and the
     last trial confirmed before it is recommended; the base model when none is (drop 0 by definition).
 
-    Returns a :class:`~latopt.search.record.Recommendation`: the trial's number (None: none, ``note`` says why),
+    Returns a :class:`~latopt.search.study_record.Recommendation`: the trial's number (None: none, ``note`` says why),
     its confirmation, the faster trials not recommended (the one that stopped the sequence, and those after it),
     the constraint, and a note when no folded trial was confirmed. ``max_acc_drop`` defaults to the value the study
     was created with. A study made before the split (no ``confirm`` attribute) has no recommendation: the note

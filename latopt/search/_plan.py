@@ -20,15 +20,15 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from latopt.artifacts import check_name
 from latopt.dp import DPReport, PlanRecord, plan_only, write_plan
 from latopt.errors import LatoptError
-from latopt.layerfold.record import read_report
-from latopt.methods.base import resolve_lut
+from latopt.files.artifacts import check_name
+from latopt.layerfold.fold_record import read_report
+from latopt.methods.method import resolve_lut
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import trial_confirmation
 from latopt.search._run import SearchResult, config_of, dp_study_name, run_search
-from latopt.torch_settings import set_threads
+from latopt.training.torch_settings import set_threads
 
 
 def _stem(o: SearchOptions, name: str) -> str:

@@ -36,17 +36,16 @@ import optuna
 from filelock import FileLock
 from optuna.trial import TrialState
 
-from latopt.artifacts import check_name
 from latopt.config import RunConfig, load_config
 from latopt.constants import CONFIRM_FRACTION, COSTS, OBJECTIVES, REFINE_REACH, SAMPLERS
 from latopt.counts import check_count
 from latopt.data import load_task, split_validation
 from latopt.errors import LatoptError, VerificationError, first_line
+from latopt.files.artifacts import check_name
 from latopt.latency.devices import load_device
 from latopt.log import get_logger, time_left
-from latopt.losses import check_loss_config
 from latopt.methods import TrialContext, make_method
-from latopt.methods.base import resolve_lut
+from latopt.methods.method import resolve_lut
 from latopt.methods.sampler import FAILED_CHECK
 from latopt.search._confirm import CONFIRM_LEVEL, CONFIRM_METHOD, check_power
 from latopt.search._options import SearchOptions
@@ -66,9 +65,10 @@ from latopt.search._storage import (
 )
 from latopt.search._trial import StudyContext, ensure_base, objective
 from latopt.search._workers import default_threads, join, start, worker_options
-from latopt.search.record import FrontSummary
+from latopt.search.study_record import FrontSummary
 from latopt.signals import Terminated, sigterm_raises
-from latopt.torch_settings import set_threads, torch_threads
+from latopt.training.losses import check_loss_config
+from latopt.training.torch_settings import set_threads, torch_threads
 
 _LOG = get_logger("search")
 

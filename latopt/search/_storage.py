@@ -25,11 +25,11 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 from sqlalchemy.engine import URL, make_url
 
-from latopt.artifacts import OutputError, make_dirs, write_json_atomic
 from latopt.errors import LatoptError, first_line
+from latopt.files.artifacts import OutputError, make_dirs, write_json_atomic
+from latopt.files.readers import read_json
 from latopt.log import get_logger
 from latopt.methods.sampler import FAILED_CHECK
-from latopt.readers import read_json
 
 STUDY_SCHEMA = "latopt.study/1"
 DEFAULT_HEARTBEAT_S = 30

@@ -28,21 +28,21 @@ import optuna
 import torch.nn as nn
 from filelock import FileLock
 
-from latopt.accel import resolve
-from latopt.artifacts import json_plain, make_dirs, write_json_atomic
 from latopt.data import load_task, make_loaders
-from latopt.engine import evaluate
 from latopt.errors import LatoptError
-from latopt.fold import AlphaActivation, as_shipped
+from latopt.files.artifacts import json_plain, make_dirs, write_json_atomic
 from latopt.latency.lut import predict
 from latopt.latency.profiler import measure_networks
 from latopt.layerfold import check_base
-from latopt.layerfold.record import FoldReport
+from latopt.layerfold.fold_record import FoldReport
 from latopt.log import get_logger
 from latopt.methods import Method, Space, TrialContext
+from latopt.rewrite import AlphaActivation, as_shipped
 from latopt.search._confirm import correct, paired_counts
 from latopt.search._pareto import REFINES
-from latopt.train import BASE_CHECKPOINT, read_metrics, train_base
+from latopt.training.accel import resolve
+from latopt.training.base_training import BASE_CHECKPOINT, read_metrics, train_base
+from latopt.training.loop import evaluate
 
 TRIAL_SCHEMA = "latopt.search-trial/1"
 _LOG = get_logger("search")

@@ -29,7 +29,6 @@ from typing import Any
 
 from latopt import log
 from latopt.config import RunConfig
-from latopt.engine import seed_everything
 from latopt.errors import LatoptError, first_line, one_line, out_of_memory
 from latopt.search._options import SearchOptions
 from latopt.signals import (
@@ -40,6 +39,7 @@ from latopt.signals import (
     sigterm_raises,
     threads_ended,
 )
+from latopt.training.loop import seed_everything
 
 _LOG = log.get_logger("search")
 

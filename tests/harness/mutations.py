@@ -88,7 +88,7 @@ def re_sign(obj: Any) -> Any:
     rewrites checkpoints would), when it has one and the payload's parts are of types the digest takes;
     otherwise as it is (the stale digest stays)."""
     try:
-        from latopt.models import checkpoint_digest
+        from latopt.nets.models import checkpoint_digest
     except ImportError:       # a checkout without digests
         return obj
     if isinstance(obj, dict) and "sha256" in obj:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from latopt.export.record import (
+from latopt.export.export_record import (
     AccuracySection,
     BiasMapsSection,
     ExportRecord,

@@ -8,7 +8,7 @@ multiply-adds"), never as measured milliseconds. This is what a FLOPs-budgeted m
 the LUT's ``ms`` fields:
 
 - ``macs``: multiply-adds of one forward at the part's input shape, in millions
-  (:func:`latopt.models.count_flops`, torch's FlopCounterMode, divided by 2);
+  (:func:`latopt.nets.models.count_flops`, torch's FlopCounterMode, divided by 2);
 - ``params``: parameters, in millions (a fold that multiplies kernels out can have more than the block);
 - ``layers``: convolution and linear layers, 1 each: every layer costs the same (a depth count; uniform c_l).
 
@@ -26,7 +26,7 @@ from torch import nn
 
 from latopt.errors import LatoptError
 from latopt.latency.timing import environment_info
-from latopt.models import count_flops
+from latopt.nets.models import count_flops
 
 COUNTS = ("macs", "params", "layers")   # what a count device counts (DeviceProfile.count)
 UNITS = {"macs": "million multiply-adds", "params": "million parameters", "layers": "convolution/linear layers"}

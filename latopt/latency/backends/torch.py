@@ -10,7 +10,7 @@ An fp32 CUDA profile times true fp32: TF32 is switched off for cuDNN convolution
 the backend is open and restored by :meth:`TorchBackend.close` — the TensorRT backend clears TF32 for fp32
 too; the switches are recorded in the LUT's environment. ``create`` refuses a GPU that the installed torch
 has no kernels for (e.g. Pascal, compute capability 6.1, with a torch build for CUDA >= 12.8). Otherwise
-CPU eager with ``latopt.torch_settings.set_threads(profile.threads)`` (process-wide). fp16 is CUDA-only;
+CPU eager with ``latopt.training.torch_settings.set_threads(profile.threads)`` (process-wide). fp16 is CUDA-only;
 int8 is refused (ONNX Runtime's static INT8: the ``cpu-int8`` device). The runner works on a deep copy in
 eval mode under ``torch.inference_mode``; the caller's module is left untouched. Its first call is a check:
 an input the module cannot take, or memory the device has not (one line saying to lower the batch or the
@@ -33,7 +33,7 @@ from latopt.errors import LatoptError, first_line, out_of_memory
 from latopt.latency.backends import require_gpu
 from latopt.latency.timing import environment_info
 from latopt.runtime import TorchCudaApi
-from latopt.torch_settings import TF32_OFF, set_tf32_flags, set_threads, tf32_flags
+from latopt.training.torch_settings import TF32_OFF, set_tf32_flags, set_threads, tf32_flags
 
 
 class TorchRunner:

@@ -38,8 +38,8 @@ from typing import Any
 import platformdirs
 
 from latopt import runtime as _rt
-from latopt.artifacts import write_bytes_atomic
 from latopt.errors import LatoptError, first_line
+from latopt.files.artifacts import write_bytes_atomic
 from latopt.latency.backends.tensorrt.fp16 import to_fp16_onnx
 from latopt.latency.backends.tensorrt.precision import precision_plan
 from latopt.log import get_logger
