@@ -32,7 +32,6 @@ SearchMethod = Literal["optuna", "dp"]            # Layer Folding's Optuna study
 Importance = Literal["proxy", "finetune", "uniform"]  # the DP's loss per (block, variant) (latopt.dp.importance)
 
 # latency and export
-Backend = Literal["onnxruntime", "tensorrt", "torch", "count"]  # count: a device-blind cost model
 Precision = Literal["fp32", "fp16", "int8"]    # int8: ONNX Runtime static INT8 on the CPU (latopt.latency.quantize)
 Clock = Literal["wall", "thread"]
 ExportFormat = Literal["onnx", "engine", "all"]
@@ -55,7 +54,6 @@ OBJECTIVES: tuple[str, ...] = get_args(Objective)
 COSTS: tuple[str, ...] = get_args(Costs)
 SEARCH_METHODS: tuple[str, ...] = get_args(SearchMethod)
 IMPORTANCE_METHODS: tuple[str, ...] = get_args(Importance)
-BACKENDS: tuple[str, ...] = get_args(Backend)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 EXPORT_FORMATS: tuple[str, ...] = get_args(ExportFormat)
 BIAS_MAPS: tuple[str, ...] = get_args(BiasMaps)

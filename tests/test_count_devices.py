@@ -9,7 +9,7 @@ from torch import nn
 
 from latopt.errors import LatoptError
 from latopt.latency.backends.count import count
-from latopt.latency.devices import DeviceProfile, load_device
+from latopt.latency.devices import load_device, make_profile
 from latopt.latency.lut import costs, predict
 from latopt.latency.profiler import profile_model
 from latopt.nets.blocks import find_blocks
@@ -21,9 +21,12 @@ MODEL = "torchvision/mobilenet_v2?width=0.5"
 def test_shipped_count_devices_load_and_count_needs_its_backend() -> None:
     assert {n: load_device(n).count for n in ("flops", "params", "uniform")} == {
         "flops": "macs", "params": "params", "uniform": "layers"}
-    for bad in ({"name": "x", "backend": "count"}, {"name": "x", "count": "macs"}):
-        with pytest.raises(ValueError, match="count"):
-            DeviceProfile(**bad)
+    with pytest.raises(LatoptError, match=r"key 'count' is missing"):   # backend count: what it counts
+        make_profile({"name": "x", "backend": "count"})
+    with pytest.raises(LatoptError, match=r"key 'count' is read by the count backend, not by onnxruntime"):
+        make_profile({"name": "x", "count": "macs"})
+    with pytest.raises(LatoptError, match=r"key 'count' must be one of macs, params, layers, got 'seconds'"):
+        make_profile({"name": "x", "backend": "count", "count": "seconds"})
 
 
 def test_counts_of_a_module() -> None:

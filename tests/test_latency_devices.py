@@ -56,7 +56,7 @@ def test_profile_from_path_and_validation(tmp_path) -> None:
     assert d.name == "mine" and d.max_repeats == 4 and d.path == str(p)
 
     bad = {
-        "name: x\nbackend: openvino\n": "key 'backend' is 'openvino'; choose one of onnxruntime, tensorrt, torch, count",
+        "name: x\nbackend: openvino\n": "key 'backend' is 'openvino'; choose one of count, onnxruntime, tensorrt, torch",
         "name: x\nprecision: int4\n": "key 'precision' is 'int4'; choose one of fp32, fp16, int8",
         "name: x\nthreads: 0\n": r"key 'threads' must be in \[1, 1024\], got 0",
         "name: x\nthreads: true\n": "key 'threads' must be an integer, got True",
@@ -64,8 +64,11 @@ def test_profile_from_path_and_validation(tmp_path) -> None:
         "name: x\nbudget_s: -1\n": r"key 'budget_s' must be in \(0, 3600.0\], got -1",
         "name: x\nstable_rel: .inf\n": "key 'stable_rel' must be a finite number",
         "name: x\ncuda_device: -1\n": "key 'cuda_device' must be >= 0, got -1",
-        "name: x\nworkspace_mib: 0\n": r"key 'workspace_mib' must be in \[1, 1048576\], got 0",
-        "name: x\noptions: [1]\n": "key 'options' must be a mapping",
+        "name: x\nbackend: tensorrt\nworkspace_mib: 0\n": r"key 'workspace_mib' must be in \[1, 1048576\], got 0",
+        # a key of another backend names the backend that reads it (each backend's record declares its keys)
+        "name: x\nworkspace_mib: 64\n": "key 'workspace_mib' is read by the tensorrt backend, not by onnxruntime",
+        "name: x\nbackend: tensorrt\nprovider: CUDAExecutionProvider\n": "key 'provider' is read by the onnxruntime",
+        "name: x\noptions: {}\n": "unknown key 'options'",
         "name: x\nmin_repeats: 10\nmax_repeats: 5\n": r"min_repeats > max_repeats \(10 > 5\)",
         "name: x\nwarmup_rounds: 3\n": "unknown key 'warmup_rounds'; known: warmup, min_repeats, .*, name, description, backend",
         "name: x\npath: /etc\n": "unknown key 'path'",

@@ -35,7 +35,7 @@ from latopt.latency.backends.tensorrt import backend as trt_backend
 from latopt.latency.backends.tensorrt import build as trt_build
 from latopt.latency.backends.tensorrt import fp16 as trt_fp16
 from latopt.latency.backends.tensorrt import precision as trt_precision
-from latopt.latency.devices import DeviceProfile, load_device
+from latopt.latency.devices import DeviceProfile, load_device, make_profile
 from tools import trt_api_names as names_tool
 
 pytestmark = pytest.mark.floor
@@ -78,7 +78,7 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
 def _profile(**kw: Any) -> DeviceProfile:
     base = {"name": "test-trt", "backend": "tensorrt", "precision": "fp32", "cuda_device": 0, "batch": 2}
     base.update(kw)
-    return DeviceProfile(**base)
+    return make_profile(base)
 
 
 # ------------------------------------------------------------------- stand-in tensorrt module
@@ -1090,7 +1090,8 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=120, cwd=REPO, env=env)
 
 
-RUNTIME_FLOOR = ("latopt", "latopt.errors", "latopt.files.artifacts")  # the latopt modules the runtime may import
+# the latopt modules the runtime may import (each imports only the standard library and numpy)
+RUNTIME_FLOOR = ("latopt", "latopt.errors", "latopt.files", "latopt.files.artifacts", "latopt.signals")
 HEAVY = ("torch", "torchvision", "timm", "optuna", "onnx", "onnxruntime", "tensorrt", "pycuda", "pydantic", "scipy",
          "yaml")
 

@@ -137,6 +137,7 @@ def loop_device(lut: LUT, device: Any = None) -> tuple[Any, str | None, str]:
     """The device profile to time the LUT's plans on: ``device`` (a name, a path or a profile) when it is the
     LUT's device, else the LUT's device by name. Returns (profile, None, "measure"), or (None, why not,
     status): ``exact`` for a count device, ``skipped`` otherwise (module docstring)."""
+    from latopt.latency.backends.count import CountProfile
     from latopt.latency.devices import DeviceProfile, load_device
 
     profile = None
@@ -152,7 +153,7 @@ def loop_device(lut: LUT, device: Any = None) -> tuple[Any, str | None, str]:
             break
     if profile is None:
         return None, f"no device profile {lut.device!r} (the LUT's device) here to time the plan on", "skipped"
-    if profile.backend == "count":
+    if isinstance(profile, CountProfile):
         return None, f"device {profile.name} counts ({profile.count}): its counts are exact, nothing to measure", "exact"
     have = {"backend": lut.backend, "precision": lut.precision, "batch": lut.batch}
     for key, value in have.items():

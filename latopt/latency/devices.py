@@ -2,8 +2,11 @@
 
 Public API::
 
-    DeviceProfile                     frozen, validated record, one field per YAML key: the device's, and the
-                                      timing keys of :class:`latopt.latency.timing.TimingPolicy`, which it extends
+    DeviceProfile                     frozen, validated record of the keys every device has: the device's, and
+                                      the timing keys of :class:`latopt.latency.timing.TimingPolicy`, which it
+                                      extends; each backend's subclass adds the keys it reads (its module in
+                                      :mod:`latopt.latency.backends`: ``provider``, ``cuda_device``, ...)
+    make_profile(data, prefix=...) -> DeviceProfile   the backend's record for YAML-like ``data``
     load_device(name_or_path) -> DeviceProfile   "cpu" → profiles/cpu.yaml, else the shipped cpu.yaml;
                                       or a path to a .yaml file
     list_devices() -> list[str]       names of the added and the shipped profiles
@@ -18,8 +21,9 @@ file there, or passes the file's path. Measured LUTs are written to ``profiles_d
 
 Checks beyond each key's type and range (one error line naming the file): a name must not announce what the
 profile does not measure (:data:`NAME_WORDS`: ``cpu-int8`` with ``precision: fp32`` would file fp32 LUTs as
-the INT8 device's); ``options`` takes only the keys its backend reads (:data:`BACKEND_OPTIONS`); a profile
-found by device name must carry that name (``profiles/cpu.yaml`` is device ``cpu``).
+the INT8 device's; a backend's words are its own, :class:`latopt.latency.backends.BackendSpec`); a key that
+another backend reads is refused (``workspace_mib`` on an ``onnxruntime`` device); a profile found by device
+name must carry that name (``profiles/cpu.yaml`` is device ``cpu``).
 """
 
 from __future__ import annotations
@@ -29,14 +33,15 @@ import re
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, model_validator
 
-from latopt.constants import MAX_BATCH, MAX_THREADS, Backend, Precision
+from latopt.constants import MAX_BATCH, MAX_THREADS, Precision
 from latopt.errors import LatoptError
 from latopt.files.readers import read_yaml
 from latopt.files.records import Name, validated
+from latopt.latency.backends import backend_names, backend_spec
 from latopt.latency.timing import TimingPolicy
 from latopt.log import get_logger
 from latopt.runtime.runner import existing_file
@@ -49,25 +54,21 @@ if TYPE_CHECKING:  # annotations only (importlib.resources.abc is Python >= 3.11
 
 _LOG = get_logger("profile")
 
-MAX_WORKSPACE_MIB = 1 << 20  # TensorRT builder workspace (1 TiB; shipped: 1024 MiB)
-
-# What each backend reads from a profile's ``options`` (none reads any yet): any other key is refused.
-BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {"onnxruntime": (), "tensorrt": (), "torch": (), "count": ()}
+DEFAULT_BACKEND = "onnxruntime"   # a profile without ``backend``
 
 # Words of a device name (split at "-", "_", ".") that say what the profile measures, as the shipped names
 # do (cpu, cpu-int8, cpu-torch, gpu-torch, gpu-trt-fp16): a name with one must agree with the profile's
-# fields. word -> (field, value); "place" is "gpu" for a GPU profile (DeviceProfile.is_gpu), else "cpu".
+# fields. word -> (field, value); "place" is "gpu" for a GPU profile (DeviceProfile.is_gpu), else "cpu". The
+# backends' words are their own (register_backend's ``words``).
 NAME_WORDS: dict[str, tuple[str, str]] = {
     "fp32": ("precision", "fp32"), "fp16": ("precision", "fp16"), "int8": ("precision", "int8"),
-    "ort": ("backend", "onnxruntime"), "onnxruntime": ("backend", "onnxruntime"),
-    "trt": ("backend", "tensorrt"), "tensorrt": ("backend", "tensorrt"),
-    "torch": ("backend", "torch"), "pytorch": ("backend", "torch"),
     "cpu": ("place", "cpu"), "gpu": ("place", "gpu"), "cuda": ("place", "gpu"),
 }
 
 
 class DeviceProfile(TimingPolicy):
-    """One latency target. Times are measured with ``backend`` at ``precision`` and ``batch``.
+    """One latency target: the keys every device has. Times are measured with ``backend`` at ``precision`` and
+    ``batch``; each backend's record (a subclass in its module) adds the keys it reads.
 
     Repeat policy: the fields of :class:`~latopt.latency.timing.TimingPolicy` (``warmup`` calls per runner,
     then interleaved rounds until at least ``min_repeats`` rounds are done and every median moved less than
@@ -77,34 +78,28 @@ class DeviceProfile(TimingPolicy):
 
     name: Name  # names profiles/<name>/ (the device's LUTs) and runs/<run>/lut-<name>.json
     description: str = ""
-    backend: Backend = "onnxruntime"
-    provider: str | None = None  # ONNX Runtime execution provider (default CPUExecutionProvider)
-    cuda_device: Annotated[int, Field(ge=0)] | None = None  # CUDA device index for GPU backends
+    backend: str = DEFAULT_BACKEND   # a registered backend (its subclass narrows this to its name)
     precision: Precision = "fp32"
     batch: Annotated[int, Field(ge=1, le=MAX_BATCH)] = 1
     threads: Annotated[int, Field(ge=1, le=MAX_THREADS)] = 1  # intra-op threads (ONNX Runtime) / torch.set_num_threads on CPU
-    expected_gpu: str | None = None  # GPU name the live device must match (substring or glob)
-    workspace_mib: Annotated[int, Field(ge=1, le=MAX_WORKSPACE_MIB)] | None = None  # TensorRT builder workspace limit
-    options: dict[str, Any] = {}  # backend-specific extras: the keys of BACKEND_OPTIONS[backend] only
-    # backend count (a device-blind cost model, latency/backends/count.py): what it counts instead of timing
-    count: Literal["macs", "params", "layers"] | None = None
     path: str | None = None  # the YAML file it came from (set by load_device, not a YAML key)
+
+    @property
+    def is_gpu(self) -> bool:
+        """Whether it times on a GPU (each backend's record says; the base: no)."""
+        return False
 
     @model_validator(mode="after")
     def _consistent(self) -> DeviceProfile:
         if self.clock == "thread" and (self.threads != 1 or self.is_gpu):
             raise ValueError("clock: thread measures the calling thread's CPU time, so it needs threads: 1 on a "
                              "CPU backend")
-        if (self.backend == "count") != (self.count is not None):
-            raise ValueError("key 'count' (macs, params or layers) goes with backend: count, and only with it")
-        known = BACKEND_OPTIONS[self.backend]
-        unknown = [k for k in self.options if k not in known]
-        if unknown:
-            raise ValueError(f"unknown option {unknown[0]!r} for backend {self.backend}; known: "
-                             + (", ".join(known) or f"none (the {self.backend} backend reads no options)"))
         have = {"precision": self.precision, "backend": self.backend, "place": "gpu" if self.is_gpu else "cpu"}
+        words = dict(NAME_WORDS)
+        for b in backend_names():
+            words.update({w: ("backend", b) for w in backend_spec(b).words})
         for word in re.split(r"[-_.]", self.name.lower()):
-            field, value = NAME_WORDS.get(word, ("", ""))
+            field, value = words.get(word, ("", ""))
             if field and have[field] != value:
                 what = (f"runs on the {'GPU' if self.is_gpu else 'CPU'}" if field == "place"
                         else f"has {field}: {have[field]}")
@@ -113,10 +108,24 @@ class DeviceProfile(TimingPolicy):
                                  "would be filed as what they are not; rename the device or fix the key")
         return self
 
-    @property
-    def is_gpu(self) -> bool:
-        return self.backend == "tensorrt" or self.cuda_device is not None or (
-            self.provider is not None and self.provider != "CPUExecutionProvider")
+
+def make_profile(data: dict[str, Any], *, prefix: str = "device profile: ") -> DeviceProfile:
+    """The record of ``data``'s backend (``backend``, else onnxruntime) validated from ``data`` (a YAML
+    mapping); a key its backend does not read is one error line naming the backend that reads it."""
+    name = data.get("backend", DEFAULT_BACKEND)
+    if name not in backend_names():
+        raise LatoptError(f"{prefix}key 'backend' is {name!r}; choose one of {', '.join(backend_names())}")
+    cls = backend_spec(name).profile
+    for key in data:
+        if key not in cls.model_fields:
+            owners = [b for b in backend_names() if key in backend_spec(b).profile.model_fields]
+            if owners:
+                raise LatoptError(f"{prefix}key {key!r} is read by the {' and '.join(owners)} backend, not by "
+                                  f"{name}; remove it, or set backend: {owners[0]}")
+    profile = validated(cls, data, prefix=prefix, key="key")
+    if not isinstance(profile, DeviceProfile):   # a backend registered with a record of another kind: a bug
+        raise TypeError(f"backend {name!r}'s record {cls.__name__} is not a DeviceProfile")
+    return profile
 
 
 # read through importlib.resources: the YAML files are package data (pyproject.toml's package-data)
@@ -167,7 +176,7 @@ def load_device(name_or_path: str | os.PathLike[str]) -> DeviceProfile:
     if "path" in data:
         raise LatoptError(f"device profile {path}: unknown key 'path' (latopt records the file's own path)")
     _LOG.debug(f"device profile {s!r}: {path}")
-    profile = validated(DeviceProfile, {**data, "path": str(path)}, prefix=f"device profile {path}: ", key="key")
+    profile = make_profile({**data, "path": str(path)}, prefix=f"device profile {path}: ")
     if by_name and profile.name != s:
         raise LatoptError(f"device profile {path} has name {profile.name!r}, not {s!r}, the device it was found as: "
                           f"LUTs are filed under a profile's name; set name: {s}, or give the file's path")

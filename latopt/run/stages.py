@@ -58,6 +58,10 @@ from latopt.search import (
 from latopt.training.base_training import train_base
 
 _LOG = get_logger("run")
+# a device's fingerprint is its profile's fields with these, the backends' keys of one flat record before each
+# backend had a record of its own: a profile's fingerprint is what it was, and a run started before resumes
+LEGACY_DEVICE_KEYS: dict[str, Any] = {"provider": None, "cuda_device": None, "expected_gpu": None,
+                                      "workspace_mib": None, "count": None, "options": {}}
 Say = Callable[[str], None]
 
 
@@ -83,7 +87,8 @@ class Job:
 
     def __post_init__(self) -> None:
         self.sections = dump_config(self.cfg)
-        device = self.dev.model_dump(exclude={"path"})
+        # the keys every profile had before each backend had its record (so a run started before resumes)
+        device = {**LEGACY_DEVICE_KEYS, **self.dev.model_dump(exclude={"path"})}
         self.device_sha = hashlib.sha256(json.dumps(device, sort_keys=True, default=str).encode()).hexdigest()
 
     def config_sections(self, *names: str) -> dict[str, Any]:

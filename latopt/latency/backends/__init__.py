@@ -1,7 +1,13 @@
-"""Timing backends behind one small interface.
+"""Timing backends: one registry, each backend's name written once, in its own module.
 
 Public API::
 
+    register_backend(profile_cls, words=...)   the decorator on a backend module's ``create(profile)``: registers
+                                              the backend named by ``profile_cls``'s ``backend`` field, with its
+                                              profile record (the YAML keys it reads) and the device-name words
+                                              that announce it
+    backend_spec(name) -> BackendSpec         the registered backend ``name`` (LatoptError naming the known ones)
+    backend_names() -> tuple[str, ...]        every registered backend
     get_backend(profile: DeviceProfile) -> Backend
     Backend (Protocol): name; prepare(model | onnx_path, input_shape) -> TimedRunner; environment() -> dict;
                         close() (optional)
@@ -11,30 +17,32 @@ Public API::
     gpu_matches(live, expected) -> bool       the one rule for a profile's ``expected_gpu``
     require_gpu(profile, live, alternative)   LatoptError when the live GPU does not match it
 
-``get_backend`` imports the backend's module (:data:`BACKEND_MODULES`: ``latopt.latency.backends.<module>``)
-lazily and calls its ``create(profile)``, so that importing latopt never needs onnxruntime-gpu, tensorrt or
-CUDA (the tensorrt backend, ``tensorrt/backend.py`` in the package of its build steps, imports ``tensorrt``
-inside ``create``). ``create`` raises a one-line LatoptError when
-the library, the GPU or the GPU model is missing or wrong; the torch and TensorRT backends check the GPU
-model (``expected_gpu``) with :func:`require_gpu`. ONNX Runtime's CUDA provider names no GPU model, so
-``expected_gpu`` is not checked there (its provider is: a CPU fallback is refused).
+A backend is a module of this package (or the ``backend`` module of a sub-package, as ``tensorrt/``): it
+defines its profile record, a :class:`latopt.latency.devices.DeviceProfile` with ``backend: Literal[NAME]`` and
+its own keys, and decorates its ``create(profile)`` with :func:`register_backend`. The registry imports the
+backend modules the first time it is asked (none imports onnxruntime-gpu, tensorrt or CUDA at module level,
+so importing latopt never needs them: the tensorrt backend imports ``tensorrt`` inside ``create``). ``create``
+raises a one-line LatoptError when the library, the GPU or the GPU model is missing or wrong; the torch and
+TensorRT backends check the GPU model (``expected_gpu``) with :func:`require_gpu`. Adding a backend: one
+module here, a shipped profile in ``latopt/profiles/`` if it has one, its tests.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel
 
 from latopt.errors import LatoptError
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
-
-    from latopt.latency.devices import DeviceProfile
-
-BACKEND_MODULES = {"onnxruntime": "onnxruntime", "tensorrt": "tensorrt.backend", "torch": "torch", "count": "count"}
 
 
 @runtime_checkable
@@ -55,14 +63,65 @@ class Backend(Protocol):
     def environment(self) -> dict[str, Any]: ...
 
 
-def get_backend(profile: DeviceProfile) -> Backend:
+@dataclass(frozen=True)
+class BackendSpec:
+    """One registered backend: its name, its profile record (the keys its devices' YAML files take), the words of
+    a device name that announce it, and the function that opens it for a profile."""
+
+    name: str
+    profile: type[BaseModel]   # a latopt.latency.devices.DeviceProfile (not imported here: devices imports this)
+    words: tuple[str, ...]
+    create: Callable[[Any], Backend]
+
+
+_REGISTRY: dict[str, BackendSpec] = {}
+_LOADED = False
+C = TypeVar("C", bound=Callable[..., Any])
+
+
+def register_backend(profile: type[BaseModel], *, words: tuple[str, ...] = ()) -> Callable[[C], C]:
+    """Register the decorated ``create(profile)`` as the backend ``profile.backend`` names (its ``Literal``
+    default); ``words`` announce it in a device name (``trt`` in ``gpu-trt-fp16``)."""
+    name = profile.model_fields["backend"].default
+
+    def deco(create: C) -> C:
+        if name in _REGISTRY and _REGISTRY[name].create is not create:
+            raise RuntimeError(f"backend {name!r} registered twice")
+        _REGISTRY[name] = BackendSpec(name, profile, (name, *words), create)
+        return create
+
+    return deco
+
+
+def _load() -> None:
+    """Import every backend module once (their decorators fill the registry)."""
+    global _LOADED
+    if _LOADED:
+        return
+    for m in pkgutil.iter_modules(__path__):
+        if not m.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{m.name}{'.backend' if m.ispkg else ''}")
+    _LOADED = True
+
+
+def backend_names() -> tuple[str, ...]:
+    """The registered backends' names, sorted."""
+    _load()
+    return tuple(sorted(_REGISTRY))
+
+
+def backend_spec(name: str, *, where: str = "") -> BackendSpec:
+    """The registered backend ``name``; a one-line LatoptError naming the known ones otherwise."""
+    _load()
+    spec = _REGISTRY.get(name)
+    if spec is None:
+        raise LatoptError(f"{where}unknown backend {name!r}; choose one of {', '.join(backend_names())}")
+    return spec
+
+
+def get_backend(profile: Any) -> Backend:
     """The backend that times on ``profile``'s device (LatoptError if it cannot run here)."""
-    mod_name = BACKEND_MODULES.get(profile.backend)
-    if mod_name is None:
-        raise LatoptError(f"device {profile.name!r}: unknown backend {profile.backend!r}; "
-                          f"choose one of {sorted(BACKEND_MODULES)}")
-    mod = importlib.import_module(f"{__name__}.{mod_name}")
-    return mod.create(profile)
+    return backend_spec(profile.backend, where=f"device {profile.name!r}: ").create(profile)
 
 
 def close_backend(backend: Any) -> None:

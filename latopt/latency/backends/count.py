@@ -18,29 +18,64 @@ count, so the interleaved timing loop (:func:`latopt.latency.timing.compare`) re
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
+from pydantic import AfterValidator
 from torch import nn
 
 from latopt.errors import LatoptError
+from latopt.latency.backends import register_backend
+from latopt.latency.devices import DeviceProfile
 from latopt.latency.timing import environment_info
 from latopt.nets.models import count_flops
 
-COUNTS = ("macs", "params", "layers")   # what a count device counts (DeviceProfile.count)
-UNITS = {"macs": "million multiply-adds", "params": "million parameters", "layers": "convolution/linear layers"}
-# a count's figures as printed beside them (never "ms": a count is not a time, and nothing was measured)
-SHORT_UNITS = {"macs": "M multiply-adds", "params": "M parameters", "layers": "layers"}
+
+@dataclass(frozen=True)
+class CostModel:
+    """One thing a count device counts: its name (the profile's ``count``), its unit in full (the LUT's
+    environment) and as printed beside its figures (never "ms": a count is not a time), and the count."""
+
+    name: str
+    unit: str
+    short_unit: str
+    measure: Callable[[nn.Module, tuple[int, ...]], float]
+
+
+COST_MODELS: dict[str, CostModel] = {m.name: m for m in (
+    CostModel("macs", "million multiply-adds", "M multiply-adds",
+              lambda module, shape: count_flops(module, shape) / 2 / 1e6),
+    CostModel("params", "million parameters", "M parameters",
+              lambda module, shape: sum(p.numel() for p in module.parameters()) / 1e6),
+    CostModel("layers", "convolution/linear layers", "layers",
+              lambda module, shape: float(sum(isinstance(m, (nn.Conv2d, nn.Linear)) for m in module.modules()))),
+)}
 COST_UNITS = "cost units"   # a count LUT that does not say what it counts
+
+
+def _known_count(name: str) -> str:
+    if name not in COST_MODELS:
+        raise ValueError(f"must be one of {', '.join(COST_MODELS)}, got {name!r}")
+    return name
+
+
+class CountProfile(DeviceProfile):
+    """A device-blind cost model as a device: ``count`` names what it counts (:data:`COST_MODELS`)."""
+
+    backend: Literal["count"] = "count"
+    count: Annotated[str, AfterValidator(_known_count)]
 
 
 def unit(backend: str, what: str | None = None) -> str:
     """The unit of a device's or a LUT's figures (its ``ms`` fields): ``ms`` when its backend times, else the
-    count's (:data:`SHORT_UNITS`, or :data:`COST_UNITS` when the count is not known)."""
+    count's (its short unit, or :data:`COST_UNITS` when the count is not known)."""
     if backend != "count":
         return "ms"
-    return SHORT_UNITS.get(what or "", COST_UNITS)
+    model = COST_MODELS.get(what or "")
+    return model.short_unit if model else COST_UNITS
 
 
 def lut_unit(lut: Any) -> str:
@@ -49,14 +84,11 @@ def lut_unit(lut: Any) -> str:
 
 
 def count(module: nn.Module, input_shape: tuple[int, ...], what: str) -> float:
-    """``what`` (:data:`COUNTS`) of ``module`` run on one input of ``input_shape``, in the LUT's unit."""
-    if what == "macs":
-        return count_flops(module, tuple(input_shape)) / 2 / 1e6
-    if what == "params":
-        return sum(p.numel() for p in module.parameters()) / 1e6
-    if what == "layers":
-        return float(sum(isinstance(m, (nn.Conv2d, nn.Linear)) for m in module.modules()))
-    raise LatoptError(f"unknown count {what!r}; choose one of {', '.join(COUNTS)}", param="count")
+    """``what`` (:data:`COST_MODELS`) of ``module`` run on one input of ``input_shape``, in the LUT's unit."""
+    model = COST_MODELS.get(what)
+    if model is None:
+        raise LatoptError(f"unknown count {what!r}; choose one of {', '.join(COST_MODELS)}", param="count")
+    return model.measure(module, tuple(input_shape))
 
 
 class CountRunner:
@@ -82,7 +114,7 @@ class CountRunner:
 
 
 class CountBackend:
-    def __init__(self, profile: Any) -> None:
+    def __init__(self, profile: CountProfile) -> None:
         self.profile = profile
         self.name = "count"
 
@@ -94,13 +126,11 @@ class CountBackend:
 
     def environment(self) -> dict[str, Any]:
         env = environment_info()
-        env.update({"backend": self.name, "count": self.profile.count, "unit": UNITS[self.profile.count],
+        env.update({"backend": self.name, "count": self.profile.count, "unit": COST_MODELS[self.profile.count].unit,
                     "torch": torch.__version__})
         return env
 
 
-def create(profile: Any) -> CountBackend:
-    if profile.count not in COUNTS:
-        raise LatoptError(f"device {profile.name!r}: backend count needs count: {' | '.join(COUNTS)}",
-                          param="device")
+@register_backend(CountProfile)
+def create(profile: CountProfile) -> CountBackend:
     return CountBackend(profile)

@@ -42,12 +42,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import onnxruntime as ort
+from pydantic import Field
 
 from latopt.errors import LatoptError
+from latopt.latency.backends import register_backend
+from latopt.latency.devices import DeviceProfile
 from latopt.latency.onnx_io import ExportCache
 from latopt.latency.quantize import INT8_SETTINGS, is_quantized, quantize_int8
 from latopt.latency.timing import environment_info
@@ -57,6 +60,18 @@ LOG_ERRORS_ONLY = 3  # ONNX Runtime's log_severity_level for errors (0 verbose .
 CALIB_BATCHES = 2    # int8: random-normal calibration batches per network (their values do not change the time)
 CALIB_SEED = 0
 CUDA_FP32_OPTIONS = {"use_tf32": 0}   # the CUDA provider's float32 without TF32 (module docstring)
+
+
+class OrtProfile(DeviceProfile):
+    """A device timed with ONNX Runtime: ``provider`` (default CPUExecutionProvider) on ``cuda_device``."""
+
+    backend: Literal["onnxruntime"] = "onnxruntime"
+    provider: str | None = None  # ONNX Runtime execution provider (default CPUExecutionProvider)
+    cuda_device: Annotated[int, Field(ge=0)] | None = None  # CUDA device index of a GPU provider
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.cuda_device is not None or (self.provider is not None and self.provider != "CPUExecutionProvider")
 
 
 class OrtBackend:
@@ -109,7 +124,8 @@ class OrtBackend:
         self.cache.close()
 
 
-def create(profile: Any) -> OrtBackend:
+@register_backend(OrtProfile, words=("ort",))
+def create(profile: OrtProfile) -> OrtBackend:
     precision = getattr(profile, "precision", "fp32")
     provider = profile.provider or "CPUExecutionProvider"
     if precision not in ("fp32", "int8") or (precision == "int8" and provider != "CPUExecutionProvider"):

@@ -24,16 +24,30 @@ import copy
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from latopt.errors import LatoptError, first_line, out_of_memory
-from latopt.latency.backends import require_gpu
+from latopt.latency.backends import register_backend, require_gpu
+from latopt.latency.devices import DeviceProfile
 from latopt.latency.timing import environment_info
 from latopt.runtime import TorchCudaApi
 from latopt.training.torch_settings import TF32_OFF, set_tf32_flags, set_threads, tf32_flags
+
+
+class TorchProfile(DeviceProfile):
+    """A device timed with PyTorch eager: the CPU, or the GPU ``cuda_device`` (checked against ``expected_gpu``)."""
+
+    backend: Literal["torch"] = "torch"
+    cuda_device: Annotated[int, Field(ge=0)] | None = None  # CUDA device index; none: the CPU
+    expected_gpu: str | None = None  # GPU name the live device must match (substring or glob)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.cuda_device is not None
 
 
 class TorchRunner:
@@ -165,7 +179,8 @@ class TorchBackend:
             self.cuda.close()
 
 
-def create(profile: Any) -> TorchBackend:
+@register_backend(TorchProfile, words=("pytorch",))
+def create(profile: TorchProfile) -> TorchBackend:
     on_cpu = profile.cuda_device is None
     if profile.precision not in (("fp32",) if on_cpu else ("fp32", "fp16")):
         hint = ("; int8 is ONNX Runtime static INT8: use the device cpu-int8" if profile.precision == "int8"
@@ -179,7 +194,7 @@ def create(profile: Any) -> TorchBackend:
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
         raise LatoptError(f"device {profile.name!r} needs a CUDA GPU but torch {torch.__version__} ({build}) sees "
                           f"none; use the device cpu (ONNX Runtime) or cpu-torch on this machine", param="device")
-    idx = int(profile.cuda_device)
+    idx = profile.cuda_device or 0   # not None here: on_cpu returned above
     if idx >= torch.cuda.device_count():
         raise LatoptError(f"device {profile.name!r} asks for CUDA device {idx} but only "
                           f"{torch.cuda.device_count()} GPU(s) are visible; set cuda_device in the profile")

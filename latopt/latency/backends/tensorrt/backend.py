@@ -22,11 +22,13 @@ import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from latopt import runtime as _rt
 from latopt.errors import LatoptError
-from latopt.latency.backends import require_gpu
+from latopt.latency.backends import register_backend, require_gpu
 from latopt.latency.backends.tensorrt.build import DEFAULT_WORKSPACE_MIB, build_serialized, timing_cache_path
 from latopt.latency.backends.tensorrt.fp16 import fp16_conversion
 from latopt.latency.backends.tensorrt.precision import (
@@ -34,7 +36,23 @@ from latopt.latency.backends.tensorrt.precision import (
     check_precision,
     precision_plan,
 )
+from latopt.latency.devices import DeviceProfile
 from latopt.latency.onnx_io import export_onnx
+
+MAX_WORKSPACE_MIB = 1 << 20  # TensorRT builder workspace (1 TiB; shipped: 1024 MiB)
+
+
+class TensorRTProfile(DeviceProfile):
+    """A device timed with TensorRT engines on the GPU ``cuda_device`` (checked against ``expected_gpu``)."""
+
+    backend: Literal["tensorrt"] = "tensorrt"
+    cuda_device: Annotated[int, Field(ge=0)] | None = None  # CUDA device index (none: 0)
+    expected_gpu: str | None = None  # GPU name the live device must match (substring or glob)
+    workspace_mib: Annotated[int, Field(ge=1, le=MAX_WORKSPACE_MIB)] | None = None  # builder workspace limit
+
+    @property
+    def is_gpu(self) -> bool:
+        return True
 
 
 def _device_index(value: Any) -> int:
@@ -104,7 +122,8 @@ class TensorRTBackend:
         self.cuda.close()
 
 
-def create(profile: Any) -> TensorRTBackend:
+@register_backend(TensorRTProfile, words=("trt",))
+def create(profile: TensorRTProfile) -> TensorRTBackend:
     """The TensorRT backend for ``profile``; LatoptError (one line) when it cannot run here."""
     check_precision(str(getattr(profile, "precision", "fp32")))  # before the import: int8 is refused everywhere
     trt = _rt.import_tensorrt()
