@@ -24,10 +24,9 @@ Public API::
 
 **Optimizer** (timm's ``create_optimizer_v2``): ``sgd`` is SGD with Nesterov momentum (timm's ``sgd``;
 classical momentum with ``nesterov=False`` and plain SGD at momentum 0, timm's ``momentum``), ``adamw``
-torch's AdamW. Weight decay applies to every trainable parameter, biases and norm parameters too: timm's
-default for a model (``filter_bias_and_bn``: none on parameters with ndim ≤ 1) cost 1.3 points of test
-accuracy on ``configs/quickstart.yaml`` (3 seeds, mean 95.9 % vs 97.2 %; validation 2 points), so it is
-not used. Parameters in ``exclude`` (the pre-fold α's, which have their own Adam) and frozen ones are
+torch's AdamW. Weight decay applies to every trainable parameter, biases and norm parameters too, not
+timm's default for a model (``filter_bias_and_bn``; why: docs/design.md, "Training defaults"). Parameters in
+``exclude`` (the pre-fold α's, which have their own Adam) and frozen ones are
 left out.
 
 **Schedule** (timm's ``create_scheduler_v2``, stepped after every optimizer update with
