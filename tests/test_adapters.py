@@ -86,7 +86,7 @@ def test_se_blocks_are_listed_never_folded() -> None:
 def test_edge_residual_folds_exactly(stride: int) -> None:
     m = _net(EdgeResidual(8, 8 if stride == 1 else 12, 3, stride, exp_ratio=4.0))
     (b,) = find_blocks(m)
-    assert (b.layout, b.kind, b.hidden, b.has_expand) == ("dense", "timm.EdgeResidual", 32, False)
+    assert (b.layout.name, b.kind, b.hidden, b.has_expand) == ("dense", "timm.EdgeResidual", 32, False)
     assert b.variants == (("full", "drop") if stride == 1 else ("full",))
     for mode in ("exact", "paper"):  # no bias kernel: a 1x1 after the k×k, so paper mode is exact too
         res = check_fold(m, 11, mode)
@@ -102,7 +102,7 @@ def test_bottleneck_folds_exactly_with_its_shortcut(stride: int) -> None:
     """1x1 – 3x3 (dense, strided) – 1x1 with a projection shortcut → one 3x3: exact, borders included."""
     m = _net(Bottleneck(8, 4, stride, downsample=_downsample(8, 16, stride)), Bottleneck(16, 4))
     b0, b1 = find_blocks(m)
-    assert (b0.layout, b0.kernel, b0.stride, b0.residual, b1.residual) == ("dense", 3, stride, False, True)
+    assert (b0.layout.name, b0.kernel, b0.stride, b0.residual, b1.residual) == ("dense", 3, stride, False, True)
     assert b0.shortcut and b0.post_act.endswith("act3") and b1.variants == ("full", "drop")
     res = check_fold(m, 13, "exact")
     assert res.folded == 2 and res.max_rel < TOL
@@ -121,7 +121,7 @@ def test_basic_block_folds_in_paper_mode_only(stride: int, kernel: int) -> None:
     ds = _downsample(8, 16, stride) if stride == 2 else None
     m = _net(BasicBlock(8, 16 if ds is not None else 8, stride, downsample=ds))
     (b,) = find_blocks(m)
-    assert (b.layout, b.kernel, b.stride, b.padding, b.fold_modes) == ("basic", kernel, stride, kernel // 2, ("paper",))
+    assert (b.layout.name, b.kernel, b.stride, b.padding, b.fold_modes) == ("basic", kernel, stride, kernel // 2, ("paper",))
     with pytest.raises(LatoptError, match="folds only in paper mode"):
         fold_blocks(m, "all", "exact", (16, 16))
     assert check_fold(m, 16, "exact").folded == 0

@@ -100,7 +100,7 @@ def test_pair_convs_groups_stage_pairs_and_keeps_the_function() -> None:
         assert torch.equal(m(x), ref)
     assert pair_convs_(m) == 0  # already grouped
     (b,) = find_blocks(m)
-    assert (b.layout, b.kernel, b.padding, b.residual, b.variants, b.fold_modes) == ("basic", 5, 2, False, ("full",),
+    assert (b.layout.name, b.kernel, b.padding, b.residual, b.variants, b.fold_modes) == ("basic", 5, 2, False, ("full",),
                                                                                      ("paper",))
     assert b.post_act == "4.act2"
     plain = _vgg_stack(bn=False).eval()

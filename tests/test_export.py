@@ -71,7 +71,8 @@ def test_export_fold_all_end_to_end(ckpt: Path, tmp_path: Path, fast_cpu_device:
 
 def test_gate_refuses_a_corrupted_fold(ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        fast_cpu_device: str) -> None:
-    from latopt.export import export, gates, plan
+    from latopt.export import export, gates
+    from latopt.export import shipped as plan
     from latopt.export.options import ShipOptions
     from latopt.rewrite import FoldedBlock
 
@@ -98,7 +99,8 @@ def test_gate_checks_the_shipped_network_not_a_recomputed_fold(ckpt: Path, tmp_p
                                                                 monkeypatch: pytest.MonkeyPatch,
                                                                 fast_cpu_device: str) -> None:
     """Only the network export ships is corrupted (the gates' own fold is right): still refused."""
-    from latopt.export import export, plan
+    from latopt.export import export
+    from latopt.export import shipped as plan
     from latopt.export.options import ShipOptions
     from latopt.rewrite import FoldedBlock
 

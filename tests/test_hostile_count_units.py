@@ -17,7 +17,7 @@ from latopt.export.export_report import latency_line, measure_latency, render_re
 from latopt.files.checkpoint import make_arch
 from latopt.latency.devices import load_device
 from latopt.latency.lut import save_lut
-from latopt.latency.profiler import profile_model
+from latopt.latency.profiler import format_lut, profile_model
 from latopt.nets.models import build_model
 
 MODEL = "mobilenetv2_035"
@@ -47,6 +47,8 @@ def test_export_labels_a_count_as_counted_not_measured() -> None:
 def test_plan_messages_name_the_counts_unit(tmp_path: Path) -> None:
     lut = profile_model(MODEL, "flops", 16, variants=("full", "pw", "drop"), num_classes=10, progress=False)
     path = save_lut(lut, tmp_path / "flops.json")
+    table = format_lut(lut)   # what latopt profile prints: the count's unit, counted
+    assert "counted" in table and "M multiply-adds" in table and " ms" not in table and "measured" not in table, table
     cfg = load_config("quickstart", TINY)
     plan = plan_only(cfg, path, budget=0.9, importance="uniform", progress=False)
     assert plan.selection.unit == "M multiply-adds"

@@ -161,11 +161,13 @@ def test_a_profile_found_by_name_must_carry_that_name(tmp_path, monkeypatch) -> 
 
 
 @pytest.mark.parametrize("backend", ["backend: onnxruntime\n", "backend: torch\n", "backend: tensorrt\nclock: wall\n"])
-def test_unknown_profile_options_are_refused(tmp_path, backend) -> None:
+def test_keys_no_backend_reads_are_refused(tmp_path, backend) -> None:
+    """Each backend's record declares the keys it reads: an ``options`` mapping no backend read is refused, and so
+    is a key of another backend, naming it."""
     msg = _refused(tmp_path, "name: x\n" + backend + "options: {fast: true}\n")
-    assert "option 'fast'" in msg and "known:" in msg, msg
-    (tmp_path / "ok.yaml").write_text("name: x\n" + backend + "options: {}\n")
-    assert load_device(str(tmp_path / "ok.yaml")).options == {}
+    assert "unknown key 'options'" in msg and "known:" in msg, msg
+    msg = _refused(tmp_path, "name: x\n" + backend + "count: macs\n")
+    assert "key 'count' is read by the count backend" in msg, msg
 
 
 # ------------------------------------------------------------------------------ 4. forged span kernels

@@ -11,6 +11,7 @@ from torch import nn
 
 from latopt.adapters import BlockAdapter, register_block
 from latopt.adapters.anatomy import Block
+from latopt.adapters.block_layouts import LAYOUTS
 from latopt.nets.layers import FoldedBlock, FoldInfo, PointwiseBlock
 from latopt.nets.variants import VARIANTS
 
@@ -45,7 +46,7 @@ def _describe(index: int, path: str, m: Any) -> Block:
         index=index, path=path, kind=kind, cin=i.cin, cout=i.cout, hidden=i.hidden,
         expansion=i.hidden / i.cin, kernel=i.kernel, stride=i.stride, residual=i.residual,
         convs=tuple(f"{path}.{c}" for c in names[0]), bns=tuple(f"{path}.{c}" for c in names[1]), acts=acts,
-        foldable=False, reason=reason, padding=i.padding, layout=i.layout,
+        foldable=False, reason=reason, padding=i.padding, layout=LAYOUTS[i.layout],
     )
 
 

@@ -1,5 +1,6 @@
-"""Block adapters for inverted residuals: timm ``InvertedResidual``, ``DepthwiseSeparableConv`` (t = 1) and
-``EdgeResidual`` (a fused k×k dense expansion + 1x1 projection: layout ``dense``), torchvision
+"""Block adapters for inverted residuals: timm ``InvertedResidual``, ``DepthwiseSeparableConv`` (t = 1),
+``EdgeResidual`` (a fused k×k dense expansion + 1x1 projection: layout ``dense``) and ``UniversalInvertedResidual``
+(MobileNetV4: an MBConv without its start depthwise, else layout ``uir``, defined here), torchvision
 ``InvertedResidual``. Squeeze-excitation, anti-aliasing, a space-to-depth stem and an activation after the
 projection followed by a residual addition make a block unfoldable (listed with the reason): an SE block gates
 by its own input, so removing its activations does not make it affine. A residual block whose one obstacle is
@@ -8,13 +9,28 @@ block without a skip (MobileNetV1, LCNet) is kept after the fold (``Block.post_a
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
 from latopt.adapters import BlockAdapter, from_library, register_block
 from latopt.adapters.anatomy import Block, is_identity, make_block
+from latopt.adapters.block_layouts import (
+    DENSE,
+    MBCONV,
+    BlockLayout,
+    FusedConv,
+    Parts,
+    check_conv,
+    conv_padding,
+    register_layout,
+)
 from latopt.errors import LatoptError
+
+if TYPE_CHECKING:
+    from latopt.rewrite.compose import AffineConv
 
 
 def _act(bn: nn.Module) -> nn.Module:
@@ -39,15 +55,15 @@ def _timm_describe(index: int, path: str, m: Any) -> Block:
                 "bn3": m.bn3, "act1": _act(m.bn1), "act2": _act(m.bn2)}
         names = {"expand": "conv_pw", "dw": "conv_dw", "project": "conv_pwl",
                  "bn1": "bn1", "bn2": "bn2", "bn3": "bn3", "act1": "bn1.act", "act2": "bn2.act"}
-        last, layout = m.bn3, "mbconv"
+        last, layout = m.bn3, MBCONV
     elif cls == "DepthwiseSeparableConv":  # t = 1
         mods = {"dw": m.conv_dw, "project": m.conv_pw, "bn2": m.bn1, "bn3": m.bn2, "act2": _act(m.bn1)}
         names = {"dw": "conv_dw", "project": "conv_pw", "bn2": "bn1", "bn3": "bn2", "act2": "bn1.act"}
-        last, layout = m.bn2, "mbconv"
+        last, layout = m.bn2, MBCONV
     else:  # EdgeResidual: conv_exp (k×k dense, cin -> hidden) -> bn1(+act) -> conv_pwl -> bn2
         mods = {"dw": m.conv_exp, "project": m.conv_pwl, "bn2": m.bn1, "bn3": m.bn2, "act2": _act(m.bn1)}
         names = {"dw": "conv_exp", "project": "conv_pwl", "bn2": "bn1", "bn3": "bn2", "act2": "bn1.act"}
-        last, layout = m.bn2, "dense"
+        last, layout = m.bn2, DENSE
     if not is_identity(getattr(last, "act", None)) and not m.has_skip:
         # MobileNetV1 / LCNet: an activation after the projection and no skip: kept after the fold, as a ResNet's
         mods["post"] = last.act
@@ -141,3 +157,99 @@ def _match_tv_mnas(m: Any) -> bool:
 
 
 register_block(BlockAdapter("torchvision-mnasnet", "torchvision", _match_tv_mnas, _tv_mnas_describe))
+
+
+# ------------------------------------------------------------------ MobileNetV4's Universal Inverted Bottleneck
+# timm's UniversalInvertedResidual: [dw_start k1] → pw_exp 1x1 → [dw_mid k2] → pw_proj 1x1 [+ x], each a
+# ConvNormAct (the BN holds the activation). Without dw_start it is an MBConv (MNv4's "IB"); with dw_start it is
+# layout ``uir`` (ExtraDW with dw_mid, ConvNext-like without): the start depthwise (no activation after it) and
+# the expansion compose into one dense k1×k1 convolution, exactly; with dw_mid, that and the middle depthwise
+# compose like a basic block's two convolutions (k1 + k2 − 1; exact only away from the border, so paper mode).
+
+def _uir_anatomy(mods: Mapping[str, Any], reason: str) -> Parts:
+    """``mods``: start (depthwise k1), bn0, expand, bn1, act1, dw (depthwise k2, or None), bn2, act2, project,
+    bn3."""
+    start, expand, dw, project = mods["start"], mods["expand"], mods.get("dw"), mods["project"]
+    reason = (reason or check_conv(start, "start depthwise", depthwise=True)
+              or check_conv(expand, "expand", pointwise=True)
+              or (check_conv(dw, "middle depthwise", depthwise=True) if dw is not None else "")
+              or check_conv(project, "project", pointwise=True))
+    k1 = int(start.kernel_size[0]) if isinstance(start, nn.Conv2d) else 0
+    s1 = int(start.stride[0]) if isinstance(start, nn.Conv2d) else 1
+    p1 = conv_padding(start) if isinstance(start, nn.Conv2d) else None
+    kernel, stride, pad = k1, s1, p1
+    if dw is not None and isinstance(dw, nn.Conv2d) and not reason:
+        p2 = conv_padding(dw)
+        if s1 != 1 or not isinstance(p1, int) or not isinstance(p2, int):
+            reason = "a strided or TF SAME start depthwise before a middle one"
+        else:
+            kernel, stride, pad = k1 + int(dw.kernel_size[0]) - 1, int(dw.stride[0]), p1 + p2
+    mid = dw is not None
+    return Parts(convs=("start", "expand", "dw", "project") if mid else ("start", "expand", "project"),
+                 bns=("bn0", "bn1", "bn2", "bn3") if mid else ("bn0", "bn1", "bn3"),
+                 acts=("act1", "act2") if mid else ("act1",),
+                 cin=getattr(start, "in_channels", 0), hidden=getattr(expand, "out_channels", 0),
+                 cout=getattr(project, "out_channels", 0), kernel=kernel, stride=stride, padding=pad, reason=reason)
+
+
+def _whole_uir(fused: Sequence[FusedConv], convs: Sequence[nn.Module], block: Any,
+               shortcut: FusedConv | None) -> AffineConv:
+    """start ∘ expand: one dense k1×k1 convolution A[h,c] = E[h,c]·D1[c], bias E·b_D1 + b_E (exact); with a
+    middle depthwise, A then it as a basic block's pair (its kernel as a diagonal dense one); then project and
+    the skip (:func:`latopt.rewrite.compose.compose_dense` without an expansion)."""
+    from latopt.rewrite.compose import compose_basic, compose_dense
+
+    (wd1, bd1), (we, be) = fused[0], fused[1]
+    e = we[:, :, 0, 0]
+    wa, ba = e[:, :, None, None] * wd1[:, 0][None], e @ bd1 + be
+    pad = int(convs[0].padding[0])  # type: ignore[index]   # checked by the anatomy: an int
+    if len(fused) == 4:
+        wd2, bd2 = fused[2]
+        wb = torch.zeros(wd2.shape[0], wd2.shape[0], *wd2.shape[-2:], dtype=wd2.dtype, device=wd2.device)
+        idx = torch.arange(wd2.shape[0])
+        wb[idx, idx] = wd2[:, 0]
+        ab = compose_basic(wa, ba, wb, bd2, residual=False, stride=1, padding_a=pad,
+                           padding_b=int(convs[2].padding[0]))  # type: ignore[index]
+        wa, ba, pad = ab.weight, ab.const, int(ab.padding)
+    return compose_dense(None, None, wa, ba, *fused[-1], residual=block.residual, stride=block.stride,
+                         padding=pad, shortcut=shortcut)
+
+
+UIR = register_layout(BlockLayout("uir", _uir_anatomy, ("paper",), mbconv=False, whole=_whole_uir))
+
+
+def _uir_describe(index: int, path: str, m: Any) -> Block:
+    has_start, has_mid = not is_identity(m.dw_start), not is_identity(m.dw_mid)
+    reasons = [why for why, bad in (("layer scale", not is_identity(m.layer_scale)),
+                                    ("a depthwise convolution after the projection", not is_identity(m.dw_end)))
+               if bad]
+    mods: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    mods.update(expand=m.pw_exp.conv, bn1=m.pw_exp.bn, act1=_act(m.pw_exp.bn), project=m.pw_proj.conv,
+                bn3=m.pw_proj.bn)
+    names.update(expand="pw_exp.conv", bn1="pw_exp.bn", act1="pw_exp.bn.act", project="pw_proj.conv", bn3="pw_proj.bn")
+    if has_mid:
+        mods.update(dw=m.dw_mid.conv, bn2=m.dw_mid.bn, act2=_act(m.dw_mid.bn))
+        names.update(dw="dw_mid.conv", bn2="dw_mid.bn", act2="dw_mid.bn.act")
+    if not is_identity(_act(m.pw_proj.bn)):
+        reasons.append("activation after the projection")
+    se = not is_identity(getattr(m, "se", None))
+    if not has_start and has_mid:   # MNv4's IB: an MBConv whose parts have other names
+        return make_block(index, path, "timm.UniversalInvertedResidual", mods, names, bool(m.has_skip),
+                          "; ".join(reasons), se=se)
+    if not has_start:               # FFN: two 1x1s, no spatial convolution
+        e, p = m.pw_exp.conv, m.pw_proj.conv
+        return Block(index=index, path=path, kind="timm.UniversalInvertedResidual", cin=e.in_channels,
+                     cout=p.out_channels, hidden=e.out_channels, expansion=e.out_channels / e.in_channels, kernel=1,
+                     stride=1, residual=bool(m.has_skip), convs=(), bns=(), acts=(), foldable=False,
+                     reason="an FFN block (no depthwise convolution): no fold of it yet", layout=UIR)
+    if not is_identity(_act(m.dw_start.bn)):
+        reasons.append("activation after the start depthwise")
+    mods.update(start=m.dw_start.conv, bn0=m.dw_start.bn)
+    names.update(start="dw_start.conv", bn0="dw_start.bn")
+    return make_block(index, path, "timm.UniversalInvertedResidual", mods, names, bool(m.has_skip),
+                      "; ".join(reasons), layout=UIR, se=se)
+
+
+register_block(BlockAdapter("timm-uir", "timm", lambda m: from_library(m, "timm", "UniversalInvertedResidual"),
+                            _uir_describe))

@@ -30,6 +30,7 @@ from torchvision.models.resnet import Bottleneck as _TvBottleneck
 
 from latopt.adapters import BlockAdapter, from_library, register_block
 from latopt.adapters.anatomy import Block, is_identity, make_block
+from latopt.adapters.block_layouts import BASIC, DENSE
 
 
 class TvBasicBlock(_TvBasic):
@@ -91,11 +92,11 @@ def _describe(family: str, index: int, path: str, m: Any) -> Block:
                     bn3=m.bn3, post=m.act3)
         names.update(expand="conv1", bn1="bn1", act1="act1", dw="conv2", bn2="bn2", act2="act2", project="conv3",
                      bn3="bn3", post="act3")
-        layout = "dense"
+        layout = DENSE
     else:
         mods.update(conv1=m.conv1, bn1=m.bn1, act1=m.act1, conv2=m.conv2, bn2=m.bn2, post=m.act2)
         names.update(conv1="conv1", bn1="bn1", act1="act1", conv2="conv2", bn2="bn2", post="act2")
-        layout = "basic"
+        layout = BASIC
     return make_block(index, path, kind, mods, names, ds is None, "; ".join(reasons), layout=layout,
                       se=not is_identity(getattr(m, "se", None)))
 
@@ -110,7 +111,7 @@ def _unconverted(index: int, path: str, m: Any) -> Block:
                  stride=int(m.stride), residual=m.downsample is None, convs=(), bns=(), acts=(), foldable=False,
                  reason="one ReLU module serves inside the block and after its residual addition; build the model "
                         "by its latopt name (torchvision/...), which gives each use its own module",
-                 layout="dense" if bottleneck else "basic")
+                 layout=DENSE if bottleneck else BASIC)
 
 
 def _match_timm(m: nn.Module) -> bool:

@@ -26,6 +26,7 @@ from torch import nn
 
 from latopt.adapters import BlockAdapter, StemHeadAdapter, register_block, register_stem_head
 from latopt.adapters.anatomy import Block, make_block
+from latopt.adapters.block_layouts import BASIC
 from latopt.nets.stemhead import FixedParts, _Head, seq, split_blocks
 
 _UNIT = (nn.Conv2d, nn.BatchNorm2d, nn.ReLU)
@@ -120,7 +121,7 @@ def _describe(index: int, path: str, m: nn.Module) -> Block:
     names = {"conv1": "conv1", "bn1": "bn1", "act1": "act1", "conv2": "conv2", "bn2": "bn2", "post": "act2"}
     no_bn = isinstance(m.bn1, nn.Identity) or isinstance(m.bn2, nn.Identity)
     reason = "convolutions without BatchNorm (a fold needs each convolution's BN)" if no_bn else ""
-    return make_block(index, path, "latopt.ConvPair", mods, names, False, reason, layout="basic")
+    return make_block(index, path, "latopt.ConvPair", mods, names, False, reason, layout=BASIC)
 
 
 register_block(BlockAdapter("vgg", "latopt", lambda m: isinstance(m, ConvPair), _describe))

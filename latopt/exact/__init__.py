@@ -40,8 +40,8 @@ _API: dict[str, str] = {
     "region_margin": "shallow", "widths": "shallow",
     "CompressionResult": "stability", "CompressReport": "stability", "compress": "stability",
     "stability_compression": "stability",
-    "CompressRecord": "record", "CompressToolReport": "record", "RegionsReport": "record", "ShallowReport": "record",
-    "Verification": "record", "Widths": "record", "read_report": "record",
+    "CompressRecord": "exact_record", "CompressToolReport": "exact_record", "RegionsReport": "exact_record", "ShallowReport": "exact_record",
+    "Verification": "exact_record", "Widths": "exact_record", "read_report": "exact_record",
     "verify_equal": "verify",
 }
 

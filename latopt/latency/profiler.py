@@ -382,25 +382,30 @@ def measure_networks(nets: Mapping[str, Any], device: DeviceProfile, input_shape
 
 
 def format_lut(lut: LUT) -> str:
-    """The LUT as a text table plus the end-to-end prediction errors."""
+    """The LUT as a text table plus the end-to-end prediction errors, in its unit (a count device's: counted)."""
+    from latopt.latency.backends.count import lut_unit
+
+    u = lut_unit(lut)
+    seen = "measured" if u == "ms" else "counted"
     variants = ["none", *lut.variants]
     head = f"{'idx':>3} {'block':<22} {'input':<16} " + " ".join(f"{v:>11}" for v in variants) + f" {'c_l':>7} {'IQR%':>5}"
     sc = ", ".join(f"{k} {v:.3f}" for k, v in lut.calibration.get("scales", {}).items())
     prec = f", {lut.precision}" if lut.precision else ""
     lines = [f"LUT {lut.model} @{lut.resolution} batch {lut.batch} on {lut.device} ({lut.backend}{prec}); "
-             f"calibrated ms (scales: {sc})", head]
+             f"calibrated {u} (scales: {sc})", head]
     for b in lut.blocks:
         cells = [f"{b.ms[v]:11.4f}" if v in b.ms else f"{'-':>11}" for v in variants]
         iqr = b.raw["none"].iqr_ms / b.raw["none"].median_ms * 100 if b.raw["none"].median_ms > 0 else 0.0
         tag = "" if b.foldable else "  (not foldable: " + b.reason + ")"
         lines.append(f"{b.index:>3} {b.path[-22:]:<22} {'x'.join(map(str, b.input_shape[1:])):<16} "
                      + " ".join(cells) + f" {b.c:7.4f} {iqr:5.1f}{tag}")
-    lines.append(f"    fixed ({' + '.join(lut.fixed) or '-'}) {lut.fixed_ms:.4f} ms; per-call overhead {lut.call_overhead_ms or 0:.4f} ms")
+    lines.append(f"    fixed ({' + '.join(lut.fixed) or '-'}) {lut.fixed_ms:.4f} {u}; per-call overhead "
+                 f"{lut.call_overhead_ms or 0:.4f} {u}")
     for k, e in lut.end_to_end.items():
         role = "fit" if e.get("calibration") else "held out"
-        lines.append(f"end-to-end {k:<16} ({len(e['folded']):>2} folded, {role:<8}) measured "
-                     f"{e['measured']['median_ms']:8.3f} ms (IQR {e['measured']['iqr_ms']:.3f})  predicted "
-                     f"{e['predicted_ms']:8.3f} ms  error {e['error'] * 100:+6.1f} %  (isolated sum "
+        lines.append(f"end-to-end {k:<16} ({len(e['folded']):>2} folded, {role:<8}) {seen} "
+                     f"{e['measured']['median_ms']:8.3f} {u} (IQR {e['measured']['iqr_ms']:.3f})  predicted "
+                     f"{e['predicted_ms']:8.3f} {u}  error {e['error'] * 100:+6.1f} %  (isolated sum "
                      f"{e['raw_sum_ms']:.3f}, {e['raw_error'] * 100:+.1f} %)")
     for note in lut.calibration.get("notes", []):
         lines.append(f"note: {note}")

@@ -35,6 +35,15 @@ if TYPE_CHECKING:
 FoldVariant = Literal["full", "expand_dw", "dw_project", "pw", "drop"]
 
 
+class LayoutTraits(Protocol):
+    """What a variant asks of a block's layout (:class:`latopt.adapters.block_layouts.BlockLayout`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def mbconv(self) -> bool: ...
+
+
 class BlockTraits(Protocol):
     """What a variant asks of a block (:class:`latopt.adapters.anatomy.Block` has it; declared here so that this
     module imports nothing of latopt's but its vocabularies)."""
@@ -48,7 +57,7 @@ class BlockTraits(Protocol):
     @property
     def residual(self) -> bool: ...
     @property
-    def layout(self) -> str: ...
+    def layout(self) -> LayoutTraits: ...
     @property
     def post_act(self) -> str: ...
     @property
@@ -117,8 +126,8 @@ class Variant:
             return block.reason or "it cannot be folded"
         if self.needs_residual and not block.residual:
             return "it has no residual connection to become the identity"
-        if self.mbconv_only and (block.layout != "mbconv" or block.post_act):
-            return (f"it is a {block.layout} block" if block.layout != "mbconv" else
+        if self.mbconv_only and (not block.layout.mbconv or block.post_act):
+            return (f"it is a {block.layout.name} block" if not block.layout.mbconv else
                     "it keeps an activation after its residual addition")
         if self.needs_expand and not block.has_expand:
             return "it is a t = 1 block (no expansion convolution)"

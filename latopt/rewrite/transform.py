@@ -90,7 +90,7 @@ def _info(block: Block, variant: str, mode: str, in_size: tuple[int, int] | None
     return FoldInfo(variant=variant, mode=mode, kind=block.kind, cin=block.cin, hidden=block.hidden,
                     cout=block.cout, kernel=block.kernel, stride=block.stride, padding=block.padding,
                     residual=block.residual, has_expand=block.has_expand, in_size=in_size,
-                    out_size=out_size, net_input_size=net_input_size, layout=block.layout, post_act=post_act)
+                    out_size=out_size, net_input_size=net_input_size, layout=block.layout.name, post_act=post_act)
 
 
 def _post_act(model: nn.Module, block: Block) -> str:
@@ -169,7 +169,7 @@ def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mod
     spec = VARIANTS[variant]
     if not spec.convs:   # drop: the identity
         return FoldedBlock(info).to(dtype=like.dtype, device=like.device).train(model.training)
-    if block.layout != "mbconv":
+    if block.layout.whole is not None:   # a layout with an algebra of its own: full is its one fold
         return _fold_whole(model, block, info, in_size, like)
     fused = _Fused(_fused(model, block.convs[0], block.bns[0]) if block.has_expand else (None, None),
                    _fused(model, block.convs[-2], block.bns[-2]), _fused(model, block.convs[-1], block.bns[-1]))
@@ -192,20 +192,12 @@ def fold_block_module(model: nn.Module, block: Block, variant: str = "full", mod
 
 def _fold_whole(model: nn.Module, block: Block, info: FoldInfo, in_size: tuple[int, int] | None,
                 like: torch.Tensor) -> FoldedBlock:
-    """The ``full`` fold of a ``dense`` or ``basic`` block (the only fold they allow besides ``drop``)."""
+    """The ``full`` fold of a block whose layout has an algebra of its own (``dense``, ``basic``: the only fold
+    they allow besides ``drop``)."""
+    assert block.layout.whole is not None   # fold_block's test
     shortcut = _fused(model, *block.shortcut) if block.shortcut else None
-    if block.layout == "basic":
-        (wa, ba), (wb, bb) = (_fused(model, c, b) for c, b in zip(block.convs, block.bns, strict=True))
-        ca, cb = (model.get_submodule(c) for c in block.convs)
-        assert isinstance(ca, nn.Conv2d) and isinstance(cb, nn.Conv2d)  # a foldable block's
-        ac = compose.compose_basic(wa, ba, wb, bb, residual=block.residual, stride=block.stride,
-                                   padding_a=int(ca.padding[0]), padding_b=int(cb.padding[0]), shortcut=shortcut)
-    else:
-        w1, b1 = _fused(model, block.convs[0], block.bns[0]) if block.has_expand else (None, None)
-        w2, b2 = _fused(model, block.convs[-2], block.bns[-2])
-        w3, b3 = _fused(model, block.convs[-1], block.bns[-1])
-        ac = compose.compose_dense(w1, b1, w2, b2, w3, b3, residual=block.residual, stride=block.stride,
-                                   padding=block.padding, shortcut=shortcut)
+    fused = [_fused(model, c, b) for c, b in zip(block.convs, block.bns, strict=True)]
+    ac = block.layout.whole(fused, [model.get_submodule(c) for c in block.convs], block, shortcut)
     fb = FoldedBlock(info).to(dtype=like.dtype, device=like.device)
     _set_conv(fb.conv, ac.weight, ac.interior_bias, like)
     if fb.bias_map is not None:

@@ -107,7 +107,7 @@ class CountRunner:
 
     @torch.inference_mode()
     def run(self, x: np.ndarray) -> np.ndarray:
-        return self.module(torch.from_numpy(np.asarray(x, dtype=np.float32))).numpy()
+        return np.asarray(self.module(torch.from_numpy(np.asarray(x, dtype=np.float32))).numpy())
 
     def close(self) -> None:
         return None

@@ -86,7 +86,7 @@ class TorchRunner:
     def run(self, x: np.ndarray) -> np.ndarray:
         with self._stream(), torch.inference_mode():
             t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(self.device, self.dtype)
-            return self.module(t).float().cpu().numpy()
+            return np.asarray(self.module(t).float().cpu().numpy())
 
     def close(self) -> None:
         self.module = None
