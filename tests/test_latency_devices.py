@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from latopt.errors import LatoptError
+from latopt.latency.backends import backend_names
 from latopt.latency.devices import SHIPPED_PROFILES, DeviceProfile, list_devices, load_device, profiles_dir
 from latopt.latency.lut import default_lut_path
 from latopt.latency.timing import TimingPolicy
@@ -56,7 +57,7 @@ def test_profile_from_path_and_validation(tmp_path) -> None:
     assert d.name == "mine" and d.max_repeats == 4 and d.path == str(p)
 
     bad = {
-        "name: x\nbackend: openvino\n": "key 'backend' is 'openvino'; choose one of count, onnxruntime, tensorrt, torch",
+        "name: x\nbackend: nope\n": "key 'backend' is 'nope'; choose one of " + ", ".join(backend_names()),
         "name: x\nprecision: int4\n": "key 'precision' is 'int4'; choose one of fp32, fp16, int8",
         "name: x\nthreads: 0\n": r"key 'threads' must be in \[1, 1024\], got 0",
         "name: x\nthreads: true\n": "key 'threads' must be an integer, got True",
