@@ -99,7 +99,6 @@ def _params(m: nn.Module) -> int:
 
 
 _NO_ADAPTER = {  # block classes timm / torchvision have that no adapter takes, and why
-    "UniversalInvertedResidual": "no block adapter yet (MobileNetV4's optional depthwise convolutions)",
     "MobileAttention": "attention, not convolutions",
     "MBConv": "no block adapter yet (torchvision's MBConv always has squeeze-excitation)",
     "FusedMBConv": "no block adapter yet (torchvision's FusedMBConv)",
