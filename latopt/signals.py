@@ -57,6 +57,13 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+def terminating() -> bool:
+    """Whether a SIGTERM has come in the active :func:`sigterm_raises` block. An exception raised while it
+    unwinds may be its consequence, not a fault: a SIGTERM inside a C extension's initialisation surfaces as that
+    import's ``ImportError``."""
+    return _terminating
+
+
 def check_terminated() -> None:
     """Raise :class:`Terminated` when a SIGTERM has come in the active :func:`sigterm_raises` block (its first
     :class:`Terminated` may have been swallowed; see the module's docstring). Called before output is committed."""

@@ -106,6 +106,30 @@ def test_a_sigterm_whose_exception_python_swallowed_still_commits_nothing(tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_import_a_sigterm_interrupted_ends_the_command_as_terminated() -> None:
+    """A SIGTERM inside a C extension's initialisation surfaces as that import's ImportError (onnxruntime's
+    "initialization failed", seen in CI): the command still ends as terminated (143, one line), not as a fault."""
+    code = textwrap.dedent("""
+        import os, signal, sys, time
+        from latopt import cli
+        from latopt.cli import inspect as inspect_cli
+        from latopt.signals import Terminated
+
+        def interrupted_import(args):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(30)
+            except Terminated:
+                raise ImportError("initialization failed")   # what the extension's init makes of it
+            return 0
+
+        inspect_cli._cmd_inspect = interrupted_import
+        sys.exit(cli.main(["inspect", "mobilenetv2_035"]))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 143 and r.stderr.strip().splitlines()[-1] == "latopt: terminated", r.stderr
+
+
 @pytest.mark.slow   # a latopt export subprocess, signalled
 def test_sigterm_during_export_cleans_up(base_ckpt: Path, tmp_path: Path, fast_cpu_device: str) -> None:
     out = tmp_path / "out"

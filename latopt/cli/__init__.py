@@ -31,6 +31,7 @@ from latopt.signals import (
     Terminated,
     check_terminated,
     sigterm_raises,
+    terminating,
     threads_ended,
 )
 
@@ -136,7 +137,12 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         _check_torchrun(args.command)
         with sigterm_raises():
-            rc = args.func(args)
+            try:
+                rc = args.func(args)
+            except Exception as e:      # raised while a SIGTERM unwinds (an interrupted import): its consequence
+                if terminating():
+                    raise Terminated() from e
+                raise
             check_terminated()      # a SIGTERM whose exception was lost: the command still ends 143
     except LatoptError as e:
         flag = flag_for(parser, args.command, e.param)

@@ -66,7 +66,7 @@ from latopt.search._storage import (
 from latopt.search._trial import StudyContext, ensure_base, objective
 from latopt.search._workers import default_threads, join, start, worker_options
 from latopt.search.study_record import FrontSummary
-from latopt.signals import Terminated, sigterm_raises
+from latopt.signals import Terminated, sigterm_raises, terminating
 from latopt.training.losses import check_loss_config
 from latopt.training.torch_settings import set_threads, torch_threads
 
@@ -322,11 +322,16 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
         t0 = time.monotonic()
         try:
             study.optimize(run_one, n_trials=1, catch=(VerificationError,), gc_after_trial=True)
-        except (Terminated, KeyboardInterrupt):
-            # SIGTERM or Ctrl-C: this process's trial is failed now and its retry enqueued, as a dead worker's
-            # is once its heartbeat goes stale; left RUNNING, it would hold up the next run for the grace period
+        except BaseException as e:
+            # SIGTERM or Ctrl-C (or what a SIGTERM made of an import it interrupted): this process's trial is failed
+            # now and its retry enqueued, as a dead worker's is once its heartbeat goes stale; left RUNNING, it
+            # would hold up the next run for the grace period
+            if not isinstance(e, (Terminated, KeyboardInterrupt)) and not terminating():
+                raise
             if last["trial"] is not None:
                 abandon_trial(study, last["trial"])
+            if not isinstance(e, (Terminated, KeyboardInterrupt)):
+                raise Terminated() from e
             raise
         if not last["base"]:
             took.append(time.monotonic() - t0)
