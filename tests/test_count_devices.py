@@ -46,7 +46,7 @@ def test_a_count_lut_is_exact_and_additive(device: str) -> None:
     model = build_model(MODEL, 10)
     lut = profile_model(model, load_device(device), 32, variants=("full", "pw", "drop"), progress=False,
                         num_classes=10)
-    assert all(s == pytest.approx(1.0) for s in lut.calibration["scales"].values())
+    assert all(s == pytest.approx(1.0) for s in lut.calibration.scales.values())
     whole = count(model, (1, 3, 32, 32), "macs" if device == "flops" else "layers")
     assert predict(lut, {}) == pytest.approx(whole, rel=1e-9)
     b0 = lut.blocks[0]

@@ -46,25 +46,25 @@ def test_profile_tiny_model(device: str, tmp_path) -> None:
     assert not any(m.training for m in model.modules())  # the caller's model is left as it was
     b0, b1, b2 = lut.blocks
     assert list(lut.fixed) == ["stem", "head", "classifier"]
-    assert lut.fixed_ms == pytest.approx(lut.calibration["scales"]["none"] * sum(s.median_ms for s in lut.fixed.values()))
+    assert lut.fixed_ms == pytest.approx(lut.calibration.scales["none"] * sum(s.median_ms for s in lut.fixed.values()))
     assert set(b0.raw) == {"none", "full", "pw"}  # t = 1: no partial fold
     assert set(b1.raw) == {"none", "full", "expand_dw", "dw_project", "pw"}
     assert set(b2.raw) == {"none"} and not b2.foldable and "squeeze" in b2.reason
     assert b1.input_shape == (1, 8, 16, 16) and b2.input_shape == (1, 16, 8, 8)  # stride-2 stem, stride-2 b1
     assert all(s.n >= 5 and s.q1_ms <= s.median_ms <= s.q3_ms for b in lut.blocks for s in b.raw.values())
-    scales = lut.calibration["scales"]
+    scales = lut.calibration.scales
     for b in lut.blocks:
         for v, ms in b.ms.items():
             assert ms == pytest.approx(scales[v] * b.raw[v].median_ms)
     assert set(lut.end_to_end) == {"asis", "full", "all-expand_dw", "all-dw_project", "all-pw", HELD_OUT,
                                    HELD_OUT_MIXED}
     for k, e in lut.end_to_end.items():
-        plan = {int(i): v for i, v in e["folded"].items()}
-        assert e["predicted_ms"] == pytest.approx(lut.fixed_ms + sum(b.ms[plan.get(b.index, "none")] for b in lut.blocks))
-        assert e["error"] == pytest.approx(e["predicted_ms"] / e["measured"]["median_ms"] - 1)
-        assert e["calibration"] == (k not in (HELD_OUT, HELD_OUT_MIXED))
+        plan = {int(i): v for i, v in e.folded.items()}
+        assert e.predicted_ms == pytest.approx(lut.fixed_ms + sum(b.ms[plan.get(b.index, "none")] for b in lut.blocks))
+        assert e.error == pytest.approx(e.predicted_ms / e.measured.median_ms - 1)
+        assert e.calibration == (k not in (HELD_OUT, HELD_OUT_MIXED))
     # the fitted networks are reproduced by construction; the held-out one is a genuine check
-    assert lut.end_to_end["asis"]["error"] == pytest.approx(0, abs=1e-9)
+    assert lut.end_to_end["asis"].error == pytest.approx(0, abs=1e-9)
     assert costs(lut) == {0: pytest.approx(max(0, b0.ms["none"] - b0.ms["full"])),
                           1: pytest.approx(max(0, b1.ms["none"] - b1.ms["full"]))}
     assert "held out" in format_lut(lut)
@@ -267,15 +267,15 @@ def test_profile_times_spans_and_calibrates_them(tmp_path) -> None:
     assert [(s.start, s.end, s.kernel, s.fulls) for s in lut.spans] == [(0, 1, 1, ()), (0, 1, 3, (0, 1))]
     shapes = {b.index: tuple(b.input_shape) for b in lut.blocks}
     assert [c[:3] for c in span_candidates(find_blocks(model), shapes, ("full", "pw"))] == [(0, 1, 1), (0, 1, 3)]
-    scales = lut.calibration["scales"]
+    scales = lut.calibration.scales
     assert "span" not in scales and all(
         s.ms == pytest.approx(scales["pw" if s.kernel == 1 else "full"] * s.raw.median_ms) and s.raw.n >= 5
         for s in lut.spans)
-    assert not lut.end_to_end["all-span"]["calibration"] and not lut.end_to_end["held-out-spans"]["calibration"]
+    assert not lut.end_to_end["all-span"].calibration and not lut.end_to_end["held-out-spans"].calibration
     for k in ("all-span", "held-out-spans"):
         e = lut.end_to_end[k]
-        plan = {int(i): v for i, v in e["folded"].items()}
-        assert e["spans"] and e["predicted_ms"] == pytest.approx(predict(lut, plan, e["spans"]))
+        plan = {int(i): v for i, v in e.folded.items()}
+        assert e.spans and e.predicted_ms == pytest.approx(predict(lut, plan, [tuple(s) for s in e.spans]))
     assert predict(lut, {0: "pw", 1: "pw"}, [(0, 1, 1)]) == pytest.approx(
         lut.fixed_ms + lut.spans[0].ms + lut.blocks[2].ms["none"])
     again = load_lut(save_lut(lut, tmp_path / "lut.json"))

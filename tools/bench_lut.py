@@ -56,7 +56,7 @@ def raw_sum(lut: LUT, folded: list[int]) -> float:
 def single_scale_predict(lut: LUT, folded: list[int]) -> float:
     """The alternative calibration: one factor (geometric mean over the as-is and all-folded networks)."""
     fit = [e for k, e in lut.end_to_end.items() if k in ("asis", "full")]
-    s = math.exp(sum(math.log(e["measured"]["median_ms"] / e["raw_sum_ms"]) for e in fit) / len(fit))
+    s = math.exp(sum(math.log(e.measured.median_ms / (e.raw_sum_ms or math.nan)) for e in fit) / len(fit))
     return s * raw_sum(lut, folded)
 
 

@@ -320,7 +320,7 @@ class Run:
             path = ensure_lut(self.lut_path(model, dev, batch), model, prof, self.res, variants=VARIANTS, say=log)
         lut = load_lut(path, model=model, resolution=self.res, batch=batch)
         self.luts[_key(model, batch, dev)] = lut
-        held = {k: e.get("error") for k, e in lut.end_to_end.items() if not e.get("calibration")}
+        held = {k: e.error for k, e in lut.end_to_end.items() if not e.calibration}
         self.rec["luts"][_key(model, batch, dev)] = {
             "file": str(path.relative_to(self.out)), "device": lut.device, "backend": lut.backend, "batch": lut.batch,
             "profiling_s": lut.profiling_s, "asis_predicted": _predict(lut, {}),

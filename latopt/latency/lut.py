@@ -4,7 +4,8 @@ Public API::
 
     LUT_SCHEMA = "latopt.lut/1"
     SPAN_FOLD_MODE = "exact"                 the one fold mode a LUT may time spans in (latopt.constants)
-    BlockEntry, LUT                          frozen pydantic records (fields below); lut.to_dict() is the JSON
+    BlockEntry, SpanEntry, EndToEnd, Calibration, LUT
+                                             frozen pydantic records (fields below); lut.to_dict() is the JSON
     save_lut(lut, path) -> Path              atomic JSON write
     load_lut(path, *, model=None, resolution=None, batch=None, device=None, fold_mode=None) -> LUT
                                              LatoptError on a mismatch or a malformed LUT (one line naming
@@ -63,7 +64,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeGuard
 
-from pydantic import BeforeValidator, Field, PlainSerializer, computed_field, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    computed_field,
+    model_serializer,
+    model_validator,
+)
 
 from latopt.constants import (
     FOLD_VARIANTS,
@@ -181,6 +190,40 @@ class SpanEntry(StrictModel):
         return (self.start, self.end, self.kernel)
 
 
+class EndToEnd(StrictModel):
+    """One network timed whole in the profiling run: ``folded`` (block index → variant; empty: as-is),
+    ``spans`` (start, end, kernel of each merged span; omitted from the JSON when none), whether it was fitted
+    (``calibration``) or held out, the measured statistics, the LUT's prediction and its relative ``error``, and
+    the uncalibrated sum of isolated times (``raw_sum_ms``, ``raw_error``)."""
+
+    folded: dict[str, str] = {}
+    calibration: bool = False
+    spans: list[list[int]] = []
+    measured: Stats
+    raw_sum_ms: float | None = None
+    raw_error: float | None = None
+    predicted_ms: float
+    error: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_empty_spans(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        d: dict[str, Any] = handler(self)
+        if not self.spans:
+            d.pop("spans", None)
+        return d
+
+
+class Calibration(StrictModel):
+    """How the block times were calibrated (:func:`calibrate`): the per-variant ``scales``, the networks they
+    were fitted on, the clipping notes; ``method`` and ``description`` for a reader of the JSON."""
+
+    method: str = ""
+    scales: dict[str, float] = {}
+    fit_on: list[str] = []
+    notes: list[str] = []
+    description: str = ""
+
+
 class LUT(StrictModel):
     device: Annotated[str, Field(min_length=1)]
     model: Annotated[str, Field(min_length=1)]
@@ -189,8 +232,8 @@ class LUT(StrictModel):
     blocks: Annotated[list[BlockEntry], Field(min_length=1)]
     fixed_ms: Ms  # calibrated stem + head (+ classifier)
     fixed: dict[str, Stats] = {}  # measured "stem", "head"
-    end_to_end: dict[str, dict[str, Any]] = {}  # name -> {plan, measured, predicted_ms, error}
-    calibration: dict[str, Any] = {}
+    end_to_end: dict[str, EndToEnd] = {}  # every network timed whole, by name
+    calibration: Calibration = Calibration()
     backend: str = ""
     environment: dict[str, Any] = {}
     num_classes: Annotated[int, Field(ge=1)] = 1000

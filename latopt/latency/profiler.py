@@ -66,6 +66,8 @@ from latopt.latency.devices import DeviceProfile, load_device
 from latopt.latency.lut import (
     LUT,
     BlockEntry,
+    Calibration,
+    EndToEnd,
     SpanEntry,
     calibrate,
     check_variants,
@@ -332,9 +334,10 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         spans=[SpanEntry(start=a, end=b, kernel=k, fulls=fulls, raw=stats[span_key(a, b, k)],
                          ms=span_scale(scales, k) * span_raw[(a, b, k)]) for a, b, k, fulls in cands],
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        calibration={"method": "per-variant scale", "scales": scales, "fit_on": sorted(fit), "notes": notes,
-                     "description": "ms[v] = scales[v] * isolated median; scales['none'] fits the as-is network, "
-                                    "scales[v] the network with every block in variant v (same interleaved run)"},
+        calibration=Calibration(method="per-variant scale", scales=scales, fit_on=sorted(fit), notes=notes,
+                                description="ms[v] = scales[v] * isolated median; scales['none'] fits the as-is "
+                                            "network, scales[v] the network with every block in variant v (same "
+                                            "interleaved run)"),
     )
     for k, (_, plan) in nets.items():
         sp = span_nets[k][1] if k in span_nets else []
@@ -343,15 +346,14 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
             0.0 if plan.get(i) in VARIANTS and not VARIANTS[plan[i]].timed else raw[i][plan.get(i, "none")]
             for i in raw if i not in covered)
         pred = predict(lut, plan, sp)
-        lut.end_to_end[k] = {"folded": {str(i): v for i, v in plan.items()}, "calibration": k in fit,
-                             **({"spans": [list(s) for s in sp]} if sp else {}),
-                             "measured": stats[f"net:{k}"].to_dict(), "raw_sum_ms": raw_sum,
-                             "raw_error": raw_sum / measured[k] - 1, "predicted_ms": pred,
-                             "error": pred / measured[k] - 1}
+        lut.end_to_end[k] = EndToEnd(folded={str(i): v for i, v in plan.items()}, calibration=k in fit,
+                                     spans=[list(s) for s in sp], measured=stats[f"net:{k}"], raw_sum_ms=raw_sum,
+                                     raw_error=raw_sum / measured[k] - 1, predicted_ms=pred,
+                                     error=pred / measured[k] - 1)
     lut = lut.model_copy(update={"profiling_s": time.perf_counter() - t_start})
     _log(progress, f"done in {lut.profiling_s:.1f} s")
-    bad = {k: e["error"] for k, e in lut.end_to_end.items()
-           if not e["calibration"] and abs(e["error"]) > HELD_OUT_WARN}
+    bad = {k: e.error for k, e in lut.end_to_end.items()
+           if not e.calibration and e.error is not None and abs(e.error) > HELD_OUT_WARN}
     if bad:
         _LOG.warning(f"{model_name} on {device.name}: the LUT mispredicts its held-out network(s) by "
                      + ", ".join(f"{k} {100 * v:+.0f} %" for k, v in bad.items())
@@ -389,7 +391,7 @@ def format_lut(lut: LUT) -> str:
     seen = "measured" if u == "ms" else "counted"
     variants = ["none", *lut.variants]
     head = f"{'idx':>3} {'block':<22} {'input':<16} " + " ".join(f"{v:>11}" for v in variants) + f" {'c_l':>7} {'IQR%':>5}"
-    sc = ", ".join(f"{k} {v:.3f}" for k, v in lut.calibration.get("scales", {}).items())
+    sc = ", ".join(f"{k} {v:.3f}" for k, v in lut.calibration.scales.items())
     prec = f", {lut.precision}" if lut.precision else ""
     lines = [f"LUT {lut.model} @{lut.resolution} batch {lut.batch} on {lut.device} ({lut.backend}{prec}); "
              f"calibrated {u} (scales: {sc})", head]
@@ -402,12 +404,13 @@ def format_lut(lut: LUT) -> str:
     lines.append(f"    fixed ({' + '.join(lut.fixed) or '-'}) {lut.fixed_ms:.4f} {u}; per-call overhead "
                  f"{lut.call_overhead_ms or 0:.4f} {u}")
     for k, e in lut.end_to_end.items():
-        role = "fit" if e.get("calibration") else "held out"
-        lines.append(f"end-to-end {k:<16} ({len(e['folded']):>2} folded, {role:<8}) {seen} "
-                     f"{e['measured']['median_ms']:8.3f} {u} (IQR {e['measured']['iqr_ms']:.3f})  predicted "
-                     f"{e['predicted_ms']:8.3f} {u}  error {e['error'] * 100:+6.1f} %  (isolated sum "
-                     f"{e['raw_sum_ms']:.3f}, {e['raw_error'] * 100:+.1f} %)")
-    for note in lut.calibration.get("notes", []):
+        role = "fit" if e.calibration else "held out"
+        error, raw = ("", "") if e.error is None or e.raw_sum_ms is None or e.raw_error is None else \
+            (f"  error {e.error * 100:+6.1f} %", f"  (isolated sum {e.raw_sum_ms:.3f}, {e.raw_error * 100:+.1f} %)")
+        lines.append(f"end-to-end {k:<16} ({len(e.folded):>2} folded, {role:<8}) {seen} "
+                     f"{e.measured.median_ms:8.3f} {u} (IQR {e.measured.iqr_ms:.3f})  predicted "
+                     f"{e.predicted_ms:8.3f} {u}{error}{raw}")
+    for note in lut.calibration.notes:
         lines.append(f"note: {note}")
     load = lut.environment.get("loadavg_during_timing")
     lines.append(f"profiling took {lut.profiling_s:.1f} s" + (f"; load average before/after timing {load}" if load else ""))
