@@ -1,88 +1,39 @@
-"""Export: a folded checkpoint → ONNX (+ TensorRT engine), numeric gates, measured latency, report.
+"""Export: a checkpoint → a deployable ONNX model (+ TensorRT engine, + INT8 ONNX), numerically gated, its latency
+measured on the device, export.json and REPORT.md.
 
 ``latopt export --checkpoint CKPT --device DEVICE [--format onnx|engine|all] [--precision fp32|fp16|int8]
 [--fold PLAN | --plan plan.json] [--bias-maps deferred|per-block] [--lut FILE] [--resolution R] [--samples N]
-[--no-accuracy-gate] [--timing-only] [--out DIR]``
+[--no-accuracy-gate] [--timing-only] [--out DIR]``; from Python ``export(checkpoint, device, out, ...)``, which
+returns the :class:`.export_record.ExportRecord` that export.json holds.
 
-Python: ``from latopt.export import export``; ``export(checkpoint, device, out, ...)`` returns the
-export record (:class:`.record.ExportRecord`, what export.json holds). The job below calls one module per role:
+Contract:
 
-- :mod:`.plan`    what is exported (the checkpoint as it is, or folded here; resolution; LUT; ``--fold``)
-- :mod:`.gates`   the numeric gates (fold, ONNX, engine) and the accuracy gate
-- :mod:`.graph`   the ONNX file (latopt's exporter, nodes tagged with their block)
-- :mod:`.engine`  the export's one backend and its TensorRT engine (run by ``latopt.runtime``)
-- :mod:`.report`  the end-to-end latency measurement and ``REPORT.md``
-- :mod:`.record`  the export record: ``export.json`` written and read (:func:`.record.read_export_record`)
+- Nothing is written to ``out`` unless every gate passes; what is written is written atomically, and an
+  earlier export's files (:data:`EXPORT_FILES`) never outlive a new one.
+- The gates, in order: the fold (the folded network against the unfolded one it came from, when export folds
+  or ships a folded checkpoint's own plan), ONNX Runtime against PyTorch, the engine against ONNX Runtime,
+  the task's test accuracy against the accuracy the checkpoint records (within one test sample), INT8 against
+  the fp32 file. A failed numeric gate raises :class:`~latopt.errors.VerificationError`; an export the record
+  does not describe (a fold or plan applied here, another resolution, no task) is refused with a
+  :class:`~latopt.errors.LatoptError` unless the accuracy gate is turned off (``CheckOptions``): then
+  export.json says ``accuracy_gate: false`` and why, and ``timing_only`` names the files so.
+- The latency reported is measured: the as-is and the shipped network in one interleaved run on the device,
+  the shipped file itself where it is not ``model.onnx``; the LUT's prediction stands beside it when one of
+  that precision exists.
+- One backend serves the whole export (:func:`.engine.open_backend`, opened first, so a device or precision
+  this machine cannot drive fails before any work), closed on every path.
 
-What it does, in order (nothing is written unless every gate passes):
-
-1. Load the checkpoint (``weights_only``, SHA-256 verified). A folded checkpoint (``arch.fold``, its
-   plan possibly empty) is exported as it is; an exact-mode one only at the input size it was folded
-   for (checked first). An unfolded one is exported as it is unless ``--fold`` asks for a fold (``all``,
-   ``auto`` = every block whose fold lowers the latency on this device according to its LUT, or indices
-   ``1,3,5``), computed here in ``--mode`` (exact by default) at the export resolution. ``--plan FILE``
-   (a plan file, :mod:`latopt.dp.planfile`) folds each block of an unfolded checkpoint into the plan's
-   variant instead, in the plan's fold mode, without fine-tuning; a plan of another model, resolution or
-   number of classes, or of an unknown schema, is refused. It may come from another device: it is then
-   measured on this one, and its prediction (the other device's LUT) is not compared (the notes say so).
-2. Fold gate (only when export folds, or for a folded checkpoint's own plan): the folded network against
-   the unfolded σ_α network it came from with the folded activations set to α = 1 (``linearize``), on real samples of the task when the checkpoint names one
-   (random inputs otherwise; the report says which). For a folded checkpoint that was fine-tuned after
-   folding, the fold is recomputed from its pre-fold checkpoint and checked the same way (the fine-tuned
-   weights no longer have an unfolded twin).
-   Exact-mode folds are shipped with *deferred* bias maps (``--bias-maps deferred``, the default;
-   :func:`latopt.rewrite.defer_bias_maps`): one bias map per chain of consecutive ``full`` folds, added at
-   the chain's output, instead of one ``Add`` per folded block (which costs ONNX Runtime's CPU provider a
-   layout reorder pair per block; docs/exact-folds.md). The same function: the float32 fold gate above
-   checks this shipped network, and the gate "deferred bias maps vs exact folded network" compares it
-   with the per-block network it was rewritten from, in float64 (the rewrite's algebra) and float32.
-   ``--bias-maps per-block`` ships the per-block form, for comparison.
-3. ONNX (TorchScript exporter, opset 17, dynamic batch, ``onnx.checker.check_model(full_check=True)``),
-   node names prefixed with the block index they come from (``b03/...``); ONNX Runtime against the
-   PyTorch network it was exported from (the shipped one). A TensorRT engine (``--format engine|all``)
-   is built through the profiler's TensorRT backend (timing cache reused), loaded by the shipped runner
-   and checked against ONNX Runtime (looser for fp16). Each of these tolerances is at least ``NOISE_K`` × the network's own
-   float32 noise floor (PyTorch float32 vs the same network in float64 on the gate inputs): a deep
-   network whose float32 rounding alone exceeds the base tolerance is not refused for it. An fp16 engine's
-   floor is scaled by 2^13, fp16's unit roundoff over float32's (:func:`.gates.engine_gate`); the accuracy
-   gate below stays the final word on it.
-4. Accuracy on the task's whole test split, as ONNX (and engine): the shipped network must reproduce the test
-   accuracy the checkpoint records (``latopt.files.checkpoint.recorded_test_acc``: ``meta.acc.finetuned`` of a
-   folded.pt, ``meta.test_acc`` of a base.pt) within one test sample, or export refuses (VerificationError;
-   fp16 engines get ``ACC_TOL_FP16`` more). One rule, checked before anything is written
-   (:func:`.gates.require_accuracy_gate`): an export the record does not describe (export folds here, by
-   ``--fold`` or ``--plan``, without fine-tuning; another resolution than the recorded one; no recorded
-   accuracy or resolution; no task; a test split under 30 samples) is refused (LatoptError, exit 2) unless the
-   gate is off: ``CheckOptions(gate_accuracy=False)`` (``--no-accuracy-gate``) ships it unchecked under the usual
-   names, and ``CheckOptions(timing_only=True)`` (``--timing-only``) ships a timing-only artefact whose files are named so
-   (``model.timing-only.onnx``, ``.engine``, ``.int8.onnx``). Either way the accuracy is reported, not gated,
-   and export.json says ``accuracy_gate: false`` with ``accuracy_gate_reason`` (and ``timing_only``); it says
-   ``accuracy_gate: true`` only for an export it gated.
-   ``--precision int8`` (an ONNX Runtime CPU device: ``cpu``, ``cpu-int8``; no engine): the gated
-   ``model.onnx`` is quantised to ``model.int8.onnx`` (:func:`latopt.latency.quantize.quantize_int8`, ONNX
-   Runtime static INT8) on the first 256 training images of the checkpoint's task, without augmentation,
-   and its test accuracy may be at most ``ACC_TOL_INT8`` + one test sample below the ONNX file's
-   (:func:`.gates.int8_gate`; not gated without a task or when the export is not accuracy-gated, which the notes
-   say).
-5. Latency: the as-is and the shipped folded network measured end to end on the device at
-   ``--precision`` (default: the profile's) in one interleaved run; speed-up with spread; the LUT's
-   prediction beside the measurement when a LUT of that precision exists. Where export ships a file that
-   is not ``model.onnx``, the folded network timed is that file itself: ``model.engine`` (``--format
-   engine|all``; at the engine's static batch 1, so a profile of another batch is timed at batch 1 and its
-   LUT is not compared, which the notes say) or ``model.int8.onnx`` (``--precision int8``).
-6. ``export.json`` + ``REPORT.md`` (+ ``model.onnx``, ``model.engine``, ``model.int8.onnx``; timing-only:
-   ``model.timing-only.*``) in DIR, written atomically.
-
-One backend serves the whole export (:func:`.engine.open_backend`, opened before any work, so a device or
-precision this machine cannot drive fails first): it builds the engine and times the networks, and is
-closed on every path, errors included (with pycuda a backend left open aborts the interpreter at exit).
+The modules, one per role: :mod:`.options` (what the caller asks), :mod:`.shipped` (what is exported: the
+checkpoint as it is or folded here), :mod:`.gates`, :mod:`.graph` (the ONNX file), :mod:`.engine` (the backend
+and the TensorRT engine), :mod:`.export_report` (the measurement and REPORT.md), :mod:`.export_record`
+(export.json). docs/design.md "Export" says what each step does and why.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from latopt.config import check_resolution
 from latopt.constants import BIAS_MAPS, EXPORT_FORMATS, MAX_GATE_SAMPLES, PRECISIONS, FoldVariant, Precision
@@ -154,16 +105,24 @@ from latopt.runtime import OrtRunner
 TIMING_ONLY_STEM = "model.timing-only"   # a timing-only export's files: model.timing-only.onnx, .engine, .int8.onnx
 
 
-def artefact_names(timing_only: bool = False) -> dict[str, str]:
-    """The files an export ships, by role (``onnx``, ``engine``, ``int8``): ``model.*``, or for a timing-only
-    export (not accuracy-gated, not for deployment) ``model.timing-only.*``, so the name says what it is."""
+class ArtefactNames(NamedTuple):
+    """The files an export ships, by role."""
+
+    onnx: str
+    engine: str
+    int8: str
+
+
+def artefact_names(timing_only: bool = False) -> ArtefactNames:
+    """``model.*``, or for a timing-only export (not accuracy-gated, not for deployment) ``model.timing-only.*``,
+    so the name says what it is."""
     stem = TIMING_ONLY_STEM if timing_only else "model"
-    return {"onnx": f"{stem}.onnx", "engine": f"{stem}.engine", "int8": f"{stem}.int8.onnx"}
+    return ArtefactNames(onnx=f"{stem}.onnx", engine=f"{stem}.engine", int8=f"{stem}.int8.onnx")
 
 
-INT8_FILE = artefact_names()["int8"]
+INT8_FILE = artefact_names().int8
 # what an export writes in --out: an earlier export's files never outlive a new one (gated or timing-only)
-EXPORT_FILES = (*artefact_names(False).values(), *artefact_names(True).values(), "export.json", "REPORT.md")
+EXPORT_FILES = (*artefact_names(False), *artefact_names(True), "export.json", "REPORT.md")
 _LOG = get_logger("export")
 
 
@@ -273,32 +232,32 @@ def _export(checkpoint: str | Path, device: Any, out: Path, backend: Any, *, fmt
     with atomic_dir(out) as tmp:
         for stale in EXPORT_FILES:    # an earlier export's files in --out never outlive this one (model.engine)
             (tmp / stale).unlink(missing_ok=True)
-        say(f"exporting ONNX → {out / names['onnx']}")
-        onnx_path = write_onnx(p, tmp / names["onnx"])
+        say(f"exporting ONNX → {out / names.onnx}")
+        onnx_path = write_onnx(p, tmp / names.onnx)
         gate, ort = onnx_gate(p.folded, onnx_path, x, inputs, floor)
         gates.append(gate)
         say(gates[-1].line())
         check_gates(gates)
-        files = [names["onnx"]]
+        files = [names.onnx]
         shipped: Path | None = None   # the shipped file timed as the folded network (engine or INT8 model)
         accs: dict[str, float] = {}
         if task is not None:
             with OrtRunner(onnx_path) as runner:
                 accs["onnx"] = runner_accuracy(runner, task, batch=256)
         if trt_backend is not None:
-            engine_path = write_engine(trt_backend, p, tmp, say, name=names["engine"])
+            engine_path = write_engine(trt_backend, p, tmp, say, name=names.engine)
             with open_engine(trt_backend, engine_path, p.resolution) as engine:
                 gates.append(engine_gate(precision, run_samples(engine, x), ort, inputs, floor))
                 say(gates[-1].line())
                 check_gates(gates)
                 if task is not None:
                     accs["engine"] = runner_accuracy(engine, task, batch=ENGINE_BATCH)
-            files.append(names["engine"])
+            files.append(names.engine)
             shipped = engine_path
         accuracy = accuracy_gate(p, task, accs, precision, say, gated=ungated is None)
         int8 = None
         if precision == "int8":
-            int8 = _write_int8(p, onnx_path, tmp / names["int8"], task, x, accs.get("onnx"), ungated is None,
+            int8 = _write_int8(p, onnx_path, tmp / names.int8, task, x, accs.get("onnx"), ungated is None,
                                say, off="--timing-only" if timing_only else "--no-accuracy-gate")
             shipped = tmp / int8.file
             files.append(int8.file)
@@ -371,7 +330,7 @@ def _write_int8(p: Plan, onnx_path: Path, int8_path: Path, task: Any | None, x: 
 
 
 __all__ = ["ACC_TOL_INT8", "EXPORT_FILES", "EXPORT_SCHEMA", "INT8_FILE", "NOISE_K", "TIMING_ONLY_STEM", "TOL_ONNX",
-           "CheckOptions", "ExportRecord", "ShipOptions", "Gate", "Plan", "accuracy_gate", "artefact_names", "auto_plan", "build_plan", "check_fold_size",
+           "ArtefactNames", "CheckOptions", "ExportRecord", "ShipOptions", "Gate", "Plan", "accuracy_gate", "artefact_names", "auto_plan", "build_plan", "check_fold_size",
            "checkpoint_task", "compare_outputs", "defer_plan", "deferred_gates", "engine_gate", "export", "fold_gates",
            "gate_inputs", "int8_gate", "noise_floor", "onnx_gate", "ort_out", "parse_fold_spec", "render_report",
            "read_export_record", "runner_accuracy", "runner_correct", "tag_block_nodes", "torch_out",
