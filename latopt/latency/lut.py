@@ -4,7 +4,7 @@ Public API::
 
     LUT_SCHEMA = "latopt.lut/1"
     SPAN_FOLD_MODE = "exact"                 the one fold mode a LUT may time spans in (latopt.constants)
-    BlockEntry, SpanEntry, EndToEnd, Calibration, LUT
+    BlockEntry, SpanEntry, EndToEnd, LutCalibration, LUT
                                              frozen pydantic records (fields below); lut.to_dict() is the JSON
     save_lut(lut, path) -> Path              atomic JSON write
     load_lut(path, *, model=None, resolution=None, batch=None, device=None, fold_mode=None) -> LUT
@@ -213,7 +213,7 @@ class EndToEnd(StrictModel):
         return d
 
 
-class Calibration(StrictModel):
+class LutCalibration(StrictModel):
     """How the block times were calibrated (:func:`calibrate`): the per-variant ``scales``, the networks they
     were fitted on, the clipping notes; ``method`` and ``description`` for a reader of the JSON."""
 
@@ -233,7 +233,7 @@ class LUT(StrictModel):
     fixed_ms: Ms  # calibrated stem + head (+ classifier)
     fixed: dict[str, Stats] = {}  # measured "stem", "head"
     end_to_end: dict[str, EndToEnd] = {}  # every network timed whole, by name
-    calibration: Calibration = Calibration()
+    calibration: LutCalibration = LutCalibration()
     backend: str = ""
     environment: dict[str, Any] = {}
     num_classes: Annotated[int, Field(ge=1)] = 1000

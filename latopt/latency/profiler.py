@@ -66,8 +66,8 @@ from latopt.latency.devices import DeviceProfile, load_device
 from latopt.latency.lut import (
     LUT,
     BlockEntry,
-    Calibration,
     EndToEnd,
+    LutCalibration,
     SpanEntry,
     calibrate,
     check_variants,
@@ -334,7 +334,7 @@ def _profile_model(model_name_or_module: Any, device: DeviceProfile, resolution:
         spans=[SpanEntry(start=a, end=b, kernel=k, fulls=fulls, raw=stats[span_key(a, b, k)],
                          ms=span_scale(scales, k) * span_raw[(a, b, k)]) for a, b, k, fulls in cands],
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        calibration=Calibration(method="per-variant scale", scales=scales, fit_on=sorted(fit), notes=notes,
+        calibration=LutCalibration(method="per-variant scale", scales=scales, fit_on=sorted(fit), notes=notes,
                                 description="ms[v] = scales[v] * isolated median; scales['none'] fits the as-is "
                                             "network, scales[v] the network with every block in variant v (same "
                                             "interleaved run)"),
