@@ -1,4 +1,5 @@
-"""The package's structure: no import circles, stage modules free of the CLI, every module importable alone."""
+"""The package's structure: no import circles, stage modules free of the CLI, every module importable alone, no two
+modules or top-level classes of one name, a short top level."""
 
 from __future__ import annotations
 
@@ -91,6 +92,38 @@ def test_no_import_circles() -> None:
 
 def test_circle_check_can_fail() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _names_defined_twice(files: dict[str, str]) -> dict[str, list[str]]:
+    """Module stems (``__init__``/``__main__`` aside) and top-level class names that more than one file defines:
+    ``files`` maps a path to its source text."""
+    seen: dict[str, list[str]] = {}
+    for path, text in files.items():
+        stem = Path(path).stem
+        names = [] if stem in ("__init__", "__main__") else [f"module {stem}"]
+        names += [f"class {n.name}" for n in ast.parse(text).body if isinstance(n, ast.ClassDef)]
+        for n in names:
+            seen.setdefault(n, []).append(path)
+    return {n: paths for n, paths in seen.items() if len(paths) > 1}
+
+
+def test_no_name_defined_twice() -> None:
+    """One module and one class per name (docs/development.md): a reader who meets a name knows what it is."""
+    files = {str(f.relative_to(PKG.parent)): f.read_text(encoding="utf-8") for f in PKG.rglob("*.py")}
+    assert _names_defined_twice(files) == {}
+
+
+def test_name_check_can_fail() -> None:
+    files = {"p/a/engine.py": "class Block: pass", "p/b/engine.py": "x = 1", "p/c.py": "class Block:\n    pass",
+             "p/a/__init__.py": "", "p/b/__init__.py": ""}
+    assert _names_defined_twice(files) == {"module engine": ["p/a/engine.py", "p/b/engine.py"],
+                                           "class Block": ["p/a/engine.py", "p/c.py"]}
+
+
+def test_top_level_is_short() -> None:
+    """At most 8 modules beside ``__init__``/``__main__`` at the top of the package: the rest lives in packages."""
+    top = sorted(f.name for f in PKG.glob("*.py") if f.name not in ("__init__.py", "__main__.py"))
+    assert len(top) <= 8, top
 
 
 def test_stages_do_not_import_the_cli() -> None:
