@@ -35,24 +35,19 @@ class FoldSpace:
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         s = self.search
-        out: dict[str, Any] = {
+        return {
             "lambda_c": trial.suggest_float("lambda_c", *s.lambda_c, log=True),
             "tau": trial.suggest_float("tau", *s.tau),
             "p": trial.suggest_float("p", *s.p),
+            "granularity": trial.suggest_categorical("granularity", list(s.granularity)) if len(s.granularity) > 1
+            else s.granularity[0],
         }
-        if len(s.granularity) > 1:
-            out["granularity"] = trial.suggest_categorical("granularity", list(s.granularity))
-        else:
-            out["granularity"] = s.granularity[0]
-        return out
 
     def base_params(self) -> dict[str, Any]:
         """The weakest push and the strictest threshold."""
         s = self.search
-        params: dict[str, Any] = {"lambda_c": s.lambda_c[0], "tau": s.tau[1], "p": s.p[0]}
-        if len(s.granularity) > 1:
-            params["granularity"] = s.granularity[0]
-        return params
+        sampled = {"granularity": s.granularity[0]} if len(s.granularity) > 1 else {}
+        return {"lambda_c": s.lambda_c[0], "tau": s.tau[1], "p": s.p[0], **sampled}
 
     def as_dict(self) -> dict[str, Any]:
         s = self.search

@@ -20,6 +20,7 @@ import json
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,20 @@ def plain(obj: Any) -> Any:
     return json.loads(json.dumps(obj, sort_keys=True))
 
 
+@dataclass
+class _Entry:
+    """What this module reads of a stage's entry in run.json (the entry itself is kept as it was read or written:
+    its other keys are the stage's results)."""
+
+    made_from: dict[str, Any]
+    done: bool
+    outputs: dict[str, str]
+
+    @classmethod
+    def of(cls, rec: dict[str, Any]) -> _Entry:
+        return cls(made_from=rec.get("made_from") or {}, done=bool(rec.get("done")), outputs=rec.get("outputs") or {})
+
+
 class RunState:
     """run.json: per stage, what it was made from, what it wrote and its results; written atomically."""
 
@@ -49,7 +64,9 @@ class RunState:
         self.root = root
         self.stages = stages
         self.path = root / "run.json"
-        self.data: dict[str, Any] = {"schema": RUN_SCHEMA, "config": str(config), "stages": {}}
+        self.config = str(config)
+        self.entries: dict[str, Any] = {}   # per stage, its entry (a dict, unless the file was edited)
+        self.last_invocation: dict[str, dict[str, Any]] | None = None
         self.note = ""
         if fresh or not self.path.exists():
             return
@@ -58,14 +75,15 @@ class RunState:
         except LatoptError as e:
             self.note = f"{e}: every stage is re-run"
             return
-        if old.get("schema") != RUN_SCHEMA or not isinstance(old.get("stages"), dict):
-            self.note = (f"{self.path} was written by another latopt version (schema {old.get('schema')!r}, "
+        schema, entries = old.get("schema"), old.get("stages")
+        if schema != RUN_SCHEMA or not isinstance(entries, dict):
+            self.note = (f"{self.path} was written by another latopt version (schema {schema!r}, "
                          f"no fingerprints): every stage is re-run")
             return
-        self.data["stages"] = old["stages"]
+        self.entries = entries
 
     def record(self, stage: str) -> dict[str, Any] | None:
-        rec = self.data["stages"].get(stage)
+        rec = self.entries.get(stage)
         if not isinstance(rec, dict):
             return None
         rec = dict(rec)
@@ -92,18 +110,19 @@ class RunState:
 
     def stale(self, stage: str, made_from: dict[str, Any]) -> list[str]:
         """Why ``stage`` cannot be reused (empty: its record matches ``made_from`` and its outputs are intact)."""
-        rec = self.data["stages"].get(stage)
+        rec = self.entries.get(stage)
         if not isinstance(rec, dict):
             return [NOT_RUN_YET]
-        old = rec.get("made_from") or {}
+        entry = _Entry.of(rec)
+        old = entry.made_from
         now = plain(made_from)
         why = [changed(k, old.get(k), now.get(k)) for k in [*now, *(k for k in old if k not in now)]
                if old.get(k) != now.get(k)]
         if why:
             return why
-        if not rec.get("done"):
+        if not entry.done:
             return ["interrupted"]
-        outputs = rec.get("outputs") or {}
+        outputs = entry.outputs
         for rel, digest in outputs.items():
             path = self.root / rel
             if not path.is_file():
@@ -115,30 +134,31 @@ class RunState:
     def start(self, stage: str, made_from: dict[str, Any], **info: Any) -> None:
         """Record that ``stage`` is being (re-)made: it and every later stage are no longer done."""
         for s in self.stages[self.stages.index(stage):]:
-            self.data["stages"].pop(s, None)
-        self.data["stages"][stage] = {"made_from": plain(made_from), "done": False, **info}
+            self.entries.pop(s, None)
+        self.entries[stage] = {"made_from": plain(made_from), "done": False, **info}
         self._write()
 
     def finish(self, stage: str, info: dict[str, Any]) -> None:
         """Record that ``stage`` (begun with :meth:`start`) is done: its results ``info`` and its outputs' SHA-256."""
-        made_from = self.data["stages"].get(stage, {}).get("made_from", {})
+        made_from = _Entry.of(self.entries.get(stage, {})).made_from
         rec = {k: (self._rel(v) if k in _PATH_KEYS and isinstance(v, (str, Path)) and v else v)
                for k, v in info.items()}
-        self.data["stages"][stage] = {**rec, "made_from": made_from, "outputs": self.outputs(info), "done": True,
+        self.entries[stage] = {**rec, "made_from": made_from, "outputs": self.outputs(info), "done": True,
                                       "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         self._write()
 
     def finished_any(self) -> bool:
         """Some stage is recorded as done."""
-        return any(isinstance(r, dict) and r.get("done") for r in self.data["stages"].values())
+        return any(isinstance(r, dict) and _Entry.of(r).done for r in self.entries.values())
 
     def invocation(self, actions: dict[str, str | None]) -> None:
         """What this invocation did with each stage: reused (None) or re-run, and why."""
-        self.data["last_invocation"] = {s: {"reused": why is None, "why": why} for s, why in actions.items()}
+        self.last_invocation = {s: {"reused": why is None, "why": why} for s, why in actions.items()}
         self._write()
 
     def _write(self) -> None:
-        write_json_atomic(self.path, self.data)
+        last = {} if self.last_invocation is None else {"last_invocation": self.last_invocation}
+        write_json_atomic(self.path, {"schema": RUN_SCHEMA, "config": self.config, "stages": self.entries, **last})
 
 
 def untied(rec: dict[str, Any], outputs: dict[str, str]) -> list[str]:

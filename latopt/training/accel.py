@@ -340,8 +340,14 @@ def _global_batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, runni
     return y.to(x.dtype)
 
 
-_BN_ARGS = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
-_BN_DEFAULTS = {"weight": None, "bias": None, "training": False, "momentum": 0.1, "eps": 1e-5}
+def _bound_batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+                      weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, training: bool = False,
+                      momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor | None:
+    """An ``F.batch_norm`` call's arguments, bound as it binds them (its signature and defaults): the global
+    batch norm in training mode (:func:`_global_batch_norm`), None otherwise."""
+    if not training:
+        return None
+    return _global_batch_norm(input, running_mean, running_var, weight, bias, momentum, eps)
 
 
 class _SyncBatchNorm(TorchFunctionMode):
@@ -351,10 +357,9 @@ class _SyncBatchNorm(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if func is F.batch_norm:
-            a = {**_BN_DEFAULTS, **dict(zip(_BN_ARGS, args, strict=False)), **kwargs}
-            if a["training"]:
-                return _global_batch_norm(a["input"], a["running_mean"], a["running_var"], a["weight"], a["bias"],
-                                          a["momentum"], a["eps"])
+            y = _bound_batch_norm(*args, **kwargs)
+            if y is not None:
+                return y
         return func(*args, **kwargs)
 
 

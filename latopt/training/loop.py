@@ -212,6 +212,7 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, step: Step, *, val_load
     progress, desc = report.show, report.desc
     updates = start_epoch * len(loader) if start_epoch else 0  # type: ignore[arg-type]
     sampler = getattr(loader, "sampler", None)
+    took: list[float] = []   # this call's epochs' seconds
     for epoch in range(start_epoch, epochs):
         if sampler is not None and hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
@@ -262,22 +263,22 @@ def fit(model: nn.Module, loader: Iterable, epochs: int, step: Step, *, val_load
         totals = accel.all_reduce(torch.cat([sums, sums.new_tensor([float(seen)]),
                                              *(extras_sum[k].reshape(1) for k in keys)])).tolist()
         count = max(totals[2], 1.0)
-        row = {"epoch": epoch + 1, "loss": totals[0] / count, "train_acc": totals[1] / count,
-               "lr": float(optimizer.param_groups[0]["lr"]),
-               **{k: totals[3 + i] / count for i, k in enumerate(keys)}}
-        if val_loader is not None:
-            row["val_acc"] = evaluate(model, val_loader, accel)
-        row["seconds"] = time.perf_counter() - t0
-        _warn_if_going_wrong(history, row, desc, report.watch)
+        loss_mean = totals[0] / count
+        val_acc = evaluate(model, val_loader, accel) if val_loader is not None else None
+        took.append(time.perf_counter() - t0)
+        row: dict[str, float] = {"epoch": epoch + 1, "loss": loss_mean, "train_acc": totals[1] / count,
+                                 "lr": float(optimizer.param_groups[0]["lr"]),
+                                 **{k: totals[3 + i] / count for i, k in enumerate(keys)},
+                                 **({} if val_acc is None else {"val_acc": val_acc}), "seconds": took[-1]}
+        row.update(_unstable(history, epoch + 1, loss_mean, val_acc, desc, report.watch))
         history.append(row)
-        if best is not None and "val_acc" in row:
-            best.update(model, row["epoch"], row["val_acc"])
+        if best is not None and val_acc is not None:
+            best.update(model, epoch + 1, val_acc)
         if resume.on_epoch_end is not None:
             resume.on_epoch_end(history)
         if progress and ((epoch + 1) % max(1, report.every) == 0 or epoch + 1 == epochs):
             shown_row = ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "epoch")
-            left = f"; about {time_left([r['seconds'] for r in history[start_epoch:]], epochs - epoch - 1)} left" \
-                if epoch + 1 < epochs else ""
+            left = f"; about {time_left(took, epochs - epoch - 1)} left" if epoch + 1 < epochs else ""
             _LOG.info(f"{desc} epoch {epoch + 1}/{epochs}: {shown_row}{left}")
     if best is not None and history:
         best.restore(model, history, desc)
@@ -288,24 +289,25 @@ SPIKE = 1.5       # an epoch's mean loss this many times the lowest so far is a 
 COLLAPSE = 0.15   # a validation accuracy this far (absolute) below the best so far is a collapse
 
 
-def _warn_if_going_wrong(history: list[dict[str, float]], row: dict[str, float], desc: str,
-                         watch: tuple[str, ...]) -> None:
-    """One warning line the first time in a run (a resumed run included) that the loss spikes or the
-    validation accuracy collapses; the flag is kept in the epoch's record."""
+def _unstable(history: list[dict[str, float]], epoch: int, loss: float, val_acc: float | None, desc: str,
+              watch: tuple[str, ...]) -> dict[str, float]:
+    """The flags of epoch ``epoch`` (its mean training ``loss``, its ``val_acc`` if validated) for its record:
+    the loss spikes or the validation accuracy collapses, compared with the earlier epochs' ``history``; one
+    warning line the first time in a run (a resumed run included) that a flag is raised."""
     if not history:
-        return
-    found = {}
+        return {}
+    found: list[tuple[str, str]] = []   # (flag, what happened)
     low = min(r["loss"] for r in history)
-    if "loss" in watch and row["loss"] > SPIKE * low:
-        found["unstable_loss"] = f"the training loss jumped to {row['loss']:.3g} (lowest so far {low:.3g})"
+    if "loss" in watch and loss > SPIKE * low:
+        found.append(("unstable_loss", f"the training loss jumped to {loss:.3g} (lowest so far {low:.3g})"))
     vals = [r["val_acc"] for r in history if "val_acc" in r]
-    if "val" in watch and vals and "val_acc" in row and row["val_acc"] < max(vals) - COLLAPSE:
-        found["unstable_val"] = f"validation accuracy fell to {row['val_acc']:.3f} (best so far {max(vals):.3f})"
-    for flag, what in found.items():
-        row[flag] = 1.0
+    if "val" in watch and vals and val_acc is not None and val_acc < max(vals) - COLLAPSE:
+        found.append(("unstable_val", f"validation accuracy fell to {val_acc:.3f} (best so far {max(vals):.3f})"))
+    for flag, what in found:
         if not any(flag in r for r in history):
-            _LOG.warning(f"{desc}: {what} in epoch {row['epoch']}: training is unstable; a lower learning rate, "
+            _LOG.warning(f"{desc}: {what} in epoch {epoch}: training is unstable; a lower learning rate, "
                          "a warm-up (train.warmup_epochs) or gradient clipping (train.clip_grad) helps")
+    return {flag: 1.0 for flag, _ in found}
 
 
 def _clip(optimizers: Iterable[torch.optim.Optimizer], max_norm: float | None) -> None:
@@ -348,7 +350,17 @@ class BestWeights:
         return {"epoch": self.epoch, "val_acc": self.val_acc, "weights": self.weights}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch, self.val_acc, self.weights = int(state["epoch"]), float(state["val_acc"]), state["weights"]
+        kept = _KeptState(**state)
+        self.epoch, self.val_acc, self.weights = int(kept.epoch), float(kept.val_acc), kept.weights
+
+
+@dataclass
+class _KeptState:
+    """:meth:`BestWeights.state_dict`'s dict, read back."""
+
+    epoch: int
+    val_acc: float
+    weights: dict[str, torch.Tensor] | None
 
 
 def _check_finite(accel: Accel, loss_sum: torch.Tensor, desc: str, epoch: int, step: int) -> None:
