@@ -81,6 +81,27 @@ def test_front_and_recommendation(study, tmp_path):
     assert files["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_study_and_its_trials_are_read_as_records(study):
+    """The user attributes latopt sets are read through typed records (latopt.search.study_record), the keys they
+    do not name kept; a value of the wrong kind is one line naming the trial and the attribute."""
+    from latopt.search._pareto import REFINES
+    from latopt.search.study_record import StudyAttrs, TrialAttrs, TrialParams
+
+    assert REFINES in TrialAttrs.model_fields
+    t = study.trials[1]
+    a = TrialAttrs.of(t)
+    assert (a.base, a.val_acc, len(a.fold_set), a.counts, a.refines) == (False, 0.895, 3, (0, 0, 5000), None)
+    assert (TrialParams.of(t).lambda_c, TrialParams.of(t).budget) == (0.5, None)
+    attrs = StudyAttrs.of(study)
+    assert (attrs.schema_, attrs.objective, attrs.metric_names) == ("latopt.study/1", "latency", ["val_acc", "latency_ms"])
+    assert attrs.confirm is not None and attrs.confirm.n_confirmation == 5000
+    assert attrs.model_extra == {"model": "m"}                               # an identity key it does not name
+    assert TrialAttrs.model_validate({"predicted_ratio": 0.5}).model_extra == {"predicted_ratio": 0.5}
+    bad = optuna.trial.create_trial(values=[0.9, 1.0], user_attrs={"val_acc": "high"})
+    with pytest.raises(LatoptError, match=r"^trial -1: user attribute 'val_acc' .*, got 'high'$"):
+        TrialAttrs.of(bad)
+
+
 def test_recommendation_ties_go_to_accuracy_then_to_the_earlier_trial(tmp_path):
     storage = open_storage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=None)
     st = open_study(storage, "t", "latency", {}).study

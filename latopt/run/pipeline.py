@@ -70,7 +70,8 @@ def plan_stages(job: Job, fresh: bool) -> tuple[dict[str, str | None], str | Non
             why = ["its record in run.json is unreadable"]
         if name == "search":   # a search made from the same inputs resumes its study, with more trials too
             new_study = bool(why) and why != ["interrupted"]
-            trials = (state.record("search") or {}).get("trials")
+            pick = SearchPick.read(state.record("search"))
+            trials = None if pick is None else pick.trials
             if not why and trials != job.n_trials:
                 why = [f"trials {trials} → {job.n_trials}"]
             if why and not new_study:

@@ -49,12 +49,12 @@ from latopt.search import (
     CONFIRM_FRACTION,
     CONFIRM_LEVEL,
     CONFIRM_METHOD,
-    REFINES,
     SearchOptions,
     SearchResult,
     format_table,
     run_search,
 )
+from latopt.search.study_record import TrialAttrs
 from latopt.training.base_training import train_base
 
 _LOG = get_logger("run")
@@ -211,24 +211,24 @@ def recommended(res: SearchResult, trials: int | None = None) -> SearchPick:
     """The search stage's record: the study's recommended trial (:class:`latopt.search.SearchResult`)."""
     summary = res.summary
     chosen = summary.recommendation
+    note = None if chosen is None else chosen.note
+    study = optuna.load_study(study_name=res.study_name, storage=res.storage)
+    refined = sorted(a.refines for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                     if (a := TrialAttrs.of(t)).refines is not None)
     # what the summary prints about the accuracy constraint: the split, the confirmation, the rejected trials
     judged: dict[str, Any] = {
         "max_acc_drop": summary.max_acc_drop, "confirm_split": summary.confirm_split,
         "confirm": None if chosen is None else chosen.confirm, "rejected": [] if chosen is None else chosen.rejected,
-        "pareto_png": str(res.files.get("png", "")), "study_dir": str(res.study_dir), "trials": trials}
-    note = None if chosen is None else chosen.note
-    study = optuna.load_study(study_name=res.study_name, storage=res.storage)
-    judged["refined"] = sorted(int(t.user_attrs[REFINES]) for t in study.get_trials(
-        deepcopy=False, states=(TrialState.COMPLETE,)) if REFINES in t.user_attrs)
+        "pareto_png": str(res.files.get("png", "")), "study_dir": str(res.study_dir), "trials": trials,
+        "refined": refined}
     if res.recommended is None:
         return SearchPick(trial=None, checkpoint=None, note=note or "no trial met the accuracy constraint", **judged)
     trial = next(t for t in study.trials if t.number == res.recommended)
-    ua = trial.user_attrs
+    a = TrialAttrs.of(trial)
     return SearchPick.model_validate(
-        {"trial": res.recommended, "checkpoint": None if ua.get("base") else ua.get("checkpoint"),
-         "fold_set": ua.get("fold_set", {}), "val_acc": ua.get("val_acc"), "base_acc": ua.get("base_acc"),
-         "latency_ms": ua.get("latency_ms"), "params": dict(trial.params), "row": summary.row(res.recommended),
-         "note": note, **judged}, strict=False)
+        {"trial": res.recommended, "checkpoint": None if a.base else a.checkpoint, "fold_set": a.fold_set,
+         "val_acc": a.val_acc, "base_acc": a.base_acc, "latency_ms": a.latency_ms, "params": dict(trial.params),
+         "row": summary.row(res.recommended), "note": note, **judged}, strict=False)
 
 
 def _search_reuse(job: Job, rec: dict[str, Any]) -> tuple[str, SearchPick]:

@@ -26,11 +26,20 @@ from optuna.trial import FrozenTrial, TrialState
 from latopt.errors import LatoptError
 from latopt.files.artifacts import write_figure_atomic, write_json_atomic, write_text_atomic
 from latopt.search._confirm import CONFIRM_LEVEL, confirm
-from latopt.search.study_record import Confirmation, FrontRow, FrontSummary, Recommendation, Rejected
+from latopt.search.study_record import (
+    Confirmation,
+    FrontRow,
+    FrontSummary,
+    Recommendation,
+    Rejected,
+    StudyAttrs,
+    TrialAttrs,
+    TrialParams,
+)
 
 PARETO_SCHEMA = FrontSummary.SCHEMA
 _EPS = 1e-12
-REFINES = "refines"   # a trial's user attribute: the number of the trial it makes again with a longer fine-tune
+REFINES = "refines"   # a trial's user attribute (TrialAttrs.refines): the trial it makes again with a longer fine-tune
 COLUMNS = ("trial", "val_acc", "metric", "acc_drop", "feasible", "confirm_drop", "confirm_bound", "confirmed",
            "lambda_c", "tau", "p", "granularity", "budget", "n_folded", "base", "on_front", "on_full_front",
            "recommended", "checkpoint")
@@ -49,7 +58,7 @@ def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
 def base_trial(study: optuna.Study) -> FrozenTrial | None:
     """The completed base-model trial (the enqueued operating point), if any."""
     for t in complete_trials(study):
-        if t.user_attrs.get("base"):
+        if TrialAttrs.of(t).base:
             return t
     return None
 
@@ -58,7 +67,7 @@ def base_accuracy(study: optuna.Study) -> float | None:
     t = base_trial(study)
     if t is not None:
         return float(t.values[0])
-    v = study.user_attrs.get("base_acc")
+    v = StudyAttrs.of(study).base_acc
     return None if v is None else float(v)
 
 
@@ -86,11 +95,12 @@ def recommend(study: optuna.Study, max_acc_drop: float | None = None) -> FrozenT
 def trial_confirmation(study: optuna.Study, t: FrozenTrial, max_acc_drop: float) -> Confirmation | None:
     """``t``'s confirmation (:func:`latopt.search._confirm.confirm` at the study's level) from its paired counts on
     the confirmation part; None for a trial without them (a study made before the split)."""
-    a = t.user_attrs
-    if not all(isinstance(a.get(k), int) for k in ("confirm_n", "confirm_lost", "confirm_won")):
+    counts = TrialAttrs.of(t).counts
+    if counts is None:
         return None
-    level = float((study.user_attrs.get("confirm") or {}).get("level", CONFIRM_LEVEL))
-    return confirm(a["confirm_lost"], a["confirm_won"], a["confirm_n"], max_acc_drop, level)
+    split = StudyAttrs.of(study).confirm
+    level = float(CONFIRM_LEVEL if split is None else split.level)
+    return confirm(*counts, max_acc_drop, level)
 
 
 def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Recommendation:
@@ -109,7 +119,7 @@ def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Re
     was created with. A study made before the split (no ``confirm`` attribute) has no recommendation: the note
     says so."""
     if max_acc_drop is None:
-        max_acc_drop = study.user_attrs.get("max_acc_drop")
+        max_acc_drop = StudyAttrs.of(study).max_acc_drop
     if max_acc_drop is None:
         raise LatoptError("no max_acc_drop given and the study does not record one", param="max_acc_drop")
     m = float(max_acc_drop)
@@ -121,8 +131,9 @@ def recommendation(study: optuna.Study, max_acc_drop: float | None = None) -> Re
     if base_acc is None or base is None:
         return Recommendation(max_acc_drop=m, note="no recommendation: the base trial has not completed yet")
     done = complete_trials(study)
-    superseded = {int(t.user_attrs[REFINES]) for t in done if REFINES in t.user_attrs}   # refined: the longer version stands
-    within = [t for t in done if base_acc - t.values[0] <= m + _EPS and not t.user_attrs.get("base")
+    attrs = {t.number: TrialAttrs.of(t) for t in done}
+    superseded = {a.refines for a in attrs.values() if a.refines is not None}   # refined: the longer version stands
+    within = [t for t in done if base_acc - t.values[0] <= m + _EPS and not attrs[t.number].base
               and t.number not in superseded]
     # only the non-dominated ones: a trial another beats on both selection accuracy and latency is never shipped, and
     # in the sequence it could only stop it before the faster, more accurate trial that beats it
@@ -158,7 +169,7 @@ def _feasible(t: FrozenTrial) -> bool:
 
 def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_front: bool,
          recommended: bool, confirmed: Confirmation | None) -> FrontRow:
-    fold = t.user_attrs.get("fold_set") or {}
+    a, params = TrialAttrs.of(t), TrialParams.of(t)
     return FrontRow.model_validate({
         "trial": t.number,
         "val_acc": float(t.values[0]),
@@ -168,37 +179,39 @@ def _row(t: FrozenTrial, base_acc: float | None, *, on_front: bool, on_full_fron
         "confirm_drop": None if confirmed is None else confirmed.drop,
         "confirm_bound": None if confirmed is None else confirmed.bound,
         "confirmed": None if confirmed is None else confirmed.passed,
-        "lambda_c": t.params.get("lambda_c"),
-        "tau": t.params.get("tau"),
-        "p": t.params.get("p"),
-        "granularity": t.params.get("granularity", t.user_attrs.get("granularity")),
-        "budget": t.params.get("budget"),
-        "n_folded": len(fold),
-        "fold_set": fold,
-        "base": bool(t.user_attrs.get("base")),
+        "lambda_c": params.lambda_c,
+        "tau": params.tau,
+        "p": params.p,
+        "granularity": a.granularity if params.granularity is None else params.granularity,
+        "budget": params.budget,
+        "n_folded": len(a.fold_set),
+        "fold_set": a.fold_set,
+        "base": a.base,
         "on_front": on_front,
         "on_full_front": on_full_front,
         "recommended": recommended,
-        "checkpoint": t.user_attrs.get("checkpoint"),
-        "latency_ms": t.user_attrs.get("latency_ms"),
-        "measured_ms": t.user_attrs.get("measured_ms"),
-        "measured_ratio": t.user_attrs.get("measured_ratio"),
-        "nonlinear_layers": t.user_attrs.get("nonlinear_layers"),
+        "checkpoint": a.checkpoint,
+        "latency_ms": a.latency_ms,
+        "measured_ms": a.measured_ms,
+        "measured_ratio": a.measured_ratio,
+        "nonlinear_layers": a.nonlinear_layers,
     }, strict=False)
 
 
 def comparable(study: optuna.Study, others: Sequence[optuna.Study]) -> list[optuna.Study]:
     """The studies of ``others`` that optimise what ``study`` does (their fronts can share its axes)."""
-    return [o for o in others if o.user_attrs.get("metric_names") == study.user_attrs.get("metric_names")]
+    names = StudyAttrs.of(study).metric_names
+    return [o for o in others if StudyAttrs.of(o).metric_names == names]
 
 
 def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
                   others: Sequence[optuna.Study] = ()) -> FrontSummary:
     """Everything ``--show`` prints and writes (pareto.json): front rows (+ the base row, always, and the trials the
     confirmation failed), the recommendation; ``others``: the same for each comparable study (:func:`comparable`)."""
+    attrs = StudyAttrs.of(study)
     if max_acc_drop is None:
-        max_acc_drop = study.user_attrs.get("max_acc_drop")
-    names = study.user_attrs.get("metric_names") or ["objective0", "objective1"]
+        max_acc_drop = attrs.max_acc_drop
+    names = attrs.metric_names or ["objective0", "objective1"]
     front = pareto_front(study)
     front_ids = {t.number for t in front}
     chosen = recommendation(study, max_acc_drop) if max_acc_drop is not None else None
@@ -223,14 +236,14 @@ def front_summary(study: optuna.Study, max_acc_drop: float | None = None,
         counts[t.state.name] += 1
     return FrontSummary.model_validate({
         "study": study.study_name,
-        "objective": study.user_attrs.get("objective"),
+        "objective": attrs.objective,
         "metric_names": list(names),
         "max_acc_drop": max_acc_drop,
         "base_acc": base_acc,
         "base_trial": None if base is None else base.number,
         "recommended": None if rec is None else rec.number,
         "recommendation": chosen,
-        "confirm_split": study.user_attrs.get("confirm"),
+        "confirm_split": attrs.confirm,
         "n_front": len(front),
         "n_full_front": len(full),
         "trial_states": {k: v for k, v in counts.items() if v},
@@ -303,7 +316,7 @@ def write_front(study: optuna.Study, out_dir: str | Path, max_acc_drop: float | 
     the plot and the JSON hold the fronts of ``others`` too (the CSV holds ``study``'s rows)."""
     out = Path(out_dir)
     summary = front_summary(study, max_acc_drop, others)
-    paths = {"json": write_json_atomic(out / "pareto.json", summary.to_json())}
+    json_path = write_json_atomic(out / "pareto.json", summary.to_json())
     buf = io.StringIO()
     w = csv.writer(buf)
     metric = summary.metric_names[1]
@@ -311,12 +324,10 @@ def write_front(study: optuna.Study, out_dir: str | Path, max_acc_drop: float | 
     for r in summary.rows:
         fold = ";".join(f"{k}:{v}" for k, v in sorted(r.fold_set.items(), key=lambda kv: int(kv[0])))
         w.writerow([getattr(r, c) for c in COLUMNS] + [fold])
-    paths["csv"] = write_text_atomic(out / "pareto.csv", buf.getvalue())
-    paths["png"] = _plot_png(study, summary, out / "pareto.png", comparable(study, others))
+    csv_path = write_text_atomic(out / "pareto.csv", buf.getvalue())
+    png = _plot_png(study, summary, out / "pareto.png", comparable(study, others))
     html = _plot_html(study, summary, out / "pareto.html")
-    if html is not None:
-        paths["html"] = html
-    return paths
+    return {"json": json_path, "csv": csv_path, "png": png, **({} if html is None else {"html": html})}
 
 
 def _targets(t: FrozenTrial) -> tuple[float, float]:
@@ -356,7 +367,7 @@ def _plot_png(study: optuna.Study, summary: FrontSummary, path: Path, others: Se
                        linewidths=2.0, zorder=6,
                        label=f"{summary.study + ': ' if others else ''}recommended (trial {r.trial})")
     for other, osum, colour in zip(others, summary.others, ("tab:orange", "tab:green", "tab:purple"), strict=False):
-        trials_o = [t for t in complete_trials(other) if not t.user_attrs.get("base")]
+        trials_o = [t for t in complete_trials(other) if not TrialAttrs.of(t).base]
         ofront = [r for r in osum.rows if r.on_front]
         if trials_o:
             ax.scatter([t.values[1] for t in trials_o], [t.values[0] for t in trials_o], s=36, marker="D", zorder=3,

@@ -28,6 +28,7 @@ from latopt.methods.method import resolve_lut
 from latopt.search._options import SearchOptions
 from latopt.search._pareto import trial_confirmation
 from latopt.search._run import SearchResult, config_of, dp_study_name, run_search
+from latopt.search.study_record import TrialAttrs
 from latopt.training.torch_settings import set_threads
 
 
@@ -52,7 +53,7 @@ def run_plan(o: SearchOptions, budget: float | None = None) -> SearchResult:
 
 def _plan_trial(res: SearchResult) -> tuple[optuna.Study, FrozenTrial]:
     study = optuna.load_study(study_name=res.study_name, storage=res.storage)
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not t.user_attrs.get("base")]
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not TrialAttrs.of(t).base]
     if not done:
         raise LatoptError(f"study {res.study_name!r} holds no completed plan; rerun latopt plan to finish it")
     return study, done[-1]
@@ -60,7 +61,12 @@ def _plan_trial(res: SearchResult) -> tuple[optuna.Study, FrozenTrial]:
 
 def plan_report(res: SearchResult) -> DPReport:
     """The report of the plan a one-budget DP study made (its one complete trial besides the base)."""
-    return read_report(_plan_trial(res)[1].user_attrs["report"], DPReport)
+    t = _plan_trial(res)[1]
+    report = TrialAttrs.of(t).report
+    if report is None:
+        raise LatoptError(f"trial {t.number} of study {res.study_name!r} records no report (user attribute "
+                          "'report'): not a trial of latopt plan")
+    return read_report(report, DPReport)
 
 
 def plan_confirmation(res: SearchResult) -> str:

@@ -65,7 +65,7 @@ from latopt.search._storage import (
 )
 from latopt.search._trial import StudyContext, ensure_base, objective
 from latopt.search._workers import default_threads, join, start, worker_options
-from latopt.search.study_record import FrontSummary
+from latopt.search.study_record import ConfirmSplit, FrontSummary, StudyAttrs, TrialAttrs
 from latopt.signals import Terminated, sigterm_raises, terminating
 from latopt.training.losses import check_loss_config
 from latopt.training.torch_settings import set_threads, torch_threads
@@ -130,7 +130,7 @@ def _counts(study: optuna.Study) -> dict[TrialState, int]:
 def _base_trial_lost(study: optuna.Study) -> bool:
     """The study's enqueued base trial ended without completing, and no copy of it is complete, running
     or waiting (a study whose creator has not enqueued it yet has no base trial at all: not lost)."""
-    base = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("base")]
+    base = [t for t in study.get_trials(deepcopy=False) if TrialAttrs.of(t).base]
     live = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
     return bool(base) and not any(t.state in live for t in base)
 
@@ -180,7 +180,9 @@ def _run_search(o: SearchOptions) -> SearchResult:
     # the trials see the selection part of the validation split as theirs; the confirmation part is for the
     # recommendation only (latopt.search._confirm), the same for every worker of the study (seeded by --seed)
     task, confirm_part, split = split_validation(load_task(cfg), CONFIRM_FRACTION, o.seed)
-    check_power(int(split["n_confirmation"]), max_drop)   # a constraint its images cannot confirm: before any training
+    confirm_split = {**split, "level": CONFIRM_LEVEL, "method": CONFIRM_METHOD}   # the study's `confirm` attribute
+    # a constraint its images cannot confirm: before any training
+    check_power(ConfirmSplit.model_validate(confirm_split, strict=False).n_confirmation, max_drop)
     # a base that is not the config's unfolded base fails before any storage is touched (it would leave
     # a FAILED base trial behind)
     url = o.storage or s.storage or default_storage_url(study_dir)
@@ -189,8 +191,8 @@ def _run_search(o: SearchOptions) -> SearchResult:
     storage = open_storage(url, heartbeat_interval=o.heartbeat_interval, grace_period=o.grace_period,
                            max_retry=o.max_retry)
     identity = {"model": cfg.model.name, "task": cfg.data.task, "resolution": int(cfg.data.resolution),
-                "space": space.as_dict(), "max_acc_drop": max_drop, **method.identity(lut)}
-    identity["confirm"] = {**split, "level": CONFIRM_LEVEL, "method": CONFIRM_METHOD}
+                "space": space.as_dict(), "max_acc_drop": max_drop, **method.identity(lut),
+                "confirm": confirm_split}
     check_existing(storage, name, objective_key, identity)     # before training a base for a wrong study
     if base is None:   # trained once into base_dir (the DP's study beside a Layer Folding study shares its base)
         base = ensure_base(cfg, Path(o.base_dir) if o.base_dir is not None else study_dir, None, seed=o.seed,
@@ -263,11 +265,11 @@ def refine_trials(study: optuna.Study, k: int, max_drop: float, study_dir: Path)
     selection part only; the recommendation confirms a refined candidate in place of its first version)."""
     with FileLock(str(study_dir / ".refine.lock")):   # local workers and a second `latopt search` enqueue once
         trials = study.get_trials(deepcopy=False)
-        refined = [int(t.user_attrs[REFINES]) for t in trials if REFINES in t.user_attrs and t.state != TrialState.FAIL]
+        refined = [a.refines for t in trials if (a := TrialAttrs.of(t)).refines is not None and t.state != TrialState.FAIL]
         base_acc = base_accuracy(study)
         if base_acc is None:
             return refined
-        reach = [t for t in complete_trials(study) if not t.user_attrs.get("base") and REFINES not in t.user_attrs
+        reach = [t for t in complete_trials(study) if not (a := TrialAttrs.of(t)).base and a.refines is None
                  and base_acc - t.values[0] <= REFINE_REACH * max_drop + 1e-12 and t.number not in refined]
         for t in sorted(reach, key=lambda t: (t.values[1], -t.values[0], t.number))[:max(0, k - len(refined))]:
             study.enqueue_trial(t.params, user_attrs={REFINES: t.number}, skip_if_exists=False)
@@ -275,15 +277,25 @@ def refine_trials(study: optuna.Study, k: int, max_drop: float, study_dir: Path)
         return refined
 
 
+@dataclass
+class _LastTrial:
+    """What this worker's last trial left for the loop: the numeric check it failed, whether it was the base trial
+    (not timed), and its storage id while it runs (failed at once when the process is told to stop)."""
+
+    error: VerificationError | None = None
+    base: bool = False
+    trial: int | None = None
+
+
 def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool:
     deadline = None if o.timeout is None else time.monotonic() + o.timeout
     failures = 0
     waiting_note = False
-    last: dict[str, Any] = {"error": None, "base": False, "trial": None}
+    last = _LastTrial()
     took: list[float] = []   # seconds of each trial this worker ran: the estimate of the time left
 
     def run_one(trial: optuna.Trial) -> Any:
-        last["trial"] = trial._trial_id
+        last.trial = trial._trial_id
         # Two workers can pass the budget check at the same moment; the one whose trial came second
         # sees the budget taken by lower-numbered live trials and prunes its own before any work.
         ahead = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
@@ -293,10 +305,10 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             raise optuna.TrialPruned(f"surplus: {len(ahead)} earlier trials already fill the budget of {trials}")
         try:
             out = func(trial)
-            last["base"] = bool(trial.user_attrs.get("base"))   # the base trial only evaluates: not timed
+            last.base = TrialAttrs.of(trial).base   # the base trial only evaluates: not timed
             return out
         except VerificationError as e:
-            last["error"] = e
+            last.error = e
             trial.set_user_attr(FAILED_CHECK, first_line(e))
             raise
 
@@ -318,7 +330,7 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             time.sleep(o.poll_s)
             continue
         waiting_note = False
-        last["error"], last["base"], last["trial"] = None, False, None
+        last = _LastTrial()
         t0 = time.monotonic()
         try:
             study.optimize(run_one, n_trials=1, catch=(VerificationError,), gc_after_trial=True)
@@ -328,25 +340,25 @@ def _loop(study: optuna.Study, func: Any, trials: int, o: SearchOptions) -> bool
             # would hold up the next run for the grace period
             if not isinstance(e, (Terminated, KeyboardInterrupt)) and not terminating():
                 raise
-            if last["trial"] is not None:
-                abandon_trial(study, last["trial"])
+            if last.trial is not None:
+                abandon_trial(study, last.trial)
             if not isinstance(e, (Terminated, KeyboardInterrupt)):
                 raise Terminated() from e
             raise
-        if not last["base"]:
+        if not last.base:
             took.append(time.monotonic() - t0)
         if o.progress and took:
             done = _counts(study)[TrialState.COMPLETE]
             if done < trials:
                 _LOG.info(f"{done}/{trials} trials complete; about {time_left(took, -(-(trials - done) // max(1, o.workers)))} left "
                           f"(this worker's mean trial: {sum(took) / len(took):.0f} s)")
-        if last["error"] is None:
+        if last.error is None:
             failures = 0
             continue
         failures += 1
-        _LOG.warning(f"trial failed its numeric check: {last['error']}")
+        _LOG.warning(f"trial failed its numeric check: {last.error}")
         if failures >= 3:
-            raise LatoptError(f"3 trials in a row failed their numeric checks, the last: {last['error']}")
+            raise LatoptError(f"3 trials in a row failed their numeric checks, the last: {last.error}")
 
 
 def show_front(name: str, *, storage: str | None = None, runs_dir: str | Path = "runs", out: str | Path | None = None,
@@ -367,7 +379,7 @@ def _show_front(name: str, *, storage: str | None, runs_dir: str | Path, out: st
     if db is not None and not db.is_file():
         raise LatoptError(f"no study database at {db}; run the search first or give its storage URL", param="storage")
     study = load_existing(open_storage(url, heartbeat_interval=None), name)
-    if study.user_attrs.get("schema") is None:
+    if StudyAttrs.of(study).schema_ is None:
         raise LatoptError(f"study {name!r} was not created by latopt search")
     others = [o for o in [_companion(name, storage=storage, runs_dir=runs_dir)] if o is not None]
     files = write_front(study, Path(out) if out else study_dir, max_acc_drop, others)
@@ -385,4 +397,4 @@ def _companion(name: str, *, storage: str | None, runs_dir: str | Path) -> optun
     if dp_name not in optuna.get_all_study_names(st):
         return None
     study = optuna.load_study(study_name=dp_name, storage=st)
-    return study if study.user_attrs.get("schema") is not None else None
+    return study if StudyAttrs.of(study).schema_ is not None else None

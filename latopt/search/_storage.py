@@ -27,9 +27,9 @@ from sqlalchemy.engine import URL, make_url
 
 from latopt.errors import LatoptError, first_line
 from latopt.files.artifacts import OutputError, make_dirs, write_json_atomic
-from latopt.files.readers import read_json
 from latopt.log import get_logger
 from latopt.methods.sampler import FAILED_CHECK
+from latopt.search.study_record import StudyDirRecord
 
 STUDY_SCHEMA = "latopt.study/1"
 DEFAULT_HEARTBEAT_S = 30
@@ -270,8 +270,9 @@ def check_compatible(study: optuna.Study, name: str, objective: str, identity: d
         raise LatoptError(f"study {name!r} was not created by latopt search (no {STUDY_SCHEMA} attributes); "
                           "use another study name", param="study")
     want = [optuna.study.StudyDirection[d.upper()] for d in directions]
-    if attrs.get("objective") != objective or list(study.directions) != want:
-        raise LatoptError(f"study {name!r} was created with objective {attrs.get('objective')!r}, not {objective!r}; "
+    made = attrs.get("objective")
+    if made != objective or list(study.directions) != want:
+        raise LatoptError(f"study {name!r} was created with objective {made!r}, not {objective!r}; "
                           "rerun with the same objective (and measure) or choose another study name",
                           param="objective")
     if "confirm" in identity and "confirm" not in attrs:
@@ -305,15 +306,14 @@ def check_study_dir(study_dir: Path, url: str, name: str, *, study_id: int | Non
     other's ``trial-N`` directories."""
     where = "default" if url == default_storage_url(study_dir) else redact(url)
     path = study_dir / STUDY_DIR_RECORD
-    rec = read_json(path, what="study record") if path.is_file() else None
-    want = {"storage": where, "study": name}
-    if rec is not None and {k: rec.get(k) for k in want} != want:
-        raise LatoptError(f"{study_dir} holds the trials of study {rec.get('study')!r} in storage "
-                          f"{rec.get('storage')}, not of this study in {where}: give another study name or runs_dir",
+    rec = StudyDirRecord.read(path) if path.is_file() else None
+    if rec is not None and (rec.storage, rec.study) != (where, name):
+        raise LatoptError(f"{study_dir} holds the trials of study {rec.study!r} in storage "
+                          f"{rec.storage}, not of this study in {where}: give another study name or runs_dir",
                           param="study")
-    if rec is not None and study_id is not None and rec.get("study_id") not in (None, study_id):
+    if rec is not None and study_id is not None and rec.study_id not in (None, study_id):
         raise LatoptError(f"{study_dir} holds the trials of an earlier study {name!r} (deleted and created again "
                           "since): give another study name or runs_dir, or remove that directory", param="study")
-    if study_id is not None and (rec is None or rec.get("study_id") is None):   # recorded once the study exists
+    if study_id is not None and (rec is None or rec.study_id is None):   # recorded once the study exists
         make_dirs(study_dir)
-        write_json_atomic(path, {**want, "study_id": study_id})
+        write_json_atomic(path, {"storage": where, "study": name, "study_id": study_id})

@@ -31,6 +31,7 @@ from filelock import FileLock
 from latopt.data import load_task, make_loaders
 from latopt.errors import LatoptError
 from latopt.files.artifacts import json_plain, make_dirs, write_json_atomic
+from latopt.files.records import validated
 from latopt.latency.lut import predict
 from latopt.latency.profiler import measure_networks
 from latopt.layerfold import check_base
@@ -39,7 +40,7 @@ from latopt.log import get_logger
 from latopt.methods import Method, Space, TrialContext
 from latopt.rewrite import AlphaActivation, as_shipped
 from latopt.search._confirm import correct, paired_counts
-from latopt.search._pareto import REFINES
+from latopt.search.study_record import TrialAttrs, TrialParams
 from latopt.training.accel import resolve
 from latopt.training.base_training import BASE_CHECKPOINT, read_metrics, train_base
 from latopt.training.loop import evaluate
@@ -158,8 +159,7 @@ def evaluate_base(ctx: StudyContext, trial_dir: Path) -> dict[str, Any]:
     if ctx.objective == "latency-measured":
         rec.update(_measure(ctx, None))
     write_json_atomic(trial_dir / "trial.json", {"schema": TRIAL_SCHEMA, "base": True, **rec})
-    rec["report"] = str((trial_dir / "trial.json").resolve())
-    return rec
+    return {**rec, "report": str((trial_dir / "trial.json").resolve())}
 
 
 def evaluate_candidate(ctx: StudyContext, params: dict[str, Any], trial_dir: Path, refines: int | None = None
@@ -197,6 +197,13 @@ def _measure(ctx: StudyContext, folded: Any) -> dict[str, Any]:
             "measured_iqr_ms": float(stats[key].iqr_ms)}
 
 
+class _Evaluated(TrialAttrs):
+    """A trial's record as its evaluation made it (:func:`evaluate_base`, :func:`evaluate_candidate`), read by the
+    objective: its accuracy is always there."""
+
+    val_acc: float
+
+
 def record(trial: optuna.Trial, rec: dict[str, Any]) -> None:
     """A trial's record as its user attributes, in plain JSON types (optuna-dashboard and
     ``study.trials_dataframe()`` read them as they are; None is left out), and its accuracy-drop
@@ -214,27 +221,24 @@ def objective(ctx: StudyContext, trial: optuna.Trial) -> tuple[float, float]:
     """The Optuna objective: (validation accuracy ↑, latency or depth ↓); sets the trial's user attributes."""
     t0 = time.perf_counter()
     params = ctx.space.suggest(trial)
-    is_base = bool(trial.user_attrs.get("base"))
+    given = TrialAttrs.of(trial)   # base, refines: given when it was enqueued
     trial_dir = ctx.study_dir / f"trial-{trial.number}"
     trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-    refines = trial.user_attrs.get(REFINES)
-    rec = evaluate_base(ctx, trial_dir) if is_base else evaluate_candidate(
-        ctx, params, trial_dir, None if refines is None else int(refines))
-    metric = rec.get(_METRIC_KEY[ctx.objective])
+    refines = given.refines
+    rec = evaluate_base(ctx, trial_dir) if given.base else evaluate_candidate(ctx, params, trial_dir, refines)
+    got = validated(_Evaluated, rec, prefix=f"trial {trial.number}: ", key="record key")
+    metric = getattr(got, _METRIC_KEY[ctx.objective])
     if metric is None or not math.isfinite(float(metric)):
         raise LatoptError(f"trial {trial.number}: objective {ctx.objective} has no value")
-    base_acc = rec.get("base_acc")
-    drop = 0.0 if is_base or base_acc is None else float(base_acc) - float(rec["val_acc"])
-    rec["acc_drop"] = drop
-    rec["constraint"] = drop - ctx.max_acc_drop
-    rec["granularity"] = params.get("granularity")
-    rec["seconds"] = round(time.perf_counter() - t0, 3)
-    record(trial, rec)
+    drop = 0.0 if given.base or got.base_acc is None else float(got.base_acc) - float(got.val_acc)
+    seconds = round(time.perf_counter() - t0, 3)
+    record(trial, {**rec, "acc_drop": drop, "constraint": drop - ctx.max_acc_drop,
+                   "granularity": TrialParams.sampled(params).granularity, "seconds": seconds})
     if ctx.trial.progress:
-        what = "base model" if is_base else " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                                     for k, v in params.items())
+        what = "base model" if given.base else " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                                        for k, v in params.items())
         what += "" if refines is None else f" (trial {refines} fine-tuned longer)"
-        _LOG.info(f"trial {trial.number}: {what} → val acc {rec['val_acc']:.4f} (drop {drop:+.4f}), "
-                  f"{_METRIC_KEY[ctx.objective]} {float(metric):.4g}, folded {len(rec['fold_set'])} "
-                  f"[{rec['seconds']:.1f} s]")
-    return float(rec["val_acc"]), float(metric)
+        _LOG.info(f"trial {trial.number}: {what} → val acc {got.val_acc:.4f} (drop {drop:+.4f}), "
+                  f"{_METRIC_KEY[ctx.objective]} {float(metric):.4g}, folded {len(got.fold_set)} "
+                  f"[{seconds:.1f} s]")
+    return float(got.val_acc), float(metric)
