@@ -238,7 +238,9 @@ def publish(args: argparse.Namespace) -> Path:
     groups_path = dest / "groups.json"
     groups = bm.load_json(groups_path) if groups_path.is_file() else {"schema": SCHEMA, "config": CONFIG, "groups": []}
     groups["groups"] = [g for g in groups["groups"] if not set(g["seeds"]) & set(args.seeds)] + [{
-        "seeds": args.seeds, "commit": bm.git_commit(Path(__file__).parent),
+        # the code that trained and timed the group (its final run records it), and the code that published it
+        "seeds": args.seeds, "commit": meas.get("commit") or bm.git_commit(Path(__file__).parent),
+        "published_with": bm.git_commit(Path(__file__).parent),
         "published": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "smoke": bool(args.smoke),
         "environment": {k: v for k, v in environment_info().items() if k != "host"},
         "measure": {k: v for k, v in meas.items() if k not in ("stats", "members", "int8_acc", "int8_correct",
@@ -289,7 +291,8 @@ def render(results: Path) -> str:
     out = []
     for g in G["groups"]:
         m = g["measure"]
-        out.append(f"- Seeds {g['seeds']}: commit `{str(g['commit'])[:10]}`, published {g['published']}"
+        pub = f" with `{str(g['published_with'])[:10]}`" if g.get("published_with") not in (None, g["commit"]) else ""
+        out.append(f"- Seeds {g['seeds']}: run with commit `{str(g['commit'])[:10]}`, published {g['published']}{pub}"
                    f"{' (SMOKE: tiny budgets, no evidence)' if g['smoke'] else ''}; machine "
                    f"{bm.machine(g['environment'])}; final run {m['rounds']} rounds, {m['seconds']:.0f} s.")
     head = ["| arm | seed | test acc (%) | speed-up vs as-is fp32 (quartiles) | t / t(latopt) | matched |",
