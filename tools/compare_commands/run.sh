@@ -6,6 +6,7 @@
 # OUTDIR/NN-name.{out,err,rc} and the files the commands write in OUTDIR/files/. Run it for two commits, then
 # compare_outputs.py OUT_A OUT_B: what a refactoring must leave unchanged (docs/development.md). About 5 min each.
 set -u
+HERE=$(cd "$(dirname "$0")" && pwd)   # before any cd: $0 may be relative
 CHECKOUT=$(cd "$1" && pwd)
 OUTDIR=$2
 rm -rf "$OUTDIR"
@@ -15,7 +16,6 @@ SCRATCH="$OUTDIR/scratch"
 mkdir -p "$SCRATCH" "$SCRATCH/cache"
 cd "$SCRATCH"
 
-HERE=$(cd "$(dirname "$0")" && pwd)
 echo "$CHECKOUT" > "$OUTDIR/checkout.txt"
 export PYTHONPATH="$CHECKOUT"
 export LATOPT_CACHE_DIR="$SCRATCH/cache"
