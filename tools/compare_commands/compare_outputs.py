@@ -43,6 +43,8 @@ MASKS: list[tuple[str, str, str]] = [
     ("load average", r"(load average before/after timing )\[\[[-\d., \[\]]*\]\]", r"\1<LOAD>"),
     # compress summary: "time     analysis 0.0s (MILP 0.0s, LP 0.0s), verification 0.2s, total 0.2s"
     ("compress times", r"\b(analysis|MILP|LP|verification|total) \d+(?:\.\d+)?s\b", r"\1 <T>s"),
+    # regions summary: "21 linear regions of [2, 4, 4, 1] over the box (66 LPs, 0.03s)"
+    ("regions time", r"(\d+ LPs, )\d+(?:\.\d+)?s\)", r"\1<T>s)"),
     # REPORT.md stage table: "| base | ran (new) | 2.1 |" (the last column is seconds)
     ("stage table seconds", r"^(\| \w+ \| [^|]+ \| )\d+(?:\.\d+)?( \|)$", r"\1<T>\2"),
 ]
