@@ -9,6 +9,10 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)   # before any cd: $0 may be relative
 CHECKOUT=$(cd "$1" && pwd)
 OUTDIR=$2
+# OUTDIR is replaced: only an earlier run's output (it holds checkout.txt) or a missing/empty directory
+if [ -e "$OUTDIR" ] && [ ! -e "$OUTDIR/checkout.txt" ] && [ -n "$(ls -A "$OUTDIR" 2>/dev/null)" ]; then
+    echo "run.sh: error: $OUTDIR exists and is not an earlier run's output; give a new directory" >&2; exit 2
+fi
 rm -rf "$OUTDIR"
 mkdir -p "$OUTDIR/files"
 OUTDIR=$(cd "$OUTDIR" && pwd)
