@@ -118,3 +118,19 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
     assert cells["s0-prune-e10>main"]["extra_epochs"] == br.PRUNE_EPOCHS
     block = br.render(results)
     assert "(SMOKE: tiny budgets, no evidence)" in block and "| latopt (main job) | 0 |" in block
+
+
+def test_the_summary_carries_each_arms_speed_ups_and_the_verdict(tmp_path: Path) -> None:
+    assert "Not run yet" in br.render_summary(tmp_path)
+    _write(tmp_path, [0, 1, 2], narrow_vs_main=1.2)
+    summary = br.render_summary(tmp_path)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in summary.splitlines()
+            if line.startswith("| ") and not line.startswith("| what")}
+    assert rows["latopt (main job)"][0] == "1.60×, 1.60×, 1.60×" and rows["latopt (main job)"][2:] == ["–", "–"]
+    full = {line.split("|")[1].strip(): line.split("|")[4].strip() for line in br.render(tmp_path).splitlines()
+            if line.startswith("| ") and line.count("|") == 6 and "[" in line}
+    # the summary's verdicts are the full block's: one computation, two views
+    assert rows["torch-pruning (fair arm)"][3] == full["torch-pruning (fair arm)"] != "—"
+    assert rows["narrower MobileNetV2, from scratch"][3] == "none: not matched at seed(s) [0, 1, 2]"
+    assert rows["Layer Folding's best"][0] == "1.58×, 1.58×, 1.58×"             # λ 2, chosen at every seed
+    assert "SMOKE" not in summary

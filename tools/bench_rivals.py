@@ -24,7 +24,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -43,6 +43,7 @@ WIDTHS_SMOKE = [0.25, 0.5]
 MATCH = 0.03
 SCHEMA = "latopt.rivals/1"
 TARGET = "main"
+OURS = "latopt (main job)"
 
 
 def log(msg: str) -> None:
@@ -267,7 +268,7 @@ def lf_best(recs: dict[str, dict[str, Any]], seed: int) -> str | None:
 
 def arms(recs: dict[str, dict[str, Any]], seed: int) -> list[tuple[str, str, str]]:
     """(label, cell, precision) of one seed's rows, latopt's first."""
-    rows = [("latopt (main job)", f"s{seed}-{TARGET}", "fp32"), ("as-is", f"s{seed}-base", "fp32"),
+    rows = [(OURS, f"s{seed}-{TARGET}", "fp32"), ("as-is", f"s{seed}-base", "fp32"),
             ("narrower MobileNetV2, from scratch", f"s{seed}-narrow>{TARGET}", "fp32"),
             ("torch-pruning (fair arm)", f"s{seed}-{prune_cell()}", "fp32")]
     best = lf_best(recs, seed)
@@ -278,16 +279,79 @@ def arms(recs: dict[str, dict[str, Any]], seed: int) -> list[tuple[str, str, str
     return [r for r in rows if r[1] in recs]
 
 
-def render(results: Path) -> str:
-    """docs/rivals.md's block, from ``results/rivals/`` only."""
+class Point(NamedTuple):
+    """One arm at one seed: its test accuracy, speed-up over the as-is fp32 network (median, quartiles), per-round
+    t / t(latopt) (median, quartiles), whether that is within ±3 %, and its per-image test correctness."""
+    cell: str
+    acc: float
+    speedup: list[float]
+    vs_main: list[float]
+    matched: bool
+    correct: np.ndarray
+
+
+def points(recs: dict[str, dict[str, Any]], seeds: list[int]) -> dict[str, dict[int, Point]]:
+    """Every arm's point at every seed, by the arm's label (Layer Folding's best under one label whatever its λ),
+    latopt's main job first."""
+    out: dict[str, dict[int, Point]] = {}
+    for s in seeds:
+        for label, c, prec in arms(recs, s):
+            r = recs[c]
+            sp = r["speedup"][prec]
+            key = label.split(" (")[0] if label.startswith("Layer") else label
+            out.setdefault(key, {})[s] = Point(c, r["int8_acc"] if prec == "int8" else r["onnx_acc"],
+                                               sp["vs_fp32_asis"], sp["vs_main"], abs(sp["vs_main"][0] - 1) <= MATCH,
+                                               correct_of(r, prec))
+    return out
+
+
+class Verdict(NamedTuple):
+    seeds: list[int]
+    interval: Any            # tools.compare's paired interval
+    unmatched: list[int]
+
+    @property
+    def text(self) -> str:
+        return self.interval.verdict() if not self.unmatched else "—"
+
+    @property
+    def latency(self) -> str:
+        return "matched at every seed" if not self.unmatched else f"not matched at seed(s) {self.unmatched}: no verdict"
+
+
+def verdicts(per_arm: dict[str, dict[int, Point]]) -> dict[str, Verdict]:
+    """acc(latopt) − acc(arm) per arm over the seeds both have (docs/rivals.md): the crossed seed-t interval from
+    3 seeds, a verdict only where the arm is matched to latopt's latency at every seed."""
     from tools.compare import paired_interval
 
+    ours = per_arm.get(OURS, {})
+    out = {}
+    for label, by_seed in per_arm.items():
+        both = [s for s in by_seed if s in ours]
+        if label == OURS or not both:
+            continue
+        iv = paired_interval({s: ours[s].correct for s in both}, {s: by_seed[s].correct for s in both}, min_seeds=3)
+        out[label] = Verdict(both, iv, [s for s in both if not by_seed[s].matched])
+    return out
+
+
+def _load(results: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[int]] | None:
     root = Path(results)
     if not (root / "groups.json").is_file():
-        return "Not run yet: there is no `results/rivals/groups.json`. The protocol above was written before any run.\n"
-    G = bm.load_json(root / "groups.json")
+        return None
     recs = {p.stem: bm.load_json(p) for p in sorted((root / "cells").glob("*.json"))}
-    seeds = sorted({int(r["seed"]) for r in recs.values()})
+    return bm.load_json(root / "groups.json"), recs, sorted({int(r["seed"]) for r in recs.values()})
+
+
+NOT_RUN = "Not run yet: there is no `results/rivals/groups.json`. The protocol above was written before any run.\n"
+
+
+def render(results: Path) -> str:
+    """docs/rivals.md's block, from ``results/rivals/`` only."""
+    loaded = _load(results)
+    if loaded is None:
+        return NOT_RUN
+    G, recs, seeds = loaded
     out = []
     for g in G["groups"]:
         m = g["measure"]
@@ -297,38 +361,47 @@ def render(results: Path) -> str:
                    f"{bm.machine(g['environment'])}; final run {m['rounds']} rounds, {m['seconds']:.0f} s.")
     head = ["| arm | seed | test acc (%) | speed-up vs as-is fp32 (quartiles) | t / t(latopt) | matched |",
             "|---|---|---|---|---|---|"]
+    per_arm = points(recs, seeds)
     rows = []
-    per_arm: dict[str, dict[int, tuple[np.ndarray, bool]]] = {}
     for s in seeds:
-        for label, c, prec in arms(recs, s):
-            r = recs[c]
-            sp = r["speedup"][prec]
-            acc = r["int8_acc"] if prec == "int8" else r["onnx_acc"]
-            vs = sp["vs_main"]
-            matched = abs(vs[0] - 1) <= MATCH
-            rows.append(f"| {label} | {s} | {100 * acc:.2f} | {sp['vs_fp32_asis'][0]:.2f}× "
-                        f"({sp['vs_fp32_asis'][1]:.2f}–{sp['vs_fp32_asis'][2]:.2f}) | {vs[0]:.3f} | "
-                        f"{'–' if c == f's{s}-{TARGET}' and prec == 'fp32' else ('yes' if matched else 'no')} |")
+        for label, _, _ in arms(recs, s):
             key = label.split(" (")[0] if label.startswith("Layer") else label
-            per_arm.setdefault(key, {})[s] = (correct_of(r, prec), matched)
+            p = per_arm[key][s]
+            sp, vs = p.speedup, p.vs_main
+            rows.append(f"| {label} | {s} | {100 * p.acc:.2f} | {sp[0]:.2f}× ({sp[1]:.2f}–{sp[2]:.2f}) | {vs[0]:.3f} | "
+                        f"{'–' if key == OURS else ('yes' if p.matched else 'no')} |")
     out += ["", "\n".join(head + rows), ""]
-    ours = per_arm.get("latopt (main job)", {})
-    lines = []
-    for label, by_seed in per_arm.items():
-        if label == "latopt (main job)":
-            continue
-        both = [s for s in by_seed if s in ours]
-        if not both:
-            continue
-        unmatched = [s for s in both if not by_seed[s][1]]
-        iv = paired_interval({s: ours[s][0] for s in both}, {s: by_seed[s][0] for s in both}, min_seeds=3)
-        state = "matched at every seed" if not unmatched else f"not matched at seed(s) {unmatched}: no verdict"
-        verdict = iv.verdict() if not unmatched else "—"
-        lines.append(f"| {label} | {len(both)} | {iv.text()} | {verdict} | {state} |")
+    lines = [f"| {label} | {len(v.seeds)} | {v.interval.text()} | {v.text} | {v.latency} |"
+             for label, v in verdicts(per_arm).items()]
     out += ["acc(latopt) − acc(arm), points, paired on the same test images; with 3 or more seeds the mean and its "
             "95 % crossed seed-t interval, margin ±1 pt (docs/rivals.md):", "",
             "| arm | seeds | latopt − arm (pt) | verdict | latency |", "|---|---|---|---|---|", *lines, ""]
     return "\n".join(out) + "\n"
+
+
+def render_summary(results: Path) -> str:
+    """README's and docs/results.md's summary of docs/rivals.md: per arm, its speed-up over the as-is network at
+    each seed, its mean test accuracy, and latopt's difference from it with the verdict."""
+    loaded = _load(results)
+    if loaded is None:
+        return NOT_RUN.replace(" The protocol above", " The protocol (docs/rivals.md)")
+    G, recs, seeds = loaded
+    per_arm = points(recs, seeds)
+    vs = verdicts(per_arm)
+    smoke = " (SMOKE: tiny budgets, no evidence)" if any(g["smoke"] for g in G["groups"]) else ""
+    seed_list = ", ".join(map(str, seeds))
+    rows = [f"Fashion-MNIST, MobileNetV2-0.5 from scratch, device `cpu` (ONNX Runtime, one thread), seeds {seed_list}"
+            f"{smoke}; generated from `results/rivals/`:", "",
+            f"| what | speed-up over as-is fp32, seed {', '.join(map(str, seeds))} | test acc (%), mean | "
+            "latopt − it (pt), 95 % | verdict at latopt's latency |", "|---|---|---|---|---|"]
+    for label, by_seed in per_arm.items():
+        speed = ", ".join(f"{by_seed[s].speedup[0]:.2f}×" if s in by_seed else "–" for s in seeds)
+        acc = 100 * float(np.mean([p.acc for p in by_seed.values()]))
+        v = vs.get(label)
+        diff = "–" if v is None else v.interval.text()
+        verdict = "–" if v is None else (v.text if not v.unmatched else f"none: not matched at seed(s) {v.unmatched}")
+        rows.append(f"| {label} | {speed} | {acc:.2f} | {diff} | {verdict} |")
+    return "\n".join(rows) + "\n"
 
 
 def correct_of(rec: dict[str, Any], prec: str) -> np.ndarray:

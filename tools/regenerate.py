@@ -201,6 +201,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "main-run": _main_run,
     "transfer": _tool("bench_transfer", "render", "transfer"),
     "rivals": _tool("bench_rivals", "render", "rivals"),
+    "rivals-summary": _tool("bench_rivals", "render_summary", "rivals"),
     "compatibility": _tool("compat", "render", "compatibility/compat.json"),
     "resnet20-fold": _tool("depth_table", "render_depth", "resnet-fold/resnet20"),
     "resnet32-fold": _tool("depth_table", "render_depth", "resnet-fold/resnet32"),
