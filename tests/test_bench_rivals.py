@@ -17,8 +17,8 @@ N = 400
 
 
 def _rec(cell: str, seed: int, acc: float, speed: float, vs_main: float, rng: np.random.Generator, *,
-         val: float = 0.9, int8: float | None = None) -> dict:
-    hits = rng.random(N) < acc
+         val: float = 0.9, int8: float | None = None, hits: np.ndarray | None = None) -> dict:
+    hits = rng.random(N) < acc if hits is None else hits
     int8_hits = rng.random(N) < (acc if int8 is None else int8)
     sp = {"vs_fp32_asis": [speed, speed - 0.02, speed + 0.02], "vs_main": [vs_main, vs_main - 0.01,
                                                                              vs_main + 0.01], "median_ms": 0.1}
@@ -27,13 +27,22 @@ def _rec(cell: str, seed: int, acc: float, speed: float, vs_main: float, rng: np
             "int8_correct": pack_bits(int8_hits), "speedup": {"fp32": sp, "int8": sp}}
 
 
-def _write(root: Path, seeds: list[int], narrow_vs_main: float = 1.01) -> None:
+def _fixed_hits(wrong: int) -> np.ndarray:
+    """The first ``wrong`` test items wrong, the rest right."""
+    return np.arange(N) >= wrong
+
+
+def _write(root: Path, seeds: list[int], narrow_vs_main: float = 1.01, fixed: bool = False) -> None:
+    """Hand-made records; ``fixed``: latopt's network 1.60×, 1.61×, 1.62× ... at seeds 0, 1, 2 ..., and it and the
+    pruning arm with known per-image correctness (8 and 40 + 4·seed of the N items wrong)."""
     rng = np.random.default_rng(0)
     (root / "cells").mkdir(parents=True)
     for s in seeds:
-        recs = [_rec(f"s{s}-main", s, 0.92, 1.6, 1.0, rng), _rec(f"s{s}-base", s, 0.93, 1.0, 1.6, rng),
+        main_hits, prune_hits = (_fixed_hits(8), _fixed_hits(40 + 4 * s)) if fixed else (None, None)
+        recs = [_rec(f"s{s}-main", s, 0.92, 1.6 + 0.01 * s * fixed, 1.0, rng, hits=main_hits),
+                _rec(f"s{s}-base", s, 0.93, 1.0, 1.6, rng),
                 _rec(f"s{s}-narrow>main", s, 0.80, 1.58, narrow_vs_main, rng),
-                _rec(f"s{s}-{br.prune_cell()}", s, 0.91, 1.62, 0.99, rng),
+                _rec(f"s{s}-{br.prune_cell()}", s, 0.91, 1.62, 0.99, rng, hits=prune_hits),
                 # λ 1 is slower than latopt's network, λ 3 fast enough but less accurate on validation than λ 2
                 _rec(f"s{s}-lf-lut@1", s, 0.93, 1.2, 1.33, rng, val=0.99),
                 _rec(f"s{s}-lf-lut@2", s, 0.91, 1.58, 1.01, rng, val=0.95),
@@ -121,16 +130,34 @@ def test_smoke_end_to_end(tmp_path: Path) -> None:
 
 
 def test_the_summary_carries_each_arms_speed_ups_and_the_verdict(tmp_path: Path) -> None:
+    from tools.compare import paired_interval
+
     assert "Not run yet" in br.render_summary(tmp_path)
-    _write(tmp_path, [0, 1, 2], narrow_vs_main=1.2)
+    _write(tmp_path, [0, 1, 2], narrow_vs_main=1.2, fixed=True)
     summary = br.render_summary(tmp_path)
+    assert "Config `fashion_mnist`" in summary and "95 %" in summary
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in summary.splitlines()
             if line.startswith("| ") and not line.startswith("| what")}
-    assert rows["latopt (main job)"][0] == "1.60×, 1.60×, 1.60×" and rows["latopt (main job)"][2:] == ["–", "–"]
+    assert rows["latopt (main job)"] == ["1.60×, 1.61×, 1.62×", "98.00", "–", "–"]   # each seed its own speed-up
+    prune = rows["torch-pruning (fair arm)"]
+    assert prune[1] == "89.00"                       # (360 + 356 + 352) / 3 of 400 items
+    # latopt − pruning: 8, 9 and 10 pt at the three seeds, computed here independently of the tool
+    expected = paired_interval({s: _fixed_hits(8) for s in (0, 1, 2)}, {s: _fixed_hits(40 + 4 * s) for s in (0, 1, 2)},
+                               min_seeds=3)   # the protocol's three seeds
+    assert prune[2] == expected.text() and prune[2].startswith("+9.00 [")
+    assert prune[3] == "better" == expected.verdict()                   # the interval lies above +1 pt
     full = {line.split("|")[1].strip(): line.split("|")[4].strip() for line in br.render(tmp_path).splitlines()
             if line.startswith("| ") and line.count("|") == 6 and "[" in line}
     # the summary's verdicts are the full block's: one computation, two views
-    assert rows["torch-pruning (fair arm)"][3] == full["torch-pruning (fair arm)"] != "—"
+    assert full["torch-pruning (fair arm)"] == "better"
     assert rows["narrower MobileNetV2, from scratch"][3] == "none: not matched at seed(s) [0, 1, 2]"
     assert rows["Layer Folding's best"][0] == "1.58×, 1.58×, 1.58×"             # λ 2, chosen at every seed
     assert "SMOKE" not in summary
+
+
+def test_the_summary_of_fewer_than_three_seeds_gives_no_interval(tmp_path: Path) -> None:
+    _write(tmp_path, [0, 1], fixed=True)
+    summary = br.render_summary(tmp_path)
+    assert "95 %" not in summary and "an interval needs 3 seeds" in summary
+    prune = next(line for line in summary.splitlines() if line.startswith("| torch-pruning"))
+    assert "+8.50 (seeds: +8.00, +9.00)" in prune and "| no interval |" in prune

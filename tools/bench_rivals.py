@@ -279,6 +279,11 @@ def arms(recs: dict[str, dict[str, Any]], seed: int) -> list[tuple[str, str, str
     return [r for r in rows if r[1] in recs]
 
 
+def arm_key(label: str) -> str:
+    """An arm's name across seeds: Layer Folding's best under one name whatever its λ (its label names the λ)."""
+    return label.split(" (")[0] if label.startswith("Layer Folding's best") else label
+
+
 class Point(NamedTuple):
     """One arm at one seed: its test accuracy, speed-up over the as-is fp32 network (median, quartiles), per-round
     t / t(latopt) (median, quartiles), whether that is within ±3 %, and its per-image test correctness."""
@@ -298,8 +303,7 @@ def points(recs: dict[str, dict[str, Any]], seeds: list[int]) -> dict[str, dict[
         for label, c, prec in arms(recs, s):
             r = recs[c]
             sp = r["speedup"][prec]
-            key = label.split(" (")[0] if label.startswith("Layer") else label
-            out.setdefault(key, {})[s] = Point(c, r["int8_acc"] if prec == "int8" else r["onnx_acc"],
+            out.setdefault(arm_key(label), {})[s] = Point(c, r["int8_acc"] if prec == "int8" else r["onnx_acc"],
                                                sp["vs_fp32_asis"], sp["vs_main"], abs(sp["vs_main"][0] - 1) <= MATCH,
                                                correct_of(r, prec))
     return out
@@ -365,7 +369,7 @@ def render(results: Path) -> str:
     rows = []
     for s in seeds:
         for label, _, _ in arms(recs, s):
-            key = label.split(" (")[0] if label.startswith("Layer") else label
+            key = arm_key(label)
             p = per_arm[key][s]
             sp, vs = p.speedup, p.vs_main
             rows.append(f"| {label} | {s} | {100 * p.acc:.2f} | {sp[0]:.2f}× ({sp[1]:.2f}–{sp[2]:.2f}) | {vs[0]:.3f} | "
@@ -390,17 +394,24 @@ def render_summary(results: Path) -> str:
     vs = verdicts(per_arm)
     smoke = " (SMOKE: tiny budgets, no evidence)" if any(g["smoke"] for g in G["groups"]) else ""
     seed_list = ", ".join(map(str, seeds))
-    rows = [f"Fashion-MNIST, MobileNetV2-0.5 from scratch, device `cpu` (ONNX Runtime, one thread), seeds {seed_list}"
-            f"{smoke}; generated from `results/rivals/`:", "",
-            f"| what | speed-up over as-is fp32, seed {', '.join(map(str, seeds))} | test acc (%), mean | "
-            "latopt − it (pt), 95 % | verdict at latopt's latency |", "|---|---|---|---|---|"]
+    from latopt.config import load_config
+
+    cfg = load_config(G["config"])
+    width = "95 %" if len(seeds) >= 3 else "per seed (an interval needs 3 seeds)"
+    rows = [f"Config `{cfg.name}` (`{cfg.model.name}`, {'pretrained' if cfg.model.pretrained else 'from scratch'}, "
+            f"{cfg.data.task} @{cfg.data.resolution}), device `{cfg.device}` (ONNX Runtime, one thread), seeds "
+            f"{seed_list}{smoke}; generated from `results/rivals/`:", "",
+            f"| what | speed-up over as-is fp32, seed {seed_list} | test acc (%), mean over its seeds | "
+            f"latopt − it (pt), {width} | verdict at latopt's latency |", "|---|---|---|---|---|"]
     for label, by_seed in per_arm.items():
         speed = ", ".join(f"{by_seed[s].speedup[0]:.2f}×" if s in by_seed else "–" for s in seeds)
-        acc = 100 * float(np.mean([p.acc for p in by_seed.values()]))
+        acc = f"{100 * float(np.mean([p.acc for p in by_seed.values()])):.2f}"
+        if len(by_seed) < len(seeds):
+            acc += f" (seeds {', '.join(map(str, sorted(by_seed)))})"
         v = vs.get(label)
         diff = "–" if v is None else v.interval.text()
         verdict = "–" if v is None else (v.text if not v.unmatched else f"none: not matched at seed(s) {v.unmatched}")
-        rows.append(f"| {label} | {speed} | {acc:.2f} | {diff} | {verdict} |")
+        rows.append(f"| {label} | {speed} | {acc} | {diff} | {verdict} |")
     return "\n".join(rows) + "\n"
 
 
