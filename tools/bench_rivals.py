@@ -44,6 +44,8 @@ MATCH = 0.03
 SCHEMA = "latopt.rivals/1"
 TARGET = "main"
 OURS = "latopt (main job)"
+LF_BEST = "Layer Folding's best"   # one arm across seeds, whatever λ it picked at each
+MIN_SEEDS = 3                # the protocol's: fewer seeds give per-seed differences, no interval
 
 
 def log(msg: str) -> None:
@@ -273,7 +275,7 @@ def arms(recs: dict[str, dict[str, Any]], seed: int) -> list[tuple[str, str, str
             ("torch-pruning (fair arm)", f"s{seed}-{prune_cell()}", "fp32")]
     best = lf_best(recs, seed)
     if best is not None:
-        rows.append((f"Layer Folding's best ({bm.method_of(best)})", best, "fp32"))
+        rows.append((f"{LF_BEST} ({bm.method_of(best)})", best, "fp32"))
     rows += [("INT8 of the as-is network", f"s{seed}-base", "int8"), ("INT8 of latopt's network",
                                                                       f"s{seed}-{TARGET}", "int8")]
     return [r for r in rows if r[1] in recs]
@@ -281,7 +283,7 @@ def arms(recs: dict[str, dict[str, Any]], seed: int) -> list[tuple[str, str, str
 
 def arm_key(label: str) -> str:
     """An arm's name across seeds: Layer Folding's best under one name whatever its λ (its label names the λ)."""
-    return label.split(" (")[0] if label.startswith("Layer Folding's best") else label
+    return LF_BEST if label.startswith(LF_BEST) else label
 
 
 class Point(NamedTuple):
@@ -334,7 +336,8 @@ def verdicts(per_arm: dict[str, dict[int, Point]]) -> dict[str, Verdict]:
         both = [s for s in by_seed if s in ours]
         if label == OURS or not both:
             continue
-        iv = paired_interval({s: ours[s].correct for s in both}, {s: by_seed[s].correct for s in both}, min_seeds=3)
+        iv = paired_interval({s: ours[s].correct for s in both}, {s: by_seed[s].correct for s in both},
+                             min_seeds=MIN_SEEDS)
         out[label] = Verdict(both, iv, [s for s in both if not by_seed[s].matched])
     return out
 
@@ -377,7 +380,7 @@ def render(results: Path) -> str:
     out += ["", "\n".join(head + rows), ""]
     lines = [f"| {label} | {len(v.seeds)} | {v.interval.text()} | {v.text} | {v.latency} |"
              for label, v in verdicts(per_arm).items()]
-    out += ["acc(latopt) − acc(arm), points, paired on the same test images; with 3 or more seeds the mean and its "
+    out += [f"acc(latopt) − acc(arm), points, paired on the same test images; with {MIN_SEEDS} or more seeds the mean and its "
             "95 % crossed seed-t interval, margin ±1 pt (docs/rivals.md):", "",
             "| arm | seeds | latopt − arm (pt) | verdict | latency |", "|---|---|---|---|---|", *lines, ""]
     return "\n".join(out) + "\n"
@@ -397,7 +400,7 @@ def render_summary(results: Path) -> str:
     from latopt.config import load_config
 
     cfg = load_config(G["config"])
-    width = "95 %" if len(seeds) >= 3 else "per seed (an interval needs 3 seeds)"
+    width = "95 %" if len(seeds) >= MIN_SEEDS else f"per seed (an interval needs {MIN_SEEDS} seeds)"
     rows = [f"Config `{cfg.name}` (`{cfg.model.name}`, {'pretrained' if cfg.model.pretrained else 'from scratch'}, "
             f"{cfg.data.task} @{cfg.data.resolution}), device `{cfg.device}` (ONNX Runtime, one thread), seeds "
             f"{seed_list}{smoke}; generated from `results/rivals/`:", "",
